@@ -1,0 +1,173 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crs.store import SCHEMA_VERSION, DatasetTable, Store, StoreError, store_order
+
+
+def table(name="toy", n=10, task="multiclass"):
+    split = np.array([0, 0, 1, 2, 0, 2, 0, 1, 2, 0][:n], dtype=np.int8)
+    order = store_order(split)
+    labels = np.arange(n) % 3
+    return DatasetTable(
+        name=name,
+        ids=np.array([f"img{i}" for i in range(n)])[order],
+        labels=labels[order],
+        split=split[order],
+        group=np.array([f"g{i // 2}" for i in range(n)])[order],
+        attrs={"task": task, "classes": ["a", "b", "c"], "ordinal": False, "shift_target": None},
+    )
+
+
+def test_round_trip(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    t = table()
+    s.write_dataset(t)
+    back = Store(str(tmp_path / "s.zarr"), mode="r").dataset("toy")
+    assert back.ids.tolist() == t.ids.tolist()
+    assert back.labels.tolist() == t.labels.tolist()
+    assert back.split.tolist() == t.split.tolist()
+    assert back.group.tolist() == t.group.tolist()
+    assert back.task == "multiclass" and back.classes == ["a", "b", "c"]
+    assert back.rows("test").tolist() == [0, 1, 2]  # test first
+
+    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=4, chunk=4,
+                      attrs={"encoder_spec": {"name": "enc"}})
+    x = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
+    assert arr.pending().tolist() == [0, 1, 2]
+    for j in arr.pending():
+        arr.write_chunk(j, x[arr.chunk_rows(j)])
+    assert arr.finalize()
+    got = Store(str(tmp_path / "s.zarr"), mode="r").read_embedding("toy", "enc", "clean")
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got, x.astype(np.float16))
+    attrs = s.embedding_attrs("toy", "enc", "clean")
+    assert attrs["complete"] and attrs["encoder_spec"] == {"name": "enc"} and attrs["rows"] == "all"
+    assert list(s.embeddings()) == [("toy", "enc", "clean", True)]
+
+
+def test_incomplete_array_is_refused_with_resume_hint(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    arr = s.embedding("toy", "enc", "gaussian_noise@2", rows="test", n_rows=3, width=2, chunk=2)
+    arr.write_chunk(0, np.ones((2, 2)))
+    assert not arr.finalize()
+    assert arr.pending().tolist() == [1]
+    with pytest.raises(StoreError, match=r"incomplete \(1 of 2 chunks missing\).*crs extract --encoder enc"):
+        s.read_embedding("toy", "enc", "gaussian_noise@2")
+    # re-opening the same array continues where it stopped
+    again = s.embedding("toy", "enc", "gaussian_noise@2", rows="test", n_rows=3, width=2, chunk=2)
+    assert again.pending().tolist() == [1]
+    again.write_chunk(1, np.full((1, 2), 2.0))
+    assert again.finalize()
+    np.testing.assert_array_equal(s.read_embedding("toy", "enc", "gaussian_noise@2"), [[1, 1], [1, 1], [2, 2]])
+
+
+def test_mismatched_array_settings_are_refused(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=4, chunk=4, attrs={"encoder_spec": {"a": 1}})
+    with pytest.raises(StoreError, match="shape"):
+        s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=5, chunk=4)
+    with pytest.raises(StoreError, match="different encoder spec"):
+        s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=4, chunk=4, attrs={"encoder_spec": {"a": 2}})
+
+
+def test_non_finite_float16_is_refused(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=1, chunk=10)
+    with pytest.raises(StoreError, match="--dtype float32"):
+        arr.write_chunk(0, np.full((10, 1), 1e6))
+    assert arr.pending().tolist() == [0]
+
+
+def test_dataset_must_not_change(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    s.write_dataset(table())  # same: fine
+    t = table()
+    changed = DatasetTable(t.name, t.ids, (t.labels + 1) % 3, t.split, t.group, t.attrs)
+    with pytest.raises(StoreError, match="Splits never change"):
+        s.write_dataset(changed)
+
+
+def test_missing_things_name_the_command(tmp_path):
+    with pytest.raises(StoreError, match="run `crs extract` first"):
+        Store(str(tmp_path / "nothing.zarr"), mode="r")
+    s = Store(str(tmp_path / "s.zarr"))
+    with pytest.raises(StoreError, match="crs extract --dataset toy"):
+        s.dataset("toy")
+    s.write_dataset(table())
+    with pytest.raises(StoreError, match="crs extract --encoder enc --dataset toy"):
+        s.read_embedding("toy", "enc", "clean")
+
+
+def test_other_schema_version_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "s.zarr"
+    Store(str(path)).write_dataset(table())
+    meta_file = path / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    meta["attributes"]["crs_store"]["schema_version"] = SCHEMA_VERSION + 1
+    meta_file.write_text(json.dumps(meta))
+    before = sorted(p.relative_to(path) for p in path.rglob("*"))
+    for mode in ("r", "a"):
+        with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}"):
+            Store(str(path), mode=mode)
+    assert sorted(p.relative_to(path) for p in path.rglob("*")) == before
+    assert json.loads(meta_file.read_text()) == meta
+
+
+def test_paths_that_are_not_stores_are_refused(tmp_path):
+    f = tmp_path / "file.txt"
+    f.write_text("hello")
+    with pytest.raises(StoreError, match="is a file"):
+        Store(str(f))
+    d = tmp_path / "photos"
+    d.mkdir()
+    (d / "a.jpg").write_bytes(b"x")
+    with pytest.raises(StoreError, match="not a Zarr store"):
+        Store(str(d))
+    assert sorted(p.name for p in d.iterdir()) == ["a.jpg"]
+    import zarr
+
+    zarr.open_group(str(tmp_path / "other.zarr"), mode="w").create_group("stuff")
+    with pytest.raises(StoreError, match="not a CRS store"):
+        Store(str(tmp_path / "other.zarr"))
+
+
+def test_predictions_round_trip(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    p = np.random.default_rng(1).random((2, 3, 3, 3)).astype(np.float32)
+    s.write_predictions("toy", "enc", "shift:other", p, {"seeds": [0, 1]})
+    got, attrs = s.read_predictions("toy", "enc", "shift:other")
+    np.testing.assert_array_equal(got, p)
+    assert attrs["condition"] == "shift:other" and attrs["seeds"] == [0, 1]
+    assert (Path(s.path) / "datasets/toy/predictions/enc/shift~other").exists()
+
+
+@given(st.lists(st.integers(0, 2), min_size=0, max_size=50))
+def test_store_order_is_a_stable_permutation(split):
+    split = np.array(split, dtype=np.int8)
+    order = store_order(split)
+    assert sorted(order.tolist()) == list(range(len(split)))
+    ordered = split[order]
+    key = np.array([2, 1, 0])[ordered]
+    assert np.all(np.diff(key) >= 0)  # test, then val, then train
+    for code in (0, 1, 2):  # stable inside a split
+        rows = order[ordered == code]
+        assert np.all(np.diff(rows) > 0)
+
+
+def test_an_array_killed_while_being_created_is_recreated(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    g = s.root["datasets/toy"].require_group("embeddings").require_group("enc").create_group("clean")
+    g.create_array("x", shape=(10, 2), dtype="float16", chunks=(4, 2))  # no 'done', no attrs yet
+    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=2, chunk=4)
+    assert arr.pending().tolist() == [0, 1, 2]
