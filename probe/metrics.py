@@ -1,0 +1,109 @@
+"""Run-record metrics in JAX, vectorised over probes.
+
+Every function takes probabilities ``p [n, K]``, targets ``T [n, K]`` in {0, 1} and a
+mask ``known [n, K]`` (all ones for multiclass; 0 where a multilabel entry is unknown)
+and returns a scalar; ``all_metrics`` vmaps them over leading probe axes.
+
+* AUROC: Mann-Whitney U with average ranks for ties (= sklearn ``roc_auc_score``);
+  multiclass: macro one-vs-rest; multilabel: mean over labels. Classes or labels
+  without both positives and negatives are left out of the mean (NaN if none is left).
+* ECE: 15 equal-width bins on the top-label confidence, bin ``min(floor(15 c), 14)``
+  (bins [0, 1/15), ..., [14/15, 1]); ``sum_b (n_b / n) |acc_b - conf_b|``. Multilabel:
+  mean over labels of the binary top-label ECE (confidence ``max(p, 1 - p)``, predicted
+  label ``p >= 0.5``). (crs-v1.md section 1.)
+* Brier: multiclass ``mean_i sum_k (p_ik - y_ik)^2`` (Brier 1950); multilabel: mean over
+  labels of the binary Brier score (= sklearn ``brier_score_loss`` per label).
+* NLL: ``-mean log p(y)``, probabilities clipped to [eps, 1 - eps] with float32 eps;
+  multilabel: mean over labels of the binary log loss.
+* Accuracy: top-1 (multiclass); mean per-label accuracy at threshold 0.5 (multilabel).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+N_BINS = 15
+EPS = float(jnp.finfo(jnp.float32).eps)
+
+
+def binary_auroc(score, positive, valid):
+    """AUROC of ``score`` for ``positive`` among ``valid`` entries; NaN without both classes."""
+    s = jnp.where(valid, score, jnp.inf)  # invalid entries sort last and count below nobody
+    ordered = jnp.sort(s)
+    lo = jnp.searchsorted(ordered, score, side="left")
+    hi = jnp.searchsorted(ordered, score, side="right")
+    rank = (lo + hi + 1) / 2.0  # 1-based average rank among valid entries
+    pos = (positive > 0.5) & valid
+    neg = (positive <= 0.5) & valid
+    n_pos, n_neg = pos.sum(), neg.sum()
+    u = jnp.where(pos, rank, 0.0).sum() - n_pos * (n_pos + 1) / 2.0
+    return jnp.where((n_pos > 0) & (n_neg > 0), u / jnp.maximum(n_pos * n_neg, 1), jnp.nan)
+
+
+def auroc(p, T, known):
+    per_class = jax.vmap(binary_auroc, in_axes=(1, 1, 1))(p, T, known > 0)
+    return jnp.nanmean(per_class)
+
+
+def _ece_from(conf, correct, valid):
+    """Binned |accuracy - confidence| gap; conf, correct, valid [n]."""
+    bins = jnp.clip(jnp.floor(conf * N_BINS).astype(jnp.int32), 0, N_BINS - 1)
+    gap = jnp.where(valid, correct.astype(conf.dtype) - conf, 0.0)
+    per_bin = jax.ops.segment_sum(gap, bins, num_segments=N_BINS)
+    return jnp.abs(per_bin).sum() / jnp.maximum(valid.sum(), 1)
+
+
+def ece(p, T, known, task: str):
+    if task == "multiclass":
+        conf = p.max(-1)
+        correct = p.argmax(-1) == T.argmax(-1)
+        return _ece_from(conf, correct, jnp.ones_like(conf, dtype=bool))
+    conf = jnp.maximum(p, 1 - p)
+    correct = (p >= 0.5) == (T > 0.5)
+    per_label = jax.vmap(_ece_from, in_axes=(1, 1, 1))(conf, correct, known > 0)
+    return per_label.mean()
+
+
+def brier(p, T, known, task: str):
+    sq = (p - T) ** 2
+    if task == "multiclass":
+        return sq.sum(-1).mean()
+    return ((known * sq).sum(0) / jnp.maximum(known.sum(0), 1)).mean()
+
+
+def nll(p, T, known, task: str):
+    q = jnp.clip(p, EPS, 1 - EPS)
+    if task == "multiclass":
+        q = q / q.sum(-1, keepdims=True)  # as sklearn log_loss renormalises after clipping
+        return -(T * jnp.log(q)).sum(-1).mean()
+    ll = T * jnp.log(q) + (1 - T) * jnp.log(1 - q)
+    return (-(known * ll).sum(0) / jnp.maximum(known.sum(0), 1)).mean()
+
+
+def accuracy(p, T, known, task: str):
+    if task == "multiclass":
+        return (p.argmax(-1) == T.argmax(-1)).mean()
+    hit = ((p >= 0.5) == (T > 0.5)) & (known > 0)
+    return (hit.sum(0) / jnp.maximum(known.sum(0), 1)).mean()
+
+
+NAMES = ("auroc", "ece", "brier", "nll", "accuracy")
+
+
+def _one(p, T, known, task):
+    return jnp.stack(
+        [auroc(p, T, known), ece(p, T, known, task), brier(p, T, known, task),
+         nll(p, T, known, task), accuracy(p, T, known, task)]
+    )
+
+
+def all_metrics(probs, T, known, task: str):
+    """probs [..., n, K] -> [..., 5] in the order of ``NAMES``."""
+    lead = probs.shape[:-2]
+    flat = probs.reshape((-1,) + probs.shape[-2:])
+    out = _all_jit(flat, T, known, task)
+    return out.reshape(lead + (len(NAMES),))
+
+
+_all_jit = jax.jit(jax.vmap(_one, in_axes=(0, None, None, None)), static_argnums=3)

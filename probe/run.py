@@ -1,0 +1,170 @@
+"""``crs probe``: read embeddings from the store, fit every probe at once, write results.
+
+For one (encoder, dataset): fit all seeds x fractions x L2 in one compiled program,
+pick L2 per (seed, fraction) by validation loss, evaluate the chosen probes on the
+clean test split, every perturbed condition in the store and the shift target, write
+the test probabilities into the store and one run-record Parquet file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from crs.conditions import CLEAN, shift
+from crs.records import COLUMNS, records_dir
+from crs.store import SPLIT_CODE, Store, StoreError
+
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
+DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
+
+
+@dataclass
+class ProbeSummary:
+    encoder: str
+    dataset: str
+    probes: int
+    conditions: int
+    not_converged: int
+    max_iterations: int
+    seconds: float
+    records: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def records_path(results: Path, encoder: str, dataset: str) -> Path:
+    return records_dir(results) / f"{encoder}__{dataset}.parquet"
+
+
+def targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Class indices or {1, 0, -1} labels -> targets T [n, K] and known-mask [n, K]."""
+    if task == "multiclass":
+        T = np.eye(n_classes, dtype=np.float32)[np.asarray(labels)]
+        return T, np.ones_like(T)
+    labels = np.asarray(labels)
+    return (labels == 1).astype(np.float32), (labels >= 0).astype(np.float32)
+
+
+def pairs_in_store(store: Store) -> list[tuple[str, str]]:
+    """(encoder, dataset) pairs with complete clean embeddings of a dataset that has a training split."""
+    out = []
+    for d, enc, cond, complete in store.embeddings():
+        if cond == CLEAN and complete and (store.dataset(d).split == SPLIT_CODE["train"]).any():
+            out.append((enc, d))
+    return sorted(set(out))
+
+
+def probe(
+    store: Store,
+    encoder: str,
+    dataset: str,
+    *,
+    results: Path,
+    seeds: tuple[int, ...] = DEFAULT_SEEDS,
+    fractions: tuple[float, ...] = DEFAULT_FRACTIONS,
+    l2_grid: tuple[float, ...] = DEFAULT_L2,
+    max_iter: int = 1000,
+    tol: float = 1e-4,
+) -> ProbeSummary:
+    import jax.numpy as jnp
+
+    from crs.probe import core, metrics, subsets
+
+    t0 = time.perf_counter()
+    table = store.dataset(dataset)
+    task, classes = table.task, table.classes
+    K = len(classes)
+    X = store.read_embedding(dataset, encoder, CLEAN).astype(np.float32)
+    tr, va, te = table.rows("train"), table.rows("val"), table.rows("test")
+    if len(tr) == 0 or len(va) == 0 or len(te) == 0:
+        raise StoreError(f"dataset {dataset!r} needs train, val and test rows to be probed "
+                         f"(has {len(tr)}, {len(va)}, {len(te)})")
+    if not np.array_equal(te, np.arange(len(te))):
+        raise StoreError(f"dataset {dataset!r} rows are not in test-first order; re-extract into a new store")
+    # standardise with the training split's statistics (features only, no labels)
+    mu = X[tr].mean(0)
+    sd = X[tr].std(0) + 1e-6
+    Z = lambda A: (A.astype(np.float32) - mu) / sd  # noqa: E731
+
+    T, known = targets(table.labels, task, K)
+    masks = subsets.subset_masks(table.labels[tr], task, list(seeds), list(fractions))  # [S, Fr, n_tr]
+    weight = masks[..., None] * known[tr][None, None]  # [S, Fr, n_tr, K]
+    fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(weight),
+                   jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol)
+
+    # L2 per (seed, fraction) by validation loss
+    pv = core.probabilities(jnp.asarray(Z(X[va])), fit.W, fit.b, task)  # [S, Fr, L, n_va, K]
+    vloss = np.asarray(core.validation_loss(pv, jnp.asarray(T[va]), jnp.asarray(known[va]), task))
+    best = np.nanargmin(np.where(np.isfinite(vloss), vloss, np.inf), axis=-1)  # [S, Fr]
+    si, fi = np.meshgrid(np.arange(len(seeds)), np.arange(len(fractions)), indexing="ij")
+    W = fit.W[si, fi, best]  # [S, Fr, F, K]
+    b = fit.b[si, fi, best]
+    converged = np.asarray(fit.converged)[si, fi, best]
+    iters = np.asarray(fit.iterations)[si, fi, best]
+
+    # evaluation sets: clean test, every complete perturbed array, the shift target
+    evals: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = [(CLEAN, X[te], T[te], known[te])]
+    for d, enc, cond, complete in store.embeddings(dataset):
+        if enc == encoder and cond != CLEAN and complete:
+            evals.append((cond, store.read_embedding(dataset, encoder, cond), T[te], known[te]))
+    target = table.attrs.get("shift_target")
+    if target:
+        if not store.has_dataset(target):
+            raise StoreError(
+                f"{dataset!r} names {target!r} as its shift target, which is not in the store; run "
+                f"`crs extract --encoder {encoder} --dataset {target} --store {store.path}`"
+            )
+        tt = store.dataset(target)
+        if tt.classes != classes or tt.task != task:
+            raise StoreError(f"shift target {target!r} has other classes or task than {dataset!r}")
+        Xs = store.read_embedding(target, encoder, CLEAN)
+        Ts, ks = targets(tt.labels, task, K)
+        rows = tt.rows("test")
+        evals.append((shift(target), Xs[rows], Ts[rows], ks[rows]))
+
+    n_train = masks.sum(-1).astype(np.int64)  # [S, Fr]
+    missing = subsets.classes_missing(table.labels[tr], task, masks, K)  # [S, Fr]
+    l2_arr = np.asarray(l2_grid)[best]
+    frames = []
+    for cond, Xc, Tc, kc in evals:
+        probs = core.probabilities(jnp.asarray(Z(Xc)), W, b, task)  # [S, Fr, n, K]
+        m = np.asarray(metrics.all_metrics(probs, jnp.asarray(Tc), jnp.asarray(kc), task))  # [S, Fr, 5]
+        store.write_predictions(dataset, encoder, cond, np.asarray(probs), {
+            "seeds": list(seeds), "fractions": list(fractions), "classes": classes,
+            "axes": "seed, fraction, image, class",
+        })
+        frame = {
+            "encoder": encoder, "dataset": dataset, "task": task,
+            "seed": np.repeat(np.asarray(seeds), len(fractions)),
+            "fraction": np.tile(np.asarray(fractions, dtype=np.float64), len(seeds)),
+            "condition": cond,
+        }
+        for i, name in enumerate(metrics.NAMES):
+            frame[name] = m[..., i].reshape(-1).astype(np.float64)
+        frame.update({
+            "l2": l2_arr.reshape(-1), "n_train": n_train.reshape(-1), "n_eval": len(Xc),
+            "classes_missing": missing.reshape(-1).astype(np.int64),
+            "converged": converged.reshape(-1), "iterations": iters.reshape(-1).astype(np.int64),
+        })
+        n_rows = len(seeds) * len(fractions)
+        frames.append(pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()}))
+    records = pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
+    path = records_path(results, encoder, dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".parquet.tmp")
+    records.write_parquet(tmp)
+    os.replace(tmp, path)
+    return ProbeSummary(
+        encoder=encoder, dataset=dataset, probes=int(np.prod(fit.converged.shape)),
+        conditions=len(evals), not_converged=int((~converged).sum()),
+        max_iterations=int(iters.max()), seconds=time.perf_counter() - t0, records=str(path),
+    )
+

@@ -1,0 +1,74 @@
+"""Nested, stratified label subsets of the training split (numpy; drawn once per seed).
+
+Per seed, the training images are put in one order, and the subset for fraction ``f``
+is the first ``ceil(f * n)`` images of it. Subsets are therefore nested (the 1 %
+subset lies inside the 2 % one, and so on). The order interleaves the strata in
+proportion: an image's key is its random rank within its stratum divided by the
+stratum's size, so any prefix holds every stratum in about its share, and the first
+image of every stratum comes before any second one (a subset with at least as many
+images as strata holds each of them).
+
+Strata: the class (multiclass); for multilabel, the rarest label the image is
+positive for, or "no finding".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def strata(labels: np.ndarray, task: str) -> np.ndarray:
+    """labels [n] (multiclass) or [n, K] in {1, 0, -1} -> stratum id [n]."""
+    if task == "multiclass":
+        return np.asarray(labels, dtype=np.int64)
+    pos = np.asarray(labels) == 1
+    prevalence = pos.sum(0)
+    order = np.argsort(prevalence, kind="stable")  # rarest label first
+    K = labels.shape[1]
+    out = np.full(len(labels), K, dtype=np.int64)  # K = no positive label
+    for k in order[::-1]:  # rarest written last, so it wins
+        out[pos[:, k]] = k
+    return out
+
+
+def ordering(stratum: np.ndarray, seed: int) -> np.ndarray:
+    """A stratified random order of the rows [n] for one seed."""
+    rng = np.random.default_rng(np.random.SeedSequence([20240601, seed]))
+    n = len(stratum)
+    key = np.empty(n)
+    for s in np.unique(stratum):
+        rows = np.flatnonzero(stratum == s)
+        rank = rng.permutation(len(rows))
+        key[rows] = rank / len(rows)
+    tiebreak = rng.random(n)
+    return np.lexsort((tiebreak, key))
+
+
+def subset_size(fraction: float, n: int) -> int:
+    if not 0 < fraction <= 1:
+        raise ValueError(f"label fractions must lie in (0, 1], not {fraction!r}")
+    return max(1, min(n, math.ceil(fraction * n - 1e-9)))
+
+
+def subset_masks(labels: np.ndarray, task: str, seeds: list[int], fractions: list[float]) -> np.ndarray:
+    """0/1 masks [seed, fraction, n] over the training rows; nested across fractions."""
+    st = strata(labels, task)
+    n = len(st)
+    out = np.zeros((len(seeds), len(fractions), n), dtype=np.float32)
+    for i, seed in enumerate(seeds):
+        order = ordering(st, seed)
+        for j, f in enumerate(fractions):
+            out[i, j, order[: subset_size(f, n)]] = 1.0
+    return out
+
+
+def classes_missing(labels: np.ndarray, task: str, mask: np.ndarray, n_classes: int) -> np.ndarray:
+    """Number of classes (labels) with no positive example inside each subset; mask [..., n]."""
+    if task == "multiclass":
+        onehot = np.eye(n_classes, dtype=np.float32)[labels]  # [n, K]
+    else:
+        onehot = (np.asarray(labels) == 1).astype(np.float32)
+    present = np.einsum("...n,nk->...k", mask, onehot) > 0
+    return (~present).sum(-1)
