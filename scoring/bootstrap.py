@@ -1,0 +1,169 @@
+"""Paired seed bootstrap, intervals and the leading tier (crs-v1.md section 5).
+
+Each of B replicates draws S seed indices with replacement; the draw is the same for
+every encoder and dataset (paired: seed s is the same label subset and initialisation
+for every encoder). A replicate's seed means are a weighted mean with weights
+count(s) / S, so all replicates come out of one einsum, and ``crs.score`` scores them
+all at once, recomputing q, dominance, balance, worst axis, CRS and ranks per replicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+
+from crs.scoring.axes import AXES
+from crs.scoring.crs import DEFAULT_WEIGHTS, MEDIAN, score
+from crs.scoring.ranks import rank_desc
+
+CONFIDENCE = 0.95
+
+
+class Replicates(NamedTuple):
+    axis: np.ndarray  # [replicate, encoder, axis], seed-mean axis value averaged over datasets
+    q: np.ndarray  # [replicate, encoder, axis], overall q
+    dominance: np.ndarray  # [replicate, encoder]
+    balance: np.ndarray  # [replicate, encoder]
+    worst_axis: np.ndarray  # [replicate, encoder]
+    crs: np.ndarray  # [replicate, encoder]
+    rank: np.ndarray  # [replicate, encoder], 1 = best, ties averaged
+
+
+def seed_tensor(
+    axes: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]
+) -> tuple[np.ndarray, list[int]]:
+    """Axis values x [encoder, dataset, seed, axis] from ``axes_by_seed`` rows, and the seeds.
+
+    Every (encoder, dataset) must have the same seeds, since the bootstrap pairs them;
+    raises ValueError naming the first (encoder, dataset) that lacks a seed others have.
+    """
+    rows = axes.filter(
+        pl.col("encoder").is_in(list(encoders)) & pl.col("dataset").is_in(list(datasets))
+    )
+    seeds = sorted(rows.get_column("seed").unique().to_list())
+    have = rows.group_by("encoder", "dataset").agg(pl.col("seed").unique().sort())
+    have_map = {(r["encoder"], r["dataset"]): r["seed"] for r in have.iter_rows(named=True)}
+    for e in encoders:
+        for d in datasets:
+            lacks = sorted(set(seeds) - set(have_map.get((e, d), [])))
+            if lacks:
+                raise ValueError(
+                    f"encoder {e!r} on dataset {d!r} lacks seed(s) {lacks} that other runs "
+                    f"have (seeds in the comparison set: {seeds}); the paired bootstrap needs "
+                    "the same seeds everywhere: run the probe for them or drop those seeds"
+                )
+    grid = (
+        pl.DataFrame({"encoder": list(encoders)}, schema={"encoder": pl.String})
+        .join(pl.DataFrame({"dataset": list(datasets)}, schema={"dataset": pl.String}), how="cross")
+        .join(pl.DataFrame({"seed": seeds}, schema={"seed": rows.schema["seed"]}), how="cross")
+    )
+    # join onto the full grid so the reshape follows the requested encoder/dataset order
+    x = grid.join(rows, on=["encoder", "dataset", "seed"], how="left", maintain_order="left")
+    values = x.select(AXES).to_numpy().astype(float)
+    return values.reshape(len(encoders), len(datasets), len(seeds), len(AXES)), seeds
+
+
+def draw_seeds(n_seeds: int, n_bootstrap: int, seed: int) -> np.ndarray:
+    """Seed indices [replicate, draw] in [0, n_seeds), from numpy's Generator(PCG64(seed))."""
+    if n_seeds < 1 or n_bootstrap < 1:
+        raise ValueError(
+            f"need at least one seed and one replicate, got {n_seeds} and {n_bootstrap}"
+        )
+    return np.random.default_rng(seed).integers(0, n_seeds, size=(n_bootstrap, n_seeds))
+
+
+def seed_weights(draw: np.ndarray, n_seeds: int) -> np.ndarray:
+    """Weights [replicate, seed] = (times seed s was drawn) / (draws per replicate)."""
+    b, s = draw.shape
+    offsets = draw + n_seeds * np.arange(b)[:, None]
+    counts = np.bincount(offsets.ravel(), minlength=b * n_seeds).reshape(b, n_seeds)
+    return counts / s
+
+
+def replicates(
+    x_seed: np.ndarray,
+    draw: np.ndarray,
+    reference: int | str = MEDIAN,
+    weights: Sequence[float] = DEFAULT_WEIGHTS,
+) -> Replicates:
+    """Score each replicate of a draw [replicate, draw] of x_seed [encoder, dataset, seed, axis]."""
+    x_seed = np.asarray(x_seed, dtype=float)
+    w = seed_weights(draw, x_seed.shape[2])
+    x = np.einsum("bs,edsa->beda", w, x_seed)  # [replicate, encoder, dataset, axis] seed means
+    s = score(x, reference, weights)
+    return Replicates(
+        axis=x.mean(axis=-2),
+        q=s.q,
+        dominance=s.dominance,
+        balance=s.balance,
+        worst_axis=s.worst_axis,
+        crs=s.crs,
+        rank=rank_desc(s.crs),
+    )
+
+
+def interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval over axis 0 (replicates): the (1-c)/2 and (1+c)/2 quantiles, linear."""
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = np.percentile(values, [tail, 100.0 - tail], axis=0)
+    return low, high
+
+
+def summarise(
+    reps: Replicates, encoders: Sequence[str], point_crs: np.ndarray, confidence: float = CONFIDENCE
+) -> pl.DataFrame:
+    """One row per encoder: CRS, rank and axis intervals, P(rank 1) and the leading tier.
+
+    Rank intervals use the observed ranks at the tails (numpy's 'lower' and 'higher'
+    quantile methods), so their ends are ranks some replicate gave. P(rank 1) shares a
+    replicate's first place equally among encoders tied for the top CRS. The leader is
+    the top point estimate (the first encoder given, on a tie); the tier is the leader
+    and every encoder whose paired difference CRS_leader - CRS_e has an interval
+    containing 0.
+    """
+    crs_low, crs_high = interval(reps.crs, confidence)
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    rank_low = np.percentile(reps.rank, tail, axis=0, method="lower")
+    rank_high = np.percentile(reps.rank, 100.0 - tail, axis=0, method="higher")
+    top = reps.crs == reps.crs.max(axis=1, keepdims=True)  # [replicate, encoder]
+    p_rank1 = (top / top.sum(axis=1, keepdims=True)).mean(axis=0)
+    leader = int(np.argmax(np.asarray(point_crs)))
+    diff = reps.crs[:, [leader]] - reps.crs  # [replicate, encoder]
+    diff_low, diff_high = interval(diff, confidence)
+    tier = (diff_low <= 0.0) & (diff_high >= 0.0)
+    tier[leader] = True
+    columns: dict[str, object] = {
+        "encoder": list(encoders),
+        "crs_low": crs_low,
+        "crs_high": crs_high,
+        "rank_low": rank_low.astype(float),
+        "rank_high": rank_high.astype(float),
+        "p_rank1": p_rank1,
+        "tier": tier,
+    }
+    axis_low, axis_high = interval(reps.axis, confidence)
+    q_low, q_high = interval(reps.q, confidence)
+    for k, a in enumerate(AXES):
+        columns[f"{a}_low"], columns[f"{a}_high"] = axis_low[:, k], axis_high[:, k]
+    for k, a in enumerate(AXES):
+        columns[f"q_{a}_low"], columns[f"q_{a}_high"] = q_low[:, k], q_high[:, k]
+    return pl.DataFrame(columns)
+
+
+def paired_bootstrap(
+    x_seed: np.ndarray,
+    encoders: Sequence[str],
+    point_crs: np.ndarray,
+    *,
+    reference: int | str = MEDIAN,
+    weights: Sequence[float] = DEFAULT_WEIGHTS,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    confidence: float = CONFIDENCE,
+) -> pl.DataFrame:
+    """``summarise`` of ``n_bootstrap`` paired seed replicates; one seed always gives one frame."""
+    draw = draw_seeds(np.asarray(x_seed).shape[2], n_bootstrap, seed)
+    return summarise(replicates(x_seed, draw, reference, weights), encoders, point_crs, confidence)

@@ -1,0 +1,268 @@
+"""``score``: run records -> CRS, components, ranks, bootstrap intervals and tiers.
+
+The thin edge of the scoring stage: it picks the comparison set, turns the polars
+tables into arrays for the numpy core, and assembles and writes the results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from crs.scoring import crs as core
+from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
+from crs.scoring.bootstrap import CONFIDENCE, paired_bootstrap, seed_tensor
+from crs.scoring.ranks import compare, rank_desc
+
+CRS_VERSION = "1"
+MEDIAN = core.MEDIAN
+COMPONENTS = ("dominance", "balance", "worst_axis")
+
+
+@dataclass(frozen=True)
+class Scores:
+    settings: dict
+    encoders: pl.DataFrame  # one row per encoder, best CRS first
+    per_dataset: pl.DataFrame  # one row per (encoder, dataset)
+    rank_comparison: dict
+    axes_by_seed: pl.DataFrame  # one row per (encoder, dataset, seed)
+
+    def to_json(self) -> dict:
+        """Settings, rank comparison and both tables as plain JSON values (NaN -> None)."""
+        return _plain(
+            {
+                "settings": self.settings,
+                "rank_comparison": self.rank_comparison,
+                "encoders": self.encoders.to_dicts(),
+                "per_dataset": self.per_dataset.to_dicts(),
+            }
+        )
+
+    def write(self, out_dir: Path) -> None:
+        """Write the three tables as .parquet and .csv, then scores.json, each file atomically."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, table in (
+            ("encoders", self.encoders),
+            ("per_dataset", self.per_dataset),
+            ("axes_by_seed", self.axes_by_seed),
+        ):
+            _atomic(out_dir / f"{name}.parquet", table.write_parquet)
+            _atomic(out_dir / f"{name}.csv", table.write_csv)
+        text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+        # scores.json last, so its presence marks a complete write
+        _atomic(out_dir / "scores.json", lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def comparison_set(
+    records: pl.DataFrame, reference: str = MEDIAN
+) -> tuple[list[str], list[str], dict]:
+    """The encoders and datasets where every encoder has every dataset (crs-v1.md section 2).
+
+    When the records are not a full grid, the largest such block wins: most
+    (encoder, dataset) cells, then most encoders, then the alphabetically first dataset
+    list. It must hold at least 2 encoders, and the reference when one is named. A best
+    block's datasets are the intersection of its encoders' dataset sets, so the
+    candidates are the closure of those sets under intersection. Returns (encoders,
+    datasets, excluded) with excluded = {'encoders': [...], 'datasets': [...]}.
+    """
+    pairs = records.select("encoder", "dataset").unique()
+    have: dict[str, frozenset[str]] = {
+        r["encoder"]: frozenset(r["dataset"])
+        for r in pairs.group_by("encoder").agg("dataset").iter_rows(named=True)
+    }
+    sets = set(have.values())
+    frontier = set(sets)
+    while frontier:
+        frontier = {a & b for a in frontier for b in have.values()} - sets - {frozenset()}
+        sets |= frontier
+    best: tuple[tuple[int, int], list[str], list[str]] | None = None
+    for datasets in sorted(sorted(s) for s in sets):
+        encoders = sorted(e for e, s in have.items() if s.issuperset(datasets))
+        if len(encoders) < 2 or (reference != MEDIAN and reference not in encoders):
+            continue
+        key = (len(encoders) * len(datasets), len(encoders))
+        if best is None or key > best[0]:
+            best = (key, encoders, datasets)
+    if best is None:
+        need = "" if reference == MEDIAN else f", one of them the reference {reference!r},"
+        raise ValueError(
+            f"no dataset is shared by at least 2 encoders{need} (encoders and their datasets: "
+            f"{ {e: sorted(s) for e, s in sorted(have.items())} }); CRS compares encoders on "
+            "common datasets: probe at least two encoders on the same dataset"
+        )
+    _, encoders, datasets = best
+    excluded = {
+        "encoders": sorted(set(have) - set(encoders)),
+        "datasets": sorted(set().union(*have.values()) - set(datasets)),
+    }
+    return encoders, datasets, excluded
+
+
+def score(
+    records: pl.DataFrame,
+    *,
+    reference: str = MEDIAN,
+    weights: Sequence[float] = core.DEFAULT_WEIGHTS,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> Scores:
+    """Score run records by crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
+
+    ``reference`` is an encoder name or 'median'; ``weights`` are (dominance, balance,
+    worst_axis), non-negative and summing to 1. Encoders or datasets outside the
+    comparison set are dropped and listed in ``settings['excluded']``.
+    """
+    w = core.check_weights(weights)
+    if int(n_bootstrap) < 1:
+        raise ValueError(f"n_bootstrap must be at least 1, got {n_bootstrap!r}")
+    require_columns(records)
+    present = sorted(records.get_column("encoder").unique().to_list())
+    if len(present) < 2:
+        raise ValueError(f"CRS compares encoders and needs at least 2, the records hold {present}")
+    if reference != MEDIAN and reference not in present:
+        raise ValueError(
+            f"reference {reference!r} is not among the encoders in the records: {present}; "
+            f"name one of them or use {MEDIAN!r}"
+        )
+    encoders, datasets, excluded = comparison_set(records, reference)
+    records = records.filter(pl.col("encoder").is_in(encoders) & pl.col("dataset").is_in(datasets))
+    by_seed = axes_by_seed(records)
+    x_seed, seeds = seed_tensor(by_seed, encoders, datasets)  # [encoder, dataset, seed, axis]
+    means = seed_means(by_seed)
+    x = _grid(means, encoders, datasets)  # [encoder, dataset, axis]
+    ref: int | str = MEDIAN if reference == MEDIAN else encoders.index(reference)
+
+    point = core.score(x, ref, w)
+    auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
+    table = pl.DataFrame(
+        {
+            "encoder": encoders,
+            "auroc": auroc,
+            "auroc_rank": rank_desc(auroc),
+            "crs": point.crs,
+            "crs_rank": rank_desc(point.crs),
+        }
+    )
+    boot = paired_bootstrap(
+        x_seed,
+        encoders,
+        point.crs,
+        reference=ref,
+        weights=w,
+        n_bootstrap=int(n_bootstrap),
+        seed=seed,
+    )
+    overall = x.mean(axis=1)  # [encoder, axis]
+    extra = pl.DataFrame(
+        {
+            "encoder": encoders,
+            **{a: overall[:, k] for k, a in enumerate(AXES)},
+            **{f"q_{a}": point.q[:, k] for k, a in enumerate(AXES)},
+            "dominance": point.dominance,
+            "balance": point.balance,
+            "worst_axis": point.worst_axis,
+        }
+    )
+    head = ["crs_low", "crs_high", "rank_low", "rank_high", "p_rank1", "tier"]
+    table = (
+        table.join(boot.select("encoder", *head), on="encoder", maintain_order="left")
+        .join(extra, on="encoder", maintain_order="left")
+        .join(boot.drop(head), on="encoder", maintain_order="left")
+        .sort(["crs", "encoder"], descending=[True, False])
+    )
+
+    # per-dataset CRS: each dataset alone is the comparison set, dominance included
+    per_q = np.swapaxes(point.q_dataset, 0, 1)  # [dataset, encoder, axis]
+    parts = core.components(per_q, w)  # each [dataset, encoder]
+    rows = []
+    for d, dataset in enumerate(datasets):
+        for e, encoder in enumerate(encoders):
+            rows.append(
+                {
+                    "encoder": encoder,
+                    "dataset": dataset,
+                    **{a: float(x[e, d, k]) for k, a in enumerate(AXES)},
+                    **{f"q_{a}": float(per_q[d, e, k]) for k, a in enumerate(AXES)},
+                    "dominance": float(parts.dominance[d, e]),
+                    "balance": float(parts.balance[d, e]),
+                    "worst_axis": float(parts.worst_axis[d, e]),
+                    "crs": float(parts.crs[d, e]),
+                }
+            )
+    per_dataset = (
+        pl.DataFrame(rows)
+        .join(
+            means.select("encoder", "dataset", "n_seeds"),
+            on=["encoder", "dataset"],
+            maintain_order="left",
+        )
+        .select("encoder", "dataset", "n_seeds", pl.exclude("encoder", "dataset", "n_seeds"))
+        .sort(["dataset", "crs", "encoder"], descending=[False, True, False])
+    )
+
+    fractions = sorted(set(used_rows(records).get_column("fraction").to_list()))
+    settings = {
+        "crs_version": CRS_VERSION,
+        "reference": reference,
+        "weights": dict(zip(COMPONENTS, w, strict=True)),
+        "bootstrap": {
+            "n": int(n_bootstrap),
+            "unit": "seed",
+            "seed": seed,
+            "confidence": CONFIDENCE,
+        },
+        "seeds": [int(s) for s in seeds],
+        "fractions": [float(f) for f in fractions],
+        "datasets": list(datasets),
+        "excluded": excluded,
+    }
+    return Scores(
+        settings=settings,
+        encoders=table,
+        per_dataset=per_dataset,
+        rank_comparison=compare(encoders, auroc, point.crs),
+        axes_by_seed=by_seed,
+    )
+
+
+def _grid(means: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]) -> np.ndarray:
+    """Seed means x [encoder, dataset, axis] in the given order."""
+    grid = pl.DataFrame({"encoder": list(encoders)}, schema={"encoder": pl.String}).join(
+        pl.DataFrame({"dataset": list(datasets)}, schema={"dataset": pl.String}), how="cross"
+    )
+    x = grid.join(means, on=["encoder", "dataset"], how="left", maintain_order="left")
+    return x.select(AXES).to_numpy().astype(float).reshape(len(encoders), len(datasets), len(AXES))
+
+
+def _plain(value):
+    """JSON-ready copy: numpy scalars to Python, NaN and infinities to None."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """Write through a temporary file in the same folder, then rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

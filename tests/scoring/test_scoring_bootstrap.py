@@ -1,0 +1,187 @@
+"""The paired seed bootstrap against a slow per-replicate loop; the tier rule (crs-v1.md s. 5)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy.stats import rankdata
+
+from crs.scoring.axes import AXES
+from crs.scoring.bootstrap import (
+    draw_seeds,
+    paired_bootstrap,
+    replicates,
+    seed_tensor,
+    seed_weights,
+)
+
+W = (0.5, 0.25, 0.25)
+
+
+# -- a slow, obvious reference: one replicate at a time, plain Python ----------------------
+
+
+def slow_q(x, ref):
+    """q [encoder, dataset, axis] from seed means x, loop by loop (crs-v1.md section 2)."""
+    n_e, n_d, n_a = x.shape
+    q = np.zeros_like(x)
+    for d in range(n_d):
+        for a in range(n_a):
+            col = [float(x[e, d, a]) for e in range(n_e)]
+            r = statistics.median(col) if ref == "median" else col[ref]
+            for e, v in enumerate(col):
+                den = 1.0 - r if v >= r else r
+                q[e, d, a] = 0.0 if den == 0 else (v - r) / den
+    return q
+
+
+def slow_crs(q, weights):
+    """CRS per encoder from overall q [encoder, axis] (crs-v1.md section 3)."""
+    n = len(q)
+
+    def beats(i, j):
+        return all(q[i][a] >= q[j][a] - 1e-9 for a in range(4)) and any(
+            q[i][a] > q[j][a] + 1e-9 for a in range(4)
+        )
+
+    out = []
+    for i in range(n):
+        wins = sum(beats(i, j) for j in range(n) if j != i)
+        losses = sum(beats(j, i) for j in range(n) if j != i)
+        dom = ((wins - losses) / (n - 1) + 1) / 2
+        bal = math.prod((v + 1) / 2 for v in q[i]) ** 0.25
+        worst = (min(q[i]) + 1) / 2
+        out.append(100 * (weights[0] * dom + weights[1] * bal + weights[2] * worst))
+    return np.array(out)
+
+
+def slow_replicate(x_seed, idx, ref, weights):
+    x = x_seed[:, :, idx, :].mean(axis=2)  # seed means of the drawn seeds
+    q = slow_q(x, ref).mean(axis=1)
+    crs = slow_crs(q, weights)
+    return x.mean(axis=1), q, crs, rankdata(-crs, method="average")
+
+
+@pytest.fixture
+def x_seed():
+    rng = np.random.default_rng(7)
+    return rng.uniform(0.3, 0.9, size=(4, 2, 5, 4))  # [encoder, dataset, seed, axis]
+
+
+def test_draw_is_numpy_generator_with_the_seed():
+    draw = draw_seeds(5, 20, seed=11)
+    assert draw.shape == (20, 5)
+    assert np.array_equal(draw, np.random.default_rng(11).integers(0, 5, size=(20, 5)))
+
+
+def test_seed_weights_are_draw_counts():
+    draw = np.array([[0, 0, 2], [1, 2, 0]])
+    assert seed_weights(draw, 3) == pytest.approx(np.array([[2, 0, 1], [1, 1, 1]]) / 3)
+
+
+@pytest.mark.parametrize("ref", ["median", 2])
+def test_vectorised_equals_per_replicate_loop(x_seed, ref):
+    draw = draw_seeds(x_seed.shape[2], 20, seed=3)
+    reps = replicates(x_seed, draw, ref, W)
+    names = ["e0", "e1", "e2", "e3"]
+    point = slow_crs(slow_q(x_seed.mean(axis=2), ref).mean(axis=1), W)
+    got = paired_bootstrap(x_seed, names, point, reference=ref, weights=W, n_bootstrap=20, seed=3)
+
+    slow = [slow_replicate(x_seed, idx, ref, W) for idx in draw]
+    axis = np.stack([s[0] for s in slow])
+    q = np.stack([s[1] for s in slow])
+    crs = np.stack([s[2] for s in slow])
+    rank = np.stack([s[3] for s in slow])
+    assert reps.axis == pytest.approx(axis)
+    assert reps.q == pytest.approx(q)
+    assert reps.crs == pytest.approx(crs)
+    assert np.array_equal(reps.rank, rank)
+
+    low, high = np.percentile(crs, [2.5, 97.5], axis=0)
+    assert got["crs_low"].to_numpy() == pytest.approx(low)
+    assert got["crs_high"].to_numpy() == pytest.approx(high)
+    for k, a in enumerate(AXES):
+        lo, hi = np.percentile(axis[:, :, k], [2.5, 97.5], axis=0)
+        assert got[f"{a}_low"].to_numpy() == pytest.approx(lo)
+        assert got[f"{a}_high"].to_numpy() == pytest.approx(hi)
+        lo, hi = np.percentile(q[:, :, k], [2.5, 97.5], axis=0)
+        assert got[f"q_{a}_low"].to_numpy() == pytest.approx(lo)
+        assert got[f"q_{a}_high"].to_numpy() == pytest.approx(hi)
+    for e in range(4):
+        ranks = sorted(rank[:, e])
+        assert got["rank_low"][e] == ranks[math.floor(0.025 * 19)]
+        assert got["rank_high"][e] == ranks[math.ceil(0.975 * 19)]
+        assert got["p_rank1"][e] == pytest.approx(np.mean(rank[:, e] == 1))
+    leader = int(np.argmax(point))
+    diff = crs[:, [leader]] - crs
+    lo, hi = np.percentile(diff, [2.5, 97.5], axis=0)
+    assert got["tier"].to_list() == [bool(lo[e] <= 0 <= hi[e]) for e in range(4)]
+    assert got["tier"][leader]
+
+
+def test_same_seed_same_output_other_seed_differs(x_seed):
+    names = ["e0", "e1", "e2", "e3"]
+    point = np.zeros(4)
+    a = paired_bootstrap(x_seed, names, point, n_bootstrap=50, seed=5)
+    b = paired_bootstrap(x_seed, names, point, n_bootstrap=50, seed=5)
+    c = paired_bootstrap(x_seed, names, point, n_bootstrap=50, seed=6)
+    assert a.equals(b)
+    assert not a.equals(c)
+
+
+def test_clear_leader_is_alone_in_its_tier():
+    rng = np.random.default_rng(0)
+    level = np.array([0.9, 0.7, 0.6])[:, None, None, None]  # best at every seed, every axis
+    x_seed = level + 0.01 * rng.standard_normal((3, 2, 5, 4))
+    point = np.array([90.0, 50.0, 40.0])
+    out = paired_bootstrap(x_seed, ["best", "mid", "low"], point, n_bootstrap=200, seed=0)
+    assert out["tier"].to_list() == [True, False, False]
+    assert out["p_rank1"].to_list() == [1.0, 0.0, 0.0]
+    assert out["rank_low"][0] == out["rank_high"][0] == 1.0
+
+
+def test_indistinguishable_pair_share_the_tier():
+    # a is better on seeds 0-1, b on seeds 2-3, by the same margin; c is worst everywhere
+    per_seed = np.array([[0.8, 0.8, 0.7, 0.7], [0.7, 0.7, 0.8, 0.8], [0.5, 0.5, 0.5, 0.5]])
+    x_seed = np.broadcast_to(per_seed[:, None, :, None], (3, 2, 4, 4)).copy()
+    draw = draw_seeds(4, 200, seed=0)
+    reps = replicates(x_seed, draw, "median", W)
+    point_crs = slow_crs(slow_q(x_seed.mean(axis=2), "median").mean(axis=1), W)
+    assert point_crs[0] == pytest.approx(point_crs[1])
+    out = paired_bootstrap(x_seed, ["a", "b", "c"], point_crs, weights=W, n_bootstrap=200, seed=0)
+    assert out["tier"].to_list() == [True, True, False]
+    assert np.any(reps.crs[:, 0] > reps.crs[:, 1]) and np.any(reps.crs[:, 1] > reps.crs[:, 0])
+    # ties for the top share first place
+    assert out["p_rank1"].sum() == pytest.approx(1.0)
+    assert 0.0 < out["p_rank1"][0] < 1.0 and out["p_rank1"][2] == 0.0
+
+
+def axes_frame(encoders, datasets, seeds):
+    rows = [
+        {"encoder": e, "dataset": d, "seed": s, **{a: 0.5 + 0.01 * s for a in AXES}}
+        for e in encoders
+        for d in datasets
+        for s in seeds
+    ]
+    return pl.DataFrame(rows)
+
+
+def test_seed_tensor_orders_by_the_names_given():
+    frame = axes_frame(["b", "a"], ["d2", "d1"], [2, 0, 1])
+    x, seeds = seed_tensor(frame.reverse(), ["a", "b"], ["d1", "d2"])
+    assert seeds == [0, 1, 2]
+    assert x.shape == (2, 2, 3, 4)
+    assert x[:, :, :, 0] == pytest.approx(np.broadcast_to([0.5, 0.51, 0.52], (2, 2, 3)))
+
+
+def test_missing_seed_names_encoder_and_dataset():
+    frame = axes_frame(["a", "b"], ["d1", "d2"], [0, 1, 2])
+    frame = frame.filter(
+        ~((pl.col("encoder") == "b") & (pl.col("dataset") == "d2") & (pl.col("seed") == 1))
+    )
+    with pytest.raises(ValueError, match=r"'b' on dataset 'd2' lacks seed\(s\) \[1\]"):
+        seed_tensor(frame, ["a", "b"], ["d1", "d2"])

@@ -1,0 +1,227 @@
+"""``score`` end to end on tiny synthetic run records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from crs.scoring import comparison_set, score
+from crs.scoring.axes import AXES
+
+QUALITY = {"enc_a": 0.92, "enc_b": 0.85, "enc_c": 0.78}
+ENCODER_COLUMNS = [
+    "encoder", "auroc", "auroc_rank", "crs", "crs_rank", "crs_low", "crs_high",
+    "rank_low", "rank_high", "p_rank1", "tier",
+    "discrimination", "calibration", "label_efficiency", "robustness",
+    "q_discrimination", "q_calibration", "q_label_efficiency", "q_robustness",
+    "dominance", "balance", "worst_axis",
+    *[f"{a}_{end}" for a in AXES for end in ("low", "high")],
+    *[f"q_{a}_{end}" for a in AXES for end in ("low", "high")],
+]  # fmt: skip
+
+
+@pytest.fixture
+def records(make_records):
+    return make_records(QUALITY)
+
+
+@pytest.fixture
+def scores(records):
+    return score(records, n_bootstrap=200, seed=1)
+
+
+def test_encoders_table(scores, records):
+    enc = scores.encoders
+    assert enc.columns == ENCODER_COLUMNS
+    assert enc["encoder"].to_list() == ["enc_a", "enc_b", "enc_c"]  # CRS descending
+    assert enc["crs"].is_sorted(descending=True)
+    assert enc["tier"].to_list() == [True, False, False]
+    assert enc["crs_rank"].to_list() == [1.0, 2.0, 3.0]
+    clean = records.filter((pl.col("fraction") == 1.0) & (pl.col("condition") == "clean"))
+    for r in enc.iter_rows(named=True):
+        own = clean.filter(pl.col("encoder") == r["encoder"])
+        # mean over datasets of the seed-mean D = the plain mean on this balanced grid
+        assert r["auroc"] == pytest.approx(own["auroc"].mean())
+        assert r["discrimination"] == pytest.approx(r["auroc"])
+        assert r["calibration"] == pytest.approx(1 - own["ece"].mean())
+        assert r["crs_low"] <= r["crs_high"] and r["rank_low"] <= r["rank_high"]
+        for a in AXES:
+            assert r[f"{a}_low"] <= r[f"{a}_high"]
+
+
+def test_median_reference_scores_zero_on_each_dataset_and_axis(scores):
+    # with three encoders the median is one of them: it scores q = 0 there
+    for _, group in scores.per_dataset.group_by("dataset"):
+        for a in AXES:
+            assert (group[f"q_{a}"] == 0.0).sum() >= 1
+
+
+def test_named_reference(records):
+    s = score(records, reference="enc_c", n_bootstrap=20)
+    c = s.encoders.filter(pl.col("encoder") == "enc_c").row(0, named=True)
+    assert [c[f"q_{a}"] for a in AXES] == [0.0] * 4
+    assert (c["balance"], c["worst_axis"]) == pytest.approx((0.5, 0.5))
+    assert s.settings["reference"] == "enc_c"
+
+
+def test_settings_and_json(scores, tmp_path):
+    st = scores.settings
+    assert st["crs_version"] == "1"
+    assert st["reference"] == "median"
+    assert st["weights"] == pytest.approx(
+        {"dominance": 1 / 3, "balance": 1 / 3, "worst_axis": 1 / 3}
+    )
+    assert st["bootstrap"] == {"n": 200, "unit": "seed", "seed": 1, "confidence": 0.95}
+    assert st["seeds"] == [0, 1, 2]
+    assert st["fractions"] == [0.1, 0.5, 1.0]
+    assert st["datasets"] == ["d1", "d2"]
+    assert st["excluded"] == {"encoders": [], "datasets": []}
+    out = scores.to_json()
+    assert set(out) == {"settings", "rank_comparison", "encoders", "per_dataset"}
+    assert [r["encoder"] for r in out["encoders"]] == ["enc_a", "enc_b", "enc_c"]
+    assert len(out["per_dataset"]) == 6
+    assert set(scores.rank_comparison) == {
+        "pairs", "discordant_pairs", "mean_abs_rank_shift", "kendall_tau_b", "reversed_pairs"
+    }  # fmt: skip
+    json.dumps(out, allow_nan=False)
+
+
+def test_same_seed_same_scores(records):
+    a = score(records, n_bootstrap=50, seed=4)
+    b = score(records, n_bootstrap=50, seed=4)
+    assert a.encoders.equals(b.encoders)
+    assert a.to_json() == b.to_json()
+
+
+def test_write(scores, tmp_path):
+    out = tmp_path / "results"
+    scores.write(out)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(
+        [
+            f"{t}.{x}"
+            for t in ("encoders", "per_dataset", "axes_by_seed")
+            for x in ("parquet", "csv")
+        ]
+        + ["scores.json"]
+    )
+    assert pl.read_parquet(out / "encoders.parquet").equals(scores.encoders)
+    assert pl.read_csv(out / "per_dataset.csv").height == scores.per_dataset.height
+    assert json.loads((out / "scores.json").read_text()) == scores.to_json()
+    scores.write(out)  # overwrites in place, leaves no temporary files
+    assert sorted(p.name for p in out.iterdir()) == names
+
+
+def test_per_dataset_crs_is_that_dataset_alone(records):
+    full = score(records, n_bootstrap=10)
+    alone = score(records.filter(pl.col("dataset") == "d2"), n_bootstrap=10)
+    per = full.per_dataset.filter(pl.col("dataset") == "d2").sort("encoder")
+    one = alone.encoders.sort("encoder")
+    assert per["crs"].to_numpy() == pytest.approx(one["crs"].to_numpy())
+    for a in AXES:
+        assert per[f"q_{a}"].to_numpy() == pytest.approx(one[f"q_{a}"].to_numpy())
+    assert full.per_dataset.columns[:3] == ["encoder", "dataset", "n_seeds"]
+    assert full.per_dataset.height == 6
+
+
+def test_rank_comparison_reports_reversal(make_records, make_table):
+    # enc_x has the best clean AUROC but collapses under every perturbation and label cut
+    records = make_records(QUALITY)
+    rows = records.to_dicts()
+    for r in rows:
+        if r["encoder"] == "enc_c":
+            r["encoder"] = "enc_x"
+            if r["condition"] == "clean" and r["fraction"] == 1.0:
+                r["auroc"] = 0.95
+            else:
+                r["auroc"] = 0.55
+    s = score(make_table(rows), n_bootstrap=20)
+    rc = s.rank_comparison
+    assert rc["pairs"] == 3
+    assert ["enc_x", "enc_a"] in rc["reversed_pairs"]
+    assert rc["discordant_pairs"] == len(rc["reversed_pairs"]) >= 1
+    x = s.encoders.filter(pl.col("encoder") == "enc_x").row(0, named=True)
+    assert x["auroc_rank"] == 1.0 and x["crs_rank"] > 1.0
+
+
+def test_comparison_set_drops_and_reports(make_records):
+    base = make_records(QUALITY)
+    only_d1 = make_records({"enc_new": 0.9}, datasets=("d1",))
+    few = make_records({"enc_a": 0.92, "enc_b": 0.85}, datasets=("d3",))
+    records = pl.concat([base, only_d1, few])
+    encoders, datasets, excluded = comparison_set(records)
+    assert encoders == ["enc_a", "enc_b", "enc_c"]
+    assert datasets == ["d1", "d2"]
+    assert excluded == {"encoders": ["enc_new"], "datasets": ["d3"]}
+    s = score(records, n_bootstrap=20)
+    assert s.settings["excluded"] == excluded
+    assert set(s.encoders["encoder"]) == {"enc_a", "enc_b", "enc_c"}
+    assert set(s.axes_by_seed["dataset"]) == {"d1", "d2"}
+
+
+def test_comparison_set_keeps_the_named_reference(make_records):
+    records = pl.concat(
+        [make_records({"enc_a": 0.9, "enc_b": 0.85, "enc_c": 0.8}, datasets=("d1", "d2")),
+         make_records({"enc_ref": 0.8}, datasets=("d1",))]
+    )  # fmt: skip
+    assert comparison_set(records)[0] == ["enc_a", "enc_b", "enc_c"]
+    encoders, datasets, excluded = comparison_set(records, "enc_ref")
+    assert encoders == ["enc_a", "enc_b", "enc_c", "enc_ref"] and datasets == ["d1"]
+    assert excluded == {"encoders": [], "datasets": ["d2"]}
+
+
+def test_unknown_reference_lists_encoders(records):
+    with pytest.raises(ValueError, match=r"'nope'.*\['enc_a', 'enc_b', 'enc_c'\]"):
+        score(records, reference="nope")
+
+
+@pytest.mark.parametrize("weights", [(0.5, 0.5, 0.5), (1.2, -0.1, -0.1), (1.0, 0.0)])
+def test_bad_weights(records, weights):
+    with pytest.raises(ValueError, match="weights"):
+        score(records, weights=weights)
+
+
+def test_weights_are_recorded(records):
+    s = score(records, weights=(0.5, 0.25, 0.25), n_bootstrap=10)
+    assert s.settings["weights"] == {"dominance": 0.5, "balance": 0.25, "worst_axis": 0.25}
+    e = s.encoders.row(0, named=True)
+    assert e["crs"] == pytest.approx(
+        100 * (0.5 * e["dominance"] + 0.25 * e["balance"] + 0.25 * e["worst_axis"])
+    )
+
+
+def test_needs_two_encoders(make_records):
+    with pytest.raises(ValueError, match="at least 2"):
+        score(make_records({"enc_a": 0.9}))
+
+
+def test_no_shared_dataset(make_records):
+    records = pl.concat(
+        [
+            make_records({"enc_a": 0.9}, datasets=("d1",)),
+            make_records({"enc_b": 0.8}, datasets=("d2",)),
+        ]
+    )
+    with pytest.raises(ValueError, match="no dataset is shared"):
+        score(records)
+
+
+def test_missing_seed(records):
+    holey = records.filter(
+        ~((pl.col("encoder") == "enc_b") & (pl.col("dataset") == "d1") & (pl.col("seed") == 2))
+    )
+    with pytest.raises(ValueError, match=r"'enc_b' on dataset 'd1' lacks seed\(s\) \[2\]"):
+        score(holey)
+
+
+def test_n_bootstrap_must_be_positive(records):
+    with pytest.raises(ValueError, match="n_bootstrap"):
+        score(records, n_bootstrap=0)
+
+
+def test_axes_by_seed_table(scores):
+    assert scores.axes_by_seed.height == 3 * 2 * 3
+    assert np.all(scores.axes_by_seed.select(AXES).to_numpy() >= 0.0)
