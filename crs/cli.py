@@ -1,0 +1,404 @@
+"""The ``crs`` command line: extract, probe, score, demo.
+
+Heavy libraries (torch, jax) are imported inside the command that needs them, so
+``crs --help`` is instant. Exit codes: 0 done, 1 a failure of ours, 2 bad input,
+130 interrupted (what was written is kept; re-run to resume).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="CRS-Bench: which pretrained medical image encoder to build on. "
+    "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs demo` runs all three on a built-in benchmark.",
+)
+# a pipe or a file gets lines wide enough for the leaderboard; a terminal keeps its own width
+out = Console(width=None if sys.stdout.isatty() else 120)
+err = Console(stderr=True)
+
+DEFAULT_RESULTS = "./crs-results"
+StoreOpt = Annotated[str, typer.Option("--store", help="Store path or fsspec URL.")]
+ResultsOpt = Annotated[Path, typer.Option("--results", help="Folder for run records and scores.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
+
+
+class BadInput(Exception):
+    """The user's input is wrong; exit code 2."""
+
+
+@contextmanager
+def friendly_errors(verbose: bool):
+    """Turn known errors into one clear line and an exit code; tracebacks only with --verbose."""
+    from crs.store import StoreError
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]: everything written so far is kept; run the same command again to resume")
+        raise typer.Exit(130)
+    except (BadInput, StoreError, KeyError, ValueError, FileNotFoundError) as exc:
+        if verbose:
+            traceback.print_exc()
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        err.print(f"[red]error[/]: {msg}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    except Exception as exc:  # a failure of ours
+        if verbose:
+            traceback.print_exc()
+        err.print(f"[red]internal error[/] ({type(exc).__name__}): {exc}\nre-run with --verbose for the traceback",
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def progress_bar(quiet: bool):
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task):
+            return Text(f"{task.speed:.2f}/s" if task.speed else "-/s")
+
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=quiet,
+    )
+
+
+def _check_names(given: list[str], valid: list[str], what: str) -> list[str]:
+    if not given:
+        raise BadInput(f"no {what} given; pass --{what} NAME (valid: {', '.join(valid)}) or --all")
+    for name in given:
+        if name not in valid:
+            raise BadInput(f"unknown {what} {name!r}; valid {what}s: {', '.join(valid)}")
+    return list(dict.fromkeys(given))
+
+
+def _parse_floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise BadInput(f"--{what} must be comma-separated numbers, not {text!r}") from None
+    if not values:
+        raise BadInput(f"--{what} is empty")
+    return values
+
+
+# ------------------------------------------------------------------ extract
+def run_extract(store_path, encoders_, datasets_, *, size, chunk, batch, device, dtype, perturbations, quiet):
+    from crs.extract import datasets as dsreg
+    from crs.extract.run import extract
+    from crs.store import Store
+
+    store = Store(store_path, mode="a")
+    # a dataset's shift target is extracted with it, so that probing can evaluate the shift
+    todo = []
+    for d in datasets_:
+        for name in (d, dsreg.get(d, size=size).shift_target):
+            if name and name not in todo:
+                todo.append(name)
+    summaries = []
+    with progress_bar(quiet) as progress:
+        for enc in encoders_:
+            for d in todo:
+                summaries.append(extract(store, enc, d, size=size, chunk=chunk, batch=batch, device=device,
+                                         dtype=dtype, perturbations=perturbations, progress=progress))
+    return store, summaries
+
+
+@app.command("extract")
+def extract_cmd(
+    encoder: Annotated[Optional[list[str]], typer.Option("--encoder", "-e", help="Encoder name (repeatable).")] = None,
+    dataset: Annotated[Optional[list[str]], typer.Option("--dataset", "-d", help="Dataset name (repeatable).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every built-in encoder on every built-in dataset.")] = False,
+    store: StoreOpt = "./crs-store.zarr",
+    size: Annotated[float, typer.Option(help="Scale of the built-in datasets (1.0 = demo size).")] = 1.0,
+    chunk: Annotated[int, typer.Option(help="Store chunk length in images (the resume unit).")] = 256,
+    batch: Annotated[int, typer.Option(help="Images per forward pass.")] = 64,
+    device: Annotated[Optional[str], typer.Option(help="torch device; default cuda if available, else cpu.")] = None,
+    dtype: Annotated[str, typer.Option(help="Embedding dtype in the store: float16 or float32.")] = "float16",
+    no_perturb: Annotated[bool, typer.Option("--no-perturb", help="Clean embeddings only.")] = False,
+    as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+):
+    """Embed datasets with encoders (clean, and the test split under every perturbation) into the store."""
+    from crs.extract import datasets as dsreg
+    from crs.extract import encoders as encreg
+
+    with friendly_errors(verbose):
+        encs = encreg.names() if all_ and not encoder else _check_names(encoder or [], encreg.names(), "encoder")
+        dss = dsreg.names() if all_ and not dataset else _check_names(dataset or [], dsreg.names(), "dataset")
+        if dtype not in ("float16", "float32"):
+            raise BadInput(f"--dtype must be float16 or float32, not {dtype!r}")
+        if chunk < 1 or batch < 1:
+            raise BadInput("--chunk and --batch must be positive")
+        t0 = time.perf_counter()
+        st, summaries = run_extract(store, encs, dss, size=size, chunk=chunk, batch=batch, device=device,
+                                    dtype=dtype, perturbations=not no_perturb, quiet=quiet or as_json)
+        report = {"store": st.path, "seconds": round(time.perf_counter() - t0, 2),
+                  "runs": [s.as_dict() for s in summaries]}
+        if as_json:
+            print(json.dumps(report))
+        elif not quiet:
+            written = sum(s.chunks_written for s in summaries)
+            skipped = sum(s.chunks_skipped for s in summaries)
+            imgs = sum(s.forward_images for s in summaries)
+            out.print(f"extracted {len(summaries)} (encoder, dataset) pairs into {st.path}: {written} chunks "
+                      f"written, {skipped} already complete, {imgs} forward passes in {report['seconds']:.1f} s")
+
+
+# -------------------------------------------------------------------- probe
+def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet):
+    from crs.probe.run import probe
+
+    from crs.store import Store
+
+    store = Store(store_path, mode="a")
+    summaries = []
+    with progress_bar(quiet) as progress:
+        task = progress.add_task("probes", total=len(pairs))
+        for enc, d in pairs:
+            progress.update(task, description=f"probes {enc} × {d}")
+            summaries.append(probe(store, enc, d, results=Path(results), seeds=seeds, fractions=fractions,
+                                   l2_grid=l2))
+            progress.advance(task)
+    return summaries
+
+
+@app.command("probe")
+def probe_cmd(
+    encoder: Annotated[Optional[list[str]], typer.Option("--encoder", "-e", help="Encoder (repeatable).")] = None,
+    dataset: Annotated[Optional[list[str]], typer.Option("--dataset", "-d", help="Dataset (repeatable).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every (encoder, dataset) with embeddings in the store.")] = False,
+    store: StoreOpt = "./crs-store.zarr",
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    seeds: Annotated[int, typer.Option(help="Number of probe seeds.")] = 5,
+    fractions: Annotated[str, typer.Option(help="Label fractions, comma-separated.")] = "0.01,0.02,0.05,0.1,0.25,0.5,1",
+    l2: Annotated[str, typer.Option(help="L2 grid, comma-separated.")] = "1e-3,1e-2,1e-1,1",
+    as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+):
+    """Train linear probes (all seeds x label fractions x L2 at once) and evaluate them."""
+    from crs.probe.run import pairs_in_store
+    from crs.store import Store
+
+    with friendly_errors(verbose):
+        fr = _parse_floats(fractions, "fractions")
+        grid = _parse_floats(l2, "l2")
+        if any(not 0 < f <= 1 for f in fr):
+            raise BadInput(f"--fractions must lie in (0, 1]: {fractions!r}")
+        if 1.0 not in fr:
+            raise BadInput("--fractions must include 1 (the full-label probe defines D, C and R)")
+        if seeds < 1:
+            raise BadInput(f"--seeds must be at least 1, not {seeds}")
+        available = pairs_in_store(Store(store, mode="r"))
+        if all_:
+            pairs = [(e, d) for e, d in available
+                     if (not encoder or e in encoder) and (not dataset or d in dataset)]
+            if not pairs:
+                raise BadInput(f"nothing to probe in {store!r}; run `crs extract` first")
+        else:
+            if not encoder or not dataset:
+                raise BadInput("pass --encoder and --dataset, or --all")
+            pairs = [(e, d) for e in encoder for d in dataset]
+            for e, d in pairs:
+                if (e, d) not in available:
+                    raise BadInput(f"no complete embeddings of {d!r} by {e!r} in {store!r}; run "
+                                   f"`crs extract --encoder {e} --dataset {d} --store {store}`")
+        t0 = time.perf_counter()
+        summaries = run_probe(store, results, pairs, seeds=tuple(range(seeds)), fractions=tuple(sorted(fr)),
+                              l2=grid, quiet=quiet or as_json)
+        report = {"results": str(results), "seconds": round(time.perf_counter() - t0, 2),
+                  "runs": [s.as_dict() for s in summaries]}
+        if as_json:
+            print(json.dumps(report))
+        elif not quiet:
+            probes = sum(s.probes for s in summaries)
+            bad = sum(s.not_converged for s in summaries)
+            out.print(f"fitted {probes} probes for {len(summaries)} (encoder, dataset) pairs in "
+                      f"{report['seconds']:.1f} s; run records in {Path(results) / 'run_records'}")
+            if bad:
+                err.print(f"[yellow]warning[/]: {bad} chosen probes did not reach the gradient tolerance; "
+                          "see the 'converged' column of the run records")
+
+
+# -------------------------------------------------------------------- score
+def run_score(results, *, reference, weights, n_bootstrap, seed):
+    from crs import records
+    from crs.extract.encoders import default_reference
+    from crs.scoring.run import score
+
+    table = records.read(results)
+    encoders_ = sorted(table["encoder"].unique().to_list())
+    ref = default_reference(encoders_) if reference == "auto" else reference
+    scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed)
+    scores.write(Path(results) / "scores")
+    return scores
+
+
+def leaderboard(scores) -> Table:
+    t = Table(title="CRS leaderboard (overall, comparison set)", title_justify="left")
+    for col, just in (("rank", "right"), ("encoder", "left"), ("CRS", "right"), ("95% interval", "center"),
+                      ("tier", "center"), ("AUROC", "right"), ("AUROC rank", "right"),
+                      ("C", "right"), ("L", "right"), ("R", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
+    for row in scores.encoders.iter_rows(named=True):
+        t.add_row(
+            f"{row['crs_rank']:g}", row["encoder"], f"{row['crs']:.1f}", f"[{row['crs_low']:.1f}, {row['crs_high']:.1f}]",
+            "★" if row["tier"] else "", f"{row['auroc']:.3f}", f"{row['auroc_rank']:g}",
+            f"{row['calibration']:.3f}", f"{row['label_efficiency']:.3f}",
+            f"{row['robustness']:.3f}",
+        )
+    return t
+
+
+def print_scores(scores, results):
+    s = scores.settings
+    rc = scores.rank_comparison
+    out.print(leaderboard(scores))
+    w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
+    out.print(f"AUROC = D (discrimination); C calibration, L label efficiency, R robustness (seed means over "
+              f"{', '.join(s['datasets'])}).\n★ = leading tier (paired {s['bootstrap']['unit']} bootstrap, "
+              f"B={s['bootstrap']['n']}); reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")
+    out.print(f"AUROC vs CRS: {rc['discordant_pairs']} of {rc['pairs']} pairs reversed, mean |rank shift| "
+              f"{rc['mean_abs_rank_shift']:.2f}, Kendall tau-b {rc['kendall_tau_b']:.2f}")
+    out.print(f"scores written to {Path(results) / 'scores'} (Parquet, CSV, JSON)")
+
+
+def _parse_weights(text: str) -> tuple[float, float, float]:
+    parts = text.split(",")
+    try:
+        vals = tuple(float(eval_fraction(p)) for p in parts)
+    except ValueError:
+        raise BadInput(f"--weights must be three numbers (dominance,balance,worst), not {text!r}") from None
+    if len(vals) != 3:
+        raise BadInput(f"--weights needs three numbers (dominance,balance,worst), got {len(vals)}: {text!r}")
+    return vals  # type: ignore[return-value]
+
+
+def eval_fraction(text: str) -> float:
+    text = text.strip()
+    if "/" in text:
+        a, b = text.split("/", 1)
+        return float(a) / float(b)
+    return float(text)
+
+
+@app.command("score")
+def score_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates.")] = 1000,
+    reference: Annotated[str, typer.Option(help="Reference encoder, 'median', or 'auto' (the registry's).")] = "auto",
+    weights: Annotated[str, typer.Option(help="CRS weights dominance,balance,worst.")] = "1/3,1/3,1/3",
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+):
+    """Compute the four axes, CRS v1, AUROC-vs-CRS ranks and the paired bootstrap from the run records."""
+    with friendly_errors(verbose):
+        if bootstrap < 1:
+            raise BadInput(f"--bootstrap must be at least 1, not {bootstrap}")
+        scores = run_score(results, reference=reference, weights=_parse_weights(weights), n_bootstrap=bootstrap,
+                           seed=seed)
+        if as_json:
+            print(json.dumps(scores.to_json()))
+        elif not quiet:
+            print_scores(scores, results)
+
+
+# --------------------------------------------------------------------- demo
+@app.command("demo")
+def demo_cmd(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the demo's store and results.")] = Path("./crs-demo"),
+    size: Annotated[float, typer.Option(help="Scale of the built-in datasets.")] = 1.0,
+    seeds: Annotated[int, typer.Option(help="Probe seeds.")] = 5,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap replicates.")] = 1000,
+    as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+):
+    """Generate the built-in synthetic benchmark and run extract, probe and score with every built-in encoder."""
+    from crs.extract import datasets as dsreg
+    from crs.extract import encoders as encreg
+    from crs.probe.run import DEFAULT_FRACTIONS, DEFAULT_L2, pairs_in_store
+
+    with friendly_errors(verbose):
+        quiet_bars = quiet or as_json
+        store_path, results = str(out_dir / "store.zarr"), out_dir / "results"
+        timings = {}
+        t0 = time.perf_counter()
+        trained = [d for d in dsreg.names() if d not in
+                   {dsreg.get(x, size=size).shift_target for x in dsreg.names()}]
+        store, _ = run_extract(store_path, encreg.names(), trained, size=size, chunk=256, batch=64, device=None,
+                               dtype="float16", perturbations=True, quiet=quiet_bars)
+        timings["extract"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        run_probe(store_path, results, pairs_in_store(store), seeds=tuple(range(seeds)),
+                  fractions=DEFAULT_FRACTIONS, l2=DEFAULT_L2, quiet=quiet_bars)
+        timings["probe"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        scores = run_score(results, reference="auto", weights=(1 / 3, 1 / 3, 1 / 3), n_bootstrap=bootstrap, seed=0)
+        timings["score"] = time.perf_counter() - t2
+        timings = {k: round(v, 1) for k, v in timings.items()}
+        if as_json:
+            print(json.dumps({**scores.to_json(), "timings_s": timings, "store": store_path,
+                              "results": str(results)}))
+        elif not quiet:
+            print_scores(scores, results)
+            out.print(f"store: {store_path}; timings (s): extract {timings['extract']}, probe {timings['probe']}, "
+                      f"score {timings['score']}")
+
+
+@app.command("encoders")
+def encoders_cmd(as_json: JsonOpt = False):
+    """List the encoder registry."""
+    from crs.extract import encoders as encreg
+
+    rows = [s.as_dict() for s in encreg.ENCODERS.values()]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    t = Table("name", "family", "source", "model", "width", "input", "gated", "weights")
+    for s in encreg.ENCODERS.values():
+        t.add_row(s.name, s.family, s.source, s.model_id, str(s.width), str(s.input_size), "yes" if s.gated else "no",
+                  s.weight_source)
+    out.print(t)
+
+
+@app.command("datasets")
+def datasets_cmd(as_json: JsonOpt = False):
+    """List the built-in datasets."""
+    from crs.extract import datasets as dsreg
+
+    rows = []
+    for name in dsreg.names():
+        d = dsreg.get(name)
+        rows.append({"name": name, "task": d.task, "classes": list(d.classes), "shift_target": d.shift_target,
+                     "description": d.description})
+    if as_json:
+        print(json.dumps(rows))
+        return
+    t = Table("name", "task", "classes", "shift target")
+    for r in rows:
+        t.add_row(r["name"], r["task"], ", ".join(r["classes"]), r["shift_target"] or "")
+    out.print(t)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The command line through typer's CliRunner: bad input, and a small run end to end."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from crs.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_help_is_instant_and_lists_commands():
+    r = invoke("--help")
+    assert r.exit_code == 0
+    for cmd in ("extract", "probe", "score", "demo"):
+        assert cmd in r.output
+
+
+def test_unknown_encoder_exits_2_and_lists_valid_names(tmp_path):
+    r = invoke("extract", "--encoder", "medgemmaa", "--dataset", "demo_derm", "--store", tmp_path / "s.zarr")
+    assert r.exit_code == 2
+    assert "unknown encoder 'medgemmaa'" in r.output
+    assert "demo-resnet" in r.output and "demo-stats" in r.output
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_unknown_dataset_exits_2_and_lists_valid_names(tmp_path):
+    r = invoke("extract", "--encoder", "demo-stats", "--dataset", "isic", "--store", tmp_path / "s.zarr")
+    assert r.exit_code == 2
+    assert "unknown dataset 'isic'" in r.output and "demo_derm" in r.output
+
+
+def test_probe_without_extract_says_what_to_run(tmp_path):
+    store = tmp_path / "s.zarr"
+    r = invoke("probe", "--encoder", "demo-stats", "--dataset", "demo_derm", "--store", store)
+    assert r.exit_code == 2
+    assert "crs extract" in r.output
+
+
+def test_path_that_is_not_a_store_is_left_alone(tmp_path):
+    d = tmp_path / "notes"
+    d.mkdir()
+    (d / "keep.txt").write_text("mine")
+    r = invoke("extract", "--encoder", "demo-stats", "--dataset", "demo_derm", "--store", d)
+    assert r.exit_code == 2 and "not a Zarr store" in r.output
+    assert [p.name for p in d.iterdir()] == ["keep.txt"]
+
+
+def test_score_without_records_says_what_to_run(tmp_path):
+    r = invoke("score", "--results", tmp_path / "nothing")
+    assert r.exit_code == 2 and "crs probe --all" in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--weights", "1,2"], "three numbers"),
+    (["--weights", "a,b,c"], "three numbers"),
+    (["--bootstrap", "0"], "at least 1"),
+])
+def test_bad_score_options(tmp_path, args, message):
+    r = invoke("score", "--results", tmp_path, *args)
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_small_pipeline_end_to_end(tmp_path):
+    """extract -> probe -> score on a small built-in benchmark, two encoders."""
+    store, results = tmp_path / "s.zarr", tmp_path / "results"
+    r = invoke("extract", "-e", "demo-stats", "-e", "demo-vit", "-d", "demo_derm", "--size", "0.25",
+               "--store", store, "--chunk", "64", "--json")
+    assert r.exit_code == 0, r.output
+    ext = json.loads(r.output)
+    assert {run["encoder"] for run in ext["runs"]} == {"demo-stats", "demo-vit"}
+    assert all(run["complete"] for run in ext["runs"])
+    # a re-run finds everything complete and writes nothing
+    r = invoke("extract", "-e", "demo-stats", "-d", "demo_derm", "--size", "0.25", "--store", store,
+               "--chunk", "64", "--json")
+    again = json.loads(r.output)["runs"][0]
+    assert again["chunks_written"] == 0 and again["chunks_skipped"] > 0
+
+    r = invoke("probe", "--all", "--store", store, "--results", results, "--seeds", "2",
+               "--fractions", "0.1,0.5,1", "--l2", "1e-2,1", "--json")
+    assert r.exit_code == 0, r.output
+    pr = json.loads(r.output)
+    assert len(pr["runs"]) == 2 and all(run["conditions"] == 26 for run in pr["runs"])
+
+    import polars as pl
+
+    rec = pl.read_parquet(results / "run_records" / "demo-stats__demo_derm.parquet")
+    assert rec.height == 2 * 3 * 26  # seeds x fractions x conditions
+    assert set(rec["condition"].unique()) >= {"clean", "gaussian_noise@1", "jpeg@5"}
+    assert rec.filter(pl.col("condition") == "clean")["auroc"].min() > 0.5
+
+    r = invoke("score", "--results", results, "--bootstrap", "50", "--json")
+    assert r.exit_code == 0, r.output
+    sc = json.loads(r.output)
+    s = sc["settings"]
+    for key in ("crs_version", "reference", "weights", "bootstrap", "seeds", "fractions"):
+        assert key in s
+    assert s["reference"] == "median"  # demo-resnet (the registry's reference) is not in this run
+    assert set(sc["rank_comparison"]) >= {"pairs", "discordant_pairs", "mean_abs_rank_shift", "kendall_tau_b"}
+    names = {e["encoder"] for e in sc["encoders"]}
+    assert names == {"demo-stats", "demo-vit"}
+    for e in sc["encoders"]:
+        for key in ("encoder", "auroc", "crs", "crs_low", "crs_high", "tier", "discrimination", "calibration",
+                    "label_efficiency", "robustness", "q_discrimination", "q_calibration", "q_label_efficiency",
+                    "q_robustness", "dominance", "balance", "worst_axis"):
+            assert key in e
+        assert e["crs_low"] <= e["crs"] <= e["crs_high"] or np.isclose(e["crs_low"], e["crs_high"])
+        assert 0 <= e["crs"] <= 100
+    assert any(e["tier"] for e in sc["encoders"])
+    assert (results / "scores" / "encoders.parquet").exists() and (results / "scores" / "encoders.csv").exists()
+
+    # the table view prints a leaderboard
+    r = invoke("score", "--results", results, "--bootstrap", "20")
+    assert r.exit_code == 0 and "CRS leaderboard" in r.output and "demo-vit" in r.output
