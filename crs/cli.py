@@ -229,12 +229,17 @@ def probe_cmd(
             print(json.dumps(report))
         elif not quiet:
             probes = sum(s.probes for s in summaries)
-            bad = sum(s.not_converged for s in summaries)
             out.print(f"fitted {probes} probes for {len(summaries)} (encoder, dataset) pairs in "
                       f"{report['seconds']:.1f} s; run records in {Path(results) / 'run_records'}")
-            if bad:
-                err.print(f"[yellow]warning[/]: {bad} chosen probes did not reach the gradient tolerance; "
-                          "see the 'converged' column of the run records")
+            warn_not_converged(summaries)
+
+
+def warn_not_converged(summaries) -> None:
+    bad = [(s.encoder, s.dataset, s.not_converged) for s in summaries if s.not_converged]
+    if bad:
+        where = ", ".join(f"{e} × {d}: {n}" for e, d, n in bad)
+        err.print(f"[yellow]warning[/]: chosen probes that stopped above the gradient tolerance ({where}); "
+                  "their rows have converged = false in the run records", soft_wrap=True)
 
 
 # -------------------------------------------------------------------- score
@@ -345,8 +350,8 @@ def demo_cmd(
                                dtype="float16", perturbations=True, quiet=quiet_bars)
         timings["extract"] = time.perf_counter() - t0
         t1 = time.perf_counter()
-        run_probe(store_path, results, pairs_in_store(store), seeds=tuple(range(seeds)),
-                  fractions=DEFAULT_FRACTIONS, l2=DEFAULT_L2, quiet=quiet_bars)
+        probed = run_probe(store_path, results, pairs_in_store(store), seeds=tuple(range(seeds)),
+                           fractions=DEFAULT_FRACTIONS, l2=DEFAULT_L2, quiet=quiet_bars)
         timings["probe"] = time.perf_counter() - t1
         t2 = time.perf_counter()
         scores = run_score(results, reference="auto", weights=(1 / 3, 1 / 3, 1 / 3), n_bootstrap=bootstrap, seed=0)
@@ -357,6 +362,7 @@ def demo_cmd(
                               "results": str(results)}))
         elif not quiet:
             print_scores(scores, results)
+            warn_not_converged(probed)
             out.print(f"store: {store_path}; timings (s): extract {timings['extract']}, probe {timings['probe']}, "
                       f"score {timings['score']}")
 

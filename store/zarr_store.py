@@ -110,6 +110,8 @@ def store_order(split: np.ndarray) -> np.ndarray:
 
 
 def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zarr.Group:
+    if path.startswith("file://"):
+        path = path[len("file://") :]  # a local path: the local store writes chunks atomically
     is_url = "://" in path
     if not is_url:
         if os.path.isfile(path):

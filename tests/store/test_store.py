@@ -171,3 +171,17 @@ def test_an_array_killed_while_being_created_is_recreated(tmp_path):
     g.create_array("x", shape=(10, 2), dtype="float16", chunks=(4, 2))  # no 'done', no attrs yet
     arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=2, chunk=4)
     assert arr.pending().tolist() == [0, 1, 2]
+
+
+def test_fsspec_urls_use_the_same_code(tmp_path):
+    """Any fsspec URL works as --store: here fsspec's in-memory filesystem and a file:// URL."""
+    for url in (f"memory://crs-test-{tmp_path.name}/s.zarr", f"file://{tmp_path}/f.zarr"):
+        s = Store(url)
+        s.write_dataset(table())
+        arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=3, chunk=4)
+        for j in arr.pending():
+            arr.write_chunk(j, np.full((arr.chunk_rows(j).stop - arr.chunk_rows(j).start, 3), float(j)))
+        assert arr.finalize()
+        back = Store(url, mode="r")
+        assert back.dataset("toy").ids.tolist() == table().ids.tolist()
+        np.testing.assert_array_equal(back.read_embedding("toy", "enc", "clean")[:, 0], [0] * 4 + [1] * 4 + [2] * 2)
