@@ -53,11 +53,10 @@ def friendly_errors(verbose: bool):
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]: everything written so far is kept; run the same command again to resume")
         raise typer.Exit(130)
-    except (BadInput, StoreError, KeyError, ValueError, FileNotFoundError) as exc:
+    except (BadInput, StoreError, FileNotFoundError) as exc:
         if verbose:
             traceback.print_exc()
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        err.print(f"[red]error[/]: {msg}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error[/]: {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     except Exception as exc:  # a failure of ours
         if verbose:
@@ -144,6 +143,8 @@ def extract_cmd(
     with friendly_errors(verbose):
         encs = encreg.names() if all_ and not encoder else _check_names(encoder or [], encreg.names(), "encoder")
         dss = dsreg.names() if all_ and not dataset else _check_names(dataset or [], dsreg.names(), "dataset")
+        if not size > 0:
+            raise BadInput(f"--size must be positive, not {size!r}")
         if dtype not in ("float16", "float32"):
             raise BadInput(f"--dtype must be float16 or float32, not {dtype!r}")
         if chunk < 1 or batch < 1:
@@ -194,34 +195,50 @@ def probe_cmd(
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Train linear probes (all seeds x label fractions x L2 at once) and evaluate them."""
+    from crs.extract import datasets as dsreg
+    from crs.extract import encoders as encreg
     from crs.probe.run import pairs_in_store
     from crs.store import Store
 
     with friendly_errors(verbose):
-        fr = _parse_floats(fractions, "fractions")
-        grid = _parse_floats(l2, "l2")
+        fr = tuple(sorted(set(_parse_floats(fractions, "fractions"))))
+        grid = tuple(sorted(set(_parse_floats(l2, "l2"))))
+        if any(not v > 0 for v in grid):
+            raise BadInput(f"--l2 values must be positive: {l2!r}")
         if any(not 0 < f <= 1 for f in fr):
             raise BadInput(f"--fractions must lie in (0, 1]: {fractions!r}")
         if 1.0 not in fr:
             raise BadInput("--fractions must include 1 (the full-label probe defines D, C and R)")
         if seeds < 1:
             raise BadInput(f"--seeds must be at least 1, not {seeds}")
-        available = pairs_in_store(Store(store, mode="r"))
+        st = Store(store, mode="r")
+        available = pairs_in_store(st)
+        known_encoders = sorted(set(encreg.names()) | {e for e, _ in available})
+        if encoder:
+            _check_names(encoder, known_encoders, "encoder")
+        if dataset:
+            _check_names(dataset, sorted(set(dsreg.names()) | set(st.datasets())), "dataset")
+        for d in dataset or []:
+            if st.has_dataset(d) and not (st.dataset(d).split == 0).any():
+                raise BadInput(f"dataset {d!r} has no training split (an external test set); it is evaluated "
+                               "as the shift target of the dataset that names it, not probed itself")
+        held = ", ".join(f"{e} × {d}" for e, d in available) or "nothing yet"
         if all_:
             pairs = [(e, d) for e, d in available
                      if (not encoder or e in encoder) and (not dataset or d in dataset)]
             if not pairs:
-                raise BadInput(f"nothing to probe in {store!r}; run `crs extract` first")
+                raise BadInput(f"nothing to probe in {store!r} for that selection (it holds: {held}); "
+                               "run `crs extract` first")
         else:
             if not encoder or not dataset:
                 raise BadInput("pass --encoder and --dataset, or --all")
             pairs = [(e, d) for e in encoder for d in dataset]
             for e, d in pairs:
                 if (e, d) not in available:
-                    raise BadInput(f"no complete embeddings of {d!r} by {e!r} in {store!r}; run "
-                                   f"`crs extract --encoder {e} --dataset {d} --store {store}`")
+                    raise BadInput(f"no complete clean embeddings of {d!r} by {e!r} in {store!r} (it holds: "
+                                   f"{held}); run `crs extract --encoder {e} --dataset {d} --store {store}`")
         t0 = time.perf_counter()
-        summaries = run_probe(store, results, pairs, seeds=tuple(range(seeds)), fractions=tuple(sorted(fr)),
+        summaries = run_probe(store, results, pairs, seeds=tuple(range(seeds)), fractions=fr,
                               l2=grid, quiet=quiet or as_json)
         report = {"results": str(results), "seconds": round(time.perf_counter() - t0, 2),
                   "runs": [s.as_dict() for s in summaries]}
@@ -251,7 +268,10 @@ def run_score(results, *, reference, weights, n_bootstrap, seed):
     table = records.read(results)
     encoders_ = sorted(table["encoder"].unique().to_list())
     ref = default_reference(encoders_) if reference == "auto" else reference
-    scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed)
+    try:
+        scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed)
+    except ValueError as exc:  # the run records or the options do not allow a score
+        raise BadInput(str(exc)) from exc
     scores.write(Path(results) / "scores")
     return scores
 
@@ -289,7 +309,7 @@ def _parse_weights(text: str) -> tuple[float, float, float]:
     parts = text.split(",")
     try:
         vals = tuple(float(eval_fraction(p)) for p in parts)
-    except ValueError:
+    except (ValueError, ZeroDivisionError):
         raise BadInput(f"--weights must be three numbers (dominance,balance,worst), not {text!r}") from None
     if len(vals) != 3:
         raise BadInput(f"--weights needs three numbers (dominance,balance,worst), got {len(vals)}: {text!r}")
@@ -340,6 +360,9 @@ def demo_cmd(
     from crs.probe.run import DEFAULT_FRACTIONS, DEFAULT_L2, pairs_in_store
 
     with friendly_errors(verbose):
+        if not size > 0 or seeds < 1 or bootstrap < 1:
+            raise BadInput(f"--size must be positive and --seeds, --bootstrap at least 1 (got {size}, {seeds}, "
+                           f"{bootstrap})")
         quiet_bars = quiet or as_json
         store_path, results = str(out_dir / "store.zarr"), out_dir / "results"
         timings = {}

@@ -13,7 +13,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "encoder": ("String", "encoder key, e.g. 'demo-resnet'"),
     "dataset": ("String", "dataset the probe was trained on"),
     "task": ("String", "'multiclass' or 'multilabel'"),
-    "seed": ("Int64", "probe seed (label subset and initialisation)"),
+    "seed": ("Int64", "probe seed: draws the label subsets (at fraction 1 every seed sees every label)"),
     "fraction": ("Float64", "share of the training split whose labels the probe saw, in (0, 1]"),
     "condition": ("String", "'clean', 'FAMILY@SEVERITY' or 'shift:DATASET'"),
     "auroc": ("Float64", "macro one-vs-rest AUROC (multiclass) or mean per-label AUROC (multilabel)"),

@@ -57,11 +57,13 @@ def apply(x: torch.Tensor, family: str, severity: int, image_ids: list[str]) -> 
     p = parameters(family, severity)
     cond = perturbed(family, severity)
     if family == "gaussian_noise":
-        noise = torch.empty_like(x)
-        for i, image_id in enumerate(image_ids):
-            g = torch.Generator(device=x.device).manual_seed(image_seed(image_id, cond))
-            noise[i] = torch.randn(x.shape[1:], generator=g, device=x.device, dtype=x.dtype)
-        return (x + p["sigma"] * noise).clamp(0, 1)
+        # drawn on the CPU: CUDA generators give other streams for the same seed, and an
+        # image must get the same noise on every device (and a resumed run may change device)
+        noise = torch.stack([
+            torch.randn(x.shape[1:], generator=torch.Generator().manual_seed(image_seed(image_id, cond)))
+            for image_id in image_ids
+        ])
+        return (x + p["sigma"] * noise.to(device=x.device, dtype=x.dtype)).clamp(0, 1)
     if family == "gaussian_blur":
         sigma = p["sigma_fraction"] * min(x.shape[-2:])
         k = 2 * math.ceil(3 * sigma) + 1
@@ -77,7 +79,8 @@ def apply(x: torch.Tensor, family: str, severity: int, image_ids: list[str]) -> 
             # torchvision 0.29 marks its JPEG codec deprecated in favour of torchcodec, which
             # has no on-device encoder yet; the codec works, so keep the notice out of every run
             warnings.simplefilter("ignore", DeprecationWarning)
-            encoded = encode_jpeg(list(as_uint8), quality=int(p["quality"]))
+            # encode on the CPU (decode_jpeg takes CPU bytes only), decode on the device
+            encoded = encode_jpeg(list(as_uint8.cpu()), quality=int(p["quality"]))
             decoded = decode_jpeg(encoded, device=x.device)
         return torch.stack(list(decoded)).to(x.dtype).div(255)
     raise KeyError(family)

@@ -8,7 +8,6 @@ the test probabilities into the store and one run-record Parquet file.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from crs.conditions import CLEAN, shift
+from crs.files import atomic_write
 from crs.records import COLUMNS, records_dir
 from crs.store import SPLIT_CODE, Store, StoreError
 
@@ -55,11 +55,9 @@ def targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, 
 
 def pairs_in_store(store: Store) -> list[tuple[str, str]]:
     """(encoder, dataset) pairs with complete clean embeddings of a dataset that has a training split."""
-    out = []
-    for d, enc, cond, complete in store.embeddings():
-        if cond == CLEAN and complete and (store.dataset(d).split == SPLIT_CODE["train"]).any():
-            out.append((enc, d))
-    return sorted(set(out))
+    trainable = {d for d in store.datasets() if (store.dataset(d).split == SPLIT_CODE["train"]).any()}
+    return sorted({(enc, d) for d, enc, cond, complete in store.embeddings()
+                   if cond == CLEAN and complete and d in trainable})
 
 
 def probe(
@@ -112,8 +110,8 @@ def probe(
 
     # evaluation sets: clean test, every complete perturbed array, the shift target
     evals: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = [(CLEAN, X[te], T[te], known[te])]
-    for d, enc, cond, complete in store.embeddings(dataset):
-        if enc == encoder and cond != CLEAN and complete:
+    for d, enc, cond, _ in store.embeddings(dataset):
+        if enc == encoder and cond != CLEAN:  # an incomplete array raises, naming the extract to resume
             evals.append((cond, store.read_embedding(dataset, encoder, cond), T[te], known[te]))
     target = table.attrs.get("shift_target")
     if target:
@@ -158,10 +156,7 @@ def probe(
         frames.append(pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()}))
     records = pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
     path = records_path(results, encoder, dataset)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".parquet.tmp")
-    records.write_parquet(tmp)
-    os.replace(tmp, path)
+    atomic_write(path, records.write_parquet)
     return ProbeSummary(
         encoder=encoder, dataset=dataset, probes=int(np.prod(fit.converged.shape)),
         conditions=len(evals), not_converged=int((~converged).sum()),

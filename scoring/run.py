@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from crs.files import atomic_write
 from crs.scoring import crs as core
 from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
 from crs.scoring.bootstrap import CONFIDENCE, paired_bootstrap, seed_tensor
@@ -55,11 +54,11 @@ class Scores:
             ("per_dataset", self.per_dataset),
             ("axes_by_seed", self.axes_by_seed),
         ):
-            _atomic(out_dir / f"{name}.parquet", table.write_parquet)
-            _atomic(out_dir / f"{name}.csv", table.write_csv)
+            atomic_write(out_dir / f"{name}.parquet", table.write_parquet)
+            atomic_write(out_dir / f"{name}.csv", table.write_csv)
         text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
         # scores.json last, so its presence marks a complete write
-        _atomic(out_dir / "scores.json", lambda p: p.write_text(text, encoding="utf-8"))
+        atomic_write(out_dir / "scores.json", lambda p: p.write_text(text, encoding="utf-8"))
 
 
 def comparison_set(
@@ -254,15 +253,3 @@ def _plain(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def _atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """Write through a temporary file in the same folder, then rename over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

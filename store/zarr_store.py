@@ -176,6 +176,8 @@ class Store:
 
     def write_dataset(self, table: DatasetTable) -> None:
         """Write a dataset's metadata; if present, check it is the same (splits never change)."""
+        if self.has_dataset(table.name) and "task" not in self.root["datasets"][table.name].attrs:
+            del self.root["datasets"][table.name]  # killed while writing it: its attrs come last
         if self.has_dataset(table.name):
             old = self.dataset(table.name)
             same = (

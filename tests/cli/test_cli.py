@@ -57,7 +57,14 @@ def test_score_without_records_says_what_to_run(tmp_path):
     assert r.exit_code == 2 and "crs probe --all" in r.output
 
 
+def test_bad_size_leaves_no_store_behind(tmp_path):
+    r = invoke("extract", "-e", "demo-stats", "-d", "demo_derm", "--size", "0", "--store", tmp_path / "new.zarr")
+    assert r.exit_code == 2 and "--size must be positive" in r.output
+    assert not (tmp_path / "new.zarr").exists()
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--weights", "1/0,0,1"], "three numbers"),
     (["--weights", "1,2"], "three numbers"),
     (["--weights", "a,b,c"], "three numbers"),
     (["--bootstrap", "0"], "at least 1"),
@@ -114,6 +121,16 @@ def test_small_pipeline_end_to_end(tmp_path):
         assert 0 <= e["crs"] <= 100
     assert any(e["tier"] for e in sc["encoders"])
     assert (results / "scores" / "encoders.parquet").exists() and (results / "scores" / "encoders.csv").exists()
+
+    # probing what the store lacks names the command to run; bad options exit 2
+    r = invoke("probe", "-e", "demo-resnet", "-d", "demo_derm", "--store", store, "--results", results)
+    assert r.exit_code == 2
+    assert f"crs extract --encoder demo-resnet --dataset demo_derm --store {store}" in r.output
+    assert "demo-stats × demo_derm" in r.output  # and what the store does hold
+    r = invoke("probe", "-e", "demo-statz", "-d", "demo_derm", "--store", store)
+    assert r.exit_code == 2 and "unknown encoder 'demo-statz'" in r.output
+    r = invoke("probe", "--all", "--store", store, "--l2", "-1,1")
+    assert r.exit_code == 2 and "--l2 values must be positive" in r.output
 
     # the table view prints a leaderboard
     r = invoke("score", "--results", results, "--bootstrap", "20")

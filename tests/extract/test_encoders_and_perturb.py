@@ -71,3 +71,15 @@ def test_noise_differs_between_images_and_conditions():
     assert not torch.equal(y[0], y[1])
     assert perturb.image_seed("a", "gaussian_noise@1") != perturb.image_seed("a", "gaussian_noise@2")
     assert perturb.image_seed("a", "gaussian_noise@1") == perturb.image_seed("a", "gaussian_noise@1")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("family", list(perturb.SUITE))
+def test_perturbations_on_cuda_match_the_cpu(family):
+    x = torch.nn.functional.avg_pool2d(torch.rand(3, 3, 32, 32), 5, stride=1, padding=2)
+    ids = ["a", "b", "c"]
+    cpu = perturb.apply(x, family, 3, ids)
+    gpu = perturb.apply(x.cuda(), family, 3, ids).cpu()
+    tol = 2 / 255 if family == "jpeg" else 1e-5  # JPEG codecs may round differently
+    torch.testing.assert_close(gpu, cpu, atol=tol, rtol=0)

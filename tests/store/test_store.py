@@ -164,6 +164,13 @@ def test_store_order_is_a_stable_permutation(split):
         assert np.all(np.diff(rows) > 0)
 
 
+def test_a_dataset_killed_while_being_written_is_rewritten(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    s.root.require_group("datasets").create_group("toy")  # killed before anything else was written
+    s.write_dataset(table())
+    assert s.dataset("toy").ids.tolist() == table().ids.tolist()
+
+
 def test_an_array_killed_while_being_created_is_recreated(tmp_path):
     s = Store(str(tmp_path / "s.zarr"))
     s.write_dataset(table())
