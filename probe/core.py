@@ -6,8 +6,9 @@ Objective of one probe (features already standardised; bias not penalised)::
     multilabel:  sum_k (1 / n_sk) * sum_{i in s, label k known} BCE(sigmoid(x_i w_k + b_k), y_ik)
                  + (l2 / 2) * ||W||^2
 
-where ``s`` is the probe's label subset (a 0/1 weight per training image, so shapes
-stay static under jit and vmap) and ``n_s`` its size. The multilabel objective is a
+where ``s`` is the probe's label subset and ``n_s`` its size. Subsets are nested
+prefixes of one order per seed, so the rows are multiplied block by block, each block
+only by the probes whose subsets hold it (``blocked_objectives``). The multilabel objective is a
 sum of independent per-label problems, each averaged over its known labels (unknown
 labels, such as CheXpert's U-Ignore, are masked, not guessed). The multiclass one is
 scikit-learn's LogisticRegression(C) objective divided by C * n_s, so
@@ -16,13 +17,15 @@ scikit-learn's LogisticRegression(C) objective divided by C * n_s, so
 
 The solver is L-BFGS with a backtracking Armijo line search, written over the whole
 batch of probes in one unbatched ``lax.while_loop`` (so ring-buffer indices stay
-scalars, which XLA handles far better than per-probe gathers). It stops each probe when
-the gradient's largest component falls below ``tol``, when no decrease can be found, or
-after ``max_iter`` steps; every probe reports whether it converged and how many steps
-it took, and finished probes are frozen while the slowest ones go on.
+scalars, which XLA handles far better than per-probe gathers). The logits are linear in
+the parameters, so the line search moves in logit space and its trial points cost no
+matrix product. It stops each probe when the gradient's largest component falls below
+``tol``, when no decrease can be found, or after ``max_iter`` steps; every probe reports
+whether it converged and how many steps it took, and finished probes are frozen while
+the slowest ones go on.
 
-Embeddings X [image, feature] are passed once and shared by every probe; only the
-subset weights [seed, fraction, image] and the L2 grid [l2] are batched.
+Embeddings X [image, feature] are gathered once per seed into subset order and shared
+by every probe of that seed (S copies, never one per probe).
 """
 
 from __future__ import annotations
@@ -56,6 +59,11 @@ def _data_loss(params, X, T, weight, task):
 
 
 def objective(params, X, T, weight, l2, task):
+    """One probe's objective with a 0/1 weight per row: the plain definition above.
+
+    The solver uses ``blocked_objectives``; this is the slow, obvious reference it is
+    tested against.
+    """
     W, _ = params
     return _data_loss(params, X, T, weight, task) + 0.5 * l2 * jnp.sum(W * W)
 
@@ -92,21 +100,36 @@ def _direction(g, S, Y, rho, it, m):
     return -jax.lax.fori_loop(0, m, forward, r, unroll=True)
 
 
-def _lbfgs(value, value_and_grad, x0, max_iter, tol, m=10, max_halvings=30):
-    """Minimise a batch of independent objectives at once.
+def _lbfgs(lin, loss, along, x0, max_iter, tol, m=10, max_halvings=30):
+    """Minimise a batch of independent objectives f(x) = loss(lin(x), x) at once.
 
-    ``value(x) -> f`` and ``value_and_grad(x) -> (f, g)`` act on x [..., d] and return
-    one objective per leading index. One unbatched while loop runs until every probe
-    has met ``max|g| < tol``, stalled (no decrease found), or used ``max_iter`` steps;
-    finished probes are frozen. Line search: backtracking with the Armijo condition.
+    ``lin`` is linear (the logits of a linear probe, without a constant term) and maps
+    x [..., d] to a pytree Z; ``loss(Z, x)`` returns one objective per leading index;
+    ``along(Z, t, Zp)`` is Z + t * Zp with a step t per probe. Because the logits are
+    linear in x, the line search moves in logit space: one product X @ p per iteration
+    gives every trial point's objective without another matrix product, so probes that
+    need several halvings cost elementwise work only. Each iteration does two matrix
+    products (X @ p and the gradient's X^T @ dZ).
+
+    One unbatched while loop runs until every probe has met ``max|g| < tol``, stalled (no
+    decrease found), or used ``max_iter`` steps; finished probes are frozen.
+    Line search: backtracking with the Armijo condition.
     """
-    f0, g0 = value_and_grad(x0)
+    lin_T = jax.linear_transpose(lin, x0)
+
+    def value_and_grad(Z, x):
+        f, pullback = jax.vjp(loss, Z, x)
+        dZ, dx = pullback(jnp.ones_like(f))
+        return f, lin_T(dZ)[0] + dx
+
+    Z0 = lin(x0)
+    f0, g0 = value_and_grad(Z0, x0)
     batch, d = x0.shape[:-1], x0.shape[-1]
     gmax0 = jnp.abs(g0).max(-1)
     init = dict(
-        x=x0, f=f0, g=g0, S=jnp.zeros((m,) + batch + (d,), x0.dtype), Y=jnp.zeros((m,) + batch + (d,), x0.dtype),
-        rho=jnp.zeros((m,) + batch, x0.dtype), gmax=gmax0, active=gmax0 >= tol,
-        used=jnp.zeros(batch, jnp.int32), it=jnp.int32(0),
+        x=x0, Z=Z0, f=f0, g=g0, S=jnp.zeros((m,) + batch + (d,), x0.dtype),
+        Y=jnp.zeros((m,) + batch + (d,), x0.dtype), rho=jnp.zeros((m,) + batch, x0.dtype), gmax=gmax0,
+        active=gmax0 >= tol, used=jnp.zeros(batch, jnp.int32), it=jnp.int32(0),
     )
 
     def body(s):
@@ -116,8 +139,12 @@ def _lbfgs(value, value_and_grad, x0, max_iter, tol, m=10, max_halvings=30):
         descent = slope < 0
         p = jnp.where(descent[..., None], p, -s["g"])  # fall back to steepest descent
         slope = jnp.where(descent, slope, -_dot(s["g"], s["g"]))
+        Zp = lin(p)
         # first step moves about 1 in parameter norm; later ones try the full quasi-Newton step
         t0 = jnp.where(it == 0, 1.0 / jnp.maximum(jnp.sqrt(_dot(s["g"], s["g"])), 1e-12), 1.0).astype(x0.dtype)
+
+        def trial(t):
+            return loss(along(s["Z"], t, Zp), s["x"] + t[..., None] * p)
 
         def armijo(t, f_try):
             return (f_try <= s["f"] + 1e-4 * t * slope) | ~s["active"]
@@ -130,19 +157,21 @@ def _lbfgs(value, value_and_grad, x0, max_iter, tol, m=10, max_halvings=30):
             t, f_try, i = c
             ok = armijo(t, f_try)
             t = jnp.where(ok, t, 0.5 * t)
-            return t, jnp.where(ok, f_try, value(s["x"] + t[..., None] * p)), i + 1
+            return t, jnp.where(ok, f_try, trial(t)), i + 1
 
-        t, f_try, _ = jax.lax.while_loop(ls_cond, ls_body, (t0, value(s["x"] + t0[..., None] * p), jnp.int32(0)))
+        t, f_try, _ = jax.lax.while_loop(ls_cond, ls_body, (t0, trial(t0), jnp.int32(0)))
         moved = s["active"] & armijo(t, f_try) & (f_try <= s["f"])
-        x = jnp.where(moved[..., None], s["x"] + t[..., None] * p, s["x"])
-        f, g = value_and_grad(x)
+        t = jnp.where(moved, t, 0.0)  # frozen probes stay where they are
+        x = s["x"] + t[..., None] * p
+        Z = along(s["Z"], t, Zp)
+        f, g = value_and_grad(Z, x)
         sv, yv = x - s["x"], g - s["g"]
         sy = _dot(sv, yv)
         keep = moved & (sy > 1e-10 * jnp.maximum(_dot(yv, yv), 1e-30))  # keeps the inverse Hessian positive definite
         slot = it % m
         gmax = jnp.abs(g).max(-1)
         return dict(
-            x=x, f=jnp.where(moved, f, s["f"]), g=jnp.where(moved[..., None], g, s["g"]),
+            x=x, Z=Z, f=jnp.where(moved, f, s["f"]), g=jnp.where(moved[..., None], g, s["g"]),
             S=s["S"].at[slot].set(sv), Y=s["Y"].at[slot].set(yv),
             rho=s["rho"].at[slot].set(jnp.where(keep, 1.0 / jnp.where(keep, sy, 1.0), 0.0)),
             gmax=jnp.where(moved, gmax, s["gmax"]), active=moved & (gmax >= tol),
@@ -156,36 +185,95 @@ def _lbfgs(value, value_and_grad, x0, max_iter, tol, m=10, max_halvings=30):
     return s["x"], s["gmax"] < tol, s["used"], s["gmax"]
 
 
-def fit(X, T, weight, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4) -> Fit:
+def _split(x, F, K):
+    return x[..., : F * K].reshape(x.shape[:-1] + (F, K)), x[..., F * K :]
+
+
+def block_logits(x, Xo, sizes):
+    """Logits per block, linear in x [S, Fr, L, d]: block j -> [S, Fr - j, L, rows of block j, K].
+
+    Xo [S, n, F] holds the training rows in each seed's subset order; the subset of
+    fraction j is the first ``sizes[j]`` rows (subsets are nested). Block j (rows
+    ``sizes[j-1]:sizes[j]``) is multiplied only by the probes of fractions j and up, so
+    the products cost sum_j sizes[j] rows instead of Fr * n.
+    """
+    F = Xo.shape[-1]
+    W, b = _split(x, F, x.shape[-1] // (F + 1))
+    bounds = (0,) + tuple(sizes)
+    return tuple(
+        jnp.einsum("snf,sjlfk->sjlnk", Xo[:, bounds[j] : bounds[j + 1]], W[:, j:]) + b[:, j:, :, None, :]
+        for j in range(len(sizes))
+    )
+
+
+def along_blocks(Z, t, Zp):
+    """Z + t * Zp per block; t [S, Fr, L]; block j spans fractions j.. (its axis 1)."""
+    return tuple(z + t[:, t.shape[1] - z.shape[1] :, :, None, None] * zp for z, zp in zip(Z, Zp))
+
+
+def loss_from_logits(Z, x, To, ko, sizes, l2, task):
+    """Objectives [S, Fr, L] from the block logits of ``block_logits`` and the parameters."""
+    S, Fr, L, d = x.shape
+    K = To.shape[-1]
+    W, _ = _split(x, (d - K) // K, K)
+    bounds = (0,) + tuple(sizes)
+    multiclass = task == "multiclass"
+    loss = jnp.zeros((S, Fr, L) if multiclass else (S, Fr, L, K), x.dtype)
+    counts = []
+    for j, logits in enumerate(Z):  # logits [S, Fr - j, L, nb, K]
+        Tb, kb = To[:, bounds[j] : bounds[j + 1]], ko[:, bounds[j] : bounds[j + 1]]  # [S, nb, K]
+        if multiclass:
+            part = -(Tb[:, None, None] * jax.nn.log_softmax(logits)).sum((-1, -2))  # [S, Fr - j, L]
+            counts.append(jnp.full((S,), bounds[j + 1] - bounds[j], x.dtype))
+            loss = loss + jnp.pad(part, ((0, 0), (j, 0), (0, 0)))
+        else:
+            bce = optax.sigmoid_binary_cross_entropy(logits, Tb[:, None, None])
+            part = (kb[:, None, None] * bce).sum(-2)  # [S, Fr - j, L, K]
+            counts.append(kb.sum(1))  # [S, K]
+            loss = loss + jnp.pad(part, ((0, 0), (j, 0), (0, 0), (0, 0)))
+    n = jnp.cumsum(jnp.stack(counts, 1), axis=1)  # rows (known labels) per subset: [S, Fr] or [S, Fr, K]
+    if multiclass:
+        data = loss / jnp.maximum(n, 1.0)[:, :, None]
+    else:
+        data = (loss / jnp.maximum(n, 1.0)[:, :, None, :]).sum(-1)
+    return data + 0.5 * l2[None, None, :] * jnp.sum(W * W, axis=(-1, -2))
+
+
+def blocked_objectives(x, Xo, To, ko, sizes, l2, task):
+    """Objectives of every probe at once, x [S, Fr, L, d] -> [S, Fr, L].
+
+    Same value as ``objective`` with a 0/1 subset weight, probe by probe (tested).
+    """
+    return loss_from_logits(block_logits(x, Xo, sizes), x, To, ko, sizes, l2, task)
+
+
+def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4) -> Fit:
     """Fit every probe at once.
 
-    X [n, F]; T [n, K]; weight [S, Fr, n, K] (subset x label mask); l2 [L].
-    Returns a Fit with leading axes [S, Fr, L].
+    X [n, F] standardised training features; T, known [n, K] targets and known-label mask;
+    order [S, n] each seed's subset order of the rows; sizes: the subset size of each
+    fraction, increasing (static); l2 [L]. Returns a Fit with leading axes [S, Fr, L].
     """
-    return _fit_jit(X, T, weight, l2, task, jnp.int32(max_iter), jnp.asarray(tol, X.dtype))
+    sizes = tuple(int(v) for v in sizes)
+    if list(sizes) != sorted(sizes) or not 0 < sizes[0] or sizes[-1] > X.shape[0]:
+        raise ValueError(f"subset sizes must increase within 1..{X.shape[0]}, got {sizes}")
+    return _fit_jit(X, T, known, order, l2, task, sizes, jnp.int32(max_iter), jnp.asarray(tol, X.dtype))
 
 
-def _fit_impl(X, T, weight, l2, task, max_iter, tol):
+def _fit_impl(X, T, known, order, l2, task, sizes, max_iter, tol):
     F, K = X.shape[1], T.shape[1]
-    d = F * K + K
-
-    def one(x, w, lam):  # x [d] -> objective of one probe
-        return objective((x[: F * K].reshape(F, K), x[F * K :]), X, T, w, lam, task)
-
-    def batched(fn):  # x [S, Fr, L, d]; weight [S, Fr, n, K] shared by the L2 axis; l2 [L]
-        over_l2 = jax.vmap(fn, in_axes=(0, None, 0))
-        over_fraction = jax.vmap(over_l2, in_axes=(0, 0, None))
-        over_seed = jax.vmap(over_fraction, in_axes=(0, 0, None))
-        return lambda x: over_seed(x, weight, l2)
-
-    value = batched(one)
-    value_and_grad = batched(jax.value_and_grad(one))
-    x0 = jnp.zeros(weight.shape[:2] + l2.shape + (d,), X.dtype)
-    x, converged, used, gmax = _lbfgs(value, value_and_grad, x0, max_iter, tol)
-    return Fit(x[..., : F * K].reshape(x.shape[:-1] + (F, K)), x[..., F * K :], converged, used, gmax)
+    Xo, To, ko = X[order], T[order], known[order]  # [S, n, .]: one copy per seed, never one per probe
+    x0 = jnp.zeros((order.shape[0], len(sizes), l2.shape[0], F * K + K), X.dtype)
+    x, converged, used, gmax = _lbfgs(
+        lambda x: block_logits(x, Xo, sizes),
+        lambda Z, x: loss_from_logits(Z, x, To, ko, sizes, l2, task),
+        along_blocks, x0, max_iter, tol,
+    )
+    W, b = _split(x, F, K)
+    return Fit(W, b, converged, used, gmax)
 
 
-_fit_jit = jax.jit(_fit_impl, static_argnums=(4,))
+_fit_jit = jax.jit(_fit_impl, static_argnums=(5, 6))
 
 
 def probabilities(X, W, b, task: str):

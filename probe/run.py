@@ -77,6 +77,7 @@ def probe(
     from crs.probe import core, metrics, subsets
 
     t0 = time.perf_counter()
+    fractions = tuple(sorted(set(fractions)))  # nested subsets: smallest first
     table = store.dataset(dataset)
     task, classes = table.task, table.classes
     K = len(classes)
@@ -93,9 +94,10 @@ def probe(
     Z = lambda A: (A.astype(np.float32) - mu) / sd  # noqa: E731
 
     T, known = targets(table.labels, task, K)
-    masks = subsets.subset_masks(table.labels[tr], task, list(seeds), list(fractions))  # [S, Fr, n_tr]
-    weight = masks[..., None] * known[tr][None, None]  # [S, Fr, n_tr, K]
-    fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(weight),
+    order = subsets.orders(table.labels[tr], task, list(seeds))  # [S, n_tr]
+    sizes = subsets.sizes(list(fractions), len(tr))
+    masks = subsets.masks_from(order, sizes)  # [S, Fr, n_tr], for the records
+    fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(known[tr]), jnp.asarray(order), sizes,
                    jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol)
 
     # L2 per (seed, fraction) by validation loss

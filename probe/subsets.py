@@ -52,16 +52,28 @@ def subset_size(fraction: float, n: int) -> int:
     return max(1, min(n, math.ceil(fraction * n - 1e-9)))
 
 
+def orders(labels: np.ndarray, task: str, seeds: list[int]) -> np.ndarray:
+    """Each seed's stratified order of the training rows [seed, n]."""
+    st = strata(labels, task)
+    return np.stack([ordering(st, seed) for seed in seeds])
+
+
+def sizes(fractions: list[float], n: int) -> tuple[int, ...]:
+    return tuple(subset_size(f, n) for f in fractions)
+
+
+def masks_from(order: np.ndarray, sizes_: tuple[int, ...]) -> np.ndarray:
+    """0/1 masks [seed, fraction, n]: the first ``sizes_[j]`` rows of each seed's order."""
+    S, n = order.shape
+    out = np.zeros((S, len(sizes_), n), dtype=np.float32)
+    for j, m in enumerate(sizes_):
+        np.put_along_axis(out[:, j], order[:, :m], 1.0, axis=1)
+    return out
+
+
 def subset_masks(labels: np.ndarray, task: str, seeds: list[int], fractions: list[float]) -> np.ndarray:
     """0/1 masks [seed, fraction, n] over the training rows; nested across fractions."""
-    st = strata(labels, task)
-    n = len(st)
-    out = np.zeros((len(seeds), len(fractions), n), dtype=np.float32)
-    for i, seed in enumerate(seeds):
-        order = ordering(st, seed)
-        for j, f in enumerate(fractions):
-            out[i, j, order[: subset_size(f, n)]] = 1.0
-    return out
+    return masks_from(orders(labels, task, seeds), sizes(fractions, len(labels)))
 
 
 def classes_missing(labels: np.ndarray, task: str, mask: np.ndarray, n_classes: int) -> np.ndarray:

@@ -17,9 +17,10 @@ def blobs(seed, n=200, F=8, K=3):
     return X, y
 
 
-def fit_all(X, T, weight, l2, task, **kw):
-    return core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(weight), jnp.asarray(l2, dtype=jnp.float32),
-                    task=task, **{"tol": 1e-5, **kw})
+def fit_all(X, T, order, sizes, l2, task, known=None, **kw):
+    known = np.ones_like(T) if known is None else known
+    return core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(np.atleast_2d(order)), sizes,
+                    jnp.asarray(l2, dtype=jnp.float32), task=task, **{"tol": 1e-5, **kw})
 
 
 def test_multiclass_matches_sklearn_for_every_l2_and_subset():
@@ -27,13 +28,10 @@ def test_multiclass_matches_sklearn_for_every_l2_and_subset():
     n, K = len(y), 3
     T = np.eye(K, dtype=np.float32)[y]
     l2 = [1e-3, 1e-1]
-    sub = np.zeros(n, np.float32)
-    sub[:80] = 1  # a label subset: the first 80 images
-    weight = np.stack([np.ones(n, np.float32), sub])[None, :, :, None] * np.ones((1, 1, 1, K), np.float32)
-    fit = fit_all(X, T, weight, l2, "multiclass")
+    fit = fit_all(X, T, np.arange(n), (80, n), l2, "multiclass")  # subsets: the first 80 images, and all
     assert np.asarray(fit.converged).all()
     probs = np.asarray(core.probabilities(jnp.asarray(X), fit.W, fit.b, "multiclass"))  # [1, 2, 2, n, K]
-    for j, rows in enumerate([slice(None), slice(0, 80)]):
+    for j, rows in enumerate([slice(0, 80), slice(None)]):
         n_s = len(y[rows])
         for i, lam in enumerate(l2):
             ref = LogisticRegression(C=1 / (lam * n_s), tol=1e-10, max_iter=10_000).fit(X[rows], y[rows])
@@ -47,7 +45,7 @@ def test_multilabel_with_masked_labels_matches_per_label_sklearn():
     X = (Y @ rng.normal(size=(K, F)) + rng.normal(size=(n, F))).astype(np.float32)
     known = (rng.random((n, K)) > 0.15).astype(np.float32)  # U-Ignore-like masked entries
     lam = 1e-2
-    fit = fit_all(X, Y, known[None, None], [lam], "multilabel")
+    fit = fit_all(X, Y, rng.permutation(n), (n,), [lam], "multilabel", known=known)
     assert np.asarray(fit.converged).all()
     probs = np.asarray(core.probabilities(jnp.asarray(X), fit.W, fit.b, "multilabel"))[0, 0, 0]
     for k in range(K):
@@ -56,33 +54,69 @@ def test_multilabel_with_masked_labels_matches_per_label_sklearn():
         np.testing.assert_allclose(probs[:, k], ref.predict_proba(X)[:, 1], atol=2e-3)
 
 
-def test_a_weight_mask_equals_slicing():
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+def test_blocked_objectives_equal_the_plain_masked_objective(task):
+    """The nested-block computation against the slow, obvious one: each probe on its own rows."""
+    rng = np.random.default_rng(7)
+    n, F, K, S, L = 50, 6, 3, 2, 2
+    X = rng.normal(size=(n, F)).astype(np.float32)
+    if task == "multiclass":
+        T = np.eye(K, dtype=np.float32)[rng.integers(0, K, n)]
+        known = np.ones_like(T)
+    else:
+        T = (rng.random((n, K)) < 0.4).astype(np.float32)
+        known = (rng.random((n, K)) > 0.2).astype(np.float32)
+    order = np.stack([rng.permutation(n) for _ in range(S)])
+    sizes = (5, 5, 20, 50)  # a repeated size gives an empty block
+    l2 = np.array([1e-2, 0.5], np.float32)
+    x = rng.normal(size=(S, len(sizes), L, F * K + K)).astype(np.float32) * 0.3
+    got = np.asarray(core.blocked_objectives(jnp.asarray(x), jnp.asarray(X[order]), jnp.asarray(T[order]),
+                                             jnp.asarray(known[order]), sizes, jnp.asarray(l2), task))
+    for s in range(S):
+        for j, m in enumerate(sizes):
+            weight = np.zeros((n, K), np.float32)
+            weight[order[s, :m]] = 1.0
+            weight *= known
+            for i in range(L):
+                params = (jnp.asarray(x[s, j, i, : F * K].reshape(F, K)), jnp.asarray(x[s, j, i, F * K :]))
+                want = core.objective(params, jnp.asarray(X), jnp.asarray(T), jnp.asarray(weight), l2[i], task)
+                assert got[s, j, i] == pytest.approx(float(want), rel=1e-5)
+
+
+def test_a_subset_equals_fitting_on_its_rows_alone():
     X, y = blobs(2)
     K = 3
     T = np.eye(K, dtype=np.float32)[y]
-    keep = np.arange(len(y)) % 2 == 0
-    w = np.where(keep, 1.0, 0.0).astype(np.float32)[None, None, :, None] * np.ones((1, 1, 1, K), np.float32)
-    masked = fit_all(X, T, w, [1e-2], "multiclass")
-    sliced = fit_all(X[keep], T[keep], np.ones((1, 1, keep.sum(), K), np.float32), [1e-2], "multiclass")
-    pm = core.probabilities(jnp.asarray(X), masked.W, masked.b, "multiclass")
-    ps = core.probabilities(jnp.asarray(X), sliced.W, sliced.b, "multiclass")
-    np.testing.assert_allclose(np.asarray(pm), np.asarray(ps), atol=1e-4)
+    keep = np.flatnonzero(np.arange(len(y)) % 2 == 0)
+    order = np.concatenate([keep, np.setdiff1d(np.arange(len(y)), keep)])
+    subset = fit_all(X, T, order, (len(keep),), [1e-2], "multiclass")
+    alone = fit_all(X[keep], T[keep], np.arange(len(keep)), (len(keep),), [1e-2], "multiclass")
+    ps = core.probabilities(jnp.asarray(X), subset.W, subset.b, "multiclass")
+    pa = core.probabilities(jnp.asarray(X), alone.W, alone.b, "multiclass")
+    np.testing.assert_allclose(np.asarray(ps), np.asarray(pa), atol=1e-4)
 
 
 def test_non_converged_probes_are_flagged():
     X, y = blobs(3)
     T = np.eye(3, dtype=np.float32)[y]
-    fit = fit_all(X, T, np.ones((1, 1, len(y), 3), np.float32), [1e-4], "multiclass", max_iter=2)
+    fit = fit_all(X, T, np.arange(len(y)), (len(y),), [1e-4], "multiclass", max_iter=2)
     assert not np.asarray(fit.converged).any()
     assert np.asarray(fit.iterations).max() == 2
     assert float(np.asarray(fit.grad_norm).max()) >= 1e-5
+
+
+def test_bad_subset_sizes_are_refused():
+    X, y = blobs(3, n=20)
+    T = np.eye(3, dtype=np.float32)[y]
+    with pytest.raises(ValueError, match="subset sizes must increase"):
+        fit_all(X, T, np.arange(20), (10, 5), [1e-2], "multiclass")
 
 
 def test_validation_loss_picks_the_less_overfit_probe():
     X, y = blobs(4, n=60, F=8)
     Xv, yv = blobs(5, n=200, F=8)
     T = np.eye(3, dtype=np.float32)[y]
-    fit = fit_all(X, T, np.ones((1, 1, 60, 3), np.float32), [1e-6, 1e-1], "multiclass", max_iter=3000)
+    fit = fit_all(X, T, np.arange(60), (60,), [1e-6, 1e-1], "multiclass", max_iter=3000)
     pv = core.probabilities(jnp.asarray(Xv), fit.W, fit.b, "multiclass")
     Tv = np.eye(3, dtype=np.float32)[yv]
     loss = np.asarray(core.validation_loss(pv, jnp.asarray(Tv), jnp.ones_like(jnp.asarray(Tv)), "multiclass"))
