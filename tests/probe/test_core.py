@@ -23,12 +23,14 @@ def fit_all(X, T, order, sizes, l2, task, known=None, **kw):
                     jnp.asarray(l2, dtype=jnp.float32), task=task, **{"tol": 1e-5, **kw})
 
 
-def test_multiclass_matches_sklearn_for_every_l2_and_subset():
+@pytest.mark.parametrize("min_block_rows", [1, 2048, None])  # a block per fraction, one masked block, default
+def test_multiclass_matches_sklearn_for_every_l2_and_subset(min_block_rows):
     X, y = blobs(0)
     n, K = len(y), 3
     T = np.eye(K, dtype=np.float32)[y]
     l2 = [1e-3, 1e-1]
-    fit = fit_all(X, T, np.arange(n), (80, n), l2, "multiclass")  # subsets: the first 80 images, and all
+    # subsets: the first 80 images, and all
+    fit = fit_all(X, T, np.arange(n), (80, n), l2, "multiclass", min_block_rows=min_block_rows)
     assert np.asarray(fit.converged).all()
     probs = np.asarray(core.probabilities(jnp.asarray(X), fit.W, fit.b, "multiclass"))  # [1, 2, 2, n, K]
     for j, rows in enumerate([slice(0, 80), slice(None)]):
@@ -54,8 +56,19 @@ def test_multilabel_with_masked_labels_matches_per_label_sklearn():
         np.testing.assert_allclose(probs[:, k], ref.predict_proba(X)[:, 1], atol=2e-3)
 
 
+def test_block_plans():
+    sizes = (200, 400, 1000, 2000, 5000, 10000, 20000)
+    assert core.plan_blocks(sizes, 4096) == ((0, 5000, 0), (5000, 10000, 5), (10000, 20000, 6))
+    assert core.plan_blocks(sizes, 1) == tuple(zip((0,) + sizes[:-1], sizes, range(7)))
+    assert core.plan_blocks((7, 63, 630), 2048) == ((0, 630, 0),)  # one dense block
+    default = core.plan_blocks((7, 13, 32, 63, 158, 315, 630))  # blocks of at least 10 % of the rows
+    assert default == ((0, 63, 0), (63, 158, 4), (158, 315, 5), (315, 630, 6))
+    assert core.plan_blocks((5, 5, 20), 1) == ((0, 5, 0), (5, 20, 2))  # no empty block
+
+
+@pytest.mark.parametrize("min_rows", [1, 12, 10_000])
 @pytest.mark.parametrize("task", ["multiclass", "multilabel"])
-def test_blocked_objectives_equal_the_plain_masked_objective(task):
+def test_blocked_objectives_equal_the_plain_masked_objective(task, min_rows):
     """The nested-block computation against the slow, obvious one: each probe on its own rows."""
     rng = np.random.default_rng(7)
     n, F, K, S, L = 50, 6, 3, 2, 2
@@ -71,7 +84,8 @@ def test_blocked_objectives_equal_the_plain_masked_objective(task):
     l2 = np.array([1e-2, 0.5], np.float32)
     x = rng.normal(size=(S, len(sizes), L, F * K + K)).astype(np.float32) * 0.3
     got = np.asarray(core.blocked_objectives(jnp.asarray(x), jnp.asarray(X[order]), jnp.asarray(T[order]),
-                                             jnp.asarray(known[order]), sizes, jnp.asarray(l2), task))
+                                             jnp.asarray(known[order]), sizes, jnp.asarray(l2), task,
+                                             min_rows=min_rows))
     for s in range(S):
         for j, m in enumerate(sizes):
             weight = np.zeros((n, K), np.float32)
@@ -89,7 +103,7 @@ def test_a_subset_equals_fitting_on_its_rows_alone():
     T = np.eye(K, dtype=np.float32)[y]
     keep = np.flatnonzero(np.arange(len(y)) % 2 == 0)
     order = np.concatenate([keep, np.setdiff1d(np.arange(len(y)), keep)])
-    subset = fit_all(X, T, order, (len(keep),), [1e-2], "multiclass")
+    subset = fit_all(X, T, order, (len(keep),), [1e-2], "multiclass")  # rows after the subset are masked
     alone = fit_all(X[keep], T[keep], np.arange(len(keep)), (len(keep),), [1e-2], "multiclass")
     ps = core.probabilities(jnp.asarray(X), subset.W, subset.b, "multiclass")
     pa = core.probabilities(jnp.asarray(X), alone.W, alone.b, "multiclass")
