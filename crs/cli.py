@@ -369,8 +369,13 @@ def demo_cmd(
         t0 = time.perf_counter()
         trained = [d for d in dsreg.names() if d not in
                    {dsreg.get(x, size=size).shift_target for x in dsreg.names()}]
-        store, _ = run_extract(store_path, encreg.names(), trained, size=size, chunk=256, batch=64, device=None,
-                               dtype="float16", perturbations=True, quiet=quiet_bars)
+        from crs.store import StoreError
+
+        try:
+            store, _ = run_extract(store_path, encreg.names(), trained, size=size, chunk=256, batch=64,
+                                   device=None, dtype="float16", perturbations=True, quiet=quiet_bars)
+        except StoreError as exc:  # the store's advice names --store; the demo's option is --out
+            raise BadInput(f"{exc}\n(for `crs demo`: pass a new --out folder, or the --size it was made with)") from exc
         timings["extract"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         probed = run_probe(store_path, results, pairs_in_store(store), seeds=tuple(range(seeds)),
