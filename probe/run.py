@@ -96,7 +96,7 @@ def probe(
     T, known = targets(table.labels, task, K)
     order = subsets.orders(table.labels[tr], task, list(seeds))  # [S, n_tr]
     sizes = subsets.sizes(list(fractions), len(tr))
-    masks = subsets.masks_from(order, sizes)  # [S, Fr, n_tr], for the records
+    masks = subsets.masks_from(order, sizes)  # [S, Fr, n_tr], for classes_missing in the records
     fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(known[tr]), jnp.asarray(order), sizes,
                    jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol)
 
@@ -110,7 +110,7 @@ def probe(
     converged = np.asarray(fit.converged)[si, fi, best]
     iters = np.asarray(fit.iterations)[si, fi, best]
 
-    # evaluation sets: clean test, every complete perturbed array, the shift target
+    # evaluation sets: clean test, every perturbed array (an incomplete one raises), the shift target
     evals: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = [(CLEAN, X[te], T[te], known[te])]
     for d, enc, cond, _ in store.embeddings(dataset):
         if enc == encoder and cond != CLEAN:  # an incomplete array raises, naming the extract to resume
@@ -130,7 +130,7 @@ def probe(
         rows = tt.rows("test")
         evals.append((shift(target), Xs[rows], Ts[rows], ks[rows]))
 
-    n_train = masks.sum(-1).astype(np.int64)  # [S, Fr]
+    n_train = np.broadcast_to(np.asarray(sizes, dtype=np.int64), (len(seeds), len(sizes)))  # [S, Fr]
     missing = subsets.classes_missing(table.labels[tr], task, masks, K)  # [S, Fr]
     l2_arr = np.asarray(l2_grid)[best]
     frames = []
