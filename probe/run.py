@@ -23,6 +23,7 @@ from crs.store import SPLIT_CODE, Store, StoreError
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
 DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
+VALIDATION = "validation"  # predictions key of the validation split's probabilities (not a test condition)
 
 
 @dataclass
@@ -130,6 +131,11 @@ def probe(
         rows = tt.rows("test")
         evals.append((shift(target), Xs[rows], Ts[rows], ks[rows]))
 
+    # the chosen probes' validation probabilities: scoring fits temperature scaling on them
+    store.write_predictions(dataset, encoder, VALIDATION, np.asarray(pv[si, fi, best]), {
+        "seeds": list(seeds), "fractions": list(fractions), "classes": classes,
+        "axes": "seed, fraction, image, class", "rows": "the dataset's validation rows in store order",
+    })
     n_train = np.broadcast_to(np.asarray(sizes, dtype=np.int64), (len(seeds), len(sizes)))  # [S, Fr]
     missing = subsets.classes_missing(table.labels[tr], task, masks, K)  # [S, Fr]
     l2_arr = np.asarray(l2_grid)[best]

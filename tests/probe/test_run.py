@@ -45,6 +45,10 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
             row = rec.filter((pl.col("seed") == s) & (pl.col("fraction") == fraction)
                              & (pl.col("condition") == "clean"))
             assert row["auroc"].item() == pytest.approx(expected, abs=1e-5)
+    # the chosen probes' validation probabilities are stored too (scoring's temperature scaling)
+    val, vattrs = store.read_predictions("demo_cxr", "demo-stats", "validation")
+    assert val.shape == (2, 2, len(table.rows("val")), 4) and vattrs["fractions"] == [0.25, 1.0]
+    assert np.isfinite(val).all() and ((val > 0) & (val < 1)).all()
     # the shift rows are evaluated on the target's test split
     shift = rec.filter(pl.col("condition") == "shift:demo_cxr_site2")
     assert shift["n_eval"].unique().to_list() == [len(store.dataset("demo_cxr_site2").rows("test"))]
