@@ -283,7 +283,7 @@ def probe_cmd(
         if encoder:
             _check_names(encoder, known_encoders, "encoder")
         if dataset:
-            _check_names(dataset, sorted(set(dsreg.names()) | set(st.datasets())), "dataset")
+            _check_names(dataset, sorted(set(dsreg.names()) | set(dsreg.REAL) | set(st.datasets())), "dataset")
         for d in dataset or []:
             if st.has_dataset(d) and not (st.dataset(d).split == 0).any():
                 raise BadInput(f"dataset {d!r} has no training split (an external test set); it is evaluated "

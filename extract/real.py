@@ -110,7 +110,8 @@ class Index:
 # ------------------------------------------------------------------ reading helpers
 
 
-def _read(root: Path, rel: str, required: Sequence[str], idx: Index, optional: Sequence[str] = ()) -> pl.DataFrame | None:
+def _read(root: Path, rel: str, required: Sequence[str], idx: Index,
+          optional: Sequence[str] = ()) -> pl.DataFrame | None:
     """Every value as a string (codings are checked exactly), plus file and line columns."""
     path = root / rel
     if not path.is_file():
@@ -292,7 +293,8 @@ def read_mimic(root: Path, *, findings: Sequence[str], uncertain: str, **_) -> I
             _report(idx, df.filter(~pl.col(c).str.contains(r"^\d{3,}$").fill_null(False)),
                     lambda r, c=c: f"{c} {r[c]!r}; expected a number of digits", f"{c} values that are not numbers")
     _report(idx, split.filter(~pl.col("split").is_in(["train", "validate", "test"]).fill_null(False)),
-            lambda r: f"split {r['split']!r}; expected train, validate or test", "split values outside train/validate/test")
+            lambda r: f"split {r['split']!r}; expected train, validate or test",
+            "split values outside train/validate/test")
     _check_unique(split, "dicom_id", "dicom_id", idx)
     _check_unique(meta, "dicom_id", "dicom_id", idx)
     study = chex.with_columns(key=pl.col("subject_id") + "/" + pl.col("study_id"))
@@ -470,6 +472,13 @@ class FileDataset:
         if idx.frame is not None and idx.frame.height == 0:
             idx.problems.append(Problem(idx.files[0] if idx.files else str(self.root), None,
                                         "no usable images are left after filtering; expected at least one row"))
+        if idx.frame is not None and idx.frame.height and idx.frame["split"].null_count() == 0:
+            # an official or given split must keep each group (patient, lesion) in one split
+            straddle = (idx.frame.group_by("group")
+                        .agg(pl.col("split").n_unique().alias("n"), pl.first("file", "line"))
+                        .filter(pl.col("n") > 1).sort("line"))
+            _report(idx, straddle, lambda r: f"group {r['group']!r} has images in more than one split; expected "
+                                             "each patient or lesion in one split only", "groups in several splits")
         return idx
 
     @functools.cached_property
@@ -479,7 +488,7 @@ class FileDataset:
             shown = "\n  ".join(str(p) for p in idx.fatal[:_SHOW])
             more = f"\n  ... and {len(idx.fatal) - _SHOW} more" if len(idx.fatal) > _SHOW else ""
             raise DatasetError(f"{self.name} at {self.root} cannot be used:\n  {shown}{more}\n"
-                               f"run `crs datasets check {self.name} --root {self.root}` for the full report")
+                               f"run `crs datasets check {self.check_args()}` for the full report")
         f = idx.frame
         if self.task == "multiclass":
             labels = f["label"].to_numpy().astype(np.int64)
@@ -497,6 +506,12 @@ class FileDataset:
 
     def table(self) -> Table:
         return self._built[0]
+
+    def check_args(self) -> str:
+        """The `crs datasets check` arguments for this dataset."""
+        if self.csv_path is not None:
+            return f"csv:{self.csv_path} --image-root {self.root}"
+        return f"{self.name} --root {self.root}"
 
     def path(self, row: int) -> str:
         return str(self.root / self._built[1][row])  # an absolute path in the CSV stays as it is
@@ -643,16 +658,6 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
     report.rows = len(t.ids)
     report.counts = counts(t, ds.task, ds.classes)
     f = idx.frame
-
-    # groups straddling an official split
-    if f["split"].null_count() == 0:
-        straddle = (pl.DataFrame({"group": t.group, "split": t.split}).group_by("group")
-                    .agg(pl.col("split").n_unique().alias("n")).filter(pl.col("n") > 1))
-        for g in straddle["group"].head(_SHOW).to_list():
-            row = int(np.flatnonzero(t.group == g)[0])
-            problems.append(Problem(f["file"][row], int(f["line"][row]),
-                                    f"group {g!r} has images in more than one split; expected each patient or "
-                                    "lesion in one split only"))
 
     # missing and extra files: list the folders the rows point into, never one stat a file
     relative = ~f["path"].str.starts_with("/")

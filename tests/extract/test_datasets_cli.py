@@ -1,7 +1,6 @@
 """`crs datasets check` on fake folders (every error, exit 0 usable / 2 not), `crs datasets`
 listing, and `crs extract` + `crs probe` end to end on fake APTOS and CheXpert -> MIMIC-CXR."""
 
-import gzip
 import json
 
 import polars as pl
@@ -26,7 +25,8 @@ def test_datasets_lists_builtin_and_real(tmp_path):
     r = invoke("datasets", "--json")
     assert r.exit_code == 0, r.output
     names = [d["name"] for d in json.loads(r.output)]
-    assert names[:2] == ["demo_derm", "demo_fundus"] and {"isic2019", "aptos2019", "chexpert", "mimic-cxr"} <= set(names)
+    assert names[:2] == ["demo_derm", "demo_fundus"]
+    assert {"isic2019", "aptos2019", "chexpert", "mimic-cxr"} <= set(names)
 
 
 @pytest.mark.parametrize("make,name", [(make_aptos, "aptos2019"), (make_isic, "isic2019"),

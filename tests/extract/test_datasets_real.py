@@ -3,7 +3,7 @@ splits (seeded and official), shift targets, the generic CSV; and the split func
 
 import numpy as np
 import pytest
-from datasets_fakes import (COMPETITION, chexpert_codes, make_aptos, make_chexpert, make_isic, make_mimic,
+from datasets_fakes import (COMPETITION, MIMIC_FINDINGS, make_aptos, make_chexpert, make_isic, make_mimic,
                             mimic_path, read_rows, write_csv)
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -80,8 +80,8 @@ def test_aptos_labels_groups_split_and_images(tmp_path):
     other = dsreg.get("aptos2019", 1.0, 7, roots={"aptos2019": root}).table()
     assert not np.array_equal(other.split, t.split)
     prov = ds.provenance()
-    assert prov["split_seed"] == 0 and prov["official_split"] is False and prov["files"] == {"train.csv": prov[
-        "files"]["train.csv"]}
+    assert prov["split_seed"] == 0 and prov["official_split"] is False
+    assert prov["files"] == {"train.csv": (root / "train.csv").stat().st_size}
 
 
 def test_isic_labels_unk_left_out_and_lesions_stay_together(tmp_path):
@@ -147,10 +147,9 @@ def test_mimic_official_split_frontal_and_paths(tmp_path):
     assert t.ids.tolist() == [r[0] for r in expect]
     assert t.split.tolist() == [{"train": 0, "validate": 1, "test": 2}[r[3]] for r in expect]
     assert t.group.tolist() == ["p" + r[2] for r in expect]
-    from datasets_fakes import MIMIC_FINDINGS
-    want = [[CODE[labelled[(r[2], r[1])][MIMIC_FINDINGS.index(c)]] if labelled[(r[2], r[1])][
-        MIMIC_FINDINGS.index(c)] != "-1.0" else -1 for c in COMPETITION] for r in expect]
-    assert t.labels.tolist() == want
+    ignore = {**CODE, "-1.0": -1}  # the default policy, U-Ignore
+    want = [[ignore[labelled[(r[2], r[1])][MIMIC_FINDINGS.index(c)]] for c in COMPETITION] for r in expect]
+    assert t.labels.tolist() == want and (t.labels == -1).any()
     assert ds.path(0) == str(root / mimic_path(expect[0][2], expect[0][1], expect[0][0]))
     assert ds.load_image(0).shape == (16, 16, 3)
     assert ds.provenance()["official_split"] is True
@@ -204,6 +203,14 @@ def test_csv_multilabel_blank_is_unknown_and_shift_target(tmp_path):
     assert ds.shift_target == "b"
     target = dsreg.shift_target_of(ds, modality="radiology")
     assert target.name == "b" and (target.table().split == 2).all()
+
+
+def test_csv_split_column_with_a_group_in_two_splits_is_refused(tmp_path):
+    write_csv(tmp_path / "x.csv", ["path", "label", "group", "split"],
+              [["a.png", "1", "P1", "train"], ["b.png", "0", "P2", "train"], ["c.png", "1", "P1", "test"]])
+    ds = dsreg.get(f"csv:{tmp_path / 'x.csv'}", modality="dermatology")
+    with pytest.raises(DatasetError, match="x.csv:2: group 'P1' has images in more than one split"):
+        ds.table()
 
 
 def test_csv_without_modality_or_label_columns_says_what_to_do(tmp_path):
