@@ -163,6 +163,8 @@ def extract_cmd(
                             "target (a dataset name or csv:PATH).")] = None,
     split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the train/val/test split of the "
                           "file-based datasets without an official split.")] = 0,
+    findings: Annotated[str, typer.Option(help="Chest X-ray findings: competition (5), all (14), or a "
+                        "comma-separated list.")] = "competition",
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Embed datasets with encoders (clean, and the test split under every perturbation) into the store."""
@@ -173,7 +175,8 @@ def extract_cmd(
         encs = encreg.names() if all_ and not encoder else _check_names(encoder or [], encreg.names(), "encoder")
         dss = dsreg.names() if all_ and not dataset else _check_dataset_names(dataset or [])
         dataset_options = {"roots": _parse_roots(root, dss), "image_root": image_root, "uncertain": uncertain,
-                           "modality": modality, "shift_target": shift_target, "seed": split_seed}
+                           "modality": modality, "shift_target": shift_target, "seed": split_seed,
+                           "findings": findings}
         if uncertain not in ("ignore", "ones", "zeros"):
             raise BadInput(f"--uncertain must be ignore, ones or zeros, not {uncertain!r}")
         if not size > 0:
@@ -519,6 +522,7 @@ def datasets_check_cmd(
     uncertain: Annotated[str, typer.Option(help="Uncertain-label policy: ignore, ones or zeros.")] = "ignore",
     modality: Annotated[str, typer.Option(help="Modality of a csv:PATH dataset.")] = "radiology",
     split_seed: Annotated[int, typer.Option("--split-seed", help="Split seed.")] = 0,
+    findings: Annotated[str, typer.Option(help="Chest X-ray findings: competition, all, or a list.")] = "competition",
     as_json: JsonOpt = False, verbose: VerboseOpt = False,
 ):
     """Validate a dataset folder before a long run: files, ids, label codes, columns, images. Exit 0 usable, 2 not."""
@@ -531,7 +535,7 @@ def datasets_check_cmd(
             raise BadInput(f"--sample must be at least 0, not {sample}")
         roots = {name: root} if root is not None else {}
         ds = dsreg.get(name, seed=0 if name in dsreg.BUILTIN else split_seed, roots=roots, image_root=image_root,
-                       uncertain=uncertain, modality=modality)
+                       uncertain=uncertain, modality=modality, findings=findings)
         report = real.check(ds, all_images=all_, sample=sample)
         if as_json:
             print(json.dumps(report.as_dict()))
@@ -558,7 +562,7 @@ def print_check(report, ds) -> None:
         t.add_column("class")
         for split in ("train", "val", "test"):
             t.add_column(split, justify="right")
-        for cls in dict.fromkeys(c["class"].to_list()):
+        for cls in ds.classes:  # registry order, not alphabetical
             cells = []
             for split in ("train", "val", "test"):
                 r = c.filter((c["class"] == cls) & (c["split"] == split))

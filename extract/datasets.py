@@ -45,11 +45,13 @@ def store_name(name: str) -> str:
 
 def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str] | None = None,
         image_root: str | None = None, uncertain: str = "ignore", modality: str | None = None,
-        shift_target: str | None = None, image_size: int = real.DEFAULT_IMAGE_SIZE):
+        shift_target: str | None = None, image_size: int = real.DEFAULT_IMAGE_SIZE, findings: str = "competition"):
     """The dataset ``name``; real ones need ``roots[name]``, ``csv:PATH`` reads PATH.
 
     ``shift_target`` (a dataset name or ``csv:PATH``) applies to ``csv:`` datasets; the real
-    ones name theirs in the registry (chexpert -> mimic-cxr).
+    ones name theirs in the registry (chexpert -> mimic-cxr). ``findings`` (chexpert and
+    mimic-cxr only): ``competition`` (the 5 competition findings), ``all`` (the 14), or a
+    comma-separated list of finding names.
     """
     if not size > 0:
         raise ValueError(f"--size must be positive, not {size!r}")
@@ -63,14 +65,27 @@ def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str]
         if root is None:
             raise DatasetError(f"{name} needs its folder: pass --root {name}=DIR, where DIR holds "
                                f"{real.LAYOUTS[name].root_holds}")
-        return real.open_layout(name, root, seed=seed, uncertain=uncertain, image_size=image_size)
+        chest = real.LAYOUTS[name].task == "multilabel"
+        return real.open_layout(name, root, seed=seed, uncertain=uncertain, image_size=image_size,
+                                findings=_findings(findings) if chest else None)
     if name.startswith(CSV_PREFIX) and len(name) > len(CSV_PREFIX):
+        if store_name(name) in BUILTIN or store_name(name) in REAL:
+            raise DatasetError(f"{name}: its store name {store_name(name)!r} (the file's stem) is taken by a "
+                               "built-in or real dataset; rename the CSV file")
         target = store_name(shift_target) if shift_target else None
         ds = real.open_csv(name[len(CSV_PREFIX):], image_root=image_root, modality=modality, shift_target=target,
                            seed=seed, uncertain=uncertain, image_size=image_size)
         ds.shift_spec = shift_target
         return ds
     raise KeyError(f"unknown dataset {name!r}; valid datasets: {', '.join(all_names())}")
+
+
+def _findings(text: str | None) -> tuple[str, ...] | None:
+    if text in (None, "", "competition"):
+        return None  # the layout's default, the 5 competition findings
+    if text == "all":
+        return real.CHEXPERT_FINDINGS
+    return tuple(f.strip() for f in text.split(",") if f.strip())
 
 
 def shift_target_of(ds, **options):

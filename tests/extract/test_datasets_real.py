@@ -125,6 +125,24 @@ def test_chexpert_frontal_findings_policy_groups(tmp_path, policy, uncertain):
     assert ds.provenance()["uncertain"] == policy
 
 
+def test_findings_all_or_a_list_and_the_target_follows(tmp_path):
+    cx, mm = make_chexpert(tmp_path), make_mimic(tmp_path / "mimic")
+    roots = {"chexpert": cx, "mimic-cxr": mm}
+    ds = dsreg.get("chexpert", roots=roots, findings="all")
+    assert len(ds.classes) == 14 and ds.table().labels.shape[1] == 14
+    header, rows = read_rows(cx / "train.csv")
+    frontal = [r for r in rows if r[3] == "Frontal"]
+    k = ds.classes.index("Support Devices")
+    assert ds.table().labels[:, k].tolist() == [
+        {**CODE, "-1.0": -1}[r[header.index("Support Devices")]] for r in frontal]
+    assert dsreg.shift_target_of(ds, roots=roots, findings="all").classes == ds.classes
+    two = dsreg.get("mimic-cxr", roots=roots, findings="Edema, Fracture")
+    assert two.classes == ("Edema", "Fracture") and two.table().labels.shape[1] == 2
+    with pytest.raises(DatasetError, match="findings"):
+        dsreg.get("chexpert", roots=roots, findings="Edema,Headache")
+    assert dsreg.get("aptos2019", roots={"aptos2019": make_aptos(tmp_path / "a", n=10)}, findings="all").classes[0] == "0"
+
+
 def test_chexpert_full_release_prefix_and_codes_in_fixture(tmp_path):
     root = make_chexpert(tmp_path, n_patients=6, release="CheXpert-v1.0")
     ds = dsreg.get("chexpert", roots={"chexpert": root})
@@ -223,6 +241,9 @@ def test_csv_without_modality_or_label_columns_says_what_to_do(tmp_path):
 
 
 def test_real_dataset_without_root_or_with_size_is_refused(tmp_path):
+    write_csv(tmp_path / "chexpert.csv", ["path", "label"], [["a.png", "x"]])
+    with pytest.raises(DatasetError, match="rename the CSV"):
+        dsreg.get(f"csv:{tmp_path / 'chexpert.csv'}", modality="radiology")
     with pytest.raises(DatasetError, match="--root isic2019=DIR"):
         dsreg.get("isic2019")
     with pytest.raises(DatasetError, match="--size"):
