@@ -58,12 +58,24 @@ def friendly_errors(verbose: bool):
             traceback.print_exc()
         err.print(f"[red]error[/]: {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
-    except Exception as exc:  # a failure of ours
+    except Exception as exc:  # a failure of ours, unless a dataset or image error (bad input)
+        if isinstance(exc, _dataset_errors()):
+            if verbose:
+                traceback.print_exc()
+            err.print(f"[red]error[/]: {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
         if verbose:
             traceback.print_exc()
         err.print(f"[red]internal error[/] ({type(exc).__name__}): {exc}\nre-run with --verbose for the traceback",
                   highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _dataset_errors() -> tuple:
+    """The dataset and image error classes (exit 2), from their modules if loaded: a module never
+    imported cannot have raised, and importing it here would slow every command."""
+    mods = (("crs.extract.real", "DatasetError"), ("crs.extract.images", "ImageError"))
+    return tuple(getattr(sys.modules[m], n) for m, n in mods if m in sys.modules)
 
 
 def progress_bar(quiet: bool):
@@ -101,18 +113,23 @@ def _parse_floats(text: str, what: str) -> tuple[float, ...]:
 
 
 # ------------------------------------------------------------------ extract
-def run_extract(store_path, encoders_, datasets_, *, size, chunk, batch, device, dtype, perturbations, quiet):
+def run_extract(store_path, encoders_, datasets_, *, size, chunk, batch, device, dtype, perturbations, quiet,
+                dataset_options=None):
     from crs.extract import datasets as dsreg
     from crs.extract.run import extract
     from crs.store import Store
 
-    store = Store(store_path, mode="a")
     # a dataset's shift target is extracted with it, so that probing can evaluate the shift
-    todo = []
+    opts = dict(dataset_options or {})
+    seed = opts.pop("seed", 0)
+    todo = {}
     for d in datasets_:
-        for name in (d, dsreg.get(d, size=size).shift_target):
-            if name and name not in todo:
-                todo.append(name)
+        ds = dsreg.get(d, size=size, seed=0 if d in dsreg.BUILTIN else seed, **opts)
+        for x in (ds, dsreg.shift_target_of(ds, **{**opts, "shift_target": None})):
+            if x is not None and x.name not in todo:
+                todo[x.name] = x
+    todo = list(todo.values())
+    store = Store(store_path, mode="a")
     summaries = []
     with progress_bar(quiet) as progress:
         for enc in encoders_:
@@ -134,6 +151,20 @@ def extract_cmd(
     device: Annotated[Optional[str], typer.Option(help="torch device; default cuda if available, else cpu.")] = None,
     dtype: Annotated[str, typer.Option(help="Embedding dtype in the store: float16 or float32.")] = "float16",
     no_perturb: Annotated[bool, typer.Option("--no-perturb", help="Clean embeddings only.")] = False,
+    root: Annotated[Optional[list[str]], typer.Option("--root", help="A real dataset's folder: NAME=DIR "
+                    "(repeatable), or DIR when one real dataset is given.")] = None,
+    image_root: Annotated[Optional[str], typer.Option("--image-root", help="Folder the paths of a csv:PATH "
+                          "dataset are relative to (default: the CSV's folder).")] = None,
+    uncertain: Annotated[str, typer.Option(help="Uncertain chest X-ray labels: ignore (masked), ones or zeros.")]
+    = "ignore",
+    modality: Annotated[Optional[str], typer.Option(help="A csv:PATH dataset's modality: dermatology, "
+                        "ophthalmology or radiology.")] = None,
+    shift_target: Annotated[Optional[str], typer.Option("--shift-target", help="A csv:PATH dataset's shift "
+                            "target (a dataset name or csv:PATH).")] = None,
+    split_seed: Annotated[int, typer.Option("--split-seed", help="Seed of the train/val/test split of the "
+                          "file-based datasets without an official split.")] = 0,
+    findings: Annotated[str, typer.Option(help="Chest X-ray findings: competition (5), all (14), or a "
+                        "comma-separated list.")] = "competition",
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Embed datasets with encoders (clean, and the test split under every perturbation) into the store."""
@@ -142,7 +173,12 @@ def extract_cmd(
 
     with friendly_errors(verbose):
         encs = encreg.names() if all_ and not encoder else _check_names(encoder or [], encreg.names(), "encoder")
-        dss = dsreg.names() if all_ and not dataset else _check_names(dataset or [], dsreg.names(), "dataset")
+        dss = dsreg.names() if all_ and not dataset else _check_dataset_names(dataset or [])
+        dataset_options = {"roots": _parse_roots(root, dss), "image_root": image_root, "uncertain": uncertain,
+                           "modality": modality, "shift_target": shift_target, "seed": split_seed,
+                           "findings": findings}
+        if uncertain not in ("ignore", "ones", "zeros"):
+            raise BadInput(f"--uncertain must be ignore, ones or zeros, not {uncertain!r}")
         if not size > 0:
             raise BadInput(f"--size must be positive, not {size!r}")
         if dtype not in ("float16", "float32"):
@@ -151,7 +187,8 @@ def extract_cmd(
             raise BadInput("--chunk and --batch must be positive")
         t0 = time.perf_counter()
         st, summaries = run_extract(store, encs, dss, size=size, chunk=chunk, batch=batch, device=device,
-                                    dtype=dtype, perturbations=not no_perturb, quiet=quiet or as_json)
+                                    dtype=dtype, perturbations=not no_perturb, quiet=quiet or as_json,
+                                    dataset_options=dataset_options)
         report = {"store": st.path, "seconds": round(time.perf_counter() - t0, 2),
                   "runs": [s.as_dict() for s in summaries]}
         if as_json:
@@ -162,6 +199,37 @@ def extract_cmd(
             imgs = sum(s.forward_images for s in summaries)
             out.print(f"extracted {len(summaries)} (encoder, dataset) pairs into {st.path}: {written} chunks "
                       f"written, {skipped} already complete, {imgs} forward passes in {report['seconds']:.1f} s")
+
+
+def _check_dataset_names(given: list[str]) -> list[str]:
+    from crs.extract import datasets as dsreg
+
+    if not given:
+        raise BadInput(f"no dataset given; pass --dataset NAME (valid: {', '.join(dsreg.all_names())}) or --all")
+    for name in given:
+        if not dsreg.is_known(name):
+            raise BadInput(f"unknown dataset {name!r}; valid datasets: {', '.join(dsreg.all_names())}")
+    return list(dict.fromkeys(given))
+
+
+def _parse_roots(values: list[str] | None, datasets_: list[str]) -> dict[str, str]:
+    """--root NAME=DIR binds a folder to a real dataset; a bare --root DIR goes to the one real dataset given."""
+    from crs.extract import datasets as dsreg
+
+    roots, bare = {}, []
+    for v in values or []:
+        name, sep, path = v.partition("=")
+        if sep and name in dsreg.REAL:
+            roots[name] = path
+        else:
+            bare.append(v)
+    unbound = [d for d in datasets_ if d in dsreg.REAL and d not in roots]
+    if bare:
+        if len(bare) > 1 or len(unbound) != 1:
+            raise BadInput(f"--root {bare[0]!r} names no dataset and the datasets needing a folder are "
+                           f"{unbound or 'none'}; pass --root NAME=DIR for each of {', '.join(dsreg.REAL)}")
+        roots[unbound[0]] = bare[0]
+    return roots
 
 
 # -------------------------------------------------------------------- probe
@@ -201,6 +269,7 @@ def probe_cmd(
     from crs.store import Store
 
     with friendly_errors(verbose):
+        dataset = [dsreg.store_name(d) for d in dataset] if dataset else dataset  # csv:PATH -> its store name
         fr = tuple(sorted(set(_parse_floats(fractions, "fractions"))))
         grid = tuple(sorted(set(_parse_floats(l2, "l2"))))
         if any(not v > 0 for v in grid):
@@ -217,7 +286,7 @@ def probe_cmd(
         if encoder:
             _check_names(encoder, known_encoders, "encoder")
         if dataset:
-            _check_names(dataset, sorted(set(dsreg.names()) | set(st.datasets())), "dataset")
+            _check_names(dataset, sorted(set(dsreg.names()) | set(dsreg.REAL) | set(st.datasets())), "dataset")
         for d in dataset or []:
             if st.has_dataset(d) and not (st.dataset(d).split == 0).any():
                 raise BadInput(f"dataset {d!r} has no training split (an external test set); it is evaluated "
@@ -411,23 +480,103 @@ def encoders_cmd(as_json: JsonOpt = False):
     out.print(t)
 
 
-@app.command("datasets")
-def datasets_cmd(as_json: JsonOpt = False):
-    """List the built-in datasets."""
+datasets_app = typer.Typer(help="List the datasets; `crs datasets check NAME --root DIR` validates a folder.")
+app.add_typer(datasets_app, name="datasets")
+
+
+@datasets_app.callback(invoke_without_command=True)
+def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False):
+    """List the datasets: built-in ones, and the real ones read from a folder with --root."""
+    if ctx.invoked_subcommand is not None:
+        return
     from crs.extract import datasets as dsreg
+    from crs.extract import real
 
     rows = []
     for name in dsreg.names():
         d = dsreg.get(name)
         rows.append({"name": name, "task": d.task, "classes": list(d.classes), "shift_target": d.shift_target,
                      "description": d.description})
+    for lay in real.LAYOUTS.values():
+        rows.append({"name": lay.name, "task": lay.task, "classes": list(lay.classes), "shift_target":
+                     lay.shift_target, "description": lay.description, "root": lay.root_holds, "source": lay.source})
     if as_json:
         print(json.dumps(rows))
         return
-    t = Table("name", "task", "classes", "shift target")
+    t = Table("name", "task", "classes", "shift target", "--root holds")
     for r in rows:
-        t.add_row(r["name"], r["task"], ", ".join(r["classes"]), r["shift_target"] or "")
+        t.add_row(r["name"], r["task"], ", ".join(r["classes"]), r["shift_target"] or "", r.get("root", "(built in)"))
     out.print(t)
+    out.print("csv:PATH: a CSV with 'path' and 'label' (or 'label:NAME' columns), optional 'group', 'split', 'id'; "
+              "images under --image-root")
+
+
+@datasets_app.command("check")
+def datasets_check_cmd(
+    name: Annotated[str, typer.Argument(help="Dataset name (isic2019, aptos2019, chexpert, mimic-cxr, csv:PATH).")],
+    root: Annotated[Optional[str], typer.Option("--root", help="The dataset's folder as it ships.")] = None,
+    image_root: Annotated[Optional[str], typer.Option("--image-root", help="Image folder of a csv:PATH dataset.")]
+    = None,
+    all_: Annotated[bool, typer.Option("--all", help="Decode every image, not a sample.")] = False,
+    sample: Annotated[int, typer.Option(help="Images decoded when --all is not given.")] = 200,
+    uncertain: Annotated[str, typer.Option(help="Uncertain-label policy: ignore, ones or zeros.")] = "ignore",
+    modality: Annotated[str, typer.Option(help="Modality of a csv:PATH dataset.")] = "radiology",
+    split_seed: Annotated[int, typer.Option("--split-seed", help="Split seed.")] = 0,
+    findings: Annotated[str, typer.Option(help="Chest X-ray findings: competition, all, or a list.")] = "competition",
+    as_json: JsonOpt = False, verbose: VerboseOpt = False,
+):
+    """Validate a dataset folder before a long run: files, ids, label codes, columns, images. Exit 0 usable, 2 not."""
+    from crs.extract import datasets as dsreg
+    from crs.extract import real
+
+    with friendly_errors(verbose):
+        _check_dataset_names([name])
+        if sample < 0:
+            raise BadInput(f"--sample must be at least 0, not {sample}")
+        roots = {name: root} if root is not None else {}
+        ds = dsreg.get(name, seed=0 if name in dsreg.BUILTIN else split_seed, roots=roots, image_root=image_root,
+                       uncertain=uncertain, modality=modality, findings=findings)
+        report = real.check(ds, all_images=all_, sample=sample)
+        if as_json:
+            print(json.dumps(report.as_dict()))
+        else:
+            print_check(report, ds)
+        if not report.usable:
+            raise typer.Exit(2)
+
+
+def print_check(report, ds) -> None:
+    fatal = [p for p in report.problems if p.fatal]
+    warnings = [p for p in report.problems if not p.fatal]
+    for p in fatal:
+        err.print(f"[red]error[/]: {p}", highlight=False, soft_wrap=True)
+    for p in warnings:
+        err.print(f"[yellow]warning[/]: {p}", highlight=False, soft_wrap=True)
+    for n in report.notes:
+        out.print(f"note: {n}", highlight=False, soft_wrap=True)
+    if report.counts is not None:
+        c = report.counts
+        multilabel = "positive" in c.columns
+        t = Table(title=f"{report.dataset}: {report.rows} images" + (" (positive / negative / unknown)" if
+                  multilabel else ""), title_justify="left")
+        t.add_column("class")
+        for split in ("train", "val", "test"):
+            t.add_column(split, justify="right")
+        for cls in ds.classes:  # registry order, not alphabetical
+            cells = []
+            for split in ("train", "val", "test"):
+                r = c.filter((c["class"] == cls) & (c["split"] == split))
+                if r.height == 0:
+                    cells.append("0")
+                elif multilabel:
+                    cells.append(f"{r['positive'][0]} / {r['negative'][0]} / {r['unknown'][0]}")
+                else:
+                    cells.append(str(r["images"][0]))
+            t.add_row(cls, *cells)
+        out.print(t)
+    verdict = "usable" if report.usable else f"NOT usable ({len(fatal)} problems above)"
+    out.print(f"{report.dataset} at {report.root}: {verdict}; {report.images_checked} images decoded",
+              highlight=False)
 
 
 def main() -> None:

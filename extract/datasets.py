@@ -1,25 +1,106 @@
 """The dataset registry: names a user can pass to ``--dataset`` and how to load each.
 
-Today: the built-in synthetic benchmark (``crs.extract.synthetic``). Adapters for the
-real datasets as they ship (ISIC 2019, APTOS 2019, CheXpert, MIMIC-CXR-JPG) plug in
-here with the same interface: ``name``, ``task``, ``classes``, ``ordinal``,
-``shift_target``, ``table()`` and ``images(rows)``.
+* the built-in synthetic benchmark (``crs.extract.synthetic``): no files needed;
+* the real datasets as they ship (``crs.extract.real``): ``isic2019``, ``aptos2019``,
+  ``chexpert``, ``mimic-cxr``, each read from a ``root`` folder;
+* ``csv:PATH``: a generic CSV (``crs.extract.real.read_csv_dataset``) with its images under
+  ``image_root``.
+
+Every dataset has the same interface: ``name``, ``task``, ``classes``, ``ordinal``,
+``shift_target``, ``modality``, ``description``, ``size``, ``seed``, ``image_size``,
+``table()`` and ``images(rows)``; file-based ones add ``load_image(row)`` and
+``provenance()``.
 """
 
 from __future__ import annotations
 
-from crs.extract import synthetic
+from collections.abc import Mapping
+
+from crs.extract import real, synthetic
+from crs.extract.real import DatasetError
 
 BUILTIN = synthetic.DATASETS
+REAL = real.NAMES
+CSV_PREFIX = "csv:"
 
 
 def names() -> list[str]:
+    """The datasets that need no files (what ``--all`` and ``crs demo`` run)."""
     return list(BUILTIN)
 
 
-def get(name: str, *, size: float = 1.0, seed: int = 0):
-    if name not in BUILTIN:
-        raise KeyError(f"unknown dataset {name!r}; valid datasets: {', '.join(BUILTIN)}")
+def all_names() -> list[str]:
+    """Every name ``--dataset`` accepts, with ``csv:PATH`` as a pattern."""
+    return [*BUILTIN, *REAL, f"{CSV_PREFIX}PATH"]
+
+
+def is_known(name: str) -> bool:
+    return name in BUILTIN or name in REAL or (name.startswith(CSV_PREFIX) and len(name) > len(CSV_PREFIX))
+
+
+def store_name(name: str) -> str:
+    """The name a dataset has in the store and the run records (``csv:PATH`` -> the file's stem)."""
+    return real.csv_name(name[len(CSV_PREFIX):]) if name.startswith(CSV_PREFIX) else name
+
+
+def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str] | None = None,
+        image_root: str | None = None, uncertain: str = "ignore", modality: str | None = None,
+        shift_target: str | None = None, image_size: int = real.DEFAULT_IMAGE_SIZE, findings: str = "competition"):
+    """The dataset ``name``; real ones need ``roots[name]``, ``csv:PATH`` reads PATH.
+
+    ``shift_target`` (a dataset name or ``csv:PATH``) applies to ``csv:`` datasets; the real
+    ones name theirs in the registry (chexpert -> mimic-cxr). ``findings`` (chexpert and
+    mimic-cxr only): ``competition`` (the 5 competition findings), ``all`` (the 14), or a
+    comma-separated list of finding names.
+    """
     if not size > 0:
         raise ValueError(f"--size must be positive, not {size!r}")
-    return synthetic.get(name, size=size, seed=seed)
+    if name in BUILTIN:
+        return synthetic.get(name, size=size, seed=seed)
+    if name in REAL or name.startswith(CSV_PREFIX):
+        if size != 1.0:
+            raise DatasetError(f"--size scales the built-in datasets only; {name} is read as it ships (drop --size)")
+    if name in REAL:
+        root = (roots or {}).get(name)
+        if root is None:
+            raise DatasetError(f"{name} needs its folder: pass --root {name}=DIR, where DIR holds "
+                               f"{real.LAYOUTS[name].root_holds}")
+        chest = real.LAYOUTS[name].task == "multilabel"
+        return real.open_layout(name, root, seed=seed, uncertain=uncertain, image_size=image_size,
+                                findings=_findings(findings) if chest else None)
+    if name.startswith(CSV_PREFIX) and len(name) > len(CSV_PREFIX):
+        if store_name(name) in BUILTIN or store_name(name) in REAL:
+            raise DatasetError(f"{name}: its store name {store_name(name)!r} (the file's stem) is taken by a "
+                               "built-in or real dataset; rename the CSV file")
+        target = store_name(shift_target) if shift_target else None
+        ds = real.open_csv(name[len(CSV_PREFIX):], image_root=image_root, modality=modality, shift_target=target,
+                           seed=seed, uncertain=uncertain, image_size=image_size)
+        ds.shift_spec = shift_target
+        return ds
+    raise KeyError(f"unknown dataset {name!r}; valid datasets: {', '.join(all_names())}")
+
+
+def _findings(text: str | None) -> tuple[str, ...] | None:
+    if text in (None, "", "competition"):
+        return None  # the layout's default, the 5 competition findings
+    if text == "all":
+        return real.CHEXPERT_FINDINGS
+    return tuple(f.strip() for f in text.split(",") if f.strip())
+
+
+def shift_target_of(ds, **options):
+    """The dataset object ``ds`` names as its shift target (None if it names none); its classes and
+    task must equal ``ds``'s, since ``ds``'s probes are evaluated on its test rows."""
+    spec = getattr(ds, "shift_spec", None) or ds.shift_target
+    if not spec:
+        return None
+    if spec.startswith(CSV_PREFIX):
+        options = {**options, "shift_target": None}
+    target = get(spec, size=ds.size, seed=ds.seed, **options)
+    if target.task != ds.task or tuple(target.classes) != tuple(ds.classes):
+        raise DatasetError(f"{ds.name}'s shift target {target.name} has task {target.task} and classes "
+                           f"{list(target.classes)}; expected the same as {ds.name} ({ds.task}, {list(ds.classes)})")
+    if not (target.table().split == 2).any():
+        raise DatasetError(f"{ds.name}'s shift target {target.name} has no test rows; expected its split to mark "
+                           "the rows to evaluate on")
+    return target

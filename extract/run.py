@@ -66,6 +66,8 @@ def dataset_table(ds) -> DatasetTable:
         "seed": ds.seed,
         "image_size": ds.image_size,
     }
+    if hasattr(ds, "provenance"):  # file-based datasets: root, CSV files, split kind and seed, label policy
+        attrs.update(ds.provenance())
     return DatasetTable(
         name=ds.name,
         ids=np.asarray(t.ids)[order],
@@ -79,7 +81,7 @@ def dataset_table(ds) -> DatasetTable:
 def extract(
     store: Store,
     encoder: str,
-    dataset: str,
+    dataset,
     *,
     size: float = 1.0,
     chunk: int = 256,
@@ -94,7 +96,8 @@ def extract(
     ``progress`` is an optional ``rich.progress.Progress``; one task is added to it.
     """
     spec = encoders.get(encoder)
-    ds = datasets.get(dataset, size=size)
+    ds = datasets.get(dataset, size=size) if isinstance(dataset, str) else dataset  # a name or a dataset object
+    dataset = ds.name
     table = dataset_table(ds)
     store.write_dataset(table)
     table = store.dataset(dataset)  # the stored order is the truth

@@ -1,0 +1,88 @@
+"""Decoding image files as the datasets ship them into uint8 RGB squares.
+
+One rule for every file-based dataset: decode, convert to 8-bit RGB, resize so that the
+shorter side is ``size`` pixels (bicubic, antialiased when shrinking), then crop the
+centre ``size`` x ``size``. Conversions: grayscale and bilevel to RGB by repeating the
+channel; palette, CMYK and YCbCr through PIL's own conversion; 16-bit (``I;16*``, and
+``I`` as PIL opens 16-bit PNGs) divided by 257 so that 65535 maps to 255; floating-point
+(``F``) stretched from its minimum to its maximum; an alpha channel (RGBA, LA, palette with
+transparency) composited onto black. EXIF orientation is not applied.
+
+A file that cannot be decoded (missing, zero bytes, truncated, not an image) raises
+``ImageError(path, reason)``; nothing is guessed or padded.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from PIL import Image
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+class ImageError(ValueError):
+    """An image file that cannot be read; ``path`` names it and ``reason`` says why."""
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"cannot read image {self.path}: {reason}")
+
+    def __reduce__(self):  # picklable with its two arguments (DataLoader workers send it back)
+        return (type(self), (self.path, self.reason))
+
+
+def to_rgb8(im: Image.Image) -> Image.Image:
+    """Any PIL image as an 8-bit RGB image (the conversions in the module docstring)."""
+    mode = im.mode
+    if mode == "RGB":
+        return im
+    if mode.startswith("I;16") or mode == "I":
+        a = np.asarray(im).astype(np.float64)
+        a = np.clip(np.rint(a / 257.0), 0, 255).astype(np.uint8)
+        return Image.fromarray(np.repeat(a[..., None], 3, axis=-1), "RGB")
+    if mode == "F":
+        a = np.asarray(im, dtype=np.float64)
+        lo, hi = float(np.nanmin(a)), float(np.nanmax(a))
+        a = np.zeros_like(a) if hi <= lo else (a - lo) / (hi - lo) * 255.0
+        a = np.clip(np.rint(np.nan_to_num(a)), 0, 255).astype(np.uint8)
+        return Image.fromarray(np.repeat(a[..., None], 3, axis=-1), "RGB")
+    if mode in ("RGBA", "LA", "PA", "La", "RGBa") or (mode == "P" and "transparency" in im.info):
+        rgba = np.asarray(im.convert("RGBA"), dtype=np.float64)
+        rgb = rgba[..., :3] * (rgba[..., 3:] / 255.0)  # onto black
+        return Image.fromarray(np.clip(np.rint(rgb), 0, 255).astype(np.uint8), "RGB")
+    return im.convert("RGB")  # L, 1, P, CMYK, YCbCr, LAB, HSV
+
+
+def resize_centre_crop(im: Image.Image, size: int) -> Image.Image:
+    """Shorter side to ``size`` (bicubic), then the centre ``size`` x ``size``."""
+    w, h = im.size
+    scale = size / min(w, h)
+    nw, nh = max(size, round(w * scale)), max(size, round(h * scale))
+    if (nw, nh) != (w, h):
+        im = im.resize((nw, nh), Image.Resampling.BICUBIC)
+    left, top = (nw - size) // 2, (nh - size) // 2
+    return im.crop((left, top, left + size, top + size))
+
+
+def decode(path: str | os.PathLike, size: int) -> np.ndarray:
+    """uint8 [size, size, 3]: the image at ``path`` by the rule in the module docstring."""
+    try:
+        with Image.open(path) as im:
+            if im.format == "JPEG":
+                im.draft(im.mode, (size, size))  # decode at a reduced scale, still >= size on both sides
+            im.load()
+            rgb = to_rgb8(im)
+            out = np.asarray(resize_centre_crop(rgb, size), dtype=np.uint8)
+    except FileNotFoundError:
+        raise ImageError(path, "no such file") from None
+    except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError...
+        reason = str(exc) or type(exc).__name__
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            reason = "the file is empty (0 bytes)"
+        raise ImageError(path, reason) from exc
+    if out.shape != (size, size, 3):  # pragma: no cover - a guard on the rule above
+        raise ImageError(path, f"decoded to shape {out.shape}, expected {(size, size, 3)}")
+    return out

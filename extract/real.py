@@ -1,0 +1,703 @@
+"""The real datasets as they ship: ISIC 2019, APTOS 2019, CheXpert, MIMIC-CXR-JPG, and ``csv:PATH``.
+
+Each layout is one ``Layout`` record (registry as data) with a reader that turns the
+dataset's own CSV files into an ``Index``: one polars row an image (id, image path
+relative to ``--root``, group, official split or null, labels, and the CSV file and line it
+came from) plus every problem found, each naming the file and line and saying what was
+expected. Readers never open an image and never stat the image files, so indexing
+MIMIC-CXR-JPG's ~377,000 images takes about a second (benchmarks/index_mimic.py);
+``check`` is where files are listed and images decoded.
+
+Layouts and codings, verified against the published files and public code that reads
+them (headers as they ship):
+
+* ISIC 2019 (challenge.isic-archive.com/data, 2019 training set):
+  ``ISIC_2019_Training_GroundTruth.csv``: image,MEL,NV,BCC,AK,BKL,DF,VASC,SCC,UNK, one-hot
+  coded 1.0/0.0; ``ISIC_2019_Training_Metadata.csv``: image,age_approx,anatom_site_general,
+  lesion_id,sex (lesion_id blank for some images); images
+  ``ISIC_2019_Training_Input/<image>.jpg``.
+* APTOS 2019 (kaggle.com/c/aptos2019-blindness-detection): ``train.csv``: id_code,diagnosis
+  (0-4); images ``train_images/<id_code>.png``.
+* CheXpert v1.0 and v1.0-small (stanfordmlgroup.github.io/competitions/chexpert):
+  ``train.csv``/``valid.csv``: Path,Sex,Age,Frontal/Lateral,AP/PA,No Finding,Enlarged
+  Cardiomediastinum,Cardiomegaly,Lung Opacity,Lung Lesion,Edema,Consolidation,Pneumonia,
+  Atelectasis,Pneumothorax,Pleural Effusion,Pleural Other,Fracture,Support Devices;
+  findings coded 1.0, 0.0, -1.0 (uncertain) or blank (not mentioned); Path reads
+  ``CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg`` (its first component
+  is the release folder, i.e. ``--root`` itself).
+* MIMIC-CXR-JPG 2.0.0 (physionet.org/content/mimic-cxr-jpg/2.0.0):
+  ``mimic-cxr-2.0.0-chexpert.csv.gz``: subject_id,study_id,Atelectasis,Cardiomegaly,
+  Consolidation,Edema,Enlarged Cardiomediastinum,Fracture,Lung Lesion,Lung Opacity,No
+  Finding,Pleural Effusion,Pleural Other,Pneumonia,Pneumothorax,Support Devices (one row a
+  study, same codes as CheXpert); ``-metadata.csv.gz``: dicom_id,subject_id,study_id,
+  PerformedProcedureStepDescription,ViewPosition,...; ``-split.csv.gz``: dicom_id,study_id,
+  subject_id,split (train/validate/test); images
+  ``files/p<first 2 digits>/p<subject_id>/s<study_id>/<dicom_id>.jpg``.
+
+Label policies for the chest X-ray sets: blank (not mentioned) counts as 0, as in the
+CheXpert paper's labeller output; uncertain (-1) follows ``uncertain``: ``ignore`` keeps
+-1, which every stage masks in training and evaluation (U-Ignore), ``ones`` maps it to 1
+(U-Ones), ``zeros`` to 0 (U-Zeros). Frontal views only (CheXpert Frontal/Lateral =
+Frontal; MIMIC ViewPosition PA or AP).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from crs.extract import splits
+from crs.extract.images import IMAGE_SUFFIXES, ImageError, decode
+from crs.extract.synthetic import Table
+
+UNCERTAIN = ("ignore", "ones", "zeros")
+MODALITIES = ("dermatology", "ophthalmology", "radiology")
+DEFAULT_IMAGE_SIZE = 512
+COMPETITION = ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion")
+CHEXPERT_FINDINGS = (
+    "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
+    "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other",
+    "Fracture", "Support Devices",
+)
+ISIC_CLASSES = ("MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC")
+ISIC_GT, ISIC_META, ISIC_IMAGES = (
+    "ISIC_2019_Training_GroundTruth.csv", "ISIC_2019_Training_Metadata.csv", "ISIC_2019_Training_Input")
+MIMIC_CHEXPERT, MIMIC_META, MIMIC_SPLIT = (
+    "mimic-cxr-2.0.0-chexpert.csv.gz", "mimic-cxr-2.0.0-metadata.csv.gz", "mimic-cxr-2.0.0-split.csv.gz")
+_SHOW = 5  # problems of one kind listed before a summary line
+
+
+class DatasetError(ValueError):
+    """A dataset folder or CSV that cannot be used as given (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str  # relative to the dataset root where it lies under it
+    line: int | None  # 1-based line of the file (the header is line 1); None: the whole file
+    message: str  # what is wrong and what was expected
+    fatal: bool = True  # False: a warning; the folder stays usable
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Index:
+    """A layout reader's result; ``frame`` is None when the CSV files could not be read."""
+
+    frame: pl.DataFrame | None  # id, path, group, split (str|null), label | y0..yK-1, file, line
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    named: pl.Series | None = None  # every image path any row names, used or not (for extra files)
+    files: list[str] = field(default_factory=list)  # the CSV files read
+    classes: tuple[str, ...] | None = None  # set by readers whose classes come from the data (csv)
+
+    @property
+    def fatal(self) -> list[Problem]:
+        return [p for p in self.problems if p.fatal]
+
+
+# ------------------------------------------------------------------ reading helpers
+
+
+def _read(root: Path, rel: str, required: Sequence[str], idx: Index,
+          optional: Sequence[str] = ()) -> pl.DataFrame | None:
+    """Every value as a string (codings are checked exactly), plus file and line columns."""
+    path = root / rel
+    if not path.is_file():
+        idx.problems.append(Problem(rel, None, f"missing; expected {path} (the file as it ships)"))
+        return None
+    try:
+        header = pl.read_csv(path, n_rows=0, infer_schema=False).columns
+    except Exception as exc:
+        idx.problems.append(Problem(rel, None, f"cannot be read as CSV ({exc}); expected the file as it ships"))
+        return None
+    missing = [c for c in required if c not in header]
+    if missing:
+        idx.problems.append(Problem(rel, 1, f"missing column(s) {', '.join(map(repr, missing))}; expected "
+                                             f"the columns {', '.join(required)}"))
+        return None
+    idx.files.append(rel)
+    keep = [c for c in header if c in set(required) | set(optional)]
+    try:
+        df = pl.read_csv(path, columns=keep, infer_schema=False)
+    except Exception as exc:
+        idx.problems.append(Problem(rel, None, f"cannot be read as CSV ({exc})"))
+        return None
+    return df.with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64), file=pl.lit(rel))
+
+
+def _report(idx: Index, bad: pl.DataFrame, message: Callable[[dict], str], summary: str, fatal: bool = True) -> None:
+    """One problem for each of the first rows of ``bad`` (which has file, line), then a count."""
+    for row in bad.head(_SHOW).iter_rows(named=True):
+        idx.problems.append(Problem(row["file"], row["line"], message(row), fatal))
+    if bad.height > _SHOW:
+        idx.problems.append(Problem(bad["file"][0], None, f"{bad.height - _SHOW} more rows: {summary}", fatal))
+
+
+def _check_codes(df: pl.DataFrame, cols: Sequence[str], allowed: Sequence[float], blank_ok: bool, idx: Index) -> None:
+    names = ", ".join(f"{v:g}" for v in allowed) + (" or blank" if blank_ok else "")
+    for c in cols:
+        value = pl.col(c).str.strip_chars().cast(pl.Float64, strict=False)
+        ok = value.is_in(list(allowed)).fill_null(False)
+        if blank_ok:
+            ok = ok | pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "")  # quoted "" is blank too
+        bad = df.filter(~ok)
+        _report(idx, bad, lambda r, c=c: f"column {c!r} holds {r[c]!r}; expected {names}",
+                f"values in column {c!r} outside {names}")
+
+
+def _check_unique(df: pl.DataFrame, key: str, what: str, idx: Index) -> None:
+    bad = df.filter(pl.col(key).is_duplicated()).sort(key, "line")
+    _report(idx, bad, lambda r: f"duplicate {what} {r[key]!r}; expected each {what} once",
+            f"duplicate {what}s")
+
+
+def _policy(col: str, uncertain: str, blank: int) -> pl.Expr:
+    """A 1/0/-1/blank coded column as int8 under the uncertain-label policy."""
+    v = pl.col(col).str.strip_chars().cast(pl.Float64, strict=False)
+    u = {"ignore": -1, "ones": 1, "zeros": 0}[uncertain]
+    return (pl.when(v.is_null()).then(blank).when(v == -1).then(u).otherwise(v)).cast(pl.Int8)
+
+
+def _label_columns(findings: Sequence[str], uncertain: str, blank: int) -> list[pl.Expr]:
+    return [_policy(f, uncertain, blank).alias(f"y{k}") for k, f in enumerate(findings)]
+
+
+# ------------------------------------------------------------------ layouts
+
+
+def read_isic(root: Path, **_) -> Index:
+    idx = Index(None)
+    every = (*ISIC_CLASSES, "UNK")
+    gt = _read(root, ISIC_GT, ("image", *every), idx)
+    meta = _read(root, ISIC_META, ("image", "lesion_id"), idx, optional=("age_approx", "anatom_site_general", "sex"))
+    if gt is None or meta is None:
+        return idx
+    _check_codes(gt, every, (0.0, 1.0), False, idx)
+    _check_unique(gt, "image", "image", idx)
+    _check_unique(meta, "image", "image", idx)
+    if idx.fatal:
+        return idx
+    onehot = gt.select(pl.col(c).cast(pl.Float64).cast(pl.Int8) for c in every).to_numpy()  # [N, 9]
+    n_hot = onehot.sum(1)
+    bad = gt.filter(pl.Series(n_hot != 1))
+    _report(idx, bad.with_columns(n=pl.Series(n_hot[n_hot != 1])),
+            lambda r: f"image {r['image']!r} has {r['n']} diagnoses marked 1.0; expected exactly one of "
+                      f"{', '.join(every)}", "rows without exactly one diagnosis")
+    if idx.fatal:
+        return idx
+    unk = onehot[:, -1] == 1
+    if unk.any():
+        idx.notes.append(f"{int(unk.sum())} images labelled UNK are left out (the 8 diagnostic classes only)")
+    labels = onehot[:, :-1].argmax(1)
+    frame = (
+        gt.select("image", "file", "line").with_columns(label=pl.Series(labels, dtype=pl.Int64))
+        .filter(pl.Series(~unk))
+        .join(meta.select("image", "lesion_id", in_meta=pl.lit(True)), on="image", how="left")
+    )
+    no_meta = int(frame["in_meta"].null_count())
+    no_lesion = int(frame["lesion_id"].null_count()) - no_meta
+    if no_meta:
+        idx.notes.append(f"{no_meta} images have no row in {ISIC_META}; each is its own group")
+    if no_lesion:
+        idx.notes.append(f"{no_lesion} images have a blank lesion_id; each is its own group")
+    idx.frame = frame.select(
+        id=pl.col("image"),
+        path=pl.lit(ISIC_IMAGES + "/") + pl.col("image") + pl.lit(".jpg"),
+        group=pl.coalesce("lesion_id", "image"),
+        split=pl.lit(None, dtype=pl.String),
+        label=pl.col("label"),
+        file="file", line="line",
+    )
+    idx.named = gt.select((pl.lit(ISIC_IMAGES + "/") + pl.col("image") + pl.lit(".jpg")).alias("path"))["path"]
+    return idx
+
+
+def read_aptos(root: Path, **_) -> Index:
+    idx = Index(None)
+    df = _read(root, "train.csv", ("id_code", "diagnosis"), idx)
+    if df is None:
+        return idx
+    grade = pl.col("diagnosis").str.strip_chars()
+    bad = df.filter(~grade.is_in(["0", "1", "2", "3", "4"]).fill_null(False))
+    _report(idx, bad, lambda r: f"diagnosis {r['diagnosis']!r}; expected an integer grade 0-4",
+            "diagnosis values outside 0-4")
+    _check_unique(df, "id_code", "id_code", idx)
+    if idx.fatal:
+        return idx
+    idx.notes.append("APTOS 2019 publishes no patient ids: each image is its own group, so the two eyes of "
+                     "one patient can fall in different splits")
+    path = pl.lit("train_images/") + pl.col("id_code") + pl.lit(".png")
+    idx.frame = df.select(
+        id=pl.col("id_code"), path=path, group=pl.col("id_code"), split=pl.lit(None, dtype=pl.String),
+        label=grade.cast(pl.Int64), file="file", line="line",
+    )
+    idx.named = idx.frame["path"]
+    return idx
+
+
+def read_chexpert(root: Path, *, findings: Sequence[str], uncertain: str, **_) -> Index:
+    idx = Index(None)
+    df = _read(root, "train.csv", ("Path", "Frontal/Lateral", *findings), idx)
+    if df is None:
+        return idx
+    _check_codes(df, findings, (1.0, 0.0, -1.0), True, idx)
+    view = pl.col("Frontal/Lateral")
+    _report(idx, df.filter(~view.is_in(["Frontal", "Lateral"]).fill_null(False)),
+            lambda r: f"Frontal/Lateral holds {r['Frontal/Lateral']!r}; expected Frontal or Lateral",
+            "Frontal/Lateral values other than Frontal or Lateral")
+    patient = pl.col("Path").str.extract(r"/(patient\d+)/", 1)
+    _report(idx, df.filter(patient.is_null()),
+            lambda r: f"Path {r['Path']!r} names no patient; expected a path like "
+                      "CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg",
+            "Paths without a patientNNNNN folder")
+    _check_unique(df, "Path", "Path", idx)
+    if idx.fatal:
+        return idx
+    rel = pl.col("Path").str.replace(r"^[^/]*/", "")  # the first component is the release folder: --root
+    lateral = int(df.filter(view == "Lateral").height)
+    if lateral:
+        idx.notes.append(f"{lateral} lateral views are left out (frontal views only)")
+    if (root / "valid.csv").is_file():
+        idx.notes.append("valid.csv (the 200-study radiologist-labelled validation set) is not used: the split "
+                         "is by patient over train.csv, since the download has no labelled test split")
+    idx.frame = df.filter(view == "Frontal").select(
+        id=rel, path=rel, group=patient, split=pl.lit(None, dtype=pl.String),
+        *_label_columns(findings, uncertain, blank=0), file=pl.col("file"), line=pl.col("line"),
+    )
+    idx.named = df.select(rel.alias("path"))["path"]
+    return idx
+
+
+def read_mimic(root: Path, *, findings: Sequence[str], uncertain: str, **_) -> Index:
+    idx = Index(None)
+    chex = _read(root, MIMIC_CHEXPERT, ("subject_id", "study_id", *findings), idx)
+    meta = _read(root, MIMIC_META, ("dicom_id", "subject_id", "study_id", "ViewPosition"), idx)
+    split = _read(root, MIMIC_SPLIT, ("dicom_id", "study_id", "subject_id", "split"), idx)
+    if chex is None or meta is None or split is None:
+        return idx
+    _check_codes(chex, findings, (1.0, 0.0, -1.0), True, idx)
+    for df in (chex, split):
+        for c in ("subject_id", "study_id"):
+            _report(idx, df.filter(~pl.col(c).str.contains(r"^\d{3,}$").fill_null(False)),
+                    lambda r, c=c: f"{c} {r[c]!r}; expected a number of digits", f"{c} values that are not numbers")
+    _report(idx, split.filter(~pl.col("split").is_in(["train", "validate", "test"]).fill_null(False)),
+            lambda r: f"split {r['split']!r}; expected train, validate or test",
+            "split values outside train/validate/test")
+    _check_unique(split, "dicom_id", "dicom_id", idx)
+    _check_unique(meta, "dicom_id", "dicom_id", idx)
+    study = chex.with_columns(key=pl.col("subject_id") + "/" + pl.col("study_id"))
+    _check_unique(study, "key", "subject_id/study_id", idx)
+    if idx.fatal:
+        return idx
+    frame = split.join(meta.select("dicom_id", "ViewPosition"), on="dicom_id", how="left")
+    no_meta = int(frame["ViewPosition"].null_count())
+    frontal = frame.filter(pl.col("ViewPosition").is_in(["PA", "AP"]).fill_null(False))
+    n_other = frame.height - frontal.height - no_meta
+    labelled = frontal.join(chex.drop("file", "line"), on=["subject_id", "study_id"], how="inner")
+    for n, what in ((no_meta, f"have no row or no ViewPosition in {MIMIC_META}"),
+                    (n_other, "are not frontal (ViewPosition other than PA or AP)"),
+                    (frontal.height - labelled.height, f"belong to studies without a row in {MIMIC_CHEXPERT}")):
+        if n:
+            idx.notes.append(f"{n} images in {MIMIC_SPLIT} {what}; left out")
+    path = (pl.lit("files/p") + pl.col("subject_id").str.slice(0, 2) + pl.lit("/p") + pl.col("subject_id")
+            + pl.lit("/s") + pl.col("study_id") + pl.lit("/") + pl.col("dicom_id") + pl.lit(".jpg"))
+    idx.frame = labelled.select(
+        id=pl.col("dicom_id"), path=path, group=pl.lit("p") + pl.col("subject_id"),
+        split=pl.col("split").replace({"validate": "val"}),
+        *_label_columns(findings, uncertain, blank=0), file=pl.col("file"), line=pl.col("line"),
+    )
+    idx.named = split.select(path.alias("path"))["path"]
+    return idx
+
+
+def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
+    """A generic CSV: ``path`` (image path, relative to --image-root or absolute), then either
+    ``label`` (one class name a row: multi-class) or ``label:NAME`` columns coded 1/0/-1/blank
+    (multi-label; blank = unknown, masked like -1); optional ``group``, ``split``
+    (train/val/test) and ``id`` (default: the path)."""
+    idx = Index(None)
+    rel = csv_path.name
+    df = _read(csv_path.parent, rel, ("path",), idx, optional=())
+    if df is None:
+        return idx
+    header = pl.read_csv(csv_path, n_rows=0, infer_schema=False).columns
+    multi = [c for c in header if c.startswith("label:")]
+    extra = [c for c in ("label", "group", "split", "id") if c in header]
+    if ("label" in header) == bool(multi):
+        idx.problems.append(Problem(rel, 1, "expected either one 'label' column (multi-class) or 'label:NAME' "
+                                            f"columns (multi-label), not {'both' if multi else 'neither'}; "
+                                            f"columns found: {', '.join(header)}"))
+        return idx
+    df = df.join(pl.read_csv(csv_path, columns=extra + multi, infer_schema=False)
+                 .with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64)), on="line")
+    _report(idx, df.filter(pl.col("path").is_null()), lambda r: "blank path; expected an image path",
+            "blank paths")
+    if "split" in header:
+        _report(idx, df.filter(~pl.col("split").is_in(["train", "val", "test"]).fill_null(False)),
+                lambda r: f"split {r['split']!r}; expected train, val or test", "split values outside train/val/test")
+    if "label" in header:
+        _report(idx, df.filter(pl.col("label").is_null()), lambda r: "blank label; expected a class name",
+                "blank labels")
+    else:
+        _check_codes(df, multi, (1.0, 0.0, -1.0), True, idx)
+    ids = pl.col("id") if "id" in header else pl.col("path")
+    df = df.with_columns(id=ids)
+    _check_unique(df.filter(pl.col("id").is_not_null()), "id", "id", idx)
+    if idx.fatal:
+        return idx
+    if "label" in header:
+        values = df["label"].unique().to_list()
+        try:
+            classes = tuple(str(v) for v in sorted(values, key=lambda v: (float(v), v)))  # numeric order for grades
+        except ValueError:
+            classes = tuple(sorted(values))
+        labels = pl.col("label").replace_strict({c: k for k, c in enumerate(classes)}, return_dtype=pl.Int64)
+        label_cols = [labels.alias("label")]
+    else:
+        classes = tuple(c[len("label:"):] for c in multi)
+        label_cols = _label_columns(multi, "ignore", blank=-1)
+    idx.classes = classes
+    idx.frame = df.select(
+        id=pl.col("id"), path=pl.col("path"),
+        group=pl.col("group").fill_null(pl.col("id")) if "group" in header else pl.col("id"),
+        split=pl.col("split") if "split" in header else pl.lit(None, dtype=pl.String),
+        *label_cols, file=pl.col("file"), line=pl.col("line"),
+    )
+    idx.named = idx.frame["path"]
+    return idx
+
+
+# ------------------------------------------------------------------ the registry
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    task: str
+    classes: tuple[str, ...]
+    ordinal: bool
+    modality: str
+    shift_target: str | None
+    root_holds: str  # what --root must contain
+    source: str  # where the data comes from and under which terms
+    description: str
+    read: Callable[..., Index]
+
+
+LAYOUTS: dict[str, Layout] = {
+    lay.name: lay
+    for lay in (
+        Layout("isic2019", "multiclass", ISIC_CLASSES, False, "dermatology", None,
+               f"{ISIC_GT}, {ISIC_META} and {ISIC_IMAGES}/",
+               "ISIC 2019 challenge training set, challenge.isic-archive.com/data (CC BY-NC 4.0)",
+               "Dermoscopy, 8 diagnoses (MEL NV BCC AK BKL DF VASC SCC; UNK left out); groups are lesions.",
+               read_isic),
+        Layout("aptos2019", "multiclass", ("0", "1", "2", "3", "4"), True, "ophthalmology", None,
+               "train.csv and train_images/",
+               "APTOS 2019 Blindness Detection, kaggle.com/c/aptos2019-blindness-detection (competition rules: "
+               "non-commercial research use)",
+               "Colour fundus photographs, diabetic-retinopathy grade 0-4 (ordinal); each image its own group.",
+               read_aptos),
+        Layout("chexpert", "multilabel", COMPETITION, False, "radiology", "mimic-cxr",
+               "train.csv (the folder CheXpert-v1.0 or CheXpert-v1.0-small)",
+               "CheXpert v1.0, stanfordmlgroup.github.io/competitions/chexpert (Stanford University School of "
+               "Medicine CheXpert Dataset Research Use Agreement)",
+               "Chest X-rays, frontal views, the 5 competition findings; groups are patients; shift target "
+               "mimic-cxr.",
+               read_chexpert),
+        Layout("mimic-cxr", "multilabel", COMPETITION, False, "radiology", None,
+               f"{MIMIC_CHEXPERT}, {MIMIC_META}, {MIMIC_SPLIT} and files/",
+               "MIMIC-CXR-JPG 2.0.0, physionet.org/content/mimic-cxr-jpg/2.0.0 (credentialed access, PhysioNet "
+               "Credentialed Health Data License 1.5.0)",
+               "Chest X-rays, frontal views, CheXpert's findings by the CheXpert labeller; official "
+               "patient-level split; groups are patients.",
+               read_mimic),
+    )
+}
+NAMES: tuple[str, ...] = tuple(LAYOUTS)
+
+
+class FileDataset:
+    """A dataset read from files: the interface of ``SyntheticDataset`` plus ``load_image``."""
+
+    size = 1.0
+
+    def __init__(self, layout: Layout, root: str | os.PathLike, *, seed: int = 0,
+                 image_size: int = DEFAULT_IMAGE_SIZE, uncertain: str = "ignore",
+                 findings: Sequence[str] | None = None, csv_path: str | os.PathLike | None = None,
+                 name: str | None = None, shift_target: str | None = None, modality: str | None = None):
+        if uncertain not in UNCERTAIN:
+            raise DatasetError(f"uncertain-label policy {uncertain!r} is not one of {', '.join(UNCERTAIN)}")
+        if modality is not None and modality not in MODALITIES:
+            raise DatasetError(f"modality {modality!r} is not one of {', '.join(MODALITIES)}")
+        if findings is not None:
+            unknown = [f for f in findings if f not in CHEXPERT_FINDINGS]
+            if unknown or layout.task != "multilabel" or not findings:
+                raise DatasetError(f"findings {list(findings)!r}: expected a non-empty selection of "
+                                   f"{', '.join(CHEXPERT_FINDINGS)} for a chest X-ray dataset")
+        self.layout = layout
+        self.root = Path(root).expanduser().resolve()
+        self.csv_path = Path(csv_path).expanduser().resolve() if csv_path is not None else None
+        self.name = name or layout.name
+        self.task = layout.task
+        self.classes = tuple(findings) if findings else layout.classes
+        self.ordinal = layout.ordinal
+        self.modality = modality or layout.modality
+        self.shift_target = shift_target if shift_target is not None else layout.shift_target
+        self.description = layout.description
+        self.seed = int(seed)
+        self.image_size = int(image_size)
+        self.uncertain = uncertain
+        if not self.root.is_dir():
+            raise DatasetError(f"{self.name}: --root {str(root)!r} is not a folder; expected the folder that holds "
+                               f"{layout.root_holds}")
+
+    @functools.cached_property
+    def index(self) -> Index:
+        idx = self.layout.read(self.root, findings=self.classes, uncertain=self.uncertain, csv_path=self.csv_path)
+        if idx.classes is not None:
+            self.classes = idx.classes
+        if idx.frame is not None and idx.frame.height == 0:
+            idx.problems.append(Problem(idx.files[0] if idx.files else str(self.root), None,
+                                        "no usable images are left after filtering; expected at least one row"))
+        if idx.frame is not None and idx.frame.height and idx.frame["split"].null_count() == 0:
+            # an official or given split must keep each group (patient, lesion) in one split
+            straddle = (idx.frame.group_by("group")
+                        .agg(pl.col("split").n_unique().alias("n"), pl.first("file", "line"))
+                        .filter(pl.col("n") > 1).sort("line"))
+            _report(idx, straddle, lambda r: f"group {r['group']!r} has images in more than one split; expected "
+                                             "each patient or lesion in one split only", "groups in several splits")
+        return idx
+
+    @functools.cached_property
+    def _built(self) -> tuple[Table, np.ndarray, np.ndarray]:
+        idx = self.index
+        if idx.fatal:
+            shown = "\n  ".join(str(p) for p in idx.fatal[:_SHOW])
+            more = f"\n  ... and {len(idx.fatal) - _SHOW} more" if len(idx.fatal) > _SHOW else ""
+            raise DatasetError(f"{self.name} at {self.root} cannot be used:\n  {shown}{more}\n"
+                               f"run `crs datasets check {self.check_args()}` for the full report")
+        f = idx.frame
+        if self.task == "multiclass":
+            labels = f["label"].to_numpy().astype(np.int64)
+        else:
+            labels = f.select(f"y{k}" for k in range(len(self.classes))).to_numpy().astype(np.int8)
+        group = f["group"].to_numpy().astype(str)
+        official = f["split"].null_count() == 0
+        if official:
+            split = f["split"].replace_strict({"train": 0, "val": 1, "test": 2}, return_dtype=pl.Int8).to_numpy()
+        else:
+            split = splits.group_split(group, labels, self.seed)
+        table = Table(ids=f["id"].to_numpy().astype(str), labels=labels, split=np.asarray(split, np.int8), group=group)
+        lines = f["line"].to_numpy()
+        return table, f["path"].to_numpy(), lines
+
+    def table(self) -> Table:
+        return self._built[0]
+
+    def check_args(self) -> str:
+        """The `crs datasets check` arguments for this dataset."""
+        if self.csv_path is not None:
+            return f"csv:{self.csv_path} --image-root {self.root}"
+        return f"{self.name} --root {self.root}"
+
+    def path(self, row: int) -> str:
+        return str(self.root / self._built[1][row])  # an absolute path in the CSV stays as it is
+
+    def load_image(self, row: int) -> np.ndarray:
+        """uint8 [image_size, image_size, 3] for one row of ``table()``; raises ImageError."""
+        return decode(self.path(int(row)), self.image_size)
+
+    def images(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        n = self.image_size
+        out = np.empty((len(rows), n, n, 3), dtype=np.uint8)
+        for i, r in enumerate(rows.tolist()):
+            out[i] = self.load_image(r)
+        return out
+
+    def provenance(self) -> dict:
+        """What the store records about where this dataset's table came from."""
+        idx = self.index
+        official = self.index.frame is not None and self.index.frame["split"].null_count() == 0
+        files = {}
+        for rel in idx.files:
+            p = (self.csv_path.parent if self.csv_path else self.root) / rel
+            files[rel] = os.path.getsize(p)
+        out = {
+            "source": self.layout.source,
+            "modality": self.modality,
+            "root": str(self.root),
+            "files": files,
+            "split_kind": "official" if official else "seeded group-stratified 70/10/20",
+            "official_split": bool(official),
+            "split_seed": None if official else self.seed,
+            "notes": list(idx.notes),
+            "image_rule": "shorter side to image_size (bicubic), centre crop; RGB 8-bit (crs.extract.images)",
+        }
+        if self.task == "multilabel":
+            out["uncertain"] = self.uncertain
+            out["blank"] = "-1 (unknown)" if self.csv_path else "0 (not mentioned)"
+        if self.csv_path is not None:
+            out["csv"] = str(self.csv_path)
+        return out
+
+
+def open_layout(name: str, root, **options) -> FileDataset:
+    return FileDataset(LAYOUTS[name], root, **options)
+
+
+CSV_LAYOUT = Layout("csv", "multiclass", (), False, "radiology", None,
+                    "the images the CSV names (relative paths)", "a user's CSV file", "", read_csv_dataset)
+
+
+def csv_name(csv_path: str | os.PathLike) -> str:
+    """The store name of ``csv:PATH``: the file's stem, with anything but letters, digits, _ . - as _."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", Path(csv_path).stem) or "csv"
+
+
+def open_csv(csv_path: str | os.PathLike, *, image_root=None, modality: str | None = None,
+             shift_target: str | None = None, **options) -> FileDataset:
+    csv_path = Path(csv_path).expanduser()
+    if not csv_path.is_file():
+        raise DatasetError(f"csv:{csv_path}: no such file; expected a CSV with a 'path' column and 'label' or "
+                           "'label:NAME' columns")
+    if modality is None:
+        raise DatasetError(f"csv:{csv_path}: pass --modality (one of {', '.join(MODALITIES)}); a CSV does not "
+                           "say which kind of image it holds")
+    header = pl.read_csv(csv_path, n_rows=0, infer_schema=False).columns
+    task = "multilabel" if any(c.startswith("label:") for c in header) else "multiclass"
+    layout = Layout(csv_name(csv_path), task, (), False, modality, shift_target,
+                    CSV_LAYOUT.root_holds, f"CSV file {csv_path}", f"images listed in {csv_path.name}",
+                    read_csv_dataset)
+    ds = FileDataset(layout, image_root or csv_path.parent, csv_path=csv_path, modality=modality, **options)
+    ds.index  # the classes come from the data
+    return ds
+
+
+# ------------------------------------------------------------------ checking a folder
+
+
+@dataclass
+class CheckReport:
+    dataset: str
+    root: str
+    problems: list[Problem]
+    notes: list[str]
+    rows: int
+    images_checked: int
+    counts: pl.DataFrame | None  # class, split, and images (multi-class) or positive/negative/unknown
+
+    @property
+    def usable(self) -> bool:
+        return not any(p.fatal for p in self.problems)
+
+    def as_dict(self) -> dict:
+        return {
+            "dataset": self.dataset, "root": self.root, "usable": self.usable, "rows": self.rows,
+            "images_checked": self.images_checked, "notes": self.notes,
+            "problems": [{"file": p.file, "line": p.line, "message": p.message, "fatal": p.fatal}
+                         for p in self.problems],
+            "counts": self.counts.to_dicts() if self.counts is not None else None,
+        }
+
+
+def counts(table: Table, task: str, classes: Sequence[str]) -> pl.DataFrame:
+    """Images per class and split (multi-class), or positive/negative/unknown per finding and split."""
+    split = np.asarray(splits.SPLIT_NAMES)[table.split]
+    if task == "multiclass":
+        return (pl.DataFrame({"class": np.asarray(classes)[table.labels], "split": split})
+                .group_by("class", "split").len("images").sort("class", "split"))
+    frames = []
+    for k, c in enumerate(classes):
+        y = table.labels[:, k]
+        frames.append(pl.DataFrame({"class": c, "split": split, "positive": y == 1, "negative": y == 0,
+                                    "unknown": y == -1}))
+    return (pl.concat(frames).group_by("class", "split")
+            .agg(pl.col("positive", "negative", "unknown").sum()).sort("class", "split"))
+
+
+def _listing(root: Path, named: pl.Series) -> set[str]:
+    """Image files (relative to root) in every folder that some row's path points into."""
+    parents = named.str.replace(r"/?[^/]*$", "").unique().to_list()
+    found: set[str] = set()
+    for parent in parents:
+        try:
+            with os.scandir(root / parent) as it:
+                for e in it:
+                    if e.name.lower().endswith(IMAGE_SUFFIXES) and e.is_file():
+                        found.add(f"{parent}/{e.name}" if parent else e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return found
+
+
+def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | None = None) -> CheckReport:
+    """Validate a dataset folder: CSVs, ids, codings, missing and extra files, unreadable images."""
+    if not isinstance(ds, FileDataset):  # a built-in dataset: nothing on disk to check
+        t = ds.table()
+        return CheckReport(ds.name, "(built in)", [], [], len(t.ids), 0, counts(t, ds.task, ds.classes))
+    idx = ds.index
+    problems, notes = list(idx.problems), list(idx.notes)
+    report = CheckReport(ds.name, str(ds.root), problems, notes, 0, 0, None)
+    if idx.fatal:
+        return report
+    t = ds.table()
+    report.rows = len(t.ids)
+    report.counts = counts(t, ds.task, ds.classes)
+    f = idx.frame
+
+    # missing and extra files: list the folders the rows point into, never one stat a file
+    relative = ~f["path"].str.starts_with("/")
+    found = _listing(ds.root, f["path"].filter(relative).append(idx.named.filter(~idx.named.str.starts_with("/"))))
+    exists = np.isin(f["path"].to_numpy().astype(str), np.array(sorted(found), dtype=str))
+    for row in np.flatnonzero(~relative.to_numpy()):  # absolute paths (csv: only): one stat each
+        exists[row] = os.path.isfile(f["path"][int(row)])
+    missing = f.filter(pl.Series(~exists))
+    for row in missing.head(_SHOW).iter_rows(named=True):
+        problems.append(Problem(row["file"], row["line"], f"image {row['path']} not found under {ds.root}; "
+                                                          "expected the file this row names"))
+    if missing.height > _SHOW:
+        problems.append(Problem(missing["file"][0], None, f"{missing.height - _SHOW} more images not found"))
+    extra = sorted(found - set(idx.named.to_list()))
+    if extra:
+        problems.append(Problem(str(ds.root), None, f"{len(extra)} image files are named by no row of "
+                                                    f"{', '.join(idx.files)}, e.g. {extra[0]}; they are ignored",
+                                fatal=False))
+
+    # unreadable images: a seeded sample, or every image with all_images
+    readable = np.flatnonzero(exists)
+    if not all_images and len(readable) > sample:
+        readable = np.sort(np.random.default_rng(ds.seed).choice(readable, sample, replace=False))
+
+    def try_load(row: int):
+        try:
+            ds.load_image(row)
+        except ImageError as exc:
+            return row, exc
+        return row, None
+
+    with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
+        failures = [(r, e) for r, e in pool.map(try_load, readable.tolist()) if e is not None]
+    report.images_checked = len(readable)
+    for row, exc in failures[:_SHOW]:
+        problems.append(Problem(f["file"][row], int(f["line"][row]),
+                                f"image {f['path'][row]} cannot be read ({exc.reason}); expected a readable "
+                                "JPEG or PNG"))
+    if len(failures) > _SHOW:
+        problems.append(Problem(f["file"][0], None, f"{len(failures) - _SHOW} more unreadable images"))
+    if not all_images and len(readable) < len(np.flatnonzero(exists)):
+        notes.append(f"decoded a sample of {len(readable)} images; pass --all to decode every one")
+    return report
