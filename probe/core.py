@@ -347,7 +347,8 @@ def blocked_objectives(x, Xo, To, ko, sizes, l2, task, min_rows: int | None = No
 
 
 def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4,
-        min_block_rows: int | None = None, precondition: bool = True, warm_start: bool = False) -> Fit:
+        min_block_rows: int | None = None, precondition: bool = True, warm_start: bool = False,
+        devices=None, max_bytes: int | None = None) -> Fit:
     """Fit every probe at once.
 
     X [n, F] standardised training features; T, known [n, K] targets and known-label mask;
@@ -360,14 +361,91 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     seed and fraction at once) starting from the previous value's solution; without it,
     every probe starts from zero and all L2 values run side by side. Either way, each
     probe runs to its own gradient tolerance.
+
+    ``devices`` (default: every device JAX sees) share the probes along the L2 axis, each
+    running its own solver loop on its share (``jax.shard_map``); the grid is padded to a
+    multiple of the device count and the padding dropped. ``max_bytes`` (default: from
+    the device's memory, ``memory_budget``) bounds the working set: when all seeds at once
+    would exceed it, seeds are fitted in groups, one compiled program reused per group.
     """
     sizes = tuple(int(v) for v in sizes)
     if list(sizes) != sorted(sizes) or not 0 < sizes[0] or sizes[-1] > X.shape[0]:
         raise ValueError(f"subset sizes must increase within 1..{X.shape[0]}, got {sizes}")
     blocks = plan_blocks(sizes, min_block_rows)
+    devices = list(devices) if devices is not None else jax.devices()
     V = jnp.asarray(rotation(X), X.dtype) if precondition else None
-    return _fit_jit(X, T, known, order, l2, V, task, sizes, blocks, jnp.int32(max_iter), jnp.asarray(tol, X.dtype),
-                    bool(warm_start))
+    S, L = order.shape[0], l2.shape[0]
+    n_dev = len(devices)
+    L_pad = -(-L // n_dev) * n_dev
+    path = np.argsort(-np.asarray(l2), kind="stable") if warm_start else np.arange(L)  # contiguous share per device
+    grid = jnp.asarray(np.concatenate([np.asarray(l2)[path], np.repeat(np.asarray(l2)[path][-1:], L_pad - L)]),
+                       X.dtype)
+    budget = memory_budget(devices[0]) if max_bytes is None else max_bytes
+    per_seed = working_set_bytes(X.shape[0], X.shape[1], T.shape[1], 1, sizes, blocks, L_pad // n_dev)
+    group = int(max(1, min(S, (budget - X.size * X.dtype.itemsize * 2) // max(per_seed, 1))))
+    run = _sharded(devices, task, sizes, blocks, bool(warm_start))
+    parts = []
+    for lo in range(0, S, group):
+        seeds = order[lo:lo + group]
+        if seeds.shape[0] < group:  # same shapes for every group: one compiled program
+            seeds = jnp.concatenate([seeds, jnp.repeat(seeds[-1:], group - seeds.shape[0], axis=0)])
+        out = run(X, T, known, seeds, grid, V, jnp.int32(max_iter), jnp.asarray(tol, X.dtype))
+        parts.append(jax.tree.map(lambda a: a[: min(group, S - lo)], out))
+    out = jax.tree.map(lambda *a: jnp.concatenate(a, axis=0), *parts) if len(parts) > 1 else parts[0]
+    back = np.argsort(path)  # grid order, padding dropped
+    return jax.tree.map(lambda a: a[:, :, back], out)
+
+
+def memory_budget(device) -> int:
+    """Bytes the probe working set may use: 60 % of the device's memory (of what is free on a CPU)."""
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 (backends without memory stats)
+        stats = {}
+    if "bytes_limit" in stats:
+        return int(0.6 * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
+    try:
+        import os
+
+        return int(0.6 * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int, m: int = 10, itemsize: int = 4) -> int:
+    """An upper estimate of the solver's memory for S seeds and L L2 values on one device.
+
+    The seeds' rows in subset order (S x n x F), about six live copies of the block
+    logits (logits, their change, link values, gradients and trial temporaries), and the
+    L-BFGS history (2 m vectors per probe).
+    """
+    Fr = len(sizes)
+    logits = sum((hi - lo) * (Fr - first) for lo, hi, first in blocks) * L * K * S
+    d = F * K + K
+    history = (2 * m + 6) * S * Fr * L * d
+    return itemsize * (S * n * F + 6 * logits + history)
+
+
+def _sharded(devices, task, sizes, blocks, warm_start):
+    key = (tuple(devices), task, sizes, blocks, warm_start)
+    if key not in _PROGRAMS:
+        def local(X, T, known, order, l2, V, max_iter, tol):
+            return _fit_impl(X, T, known, order, l2, V, task, sizes, blocks, max_iter, tol, warm_start)
+
+        if len(devices) == 1:
+            _PROGRAMS[key] = jax.jit(local)
+        else:
+            from jax.sharding import Mesh, PartitionSpec as P
+
+            mesh = Mesh(np.array(devices), ("probes",))
+            spec = P(None, None, "probes")
+            _PROGRAMS[key] = jax.jit(jax.shard_map(
+                local, mesh=mesh, in_specs=(P(), P(), P(), P(), P("probes"), P(), P(), P()),
+                out_specs=Fit(spec, spec, spec, spec, spec), check_vma=False))
+    return _PROGRAMS[key]
+
+
+_PROGRAMS: dict = {}
 
 
 @jax.jit
@@ -460,7 +538,6 @@ def _fit_impl(X, T, known, order, l2, V, task, sizes, blocks, max_iter, tol, war
     return Fit(W, b, converged, used, gmax)
 
 
-_fit_jit = jax.jit(_fit_impl, static_argnums=(6, 7, 8, 11))
 
 
 def probabilities(X, W, b, task: str):

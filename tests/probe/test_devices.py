@@ -1,0 +1,78 @@
+"""Probes shared across devices and fitted in seed groups give the results of one plain fit."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax.numpy as jnp
+import numpy as np
+
+from crs.probe import core, subsets
+
+SCRIPT = textwrap.dedent("""
+    import jax, numpy as np, jax.numpy as jnp
+    from crs.probe import core, subsets
+    assert len(jax.devices()) == 4, jax.devices()
+    rng = np.random.default_rng(0)
+    n, F, K = 300, 12, 3
+    y = rng.integers(0, K, n)
+    X = (rng.normal(size=(K, F))[y] + rng.normal(size=(n, F))).astype(np.float32)
+    T = np.eye(K, dtype=np.float32)[y]
+    order = subsets.orders(y, "multiclass", [0, 1, 2])
+    sizes = subsets.sizes([0.1, 0.5, 1.0], n)
+    args = (jnp.asarray(X), jnp.asarray(T), jnp.ones((n, K), jnp.float32), jnp.asarray(order), sizes,
+            jnp.asarray([1e-3, 1e-2, 1e-1, 1.0, 3.0], jnp.float32))  # 5 L2 values on 4 devices: padded
+    for warm in (False, True):
+        one = core.fit(*args, task="multiclass", tol=1e-5, devices=jax.devices()[:1], warm_start=warm)
+        four = core.fit(*args, task="multiclass", tol=1e-5, warm_start=warm)
+        assert four.W.shape == one.W.shape == (3, 3, 5, F, K), four.W.shape
+        assert len(four.W.sharding.device_set) == 4 or not hasattr(four.W, "sharding"), four.W.sharding
+        assert np.asarray(four.converged).all() and np.asarray(one.converged).all()
+        if not warm:  # each probe's path is its own: the same to rounding
+            np.testing.assert_allclose(np.asarray(four.W), np.asarray(one.W), atol=1e-5)
+            np.testing.assert_allclose(np.asarray(four.b), np.asarray(one.b), atol=1e-5)
+        else:  # a device's share of the L2 path starts cold: another path to the same minimum
+            for s in range(3):
+                for j, m in enumerate(sizes):
+                    w = np.zeros((n, K), np.float32)
+                    w[order[s, :m]] = 1
+                    for i in range(5):
+                        f1, f4 = (float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), args[0], args[1],
+                                                       jnp.asarray(w), args[5][i], "multiclass")) for fit in (one, four))
+                        assert abs(f1 - f4) <= 1e-4 * abs(f1) + 1e-6, (s, j, i, f1, f4)
+    print("SAME")
+""")
+
+
+def test_four_cpu_devices_give_the_one_device_results():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "SAME" in out.stdout
+
+
+def test_seed_groups_under_a_small_memory_budget_match_all_seeds_at_once():
+    rng = np.random.default_rng(1)
+    n, F, K = 240, 10, 3
+    y = rng.integers(0, K, n)
+    X = (rng.normal(size=(K, F))[y] + rng.normal(size=(n, F))).astype(np.float32)
+    T = np.eye(K, dtype=np.float32)[y]
+    order = subsets.orders(y, "multiclass", [0, 1, 2, 3, 4])
+    sizes = subsets.sizes([0.2, 1.0], n)
+    args = (jnp.asarray(X), jnp.asarray(T), jnp.ones((n, K), jnp.float32), jnp.asarray(order), sizes,
+            jnp.asarray([1e-2, 1e-1], jnp.float32))
+    whole = core.fit(*args, task="multiclass")
+    blocks = core.plan_blocks(tuple(sizes))
+    per_seed = core.working_set_bytes(n, F, K, 1, sizes, blocks, 2)
+    grouped = core.fit(*args, task="multiclass", max_bytes=X.nbytes * 2 + 2 * per_seed)  # two seeds a group: 2+2+1
+    np.testing.assert_array_equal(np.asarray(whole.converged), np.asarray(grouped.converged))
+    for a, b in zip(whole, grouped):  # another batch shape: the same to rounding
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-4, atol=1e-5)
+
+
+def test_the_working_set_estimate_grows_with_seeds_and_rows():
+    blocks = core.plan_blocks((10, 100))
+    one = core.working_set_bytes(100, 8, 3, 1, (10, 100), blocks, 4)
+    assert core.working_set_bytes(100, 8, 3, 2, (10, 100), blocks, 4) == 2 * one
+    assert core.working_set_bytes(1000, 8, 3, 1, (10, 100), blocks, 4) > one
