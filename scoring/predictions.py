@@ -1,0 +1,140 @@
+"""The scoring stage's edge to the store: stored probabilities -> image-bootstrap axes and metrics.
+
+``crs probe`` writes test probabilities [seed, fraction, image, class] per (dataset,
+encoder, condition); the image axis is the dataset's test rows in store order (for a
+shift condition ``shift:T``, T's test rows), and the validation-split probabilities of
+the same probes under the condition name ``validation``. This module reads them and
+hands arrays to the pure cores in ``resample``, ``temperature`` and ``metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from crs.conditions import parse
+from crs.scoring import metrics, resample
+from crs.scoring.axes import FRACTION_TOL
+from crs.store import Store, StoreError
+
+VALIDATION = "validation"
+
+
+class MissingPredictions(Exception):
+    """Stored probabilities the image-level analysis needs are not in the store."""
+
+
+def _index(values: Sequence, wanted: Sequence, what: str, where: str) -> list[int]:
+    values = list(values)
+    out = []
+    for w in wanted:
+        hits = [i for i, v in enumerate(values) if abs(float(v) - float(w)) <= FRACTION_TOL]
+        if not hits:
+            raise MissingPredictions(
+                f"the stored probabilities for {where} have {what} {values}, not {w!r}; "
+                "re-run `crs probe` for them"
+            )
+        out.append(hits[0])
+    return out
+
+
+class Predictions:
+    """Probabilities of one (dataset, encoder, condition), indexed by seed and fraction."""
+
+    def __init__(self, store: Store, dataset: str, encoder: str, condition: str):
+        where = f"{encoder}/{dataset}/{condition}"
+        try:
+            self.probs, attrs = store.read_predictions(dataset, encoder, condition)
+        except (StoreError, KeyError) as exc:
+            raise MissingPredictions(str(exc)) from exc
+        self.seeds = list(attrs.get("seeds", []))
+        self.fractions = list(attrs.get("fractions", []))
+        self.where = where
+
+    def select(self, seeds: Sequence[int], fractions: Sequence[float]) -> np.ndarray:
+        """[seed, fraction, image, class] in the given order."""
+        s = _index(self.seeds, seeds, "seeds", self.where)
+        f = _index(self.fractions, fractions, "fractions", self.where)
+        return self.probs[np.ix_(s, f)]
+
+
+def split_targets(
+    store: Store, dataset: str, split: str = "test"
+) -> tuple[np.ndarray, np.ndarray, str, dict]:
+    """(target [image, class], known [image, class], task, attrs) of a dataset's split rows, store order."""
+    table = store.dataset(dataset)
+    labels = table.labels[table.rows(split)]
+    t, known = metrics.targets(labels, table.task, len(table.classes))
+    return t, known, table.task, table.attrs
+
+
+def conditions_of(rows: pl.DataFrame, dataset: str) -> tuple[list[float], list[str], list[str]]:
+    """(fractions below 1, perturbed conditions, shift conditions) a dataset's runs use."""
+    d = rows.filter(pl.col("dataset") == dataset)
+    low = sorted(
+        d.filter((pl.col("kind") == "clean") & ~pl.col("full"))["fraction"].unique().to_list()
+    )
+    pert = sorted(d.filter(pl.col("kind") == "perturbed")["condition"].unique().to_list())
+    shift = sorted(d.filter(pl.col("kind") == "shift")["condition"].unique().to_list())
+    return low, pert, shift
+
+
+def image_bootstrap_axes(
+    store: Store,
+    rows: pl.DataFrame,
+    encoders: Sequence[str],
+    datasets: Sequence[str],
+    seeds: Sequence[int],
+    n_bootstrap: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled.
+
+    ``rows`` are the used run-record rows (``axes.used_rows``), which say which
+    fractions and conditions each dataset's axes read. Each dataset draws its image
+    multiplicities once (the same for every encoder, seed and condition), then each
+    of its shift targets, in the order given; raises MissingPredictions naming the
+    first array that is not in the store.
+    """
+    out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), 4))
+    for j, dataset in enumerate(datasets):
+        target, known, task, _ = split_targets(store, dataset)
+        low, pert, shift = conditions_of(rows, dataset)
+        counts = resample.image_counts(target.shape[0], n_bootstrap, rng)
+        shift_data = []
+        for cond in shift:
+            t_name = parse(cond).dataset
+            t_target, t_known, _, _ = split_targets(store, t_name)
+            shift_data.append(
+                (cond, t_target, t_known, resample.image_counts(t_target.shape[0], n_bootstrap, rng))
+            )
+        for e, encoder in enumerate(encoders):
+            clean = Predictions(store, dataset, encoder, "clean").select(seeds, [*low, 1.0])
+            if clean.shape[2] != target.shape[0]:
+                raise MissingPredictions(
+                    f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
+                    f"{target.shape[0]}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
+                )
+            pert_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c in pert]
+            shift_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c, *_ in shift_data]
+
+            def auc(p, t=target, k=known, c=counts):
+                return resample.weighted_macro_auroc(p, t, k, c)
+
+            for s in range(len(seeds)):
+                d = auc(clean[s, -1])
+                ece = resample.weighted_ece(clean[s, -1], target, known, counts, task)
+                lo = np.stack([auc(clean[s, f]) for f in range(len(low))], axis=-1)
+                pe = np.stack([auc(p[s, 0]) for p in pert_p], axis=-1) if pert_p else None
+                sh = (
+                    np.stack(
+                        [auc(p[s, 0], t, k, c) for p, (_, t, k, c) in zip(shift_p, shift_data, strict=True)],
+                        axis=-1,
+                    )
+                    if shift_p
+                    else None
+                )
+                out[:, e, j, s] = resample.axes_from(d, ece, lo, pe, sh)
+    return out

@@ -1,0 +1,160 @@
+"""Image-level bootstrap: metrics under resampled test images, every replicate at once.
+
+A replicate draws n test images with replacement; the same draw is used for every
+encoder, seed, fraction and condition of a dataset (paired), and a shift target gets its
+own draw of its own test images. A draw is a matrix of multiplicities
+``counts [replicate, image]`` (how often each image was drawn), and every metric is a
+weighted version of the plain one:
+
+* AUROC from sorted scores with multiplicities. Sort the scores of one probe once; for
+  a replicate with counts c, the Mann-Whitney numerator is
+  ``sum_{i positive} c_i (N_below(i) + N_tied(i) / 2)``, where N_below / N_tied are the
+  total counts of negatives scoring strictly below / equal to i: a cumulative sum of
+  the sorted negative counts read at the start and end of i's run of tied scores. The
+  denominator is (positive count) x (negative count). One sort per probe, O(B n) per
+  probe for B replicates, no sort per replicate.
+* ECE: an image's bin and its (correct - confidence) gap do not depend on the draw, so
+  the per-bin gap sums of all replicates are one matrix product ``counts @ gaps_by_bin``.
+
+Axis values then follow crs-v1.md section 1 from the resampled AUROC and ECE arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crs.scoring.metrics import N_BINS
+
+
+def image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
+    """Multiplicities int32 [replicate, image]: n_images draws with replacement per replicate."""
+    if n_images < 1 or n_bootstrap < 1:
+        raise ValueError(f"need at least one image and one replicate, got {n_images} and {n_bootstrap}")
+    draw = rng.integers(0, n_images, size=(n_bootstrap, n_images))
+    offsets = draw + n_images * np.arange(n_bootstrap)[:, None]
+    counts = np.bincount(offsets.ravel(), minlength=n_bootstrap * n_images)
+    return counts.reshape(n_bootstrap, n_images).astype(np.int32)
+
+
+def weighted_auroc(
+    scores: np.ndarray, positive: np.ndarray, counts: np.ndarray, valid: np.ndarray | None = None
+) -> np.ndarray:
+    """Binary AUROC [replicate] of scores [image] with multiplicities counts [replicate, image].
+
+    Ties count one half (= sklearn ``roc_auc_score`` on the images repeated by their
+    counts). NaN for a replicate without both a positive and a negative.
+    """
+    scores = np.asarray(scores)
+    positive = np.asarray(positive, dtype=bool)
+    if valid is not None:
+        keep = np.flatnonzero(valid)
+        scores, positive, counts = scores[keep], positive[keep], counts[:, keep]
+    order = np.argsort(scores, kind="stable")
+    s, pos = scores[order], positive[order]
+    m = s.size
+    if m == 0:
+        return np.full(counts.shape[0], np.nan)
+    # each sorted position's run of tied scores: [start, end)
+    new_run = np.r_[True, s[1:] != s[:-1]]
+    run_id = np.cumsum(new_run) - 1
+    starts = np.flatnonzero(new_run)
+    ends = np.r_[starts[1:], m]
+    c = counts[:, order].astype(np.float64)  # [replicate, sorted image]
+    neg_cum = np.zeros((c.shape[0], m + 1))
+    np.cumsum(c * ~pos, axis=1, out=neg_cum[:, 1:])
+    p_idx = np.flatnonzero(pos)
+    below = neg_cum[:, starts[run_id[p_idx]]]
+    through = neg_cum[:, ends[run_id[p_idx]]]
+    cp = c[:, p_idx]
+    num = np.einsum("bj,bj->b", cp, below + through) / 2.0  # below + tied/2 = (below + through)/2
+    n_pos = cp.sum(axis=1)
+    n_neg = neg_cum[:, -1]
+    den = n_pos * n_neg
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def weighted_macro_auroc(
+    probs: np.ndarray, target: np.ndarray, known: np.ndarray, counts: np.ndarray
+) -> np.ndarray:
+    """Macro one-vs-rest (or mean per-label) AUROC [replicate] of probs [image, class].
+
+    A class without both positives and negatives in a replicate is left out of that
+    replicate's mean, as in the plain metric.
+    """
+    per_class = np.stack(
+        [
+            weighted_auroc(probs[:, k], target[:, k] == 1, counts, known[:, k])
+            for k in range(probs.shape[1])
+        ],
+        axis=1,
+    )  # [replicate, class]
+    ok = ~np.isnan(per_class)
+    n_ok = ok.sum(axis=1)
+    total = np.where(ok, per_class, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_ok > 0, total / np.maximum(n_ok, 1), np.nan)
+
+
+def _binned_ece(conf: np.ndarray, correct: np.ndarray, weights: np.ndarray, n_bins: int) -> np.ndarray:
+    """ECE [replicate] from per-image conf, correct [image] and weights [replicate, image]."""
+    bins = np.clip(np.floor(conf * n_bins).astype(int), 0, n_bins - 1)
+    gaps = np.zeros((conf.size, n_bins))
+    gaps[np.arange(conf.size), bins] = correct - conf
+    per_bin = weights @ gaps  # [replicate, bin]
+    total = weights.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, np.abs(per_bin).sum(axis=1) / np.maximum(total, 1e-300), np.nan)
+
+
+def weighted_ece(
+    probs: np.ndarray, target: np.ndarray, known: np.ndarray, counts: np.ndarray, task: str,
+    n_bins: int = N_BINS,
+) -> np.ndarray:
+    """Top-label ECE [replicate] (multi-label: mean of per-label binary ECEs), as crs.scoring.metrics.ece."""
+    w = counts.astype(np.float64)
+    if task == "multiclass":
+        conf = probs.max(axis=1)
+        correct = (probs.argmax(axis=1) == target.argmax(axis=1)).astype(float)
+        return _binned_ece(conf, correct, w, n_bins)
+    per_label = []
+    for k in range(probs.shape[1]):
+        p = probs[:, k]
+        conf = np.maximum(p, 1.0 - p)
+        correct = ((p >= 0.5) == (target[:, k] == 1)).astype(float)
+        per_label.append(_binned_ece(conf, correct, w * known[:, k], n_bins))
+    return np.nanmean(np.stack(per_label, axis=1), axis=1)
+
+
+def retain(a: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """clip((a - 0.5) / (D - 0.5), 0, 1), and 0 where D <= 0.5 (crs-v1.md section 1)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.clip((a - 0.5) / (d - 0.5), 0.0, 1.0)
+    return np.where(d > 0.5, r, 0.0)
+
+
+def axes_from(
+    d: np.ndarray,
+    ece: np.ndarray,
+    low_fraction: np.ndarray,
+    perturbed: np.ndarray | None,
+    shift: np.ndarray | None,
+) -> np.ndarray:
+    """The four axis values [..., 4] (crs-v1.md section 1) from AUROC and ECE arrays.
+
+    d, ece [...]: clean AUROC and ECE at fraction 1; low_fraction [..., f]: clean AUROC at
+    each fraction below 1; perturbed [..., c] at fraction 1 (None if none); shift [..., t]
+    the AUROC on each shift target at fraction 1 (None if none). R = (P + S) / 2 with
+    both, else whichever exists; S is the mean retention over the shift targets.
+    """
+    dd = d[..., None]
+    label_eff = retain(low_fraction, dd).mean(axis=-1)
+    parts = []
+    if perturbed is not None and perturbed.shape[-1]:
+        parts.append(retain(perturbed, dd).mean(axis=-1))
+    if shift is not None and shift.shape[-1]:
+        parts.append(retain(shift, dd).mean(axis=-1))
+    if not parts:
+        raise ValueError("robustness needs at least one perturbed or shift condition")
+    robustness = sum(parts) / len(parts)
+    return np.stack([d, 1.0 - ece, label_eff, robustness], axis=-1)
