@@ -138,3 +138,106 @@ def image_bootstrap_axes(
                 )
                 out[:, e, j, s] = resample.axes_from(d, ece, lo, pe, sh)
     return out
+
+
+def probe_metrics(
+    store: Store, records: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]
+) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """Metrics that need stored probabilities, per (encoder, dataset, seed, fraction, condition).
+
+    Returns (metrics, reliability, warnings). metrics has the columns of
+    ``metrics.all_metrics`` (balanced accuracy, classwise ECE, AURC, quadratic kappa for
+    ordinal datasets, ...), ``temperature`` (fitted per seed and fraction on the
+    ``validation`` probabilities) and ``ece_ts``, ``brier_ts``, ``nll_ts`` after
+    temperature scaling. Clean rows at every fraction of the run records, other
+    conditions at fraction 1 (what crs-v1 reads). reliability holds the top-label
+    reliability bins at fraction 1 for the clean test split and each shift target, before
+    and after scaling (``scaled``). A (dataset, encoder) without validation
+    probabilities gets null temperature columns and a warning.
+    """
+    from crs.scoring import temperature as ts
+
+    frames, rel_frames, warnings = [], [], []
+    cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
+    for dataset in datasets:
+        target, known, task, attrs = split_targets(store, dataset)
+        ordinal = bool(attrs.get("ordinal", False)) and task == "multiclass"
+        for encoder in encoders:
+            mine = cells.filter((pl.col("encoder") == encoder) & (pl.col("dataset") == dataset))
+            seeds = sorted(mine["seed"].unique().to_list())
+            temps = None
+            try:
+                val = Predictions(store, dataset, encoder, VALIDATION)
+                v_target, v_known, _, _ = split_targets(store, dataset, "val")
+                temps = (val, ts.fit(val.probs, v_target, v_known, task))  # [stored seed, stored fraction]
+            except MissingPredictions:
+                warnings.append(
+                    f"no validation probabilities for {encoder}/{dataset}: temperature-scaled "
+                    "metrics left out (re-run `crs probe` with a crs that writes them)"
+                )
+            for condition in sorted(mine["condition"].unique().to_list()):
+                kind = parse(condition).kind
+                fr = sorted(mine.filter(pl.col("condition") == condition)["fraction"].unique().to_list())
+                if kind != "clean":
+                    fr = [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
+                if not fr:
+                    continue
+                if kind == "shift":
+                    c_target, c_known, _, _ = split_targets(store, parse(condition).dataset)
+                else:
+                    c_target, c_known = target, known
+                pred = Predictions(store, dataset, encoder, condition)
+                probs = pred.select(seeds, fr)  # [seed, fraction, image, class]
+                labels = _labels_from(c_target, c_known, task)
+                keys = {"seed": seeds, "fraction": fr}
+                by = ["seed", "fraction"]
+                table = metrics.long_table(probs, labels, task, keys)
+                out = metrics.all_metrics(table, by, task, ordinal)
+                if temps is not None:
+                    val, t_all = temps
+                    s_idx = _index(val.seeds, seeds, "seeds", val.where)
+                    f_idx = _index(val.fractions, fr, "fractions", val.where)
+                    t = t_all[np.ix_(s_idx, f_idx)]
+                    scaled = metrics.long_table(ts.scale(probs, t, task), labels, task, keys)
+                    out = out.join(
+                        pl.DataFrame({"seed": np.repeat(seeds, len(fr)), "fraction": np.tile(fr, len(seeds)),
+                                      "temperature": t.reshape(-1)})
+                        .cast({"seed": out.schema["seed"], "fraction": pl.Float64}),
+                        on=by, how="left",
+                    )
+                    for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
+                        out = out.join(fn(scaled, by, task).rename({name: f"{name}_ts"}), on=by, how="left")
+                else:
+                    out = out.with_columns(
+                        temperature=pl.lit(None, pl.Float64), ece_ts=pl.lit(None, pl.Float64),
+                        brier_ts=pl.lit(None, pl.Float64), nll_ts=pl.lit(None, pl.Float64),
+                    )
+                if not ordinal:
+                    out = out.with_columns(kappa_quadratic=pl.lit(None, pl.Float64))
+                head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
+                frames.append(out.with_columns(**head))
+                if kind in ("clean", "shift") and any(abs(f - 1.0) <= FRACTION_TOL for f in fr):
+                    full = [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL][:1]
+                    views = [(False, table)]
+                    if temps is not None:
+                        views.append((True, scaled))
+                    for is_scaled, tab in views:
+                        rel = metrics.reliability(tab.filter(pl.col("fraction") == fr[full[0]]), ["seed"], task)
+                        rel_frames.append(rel.with_columns(**head, scaled=pl.lit(is_scaled)))
+    if not frames:
+        return pl.DataFrame(), pl.DataFrame(), warnings
+    cols = ["encoder", "dataset", "seed", "fraction", "condition"]
+    table = pl.concat(frames, how="diagonal_relaxed")
+    table = table.select(*cols, pl.exclude(*cols)).sort(cols)
+    rel = pl.concat(rel_frames, how="diagonal_relaxed") if rel_frames else pl.DataFrame()
+    if rel.height:
+        first = ["encoder", "dataset", "condition", "scaled", "seed"]
+        rel = rel.select(*first, pl.exclude(*first)).sort(*first, *[c for c in ("class", "bin") if c in rel.columns])
+    return table, rel, warnings
+
+
+def _labels_from(target: np.ndarray, known: np.ndarray, task: str) -> np.ndarray:
+    """Stored-label form (class index, or int8 {1, 0, -1}) back from target and known."""
+    if task == "multiclass":
+        return target.argmax(axis=1)
+    return np.where(known, target, -1).astype(np.int8)
