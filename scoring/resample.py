@@ -3,7 +3,7 @@
 A replicate draws n test images with replacement; the same draw is used for every
 encoder, seed, fraction and condition of a dataset (paired), and a shift target gets its
 own draw of its own test images. A draw is a matrix of multiplicities
-``counts [replicate, image]`` (how often each image was drawn), and every metric is a
+``counts [image, replicate]`` (how often each image was drawn), and every metric is a
 weighted version of the plain one:
 
 * AUROC from sorted scores with multiplicities. Sort the scores of one probe once; for
@@ -14,7 +14,7 @@ weighted version of the plain one:
   denominator is (positive count) x (negative count). One sort per probe, O(B n) per
   probe for B replicates, no sort per replicate.
 * ECE: an image's bin and its (correct - confidence) gap do not depend on the draw, so
-  the per-bin gap sums of all replicates are one matrix product ``counts @ gaps_by_bin``.
+  the per-bin gap sums of all replicates are one matrix product ``gaps_by_bin @ counts``.
 
 Axis values then follow crs-v1.md section 1 from the resampled AUROC and ECE arrays.
 """
@@ -27,19 +27,23 @@ from crs.scoring.metrics import N_BINS
 
 
 def image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
-    """Multiplicities int32 [replicate, image]: n_images draws with replacement per replicate."""
+    """Multiplicities int32 [image, replicate]: n_images draws with replacement per replicate.
+
+    Images are the leading axis so that reordering images (one sort per probe) moves
+    whole contiguous rows and cumulative sums run down the rows, vectorised over replicates.
+    """
     if n_images < 1 or n_bootstrap < 1:
         raise ValueError(f"need at least one image and one replicate, got {n_images} and {n_bootstrap}")
     draw = rng.integers(0, n_images, size=(n_bootstrap, n_images))
     offsets = draw + n_images * np.arange(n_bootstrap)[:, None]
     counts = np.bincount(offsets.ravel(), minlength=n_bootstrap * n_images)
-    return counts.reshape(n_bootstrap, n_images).astype(np.int32)
+    return np.ascontiguousarray(counts.reshape(n_bootstrap, n_images).T.astype(np.int32))
 
 
 def weighted_auroc(
     scores: np.ndarray, positive: np.ndarray, counts: np.ndarray, valid: np.ndarray | None = None
 ) -> np.ndarray:
-    """Binary AUROC [replicate] of scores [image] with multiplicities counts [replicate, image].
+    """Binary AUROC [replicate] of scores [image] with multiplicities counts [image, replicate].
 
     Ties count one half (= sklearn ``roc_auc_score`` on the images repeated by their
     counts). NaN for a replicate without both a positive and a negative.
@@ -48,27 +52,30 @@ def weighted_auroc(
     positive = np.asarray(positive, dtype=bool)
     if valid is not None:
         keep = np.flatnonzero(valid)
-        scores, positive, counts = scores[keep], positive[keep], counts[:, keep]
+        scores, positive, counts = scores[keep], positive[keep], counts[keep]
+    n_rep = counts.shape[1]
+    if scores.size == 0:
+        return np.full(n_rep, np.nan)
     order = np.argsort(scores, kind="stable")
     s, pos = scores[order], positive[order]
-    m = s.size
-    if m == 0:
-        return np.full(counts.shape[0], np.nan)
-    # each sorted position's run of tied scores: [start, end)
-    new_run = np.r_[True, s[1:] != s[:-1]]
-    run_id = np.cumsum(new_run) - 1
-    starts = np.flatnonzero(new_run)
-    ends = np.r_[starts[1:], m]
-    c = counts[:, order].astype(np.float64)  # [replicate, sorted image]
-    neg_cum = np.zeros((c.shape[0], m + 1))
-    np.cumsum(c * ~pos, axis=1, out=neg_cum[:, 1:])
     p_idx = np.flatnonzero(pos)
-    below = neg_cum[:, starts[run_id[p_idx]]]
-    through = neg_cum[:, ends[run_id[p_idx]]]
-    cp = c[:, p_idx]
-    num = np.einsum("bj,bj->b", cp, below + through) / 2.0  # below + tied/2 = (below + through)/2
-    n_pos = cp.sum(axis=1)
-    n_neg = neg_cum[:, -1]
+    c = counts[order]  # [sorted image, replicate]
+    cp = c[p_idx].astype(np.float64)  # positive multiplicities
+    c[p_idx] = 0
+    # int32 counts (image_counts) sum to n per replicate; other dtypes keep their kind
+    kind = np.float64 if np.issubdtype(c.dtype, np.floating) else c.dtype if c.dtype == np.int32 else np.int64
+    neg = np.zeros((s.size + 1, n_rep), dtype=kind)
+    np.cumsum(c, axis=0, out=neg[1:])  # neg[i] = negative draws among the i lowest scores
+    new_run = np.r_[True, s[1:] != s[:-1]]
+    if new_run.all():  # no ties: the negatives below a positive are those before it
+        num = np.einsum("jb,jb->b", cp, neg[p_idx + 1].astype(np.float64))
+    else:  # below + tied / 2 = (negatives before its run + negatives through its run) / 2
+        starts = np.flatnonzero(new_run)
+        run = np.cumsum(new_run)[p_idx] - 1
+        ends = np.r_[starts[1:], s.size]
+        edge = neg[starts[run]].astype(np.float64) + neg[ends[run]]
+        num = np.einsum("jb,jb->b", cp, edge) / 2.0
+    n_pos, n_neg = cp.sum(axis=0), neg[-1].astype(np.float64)
     den = n_pos * n_neg
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
@@ -97,14 +104,14 @@ def weighted_macro_auroc(
 
 
 def _binned_ece(conf: np.ndarray, correct: np.ndarray, weights: np.ndarray, n_bins: int) -> np.ndarray:
-    """ECE [replicate] from per-image conf, correct [image] and weights [replicate, image]."""
+    """ECE [replicate] from per-image conf, correct [image] and weights [image, replicate]."""
     bins = np.clip(np.floor(conf * n_bins).astype(int), 0, n_bins - 1)
-    gaps = np.zeros((conf.size, n_bins))
-    gaps[np.arange(conf.size), bins] = correct - conf
-    per_bin = weights @ gaps  # [replicate, bin]
-    total = weights.sum(axis=1)
+    gaps = np.zeros((n_bins, conf.size))
+    gaps[bins, np.arange(conf.size)] = correct - conf
+    per_bin = gaps @ weights  # [bin, replicate]
+    total = weights.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, np.abs(per_bin).sum(axis=1) / np.maximum(total, 1e-300), np.nan)
+        return np.where(total > 0, np.abs(per_bin).sum(axis=0) / np.maximum(total, 1e-300), np.nan)
 
 
 def weighted_ece(
@@ -112,17 +119,17 @@ def weighted_ece(
     n_bins: int = N_BINS,
 ) -> np.ndarray:
     """Top-label ECE [replicate] (multi-label: mean of per-label binary ECEs), as crs.scoring.metrics.ece."""
-    w = counts.astype(np.float64)
+    w = counts if counts.dtype == np.float64 else counts.astype(np.float64)
     if task == "multiclass":
-        conf = probs.max(axis=1)
+        conf = probs.max(axis=1).astype(np.float64)
         correct = (probs.argmax(axis=1) == target.argmax(axis=1)).astype(float)
         return _binned_ece(conf, correct, w, n_bins)
     per_label = []
     for k in range(probs.shape[1]):
-        p = probs[:, k]
+        p = probs[:, k].astype(np.float64)
         conf = np.maximum(p, 1.0 - p)
         correct = ((p >= 0.5) == (target[:, k] == 1)).astype(float)
-        per_label.append(_binned_ece(conf, correct, w * known[:, k], n_bins))
+        per_label.append(_binned_ece(conf, correct, w * known[:, k, None], n_bins))
     return np.nanmean(np.stack(per_label, axis=1), axis=1)
 
 

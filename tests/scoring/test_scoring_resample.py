@@ -23,15 +23,15 @@ def test_weighted_auroc_equals_sklearn_on_repeated_images(seed, n, coarse):
     positive = rng.random(n) < 0.5
     counts = resample.image_counts(n, 6, rng)
     got = resample.weighted_auroc(scores, positive, counts)
-    for b in range(counts.shape[0]):
-        rep = np.repeat(np.arange(n), counts[b])
+    for b in range(counts.shape[1]):
+        rep = np.repeat(np.arange(n), counts[:, b])
         y = positive[rep]
         if y.all() or not y.any():
             assert np.isnan(got[b])
         else:
             assert got[b] == pytest.approx(roc_auc_score(y, scores[rep]))
             # sklearn's sample_weight route gives the same number
-            assert got[b] == pytest.approx(roc_auc_score(positive, scores, sample_weight=counts[b]))
+            assert got[b] == pytest.approx(roc_auc_score(positive, scores, sample_weight=counts[:, b]))
 
 
 def test_unit_counts_reproduce_plain_metrics():
@@ -45,7 +45,7 @@ def test_unit_counts_reproduce_plain_metrics():
             p = rng.random((n, k))
             labels = rng.integers(-1, 2, (n, k)).astype(np.int8)
         t, known = metrics.targets(labels, task, k)
-        ones = np.ones((1, n), dtype=np.int32)
+        ones = np.ones((n, 1), dtype=np.int32)
         table = metrics.long_table(p, labels, task)
         assert resample.weighted_macro_auroc(p, t, known, ones)[0] == pytest.approx(
             metrics.auroc(table).item()
@@ -58,7 +58,7 @@ def test_unit_counts_reproduce_plain_metrics():
         got_auc = resample.weighted_macro_auroc(p, t, known, counts)
         got_ece = resample.weighted_ece(p, t, known, counts, task)
         for b in range(3):
-            rep = np.repeat(np.arange(n), counts[b])
+            rep = np.repeat(np.arange(n), counts[:, b])
             tb = metrics.long_table(p[rep], labels[rep], task)
             assert got_auc[b] == pytest.approx(metrics.auroc(tb).item())
             assert got_ece[b] == pytest.approx(metrics.ece(tb, (), task).item())
@@ -68,7 +68,7 @@ def test_image_counts_seeded_and_complete():
     a = resample.image_counts(50, 20, np.random.default_rng(7))
     b = resample.image_counts(50, 20, np.random.default_rng(7))
     assert np.array_equal(a, b)
-    assert (a.sum(axis=1) == 50).all() and a.min() >= 0
+    assert a.shape == (50, 20) and (a.sum(axis=0) == 50).all() and a.min() >= 0
     with pytest.raises(ValueError, match="at least one image"):
         resample.image_counts(0, 5, np.random.default_rng(0))
 

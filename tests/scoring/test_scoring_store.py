@@ -20,7 +20,7 @@ def built(make_store, tmp_path):
 
 def test_unit_counts_give_the_run_record_axes(built, monkeypatch):
     store, records = built
-    monkeypatch.setattr(resample, "image_counts", lambda n, b, rng: np.ones((b, n), dtype=np.int32))
+    monkeypatch.setattr(resample, "image_counts", lambda n, b, rng: np.ones((n, b), dtype=np.int32))
     encoders, seeds = sorted(QUALITY), [0, 1, 2]
     x = image_bootstrap_axes(store, used_rows(records), encoders, ["d1"], seeds, 2, np.random.default_rng(0))
     want = axes_by_seed(records)
