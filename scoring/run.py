@@ -25,9 +25,11 @@ from crs.scoring.bootstrap import (
     score_replicates,
     seed_means_of,
     seed_tensor,
+    seed_weights,
     summarise,
 )
 from crs.scoring.ranks import compare, rank_desc
+from crs.store import StoreError
 
 CRS_VERSION = "1"
 MEDIAN = core.MEDIAN
@@ -233,12 +235,12 @@ def score(
                     store, used, encoders, datasets, seeds, int(n_bootstrap),
                     np.random.default_rng([seed, 1]),
                 )
-            except MissingPredictions as exc:
+            except (MissingPredictions, StoreError) as exc:
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
         if x_rep is None:
             unit = "seed"
     if x_rep is None:
-        x_boot = np.einsum("bs,edsa->beda", _weights(draw, len(seeds)), x_seed)
+        x_boot = np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed)
     else:
         x_boot = seed_means_of(x_rep, draw if unit == "both" else None)
     reps = score_replicates(x_boot, ref, w)
@@ -312,7 +314,7 @@ def score(
         try:
             probe_metrics, reliability, notes = from_store(store, records, encoders, datasets)
             warnings.extend(notes)
-        except MissingPredictions as exc:
+        except (MissingPredictions, StoreError) as exc:
             warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
         if probe_metrics.height:
             keys = ["encoder", "dataset", "seed", "fraction", "condition"]
@@ -366,11 +368,6 @@ EXTRA_METRICS = (
     "temperature", "ece_ts", "brier_ts", "nll_ts",
 )  # fmt: skip
 
-
-def _weights(draw: np.ndarray, n_seeds: int) -> np.ndarray:
-    from crs.scoring.bootstrap import seed_weights
-
-    return seed_weights(draw, n_seeds)
 
 
 def _grid(means: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]) -> np.ndarray:

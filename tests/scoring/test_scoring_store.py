@@ -33,15 +33,15 @@ def test_unit_counts_give_the_run_record_axes(built, monkeypatch):
 @pytest.mark.parametrize("unit", ["image", "both"])
 def test_image_bootstrap(built, unit):
     store, records = built
-    s = score(records, store=store, bootstrap_unit=unit, n_bootstrap=100, seed=3)
+    s = score(records, store=store, bootstrap_unit=unit, n_bootstrap=40, seed=3)
     assert s.settings["bootstrap"]["unit"] == unit
     assert "requested_unit" not in s.settings["bootstrap"]
     enc = s.encoders
     assert (enc["crs_low"] <= enc["crs_high"]).all()
     assert enc["p_rank1"].sum() == pytest.approx(1.0)
-    again = score(records, store=store, bootstrap_unit=unit, n_bootstrap=100, seed=3)
+    again = score(records, store=store, bootstrap_unit=unit, n_bootstrap=40, seed=3)
     assert again.encoders.equals(enc)  # seeded
-    seed_only = score(records, store=store, bootstrap_unit="seed", n_bootstrap=100, seed=3)
+    seed_only = score(records, store=store, bootstrap_unit="seed", n_bootstrap=40, seed=3)
     # point estimates do not depend on the unit; the intervals do
     assert seed_only.encoders["crs"].to_list() == enc["crs"].to_list()
     assert seed_only.encoders["crs_low"].to_list() != enc["crs_low"].to_list()
@@ -95,7 +95,7 @@ def test_probe_metrics_and_temperature(built):
     assert pm["kappa_quadratic"].null_count() == 0  # the fixture's dataset is ordinal
     assert set(rel["condition"]) == {"clean", "shift:d1_site2"}
     assert set(rel["scaled"]) == {False, True}
-    s = score(records, store=store, n_bootstrap=20)
+    s = score(records, store=store, n_bootstrap=5)
     assert {"aurc", "ece_ts", "temperature", "balanced_accuracy"} <= set(s.metric_table["metric"])
     assert s.probe_metrics.height == pm.height
 
