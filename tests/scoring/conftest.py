@@ -97,6 +97,7 @@ def build_store(
     k: int = 3,
     validation: bool = True,
     rng_seed: int = 0,
+    task: str = "multiclass",
 ):
     """A tiny store with test (and validation) probabilities, and run records computed from them.
 
@@ -104,7 +105,7 @@ def build_store(
     images; conditions clean, gaussian_noise@1 and shift:d1_site2. A higher ``quality``
     gives more accurate probabilities; smaller fractions and the perturbed and shift
     conditions add noise. Probabilities are over-confident (the fitted temperature is
-    about 2.5).
+    about 2.5). ``task='multilabel'``: k labels, some unknown (-1), per-label sigmoids.
     """
     from crs.scoring import metrics
     from crs.store import SPLIT_CODE, DatasetTable, Store
@@ -115,11 +116,17 @@ def build_store(
     labels_by = {}
     for name, shift_target in (("d1", "d1_site2"), ("d1_site2", None)):
         n = n_test + n_val + n_train
-        labels = rng.integers(0, k, n)
-        labels[:k] = np.arange(k)
+        if task == "multiclass":
+            labels = rng.integers(0, k, n)
+            labels[:k] = np.arange(k)
+        else:
+            labels = rng.integers(0, 2, (n, k)).astype(np.int8)
+            labels[rng.random((n, k)) < 0.1] = -1
+            labels[:2] = [[1] * k, [0] * k]
+            labels[n_test : n_test + 2] = [[1] * k, [0] * k]
         split = np.array([SPLIT_CODE["test"]] * n_test + [SPLIT_CODE["val"]] * n_val
                          + [SPLIT_CODE["train"]] * n_train, dtype=np.int8)  # fmt: skip
-        attrs = {"task": "multiclass", "classes": [f"c{i}" for i in range(k)], "ordinal": True}
+        attrs = {"task": task, "classes": [f"c{i}" for i in range(k)], "ordinal": task == "multiclass"}
         if shift_target:
             attrs["shift_target"] = shift_target
         store.write_dataset(DatasetTable(name, np.array([f"{name}-{i}" for i in range(n)]), labels,
@@ -138,18 +145,22 @@ def build_store(
             noise = rng.normal(size=(len(seeds), len(fractions), len(idx), k))
             frac_noise = np.array([1.0 - f for f in fractions])[None, :, None, None]
             mu, sigma = 2.0 * q, 1.0 + extra + frac_noise
-            z = mu * np.eye(k)[y] + sigma * noise
-            # (mu / sigma^2) z are the Bayes posterior logits; 2.5 times them is over-confident
-            probs = _softmax(z * 2.5 * mu / sigma**2)
+            if task == "multiclass":
+                z = mu * np.eye(k)[y] + sigma * noise
+                # (mu / sigma^2) z are the Bayes posterior logits; 2.5 times them is over-confident
+                probs = _softmax(z * 2.5 * mu / sigma**2)
+            else:
+                z = mu * (2.0 * (y == 1) - 1.0) + sigma * noise
+                probs = 1.0 / (1.0 + np.exp(-z * 2.5 * 2.0 * mu / sigma**2))
             store.write_predictions("d1", enc, cond, probs, {
                 "seeds": list(seeds), "fractions": list(fractions), "classes": [f"c{i}" for i in range(k)],
             })  # fmt: skip
             if cond == "validation":
                 continue
-            long = metrics.long_table(probs, y, "multiclass", {"seed": list(seeds), "fraction": list(fractions)})
-            m = metrics.all_metrics(long, ["seed", "fraction"], "multiclass")
+            long = metrics.long_table(probs, y, task, {"seed": list(seeds), "fraction": list(fractions)})
+            m = metrics.all_metrics(long, ["seed", "fraction"], task)
             for r in m.iter_rows(named=True):
-                rows.append({"encoder": enc, "dataset": "d1", "seed": r["seed"], "fraction": r["fraction"],
+                rows.append({"encoder": enc, "dataset": "d1", "task": task, "seed": r["seed"], "fraction": r["fraction"],
                              "condition": cond, "auroc": r["auroc"], "ece": r["ece"], "brier": r["brier"],
                              "nll": r["nll"], "accuracy": r["accuracy"], "n_eval": len(idx)})  # fmt: skip
     return store, table(rows)

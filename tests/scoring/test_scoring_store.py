@@ -106,3 +106,16 @@ def test_missing_validation_probabilities_warn(make_store, tmp_path):
     assert len(warnings) == len(QUALITY) and "validation" in warnings[0]
     assert pm["temperature"].null_count() == pm.height
     assert pm["aurc"].null_count() == 0
+
+
+def test_multilabel_store(make_store, tmp_path):
+    store, records = make_store(tmp_path / "s.zarr", QUALITY, task="multilabel", rng_seed=2)
+    pm, rel, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
+    assert warnings == []
+    joined = pm.join(records, on=["encoder", "dataset", "seed", "fraction", "condition"], suffix="_rec")
+    assert joined["auroc"].to_numpy() == pytest.approx(joined["auroc_rec"].to_numpy())
+    assert joined["ece"].to_numpy() == pytest.approx(joined["ece_rec"].to_numpy())
+    assert pm["kappa_quadratic"].null_count() == pm.height  # not ordinal
+    assert (pm["temperature"] > 1.0).all()
+    s = score(records, store=store, bootstrap_unit="image", n_bootstrap=30)
+    assert s.settings["bootstrap"]["unit"] == "image" and s.settings["warnings"] == []
