@@ -153,11 +153,11 @@ def probe_metrics(
     conditions at fraction 1 (what crs-v1 reads). reliability holds the top-label
     reliability bins at fraction 1 for the clean test split and each shift target, before
     and after scaling (``scaled``). A (dataset, encoder) without validation
-    probabilities gets null temperature columns and a warning.
+    probabilities gets null temperature columns, and one warning names them all.
     """
     from crs.scoring import temperature as ts
 
-    frames, rel_frames, warnings = [], [], []
+    frames, rel_frames, warnings, no_validation = [], [], [], []
     cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
     for dataset in datasets:
         target, known, task, attrs = split_targets(store, dataset)
@@ -171,10 +171,7 @@ def probe_metrics(
                 v_target, v_known, _, _ = split_targets(store, dataset, "val")
                 temps = (val, ts.fit(val.probs, v_target, v_known, task))  # [stored seed, stored fraction]
             except MissingPredictions:
-                warnings.append(
-                    f"no validation probabilities for {encoder}/{dataset}: temperature-scaled "
-                    "metrics left out (re-run `crs probe` with a crs that writes them)"
-                )
+                no_validation.append(f"{encoder}/{dataset}")
             for condition in sorted(mine["condition"].unique().to_list()):
                 kind = parse(condition).kind
                 fr = sorted(mine.filter(pl.col("condition") == condition)["fraction"].unique().to_list())
@@ -224,6 +221,11 @@ def probe_metrics(
                     for is_scaled, tab in views:
                         rel = metrics.reliability(tab.filter(pl.col("fraction") == fr[full[0]]), ["seed"], task)
                         rel_frames.append(rel.with_columns(**head, scaled=pl.lit(is_scaled)))
+    if no_validation:
+        warnings.append(
+            f"no validation probabilities for {', '.join(no_validation)}: temperature-scaled "
+            "metrics left out (re-run `crs probe` with a crs that writes them)"
+        )
     if not frames:
         return pl.DataFrame(), pl.DataFrame(), warnings
     cols = ["encoder", "dataset", "seed", "fraction", "condition"]
