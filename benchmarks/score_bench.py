@@ -3,7 +3,8 @@
 1. A run-record table of 15 encoders x 3 datasets (one with a shift target) x 5 seeds:
    clean at 7 label fractions plus 68 perturbed conditions (and the shift) at fraction 1,
    about 17,000 rows. Times ``score(..., n_bootstrap=1000)`` (the seed-paired bootstrap
-   and everything else ``crs score`` computes from run records), and the same
+   and everything else ``crs score`` computes from run records; ``seed_bootstrap_s``),
+   ``crs score --bootstrap 1000`` in a fresh process (imports and writes included), and the same
    seed bootstrap as a loop that recomputes seed means and scores one replicate at a time.
 2. The image-level bootstrap on probabilities of 15 encoders x 5 seeds x 5,000 test
    images x 8 classes: B = 1000 replicates of D (macro AUROC) and C (1 - ECE) per
@@ -22,6 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -120,6 +124,18 @@ def main() -> None:
     t0 = time.perf_counter()
     seed_loop(x_seed, draw)
     seed_loop_s = time.perf_counter() - t0
+    # the command itself, in a fresh process: imports, reading the Parquet, writing every table
+    with tempfile.TemporaryDirectory() as tmp:
+        from crs.records import records_dir
+
+        records_dir(tmp).mkdir(parents=True)
+        records.write_parquet(records_dir(tmp) / "bench.parquet")
+        cmd = [sys.executable, "-m", "crs.cli", "score", "--results", tmp, "--bootstrap", str(args.bootstrap),
+               "--reference", "median", "--store", f"{tmp}/no-store.zarr", "--quiet"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        cli_s = time.perf_counter() - t0
+    print(f"`crs score --bootstrap {args.bootstrap}` on them (no store), a fresh process: {cli_s:.2f} s wall")
     print(f"run records: {records.height} rows; score(..., n_bootstrap={args.bootstrap}) "
           f"{seed_s:.2f} s wall, {seed_cpu:.2f} s CPU in all (leader {scores.encoders['encoder'][0]})")
     print(f"seed bootstrap alone: vectorised {seed_core_s * 1e3:.1f} ms, per-replicate loop "
@@ -173,6 +189,7 @@ def main() -> None:
         "image_bootstrap_s": round(image_s, 2),
         "loop_ratio": round(ratio, 1),
         "seed_bootstrap_cpu_s": round(seed_cpu, 3),
+        "crs_score_cli_s": round(cli_s, 2),
         "image_bootstrap_cpu_s": round(image_cpu, 2),
         "loop_ratio_cpu": round(loop_cpu / image_cpu, 1),
         "seed_bootstrap_core_s": round(seed_core_s, 4),
