@@ -10,6 +10,7 @@ hands arrays to the pure cores in ``resample``, ``temperature`` and ``metrics``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -140,24 +141,32 @@ def image_bootstrap_axes(
     return out
 
 
+class ProbeMetrics(NamedTuple):
+    metrics: pl.DataFrame  # per (encoder, dataset, seed, fraction, condition)
+    reliability: pl.DataFrame  # reliability-diagram bins at fraction 1, clean and shift
+    per_class: pl.DataFrame  # AUROC per class or label at fraction 1, clean and shift
+    warnings: list[str]
+
+
 def probe_metrics(
     store: Store, records: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]
-) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+) -> ProbeMetrics:
     """Metrics that need stored probabilities, per (encoder, dataset, seed, fraction, condition).
 
-    Returns (metrics, reliability, warnings). metrics has the columns of
+    Returns ProbeMetrics(metrics, reliability, per_class, warnings). metrics has the columns of
     ``metrics.all_metrics`` (balanced accuracy, classwise ECE, AURC, quadratic kappa for
     ordinal datasets, ...), ``temperature`` (fitted per seed and fraction on the
     ``validation`` probabilities) and ``ece_ts``, ``brier_ts``, ``nll_ts`` after
     temperature scaling. Clean rows at every fraction of the run records, other
     conditions at fraction 1 (what crs-v1 reads). reliability holds the top-label
     reliability bins at fraction 1 for the clean test split and each shift target, before
-    and after scaling (``scaled``). A (dataset, encoder) without validation
+    and after scaling (``scaled``); per_class the one-vs-rest AUROC of each class (each
+    label, multi-label) there, with its name. A (dataset, encoder) without validation
     probabilities gets null temperature columns, and one warning names them all.
     """
     from crs.scoring import temperature as ts
 
-    frames, rel_frames, warnings, no_validation = [], [], [], []
+    frames, rel_frames, class_frames, warnings, no_validation = [], [], [], [], []
     cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
     for dataset in datasets:
         target, known, task, attrs = split_targets(store, dataset)
@@ -218,6 +227,12 @@ def probe_metrics(
                     views = [(False, table)]
                     if temps is not None:
                         views.append((True, scaled))
+                    at_full = table.filter(pl.col("fraction") == fr[full[0]])
+                    names = pl.DataFrame({"class": list(range(len(attrs["classes"]))),
+                                          "class_name": [str(c) for c in attrs["classes"]]},
+                                         schema={"class": pl.Int64, "class_name": pl.String})
+                    per_class = metrics.auroc_per_class(at_full, ["seed"]).join(names, on="class", how="left")
+                    class_frames.append(per_class.with_columns(**head))
                     for is_scaled, tab in views:
                         rel = metrics.reliability(tab.filter(pl.col("fraction") == fr[full[0]]), ["seed"], task)
                         rel_frames.append(rel.with_columns(**head, scaled=pl.lit(is_scaled)))
@@ -227,7 +242,7 @@ def probe_metrics(
             "metrics left out (re-run `crs probe` with a crs that writes them)"
         )
     if not frames:
-        return pl.DataFrame(), pl.DataFrame(), warnings
+        return ProbeMetrics(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), warnings)
     cols = ["encoder", "dataset", "seed", "fraction", "condition"]
     table = pl.concat(frames, how="diagonal_relaxed")
     table = table.select(*cols, pl.exclude(*cols)).sort(cols)
@@ -235,7 +250,11 @@ def probe_metrics(
     if rel.height:
         first = ["encoder", "dataset", "condition", "scaled", "seed"]
         rel = rel.select(*first, pl.exclude(*first)).sort(*first, *[c for c in ("class", "bin") if c in rel.columns])
-    return table, rel, warnings
+    per_class = pl.concat(class_frames, how="diagonal_relaxed") if class_frames else pl.DataFrame()
+    if per_class.height:
+        first = ["encoder", "dataset", "condition", "seed", "class", "class_name"]
+        per_class = per_class.select(*first, "auroc").sort(first[:5])
+    return ProbeMetrics(table, rel, per_class, warnings)
 
 
 def _labels_from(target: np.ndarray, known: np.ndarray, task: str) -> np.ndarray:

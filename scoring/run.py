@@ -54,6 +54,7 @@ class Scores:
     # per (encoder, dataset, seed, fraction, condition), from stored probabilities
     probe_metrics: pl.DataFrame = field(default_factory=pl.DataFrame)
     reliability: pl.DataFrame = field(default_factory=pl.DataFrame)  # reliability-diagram bins
+    auroc_per_class: pl.DataFrame = field(default_factory=pl.DataFrame)  # per class / label
     robustness: pl.DataFrame = field(default_factory=pl.DataFrame)  # retention per condition
     label_efficiency: pl.DataFrame = field(default_factory=pl.DataFrame)  # AUROC vs fraction
     calibration_shift: pl.DataFrame = field(default_factory=pl.DataFrame)  # ECE clean vs shift
@@ -86,6 +87,7 @@ class Scores:
             "weight_leaders": self.weight_leaders,
             "probe_metrics": self.probe_metrics,
             "reliability": self.reliability,
+            "auroc_per_class": self.auroc_per_class,
             "robustness": self.robustness,
             "label_efficiency": self.label_efficiency,
             "calibration_under_shift": self.calibration_shift,
@@ -301,7 +303,7 @@ def score(
     )
 
     per_seed = records
-    probe_metrics = reliability = pl.DataFrame()
+    probe_metrics = reliability = per_class = pl.DataFrame()
     if store is None:
         warnings.append(
             "no store given: balanced accuracy, kappa, classwise ECE, AURC, temperature "
@@ -312,8 +314,9 @@ def score(
         from crs.scoring.predictions import MissingPredictions, probe_metrics as from_store
 
         try:
-            probe_metrics, reliability, notes = from_store(store, records, encoders, datasets)
-            warnings.extend(notes)
+            found = from_store(store, records, encoders, datasets)
+            probe_metrics, reliability, per_class = found.metrics, found.reliability, found.per_class
+            warnings.extend(found.warnings)
         except (MissingPredictions, StoreError) as exc:
             warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
         if probe_metrics.height:
@@ -357,6 +360,7 @@ def score(
         metric_table=analysis.metric_table(per_seed, metric_names),
         probe_metrics=probe_metrics,
         reliability=reliability,
+        auroc_per_class=per_class,
         robustness=analysis.robustness_detail(used),
         label_efficiency=analysis.label_efficiency_curve(used, draw, seeds),
         calibration_shift=analysis.calibration_under_shift(records),

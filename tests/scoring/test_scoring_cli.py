@@ -35,7 +35,7 @@ def test_image_bootstrap_from_the_store(make_store, tmp_path):
     assert out["settings"]["warnings"] == []
     table = pl.read_parquet(results / "metric_table.parquet")
     assert {"auroc", "aurc", "ece_ts", "kappa_quadratic"} <= set(table["metric"])
-    for name in ("pareto", "weight_sensitivity", "reliability", "probe_metrics"):
+    for name in ("pareto", "weight_sensitivity", "reliability", "probe_metrics", "auroc_per_class"):
         assert (results / "scores" / f"{name}.parquet").exists(), name
 
 

@@ -81,8 +81,14 @@ def test_falls_back_when_probabilities_are_missing(built):
 
 def test_probe_metrics_and_temperature(built):
     store, records = built
-    pm, rel, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
+    pm, rel, per_class, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
     assert warnings == []
+    # per class at fraction 1: 3 encoders x 2 conditions x 3 seeds x 3 classes, macro mean = AUROC
+    assert per_class.height == 3 * 2 * 3 * 3 and set(per_class["class_name"]) == {"c0", "c1", "c2"}
+    macro = per_class.group_by("encoder", "condition", "seed").agg(pl.col("auroc").mean())
+    check = macro.join(pm.filter(pl.col("fraction") == 1.0), on=["encoder", "condition", "seed"], suffix="_pm")
+    assert check.height == macro.height
+    assert check["auroc"].to_numpy() == pytest.approx(check["auroc_pm"].to_numpy())
     # clean rows at both fractions, the other two conditions at fraction 1
     assert pm.height == len(QUALITY) * 3 * (2 + 1 + 1)
     joined = pm.join(records, on=["encoder", "dataset", "seed", "fraction", "condition"], suffix="_rec")
@@ -102,7 +108,7 @@ def test_probe_metrics_and_temperature(built):
 
 def test_missing_validation_probabilities_warn(make_store, tmp_path):
     store, records = make_store(tmp_path / "s.zarr", QUALITY, validation=False)
-    pm, _, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
+    pm, _, _, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
     assert len(warnings) == 1 and "no validation probabilities for a/d1, b/d1, c/d1" in warnings[0]
     assert pm["temperature"].null_count() == pm.height
     assert pm["aurc"].null_count() == 0
@@ -110,7 +116,7 @@ def test_missing_validation_probabilities_warn(make_store, tmp_path):
 
 def test_multilabel_store(make_store, tmp_path):
     store, records = make_store(tmp_path / "s.zarr", QUALITY, task="multilabel", rng_seed=2)
-    pm, rel, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
+    pm, rel, _, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
     assert warnings == []
     joined = pm.join(records, on=["encoder", "dataset", "seed", "fraction", "condition"], suffix="_rec")
     assert joined["auroc"].to_numpy() == pytest.approx(joined["auroc_rec"].to_numpy())
