@@ -173,7 +173,12 @@ def test_bin_edge_convention_pinned():
     rel = m.reliability(m.long_table(p, np.array([1, 0]), "multiclass"), (), "multiclass", "class")
     bins = rel.filter(pl.col("class") == 1)["bin"].to_list()
     assert bins == [6, 7]  # 0.4 -> bin 6 = [6/15, 7/15), 0.5 -> bin 7
-    assert np.searchsorted(edges[1:-1], v) == 5  # sklearn's binning of the same value
+    # 0.4 and 0.41 share bin 6 here; sklearn's calibration_curve puts 0.4 in the bin below
+    p = np.array([[1 - v, v], [0.59, 0.41]])
+    rel = m.reliability(m.long_table(p, np.array([1, 0]), "multiclass"), (), "multiclass", "class")
+    assert rel.filter(pl.col("class") == 1)["bin"].to_list() == [6]
+    _, sk_pred = calibration_curve([1, 0], p[:, 1], n_bins=m.N_BINS, strategy="uniform")
+    assert sk_pred.tolist() == pytest.approx([v, 0.41])  # two bins
     # 1.0 falls in the last bin, 0.0 in the first
     p = np.array([[1.0, 0.0], [0.0, 1.0]])
     rel = m.reliability(m.long_table(p, np.array([0, 0]), "multiclass"), (), "multiclass", "class")
