@@ -14,7 +14,7 @@ weighted version of the plain one:
   denominator is (positive count) x (negative count). One sort per probe, O(B n) per
   probe for B replicates, no sort per replicate.
 * ECE: an image's bin and its (correct - confidence) gap do not depend on the draw, so
-  the per-bin gap sums of all replicates are one matrix product ``gaps_by_bin @ counts``.
+  the per-bin gap sums of all replicates are one weighted sum per bin over its images.
 
 Axis values then follow crs-v1.md section 1 from the resampled AUROC and ECE arrays.
 """

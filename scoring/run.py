@@ -28,6 +28,7 @@ from crs.scoring.bootstrap import (
     seed_weights,
     summarise,
 )
+from crs.scoring.predictions import VALIDATION
 from crs.scoring.ranks import compare, rank_desc
 from crs.store import StoreError
 
@@ -191,6 +192,8 @@ def score(
     if bootstrap_unit not in UNITS:
         raise ValueError(f"bootstrap unit must be one of {UNITS}, not {bootstrap_unit!r}")
     require_columns(records)
+    # rows a probe may keep for its validation split serve temperature scaling, never the axes
+    records = records.filter(pl.col("condition") != VALIDATION)
     present = sorted(records.get_column("encoder").unique().to_list())
     if len(present) < 2:
         raise ValueError(f"CRS compares encoders and needs at least 2, the records hold {present}")

@@ -125,3 +125,11 @@ def test_multilabel_store(make_store, tmp_path):
     assert (pm["temperature"] > 1.0).all()
     s = score(records, store=store, bootstrap_unit="image", n_bootstrap=30)
     assert s.settings["bootstrap"]["unit"] == "image" and s.settings["warnings"] == []
+
+
+def test_validation_rows_in_the_records_are_not_a_condition(built):
+    _, records = built
+    val = records.filter(pl.col("condition") == "clean").with_columns(condition=pl.lit("validation"))
+    a = score(records, n_bootstrap=10)
+    b = score(pl.concat([records, val]), n_bootstrap=10)
+    assert a.encoders.equals(b.encoders)
