@@ -329,19 +329,29 @@ def warn_not_converged(summaries) -> None:
 
 
 # -------------------------------------------------------------------- score
-def run_score(results, *, reference, weights, n_bootstrap, seed):
+def run_score(results, *, reference, weights, n_bootstrap, seed, store=None, bootstrap_unit="seed"):
     from crs import records
     from crs.extract.encoders import default_reference
-    from crs.scoring.run import score
+    from crs.scoring.run import METRIC_TABLE, score
+    from crs.store import Store, StoreError
 
     table = records.read(results)
     encoders_ = sorted(table["encoder"].unique().to_list())
     ref = default_reference(encoders_) if reference == "auto" else reference
+    opened, note = None, None
+    if store is not None:
+        try:
+            opened = Store(str(store), mode="r")
+        except StoreError as exc:  # the run records still allow a score: say so and go on
+            note = f"{exc}; scoring from the run records alone"
     try:
-        scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed)
+        scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed,
+                       bootstrap_unit=bootstrap_unit, store=opened)
     except ValueError as exc:  # the run records or the options do not allow a score
         raise BadInput(str(exc)) from exc
-    scores.write(Path(results) / "scores")
+    if note:
+        scores.settings["warnings"].insert(0, note)
+    scores.write(Path(results) / "scores", metric_table=Path(results) / METRIC_TABLE)
     return scores
 
 
@@ -374,6 +384,20 @@ def print_scores(scores, results):
     out.print(f"scores written to {Path(results) / 'scores'} (Parquet, CSV, JSON)")
 
 
+def print_comparisons(scores):
+    """Pareto front, weight-sensitivity leaders and the warnings, after the leaderboard."""
+    front = scores.to_json()["pareto"]
+    if front:
+        out.print("Pareto front on the four q-axes: overall " + ", ".join(front.get("overall", [])) + "; "
+                  + "; ".join(f"{k} {', '.join(v)}" for k, v in front.items() if k != "overall"))
+    leaders = scores.weight_leaders
+    if leaders.height:
+        out.print(f"CRS leader over the weight simplex (step {scores.settings.get('simplex_step')}): "
+                  + ", ".join(f"{r['encoder']} {100 * r['share']:.0f}%" for r in leaders.iter_rows(named=True)))
+    for w in scores.settings.get("warnings", []):
+        err.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
+
+
 def _parse_weights(text: str) -> tuple[float, float, float]:
     parts = text.split(",")
     try:
@@ -401,17 +425,26 @@ def score_cmd(
     weights: Annotated[str, typer.Option(help="CRS weights dominance,balance,worst.")] = "1/3,1/3,1/3",
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+    bootstrap_unit: Annotated[str, typer.Option(
+        "--bootstrap-unit", help="Resample 'seed' (crs-v1), test 'image' (needs --store) or 'both'.")] = "seed",
+    store: StoreOpt = "./crs-store.zarr",
 ):
     """Compute the four axes, CRS v1, AUROC-vs-CRS ranks and the paired bootstrap from the run records."""
     with friendly_errors(verbose):
         if bootstrap < 1:
             raise BadInput(f"--bootstrap must be at least 1, not {bootstrap}")
+        if bootstrap_unit not in ("seed", "image", "both"):
+            raise BadInput(f"--bootstrap-unit must be seed, image or both, not {bootstrap_unit!r}")
         scores = run_score(results, reference=reference, weights=_parse_weights(weights), n_bootstrap=bootstrap,
-                           seed=seed)
+                           seed=seed, store=store, bootstrap_unit=bootstrap_unit)
         if as_json:
             print(json.dumps(scores.to_json()))
         elif not quiet:
             print_scores(scores, results)
+            print_comparisons(scores)
+        else:
+            for w in scores.settings.get("warnings", []):
+                err.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------- demo

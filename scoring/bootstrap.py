@@ -93,6 +93,26 @@ def replicates(
     x_seed = np.asarray(x_seed, dtype=float)
     w = seed_weights(draw, x_seed.shape[2])
     x = np.einsum("bs,edsa->beda", w, x_seed)  # [replicate, encoder, dataset, axis] seed means
+    return score_replicates(x, reference, weights)
+
+
+def seed_means_of(x_seed_rep: np.ndarray, draw: np.ndarray | None) -> np.ndarray:
+    """Seed means x [replicate, encoder, dataset, axis] of per-replicate x [replicate, encoder, dataset, seed, axis].
+
+    ``draw`` [replicate, draw] resamples the seeds too (bootstrap unit 'both'); None
+    averages every seed once (unit 'image').
+    """
+    x_seed_rep = np.asarray(x_seed_rep, dtype=float)
+    if draw is None:
+        return x_seed_rep.mean(axis=3)
+    w = seed_weights(draw, x_seed_rep.shape[3])
+    return np.einsum("bs,bedsa->beda", w, x_seed_rep)
+
+
+def score_replicates(
+    x: np.ndarray, reference: int | str = MEDIAN, weights: Sequence[float] = DEFAULT_WEIGHTS
+) -> Replicates:
+    """Score replicate seed means x [replicate, encoder, dataset, axis]: q, components, CRS, ranks."""
     s = score(x, reference, weights)
     return Replicates(
         axis=x.mean(axis=-2),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +17,26 @@ import polars as pl
 
 from crs.files import atomic_write
 from crs.scoring import crs as core
+from crs.scoring import analysis
 from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
-from crs.scoring.bootstrap import CONFIDENCE, paired_bootstrap, seed_tensor
+from crs.scoring.bootstrap import (
+    CONFIDENCE,
+    draw_seeds,
+    score_replicates,
+    seed_means_of,
+    seed_tensor,
+    seed_weights,
+    summarise,
+)
+from crs.scoring.predictions import VALIDATION
 from crs.scoring.ranks import compare, rank_desc
+from crs.store import StoreError
 
 CRS_VERSION = "1"
 MEDIAN = core.MEDIAN
 COMPONENTS = ("dominance", "balance", "worst_axis")
+UNITS = ("seed", "image", "both")
+METRIC_TABLE = "metric_table.parquet"  # written beside RESULTS/run_records
 
 
 @dataclass(frozen=True)
@@ -33,29 +46,71 @@ class Scores:
     per_dataset: pl.DataFrame  # one row per (encoder, dataset)
     rank_comparison: dict
     axes_by_seed: pl.DataFrame  # one row per (encoder, dataset, seed)
+    # one row per (scope, encoder), scope a dataset or 'overall'
+    pareto: pl.DataFrame = field(default_factory=pl.DataFrame)
+    weight_grid: pl.DataFrame = field(default_factory=pl.DataFrame)  # one row per simplex point
+    weight_leaders: pl.DataFrame = field(default_factory=pl.DataFrame)  # one row per leader
+    # one row per (encoder, dataset, fraction, condition, metric): seed mean, std, count
+    metric_table: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # per (encoder, dataset, seed, fraction, condition), from stored probabilities
+    probe_metrics: pl.DataFrame = field(default_factory=pl.DataFrame)
+    reliability: pl.DataFrame = field(default_factory=pl.DataFrame)  # reliability-diagram bins
+    auroc_per_class: pl.DataFrame = field(default_factory=pl.DataFrame)  # per class / label
+    robustness: pl.DataFrame = field(default_factory=pl.DataFrame)  # retention per condition
+    label_efficiency: pl.DataFrame = field(default_factory=pl.DataFrame)  # AUROC vs fraction
+    calibration_shift: pl.DataFrame = field(default_factory=pl.DataFrame)  # ECE clean vs shift
 
     def to_json(self) -> dict:
-        """Settings, rank comparison and both tables as plain JSON values (NaN -> None)."""
+        """Settings, rank comparison, the encoder and per-dataset tables and the comparisons (NaN -> None)."""
+        pareto = {
+            scope: sorted(g.filter(pl.col("pareto"))["encoder"].to_list())
+            for (scope,), g in self.pareto.group_by("scope", maintain_order=True)
+        } if self.pareto.height else {}
         return _plain(
             {
                 "settings": self.settings,
                 "rank_comparison": self.rank_comparison,
                 "encoders": self.encoders.to_dicts(),
                 "per_dataset": self.per_dataset.to_dicts(),
+                "pareto": pareto,
+                "weight_sensitivity": self.weight_leaders.to_dicts(),
+                "calibration_under_shift": self.calibration_shift.to_dicts(),
             }
         )
 
-    def write(self, out_dir: Path) -> None:
-        """Write the three tables as .parquet and .csv, then scores.json, each file atomically."""
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {
+            "encoders": self.encoders,
+            "per_dataset": self.per_dataset,
+            "axes_by_seed": self.axes_by_seed,
+            "pareto": self.pareto,
+            "weight_sensitivity": self.weight_grid,
+            "weight_leaders": self.weight_leaders,
+            "probe_metrics": self.probe_metrics,
+            "reliability": self.reliability,
+            "auroc_per_class": self.auroc_per_class,
+            "robustness": self.robustness,
+            "label_efficiency": self.label_efficiency,
+            "calibration_under_shift": self.calibration_shift,
+        }
+
+    def write(self, out_dir: Path, metric_table: Path | None = None) -> None:
+        """Write every table as .parquet and .csv, then scores.json, each file atomically.
+
+        The seed-aggregated metric table goes to ``metric_table`` (the CLI puts it beside
+        the run records), or into ``out_dir`` when that is None.
+        """
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name, table in (
-            ("encoders", self.encoders),
-            ("per_dataset", self.per_dataset),
-            ("axes_by_seed", self.axes_by_seed),
-        ):
+        for name, table in self.tables().items():
+            if not table.height and name not in ("encoders", "per_dataset", "axes_by_seed"):
+                continue
             atomic_write(out_dir / f"{name}.parquet", table.write_parquet)
             atomic_write(out_dir / f"{name}.csv", table.write_csv)
+        if self.metric_table.height:
+            target = Path(metric_table) if metric_table is not None else out_dir / METRIC_TABLE
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target, self.metric_table.write_parquet)
         text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
         # scores.json last, so its presence marks a complete write
         atomic_write(out_dir / "scores.json", lambda p: p.write_text(text, encoding="utf-8"))
@@ -113,17 +168,32 @@ def score(
     weights: Sequence[float] = core.DEFAULT_WEIGHTS,
     n_bootstrap: int = 1000,
     seed: int = 0,
+    bootstrap_unit: str = "seed",
+    store=None,
+    simplex_step: float = analysis.SIMPLEX_STEP,
 ) -> Scores:
     """Score run records by crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
 
     ``reference`` is an encoder name or 'median'; ``weights`` are (dominance, balance,
     worst_axis), non-negative and summing to 1. Encoders or datasets outside the
     comparison set are dropped and listed in ``settings['excluded']``.
+
+    ``bootstrap_unit``: 'seed' resamples seeds (crs-v1.md section 5), 'image' the test
+    images of every dataset (the same draw for every encoder; needs ``store``, a
+    ``crs.store.Store`` with the probe's test probabilities), 'both' the two at once.
+    With a store, the metrics that need probabilities (balanced accuracy, kappa,
+    classwise ECE, AURC, temperature scaling, reliability bins) are computed too. What
+    the store lacks is said in ``settings['warnings']``, and the image bootstrap then
+    falls back to seeds.
     """
     w = core.check_weights(weights)
     if int(n_bootstrap) < 1:
         raise ValueError(f"n_bootstrap must be at least 1, got {n_bootstrap!r}")
+    if bootstrap_unit not in UNITS:
+        raise ValueError(f"bootstrap unit must be one of {UNITS}, not {bootstrap_unit!r}")
     require_columns(records)
+    # rows a probe may keep for its validation split serve temperature scaling, never the axes
+    records = records.filter(pl.col("condition") != VALIDATION)
     present = sorted(records.get_column("encoder").unique().to_list())
     if len(present) < 2:
         raise ValueError(f"CRS compares encoders and needs at least 2, the records hold {present}")
@@ -151,15 +221,35 @@ def score(
             "crs_rank": rank_desc(point.crs),
         }
     )
-    boot = paired_bootstrap(
-        x_seed,
-        encoders,
-        point.crs,
-        reference=ref,
-        weights=w,
-        n_bootstrap=int(n_bootstrap),
-        seed=seed,
-    )
+    warnings: list[str] = []
+    used = used_rows(records)
+    unit = bootstrap_unit
+    draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
+    x_rep = None
+    if unit != "seed":
+        from crs.scoring.predictions import MissingPredictions, image_bootstrap_axes
+
+        if store is None:
+            warnings.append(
+                f"bootstrap unit {unit!r} needs the stored test probabilities and no store was "
+                "given (pass --store): fell back to the seed bootstrap"
+            )
+        else:
+            try:
+                x_rep = image_bootstrap_axes(
+                    store, used, encoders, datasets, seeds, int(n_bootstrap),
+                    np.random.default_rng([seed, 1]),
+                )
+            except (MissingPredictions, StoreError) as exc:
+                warnings.append(f"{exc}; fell back to the seed bootstrap")
+        if x_rep is None:
+            unit = "seed"
+    if x_rep is None:
+        x_boot = np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed)
+    else:
+        x_boot = seed_means_of(x_rep, draw if unit == "both" else None)
+    reps = score_replicates(x_boot, ref, w)
+    boot = summarise(reps, encoders, point.crs)
     overall = x.mean(axis=1)  # [encoder, axis]
     extra = pl.DataFrame(
         {
@@ -208,14 +298,47 @@ def score(
         .sort(["dataset", "crs", "encoder"], descending=[False, True, False])
     )
 
-    fractions = sorted(set(used_rows(records).get_column("fraction").to_list()))
+    pareto = analysis.pareto_table(encoders, datasets, point.q_dataset, point.q)
+    front = pareto.filter(pl.col("scope") == "overall").select("encoder", "pareto")
+    table = table.join(front, on="encoder", maintain_order="left")
+    grid, leaders = analysis.weight_sensitivity(
+        encoders, point.dominance, point.balance, point.worst_axis, simplex_step
+    )
+
+    per_seed = records
+    probe_metrics = reliability = per_class = pl.DataFrame()
+    if store is None:
+        warnings.append(
+            "no store given: balanced accuracy, kappa, classwise ECE, AURC, temperature "
+            "scaling and reliability bins need the stored probabilities (pass --store); the "
+            "metric table holds the run-record metrics only"
+        )
+    else:
+        from crs.scoring.predictions import MissingPredictions, probe_metrics as from_store
+
+        try:
+            found = from_store(store, records, encoders, datasets)
+            probe_metrics, reliability, per_class = found.metrics, found.reliability, found.per_class
+            warnings.extend(found.warnings)
+        except (MissingPredictions, StoreError) as exc:
+            warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
+        if probe_metrics.height:
+            keys = ["encoder", "dataset", "seed", "fraction", "condition"]
+            extra = probe_metrics.drop([c for c in analysis.METRICS if c in probe_metrics.columns])
+            per_seed = records.join(
+                extra.cast({"seed": records.schema["seed"], "fraction": records.schema["fraction"]}),
+                on=keys, how="left",
+            )
+    metric_names = [*analysis.METRICS, *[c for c in probe_metrics.columns if c in EXTRA_METRICS]]
+
+    fractions = sorted(set(used.get_column("fraction").to_list()))
     settings = {
         "crs_version": CRS_VERSION,
         "reference": reference,
         "weights": dict(zip(COMPONENTS, w, strict=True)),
         "bootstrap": {
             "n": int(n_bootstrap),
-            "unit": "seed",
+            "unit": unit,
             "seed": seed,
             "confidence": CONFIDENCE,
         },
@@ -223,14 +346,35 @@ def score(
         "fractions": [float(f) for f in fractions],
         "datasets": list(datasets),
         "excluded": excluded,
+        "simplex_step": simplex_step,
+        "warnings": warnings,
     }
+    if unit != bootstrap_unit:
+        settings["bootstrap"]["requested_unit"] = bootstrap_unit
     return Scores(
         settings=settings,
         encoders=table,
         per_dataset=per_dataset,
         rank_comparison=compare(encoders, auroc, point.crs),
         axes_by_seed=by_seed,
+        pareto=pareto,
+        weight_grid=grid,
+        weight_leaders=leaders,
+        metric_table=analysis.metric_table(per_seed, metric_names),
+        probe_metrics=probe_metrics,
+        reliability=reliability,
+        auroc_per_class=per_class,
+        robustness=analysis.robustness_detail(used),
+        label_efficiency=analysis.label_efficiency_curve(used, draw, seeds),
+        calibration_shift=analysis.calibration_under_shift(records),
     )
+
+
+EXTRA_METRICS = (
+    "balanced_accuracy", "kappa_quadratic", "classwise_ece", "aurc",
+    "temperature", "ece_ts", "brier_ts", "nll_ts",
+)  # fmt: skip
+
 
 
 def _grid(means: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]) -> np.ndarray:

@@ -80,3 +80,92 @@ def make_table() -> Callable[[list[dict]], pl.DataFrame]:
 @pytest.fixture
 def make_records() -> Callable[..., pl.DataFrame]:
     return synthetic
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def build_store(
+    path,
+    quality: dict[str, float],
+    seeds: Sequence[int] = (0, 1, 2),
+    fractions: Sequence[float] = (0.5, 1.0),
+    n_test: int = 40,
+    n_val: int = 30,
+    k: int = 3,
+    validation: bool = True,
+    rng_seed: int = 0,
+    task: str = "multiclass",
+):
+    """A tiny store with test (and validation) probabilities, and run records computed from them.
+
+    One dataset 'd1' (multi-class, ordinal) whose shift target 'd1_site2' has its own test
+    images; conditions clean, gaussian_noise@1 and shift:d1_site2. A higher ``quality``
+    gives more accurate probabilities; smaller fractions and the perturbed and shift
+    conditions add noise. Probabilities are over-confident (the fitted temperature is
+    about 2.5). ``task='multilabel'``: k labels, some unknown (-1), per-label sigmoids.
+    """
+    from crs.scoring import metrics
+    from crs.store import SPLIT_CODE, DatasetTable, Store
+
+    rng = np.random.default_rng(rng_seed)
+    store = Store(str(path), "a")
+    n_train = 20
+    labels_by = {}
+    for name, shift_target in (("d1", "d1_site2"), ("d1_site2", None)):
+        n = n_test + n_val + n_train
+        if task == "multiclass":
+            labels = rng.integers(0, k, n)
+            labels[:k] = np.arange(k)
+        else:
+            labels = rng.integers(0, 2, (n, k)).astype(np.int8)
+            labels[rng.random((n, k)) < 0.1] = -1
+            labels[:2] = [[1] * k, [0] * k]
+            labels[n_test : n_test + 2] = [[1] * k, [0] * k]
+        split = np.array([SPLIT_CODE["test"]] * n_test + [SPLIT_CODE["val"]] * n_val
+                         + [SPLIT_CODE["train"]] * n_train, dtype=np.int8)  # fmt: skip
+        attrs = {"task": task, "classes": [f"c{i}" for i in range(k)], "ordinal": task == "multiclass"}
+        if shift_target:
+            attrs["shift_target"] = shift_target
+        store.write_dataset(DatasetTable(name, np.array([f"{name}-{i}" for i in range(n)]), labels,
+                                         split, np.array(["g"] * n), attrs))  # fmt: skip
+        labels_by[name] = labels
+    conditions = {"clean": ("d1", 0.0), "gaussian_noise@1": ("d1", 0.7), "shift:d1_site2": ("d1_site2", 0.5)}
+    rows = []
+    for enc, q in quality.items():
+        sets = dict(conditions)
+        if validation:
+            sets["validation"] = ("d1", 0.0)
+        for cond, (source, extra) in sets.items():
+            lab = labels_by[source]
+            idx = np.arange(n_test, n_test + n_val) if cond == "validation" else np.arange(n_test)
+            y = lab[idx]
+            noise = rng.normal(size=(len(seeds), len(fractions), len(idx), k))
+            frac_noise = np.array([1.0 - f for f in fractions])[None, :, None, None]
+            mu, sigma = 2.0 * q, 1.0 + extra + frac_noise
+            if task == "multiclass":
+                z = mu * np.eye(k)[y] + sigma * noise
+                # (mu / sigma^2) z are the Bayes posterior logits; 2.5 times them is over-confident
+                probs = _softmax(z * 2.5 * mu / sigma**2)
+            else:
+                z = mu * (2.0 * (y == 1) - 1.0) + sigma * noise
+                probs = 1.0 / (1.0 + np.exp(-z * 2.5 * 2.0 * mu / sigma**2))
+            store.write_predictions("d1", enc, cond, probs, {
+                "seeds": list(seeds), "fractions": list(fractions), "classes": [f"c{i}" for i in range(k)],
+            })  # fmt: skip
+            if cond == "validation":
+                continue
+            long = metrics.long_table(probs, y, task, {"seed": list(seeds), "fraction": list(fractions)})
+            m = metrics.all_metrics(long, ["seed", "fraction"], task)
+            for r in m.iter_rows(named=True):
+                rows.append({"encoder": enc, "dataset": "d1", "task": task, "seed": r["seed"], "fraction": r["fraction"],
+                             "condition": cond, "auroc": r["auroc"], "ece": r["ece"], "brier": r["brier"],
+                             "nll": r["nll"], "accuracy": r["accuracy"], "n_eval": len(idx)})  # fmt: skip
+    return store, table(rows)
+
+
+@pytest.fixture
+def make_store():
+    return build_store

@@ -20,6 +20,7 @@ ENCODER_COLUMNS = [
     "dominance", "balance", "worst_axis",
     *[f"{a}_{end}" for a in AXES for end in ("low", "high")],
     *[f"q_{a}_{end}" for a in AXES for end in ("low", "high")],
+    "pareto",
 ]  # fmt: skip
 
 
@@ -80,7 +81,15 @@ def test_settings_and_json(scores, tmp_path):
     assert st["datasets"] == ["d1", "d2"]
     assert st["excluded"] == {"encoders": [], "datasets": []}
     out = scores.to_json()
-    assert set(out) == {"settings", "rank_comparison", "encoders", "per_dataset"}
+    assert set(out) == {
+        "settings", "rank_comparison", "encoders", "per_dataset", "pareto", "weight_sensitivity",
+        "calibration_under_shift",
+    }  # fmt: skip
+    assert out["pareto"]["overall"] == ["enc_a"]  # enc_a is best on every axis here
+    assert out["weight_sensitivity"][0]["encoder"] == "enc_a"
+    assert out["weight_sensitivity"][0]["share"] == 1.0
+    assert st["simplex_step"] == 0.05
+    assert any("no store given" in w for w in st["warnings"])
     assert [r["encoder"] for r in out["encoders"]] == ["enc_a", "enc_b", "enc_c"]
     assert len(out["per_dataset"]) == 6
     assert set(scores.rank_comparison) == {
@@ -103,10 +112,13 @@ def test_write(scores, tmp_path):
     assert names == sorted(
         [
             f"{t}.{x}"
-            for t in ("encoders", "per_dataset", "axes_by_seed")
+            for t in (
+                "encoders", "per_dataset", "axes_by_seed", "pareto", "weight_sensitivity",
+                "weight_leaders", "robustness", "label_efficiency", "calibration_under_shift",
+            )
             for x in ("parquet", "csv")
         ]
-        + ["scores.json"]
+        + ["scores.json", "metric_table.parquet"]
     )
     assert pl.read_parquet(out / "encoders.parquet").equals(scores.encoders)
     assert pl.read_csv(out / "per_dataset.csv").height == scores.per_dataset.height

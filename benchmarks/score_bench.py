@@ -1,0 +1,202 @@
+"""Scoring at the published benchmark's scale, against straightforward per-replicate loops.
+
+1. A run-record table of 15 encoders x 3 datasets (one with a shift target) x 5 seeds:
+   clean at 7 label fractions plus 68 perturbed conditions (and the shift) at fraction 1,
+   about 17,000 rows. Times ``score(..., n_bootstrap=1000)`` (the seed-paired bootstrap
+   and everything else ``crs score`` computes from run records; ``seed_bootstrap_s``),
+   ``crs score --bootstrap 1000`` in a fresh process (imports and writes included), and the same
+   seed bootstrap as a loop that recomputes seed means and scores one replicate at a time.
+2. The image-level bootstrap on probabilities of 15 encoders x 5 seeds x 5,000 test
+   images x 8 classes: B = 1000 replicates of D (macro AUROC) and C (1 - ECE) per
+   (encoder, seed), the same image draw for every encoder; against a loop that
+   resamples the images and re-sorts them for every replicate (rank-based AUROC), timed
+   on --loop-replicates replicates and scaled linearly to B (each replicate costs the same).
+
+Prints ratios measured in this one run, wall-clock and CPU time (process time: what the
+run would take on a machine it had to itself, where wall time counts other processes'
+share of the cores); the last line is one JSON object. Usage:
+
+    python benchmarks/score_bench.py [--bootstrap 1000] [--images 5000] [--loop-replicates 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import polars as pl
+
+FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+FAMILIES = (
+    "gaussian_noise", "shot_noise", "speckle_noise", "gaussian_blur", "motion_blur", "defocus_blur",
+    "contrast", "brightness", "saturate", "jpeg", "pixelate", "elastic", "gamma", "bias_field",
+)  # fmt: skip
+
+
+def run_table(n_encoders: int = 15, n_seeds: int = 5, rng_seed: int = 0) -> pl.DataFrame:
+    from crs.records import COLUMNS
+
+    rng = np.random.default_rng(rng_seed)
+    conditions = [f"{f}@{v}" for f in FAMILIES for v in range(1, 6)][:68]
+    datasets = {"bench_derm": None, "bench_fundus": None, "bench_cxr": "bench_cxr_site2"}
+    cols: dict[str, list] = {c: [] for c in ("encoder", "dataset", "seed", "fraction", "condition", "auroc", "ece")}
+
+    def add(e, d, s, f, c, a, ece):
+        for k, v in zip(cols, (e, d, s, f, c, a, ece), strict=True):
+            cols[k].append(v)
+
+    for e in range(n_encoders):
+        quality = 0.78 + 0.15 * rng.random()
+        for d, target in datasets.items():
+            for s in range(n_seeds):
+                base = quality + 0.02 * rng.standard_normal()
+                ece = float(np.clip(0.08 - 0.05 * quality + 0.01 * rng.standard_normal(), 0, 1))
+                for f in FRACTIONS:
+                    a = base - 0.12 * (1 - f) ** 4 * (f < 1) + 0.01 * rng.standard_normal() * (f < 1)
+                    add(f"enc{e:02d}", d, s, f, "clean", float(a), ece)
+                for c in conditions:
+                    sev = int(c.split("@")[1])
+                    add(f"enc{e:02d}", d, s, 1.0, c, float(base - 0.015 * sev * rng.random()), ece)
+                if target:
+                    add(f"enc{e:02d}", d, s, 1.0, f"shift:{target}", float(base - 0.06 * rng.random()), ece)
+    n = len(cols["encoder"])
+    full = {c: cols.get(c, [None] * n) for c in COLUMNS}
+    return pl.DataFrame(full, schema={c: getattr(pl, t) for c, (t, _) in COLUMNS.items()})
+
+
+def seed_loop(x_seed: np.ndarray, draw: np.ndarray) -> np.ndarray:
+    """The seed bootstrap one replicate at a time: seed means, scores, ranks (reference: median)."""
+    from crs.scoring.crs import score
+    from crs.scoring.ranks import rank_desc
+
+    crs = []
+    for b in range(draw.shape[0]):
+        x = x_seed[:, :, draw[b], :].mean(axis=2)
+        s = score(x, "median")
+        rank_desc(s.crs)
+        crs.append(s.crs)
+    return np.array(crs)
+
+
+def loop_auroc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """Mann-Whitney AUROC with average ranks from a fresh sort (the per-replicate baseline)."""
+    s = np.sort(scores)
+    ranks = (np.searchsorted(s, scores, "left") + np.searchsorted(s, scores, "right") + 1) / 2.0
+    n_pos = positive.sum()
+    n_neg = positive.size - n_pos
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--encoders", type=int, default=15)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--images", type=int, default=5000)
+    ap.add_argument("--classes", type=int, default=8)
+    ap.add_argument("--loop-replicates", type=int, default=10)
+    args = ap.parse_args()
+
+    from crs.scoring import resample, score
+    from crs.scoring.axes import axes_by_seed
+    from crs.scoring.bootstrap import draw_seeds, seed_tensor
+
+    # ---------------------------------------------------------------- seed-paired
+    records = run_table(args.encoders, args.seeds)
+    score(records.filter(pl.col("encoder") <= "enc01"), n_bootstrap=10)  # warm-up: imports, first plans
+    t0, c0 = time.perf_counter(), time.process_time()
+    scores = score(records, n_bootstrap=args.bootstrap, seed=0)
+    seed_s, seed_cpu = time.perf_counter() - t0, time.process_time() - c0
+    encoders = sorted(records["encoder"].unique().to_list())
+    datasets = sorted(records["dataset"].unique().to_list())
+    x_seed, _ = seed_tensor(axes_by_seed(records), encoders, datasets)
+    draw = draw_seeds(args.seeds, args.bootstrap, 0)
+    t0 = time.perf_counter()
+    from crs.scoring.bootstrap import replicates
+
+    replicates(x_seed, draw, "median")
+    seed_core_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    seed_loop(x_seed, draw)
+    seed_loop_s = time.perf_counter() - t0
+    # the command itself, in a fresh process: imports, reading the Parquet, writing every table
+    with tempfile.TemporaryDirectory() as tmp:
+        from crs.records import records_dir
+
+        records_dir(tmp).mkdir(parents=True)
+        records.write_parquet(records_dir(tmp) / "bench.parquet")
+        cmd = [sys.executable, "-m", "crs.cli", "score", "--results", tmp, "--bootstrap", str(args.bootstrap),
+               "--reference", "median", "--store", f"{tmp}/no-store.zarr", "--quiet"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        cli_s = time.perf_counter() - t0
+    print(f"`crs score --bootstrap {args.bootstrap}` on them (no store), a fresh process: {cli_s:.2f} s wall")
+    print(f"run records: {records.height} rows; score(..., n_bootstrap={args.bootstrap}) "
+          f"{seed_s:.2f} s wall, {seed_cpu:.2f} s CPU in all (leader {scores.encoders['encoder'][0]})")
+    print(f"seed bootstrap alone: vectorised {seed_core_s * 1e3:.1f} ms, per-replicate loop "
+          f"{seed_loop_s * 1e3:.0f} ms: ratio {seed_loop_s / seed_core_s:.0f}x")
+
+    # ---------------------------------------------------------------- image-level
+    rng = np.random.default_rng(1)
+    n, k, S, E, B = args.images, args.classes, args.seeds, args.encoders, args.bootstrap
+    y = rng.integers(0, k, n)
+    target = np.eye(k, dtype=np.int8)[y]
+    known = np.ones_like(target, dtype=bool)
+    signal = rng.uniform(0.5, 2.0, size=(E, 1, 1, 1))
+    logits = signal * target[None, None] + rng.normal(size=(E, S, n, k))
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs = (probs / probs.sum(-1, keepdims=True)).astype(np.float32)  # [encoder, seed, image, class]
+    t0, c0 = time.perf_counter(), time.process_time()
+    counts = resample.image_counts(n, B, np.random.default_rng(2))
+    weights = counts.astype(np.float64)
+    d = np.empty((B, E, S))
+    c = np.empty((B, E, S))
+    for e in range(E):
+        for s in range(S):
+            d[:, e, s] = resample.weighted_macro_auroc(probs[e, s], target, known, counts)
+            c[:, e, s] = 1.0 - resample.weighted_ece(probs[e, s], target, known, weights, "multiclass")
+    image_s, image_cpu = time.perf_counter() - t0, time.process_time() - c0
+
+    # the straightforward loop: per replicate, index the images and re-sort every probe
+    r = min(args.loop_replicates, B)
+    draws = np.random.default_rng(2).integers(0, n, size=(r, n))
+    t0, c0 = time.perf_counter(), time.process_time()
+    check = np.empty((r, E, S))
+    for b in range(r):
+        idx = draws[b]
+        for e in range(E):
+            for s in range(S):
+                p = probs[e, s, idx]
+                check[b, e, s] = np.mean([loop_auroc(p[:, j], y[idx] == j) for j in range(k)])
+                resample.weighted_ece(p, target[idx], known[idx], np.ones((n, 1)), "multiclass")
+    loop_s = (time.perf_counter() - t0) * B / r
+    loop_cpu = (time.process_time() - c0) * B / r
+    # the same generator and seed draw the same images: the loop checks the vectorised values
+    assert np.allclose(check, d[:r]), "vectorised and looped image-bootstrap AUROC differ"
+    ratio = loop_s / image_s
+    print(f"image bootstrap (D and C; {E} encoders x {S} seeds x {n} images x {k} classes, B={B}): "
+          f"{image_s:.1f} s wall, {image_cpu:.1f} s CPU; per-replicate loop {loop_s:.0f} s wall, "
+          f"{loop_cpu:.0f} s CPU (timed on {r} replicates, scaled to {B}): ratio {ratio:.0f}x wall, "
+          f"{loop_cpu / image_cpu:.0f}x CPU")
+    print(json.dumps({
+        "run_records": records.height,
+        "seed_bootstrap_s": round(seed_s, 3),
+        "image_bootstrap_s": round(image_s, 2),
+        "loop_ratio": round(ratio, 1),
+        "seed_bootstrap_cpu_s": round(seed_cpu, 3),
+        "crs_score_cli_s": round(cli_s, 2),
+        "image_bootstrap_cpu_s": round(image_cpu, 2),
+        "loop_ratio_cpu": round(loop_cpu / image_cpu, 1),
+        "seed_bootstrap_core_s": round(seed_core_s, 4),
+        "seed_loop_ratio": round(seed_loop_s / seed_core_s, 1),
+        "image_loop_replicates_timed": r,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""The scoring stage's edge to the store: stored probabilities -> image-bootstrap axes and metrics.
+
+``crs probe`` writes test probabilities [seed, fraction, image, class] per (dataset,
+encoder, condition); the image axis is the dataset's test rows in store order (for a
+shift condition ``shift:T``, T's test rows), and the validation-split probabilities of
+the same probes under the condition name ``validation``. This module reads them and
+hands arrays to the pure cores in ``resample``, ``temperature`` and ``metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+
+from crs.conditions import parse
+from crs.scoring import metrics, resample
+from crs.scoring.axes import FRACTION_TOL
+from crs.store import Store, StoreError
+
+VALIDATION = "validation"
+
+
+class MissingPredictions(Exception):
+    """Stored probabilities the image-level analysis needs are not in the store."""
+
+
+def _index(values: Sequence, wanted: Sequence, what: str, where: str) -> list[int]:
+    values = list(values)
+    out = []
+    for w in wanted:
+        hits = [i for i, v in enumerate(values) if abs(float(v) - float(w)) <= FRACTION_TOL]
+        if not hits:
+            raise MissingPredictions(
+                f"the stored probabilities for {where} have {what} {values}, not {w!r}; "
+                "re-run `crs probe` for them"
+            )
+        out.append(hits[0])
+    return out
+
+
+class Predictions:
+    """Probabilities of one (dataset, encoder, condition), indexed by seed and fraction."""
+
+    def __init__(self, store: Store, dataset: str, encoder: str, condition: str):
+        where = f"{encoder}/{dataset}/{condition}"
+        try:
+            self.probs, attrs = store.read_predictions(dataset, encoder, condition)
+        except (StoreError, KeyError) as exc:
+            raise MissingPredictions(str(exc)) from exc
+        self.seeds = list(attrs.get("seeds", []))
+        self.fractions = list(attrs.get("fractions", []))
+        self.where = where
+
+    def select(self, seeds: Sequence[int], fractions: Sequence[float]) -> np.ndarray:
+        """[seed, fraction, image, class] in the given order."""
+        s = _index(self.seeds, seeds, "seeds", self.where)
+        f = _index(self.fractions, fractions, "fractions", self.where)
+        return self.probs[np.ix_(s, f)]
+
+
+def split_targets(
+    store: Store, dataset: str, split: str = "test"
+) -> tuple[np.ndarray, np.ndarray, str, dict]:
+    """(target [image, class], known [image, class], task, attrs) of a dataset's split rows, store order."""
+    table = store.dataset(dataset)
+    labels = table.labels[table.rows(split)]
+    t, known = metrics.targets(labels, table.task, len(table.classes))
+    return t, known, table.task, table.attrs
+
+
+def conditions_of(rows: pl.DataFrame, dataset: str) -> tuple[list[float], list[str], list[str]]:
+    """(fractions below 1, perturbed conditions, shift conditions) a dataset's runs use."""
+    d = rows.filter(pl.col("dataset") == dataset)
+    low = sorted(
+        d.filter((pl.col("kind") == "clean") & ~pl.col("full"))["fraction"].unique().to_list()
+    )
+    pert = sorted(d.filter(pl.col("kind") == "perturbed")["condition"].unique().to_list())
+    shift = sorted(d.filter(pl.col("kind") == "shift")["condition"].unique().to_list())
+    return low, pert, shift
+
+
+def image_bootstrap_axes(
+    store: Store,
+    rows: pl.DataFrame,
+    encoders: Sequence[str],
+    datasets: Sequence[str],
+    seeds: Sequence[int],
+    n_bootstrap: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled.
+
+    ``rows`` are the used run-record rows (``axes.used_rows``), which say which
+    fractions and conditions each dataset's axes read. Each dataset draws its image
+    multiplicities once (the same for every encoder, seed and condition), then each
+    of its shift targets, in the order given; raises MissingPredictions naming the
+    first array that is not in the store.
+    """
+    out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), 4))
+    for j, dataset in enumerate(datasets):
+        target, known, task, _ = split_targets(store, dataset)
+        low, pert, shift = conditions_of(rows, dataset)
+        counts = resample.image_counts(target.shape[0], n_bootstrap, rng)
+        shift_data = []
+        for cond in shift:
+            t_name = parse(cond).dataset
+            t_target, t_known, _, _ = split_targets(store, t_name)
+            shift_data.append(
+                (cond, t_target, t_known, resample.image_counts(t_target.shape[0], n_bootstrap, rng))
+            )
+        for e, encoder in enumerate(encoders):
+            clean = Predictions(store, dataset, encoder, "clean").select(seeds, [*low, 1.0])
+            if clean.shape[2] != target.shape[0]:
+                raise MissingPredictions(
+                    f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
+                    f"{target.shape[0]}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
+                )
+            pert_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c in pert]
+            shift_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c, *_ in shift_data]
+
+            def auc(p, t=target, k=known, c=counts):
+                return resample.weighted_macro_auroc(p, t, k, c)
+
+            for s in range(len(seeds)):
+                d = auc(clean[s, -1])
+                ece = resample.weighted_ece(clean[s, -1], target, known, counts, task)
+                lo = np.stack([auc(clean[s, f]) for f in range(len(low))], axis=-1)
+                pe = np.stack([auc(p[s, 0]) for p in pert_p], axis=-1) if pert_p else None
+                sh = (
+                    np.stack(
+                        [auc(p[s, 0], t, k, c) for p, (_, t, k, c) in zip(shift_p, shift_data, strict=True)],
+                        axis=-1,
+                    )
+                    if shift_p
+                    else None
+                )
+                out[:, e, j, s] = resample.axes_from(d, ece, lo, pe, sh)
+    return out
+
+
+class ProbeMetrics(NamedTuple):
+    metrics: pl.DataFrame  # per (encoder, dataset, seed, fraction, condition)
+    reliability: pl.DataFrame  # reliability-diagram bins at fraction 1, clean and shift
+    per_class: pl.DataFrame  # AUROC per class or label at fraction 1, clean and shift
+    warnings: list[str]
+
+
+def probe_metrics(
+    store: Store, records: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]
+) -> ProbeMetrics:
+    """Metrics that need stored probabilities, per (encoder, dataset, seed, fraction, condition).
+
+    Returns ProbeMetrics(metrics, reliability, per_class, warnings). metrics has the columns of
+    ``metrics.all_metrics`` (balanced accuracy, classwise ECE, AURC, quadratic kappa for
+    ordinal datasets, ...), ``temperature`` (fitted per seed and fraction on the
+    ``validation`` probabilities) and ``ece_ts``, ``brier_ts``, ``nll_ts`` after
+    temperature scaling. Clean rows at every fraction of the run records, other
+    conditions at fraction 1 (what crs-v1 reads). reliability holds the top-label
+    reliability bins at fraction 1 for the clean test split and each shift target, before
+    and after scaling (``scaled``); per_class the one-vs-rest AUROC of each class (each
+    label, multi-label) there, with its name. A (dataset, encoder) without validation
+    probabilities gets null temperature columns, and one warning names them all.
+    """
+    from crs.scoring import temperature as ts
+
+    frames, rel_frames, class_frames, warnings, no_validation = [], [], [], [], []
+    cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
+    for dataset in datasets:
+        target, known, task, attrs = split_targets(store, dataset)
+        ordinal = bool(attrs.get("ordinal", False)) and task == "multiclass"
+        for encoder in encoders:
+            mine = cells.filter((pl.col("encoder") == encoder) & (pl.col("dataset") == dataset))
+            seeds = sorted(mine["seed"].unique().to_list())
+            temps = None
+            try:
+                val = Predictions(store, dataset, encoder, VALIDATION)
+                v_target, v_known, _, _ = split_targets(store, dataset, "val")
+                temps = (val, ts.fit(val.probs, v_target, v_known, task))  # [stored seed, stored fraction]
+            except MissingPredictions:
+                no_validation.append(f"{encoder}/{dataset}")
+            for condition in sorted(mine["condition"].unique().to_list()):
+                kind = parse(condition).kind
+                fr = sorted(mine.filter(pl.col("condition") == condition)["fraction"].unique().to_list())
+                if kind != "clean":
+                    fr = [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
+                if not fr:
+                    continue
+                if kind == "shift":
+                    c_target, c_known, _, _ = split_targets(store, parse(condition).dataset)
+                else:
+                    c_target, c_known = target, known
+                pred = Predictions(store, dataset, encoder, condition)
+                probs = pred.select(seeds, fr)  # [seed, fraction, image, class]
+                labels = _labels_from(c_target, c_known, task)
+                keys = {"seed": seeds, "fraction": fr}
+                by = ["seed", "fraction"]
+                table = metrics.long_table(probs, labels, task, keys)
+                out = metrics.all_metrics(table, by, task, ordinal)
+                if temps is not None:
+                    val, t_all = temps
+                    s_idx = _index(val.seeds, seeds, "seeds", val.where)
+                    f_idx = _index(val.fractions, fr, "fractions", val.where)
+                    t = t_all[np.ix_(s_idx, f_idx)]
+                    scaled = metrics.long_table(ts.scale(probs, t, task), labels, task, keys)
+                    out = out.join(
+                        pl.DataFrame({"seed": np.repeat(seeds, len(fr)), "fraction": np.tile(fr, len(seeds)),
+                                      "temperature": t.reshape(-1)})
+                        .cast({"seed": out.schema["seed"], "fraction": pl.Float64}),
+                        on=by, how="left",
+                    )
+                    for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
+                        out = out.join(fn(scaled, by, task).rename({name: f"{name}_ts"}), on=by, how="left")
+                else:
+                    out = out.with_columns(
+                        temperature=pl.lit(None, pl.Float64), ece_ts=pl.lit(None, pl.Float64),
+                        brier_ts=pl.lit(None, pl.Float64), nll_ts=pl.lit(None, pl.Float64),
+                    )
+                if not ordinal:
+                    out = out.with_columns(kappa_quadratic=pl.lit(None, pl.Float64))
+                head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
+                frames.append(out.with_columns(**head))
+                if kind in ("clean", "shift") and any(abs(f - 1.0) <= FRACTION_TOL for f in fr):
+                    full = [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL][:1]
+                    views = [(False, table)]
+                    if temps is not None:
+                        views.append((True, scaled))
+                    at_full = table.filter(pl.col("fraction") == fr[full[0]])
+                    names = pl.DataFrame({"class": list(range(len(attrs["classes"]))),
+                                          "class_name": [str(c) for c in attrs["classes"]]},
+                                         schema={"class": pl.Int64, "class_name": pl.String})
+                    per_class = metrics.auroc_per_class(at_full, ["seed"]).join(names, on="class", how="left")
+                    class_frames.append(per_class.with_columns(**head))
+                    for is_scaled, tab in views:
+                        rel = metrics.reliability(tab.filter(pl.col("fraction") == fr[full[0]]), ["seed"], task)
+                        rel_frames.append(rel.with_columns(**head, scaled=pl.lit(is_scaled)))
+    if no_validation:
+        warnings.append(
+            f"no validation probabilities for {', '.join(no_validation)}: temperature-scaled "
+            "metrics left out (re-run `crs probe` with a crs that writes them)"
+        )
+    if not frames:
+        return ProbeMetrics(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), warnings)
+    cols = ["encoder", "dataset", "seed", "fraction", "condition"]
+    table = pl.concat(frames, how="diagonal_relaxed")
+    table = table.select(*cols, pl.exclude(*cols)).sort(cols)
+    rel = pl.concat(rel_frames, how="diagonal_relaxed") if rel_frames else pl.DataFrame()
+    if rel.height:
+        first = ["encoder", "dataset", "condition", "scaled", "seed"]
+        rel = rel.select(*first, pl.exclude(*first)).sort(*first, *[c for c in ("class", "bin") if c in rel.columns])
+    per_class = pl.concat(class_frames, how="diagonal_relaxed") if class_frames else pl.DataFrame()
+    if per_class.height:
+        first = ["encoder", "dataset", "condition", "seed", "class", "class_name"]
+        per_class = per_class.select(*first, "auroc").sort(first[:5])
+    return ProbeMetrics(table, rel, per_class, warnings)
+
+
+def _labels_from(target: np.ndarray, known: np.ndarray, task: str) -> np.ndarray:
+    """Stored-label form (class index, or int8 {1, 0, -1}) back from target and known."""
+    if task == "multiclass":
+        return target.argmax(axis=1)
+    return np.where(known, target, -1).astype(np.int8)

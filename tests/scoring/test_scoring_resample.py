@@ -1,0 +1,95 @@
+"""Image-level resampling: weighted AUROC and ECE against repeated-image references."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import roc_auc_score
+
+from crs.scoring import metrics, resample
+from crs.scoring.axes import axes_by_seed
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 40), st.booleans())
+def test_weighted_auroc_equals_sklearn_on_repeated_images(seed, n, coarse):
+    rng = np.random.default_rng(seed)
+    scores = rng.random(n)
+    if coarse:  # many ties
+        scores = np.round(scores * 3) / 3
+    positive = rng.random(n) < 0.5
+    counts = resample.image_counts(n, 3, rng)
+    got = resample.weighted_auroc(scores, positive, counts)
+    for b in range(counts.shape[1]):
+        rep = np.repeat(np.arange(n), counts[:, b])
+        y = positive[rep]
+        if y.all() or not y.any():
+            assert np.isnan(got[b])
+        else:
+            assert got[b] == pytest.approx(roc_auc_score(y, scores[rep]))
+            # sklearn's sample_weight route gives the same number
+            assert got[b] == pytest.approx(roc_auc_score(positive, scores, sample_weight=counts[:, b]))
+
+
+def test_unit_counts_reproduce_plain_metrics():
+    rng = np.random.default_rng(0)
+    for task in metrics.TASKS:
+        n, k = 60, 4
+        if task == "multiclass":
+            p = rng.dirichlet(np.ones(k), size=n)
+            labels = rng.integers(0, k, n)
+        else:
+            p = rng.random((n, k))
+            labels = rng.integers(-1, 2, (n, k)).astype(np.int8)
+        t, known = metrics.targets(labels, task, k)
+        ones = np.ones((n, 1), dtype=np.int32)
+        table = metrics.long_table(p, labels, task)
+        assert resample.weighted_macro_auroc(p, t, known, ones)[0] == pytest.approx(
+            metrics.auroc(table).item()
+        )
+        assert resample.weighted_ece(p, t, known, ones, task)[0] == pytest.approx(
+            metrics.ece(table, (), task).item()
+        )
+        # a replicate equals the plain metric on the images repeated by their counts
+        counts = resample.image_counts(n, 3, rng)
+        got_auc = resample.weighted_macro_auroc(p, t, known, counts)
+        got_ece = resample.weighted_ece(p, t, known, counts, task)
+        for b in range(3):
+            rep = np.repeat(np.arange(n), counts[:, b])
+            tb = metrics.long_table(p[rep], labels[rep], task)
+            assert got_auc[b] == pytest.approx(metrics.auroc(tb).item())
+            assert got_ece[b] == pytest.approx(metrics.ece(tb, (), task).item())
+
+
+def test_image_counts_seeded_and_complete():
+    a = resample.image_counts(50, 20, np.random.default_rng(7))
+    b = resample.image_counts(50, 20, np.random.default_rng(7))
+    assert np.array_equal(a, b)
+    assert a.shape == (50, 20) and (a.sum(axis=0) == 50).all() and a.min() >= 0
+    with pytest.raises(ValueError, match="at least one image"):
+        resample.image_counts(0, 5, np.random.default_rng(0))
+
+
+def test_axes_from_matches_axes_by_seed(make_records):
+    records = make_records({"a": 0.9, "b": 0.7}, seeds=(0, 1))
+    want = axes_by_seed(records).sort("encoder", "dataset", "seed")
+    full = pl.col("fraction") == 1.0
+    for row in want.iter_rows(named=True):
+        r = records.filter(
+            (pl.col("encoder") == row["encoder"])
+            & (pl.col("dataset") == row["dataset"])
+            & (pl.col("seed") == row["seed"])
+        )
+        clean = r.filter((pl.col("condition") == "clean") & full)
+        low = r.filter((pl.col("condition") == "clean") & ~full).sort("fraction")["auroc"].to_numpy()
+        pert = r.filter(pl.col("condition").str.contains("@")).sort("condition")["auroc"].to_numpy()
+        shift = r.filter(pl.col("condition").str.starts_with("shift:"))["auroc"].to_numpy()
+        got = resample.axes_from(
+            np.array(clean["auroc"].item()), np.array(clean["ece"].item()), low, pert, shift
+        )
+        assert got.tolist() == pytest.approx(
+            [row["discrimination"], row["calibration"], row["label_efficiency"], row["robustness"]]
+        )

@@ -1,0 +1,135 @@
+"""``score`` with stored probabilities: image and both bootstraps, probe metrics, fallbacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from crs.scoring import resample, score
+from crs.scoring.axes import AXES, axes_by_seed, used_rows
+from crs.scoring.predictions import image_bootstrap_axes, probe_metrics
+
+QUALITY = {"a": 1.0, "b": 0.7, "c": 0.4}
+
+
+@pytest.fixture
+def built(make_store, tmp_path):
+    return make_store(tmp_path / "s.zarr", QUALITY)
+
+
+def test_unit_counts_give_the_run_record_axes(built, monkeypatch):
+    store, records = built
+    monkeypatch.setattr(resample, "image_counts", lambda n, b, rng: np.ones((n, b), dtype=np.int32))
+    encoders, seeds = sorted(QUALITY), [0, 1, 2]
+    x = image_bootstrap_axes(store, used_rows(records), encoders, ["d1"], seeds, 2, np.random.default_rng(0))
+    want = axes_by_seed(records)
+    for e, enc in enumerate(encoders):
+        for s in seeds:
+            row = want.filter((pl.col("encoder") == enc) & (pl.col("seed") == s)).row(0, named=True)
+            assert x[0, e, 0, s].tolist() == pytest.approx([row[a] for a in AXES])
+
+
+@pytest.mark.parametrize("unit", ["image", "both"])
+def test_image_bootstrap(built, unit):
+    store, records = built
+    s = score(records, store=store, bootstrap_unit=unit, n_bootstrap=40, seed=3)
+    assert s.settings["bootstrap"]["unit"] == unit
+    assert "requested_unit" not in s.settings["bootstrap"]
+    enc = s.encoders
+    assert (enc["crs_low"] <= enc["crs_high"]).all()
+    assert enc["p_rank1"].sum() == pytest.approx(1.0)
+    again = score(records, store=store, bootstrap_unit=unit, n_bootstrap=40, seed=3)
+    assert again.encoders.equals(enc)  # seeded
+    seed_only = score(records, store=store, bootstrap_unit="seed", n_bootstrap=40, seed=3)
+    # point estimates do not depend on the unit; the intervals do
+    assert seed_only.encoders["crs"].to_list() == enc["crs"].to_list()
+    assert seed_only.encoders["crs_low"].to_list() != enc["crs_low"].to_list()
+
+
+def test_image_draw_is_paired_across_encoders(make_store, tmp_path):
+    # two encoders with the same probabilities get the same CRS in every replicate, so
+    # their paired difference is exactly 0 and both are in the leading tier
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "c": 0.4}, rng_seed=5)
+    for cond in ("clean", "gaussian_noise@1", "shift:d1_site2", "validation"):
+        probs, attrs = store.read_predictions("d1", "a", cond)
+        store.write_predictions("d1", "twin", cond, probs, attrs)
+    records = pl.concat([records, records.filter(pl.col("encoder") == "a").with_columns(encoder=pl.lit("twin"))])
+    s = score(records, store=store, bootstrap_unit="image", n_bootstrap=60)
+    tier = dict(zip(s.encoders["encoder"], s.encoders["tier"], strict=True))
+    assert tier["a"] and tier["twin"]
+    row = {r["encoder"]: r for r in s.encoders.iter_rows(named=True)}
+    assert row["a"]["crs_low"] == row["twin"]["crs_low"]
+    assert row["a"]["crs_high"] == row["twin"]["crs_high"]
+
+
+def test_falls_back_to_seeds_without_store(built):
+    _, records = built
+    s = score(records, bootstrap_unit="image", n_bootstrap=20)
+    assert s.settings["bootstrap"]["unit"] == "seed"
+    assert s.settings["bootstrap"]["requested_unit"] == "image"
+    assert any("needs the stored test probabilities" in w for w in s.settings["warnings"])
+
+
+def test_falls_back_when_probabilities_are_missing(built):
+    store, records = built
+    extra = records.filter(pl.col("encoder") == "a").with_columns(encoder=pl.lit("ghost"))
+    s = score(pl.concat([records, extra]), store=store, bootstrap_unit="both", n_bootstrap=20)
+    assert s.settings["bootstrap"]["unit"] == "seed"
+    assert any("ghost" in w and "fell back" in w for w in s.settings["warnings"])
+
+
+def test_probe_metrics_and_temperature(built):
+    store, records = built
+    pm, rel, per_class, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
+    assert warnings == []
+    # per class at fraction 1: 3 encoders x 2 conditions x 3 seeds x 3 classes, macro mean = AUROC
+    assert per_class.height == 3 * 2 * 3 * 3 and set(per_class["class_name"]) == {"c0", "c1", "c2"}
+    macro = per_class.group_by("encoder", "condition", "seed").agg(pl.col("auroc").mean())
+    check = macro.join(pm.filter(pl.col("fraction") == 1.0), on=["encoder", "condition", "seed"], suffix="_pm")
+    assert check.height == macro.height
+    assert check["auroc"].to_numpy() == pytest.approx(check["auroc_pm"].to_numpy())
+    # clean rows at both fractions, the other two conditions at fraction 1
+    assert pm.height == len(QUALITY) * 3 * (2 + 1 + 1)
+    joined = pm.join(records, on=["encoder", "dataset", "seed", "fraction", "condition"], suffix="_rec")
+    assert joined.height == pm.height
+    assert joined["auroc"].to_numpy() == pytest.approx(joined["auroc_rec"].to_numpy())
+    assert joined["ece"].to_numpy() == pytest.approx(joined["ece_rec"].to_numpy())
+    # the fixture's probabilities are over-confident (by 2.5; 30 validation images each)
+    assert (pm["temperature"] > 1.0).all() and pm["temperature"].median() > 1.5
+    assert pm["nll_ts"].mean() < pm["nll"].mean() and pm["ece_ts"].mean() < pm["ece"].mean()
+    assert pm["kappa_quadratic"].null_count() == 0  # the fixture's dataset is ordinal
+    assert set(rel["condition"]) == {"clean", "shift:d1_site2"}
+    assert set(rel["scaled"]) == {False, True}
+    s = score(records, store=store, n_bootstrap=5)
+    assert {"aurc", "ece_ts", "temperature", "balanced_accuracy"} <= set(s.metric_table["metric"])
+    assert s.probe_metrics.height == pm.height
+
+
+def test_missing_validation_probabilities_warn(make_store, tmp_path):
+    store, records = make_store(tmp_path / "s.zarr", QUALITY, validation=False)
+    pm, _, _, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
+    assert len(warnings) == 1 and "no validation probabilities for a/d1, b/d1, c/d1" in warnings[0]
+    assert pm["temperature"].null_count() == pm.height
+    assert pm["aurc"].null_count() == 0
+
+
+def test_multilabel_store(make_store, tmp_path):
+    store, records = make_store(tmp_path / "s.zarr", QUALITY, task="multilabel", rng_seed=2)
+    pm, rel, _, warnings = probe_metrics(store, records, sorted(QUALITY), ["d1"])
+    assert warnings == []
+    joined = pm.join(records, on=["encoder", "dataset", "seed", "fraction", "condition"], suffix="_rec")
+    assert joined["auroc"].to_numpy() == pytest.approx(joined["auroc_rec"].to_numpy())
+    assert joined["ece"].to_numpy() == pytest.approx(joined["ece_rec"].to_numpy())
+    assert pm["kappa_quadratic"].null_count() == pm.height  # not ordinal
+    assert (pm["temperature"] > 1.0).all()
+    s = score(records, store=store, bootstrap_unit="image", n_bootstrap=30)
+    assert s.settings["bootstrap"]["unit"] == "image" and s.settings["warnings"] == []
+
+
+def test_validation_rows_in_the_records_are_not_a_condition(built):
+    _, records = built
+    val = records.filter(pl.col("condition") == "clean").with_columns(condition=pl.lit("validation"))
+    a = score(records, n_bootstrap=10)
+    b = score(pl.concat([records, val]), n_bootstrap=10)
+    assert a.encoders.equals(b.encoders)
