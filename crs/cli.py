@@ -233,7 +233,7 @@ def _parse_roots(values: list[str] | None, datasets_: list[str]) -> dict[str, st
 
 
 # -------------------------------------------------------------------- probe
-def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet):
+def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet, select_by="loss", tol=1e-4):
     from crs.probe.run import probe
 
     from crs.store import Store
@@ -245,7 +245,7 @@ def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet):
         for enc, d in pairs:
             progress.update(task, description=f"probes {enc} × {d}")
             summaries.append(probe(store, enc, d, results=Path(results), seeds=seeds, fractions=fractions,
-                                   l2_grid=l2))
+                                   l2_grid=l2, select_by=select_by, tol=tol))
             progress.advance(task)
     return summaries
 
@@ -260,6 +260,9 @@ def probe_cmd(
     seeds: Annotated[int, typer.Option(help="Number of probe seeds.")] = 5,
     fractions: Annotated[str, typer.Option(help="Label fractions, comma-separated.")] = "0.01,0.02,0.05,0.1,0.25,0.5,1",
     l2: Annotated[str, typer.Option(help="L2 grid, comma-separated.")] = "1e-3,1e-2,1e-1,1",
+    select_by: Annotated[str, typer.Option("--select-by", help="Choose L2 per seed and fraction by validation "
+                                           "'loss' (NLL) or 'auroc'.")] = "loss",
+    tol: Annotated[float, typer.Option(help="Gradient tolerance each probe is solved to.")] = 1e-4,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Train linear probes (all seeds x label fractions x L2 at once) and evaluate them."""
@@ -280,6 +283,10 @@ def probe_cmd(
             raise BadInput("--fractions must include 1 (the full-label probe defines D, C and R)")
         if seeds < 1:
             raise BadInput(f"--seeds must be at least 1, not {seeds}")
+        if select_by not in ("loss", "auroc"):
+            raise BadInput(f"--select-by must be 'loss' or 'auroc', not {select_by!r}")
+        if not 0 < tol < 1:
+            raise BadInput(f"--tol must lie in (0, 1), not {tol!r}")
         st = Store(store, mode="r")
         available = pairs_in_store(st)
         known_encoders = sorted(set(encreg.names()) | {e for e, _ in available})
@@ -308,7 +315,7 @@ def probe_cmd(
                                    f"{held}); run `crs extract --encoder {e} --dataset {d} --store {store}`")
         t0 = time.perf_counter()
         summaries = run_probe(store, results, pairs, seeds=tuple(range(seeds)), fractions=fr,
-                              l2=grid, quiet=quiet or as_json)
+                              l2=grid, quiet=quiet or as_json, select_by=select_by, tol=tol)
         report = {"results": str(results), "seconds": round(time.perf_counter() - t0, 2),
                   "runs": [s.as_dict() for s in summaries]}
         if as_json:
@@ -484,7 +491,8 @@ def demo_cmd(
                            fractions=DEFAULT_FRACTIONS, l2=DEFAULT_L2, quiet=quiet_bars)
         timings["probe"] = time.perf_counter() - t1
         t2 = time.perf_counter()
-        scores = run_score(results, reference="auto", weights=(1 / 3, 1 / 3, 1 / 3), n_bootstrap=bootstrap, seed=0)
+        scores = run_score(results, reference="auto", weights=(1 / 3, 1 / 3, 1 / 3), n_bootstrap=bootstrap, seed=0,
+                           store=store_path)
         timings["score"] = time.perf_counter() - t2
         timings = {k: round(v, 1) for k, v in timings.items()}
         if as_json:

@@ -23,6 +23,8 @@ from crs.store import SPLIT_CODE, Store, StoreError
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
 DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
+SELECT_BY = ("loss", "auroc")  # how L2 is chosen per (seed, fraction) on the validation split
+SELECTION_DIR = "probe_selection"
 VALIDATION = "validation"  # predictions key of the validation split's probabilities (not a test condition)
 
 
@@ -72,12 +74,16 @@ def probe(
     l2_grid: tuple[float, ...] = DEFAULT_L2,
     max_iter: int = 1000,
     tol: float = 1e-4,
+    select_by: str = "loss",
 ) -> ProbeSummary:
     import jax.numpy as jnp
 
     from crs.probe import core, metrics, subsets
 
     t0 = time.perf_counter()
+    if select_by not in SELECT_BY:
+        raise ValueError(f"select_by must be one of {', '.join(SELECT_BY)}, not {select_by!r}")
+    l2_grid = tuple(sorted(set(l2_grid)))
     fractions = tuple(sorted(set(fractions)))  # nested subsets: smallest first
     table = store.dataset(dataset)
     task, classes = table.task, table.classes
@@ -104,7 +110,13 @@ def probe(
     # L2 per (seed, fraction) by validation loss
     pv = core.probabilities(jnp.asarray(Z(X[va])), fit.W, fit.b, task)  # [S, Fr, L, n_va, K]
     vloss = np.asarray(core.validation_loss(pv, jnp.asarray(T[va]), jnp.asarray(known[va]), task))
-    best = np.nanargmin(np.where(np.isfinite(vloss), vloss, np.inf), axis=-1)  # [S, Fr]
+    vauroc = np.asarray(metrics.all_metrics(pv, jnp.asarray(T[va]), jnp.asarray(known[va]), task))[
+        ..., metrics.NAMES.index("auroc")]  # [S, Fr, L]
+    if select_by == "loss":
+        best = np.nanargmin(np.where(np.isfinite(vloss), vloss, np.inf), axis=-1)  # [S, Fr]
+    else:  # highest validation AUROC; ties go to the stronger penalty (the later grid value)
+        score = np.where(np.isfinite(vauroc), vauroc, -np.inf)[..., ::-1]
+        best = score.shape[-1] - 1 - np.argmax(score, axis=-1)
     si, fi = np.meshgrid(np.arange(len(seeds)), np.arange(len(fractions)), indexing="ij")
     W = fit.W[si, fi, best]  # [S, Fr, F, K]
     b = fit.b[si, fi, best]
@@ -164,6 +176,19 @@ def probe(
         frames.append(pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()}))
     records = pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
     path = records_path(results, encoder, dataset)
+    # the whole grid with its validation figures and the choice, one row per (seed, fraction, l2)
+    S_, Fr_, L_ = vloss.shape
+    grid_rows = pl.DataFrame({
+        "encoder": [encoder] * (S_ * Fr_ * L_), "dataset": [dataset] * (S_ * Fr_ * L_),
+        "seed": np.repeat(np.asarray(seeds, np.int64), Fr_ * L_),
+        "fraction": np.tile(np.repeat(np.asarray(fractions, np.float64), L_), S_),
+        "l2": np.tile(np.asarray(l2_grid, np.float64), S_ * Fr_),
+        "val_loss": vloss.reshape(-1).astype(np.float64), "val_auroc": vauroc.reshape(-1).astype(np.float64),
+        "chosen": (np.arange(L_)[None, None, :] == best[..., None]).reshape(-1),
+        "selected_by": [select_by] * (S_ * Fr_ * L_),
+        "converged": np.asarray(fit.converged).reshape(-1), "iterations": np.asarray(fit.iterations).reshape(-1).astype(np.int64),
+    })
+    atomic_write(Path(results) / SELECTION_DIR / path.name, grid_rows.write_parquet)
     atomic_write(path, records.write_parquet)
     return ProbeSummary(
         encoder=encoder, dataset=dataset, probes=int(np.prod(fit.converged.shape)),

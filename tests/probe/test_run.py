@@ -59,6 +59,16 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
     n_train = rec.filter(pl.col("condition") == "clean").group_by("fraction").agg(pl.col("n_train").first())
     assert dict(n_train.iter_rows()) == {0.25: int(np.ceil(0.25 * len(table.rows("train")))),
                                          1.0: len(table.rows("train"))}
+    # the whole L2 grid is recorded with its validation figures and the choice
+    grid = pl.read_parquet(tmp_path / "probe_selection" / Path(summary.records).name)
+    assert grid.height == 2 * 2 * 2 and grid["selected_by"].unique().to_list() == ["loss"]
+    chosen = grid.filter(pl.col("chosen"))
+    assert chosen.height == 4
+    assert (chosen.join(grid.group_by("seed", "fraction").agg(pl.col("val_loss").min().alias("lowest")),
+                        on=["seed", "fraction"])
+            .select((pl.col("val_loss") == pl.col("lowest")).all()).item())
+    clean = rec.filter(pl.col("condition") == "clean").sort("seed", "fraction")
+    assert chosen.sort("seed", "fraction")["l2"].to_list() == clean["l2"].to_list()
     # same seed, same records
     again = probe(store, "demo-stats", "demo_cxr", results=tmp_path / "again", seeds=(0, 1), fractions=(0.25, 1.0),
                   l2_grid=(1e-2, 1.0))
@@ -77,3 +87,14 @@ def test_probe_refuses_an_incomplete_perturbed_array(cxr_store, tmp_path):
     finally:
         g["done"][0] = True
         g.attrs["complete"] = True
+
+
+def test_l2_can_be_chosen_by_validation_auroc(cxr_store, tmp_path):
+    summary = probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0,), fractions=(0.5, 1.0),
+                    l2_grid=(1e-3, 1e-1, 10.0), select_by="auroc")
+    grid = pl.read_parquet(tmp_path / "probe_selection" / Path(summary.records).name)
+    best = grid.group_by("seed", "fraction").agg(pl.col("val_auroc").max().alias("best"))
+    chosen = grid.filter(pl.col("chosen")).join(best, on=["seed", "fraction"])
+    assert chosen.height == 2 and (chosen["val_auroc"] == chosen["best"]).all()
+    with pytest.raises(ValueError, match="select_by"):
+        probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, select_by="accuracy")
