@@ -103,7 +103,7 @@ def _direction(g, S, Y, rho, it, m):
 
 
 def _lbfgs(lin, loss, along, x0, max_iter, tol, m=10, max_halvings=30, unscale=None, unit_first_step=False,
-           change=None, prepare=None):
+           change=None, prepare=None, lin_T=None):
     """Minimise a batch of independent objectives f(x) = loss(lin(x), x) at once.
 
     ``lin`` is linear (the logits of a linear probe, without a constant term) and maps
@@ -126,12 +126,14 @@ def _lbfgs(lin, loss, along, x0, max_iter, tol, m=10, max_halvings=30, unscale=N
     the Newton step when the preconditioned Hessian is close to the identity.
     """
     unscale = unscale or (lambda g: g)
-    lin_T = jax.linear_transpose(lin, x0)
+    if lin_T is None:
+        transpose = jax.linear_transpose(lin, x0)
+        lin_T = lambda dZ: transpose(dZ)[0]  # noqa: E731
 
     def value_and_grad(Z, x):
         f, pullback = jax.vjp(loss, Z, x)
         dZ, dx = pullback(jnp.ones_like(f))
-        return f, lin_T(dZ)[0] + dx
+        return f, lin_T(dZ) + dx
 
     Z0 = lin(x0)
     f0, g0 = value_and_grad(Z0, x0)
@@ -230,19 +232,39 @@ def plan_blocks(sizes: tuple[int, ...], min_rows: int | None = None) -> tuple[tu
     return tuple(blocks)
 
 
-def block_logits(x, Xo, blocks):
+def block_logits(x, Xo, blocks, XoT=None):
     """Logits per block, linear in x [S, Fr, L, d]: [S, Fr - first, L, K, hi - lo] each.
 
-    Xo [S, n, F] holds the training rows in each seed's subset order (``plan_blocks``).
-    Rows are the last axis, so the per-row work over a handful of classes runs along
-    long contiguous vectors.
+    Xo [S, n, F] holds the training rows in each seed's subset order (``plan_blocks``);
+    XoT, where given, each block's rows transposed ([S, F, hi - lo]), which lets the
+    product run without a transposed copy. Rows are the last axis, so the per-row work
+    over a handful of classes runs along long contiguous vectors.
     """
     F = Xo.shape[-1]
     W, b = _split(x, F, x.shape[-1] // (F + 1))
+    if XoT is None:
+        XoT = tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
     return tuple(
-        jnp.einsum("snf,sjlfk->sjlkn", Xo[:, lo:hi], W[:, first:]) + b[:, first:, :, :, None]
-        for lo, hi, first in blocks
+        jnp.einsum("sfn,sjlfk->sjlkn", xt, W[:, first:]) + b[:, first:, :, :, None]
+        for (lo, hi, first), xt in zip(blocks, XoT)
     )
+
+
+def block_logits_T(dZ, Xo, blocks, shape):
+    """The transpose of ``block_logits``: cotangents per block -> x [S, Fr, L, d].
+
+    Contracts each block's rows with Xo [S, n, F] as stored (rows major), so no
+    transposed copy of X is made per iteration.
+    """
+    S, Fr, L, d = shape
+    F = Xo.shape[-1]
+    K = d // (F + 1)
+    gW = jnp.zeros((S, Fr, L, F, K), dZ[0].dtype)
+    gb = jnp.zeros((S, Fr, L, K), dZ[0].dtype)
+    for (lo, hi, first), dz in zip(blocks, dZ):  # dz [S, Fr - first, L, K, nb]
+        gW = gW.at[:, first:].add(jnp.einsum("snf,sjlkn->sjlfk", Xo[:, lo:hi], dz))
+        gb = gb.at[:, first:].add(dz.sum(-1))
+    return jnp.concatenate([gW.reshape(S, Fr, L, F * K), gb], axis=-1)
 
 
 def along_blocks(Z, t, Zp):
@@ -389,7 +411,11 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
         seeds = order[lo:lo + group]
         if seeds.shape[0] < group:  # same shapes for every group: one compiled program
             seeds = jnp.concatenate([seeds, jnp.repeat(seeds[-1:], group - seeds.shape[0], axis=0)])
-        out = run(X, T, known, seeds, grid, V, jnp.int32(max_iter), jnp.asarray(tol, X.dtype))
+        Xo, XoT, To, ko, m2 = _prepare(X, T, known, seeds, V, sizes, blocks)
+        out = run(Xo, XoT, To, ko, m2, grid, jnp.int32(max_iter), jnp.asarray(tol, X.dtype))
+        del Xo, XoT
+        if V is not None:
+            out = out._replace(W=_unrotate(V, out.W))
         parts.append(jax.tree.map(lambda a: a[: min(group, S - lo)], out))
     out = jax.tree.map(lambda *a: jnp.concatenate(a, axis=0), *parts) if len(parts) > 1 else parts[0]
     back = np.argsort(path)  # grid order, padding dropped
@@ -415,7 +441,7 @@ def memory_budget(device) -> int:
 def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int, m: int = 10, itemsize: int = 4) -> int:
     """An upper estimate of the solver's memory for S seeds and L L2 values on one device.
 
-    The seeds' rows in subset order (S x n x F), about six live copies of the block
+    The seeds' rows in subset order and transposed (2 x S x n x F), about six live copies of the block
     logits (logits, their change, link values, gradients and trial temporaries), and the
     L-BFGS history (2 m vectors per probe).
     """
@@ -423,14 +449,14 @@ def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int, m: 
     logits = sum((hi - lo) * (Fr - first) for lo, hi, first in blocks) * L * K * S
     d = F * K + K
     history = (2 * m + 6) * S * Fr * L * d
-    return itemsize * (S * n * F + 6 * logits + history)
+    return itemsize * (2 * S * n * F + 6 * logits + history)
 
 
 def _sharded(devices, task, sizes, blocks, warm_start):
     key = (tuple(devices), task, sizes, blocks, warm_start)
     if key not in _PROGRAMS:
-        def local(X, T, known, order, l2, V, max_iter, tol):
-            return _fit_impl(X, T, known, order, l2, V, task, sizes, blocks, max_iter, tol, warm_start)
+        def local(Xo, XoT, To, ko, m2, l2, max_iter, tol):
+            return _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, task, sizes, blocks, warm_start)
 
         if len(devices) == 1:
             _PROGRAMS[key] = jax.jit(local)
@@ -440,7 +466,7 @@ def _sharded(devices, task, sizes, blocks, warm_start):
             mesh = Mesh(np.array(devices), ("probes",))
             spec = P(None, None, "probes")
             _PROGRAMS[key] = jax.jit(jax.shard_map(
-                local, mesh=mesh, in_specs=(P(), P(), P(), P(), P("probes"), P(), P(), P()),
+                local, mesh=mesh, in_specs=(P(), P(), P(), P(), P(), P("probes"), P(), P()),
                 out_specs=Fit(spec, spec, spec, spec, spec), check_vma=False))
     return _PROGRAMS[key]
 
@@ -457,11 +483,14 @@ def rotation(X) -> np.ndarray:
     """Eigenvectors V [F, F] of the feature covariance X^T X / n, largest variance first.
 
     The product runs on the device; the small F x F eigendecomposition runs in LAPACK on
-    the host (float64), because XLA's CPU eigh is orders of magnitude slower (2.3 s for
-    F = 384, measured).
+    the host (float64, one thread), because XLA's CPU eigh is orders of magnitude slower
+    (2.3 s for F = 384, measured).
     """
+    from threadpoolctl import threadpool_limits
+
     C = np.asarray(_covariance(X), np.float64)
-    _, V = np.linalg.eigh(C)
+    with threadpool_limits(1):  # BLAS threads fight JAX's pool: 3.6 s with them for F = 384, 0.03 s without
+        _, V = np.linalg.eigh(C)
     return V[:, ::-1].astype(np.float32)
 
 
@@ -491,53 +520,69 @@ def preconditioner(m2, l2, task, K):
     return jnp.concatenate([sw, sb], axis=-1)
 
 
-def _solve(x0, scale, Xo, To, ko, sizes, blocks, l2, task, max_iter, tol, precondition):
+def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, precondition):
     """Probes [S, Fr, L] from x0 (their own parameters); returns x and the solver's report."""
     u, converged, used, gmax = _lbfgs(
-        lambda u: block_logits(scale * u, Xo, blocks),
+        lambda u: block_logits(scale * u, Xo, blocks, XoT),
         lambda Z, u: loss_from_logits(Z, scale * u, To, ko, sizes, blocks, l2, task),
         along_blocks, x0 / scale, max_iter, tol,
         unscale=lambda g: g / scale, unit_first_step=precondition,
         change=lambda P, Zp, t, u, p: loss_change(P, Zp, t, scale * u, scale * p, To, ko, sizes, blocks, l2, task),
         prepare=lambda Z: link_values(Z, task),
+        lin_T=lambda dZ: scale * block_logits_T(dZ, Xo, blocks, x0.shape),
     )
     return scale * u, converged, used, gmax
 
 
-def _fit_impl(X, T, known, order, l2, V, task, sizes, blocks, max_iter, tol, warm_start):
-    F, K = X.shape[1], T.shape[1]
-    S, L, d = order.shape[0], l2.shape[0], F * K + K
-    precondition = V is not None
-    Xs = X @ V if precondition else X  # rotated once; the penalty is rotation-invariant
+def _prepare_impl(X, T, known, order, V, sizes, blocks):
+    """Rows in each seed's subset order (rotated into the eigenbasis when V is given).
+
+    Also each block's rows transposed, for the logits' product: made here, outside the
+    solver's program, because XLA otherwise re-makes the transposed copy in every
+    iteration (a fifth of an iteration on the CPU, measured).
+    """
+    Xs = X @ V if V is not None else X  # the penalty is rotation-invariant
     Xo, To, ko = Xs[order], T[order], known[order]  # [S, n, .]: one copy per seed, never one per probe
-    m2 = second_moments(Xo, sizes) if precondition else None
+    XoT = tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
+    m2 = second_moments(Xo, sizes) if V is not None else None
+    return Xo, XoT, To, ko, m2
+
+
+_prepare = jax.jit(_prepare_impl, static_argnums=(5, 6))
+
+
+@jax.jit
+def _unrotate(V, W):
+    return jnp.einsum("gf,...fk->...gk", V, W)  # back from the eigenbasis
+
+
+def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, task, sizes, blocks, warm_start):
+    F, K = Xo.shape[2], To.shape[2]
+    S, L, d = Xo.shape[0], l2.shape[0], F * K + K
+    precondition = m2 is not None
 
     def scale_for(l2v):
         if precondition:
             return preconditioner(m2, l2v, task, K)
-        return jnp.ones((S, len(sizes), l2v.shape[0], d), X.dtype)
+        return jnp.ones((S, len(sizes), l2v.shape[0], d), Xo.dtype)
 
     if warm_start:
         path = jnp.argsort(-l2)  # strongest penalty first
 
         def stage(x_prev, l2v):
-            out = _solve(x_prev, scale_for(l2v[None]), Xo, To, ko, sizes, blocks, l2v[None], task, max_iter, tol,
-                         precondition)
+            out = _solve(x_prev, scale_for(l2v[None]), Xo, XoT, To, ko, sizes, blocks, l2v[None], task, max_iter,
+                         tol, precondition)
             return out[0], out
 
-        _, (x, converged, used, gmax) = jax.lax.scan(stage, jnp.zeros((S, len(sizes), 1, d), X.dtype), l2[path])
+        _, (x, converged, used, gmax) = jax.lax.scan(stage, jnp.zeros((S, len(sizes), 1, d), Xo.dtype), l2[path])
         back = jnp.argsort(path)  # [L, S, Fr, 1, ...] in path order -> [S, Fr, L, ...] in grid order
         x, converged, used, gmax = (jnp.moveaxis(a[back, ..., 0, :] if a.ndim == 5 else a[back, ..., 0], 0, 2)
                                     for a in (x, converged, used, gmax))
     else:
-        x, converged, used, gmax = _solve(jnp.zeros((S, len(sizes), L, d), X.dtype), scale_for(l2), Xo, To, ko,
-                                          sizes, blocks, l2, task, max_iter, tol, precondition)
+        x, converged, used, gmax = _solve(jnp.zeros((S, len(sizes), L, d), Xo.dtype), scale_for(l2), Xo, XoT, To,
+                                          ko, sizes, blocks, l2, task, max_iter, tol, precondition)
     W, b = _split(x, F, K)
-    if precondition:
-        W = jnp.einsum("gf,...fk->...gk", V, W)  # back from the eigenbasis
     return Fit(W, b, converged, used, gmax)
-
-
 
 
 def probabilities(X, W, b, task: str):

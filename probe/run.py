@@ -25,6 +25,7 @@ DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
 DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
 SELECT_BY = ("loss", "auroc")  # how L2 is chosen per (seed, fraction) on the validation split
 SELECTION_DIR = "probe_selection"
+SUBSETS_DIR = "subsets"
 VALIDATION = "validation"  # predictions key of the validation split's probabilities (not a test condition)
 
 
@@ -54,6 +55,28 @@ def targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, 
         return T, np.ones_like(T)
     labels = np.asarray(labels)
     return (labels == 1).astype(np.float32), (labels >= 0).astype(np.float32)
+
+
+def write_subsets(results, dataset, ids, order, sizes, fractions, seeds) -> Path:
+    """The label subsets as drawn: ``RESULTS/subsets/DATASET.parquet``.
+
+    One row per (seed, training image): its position in the seed's order and the
+    smallest fraction whose subset holds it (subsets are nested, so the image is in every
+    larger one). They depend only on the labels and the seed, so every encoder gets the
+    same subsets; the file lets anyone check that, or refit them elsewhere.
+    """
+    S, n = order.shape
+    position = np.empty_like(order)
+    position[np.arange(S)[:, None], order] = np.arange(n)[None, :]
+    first = np.searchsorted(np.asarray(sizes), position, side="right")  # index of the first fraction holding it
+    frame = pl.DataFrame({
+        "dataset": [dataset] * (S * n), "seed": np.repeat(np.asarray(seeds, np.int64), n),
+        "image_id": np.tile(np.asarray(ids).astype(str), S), "position": position.reshape(-1).astype(np.int64),
+        "first_fraction": np.asarray(fractions, np.float64)[first.reshape(-1)],
+    })
+    path = Path(results) / SUBSETS_DIR / f"{dataset}.parquet"
+    atomic_write(path, frame.write_parquet)
+    return path
 
 
 def pairs_in_store(store: Store) -> list[tuple[str, str]]:
@@ -104,6 +127,7 @@ def probe(
     order = subsets.orders(table.labels[tr], task, list(seeds))  # [S, n_tr]
     sizes = subsets.sizes(list(fractions), len(tr))
     masks = subsets.masks_from(order, sizes)  # [S, Fr, n_tr], for classes_missing in the records
+    write_subsets(results, dataset, table.ids[tr], order, sizes, fractions, seeds)
     fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(known[tr]), jnp.asarray(order), sizes,
                    jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol)
 

@@ -1,5 +1,6 @@
 """The JAX probe against a tightly converged scikit-learn LogisticRegression."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -145,3 +146,17 @@ def test_validation_loss_picks_the_less_overfit_probe():
     ref = [np.mean(-np.log(np.clip(np.asarray(pv)[0, 0, i][np.arange(200), yv], 1e-7, 1))) for i in range(2)]
     np.testing.assert_allclose(loss[0, 0], ref, rtol=1e-5)
     assert loss[0, 0, 1] < loss[0, 0, 0]  # the regularised probe generalises better here
+
+
+def test_block_logits_transpose_is_the_adjoint():
+    rng = np.random.default_rng(5)
+    S, n, F, K = 2, 40, 6, 3
+    sizes = (5, 20, 40)
+    blocks = core.plan_blocks(sizes, 1)
+    Xo = jnp.asarray(rng.normal(size=(S, n, F)), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(S, len(sizes), 2, F * K + K)), jnp.float32)
+    Z = core.block_logits(x, Xo, blocks)
+    dZ = tuple(jnp.asarray(rng.normal(size=z.shape), jnp.float32) for z in Z)
+    mine = core.block_logits_T(dZ, Xo, blocks, x.shape)
+    auto = jax.linear_transpose(lambda v: core.block_logits(v, Xo, blocks), x)(dZ)[0]
+    np.testing.assert_allclose(np.asarray(mine), np.asarray(auto), rtol=1e-5, atol=1e-5)

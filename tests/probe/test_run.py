@@ -57,8 +57,8 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
     # every label subset holds every finding; fewer labels at 25 %
     assert rec["classes_missing"].max() == 0
     n_train = rec.filter(pl.col("condition") == "clean").group_by("fraction").agg(pl.col("n_train").first())
-    assert dict(n_train.iter_rows()) == {0.25: int(np.ceil(0.25 * len(table.rows("train")))),
-                                         1.0: len(table.rows("train"))}
+    n_train_by_fraction = dict(n_train.iter_rows())
+    assert n_train_by_fraction == {0.25: int(np.ceil(0.25 * len(table.rows("train")))), 1.0: len(table.rows("train"))}
     # the whole L2 grid is recorded with its validation figures and the choice
     grid = pl.read_parquet(tmp_path / "probe_selection" / Path(summary.records).name)
     assert grid.height == 2 * 2 * 2 and grid["selected_by"].unique().to_list() == ["loss"]
@@ -69,6 +69,15 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
             .select((pl.col("val_loss") == pl.col("lowest")).all()).item())
     clean = rec.filter(pl.col("condition") == "clean").sort("seed", "fraction")
     assert chosen.sort("seed", "fraction")["l2"].to_list() == clean["l2"].to_list()
+    # the subsets as drawn: nested prefixes of each seed's order, the sizes the records give
+    drawn = pl.read_parquet(tmp_path / "subsets" / "demo_cxr.parquet")
+    assert drawn.height == 2 * len(table.rows("train"))
+    for s in (0, 1):
+        mine = drawn.filter(pl.col("seed") == s)
+        assert sorted(mine["position"].to_list()) == list(range(len(table.rows("train"))))
+        quarter = mine.filter(pl.col("first_fraction") <= 0.25)
+        assert quarter.height == n_train_by_fraction[0.25]
+        assert quarter["position"].max() == quarter.height - 1
     # same seed, same records
     again = probe(store, "demo-stats", "demo_cxr", results=tmp_path / "again", seeds=(0, 1), fractions=(0.25, 1.0),
                   l2_grid=(1e-2, 1.0))
