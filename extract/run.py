@@ -386,6 +386,7 @@ def _extract_locked(store, spec, dataset, ds, *, chunk, batch, device, dtype, pe
         if model is None:
             model = load(spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
                          precision=precision)
+        t0 = time.perf_counter()  # seconds: the extraction itself, without loading the model
         summary.device = str(model.device)
         embed = _Embedder(model, batch)
         unit_rows = []
