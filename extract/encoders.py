@@ -24,8 +24,8 @@ Two kinds of record:
 cards / config files cited in the comments); tests check every record's width against
 them and build a tiny model of the same class to run the real loader offline.
 Widths, sizes and normalisation were read from the cited cards; revisions are pinned
-where a full commit id was at hand, else ``None`` (the store records the revision
-that was actually resolved).
+where a full commit id was at hand (``rad-dino``), else ``None`` (the hub's main branch;
+pinning the others needs a session with hub access to read their commit ids).
 """
 
 from __future__ import annotations
@@ -236,7 +236,8 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     ),
     # ------------------------------------------------------------------ specialty
     # https://huggingface.co/microsoft/rad-dino (DINOv2 ViT-B/14 on chest X-rays, 518 px, CLS 768).
-    # Revision: the commit whose tree lists the uploaded model.safetensors (tree/2358...).
+    # Revision: the commit whose tree lists the uploaded model.safetensors (tree/2358...). Mean/std are those of
+    # its preprocessor_config.json as remembered, not re-read this session (the search results lacked the file).
     EncoderSpec(
         name="rad-dino", family="specialty", source="hf", model_id="microsoft/rad-dino", width=768, input_size=518,
         mean=(0.5307, 0.5307, 0.5307), std=(0.2583, 0.2583, 0.2583), interpolation="bicubic", pooling="cls",
