@@ -114,9 +114,13 @@ def _parse_floats(text: str, what: str) -> tuple[float, ...]:
 
 # ------------------------------------------------------------------ extract
 def run_extract(store_path, encoders_, datasets_, *, size, chunk, batch, device, dtype, perturbations, quiet,
-                dataset_options=None):
+                dataset_options=None, extra_encoders=None, weights=None, trust_remote_code=False, workers=0,
+                strict=False, severities=None, precision="auto"):
     from crs.extract import datasets as dsreg
-    from crs.extract.run import extract
+    from crs.extract import encoders as encreg
+    from crs.extract import perturb
+    from crs.extract.models import WeightsError
+    from crs.extract.run import StrictFailure, extract
     from crs.store import Store
 
     # a dataset's shift target is extracted with it, so that probing can evaluate the shift
@@ -130,12 +134,19 @@ def run_extract(store_path, encoders_, datasets_, *, size, chunk, batch, device,
                 todo[x.name] = x
     todo = list(todo.values())
     store = Store(store_path, mode="a")
+    specs = [encreg.resolve(e, extra_encoders) for e in encoders_]
     summaries = []
     with progress_bar(quiet) as progress:
-        for enc in encoders_:
+        for spec in specs:
             for d in todo:
-                summaries.append(extract(store, enc, d, size=size, chunk=chunk, batch=batch, device=device,
-                                         dtype=dtype, perturbations=perturbations, progress=progress))
+                try:
+                    summaries.append(extract(
+                        store, spec, d, size=size, chunk=chunk, batch=batch, device=device, dtype=dtype,
+                        perturbations=perturbations, progress=progress, weights=weights,
+                        trust_remote_code=trust_remote_code, workers=workers, strict=strict,
+                        severities=tuple(severities or perturb.SEVERITIES), precision=precision))
+                except (WeightsError, StrictFailure) as exc:
+                    raise BadInput(str(exc)) from exc
     return store, summaries
 
 
@@ -143,7 +154,7 @@ def run_extract(store_path, encoders_, datasets_, *, size, chunk, batch, device,
 def extract_cmd(
     encoder: Annotated[Optional[list[str]], typer.Option("--encoder", "-e", help="Encoder name (repeatable).")] = None,
     dataset: Annotated[Optional[list[str]], typer.Option("--dataset", "-d", help="Dataset name (repeatable).")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every built-in encoder on every built-in dataset.")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="Every demo encoder (no download) on every built-in dataset.")] = False,
     store: StoreOpt = "./crs-store.zarr",
     size: Annotated[float, typer.Option(help="Scale of the built-in datasets (1.0 = demo size).")] = 1.0,
     chunk: Annotated[int, typer.Option(help="Store chunk length in images (the resume unit).")] = 256,
@@ -165,14 +176,57 @@ def extract_cmd(
                           "file-based datasets without an official split.")] = 0,
     findings: Annotated[str, typer.Option(help="Chest X-ray findings: competition (5), all (14), or a "
                         "comma-separated list.")] = "competition",
+    encoder_file: Annotated[Optional[Path], typer.Option("--encoder-file", help="TOML file of extra encoder records ([[encoder]] tables).")] = None,
+    weights: Annotated[Optional[str], typer.Option("--weights", help="Local checkpoint file or folder instead of the hub (one encoder).")] = None,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow a hub model's own Python code to run.")] = False,
+    workers: Annotated[int, typer.Option(help="DataLoader worker processes decoding images ahead.")] = 0,
+    strict: Annotated[bool, typer.Option("--strict", help="Stop at the first image that cannot be decoded.")] = False,
+    severities: Annotated[Optional[str], typer.Option(help="Perturbation severities, comma-separated (default 1,2,3,4,5).")] = None,
+    precision: Annotated[str, typer.Option(help="auto (bf16 autocast on CUDA, float32 on CPU), bf16 or float32.")] = "auto",
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
-    """Embed datasets with encoders (clean, and the test split under every perturbation) into the store."""
+    """Embed datasets with encoders (clean, and the test split under every perturbation) into the store.
+
+    Encoders: registry names (`crs encoders`), timm:NAME, hf:ORG/NAME, or names from --encoder-file."""
     from crs.extract import datasets as dsreg
     from crs.extract import encoders as encreg
 
     with friendly_errors(verbose):
-        encs = encreg.names() if all_ and not encoder else _check_names(encoder or [], encreg.names(), "encoder")
+        extra = {}
+        if encoder_file is not None:
+            try:
+                extra = {s.name: s for s in encreg.from_toml(str(encoder_file))}
+            except (ValueError, TypeError) as exc:
+                raise BadInput(str(exc)) from exc
+        known = encreg.names() + list(extra)
+        for e in encoder or []:
+            if e.startswith(("timm:", "hf:")):
+                try:
+                    encreg.from_id(e)
+                except ValueError as exc:
+                    raise BadInput(str(exc)) from exc
+        if all_ and not encoder:
+            encs = encreg.demo_names()  # the real families download weights: name them one by one
+        else:
+            ids = [e for e in encoder or [] if e.startswith(("timm:", "hf:"))]
+            named = [e for e in encoder or [] if not e.startswith(("timm:", "hf:"))]
+            if named or not ids:
+                _check_names(named, known, "encoder")
+            encs = list(dict.fromkeys(encoder or []))
+        if weights is not None and len(encs) != 1:
+            raise BadInput(f"--weights names one checkpoint; pass exactly one --encoder (got {len(encs)})")
+        if workers < 0:
+            raise BadInput(f"--workers must be 0 or more, not {workers}")
+        if precision not in ("auto", "bf16", "float32"):
+            raise BadInput(f"--precision must be auto, bf16 or float32, not {precision!r}")
+        sev = None
+        if severities is not None:
+            try:
+                sev = tuple(sorted({int(v) for v in severities.split(",") if v.strip()}))
+            except ValueError:
+                raise BadInput(f"--severities must be comma-separated integers 1..5, not {severities!r}") from None
+            if not sev or any(v not in (1, 2, 3, 4, 5) for v in sev):
+                raise BadInput(f"--severities must be integers 1..5, not {severities!r}")
         dss = dsreg.names() if all_ and not dataset else _check_dataset_names(dataset or [])
         dataset_options = {"roots": _parse_roots(root, dss), "image_root": image_root, "uncertain": uncertain,
                            "modality": modality, "shift_target": shift_target, "seed": split_seed,
@@ -188,7 +242,9 @@ def extract_cmd(
         t0 = time.perf_counter()
         st, summaries = run_extract(store, encs, dss, size=size, chunk=chunk, batch=batch, device=device,
                                     dtype=dtype, perturbations=not no_perturb, quiet=quiet or as_json,
-                                    dataset_options=dataset_options)
+                                    dataset_options=dataset_options, extra_encoders=extra, weights=weights,
+                                    trust_remote_code=trust_remote_code, workers=workers, strict=strict,
+                                    severities=sev, precision=precision)
         report = {"store": st.path, "seconds": round(time.perf_counter() - t0, 2),
                   "runs": [s.as_dict() for s in summaries]}
         if as_json:
@@ -199,6 +255,10 @@ def extract_cmd(
             imgs = sum(s.forward_images for s in summaries)
             out.print(f"extracted {len(summaries)} (encoder, dataset) pairs into {st.path}: {written} chunks "
                       f"written, {skipped} already complete, {imgs} forward passes in {report['seconds']:.1f} s")
+            failed = {s.dataset: s.failures for s in summaries if s.failures}
+            if failed:
+                err.print("[yellow]warning[/]: images that could not be decoded (recorded in the store's failures "
+                          "table, left out later): " + ", ".join(f"{d}: {n}" for d, n in failed.items()))
 
 
 def _check_dataset_names(given: list[str]) -> list[str]:
@@ -455,12 +515,17 @@ def score_cmd(
 
 
 # --------------------------------------------------------------------- demo
+# The demo embeds two severities of each family (2 and 4) instead of five: the modality
+# suites have 8-15 families, and five severities would make the laptop demo ~2.5x slower.
+DEMO_SEVERITIES = "2,4"
 @app.command("demo")
 def demo_cmd(
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the demo's store and results.")] = Path("./crs-demo"),
     size: Annotated[float, typer.Option(help="Scale of the built-in datasets.")] = 1.0,
     seeds: Annotated[int, typer.Option(help="Probe seeds.")] = 5,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap replicates.")] = 1000,
+    severities: Annotated[str, typer.Option(help="Perturbation severities of the demo (crs extract uses 1..5); "
+                                                 "'1,2,3,4,5' for the full suites.")] = DEMO_SEVERITIES,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Generate the built-in synthetic benchmark and run extract, probe and score with every built-in encoder."""
@@ -472,6 +537,12 @@ def demo_cmd(
         if not size > 0 or seeds < 1 or bootstrap < 1:
             raise BadInput(f"--size must be positive and --seeds, --bootstrap at least 1 (got {size}, {seeds}, "
                            f"{bootstrap})")
+        try:
+            sev = tuple(sorted({int(v) for v in severities.split(",") if v.strip()}))
+        except ValueError:
+            sev = ()
+        if not sev or any(v not in (1, 2, 3, 4, 5) for v in sev):
+            raise BadInput(f"--severities must be comma-separated integers 1..5, not {severities!r}")
         quiet_bars = quiet or as_json
         store_path, results = str(out_dir / "store.zarr"), out_dir / "results"
         timings = {}
@@ -481,8 +552,9 @@ def demo_cmd(
         from crs.store import StoreError
 
         try:
-            store, _ = run_extract(store_path, encreg.names(), trained, size=size, chunk=256, batch=64,
-                                   device=None, dtype="float16", perturbations=True, quiet=quiet_bars)
+            store, _ = run_extract(store_path, encreg.demo_names(), trained, size=size, chunk=256, batch=64,
+                                   device=None, dtype="float16", perturbations=True, quiet=quiet_bars,
+                                   severities=sev)
         except StoreError as exc:  # the store's advice names --store; the demo's option is --out
             raise BadInput(f"{exc}\n(for `crs demo`: pass a new --out folder, or the --size it was made with)") from exc
         timings["extract"] = time.perf_counter() - t0
@@ -506,19 +578,82 @@ def demo_cmd(
 
 
 @app.command("encoders")
-def encoders_cmd(as_json: JsonOpt = False):
-    """List the encoder registry."""
+def encoders_cmd(
+    as_json: JsonOpt = False,
+    encoder_file: Annotated[Optional[Path], typer.Option("--encoder-file", help="Also list the records of this TOML file.")] = None,
+    verbose: VerboseOpt = False,
+):
+    """List the encoder registry (name, family, width, input size, gated, ...)."""
     from crs.extract import encoders as encreg
 
-    rows = [s.as_dict() for s in encreg.ENCODERS.values()]
-    if as_json:
-        print(json.dumps(rows))
-        return
-    t = Table("name", "family", "source", "model", "width", "input", "gated", "weights")
-    for s in encreg.ENCODERS.values():
-        t.add_row(s.name, s.family, s.source, s.model_id, str(s.width), str(s.input_size), "yes" if s.gated else "no",
-                  s.weight_source)
-    out.print(t)
+    with friendly_errors(verbose):
+        specs = list(encreg.ENCODERS.values())
+        if encoder_file is not None:
+            try:
+                specs += encreg.from_toml(str(encoder_file))
+            except (ValueError, TypeError) as exc:
+                raise BadInput(str(exc)) from exc
+        if as_json:
+            print(json.dumps([s.as_dict() for s in specs]))
+            return
+        t = Table("name", "family", "width", "input", "gated", "loader", "model", "pooling")
+        for s in specs:
+            t.add_row(s.name, s.family, str(s.width), str(s.input_size), "yes" if s.gated else "no",
+                      s.loader, s.model_id if s.pretrained or s.source == "builtin" else f"{s.model_id} (random weights)",
+                      s.pooling)
+        out.print(t)
+        out.print("Also: --encoder timm:NAME, --encoder hf:ORG/NAME, --encoder-file spec.toml. Gated models: accept the "
+                  "terms on the model page, then set HF_TOKEN.")
+
+
+@app.command("perturbations")
+def perturbations_cmd(
+    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset whose modality suite to draw.")] = None,
+    out_path: Annotated[Optional[Path], typer.Option("--out", help="PNG to write the grid to.")] = None,
+    row: Annotated[int, typer.Option(help="Which image of the dataset to draw (row of its table).")] = 0,
+    table: Annotated[bool, typer.Option("--table", help="Print the severity table (Markdown) and exit.")] = False,
+    as_json: JsonOpt = False, verbose: VerboseOpt = False,
+):
+    """Draw every perturbation of a dataset's suite at every severity on one image (a PNG grid)."""
+    from crs.extract import perturb
+
+    with friendly_errors(verbose):
+        if table:
+            if as_json:
+                print(json.dumps({"severity": {k: {"parameter": p, "values": list(v), "meaning": m}
+                                               for k, (p, v, m) in perturb.SEVERITY.items()},
+                                  "suites": {k: list(v) for k, v in perturb.SUITES.items()}}))
+            else:
+                print(perturb.table_markdown())
+            return
+        if dataset is None or out_path is None:
+            raise BadInput("pass --dataset NAME and --out grid.png (or --table)")
+        from crs.extract import datasets as dsreg
+
+        if dataset not in dsreg.names():
+            raise BadInput(f"unknown dataset {dataset!r}; valid datasets: {', '.join(dsreg.names())}")
+        import numpy as np
+        import torch
+
+        ds = dsreg.get(dataset)
+        n = len(ds.table().ids)
+        if not 0 <= row < n:
+            raise BadInput(f"--row must be in 0..{n - 1}, not {row}")
+        modality = getattr(ds, "modality", None)
+        if modality is None:
+            raise BadInput(f"dataset {dataset!r} has no modality, so no perturbation suite")
+        img = ds.load_image(row) if hasattr(ds, "load_image") else ds.images(np.array([row]))[0]
+        x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div(255)
+        canvas = perturb.grid(x, str(ds.table().ids[row]), modality)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        canvas.save(out_path)
+        families = perturb.suite(modality)
+        if as_json:
+            print(json.dumps({"out": str(out_path), "dataset": dataset, "modality": modality,
+                              "families": list(families), "severities": list(perturb.SEVERITIES)}))
+        else:
+            out.print(f"{dataset} ({modality}): {len(families)} families x {len(perturb.SEVERITIES)} severities "
+                      f"drawn on image {ds.table().ids[row]} -> {out_path}")
 
 
 datasets_app = typer.Typer(help="List the datasets; `crs datasets check NAME --root DIR` validates a folder.")

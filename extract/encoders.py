@@ -1,34 +1,67 @@
 """The encoder registry: one frozen record per encoder, data only (no torch here).
 
-Built-in demo encoders need no download: two random-weight timm architectures,
-created through the same ``timm.create_model`` path a pretrained model takes (with
-``pretrained=False`` and a fixed init seed), and a non-deep baseline of colour and
-texture statistics. Random conv features are a known, fair baseline for linear
-probes; the point of the demo is three visibly different reliability profiles, not
-good absolute numbers. Real pretrained families join this registry later.
+Two kinds of record:
+
+* the demo encoders, which need no download: two random-weight timm architectures,
+  created through the same ``timm.create_model`` path a pretrained model takes (with
+  ``pretrained=False`` and a fixed init seed), and a non-deep baseline of colour and
+  texture statistics. ``demo-resnet`` is the CRS reference of the demo;
+* the real pretrained families (general, broad-medical, specialty), each loaded through
+  its library's normal path (``crs.extract.models``): timm, or transformers.
+
+``loader`` says how the weights become a model:
+
+* ``timm``: ``timm.create_model(model_id, pretrained=True)`` (timm ids and ``hf-hub:`` ids);
+* ``timm-checkpoint``: a timm architecture (``arch['timm']``) filled from one checkpoint
+  file of a hub repo (``checkpoint``) or a local file, with a key map (``keymap``);
+* ``hf``: ``transformers.<hf_class>.from_pretrained(model_id)``;
+* ``hf-vision-tower``: the vision tower alone of a vision-language model (MedGemma):
+  built from the ``vision_config`` of the repo's config, filled with only the tensors
+  whose names hold ``vision_tower.``; the language model is never downloaded or built;
+* ``builtin``: code in this package (no learned weights).
+
+``arch`` holds the architecture numbers the width follows from (taken from the model
+cards / config files cited in the comments); tests check every record's width against
+them and build a tiny model of the same class to run the real loader offline.
+Widths, sizes and normalisation were read from the cited cards; revisions are pinned
+where a full commit id was at hand (``rad-dino``), else ``None`` (the hub's main branch;
+pinning the others needs a session with hub access to read their commit ids).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 from dataclasses import dataclass, field
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+HALF = (0.5, 0.5, 0.5)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+FAMILIES = ("general", "medical", "specialty", "baseline")
+SOURCES = ("timm", "hf", "builtin")
+LOADERS = ("timm", "timm-checkpoint", "hf", "hf-vision-tower", "builtin")
+POOLINGS = ("model", "cls", "mean")
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+HF_CLASSES = ("Dinov2Model", "CLIPVisionModelWithProjection", "SiglipVisionModel", "AutoModel")
+KEYMAPS = (None, "mae", "cae", "open_clip")
 
 
 @dataclass(frozen=True)
 class EncoderSpec:
     name: str  # stable lowercase key, used in the store and on the command line
     family: str  # "general" | "medical" | "specialty" | "baseline"
-    source: str  # "timm" | "builtin"
+    source: str  # library: "timm" | "hf" (transformers) | "builtin"
     model_id: str  # timm architecture / hub id, or the builtin's name
     width: int  # embedding width
     input_size: int  # square side the image is resized to
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
     interpolation: str = "bilinear"  # "bilinear" | "bicubic" | "nearest"
-    pooling: str = "model"  # "model" (the model's pooled output) | "cls" | "mean"
+    pooling: str = "model"  # "model" (the model's pooled output) | "cls" | "mean" (of patch tokens)
     pretrained: bool = True
     init_seed: int | None = None  # for random-weight models: the torch seed used at creation
     revision: str | None = None  # pinned hub revision, where the hub has one
@@ -36,6 +69,13 @@ class EncoderSpec:
     gated: bool = False
     reference: bool = False  # the default CRS reference of this registry
     kwargs: dict = field(default_factory=dict)  # extra create_model arguments
+    loader: str = "timm"  # see the module docstring
+    hf_class: str | None = None  # transformers class, for loader "hf"
+    checkpoint: str | None = None  # file inside the hub repo, for loader "timm-checkpoint"
+    keymap: str | None = None  # how checkpoint tensor names map onto the timm model
+    arch: dict = field(default_factory=dict)  # architecture numbers (config of the full model)
+    page: str | None = None  # the model card / weights page a user reads and accepts
+    modality: str | None = None  # for specialty models: the modality they were trained on
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -46,66 +86,218 @@ class EncoderSpec:
             return "none (no learned weights)"
         if not self.pretrained:
             return f"random init, torch seed {self.init_seed}"
-        return f"{self.source}:{self.model_id}" + (f"@{self.revision}" if self.revision else "")
+        where = self.model_id + (f"/{self.checkpoint}" if self.checkpoint else "")
+        return f"{self.source}:{where}" + (f"@{self.revision}" if self.revision else "")
+
+
+def check_spec(spec: EncoderSpec) -> EncoderSpec:
+    """Raise ValueError naming the bad field of a record (user records from --encoder-file too)."""
+    problems = []
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._+\-]*", spec.name or ""):
+        problems.append(f"name {spec.name!r} must be lowercase letters, digits, '.', '_', '+', '-'")
+    for what, value, valid in (
+        ("family", spec.family, FAMILIES), ("source", spec.source, SOURCES), ("loader", spec.loader, LOADERS),
+        ("pooling", spec.pooling, POOLINGS), ("interpolation", spec.interpolation, INTERPOLATIONS),
+        ("keymap", spec.keymap, KEYMAPS),
+    ):
+        if value not in valid:
+            problems.append(f"{what} {value!r} is not one of {', '.join(map(str, valid))}")
+    if spec.loader == "hf" and spec.hf_class not in HF_CLASSES:
+        problems.append(f"hf_class {spec.hf_class!r} is not one of {', '.join(HF_CLASSES)}")
+    if not (isinstance(spec.width, int) and spec.width > 0) or not (isinstance(spec.input_size, int) and spec.input_size > 0):
+        problems.append(f"width and input_size must be positive integers (got {spec.width!r}, {spec.input_size!r})")
+    if len(spec.mean) != 3 or len(spec.std) != 3 or any(s <= 0 for s in spec.std):
+        problems.append(f"mean and std need three values each, std positive (got {spec.mean!r}, {spec.std!r})")
+    if spec.loader == "timm-checkpoint" and "timm" not in spec.arch:
+        problems.append("loader timm-checkpoint needs arch = {timm = 'ARCHITECTURE', ...}")
+    if problems:
+        raise ValueError(f"encoder record {spec.name!r}: " + "; ".join(problems))
+    return spec
 
 
 _REGISTRY: tuple[EncoderSpec, ...] = (
+    # ------------------------------------------------------------------ demo (no download)
     EncoderSpec(
-        name="demo-resnet",
-        family="general",
-        source="timm",
-        model_id="resnet10t",
-        width=512,
-        input_size=64,
-        pooling="model",
-        pretrained=False,
-        init_seed=0,
-        licence="apache-2.0 (architecture; random weights)",
+        name="demo-resnet", family="general", source="timm", model_id="resnet10t", width=512, input_size=64,
+        pooling="model", pretrained=False, init_seed=0, licence="apache-2.0 (architecture; random weights)",
         reference=True,
     ),
     EncoderSpec(
-        name="demo-vit",
-        family="general",
-        source="timm",
-        model_id="vit_tiny_patch16_224",
-        width=192,
-        input_size=64,
-        mean=(0.5, 0.5, 0.5),
-        std=(0.5, 0.5, 0.5),
-        interpolation="bicubic",
-        pooling="mean",
-        pretrained=False,
-        init_seed=0,
-        licence="apache-2.0 (architecture; random weights)",
-        kwargs={"img_size": 64},
+        name="demo-vit", family="general", source="timm", model_id="vit_tiny_patch16_224", width=192, input_size=64,
+        mean=HALF, std=HALF, interpolation="bicubic", pooling="mean", pretrained=False, init_seed=0,
+        licence="apache-2.0 (architecture; random weights)", kwargs={"img_size": 64},
     ),
     EncoderSpec(
-        name="demo-stats",
-        family="baseline",
-        source="builtin",
-        model_id="colour_texture_stats",
-        width=54,
-        input_size=64,
-        mean=(0.0, 0.0, 0.0),
-        std=(1.0, 1.0, 1.0),
-        pooling="model",
-        pretrained=False,
-        licence="apache-2.0",
+        name="demo-stats", family="baseline", source="builtin", model_id="colour_texture_stats", width=54,
+        input_size=64, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), pooling="model", pretrained=False,
+        licence="apache-2.0", loader="builtin",
+    ),
+    # ------------------------------------------------------------------ general purpose
+    # https://huggingface.co/timm/resnet50.a1_in1k (ResNet-50 A1 recipe; 2048 features, 224 train, bicubic)
+    EncoderSpec(
+        name="resnet50", family="general", source="timm", model_id="resnet50.a1_in1k", width=2048, input_size=224,
+        interpolation="bicubic", licence="apache-2.0", arch={"timm": "resnet50"},
+        page="https://huggingface.co/timm/resnet50.a1_in1k",
+    ),
+    # https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k (ConvNeXt-B, 1024 features)
+    EncoderSpec(
+        name="convnext", family="general", source="timm", model_id="convnext_base.fb_in22k_ft_in1k", width=1024,
+        input_size=224, interpolation="bicubic", licence="apache-2.0", arch={"timm": "convnext_base"},
+        page="https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k",
+    ),
+    # https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k (ViT-B/16, mean/std 0.5)
+    EncoderSpec(
+        name="vit-base", family="general", source="timm", model_id="vit_base_patch16_224.augreg2_in21k_ft_in1k",
+        width=768, input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="cls",
+        licence="apache-2.0", arch={"timm": "vit_base_patch16_224"},
+        page="https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
+    ),
+    # https://huggingface.co/timm/vit_large_patch16_224.augreg_in21k_ft_in1k (ViT-L/16, 1024 features)
+    EncoderSpec(
+        name="vit-large", family="general", source="timm", model_id="vit_large_patch16_224.augreg_in21k_ft_in1k",
+        width=1024, input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="cls",
+        licence="apache-2.0", arch={"timm": "vit_large_patch16_224"},
+        page="https://huggingface.co/timm/vit_large_patch16_224.augreg_in21k_ft_in1k",
+    ),
+    # https://huggingface.co/facebook/dinov2-base (ViT-B/14, hidden 768; processor: 224 crop, bicubic, ImageNet)
+    EncoderSpec(
+        name="dinov2", family="general", source="hf", model_id="facebook/dinov2-base", width=768, input_size=224,
+        interpolation="bicubic", pooling="cls", licence="apache-2.0", loader="hf", hf_class="Dinov2Model",
+        arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 14,
+              "image_size": 518},
+        page="https://huggingface.co/facebook/dinov2-base",
+    ),
+    # https://huggingface.co/openai/clip-vit-base-patch16 (ViT-B/16, projection 512, CLIP normalisation)
+    EncoderSpec(
+        name="clip", family="general", source="hf", model_id="openai/clip-vit-base-patch16", width=512,
+        input_size=224, mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model", licence="mit",
+        loader="hf", hf_class="CLIPVisionModelWithProjection",
+        arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 16,
+              "image_size": 224, "projection_dim": 512},
+        page="https://huggingface.co/openai/clip-vit-base-patch16",
+    ),
+    # https://huggingface.co/google/siglip-base-patch16-224 (vision hidden 768, MAP-head pooled output, 0.5 norm)
+    EncoderSpec(
+        name="siglip", family="general", source="hf", model_id="google/siglip-base-patch16-224", width=768,
+        input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="model", licence="apache-2.0",
+        loader="hf", hf_class="SiglipVisionModel",
+        arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 16,
+              "image_size": 224, "intermediate_size": 3072},
+        page="https://huggingface.co/google/siglip-base-patch16-224",
+    ),
+    # https://huggingface.co/google/siglip-so400m-patch14-384/blob/main/config.json
+    # (vision: hidden 1152, intermediate 4304, 27 layers, 16 heads, patch 14, image 384)
+    EncoderSpec(
+        name="siglip-so400m", family="general", source="hf", model_id="google/siglip-so400m-patch14-384",
+        width=1152, input_size=384, mean=HALF, std=HALF, interpolation="bicubic", pooling="model",
+        licence="apache-2.0", loader="hf", hf_class="SiglipVisionModel",
+        arch={"hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14,
+              "image_size": 384, "intermediate_size": 4304},
+        page="https://huggingface.co/google/siglip-so400m-patch14-384",
+    ),
+    # ------------------------------------------------------------------ broad medical
+    # https://huggingface.co/google/medsiglip-448 (gated, HAI-DEF terms; 400M SigLIP vision encoder, 448 px)
+    EncoderSpec(
+        name="medsiglip", family="medical", source="hf", model_id="google/medsiglip-448", width=1152,
+        input_size=448, mean=HALF, std=HALF, interpolation="bilinear", pooling="model",
+        licence="health-ai-developer-foundations", gated=True, loader="hf", hf_class="SiglipVisionModel",
+        arch={"hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14,
+              "image_size": 448, "intermediate_size": 4304},
+        page="https://huggingface.co/google/medsiglip-448",
+    ),
+    # https://huggingface.co/google/medgemma-4b-it (gated; Gemma 3 with a SigLIP-400M vision tower at 896 px,
+    # no pooling head in the tower: the embedding is the mean of its 4096 patch tokens)
+    EncoderSpec(
+        name="medgemma", family="medical", source="hf", model_id="google/medgemma-4b-it", width=1152,
+        input_size=896, mean=HALF, std=HALF, interpolation="bilinear", pooling="mean",
+        licence="health-ai-developer-foundations", gated=True, loader="hf-vision-tower",
+        arch={"hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14,
+              "image_size": 896, "intermediate_size": 4304},
+        page="https://huggingface.co/google/medgemma-4b-it",
+    ),
+    # https://huggingface.co/microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224 (open_clip checkpoint:
+    # a timm vit_base_patch16_224 trunk, CLS token, linear projection 768 -> 512 without bias)
+    EncoderSpec(
+        name="biomedclip", family="medical", source="timm",
+        model_id="microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224", width=512, input_size=224,
+        mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model", licence="mit",
+        loader="timm-checkpoint", checkpoint="open_clip_pytorch_model.bin", keymap="open_clip",
+        arch={"timm": "vit_base_patch16_224", "projection_dim": 512},
+        page="https://huggingface.co/microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224",
+    ),
+    # https://huggingface.co/flaviagiammarino/pubmed-clip-vit-base-patch32 (CLIP ViT-B/32 tuned on ROCO, proj 512)
+    EncoderSpec(
+        name="pubmedclip", family="medical", source="hf", model_id="flaviagiammarino/pubmed-clip-vit-base-patch32",
+        width=512, input_size=224, mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model",
+        licence="mit", loader="hf", hf_class="CLIPVisionModelWithProjection",
+        arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 32,
+              "image_size": 224, "projection_dim": 512},
+        page="https://huggingface.co/flaviagiammarino/pubmed-clip-vit-base-patch32",
+    ),
+    # ------------------------------------------------------------------ specialty
+    # https://huggingface.co/microsoft/rad-dino (DINOv2 ViT-B/14 on chest X-rays, 518 px, CLS 768).
+    # Revision: the commit whose tree lists the uploaded model.safetensors (tree/2358...). Mean/std are those of
+    # its preprocessor_config.json as remembered, not re-read this session (the search results lacked the file).
+    EncoderSpec(
+        name="rad-dino", family="specialty", source="hf", model_id="microsoft/rad-dino", width=768, input_size=518,
+        mean=(0.5307, 0.5307, 0.5307), std=(0.2583, 0.2583, 0.2583), interpolation="bicubic", pooling="cls",
+        revision="23589fe9321302b1138a6b6e6f26c349fdbcd752", licence="mit (msrla before 2025)", loader="hf",
+        hf_class="Dinov2Model", modality="radiology",
+        arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 14,
+              "image_size": 518},
+        page="https://huggingface.co/microsoft/rad-dino",
+    ),
+    # https://huggingface.co/YukunZhou/RETFound_mae_natureCFP (gated; MAE ViT-L/16 on colour fundus photographs;
+    # a PyTorch checkpoint {'model': ...}: loaded with weights_only=True, decoder tensors dropped)
+    EncoderSpec(
+        name="retfound", family="specialty", source="timm", model_id="YukunZhou/RETFound_mae_natureCFP", width=1024,
+        input_size=224, interpolation="bicubic", pooling="mean", licence="cc-by-nc-4.0", gated=True,
+        loader="timm-checkpoint", checkpoint="RETFound_mae_natureCFP.pth", keymap="mae",
+        arch={"timm": "vit_large_patch16_224"}, modality="ophthalmology",
+        page="https://huggingface.co/YukunZhou/RETFound_mae_natureCFP",
+    ),
+    # https://github.com/SiyuanYan1/PanDerm (CAE ViT-L/16 with layer scale; linear probe on the normed CLS token;
+    # ImageNet normalisation with std 0.228 as in its builder.py). The weights are on Google Drive only (link in
+    # the README): download them and pass --weights PATH.
+    EncoderSpec(
+        name="panderm", family="specialty", source="timm", model_id="SiyuanYan1/PanDerm", width=1024,
+        input_size=224, std=(0.228, 0.224, 0.225), interpolation="bilinear", pooling="cls",
+        licence="cc-by-nc-nd-4.0 (see the repository)", loader="timm-checkpoint",
+        checkpoint="panderm_ll_data6_checkpoint-499.pth", keymap="cae",
+        arch={"timm": "vit_large_patch16_224", "init_values": 0.1, "hub": False}, modality="dermatology",
+        page="https://github.com/SiyuanYan1/PanDerm",
+    ),
+    # https://huggingface.co/suinleelab/monet (CLIP ViT-L/14 trained on dermatology image-text pairs; proj 768)
+    EncoderSpec(
+        name="monet", family="specialty", source="hf", model_id="suinleelab/monet", width=768, input_size=224,
+        mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model", licence="see the model card",
+        loader="hf", hf_class="CLIPVisionModelWithProjection", modality="dermatology",
+        arch={"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "patch_size": 14,
+              "image_size": 224, "projection_dim": 768, "intermediate_size": 4096},
+        page="https://huggingface.co/suinleelab/monet",
     ),
 )
 
-ENCODERS: dict[str, EncoderSpec] = {spec.name: spec for spec in _REGISTRY}
+ENCODERS: dict[str, EncoderSpec] = {spec.name: check_spec(spec) for spec in _REGISTRY}
 
 
 def names() -> list[str]:
     return list(ENCODERS)
 
 
+def demo_names() -> list[str]:
+    """The encoders that need no download (``crs demo`` and ``--all`` use these)."""
+    return [s.name for s in ENCODERS.values() if not s.pretrained or s.source == "builtin"]
+
+
 def get(name: str) -> EncoderSpec:
     try:
         return ENCODERS[name]
     except KeyError:
-        raise KeyError(f"unknown encoder {name!r}; valid encoders: {', '.join(ENCODERS)}") from None
+        raise KeyError(
+            f"unknown encoder {name!r}; valid encoders: {', '.join(ENCODERS)} "
+            "(or timm:NAME, hf:ORG/NAME, or --encoder-file spec.toml)"
+        ) from None
 
 
 def default_reference(encoders: list[str]) -> str:
@@ -114,3 +306,92 @@ def default_reference(encoders: list[str]) -> str:
         if name in ENCODERS and ENCODERS[name].reference:
             return name
     return "median"
+
+
+# ---------------------------------------------------------------- user-given encoders
+_SAFE = re.compile(r"[a-z0-9._\-]")
+
+
+def store_key(text: str) -> str:
+    """An injective, path-safe store key for a user-given id such as ``hf:org/Name``.
+
+    Lowercase letters, digits, '.', '_' and '-' pass through; every other character
+    (upper case, '/', ':', '~', control characters, ...) becomes ``~XXXX`` (its code point
+    in hex), and a leading '.' is escaped too, so '..' and hidden names cannot occur.
+    '~' is escaped itself, so two ids never map to one key. Upper case is escaped rather
+    than lowered for the same reason (``hf:A/b`` and ``hf:a/b`` are different repos).
+    """
+    out = []
+    for i, ch in enumerate(text):
+        if _SAFE.fullmatch(ch) and not (i == 0 and ch == "."):
+            out.append(ch)
+        else:
+            out.append(f"~{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"~~{ord(ch):06x}")
+    key = "".join(out)
+    if not key:
+        raise ValueError("an encoder id must not be empty")
+    if len(key) > 200:  # file systems cap names at 255 bytes; keep it injective with a digest
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        key = key[:180] + "~h" + digest
+    return key
+
+
+def from_id(text: str) -> EncoderSpec:
+    """A record for ``timm:NAME`` or ``hf:ORG/NAME`` given on the command line.
+
+    timm ids take their width, input size and normalisation from timm's pretrained
+    config when the model is loaded (``width=0`` here means "ask the model"); hf ids use
+    ``AutoModel`` and the model's pooled output. The store key is ``store_key(text)``.
+    """
+    kind, _, ident = text.partition(":")
+    if kind not in ("timm", "hf") or not ident or any(ord(c) < 32 for c in ident):
+        raise ValueError(f"encoder id {text!r} must look like timm:NAME or hf:ORG/NAME")
+    if kind == "hf" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*", ident):
+        raise ValueError(f"encoder id {text!r}: hf ids look like hf:ORG/NAME (letters, digits, '.', '_', '-')")
+    return EncoderSpec(
+        name=store_key(text), family="general", source=kind, model_id=ident, width=0, input_size=224,
+        pooling="model", loader="timm" if kind == "timm" else "hf",
+        hf_class=None if kind == "timm" else "AutoModel", licence="see the model card",
+    )
+
+
+def from_toml(path: str) -> list[EncoderSpec]:
+    """Records from a TOML file: one ``[[encoder]]`` table per record, keys as in EncoderSpec."""
+    import tomllib
+
+    with open(path, "rb") as f:
+        try:
+            data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML ({exc})") from None
+    tables = data.get("encoder")
+    if not isinstance(tables, list) or not tables:
+        raise ValueError(f"{path}: expected one or more [[encoder]] tables")
+    known = {f.name for f in dataclasses.fields(EncoderSpec)}
+    specs = []
+    for i, t in enumerate(tables):
+        unknown = set(t) - known
+        if unknown:
+            raise ValueError(f"{path}: [[encoder]] #{i + 1} has unknown keys {sorted(unknown)}; valid: {sorted(known)}")
+        missing = {"name", "family", "source", "model_id", "width", "input_size"} - set(t)
+        if missing:
+            raise ValueError(f"{path}: [[encoder]] #{i + 1} lacks {sorted(missing)}")
+        t = dict(t)
+        for key in ("mean", "std"):
+            if key in t:
+                t[key] = tuple(t[key])
+        t.setdefault("loader", "hf" if t["source"] == "hf" else t["source"])
+        spec = check_spec(EncoderSpec(**t))
+        if spec.name in ENCODERS:
+            raise ValueError(f"{path}: encoder name {spec.name!r} is taken by the built-in registry; rename it")
+        specs.append(spec)
+    return specs
+
+
+def resolve(name: str, extra: dict[str, EncoderSpec] | None = None) -> EncoderSpec:
+    """A registry name, a user record (from --encoder-file), or a timm:/hf: id."""
+    if extra and name in extra:
+        return extra[name]
+    if name.startswith(("timm:", "hf:")):
+        return from_id(name)
+    return get(name)

@@ -1,11 +1,27 @@
-"""Load an encoder from its registry record and turn image batches into embeddings."""
+"""Load an encoder from its registry record and turn image batches into embeddings.
+
+Every loader goes through its library's normal path (``crs.extract.encoders`` lists the
+kinds). Safetensors are read where the repo has them; a PyTorch checkpoint is opened
+with ``torch.load(..., weights_only=True)``, which refuses pickled code. Remote code is
+never run unless the user passes ``--trust-remote-code``. ``HF_HOME``, ``HF_TOKEN`` and
+``HF_HUB_OFFLINE`` are read by huggingface_hub itself. ``weights=`` points a record at a
+local file or folder instead of the hub (an air-gapped server, or the tests' tiny models).
+"""
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from crs.extract.encoders import EncoderSpec
+
+
+class WeightsError(Exception):
+    """The weights cannot be had (gated, missing, offline, wrong file); the message says what to do."""
 
 
 class ColourTextureStats(torch.nn.Module):
@@ -47,15 +63,44 @@ class ColourTextureStats(torch.nn.Module):
         return out
 
 
+class ProjectedTrunk(torch.nn.Module):
+    """An open_clip-style image tower: a timm trunk's pooled features times a projection."""
+
+    def __init__(self, trunk: torch.nn.Module, width: int):
+        super().__init__()
+        self.trunk = trunk
+        self.proj = torch.nn.Linear(trunk.num_features, width, bias=False)
+
+    def forward(self, x):
+        return self.proj(self.trunk(x))
+
+
+# Token models: how many leading tokens are not patches (CLS, registers), per transformers class
+_PREFIX_TOKENS = {"Dinov2Model": 1, "CLIPVisionModelWithProjection": 1, "SiglipVisionModel": 0}
+
+
 class Encoder:
     """A loaded encoder: preprocessing plus model, mapping [n, 3, H, W] in [0, 1] to [n, width]."""
 
-    def __init__(self, spec: EncoderSpec, model: torch.nn.Module, device: torch.device):
+    def __init__(self, spec: EncoderSpec, model: torch.nn.Module, device: torch.device, kind: str = "timm",
+                 precision: str = "auto"):
         self.spec = spec
-        self.model = model.eval().to(device)
-        self.device = device
-        self.mean = torch.tensor(spec.mean, device=device).view(1, 3, 1, 1)
-        self.std = torch.tensor(spec.std, device=device).view(1, 3, 1, 1)
+        self.kind = kind  # "timm" | "hf" | "builtin": how the model is called
+        self.device = torch.device(device)
+        self.model = model.eval().to(self.device)
+        # bf16 autocast on CUDA (the store keeps float16/float32 either way); exact float32 on the CPU
+        self.autocast = self.device.type == "cuda" and precision in ("auto", "bf16")
+        if self.device.type == "cuda" and kind == "timm" and _is_cnn(model):
+            self.model = self.model.to(memory_format=torch.channels_last)
+            self.channels_last = True
+        else:
+            self.channels_last = False
+        self.mean = torch.tensor(spec.mean, device=self.device).view(1, 3, 1, 1)
+        self.std = torch.tensor(spec.std, device=self.device).view(1, 3, 1, 1)
+
+    @property
+    def width(self) -> int:
+        return self.spec.width
 
     def preprocess(self, x: torch.Tensor) -> torch.Tensor:
         size = self.spec.input_size
@@ -67,23 +112,42 @@ class Encoder:
             ).clamp(0, 1)
         return (x - self.mean) / self.std
 
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooling = self.spec.pooling
+        if self.kind == "builtin":
+            return self.model(x)
+        if self.kind == "hf":
+            out = self.model(pixel_values=x)
+            cls = type(self.model).__name__
+            if pooling == "model":
+                pooled = getattr(out, "image_embeds", None)
+                if pooled is None:
+                    pooled = getattr(out, "pooler_output", None)
+                if pooled is None:  # a model without a pooled output: mean of its tokens
+                    pooled = out.last_hidden_state[:, _PREFIX_TOKENS.get(cls, 0):].mean(1)
+                return pooled.flatten(1)
+            tokens = out.last_hidden_state
+            if pooling == "cls":
+                return tokens[:, 0]
+            return tokens[:, _PREFIX_TOKENS.get(cls, 0):].mean(1)
+        if pooling == "model":
+            return self.model(x)
+        feats = self.model.forward_features(x)
+        if feats.ndim == 4:  # CNN feature map [n, C, h, w]
+            return feats.mean((2, 3))
+        if pooling == "cls":
+            return feats[:, 0]
+        if pooling == "mean":
+            return feats[:, getattr(self.model, "num_prefix_tokens", 0):].mean(1)
+        raise ValueError(f"encoder {self.spec.name!r}: unknown pooling {pooling!r} (model, cls, mean)")
+
     @torch.inference_mode()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.preprocess(x.to(self.device))
-        pooling = self.spec.pooling
-        if pooling == "model" or self.spec.source == "builtin":
-            out = self.model(x)
-        else:
-            feats = self.model.forward_features(x)
-            if feats.ndim == 4:  # CNN feature map [n, C, h, w]
-                out = feats.mean((2, 3))
-            elif pooling == "cls":
-                out = feats[:, 0]
-            elif pooling == "mean":
-                prefix = getattr(self.model, "num_prefix_tokens", 0)
-                out = feats[:, prefix:].mean(1)
-            else:
-                raise ValueError(f"encoder {self.spec.name!r}: unknown pooling {pooling!r} (model, cls, mean)")
+        x = self.preprocess(x.to(self.device, non_blocking=True))
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
+            out = self._forward(x)
         if out.ndim != 2 or out.shape[1] != self.spec.width:
             raise RuntimeError(
                 f"encoder {self.spec.name!r} gave embeddings of shape {tuple(out.shape)}; its registry "
@@ -92,25 +156,339 @@ class Encoder:
         return out.float()
 
 
+def _is_cnn(model: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.Conv2d) for m in model.modules()) and not hasattr(model, "patch_embed")
+
+
 def pick_device(name: str | None = None) -> torch.device:
     if name:
         return torch.device(name)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def load(spec: EncoderSpec, device: torch.device | None = None) -> Encoder:
+# ------------------------------------------------------------------------ weights
+def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
+    """One clear message for the ways a hub download fails."""
+    name = type(exc).__name__
+    page = spec.page or f"https://huggingface.co/{spec.model_id}"
+    if name == "GatedRepoError" or (spec.gated and "401" in str(exc)) or "403" in str(exc):
+        return WeightsError(
+            f"encoder {spec.name!r}: {spec.model_id} is gated. Accept its terms at {page} while logged in, "
+            "then set HF_TOKEN to a token of that account (or run `huggingface-cli login`) and run again"
+        )
+    if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or os.environ.get("HF_HUB_OFFLINE") in ("1", "true"):
+        return WeightsError(
+            f"encoder {spec.name!r}: the weights of {spec.model_id} are not in the local cache (HF_HOME="
+            f"{os.environ.get('HF_HOME', '~/.cache/huggingface')}) and HF_HUB_OFFLINE is set. Download them once "
+            "with network access, or pass --weights PATH to a local copy"
+        )
+    if name in ("RepositoryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError"):
+        return WeightsError(f"encoder {spec.name!r}: {spec.model_id} (revision {spec.revision or 'main'}) has no "
+                            f"such repository or file ({exc.__class__.__name__}); check the record against {page}")
+    return WeightsError(f"encoder {spec.name!r}: could not fetch the weights of {spec.model_id}: {exc}")
+
+
+def _hub_file(spec: EncoderSpec, filename: str) -> str:
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return hf_hub_download(spec.model_id, filename, revision=spec.revision)
+    except Exception as exc:
+        raise _hub_error(spec, exc) from exc
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Tensors of a checkpoint file: safetensors as is, else ``torch.load(weights_only=True)``."""
+    path = str(path)
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return load_file(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise WeightsError(
+            f"{path} cannot be read as a tensor-only PyTorch checkpoint ({type(exc).__name__}: {exc}); "
+            "crs never unpickles code. Convert it to safetensors, or pass the right file with --weights"
+        ) from exc
+    for key in ("model", "state_dict", "module"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+    if not isinstance(state, dict):
+        raise WeightsError(f"{path} holds a {type(state).__name__}, not a dict of tensors")
+    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def map_keys(state: dict[str, torch.Tensor], keymap: str | None) -> dict[str, torch.Tensor]:
+    """Rename a checkpoint's tensors to timm's VisionTransformer names.
+
+    * ``mae`` (RETFound): drop the MAE decoder and mask token; encoder names are timm's.
+    * ``cae`` (PanDerm): strip ``encoder.``; per block, ``q_bias``/``v_bias`` become one
+      qkv bias with a zero key bias (the key projection has none), ``gamma_1/2`` become
+      timm's layer-scale ``ls1/ls2.gamma``; a patch-only position table gets a zero CLS row.
+    * ``open_clip`` (BiomedCLIP): ``visual.trunk.*`` -> ``trunk.*``, ``visual.head.proj`` -> ``proj``.
+    """
+    if keymap is None:
+        return dict(state)
+    out: dict[str, torch.Tensor] = {}
+    if keymap == "mae":
+        for k, v in state.items():
+            if k.startswith(("decoder", "mask_token")):
+                continue
+            out[k] = v
+        return out
+    if keymap == "open_clip":
+        for k, v in state.items():
+            if k.startswith("visual.trunk."):
+                out["trunk." + k[len("visual.trunk."):]] = v
+            elif k == "visual.head.proj.weight":
+                out["proj.weight"] = v
+        return out
+    if keymap == "cae":
+        q_bias: dict[str, torch.Tensor] = {}
+        v_bias: dict[str, torch.Tensor] = {}
+        for k, v in state.items():
+            if k.startswith("encoder."):
+                k = k[len("encoder."):]
+            elif any(k.startswith(p) for p in ("regressor", "decoder", "teacher", "mask_token", "rel_pos")):
+                continue
+            if k.endswith(".attn.q_bias"):
+                q_bias[k[: -len("q_bias")]] = v
+            elif k.endswith(".attn.v_bias"):
+                v_bias[k[: -len("v_bias")]] = v
+            elif k.endswith(".gamma_1"):
+                out[k[: -len("gamma_1")] + "ls1.gamma"] = v
+            elif k.endswith(".gamma_2"):
+                out[k[: -len("gamma_2")] + "ls2.gamma"] = v
+            elif k.startswith(("head.", "fc_norm.", "rel_pos_bias")):
+                continue
+            else:
+                out[k] = v
+        for prefix, q in q_bias.items():
+            out[prefix + "qkv.bias"] = torch.cat([q, torch.zeros_like(q), v_bias[prefix]])
+        return out
+    raise ValueError(f"unknown keymap {keymap!r}")
+
+
+def _fill(model: torch.nn.Module, state: dict[str, torch.Tensor], spec: EncoderSpec, where: str) -> None:
+    """Load ``state`` into ``model``; every tensor of the model must be given (heads aside)."""
+    own = model.state_dict()
+    if "pos_embed" in state and "pos_embed" in own and state["pos_embed"].shape[1] + 1 == own["pos_embed"].shape[1]:
+        pe = state["pos_embed"]
+        state = {**state, "pos_embed": torch.cat([pe.new_zeros(1, 1, pe.shape[2]), pe], 1)}
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not k.startswith(("head.", "fc_norm."))]
+    if missing:
+        raise WeightsError(
+            f"encoder {spec.name!r}: {where} lacks {len(missing)} tensors of the {spec.arch.get('timm', '')} "
+            f"architecture (first: {missing[:3]}); it is not a checkpoint of this model. Check --weights"
+        )
+
+
+def _timm_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
+    import timm
+
+    if spec.init_seed is not None:
+        torch.manual_seed(spec.init_seed)
+    if weights is None:
+        try:
+            return timm.create_model(spec.model_id, pretrained=spec.pretrained, num_classes=0, **spec.kwargs)
+        except RuntimeError as exc:
+            if "model" in str(exc).lower() and "unknown" in str(exc).lower():
+                raise WeightsError(f"encoder {spec.name!r}: timm has no model {spec.model_id!r}") from exc
+            raise
+        except Exception as exc:
+            if type(exc).__module__.startswith(("huggingface_hub", "requests", "urllib3")):
+                raise _hub_error(spec, exc) from exc
+            raise
+    model = timm.create_model(spec.arch.get("timm", spec.model_id), pretrained=False, num_classes=0,
+                              **_timm_arch_kwargs(spec))
+    _fill(model, read_state_dict(_weights_file(weights)), spec, weights)
+    return model
+
+
+_NOT_TIMM_KWARGS = ("timm", "projection_dim", "hub")
+
+
+def _timm_arch_kwargs(spec: EncoderSpec) -> dict:
+    """create_model arguments beyond the architecture name: ``arch`` numbers, then ``kwargs``."""
+    return {**{k: v for k, v in spec.arch.items() if k not in _NOT_TIMM_KWARGS}, **spec.kwargs}
+
+
+def build_random(spec: EncoderSpec) -> tuple[torch.nn.Module, str]:
+    """The record's architecture with random weights (on the current default device), and its kind.
+
+    Built from ``spec.arch`` alone, with no download: the tests build every record at full
+    size on the meta device to check its width, and tiny ones to run the loaders offline."""
+    import timm
+    import transformers
+
+    if spec.loader in ("timm", "timm-checkpoint"):
+        trunk = timm.create_model(spec.arch.get("timm", spec.model_id), pretrained=False, num_classes=0,
+                                  **_timm_arch_kwargs(spec))
+        if spec.keymap == "open_clip":
+            return ProjectedTrunk(trunk, spec.arch["projection_dim"]), "timm"
+        return trunk, "timm"
+    if spec.loader == "hf-vision-tower":
+        return transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**spec.arch, vision_use_head=False)), "hf"
+    if spec.loader == "hf" and spec.hf_class in _CONFIGS:
+        config = getattr(transformers, _CONFIGS[spec.hf_class])(**spec.arch)
+        return getattr(transformers, spec.hf_class)(config), "hf"
+    raise ValueError(f"encoder {spec.name!r}: no architecture to build for loader {spec.loader!r}")
+
+
+_CONFIGS = {"Dinov2Model": "Dinov2Config", "CLIPVisionModelWithProjection": "CLIPVisionConfig",
+            "SiglipVisionModel": "SiglipVisionConfig"}
+
+
+def _weights_file(weights: str) -> str:
+    p = Path(weights)
+    if p.is_dir():
+        for name in ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"):
+            if (p / name).exists():
+                return str(p / name)
+        raise WeightsError(f"--weights {weights}: a folder without model.safetensors or pytorch_model.bin")
+    if not p.exists():
+        raise WeightsError(f"--weights {weights}: no such file")
+    return str(p)
+
+
+def _timm_checkpoint_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
+    import timm
+
+    if weights is None:
+        if spec.arch.get("hub", True) is False:
+            raise WeightsError(
+                f"encoder {spec.name!r}: its weights are not on a model hub. Download {spec.checkpoint} from the "
+                f"link on {spec.page} and pass --weights PATH"
+            )
+        weights = _hub_file(spec, spec.checkpoint)
+    trunk = timm.create_model(spec.arch["timm"], pretrained=False, num_classes=0, **_timm_arch_kwargs(spec))
+    model = ProjectedTrunk(trunk, spec.arch["projection_dim"]) if spec.keymap == "open_clip" else trunk
+    state = map_keys(read_state_dict(_weights_file(weights)), spec.keymap)
+    _fill(model, state, spec, weights)
+    return model
+
+
+def _hf_model(spec: EncoderSpec, weights: str | None, trust_remote_code: bool) -> torch.nn.Module:
+    import transformers
+
+    cls = getattr(transformers, spec.hf_class or "AutoModel")
+    source = weights or spec.model_id
+    kwargs = {} if weights else {"revision": spec.revision}
+    try:
+        model = cls.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
+    except OSError as exc:  # transformers wraps hub errors (gated, offline, missing) in OSError
+        cause = exc.__cause__ or exc
+        raise _hub_error(spec, cause if type(cause).__module__.startswith("huggingface_hub") else exc) from exc
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            raise WeightsError(
+                f"encoder {spec.name!r}: {spec.model_id} ships its own model code; crs runs it only with "
+                "--trust-remote-code (read the code on the model page first)"
+            ) from exc
+        raise
+    if hasattr(model, "vision_model") and not isinstance(model, tuple(
+            getattr(transformers, c) for c in ("CLIPVisionModelWithProjection", "SiglipVisionModel")
+            if hasattr(transformers, c))) and spec.hf_class == "AutoModel":
+        model = model.vision_model  # a two-tower hf: id: keep the image tower
+    return model
+
+
+def _vision_tower_files(spec: EncoderSpec, weights: str | None) -> tuple[str, list[str]]:
+    """(config.json, the safetensors shards holding vision-tower tensors): only those are fetched."""
+    if weights:
+        root = Path(weights)
+        config = root / "config.json"
+        index = root / "model.safetensors.index.json"
+        fetch = lambda name: str(root / name)  # noqa: E731
+        if not config.exists():
+            raise WeightsError(f"--weights {weights}: no config.json in that folder")
+        index_path = str(index) if index.exists() else None
+    else:
+        fetch = lambda name: _hub_file(spec, name)  # noqa: E731
+        config = fetch("config.json")
+        try:
+            index_path = fetch("model.safetensors.index.json")
+        except WeightsError:
+            index_path = None
+    if index_path is None:
+        return str(config), [fetch("model.safetensors")]
+    with open(index_path) as f:
+        weight_map = json.load(f)["weight_map"]
+    shards = sorted({shard for key, shard in weight_map.items() if "vision_tower." in key})
+    if not shards:
+        raise WeightsError(f"encoder {spec.name!r}: {spec.model_id} has no tensors named '*vision_tower.*'")
+    return str(config), [fetch(s) for s in shards]
+
+
+def _vision_tower_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
+    import transformers
+    from safetensors import safe_open
+
+    config_path, shards = _vision_tower_files(spec, weights)
+    with open(config_path) as f:
+        vision_cfg = json.load(f).get("vision_config")
+    if not vision_cfg or vision_cfg.get("model_type") != "siglip_vision_model":
+        raise WeightsError(f"encoder {spec.name!r}: {config_path} has no SigLIP vision_config")
+    cfg = transformers.SiglipVisionConfig(**{k: v for k, v in vision_cfg.items() if k != "model_type"})
+    model = transformers.SiglipVisionModel(cfg)
+    state = {}
+    for shard in shards:
+        with safe_open(shard, framework="pt") as f:
+            for key in f.keys():
+                at = key.find("vision_tower.")
+                if at >= 0:  # 'vision_tower.vision_model.x' or 'model.vision_tower.vision_model.x'
+                    state[key[at + len("vision_tower."):]] = f.get_tensor(key)
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if ".head." not in k]
+    if missing or not state:
+        raise WeightsError(f"encoder {spec.name!r}: the vision tower lacks {len(missing)} tensors "
+                           f"(first: {missing[:3]}) in {shards}")
+    return model
+
+
+def load(spec: EncoderSpec, device: torch.device | str | None = None, *, weights: str | None = None,
+         trust_remote_code: bool = False, precision: str = "auto") -> Encoder:
     """Build the model through its library's normal path and wrap it with its preprocessing."""
-    device = device or pick_device()
-    if spec.source == "builtin":
+    device = torch.device(device) if device is not None else pick_device()
+    if spec.loader == "builtin" or spec.source == "builtin":
         if spec.model_id != "colour_texture_stats":
             raise ValueError(f"unknown builtin encoder {spec.model_id!r}")
-        model: torch.nn.Module = ColourTextureStats()
-    elif spec.source == "timm":
-        import timm
-
-        if spec.init_seed is not None:
-            torch.manual_seed(spec.init_seed)
-        model = timm.create_model(spec.model_id, pretrained=spec.pretrained, num_classes=0, **spec.kwargs)
+        return Encoder(spec, ColourTextureStats(), device, "builtin", precision)
+    if spec.loader == "timm":
+        model, kind = _timm_model(spec, weights), "timm"
+    elif spec.loader == "timm-checkpoint":
+        model, kind = _timm_checkpoint_model(spec, weights), "timm"
+    elif spec.loader == "hf":
+        model, kind = _hf_model(spec, weights, trust_remote_code), "hf"
+    elif spec.loader == "hf-vision-tower":
+        model, kind = _vision_tower_model(spec, weights), "hf"
     else:
-        raise ValueError(f"encoder {spec.name!r}: source {spec.source!r} is not supported yet (timm, builtin)")
-    return Encoder(spec, model, device)
+        raise ValueError(f"encoder {spec.name!r}: loader {spec.loader!r} is not supported")
+    if spec.width == 0:  # a timm:/hf: id: width, size and normalisation come from the model
+        spec = _complete_user_spec(spec, model, kind)
+    return Encoder(spec, model, device, kind, precision)
+
+
+def _complete_user_spec(spec: EncoderSpec, model: torch.nn.Module, kind: str) -> EncoderSpec:
+    import dataclasses
+
+    if kind == "timm":
+        cfg = getattr(model, "pretrained_cfg", {}) or {}
+        size = int((cfg.get("input_size") or (3, 224, 224))[-1])
+        fixed = getattr(getattr(model, "patch_embed", None), "img_size", None)  # a ViT built for another size
+        if fixed and not getattr(model.patch_embed, "dynamic_img_size", False):
+            size = int(fixed[-1])
+        return dataclasses.replace(
+            spec, width=int(model.num_features), input_size=size,
+            mean=tuple(cfg.get("mean", spec.mean)), std=tuple(cfg.get("std", spec.std)),
+            interpolation=cfg.get("interpolation", "bicubic") if cfg.get("interpolation") in
+            ("bilinear", "bicubic", "nearest") else "bicubic",
+        )
+    cfg = model.config
+    width = getattr(cfg, "projection_dim", None) if hasattr(model, "visual_projection") else None
+    width = width or getattr(cfg, "hidden_size", None) or getattr(cfg, "hidden_sizes", [0])[-1]
+    size = getattr(cfg, "image_size", 224)
+    size = size if isinstance(size, int) else int(size[0])
+    return dataclasses.replace(spec, width=int(width), input_size=int(size))

@@ -3,14 +3,31 @@
 The work unit is one store chunk of rows. Rows are ordered test first, so chunk j of
 the clean array and chunk j of every perturbed (test-only) array cover the same
 images: each unit decodes its images once, then embeds them clean and under every
-pending perturbation. Units whose chunks are all written are skipped without
-decoding, so a re-run after a crash or Ctrl-C finishes only what is missing.
+pending perturbation of the dataset's modality suite. Units whose chunks are all
+written are skipped without decoding, so a re-run after a crash, kill -9 or Ctrl-C
+finishes only what is missing, with the same numbers an uninterrupted run writes.
+
+Throughput: units are decoded ahead by DataLoader workers (``workers``; pinned memory
+and non-blocking copies on CUDA), embeddings go to disk on a background writer thread
+so the device never waits for the store, the batch halves on out-of-memory instead of
+failing, and CUDA runs under bf16 autocast (``crs.extract.models``).
+
+Safety: one lock per (dataset, encoder) in the store (pid + host; a lock left by a dead
+process is taken over); a short lock per dataset guards its metadata and failures
+table, so several encoders can write into one store at the same time.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata as md
+import json
+import os
+import queue
+import socket
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,9 +35,19 @@ import torch
 
 from crs.conditions import CLEAN, parse
 from crs.extract import datasets, encoders, perturb
+from crs.extract.encoders import EncoderSpec
+from crs.extract.images import ImageError
 from crs.extract.models import load, pick_device
-from crs.store import DatasetTable, Store, store_order
+from crs.store import DatasetTable, Store, StoreError, store_order
 from crs.store.zarr_store import now
+
+
+class LockHeld(StoreError):
+    """Another live run holds the (dataset, encoder) lock."""
+
+
+class StrictFailure(Exception):
+    """--strict and an image could not be decoded."""
 
 
 @dataclass
@@ -32,9 +59,13 @@ class ExtractSummary:
     chunks_written: int = 0
     chunks_skipped: int = 0
     forward_images: int = 0
+    decodes: int = 0
+    failures: int = 0
+    batch: int = 0
     seconds: float = 0.0
     device: str = "cpu"
     complete: bool = False
+    lock_taken_over: str | None = None
     arrays: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -61,10 +92,11 @@ def dataset_table(ds) -> DatasetTable:
         "ordinal": bool(ds.ordinal),
         "shift_target": ds.shift_target,
         "description": ds.description,
-        "source": "builtin synthetic benchmark",
-        "size": ds.size,
-        "seed": ds.seed,
+        "source": getattr(ds, "source", "builtin synthetic benchmark"),
+        "size": getattr(ds, "size", 1.0),
+        "seed": getattr(ds, "seed", 0),
         "image_size": ds.image_size,
+        "modality": getattr(ds, "modality", None),
     }
     if hasattr(ds, "provenance"):  # file-based datasets: root, CSV files, split kind and seed, label policy
         attrs.update(ds.provenance())
@@ -78,9 +110,184 @@ def dataset_table(ds) -> DatasetTable:
     )
 
 
+# -------------------------------------------------------------------------- locks
+def _lock_dir(store: Store) -> str | None:
+    """Lock files live in the store folder (local stores only; an fsspec URL gets none)."""
+    path = store.path[len("file://"):] if store.path.startswith("file://") else store.path
+    if "://" in path:
+        return None
+    d = os.path.join(path, ".crs-locks")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def hold_lock(store: Store, key: str, *, wait: bool, what: str):
+    """An exclusive lock named ``key`` in the store: flock on a file holding {pid, host, started}.
+
+    The kernel drops a flock when its process dies, so a lock left by a killed run is
+    free at once; its file still names the dead holder, which is reported as taken over.
+    ``wait=False`` refuses at once if a live run holds it. Yields the stale holder or None.
+    """
+    d = _lock_dir(store)
+    if d is None:
+        yield None
+        return
+    path = os.path.join(d, encoders.store_key(key) + ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            raise LockHeld(
+                f"{what} is being extracted by another run (pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')}, since {holder.get('started', '?')}); wait for it to finish or stop "
+                f"it, then run again (lock file {path})"
+            ) from None
+        stale = _read_holder(fd)
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
+        if stale and stale.get("host") == me["host"] and isinstance(stale.get("pid"), int) \
+                and stale["pid"] != me["pid"] and _pid_alive(stale["pid"]):
+            # the flock is free but its recorded holder lives: a lock file copied in, or a
+            # file system without flock; refuse rather than write beside a live run
+            raise LockHeld(f"{what}: lock file {path} names a live process (pid {stale['pid']}); "
+                           "if that is not an extraction, delete the lock file")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        os.fsync(fd)
+        try:
+            yield (f"pid {stale.get('pid')} on {stale.get('host')}" if stale else None)
+        finally:
+            os.ftruncate(fd, 0)  # a clean exit leaves an empty (free) lock file
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _read_holder(fd: int) -> dict:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        return json.loads(raw) if raw.strip() else {}
+    except (OSError, ValueError):
+        return {"pid": "?", "host": "? (unreadable lock file)"}
+
+
+# ----------------------------------------------------------------------- decoding
+class _Units(torch.utils.data.Dataset):
+    """Item j: the decoded images of work unit j, as uint8 [m, S, S, 3] plus its failures."""
+
+    def __init__(self, ds, unit_rows: list[np.ndarray], paths: list | None):
+        self.ds, self.unit_rows, self.paths = ds, unit_rows, paths
+
+    def __len__(self):
+        return len(self.unit_rows)
+
+    def __getitem__(self, j):
+        rows = self.unit_rows[j]
+        failures = []  # (position in the unit, file, reason)
+        if hasattr(self.ds, "load_image"):
+            size = self.ds.image_size
+            images = np.zeros((len(rows), size, size, 3), dtype=np.uint8)
+            for k, r in enumerate(rows.tolist()):
+                try:
+                    img = np.asarray(self.ds.load_image(r))
+                    if img.shape != (size, size, 3) or img.dtype != np.uint8:
+                        raise ImageError(self._path(r), f"decoded to {img.dtype} {img.shape}, not uint8 "
+                                                        f"({size}, {size}, 3)")
+                    images[k] = img
+                except ImageError as exc:
+                    failures.append((k, exc.path, exc.reason))
+        else:
+            images = self.ds.images(rows)
+        return j, torch.from_numpy(np.ascontiguousarray(images)), failures
+
+    def _path(self, row):
+        return str(self.paths[row]) if self.paths is not None else f"row {row}"
+
+
+def _loader(units: _Units, order: list[int], workers: int, pin: bool):
+    subset = torch.utils.data.Subset(units, order)
+    kwargs = {"num_workers": workers, "batch_size": None, "pin_memory": pin}
+    if workers > 0:
+        kwargs["prefetch_factor"] = 2
+    return torch.utils.data.DataLoader(subset, **kwargs)
+
+
+# ----------------------------------------------------------------------- writing
+class _Writer:
+    """A background thread that writes chunks in order of arrival; errors surface in ``put``/``close``."""
+
+    def __init__(self, depth: int = 8):
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="crs-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue
+            array, j, values = item
+            try:
+                array.write_chunk(j, values)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                self.error = exc
+
+    def put(self, array, j, values):
+        if self.error is not None:
+            raise self.error
+        self.q.put((array, j, values))
+
+    def close(self):
+        self.q.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class _Embedder:
+    """Forward passes in batches; halves the batch on out-of-memory and keeps the smaller one."""
+
+    def __init__(self, model, batch: int):
+        self.model, self.batch, self.backoffs = model, batch, 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        outs, i = [], 0
+        while i < len(x):
+            try:
+                outs.append(self.model(x[i : i + self.batch]))
+                i += self.batch
+            except (torch.OutOfMemoryError, RuntimeError) as exc:
+                if not _is_oom(exc) or self.batch == 1:
+                    raise
+                self.batch = max(1, self.batch // 2)
+                self.backoffs += 1
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        return torch.cat(outs)
+
+
+# ----------------------------------------------------------------------- extract
 def extract(
     store: Store,
-    encoder: str,
+    encoder: str | EncoderSpec,
     dataset,
     *,
     size: float = 1.0,
@@ -89,26 +296,61 @@ def extract(
     device: str | None = None,
     dtype: str = "float16",
     perturbations: bool = True,
+    severities: tuple[int, ...] = perturb.SEVERITIES,
+    workers: int = 0,
+    strict: bool = False,
+    weights: str | None = None,
+    trust_remote_code: bool = False,
+    precision: str = "auto",
+    ds=None,
     progress=None,
 ) -> ExtractSummary:
     """Embed ``dataset`` with ``encoder`` into ``store``; resumes whatever is incomplete.
 
-    ``progress`` is an optional ``rich.progress.Progress``; one task is added to it.
+    ``encoder`` is a registry name or a record (``encoders.resolve``); ``dataset`` a name
+    or an opened dataset object; ``ds`` an already opened dataset object (else
+    ``datasets.get(dataset, size=size)``). ``progress`` is an
+    optional ``rich.progress.Progress``; one task is added to it.
     """
-    spec = encoders.get(encoder)
-    ds = datasets.get(dataset, size=size) if isinstance(dataset, str) else dataset  # a name or a dataset object
-    dataset = ds.name
+    spec = encoders.get(encoder) if isinstance(encoder, str) else encoder
+    if not isinstance(dataset, str):  # an opened dataset object (a real dataset's adapter)
+        ds, dataset = dataset, dataset.name
+    ds = ds if ds is not None else datasets.get(dataset, size=size)
+    with hold_lock(store, f"{dataset}|{spec.name}", wait=False, what=f"{dataset} × {spec.name}") as stale:
+        summary = _extract_locked(store, spec, dataset, ds, chunk=chunk, batch=batch, device=device, dtype=dtype,
+                                  perturbations=perturbations, severities=severities, workers=workers, strict=strict,
+                                  weights=weights, trust_remote_code=trust_remote_code, precision=precision,
+                                  progress=progress)
+        summary.lock_taken_over = stale
+        return summary
+
+
+def _extract_locked(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbations, severities, workers,
+                    strict, weights, trust_remote_code, precision, progress) -> ExtractSummary:
     table = dataset_table(ds)
-    store.write_dataset(table)
+    with hold_lock(store, f"dataset|{dataset}", wait=True, what=f"dataset {dataset}"):
+        store.write_dataset(table)
     table = store.dataset(dataset)  # the stored order is the truth
     source_row = np.asarray(table.attrs["source_row"])
     n, n_test = len(table.ids), table.n_test
     has_train = bool((table.split == 0).any())
-    conds = [CLEAN] + (perturb.conditions() if perturbations and has_train and n_test else [])
+    modality = getattr(ds, "modality", None)
+    perturbed_conds = []
+    if perturbations and has_train and n_test:
+        if modality is None:
+            raise StoreError(f"dataset {dataset!r} has no modality, so no perturbation suite; pass --no-perturb")
+        perturbed_conds = perturb.conditions(modality, tuple(severities))
+    conds = [CLEAN] + perturbed_conds
+
+    model = None
+    if spec.width == 0:  # a timm:/hf: id: the model tells its width
+        model = load(spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
+                     precision=precision)
+        spec = model.spec
 
     provenance = {
         "encoder_spec": spec.as_dict(),
-        "weight_source": spec.weight_source,
+        "weight_source": spec.weight_source if weights is None else f"local file {weights}",
         "revision": spec.revision,
         "preprocessing": {
             "input_size": spec.input_size,
@@ -118,6 +360,7 @@ def extract(
             "pooling": spec.pooling,
             "order": "decode -> [0,1] float -> perturb -> resize -> normalise",
         },
+        "modality": modality,
         "libraries": library_versions(),
         "created": now(),
     }
@@ -131,46 +374,68 @@ def extract(
             attrs["perturbation"] = perturb.parameters(c.family, c.severity)
         rows = "all" if cond == CLEAN else "test"
         arrays[cond] = store.embedding(
-            dataset, encoder, cond, rows=rows, n_rows=n if cond == CLEAN else n_test,
+            dataset, spec.name, cond, rows=rows, n_rows=n if cond == CLEAN else n_test,
             width=spec.width, chunk=chunk, dtype=dtype, attrs=attrs,
         )
 
-    summary = ExtractSummary(encoder=encoder, dataset=dataset, images=n, conditions=len(conds))
+    summary = ExtractSummary(encoder=spec.name, dataset=dataset, images=n, conditions=len(conds), batch=batch)
     pending = {cond: set(arr.pending().tolist()) for cond, arr in arrays.items()}
     n_units = arrays[CLEAN].n_chunks
+    todo_units = [j for j in range(n_units) if any(j in pending[c] for c in conds)]
     todo = sum(len(p) for p in pending.values())
     summary.chunks_skipped = sum(a.n_chunks for a in arrays.values()) - todo
-    task = None
-    if progress is not None:
-        task = progress.add_task(f"{encoder} × {dataset}", total=todo)
+    task = progress.add_task(f"{spec.name} × {dataset}", total=todo) if progress is not None else None
 
     t0 = time.perf_counter()
-    model = None
-    for j in range(n_units):
-        work = [cond for cond in conds if j in pending[cond]]
-        if not work:
-            continue
+    if todo_units:
         if model is None:
-            model = load(spec, pick_device(device))
-            summary.device = str(model.device)
-        rows = arrays[CLEAN].chunk_rows(j)
-        idx = np.arange(rows.start, rows.stop)
-        images = torch.from_numpy(ds.images(source_row[idx])).permute(0, 3, 1, 2)
-        x = images.to(model.device, dtype=torch.float32).div_(255)  # decoded once for every condition
-        ids = table.ids[idx].tolist()
-        for cond in work:
-            if cond == CLEAN:
-                xin, rid = x, ids
-            else:
-                m = int(min(rows.stop, n_test) - rows.start)  # the test rows of this unit come first
-                c = parse(cond)
-                xin, rid = perturb.apply(x[:m], c.family, c.severity, ids[:m]), ids[:m]
-            emb = torch.cat([model(xin[i : i + batch]) for i in range(0, len(xin), batch)])
-            arrays[cond].write_chunk(j, emb.cpu().numpy())
-            summary.chunks_written += 1
-            summary.forward_images += len(xin)
-            if task is not None:
-                progress.advance(task)
+            model = load(spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
+                         precision=precision)
+        t0 = time.perf_counter()  # seconds: the extraction itself, without loading the model
+        summary.device = str(model.device)
+        embed = _Embedder(model, batch)
+        unit_rows = []
+        for j in range(n_units):
+            sl = arrays[CLEAN].chunk_rows(j)
+            unit_rows.append(source_row[sl.start : sl.stop])
+        units = _Units(ds, unit_rows, getattr(ds, "paths", None))
+        pin = model.device.type == "cuda"
+        writer = _Writer()
+        new_failures: list[tuple[str, str, str]] = []
+        try:
+            for j, images, failures in _loader(units, todo_units, workers, pin):
+                rows = arrays[CLEAN].chunk_rows(j)
+                ids = table.ids[rows.start : rows.stop].tolist()
+                summary.decodes += len(images)
+                if failures:
+                    if strict:
+                        k, path, reason = failures[0]
+                        raise StrictFailure(f"image {ids[k]!r} ({path}) cannot be used: {reason} (--strict)")
+                    new_failures += [(ids[k], path, reason) for k, path, reason in failures]
+                # decoded once for every condition
+                x = images.to(model.device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255)
+                for cond in conds:
+                    if j not in pending[cond]:
+                        continue
+                    if cond == CLEAN:
+                        xin = x
+                    else:
+                        m = int(min(rows.stop, n_test) - rows.start)  # the test rows of this unit come first
+                        c = parse(cond)
+                        xin = perturb.apply(x[:m], c.family, c.severity, ids[:m])
+                    emb = embed(xin)
+                    writer.put(arrays[cond], j, emb.cpu().numpy())
+                    summary.chunks_written += 1
+                    summary.forward_images += len(xin)
+                    if task is not None:
+                        progress.advance(task)
+        finally:
+            writer.close()  # what was embedded is written, also on Ctrl-C
+            if new_failures:
+                with hold_lock(store, f"dataset|{dataset}", wait=True, what=f"dataset {dataset}"):
+                    store.add_failures(dataset, *zip(*new_failures))
+        summary.batch = embed.batch
+    summary.failures = len(store.failures(dataset)["image_id"])
     summary.seconds = time.perf_counter() - t0
     summary.complete = all(arr.finalize() for arr in arrays.values())
     summary.arrays = list(arrays)

@@ -69,6 +69,11 @@ class SyntheticDataset:
     size: float = 1.0
     seed: int = 0
 
+    @property
+    def modality(self) -> str:
+        """'dermatology' | 'ophthalmology' | 'radiology': selects the perturbation suite."""
+        return MODALITY[self.name]
+
     def table(self) -> Table:
         return _plan(self.name, self.size, self.seed).table
 
@@ -861,6 +866,12 @@ _SPECS: dict[str, _Spec] = {
 }
 
 DATASETS: tuple[str, ...] = tuple(_SPECS)
+MODALITY: dict[str, str] = {
+    "demo_derm": "dermatology",
+    "demo_fundus": "ophthalmology",
+    "demo_cxr": "radiology",
+    "demo_cxr_site2": "radiology",
+}
 
 
 def _spec(name: str) -> _Spec:

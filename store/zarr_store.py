@@ -225,6 +225,40 @@ class Store:
             attrs=dict(g.attrs),
         )
 
+    # ---------------------------------------------------------------- failures
+    def failures(self, dataset: str) -> dict[str, np.ndarray]:
+        """Images of ``dataset`` that could not be decoded: {'image_id', 'file', 'reason'} (empty if none).
+
+        Their rows hold the embedding of a blank image; later stages leave them out
+        (``excluded_rows``)."""
+        empty = {k: np.zeros(0, dtype=str) for k in ("image_id", "file", "reason")}
+        if not self.has_dataset(dataset) or "failures" not in self.root["datasets"][dataset]:
+            return empty
+        g = self.root["datasets"][dataset]["failures"]
+        return {k: _strings(g[k]) for k in ("image_id", "file", "reason")}
+
+    def add_failures(self, dataset: str, image_ids, files, reasons) -> None:
+        """Merge failures into the dataset's table (one row per image id; the newest reason wins)."""
+        old = self.failures(dataset)
+        rows = {i: (f, r) for i, f, r in zip(old["image_id"].tolist(), old["file"].tolist(), old["reason"].tolist())}
+        rows.update({str(i): (str(f), str(r)) for i, f, r in zip(image_ids, files, reasons)})
+        if not rows:
+            return
+        ids = sorted(rows)
+        g = self._datasets()[dataset].require_group("failures")
+        for k, values in (("image_id", ids), ("file", [rows[i][0] for i in ids]), ("reason", [rows[i][1] for i in ids])):
+            arr = g.create_array(k, shape=(len(ids),), dtype=str, chunks=(max(1, len(ids)),), overwrite=True)
+            arr[:] = np.asarray(values, dtype=str)
+        g.attrs["written"] = now()
+
+    def excluded_rows(self, dataset: str) -> np.ndarray:
+        """Store rows (test, val, train order) of images listed in the failures table."""
+        failed = set(self.failures(dataset)["image_id"].tolist())
+        if not failed:
+            return np.zeros(0, dtype=np.int64)
+        ids = self.dataset(dataset).ids
+        return np.flatnonzero(np.isin(ids, list(failed)))
+
     # -------------------------------------------------------------- embeddings
     def embedding(
         self,

@@ -86,14 +86,14 @@ def test_small_pipeline_end_to_end(tmp_path):
     """extract -> probe -> score on a small built-in benchmark, two encoders."""
     store, results = tmp_path / "s.zarr", tmp_path / "results"
     r = invoke("extract", "-e", "demo-stats", "-e", "demo-vit", "-d", "demo_derm", "--size", "0.25",
-               "--store", store, "--chunk", "64", "--json")
+               "--store", store, "--chunk", "64", "--severities", "1,5", "--json")
     assert r.exit_code == 0, r.output
     ext = json.loads(r.output)
     assert {run["encoder"] for run in ext["runs"]} == {"demo-stats", "demo-vit"}
     assert all(run["complete"] for run in ext["runs"])
     # a re-run finds everything complete and writes nothing
     r = invoke("extract", "-e", "demo-stats", "-d", "demo_derm", "--size", "0.25", "--store", store,
-               "--chunk", "64", "--json")
+               "--chunk", "64", "--severities", "1,5", "--json")
     again = json.loads(r.output)["runs"][0]
     assert again["chunks_written"] == 0 and again["chunks_skipped"] > 0
 
@@ -101,12 +101,12 @@ def test_small_pipeline_end_to_end(tmp_path):
                "--fractions", "0.1,0.5,1", "--l2", "1e-2,1", "--json")
     assert r.exit_code == 0, r.output
     pr = json.loads(r.output)
-    assert len(pr["runs"]) == 2 and all(run["conditions"] == 26 for run in pr["runs"])
+    assert len(pr["runs"]) == 2 and all(run["conditions"] == 31 for run in pr["runs"])
 
     import polars as pl
 
     rec = pl.read_parquet(results / "run_records" / "demo-stats__demo_derm.parquet")
-    assert rec.height == 2 * 3 * 26  # seeds x fractions x conditions
+    assert rec.height == 2 * 3 * 31  # seeds x fractions x conditions (clean + 15 dermatology families x 2)
     assert set(rec["condition"].unique()) >= {"clean", "gaussian_noise@1", "jpeg@5"}
     assert rec.filter(pl.col("condition") == "clean")["auroc"].min() > 0.5
 

@@ -1,7 +1,10 @@
-"""Extraction into a store: complete arrays, idempotent re-runs, and resume after kill -9."""
+"""Extraction into a store: complete arrays, idempotent re-runs, resume after kill -9 at several
+points, the (dataset, encoder) lock, two encoders writing at once, workers and OOM back-off."""
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -9,65 +12,72 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 import zarr
 
-from crs.extract.run import extract
+from crs.extract import perturb
+from crs.extract.run import LockHeld, _Embedder, extract, hold_lock
 from crs.store import Store
 
 SIZE = "0.2"
+ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
 
 
-def arrays(path):
+def arrays(path, encoder=None):
     """Every embedding array of a store: {(dataset, encoder, condition): values}."""
     s = Store(str(path), mode="r")
-    return {(d, e, c): s.read_embedding(d, e, c) for d, e, c, _ in s.embeddings()}
+    return {(d, e, c): s.read_embedding(d, e, c) for d, e, c, _ in s.embeddings() if encoder in (None, e)}
 
 
-def done_flags(path):
+def done_flags(path, encoder="demo-resnet"):
     """(chunks written, chunks in all) over a store's arrays, read without the CRS layer."""
     with warnings.catch_warnings():  # a group being created right now has no metadata yet
         warnings.simplefilter("ignore")
-        return _done_flags(path)
+        try:
+            group = zarr.open_group(str(path), mode="r")[f"datasets/demo_derm/embeddings/{encoder}"]
+        except Exception:
+            return 0, None
+        written = total = 0
+        for _, g in group.groups():
+            if "done" not in g:  # being created right now
+                return 0, None
+            flags = np.asarray(g["done"][:])
+            written += int(flags.sum())
+            total += len(flags)
+        return written, total
 
 
-def _done_flags(path):
-    try:
-        root = zarr.open_group(str(path), mode="r")
-        group = root["datasets/demo_derm/embeddings/demo-resnet"]
-    except Exception:
-        return 0, None
-    written = total = 0
-    for _, g in group.groups():
-        if "done" not in g:  # being created right now
-            continue
-        flags = np.asarray(g["done"][:])
-        written += int(flags.sum())
-        total += len(flags)
-    return written, total
-
-
-def cli(store, *extra):
-    return [sys.executable, "-m", "crs.cli", "extract", "-e", "demo-resnet", "-d", "demo_derm", "--size", SIZE,
-            "--store", str(store), "--chunk", "16", "--quiet", *extra]
+def cli(store, *extra, encoder="demo-resnet", size=SIZE):
+    return [sys.executable, "-m", "crs.cli", "extract", "-e", encoder, "-d", "demo_derm", "--size", size,
+            "--store", str(store), "--chunk", "16", "--severities", "2", "--quiet", *extra]
 
 
 def test_extract_writes_complete_arrays_and_reruns_write_nothing(tmp_path):
     store = Store(str(tmp_path / "s.zarr"))
-    first = extract(store, "demo-stats", "demo_derm", size=0.2, chunk=32)
+    first = extract(store, "demo-stats", "demo_derm", size=0.1, chunk=32)
     assert first.complete and first.chunks_skipped == 0
+    assert first.conditions == 1 + len(perturb.conditions("dermatology"))
+    assert first.decodes == first.images  # every image decoded once for all 76 conditions
     table = store.dataset("demo_derm")
     x = store.read_embedding("demo_derm", "demo-stats", "clean")
     assert x.shape == (len(table.ids), 54) and x.dtype == np.float16
-    noisy = store.read_embedding("demo_derm", "demo-stats", "gaussian_noise@5")
+    noisy = store.read_embedding("demo_derm", "demo-stats", "ink_marks@5")
     assert noisy.shape == (table.n_test, 54)
     assert not np.allclose(noisy, x[: table.n_test])  # the perturbation changed the embeddings
     attrs = store.embedding_attrs("demo_derm", "demo-stats", "jpeg@3")
     assert attrs["perturbation"] == {"family": "jpeg", "severity": 3, "quality": 40}
     assert attrs["encoder_spec"]["name"] == "demo-stats" and "torch" in attrs["libraries"]
-    assert attrs["preprocessing"]["input_size"] == 64
-    second = extract(store, "demo-stats", "demo_derm", size=0.2, chunk=32)
-    assert second.chunks_written == 0 and second.chunks_skipped == first.chunks_written
+    assert attrs["preprocessing"]["input_size"] == 64 and attrs["modality"] == "dermatology"
+    second = extract(store, "demo-stats", "demo_derm", size=0.1, chunk=32)
+    assert second.chunks_written == 0 and second.chunks_skipped == first.chunks_written and second.decodes == 0
     np.testing.assert_array_equal(store.read_embedding("demo_derm", "demo-stats", "clean"), x)
+
+
+def test_each_modality_gets_its_suite(tmp_path):
+    store = Store(str(tmp_path / "s.zarr"))
+    run = extract(store, "demo-stats", "demo_cxr", size=0.1, chunk=64, severities=(1,))
+    conds = {c for _, _, c, _ in store.embeddings("demo_cxr")}
+    assert conds == {"clean"} | set(perturb.conditions("radiology", (1,))) and run.complete
 
 
 def test_shift_only_dataset_gets_clean_embeddings_only(tmp_path):
@@ -76,9 +86,37 @@ def test_shift_only_dataset_gets_clean_embeddings_only(tmp_path):
     assert [c for _, _, c, _ in store.embeddings("demo_cxr_site2")] == ["clean"]
 
 
-ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+def test_decoding_workers_and_batch_size_do_not_change_the_numbers(tmp_path):
+    a = Store(str(tmp_path / "a.zarr"))
+    b = Store(str(tmp_path / "b.zarr"))
+    extract(a, "demo-stats", "demo_fundus", size=0.1, chunk=16, severities=(3,))
+    run = extract(b, "demo-stats", "demo_fundus", size=0.1, chunk=16, severities=(3,), workers=2, batch=7)
+    assert run.complete
+    x, y = arrays(tmp_path / "a.zarr"), arrays(tmp_path / "b.zarr")
+    assert x.keys() == y.keys()
+    for k in x:
+        np.testing.assert_array_equal(x[k], y[k], err_msg=str(k))
 
 
+def test_out_of_memory_halves_the_batch_and_keeps_going():
+    calls = []
+
+    def model(x):
+        calls.append(len(x))
+        if len(x) > 5:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return x.sum((2, 3))
+
+    embed = _Embedder(model, 16)
+    x = torch.rand(23, 3, 4, 4)
+    out = embed(x)
+    torch.testing.assert_close(out, x.sum((2, 3)))
+    assert embed.batch == 4 and embed.backoffs == 2 and calls[:3] == [16, 8, 4]
+    with pytest.raises(RuntimeError, match="shape"):  # other errors are not swallowed
+        _Embedder(lambda x: (_ for _ in ()).throw(RuntimeError("bad shape")), 4)(x)
+
+
+# ------------------------------------------------------------------ kill -9 and resume
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The arrays of an extraction that ran to the end, in a separate process."""
@@ -87,37 +125,91 @@ def uninterrupted(tmp_path_factory):
     return arrays(path)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
-def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, sig, uninterrupted):
-    env = ENV
-    killed = tmp_path / "killed.zarr"
-
-    proc = subprocess.Popen(cli(killed), env=env)
+def _start_and_kill_at(path, fraction, sig=signal.SIGKILL):
+    """Start an extraction and send ``sig`` once at least ``fraction`` of the chunks are written."""
+    before, _ = done_flags(path)
+    proc = subprocess.Popen(cli(path), env=ENV)
     deadline = time.time() + 300
     written, total = 0, None
     while time.time() < deadline and proc.poll() is None:
-        written, total = done_flags(killed)
-        if total and 0 < written:
+        written, total = done_flags(path)
+        if total and written > before and written >= fraction * total:
             break
-        time.sleep(0.02)
+        time.sleep(0.01)
     assert proc.poll() is None, "the run finished before it could be killed; make it longer"
     os.kill(proc.pid, sig)
     code = proc.wait(timeout=120)
-    if sig == signal.SIGINT:
-        assert code == 130  # "interrupted: everything written so far is kept"
-    written, total = done_flags(killed)
-    assert 0 < written < total, (written, total)
-    # a reader refuses the interrupted store and says how to resume
-    s = Store(str(killed), mode="r")
-    incomplete = [c for d, e, c, ok in s.embeddings("demo_derm") if not ok]
-    assert incomplete
+    return code
 
-    resumed = subprocess.run(cli(killed, "--json"), check=True, env=env, capture_output=True, text=True, timeout=600)
-    import json
 
+def test_resume_after_kill_9_at_several_points_equals_an_uninterrupted_run(tmp_path, uninterrupted):
+    killed = tmp_path / "killed.zarr"
+    for fraction in (0.05, 0.4, 0.75):
+        assert _start_and_kill_at(killed, fraction) == -signal.SIGKILL
+        written, total = done_flags(killed)
+        assert 0 < written < total, (fraction, written, total)
+        s = Store(str(killed), mode="r")  # a reader refuses the interrupted store
+        assert [c for d, e, c, ok in s.embeddings("demo_derm") if not ok]
+    resumed = subprocess.run(cli(killed, "--json"), check=True, env=ENV, capture_output=True, text=True, timeout=600)
     run = json.loads(resumed.stdout)["runs"][0]
-    assert run["chunks_skipped"] >= written and run["complete"]
+    # no complete chunk is computed again: exactly the missing ones are written
+    assert run["complete"] and run["chunks_skipped"] == written and run["chunks_written"] == total - written
+    assert "pid" in run["lock_taken_over"]  # the last killed holder left its lock file: taken over
     a, b = uninterrupted, arrays(killed)
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=str(key))
+
+
+def test_resume_after_ctrl_c(tmp_path, uninterrupted):
+    killed = tmp_path / "int.zarr"
+    assert _start_and_kill_at(killed, 0.3, signal.SIGINT) == 130  # "interrupted: everything written is kept"
+    subprocess.run(cli(killed), check=True, env=ENV, timeout=600)
+    b = arrays(killed)
+    for key in uninterrupted:
+        np.testing.assert_array_equal(uninterrupted[key], b[key], err_msg=str(key))
+
+
+# ------------------------------------------------------------------ locks
+def test_a_second_run_on_the_same_pair_refuses_naming_the_holder(tmp_path):
+    path = tmp_path / "s.zarr"
+    proc = subprocess.Popen(cli(path), env=ENV)
+    try:
+        lock = path / ".crs-locks"
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            files = list(lock.glob("demo_derm*demo-resnet.lock")) if lock.exists() else []
+            if files and files[0].read_text().strip():
+                break
+            time.sleep(0.02)
+        with pytest.raises(LockHeld, match=f"pid {proc.pid} on host {socket.gethostname()}"):
+            extract(Store(str(path)), "demo-resnet", "demo_derm", size=0.2, chunk=16, severities=(2,))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
+    store = Store(str(tmp_path / "s.zarr"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with hold_lock(store, "demo_fundus|demo-stats", wait=False, what="x"):
+        pass  # creates the lock file
+    lock = next((tmp_path / "s.zarr" / ".crs-locks").glob("demo_fundus*demo-stats.lock"))
+    lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "earlier"}))
+    run = extract(store, "demo-stats", "demo_fundus", size=0.1, chunk=64, severities=(1,))
+    assert run.complete and run.lock_taken_over == f"pid {dead.pid} on {socket.gethostname()}"
+    assert lock.read_text() == ""  # released on a clean exit
+
+
+def test_two_encoders_write_into_one_store_at_the_same_time(tmp_path):
+    shared = tmp_path / "shared.zarr"
+    procs = [subprocess.Popen(cli(shared, encoder=e, size="0.1"), env=ENV) for e in ("demo-vit", "demo-stats")]
+    assert [p.wait(timeout=600) for p in procs] == [0, 0]
+    for e in ("demo-vit", "demo-stats"):
+        alone = tmp_path / f"{e}.zarr"
+        subprocess.run(cli(alone, encoder=e, size="0.1"), check=True, env=ENV, timeout=600)
+        a, b = arrays(alone), arrays(shared, e)
+        assert a.keys() == b.keys() and a
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=str(key))

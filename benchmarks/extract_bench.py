@@ -1,0 +1,196 @@
+"""Side-by-side, in one run, same model, batch size and precision:
+
+(a) raw forward throughput: the encoder on pre-made tensors already at its input size;
+(b) the whole ``crs extract`` pipeline: PNG files on disk -> decode (DataLoader workers) ->
+    clean + perturbed conditions -> resize, normalise, forward -> a complete store.
+
+Images per second count forward passes (an image under 16 conditions counts 16 times).
+The pipeline decodes each file once (``decodes``). The model has random weights (no
+download): any registry record's architecture, or a timm architecture name. Prints both
+rates and their ratio; the last line is one JSON object. Usage:
+
+    python benchmarks/extract_bench.py [--encoder vit-base] [--images 256] [--batch 64]
+        [--file-size 256] [--severities 3] [--workers 2] [--device cpu] [--precision auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+class PngDataset:
+    """A dataset of PNG files: half test, half train, with the load_image contract."""
+
+    task, classes, ordinal, shift_target = "multiclass", ("a", "b"), False, None
+    description, source = "benchmark PNG files", "benchmark"
+
+    def __init__(self, folder: Path, n: int, image_size: int, modality: str):
+        self.name = "bench"
+        self.paths = [folder / f"{i:05d}.png" for i in range(n)]
+        self.image_size, self.modality = image_size, modality
+
+    def table(self):
+        from crs.extract.synthetic import Table
+
+        n = len(self.paths)
+        return Table(ids=np.array([p.stem for p in self.paths]), labels=np.arange(n) % 2,
+                     split=np.where(np.arange(n) % 2 == 0, 2, 0).astype(np.int8),
+                     group=np.array([p.stem for p in self.paths]))
+
+    def load_image(self, row):
+        from PIL import Image
+
+        with Image.open(self.paths[row]) as im:
+            return np.asarray(im.convert("RGB"), dtype=np.uint8)
+
+
+def write_pngs(folder: Path, n: int, size: int) -> None:
+    from PIL import Image
+
+    from crs.extract import synthetic
+
+    ds = synthetic.get("demo_derm", size=max(n / 900, 0.05))
+    imgs = ds.images(np.arange(n) % len(ds.table().ids))
+    for i, img in enumerate(imgs):
+        Image.fromarray(img).resize((size, size), Image.BILINEAR).save(folder / f"{i:05d}.png")
+
+
+def random_weights(name: str, tmp: Path):
+    """(spec, weights path or None): the record's architecture with random weights, no download."""
+    import torch
+
+    from crs.extract import encoders
+    from crs.extract.models import build_random
+
+    if name in encoders.ENCODERS:
+        spec = encoders.get(name)
+    else:  # a timm architecture name
+        spec = encoders.EncoderSpec(name=encoders.store_key(name), family="general", source="timm",
+                                    model_id=name, width=0, input_size=224)
+    if spec.source == "builtin" or not spec.pretrained:
+        return spec, None
+    if spec.loader == "timm" and spec.width == 0:
+        import timm
+
+        m = timm.create_model(name, pretrained=False, num_classes=0)
+        spec = dataclasses.replace(spec, width=int(m.num_features), pretrained=False, init_seed=0,
+                                   input_size=int(m.pretrained_cfg["input_size"][-1]))
+        return spec, None
+    if spec.loader == "timm":
+        return dataclasses.replace(spec, model_id=spec.arch.get("timm", spec.model_id), pretrained=False,
+                                   init_seed=0), None
+    torch.manual_seed(0)
+    model, _ = build_random(spec)
+    folder = tmp / "weights"
+    folder.mkdir()
+    if spec.loader == "hf":
+        model.save_pretrained(folder)
+        return spec, str(folder)
+    if spec.loader == "hf-vision-tower":
+        from safetensors.torch import save_file
+
+        cfg = {k: getattr(model.config, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                                      "num_attention_heads", "patch_size", "image_size")}
+        (folder / "config.json").write_text(json.dumps(
+            {"vision_config": {"model_type": "siglip_vision_model", **cfg, "vision_use_head": False}}))
+        save_file({"vision_tower." + k: v.contiguous() for k, v in model.state_dict().items()},
+                  str(folder / "model.safetensors"))
+        return spec, str(folder)
+    # timm-checkpoint records: save the random timm model plainly and load it as a timm record
+    path = folder / "model.safetensors"
+    from safetensors.torch import save_file
+
+    if spec.keymap == "open_clip":
+        save_file({"visual.trunk." + k: v.contiguous() for k, v in model.trunk.state_dict().items()}
+                  | {"visual.head.proj.weight": model.proj.weight.detach().contiguous()}, str(path))
+    else:
+        spec = dataclasses.replace(spec, keymap=None)
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return spec, str(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--encoder", default="vit-base", help="registry name or timm architecture (random weights)")
+    ap.add_argument("--images", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--file-size", type=int, default=256, help="side of the PNG files")
+    ap.add_argument("--severities", default="3", help="comma-separated severities of the suite")
+    ap.add_argument("--modality", default="dermatology")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--chunk", type=int, default=128)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--raw-batches", type=int, default=0, help="forward batches for (a); default: as many as (b) runs")
+    args = ap.parse_args()
+
+    import torch
+
+    from crs.extract import perturb
+    from crs.extract.models import load, pick_device
+    from crs.extract.run import extract
+    from crs.store import Store
+
+    device = pick_device(args.device)
+    sev = tuple(int(s) for s in args.severities.split(",") if s.strip())
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        (tmp / "png").mkdir()
+        write_pngs(tmp / "png", args.images, args.file_size)
+        spec, weights = random_weights(args.encoder, tmp)
+        ds = PngDataset(tmp / "png", args.images, args.file_size, args.modality)
+
+        # (a) raw forward on pre-made tensors at the input size
+        enc = load(spec, device, weights=weights, precision=args.precision)
+        spec = enc.spec
+        n_cond = 1 + len(perturb.conditions(args.modality, sev))
+        n_forward = args.images + (args.images // 2) * (n_cond - 1)
+        batches = args.raw_batches or max(3, -(-n_forward // args.batch))
+        x = torch.rand(args.batch, 3, spec.input_size, spec.input_size, device=device)
+        for _ in range(2):  # warm-up (cudnn autotune, allocator)
+            enc(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(batches):
+            out = enc(x)
+        out.cpu()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        raw = batches * args.batch / (time.perf_counter() - t)
+        del enc
+
+        # (b) the pipeline, files to a complete store
+        store = Store(str(tmp / "store.zarr"))
+        t = time.perf_counter()
+        run = extract(store, spec, "bench", ds=ds, chunk=args.chunk, batch=args.batch, device=str(device),
+                      severities=sev, workers=args.workers, weights=weights, precision=args.precision)
+        total = time.perf_counter() - t
+        assert run.complete
+        pipeline = run.forward_images / run.seconds
+    result = {
+        "encoder": args.encoder, "device": str(device), "precision": args.precision, "batch": args.batch,
+        "input_size": spec.input_size, "file_size": args.file_size, "workers": args.workers,
+        "raw_images_per_s": round(raw, 2), "pipeline_images_per_s": round(pipeline, 2),
+        "ratio": round(pipeline / raw, 3), "images": args.images, "conditions": n_cond,
+        "forward_images": run.forward_images, "decodes": run.decodes,
+        "pipeline_seconds_with_model_load": round(total, 2), "torch_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+    }
+    print(f"{args.encoder} on {device} ({args.precision}, batch {args.batch}): raw forward {raw:.1f} images/s, "
+          f"pipeline {pipeline:.1f} images/s (ratio {pipeline / raw:.2f}); {run.decodes} decodes for "
+          f"{args.images} files x {n_cond} conditions", file=sys.stderr)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Bad image files: converted where possible, recorded in the store's failures table otherwise; --strict stops.
+
+The dataset here is a tiny file-based one of the test's own, with the ``load_image`` contract
+of the real adapters (uint8 [S, S, 3] or ``ImageError(path, reason)``)."""
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from crs.extract.images import ImageError
+from crs.extract.run import StrictFailure, extract
+from crs.extract.synthetic import Table
+from crs.store import Store
+
+SIZE = 16
+
+
+def decode(path) -> np.ndarray:
+    """A small PIL decoder: any mode to 8-bit RGB at SIZE x SIZE, or ImageError."""
+    try:
+        with Image.open(path) as im:
+            im.load()
+            if im.mode in ("I;16", "I;16B", "I;16L", "I"):  # 16/32-bit grey: scale to 8 bits, not clip
+                arr = np.asarray(im, dtype=np.float64)
+                im = Image.fromarray(np.round(arr / max(arr.max(), 1) * 255).astype(np.uint8))
+            im = im.convert("RGB").resize((SIZE, SIZE), Image.BILINEAR)
+            return np.asarray(im, dtype=np.uint8)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageError(path, f"{type(exc).__name__}: {exc}") from None
+
+
+class FileDataset:
+    name = "files"
+    task = "multiclass"
+    classes = ("a", "b")
+    ordinal = False
+    shift_target = None
+    description = "tiny file dataset of the tests"
+    image_size = SIZE
+    modality = "dermatology"
+    source = "test files"
+
+    def __init__(self, paths):
+        self.paths = paths
+
+    def table(self):
+        n = len(self.paths)
+        split = np.array([2, 0, 1] * (n // 3) + [0] * (n % 3), dtype=np.int8)
+        return Table(ids=np.array([f"img{i:02d}" for i in range(n)]), labels=np.arange(n) % 2, split=split,
+                     group=np.array([f"g{i}" for i in range(n)]))
+
+    def load_image(self, row):
+        return decode(self.paths[row])
+
+
+def make_files(folder):
+    rng = np.random.default_rng(0)
+    rgb = lambda: Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8))  # noqa: E731
+    files = {}
+    for i in range(6):
+        rgb().save(folder / f"ok{i}.png")
+        files[f"ok{i}"] = folder / f"ok{i}.png"
+    (folder / "empty.png").write_bytes(b"")
+    buf = io.BytesIO()
+    rgb().save(buf, "JPEG")
+    (folder / "truncated.jpg").write_bytes(buf.getvalue()[:200])
+    (folder / "text.jpg").write_text("this is not an image")
+    rgb().convert("CMYK").save(folder / "cmyk.jpg")
+    Image.fromarray((rng.integers(0, 65535, (20, 20))).astype(np.uint16)).save(folder / "deep.png")
+    rgb().convert("P").save(folder / "palette.png")
+    rgb().convert("L").save(folder / "grey.png")
+    for name in ("empty.png", "truncated.jpg", "text.jpg", "cmyk.jpg", "deep.png", "palette.png", "grey.png"):
+        files[name] = folder / name
+    return list(files.values())
+
+
+BROKEN = {"empty.png", "truncated.jpg", "text.jpg"}
+
+
+def test_the_test_decoder_converts_what_can_be_converted(tmp_path):
+    for p in make_files(tmp_path):
+        if p.name in BROKEN:
+            with pytest.raises(ImageError) as info:
+                decode(p)
+            assert info.value.path == str(p) and info.value.reason
+        else:
+            img = decode(p)
+            assert img.shape == (SIZE, SIZE, 3) and img.dtype == np.uint8
+    assert decode(tmp_path / "deep.png").max() > 128  # 16-bit scaled, not clipped to white or black
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bad_images_are_recorded_and_the_run_finishes(tmp_path, workers):
+    paths = make_files(tmp_path)
+    ds = FileDataset(paths)
+    store = Store(str(tmp_path / "s.zarr"))
+    run = extract(store, "demo-stats", "files", ds=ds, chunk=4, severities=(1,), workers=workers)
+    assert run.complete and run.failures == 3 and run.decodes == len(paths)
+    f = store.failures("files")
+    ids = ds.table().ids
+    broken_ids = {ids[i] for i, p in enumerate(paths) if p.name in BROKEN}
+    assert set(f["image_id"]) == broken_ids
+    assert {p.split("/")[-1] for p in f["file"]} == BROKEN
+    assert all(r for r in f["reason"])
+    # later stages leave those rows out: the store names them in row order
+    table = store.dataset("files")
+    assert set(table.ids[store.excluded_rows("files")]) == broken_ids
+    # a second encoder adds nothing new to the table
+    extract(store, "demo-vit", "files", ds=ds, chunk=4, severities=(1,), workers=workers)
+    assert len(store.failures("files")["image_id"]) == 3
+
+
+def test_strict_stops_at_the_first_bad_image(tmp_path):
+    ds = FileDataset(make_files(tmp_path))
+    store = Store(str(tmp_path / "s.zarr"))
+    with pytest.raises(StrictFailure, match=r"(empty\.png|truncated\.jpg|text\.jpg).*--strict"):
+        extract(store, "demo-stats", "files", ds=ds, chunk=4, severities=(1,), strict=True)
