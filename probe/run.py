@@ -118,6 +118,10 @@ def probe(
                          f"(has {len(tr)}, {len(va)}, {len(te)})")
     if not np.array_equal(te, np.arange(len(te))):
         raise StoreError(f"dataset {dataset!r} rows are not in test-first order; re-extract into a new store")
+    # images extract could not decode (the store's failures table) never train or choose a probe; test rows
+    # keep their place so predictions stay aligned with the test split (they are still scored, as blank images)
+    failed = store.excluded_rows(dataset) if hasattr(store, "excluded_rows") else np.zeros(0, np.int64)
+    tr, va = np.setdiff1d(tr, failed), np.setdiff1d(va, failed)
     # standardise with the training split's statistics (features only, no labels)
     mu = X[tr].mean(0)
     sd = X[tr].std(0) + 1e-6
@@ -168,7 +172,9 @@ def probe(
         evals.append((shift(target), Xs[rows], Ts[rows], ks[rows]))
 
     # the chosen probes' validation probabilities: scoring fits temperature scaling on them
-    store.write_predictions(dataset, encoder, VALIDATION, np.asarray(pv[si, fi, best]), {
+    val_probs = pv[si, fi, best] if len(failed) == 0 else core.probabilities(
+        jnp.asarray(Z(X[table.rows("val")])), W, b, task)  # every validation row, aligned with the split
+    store.write_predictions(dataset, encoder, VALIDATION, np.asarray(val_probs), {
         "seeds": list(seeds), "fractions": list(fractions), "classes": classes,
         "axes": "seed, fraction, image, class", "rows": "the dataset's validation rows in store order",
     })

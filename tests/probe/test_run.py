@@ -109,3 +109,17 @@ def test_l2_can_be_chosen_by_validation_auroc(cxr_store, tmp_path):
     assert chosen.height == 2 and (chosen["val_auroc"] == chosen["best"]).all()
     with pytest.raises(ValueError, match="select_by"):
         probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, select_by="accuracy")
+
+
+def test_images_extract_could_not_decode_never_train_a_probe(cxr_store, tmp_path, monkeypatch):
+    table = cxr_store.dataset("demo_cxr")
+    failed = np.concatenate([table.rows("train")[:7], table.rows("val")[:2]])
+    monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: failed)
+    summary = probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0,), fractions=(1.0,),
+                    l2_grid=(1e-1,))
+    rec = pl.read_parquet(summary.records)
+    assert rec["n_train"].unique().to_list() == [len(table.rows("train")) - 7]
+    val, _ = cxr_store.read_predictions("demo_cxr", "demo-stats", "validation")
+    assert val.shape[2] == len(table.rows("val"))  # predictions stay aligned with the split
+    drawn = pl.read_parquet(tmp_path / "subsets" / "demo_cxr.parquet")
+    assert not set(drawn["image_id"].to_list()) & set(table.ids[failed].astype(str).tolist())
