@@ -120,7 +120,7 @@ def probe(
         raise StoreError(f"dataset {dataset!r} rows are not in test-first order; re-extract into a new store")
     # images extract could not decode (the store's failures table) never train or choose a probe; test rows
     # keep their place so predictions stay aligned with the test split (they are still scored, as blank images)
-    failed = store.excluded_rows(dataset) if hasattr(store, "excluded_rows") else np.zeros(0, np.int64)
+    failed = store.excluded_rows(dataset)
     tr, va = np.setdiff1d(tr, failed), np.setdiff1d(va, failed)
     # standardise with the training split's statistics (features only, no labels)
     mu = X[tr].mean(0)
