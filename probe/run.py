@@ -119,7 +119,7 @@ def probe(
     if not np.array_equal(te, np.arange(len(te))):
         raise StoreError(f"dataset {dataset!r} rows are not in test-first order; re-extract into a new store")
     # images extract could not decode (the store's failures table) never train or choose a probe; test rows
-    # keep their place so predictions stay aligned with the test split (they are still scored, as blank images)
+    # keep their place so predictions stay aligned with the test split, but no metric counts them
     failed = store.excluded_rows(dataset)
     tr, va = np.setdiff1d(tr, failed), np.setdiff1d(va, failed)
     # standardise with the training split's statistics (features only, no labels)
@@ -152,10 +152,13 @@ def probe(
     iters = np.asarray(fit.iterations)[si, fi, best]
 
     # evaluation sets: clean test, every perturbed array (an incomplete one raises), the shift target
-    evals: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = [(CLEAN, X[te], T[te], known[te])]
+    # (condition, embeddings, targets, known, rows the metrics count: not in the failures table)
+    keep = ~np.isin(te, failed)
+    evals: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [
+        (CLEAN, X[te], T[te], known[te], keep)]
     for d, enc, cond, _ in store.embeddings(dataset):
         if enc == encoder and cond != CLEAN:  # an incomplete array raises, naming the extract to resume
-            evals.append((cond, store.read_embedding(dataset, encoder, cond), T[te], known[te]))
+            evals.append((cond, store.read_embedding(dataset, encoder, cond), T[te], known[te], keep))
     target = table.attrs.get("shift_target")
     if target:
         if not store.has_dataset(target):
@@ -169,7 +172,7 @@ def probe(
         Xs = store.read_embedding(target, encoder, CLEAN)
         Ts, ks = targets(tt.labels, task, K)
         rows = tt.rows("test")
-        evals.append((shift(target), Xs[rows], Ts[rows], ks[rows]))
+        evals.append((shift(target), Xs[rows], Ts[rows], ks[rows], ~np.isin(rows, store.excluded_rows(target))))
 
     # the chosen probes' validation probabilities: scoring fits temperature scaling on them
     val_probs = pv[si, fi, best] if len(failed) == 0 else core.probabilities(
@@ -182,9 +185,10 @@ def probe(
     missing = subsets.classes_missing(table.labels[tr], task, masks, K)  # [S, Fr]
     l2_arr = np.asarray(l2_grid)[best]
     frames = []
-    for cond, Xc, Tc, kc in evals:
+    for cond, Xc, Tc, kc, kept in evals:
         probs = core.probabilities(jnp.asarray(Z(Xc)), W, b, task)  # [S, Fr, n, K]
-        m = np.asarray(metrics.all_metrics(probs, jnp.asarray(Tc), jnp.asarray(kc), task))  # [S, Fr, 5]
+        counted = probs if kept.all() else probs[:, :, kept]
+        m = np.asarray(metrics.all_metrics(counted, jnp.asarray(Tc[kept]), jnp.asarray(kc[kept]), task))  # [S, Fr, 5]
         store.write_predictions(dataset, encoder, cond, np.asarray(probs), {
             "seeds": list(seeds), "fractions": list(fractions), "classes": classes,
             "axes": "seed, fraction, image, class",
@@ -198,7 +202,7 @@ def probe(
         for i, name in enumerate(metrics.NAMES):
             frame[name] = m[..., i].reshape(-1).astype(np.float64)
         frame.update({
-            "l2": l2_arr.reshape(-1), "n_train": n_train.reshape(-1), "n_eval": len(Xc),
+            "l2": l2_arr.reshape(-1), "n_train": n_train.reshape(-1), "n_eval": int(kept.sum()),
             "classes_missing": missing.reshape(-1).astype(np.int64),
             "converged": converged.reshape(-1), "iterations": iters.reshape(-1).astype(np.int64),
         })

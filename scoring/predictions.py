@@ -5,6 +5,10 @@ encoder, condition); the image axis is the dataset's test rows in store order (f
 shift condition ``shift:T``, T's test rows), and the validation-split probabilities of
 the same probes under the condition name ``validation``. This module reads them and
 hands arrays to the pure cores in ``resample``, ``temperature`` and ``metrics``.
+
+Images that extract could not decode (the store's failures table) keep their rows in
+the stored arrays but are dropped here, from targets and probabilities alike, so no
+metric, bootstrap or reliability bin counts them.
 """
 
 from __future__ import annotations
@@ -53,6 +57,16 @@ class Predictions:
         self.seeds = list(attrs.get("seeds", []))
         self.fractions = list(attrs.get("fractions", []))
         self.where = where
+        # the rows are a split of this dataset, of the shift target, or the validation split
+        if condition == VALIDATION:
+            rows_of, split = dataset, "val"
+        elif parse(condition).kind == "shift":
+            rows_of, split = parse(condition).dataset, "test"
+        else:
+            rows_of, split = dataset, "test"
+        kept = counted_rows(store, rows_of, split)
+        if self.probs.ndim == 4 and self.probs.shape[2] == kept.size and not kept.all():
+            self.probs = self.probs[:, :, kept]
 
     def select(self, seeds: Sequence[int], fractions: Sequence[float]) -> np.ndarray:
         """[seed, fraction, image, class] in the given order."""
@@ -61,12 +75,20 @@ class Predictions:
         return self.probs[np.ix_(s, f)]
 
 
+def counted_rows(store: Store, dataset: str, split: str) -> np.ndarray:
+    """bool [split rows, store order]: False for images in the dataset's failures table."""
+    rows = store.dataset(dataset).rows(split)
+    return ~np.isin(rows, store.excluded_rows(dataset))
+
+
 def split_targets(
     store: Store, dataset: str, split: str = "test"
 ) -> tuple[np.ndarray, np.ndarray, str, dict]:
-    """(target [image, class], known [image, class], task, attrs) of a dataset's split rows, store order."""
+    """(target [image, class], known [image, class], task, attrs) of a dataset's split rows, store
+    order, leaving out the images in its failures table."""
     table = store.dataset(dataset)
-    labels = table.labels[table.rows(split)]
+    rows = table.rows(split)
+    labels = table.labels[rows[counted_rows(store, dataset, split)]]
     t, known = metrics.targets(labels, table.task, len(table.classes))
     return t, known, table.task, table.attrs
 

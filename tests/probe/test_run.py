@@ -123,3 +123,35 @@ def test_images_extract_could_not_decode_never_train_a_probe(cxr_store, tmp_path
     assert val.shape[2] == len(table.rows("val"))  # predictions stay aligned with the split
     drawn = pl.read_parquet(tmp_path / "subsets" / "demo_cxr.parquet")
     assert not set(drawn["image_id"].to_list()) & set(table.ids[failed].astype(str).tolist())
+
+
+def test_images_extract_could_not_decode_are_not_scored(cxr_store, tmp_path, monkeypatch):
+    """Failed test images keep their rows in the stored probabilities, but neither the run records'
+    metrics nor the scoring stage's targets and probabilities count them (clean, perturbed, shift)."""
+    from crs.scoring.predictions import Predictions, split_targets
+
+    test = cxr_store.dataset("demo_cxr").rows("test")
+    s_test = cxr_store.dataset("demo_cxr_site2").rows("test")
+    failed = {"demo_cxr": test[[0, 3, 5]], "demo_cxr_site2": s_test[[1, 2]]}
+    monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: failed.get(dataset, np.zeros(0, np.int64)))
+    summary = probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0,), fractions=(1.0,),
+                    l2_grid=(1e-1,))
+    rec = pl.read_parquet(summary.records)
+    shift = rec["condition"] == "shift:demo_cxr_site2"
+    assert rec.filter(~shift)["n_eval"].unique().to_list() == [len(test) - 3]
+    assert rec.filter(shift)["n_eval"].unique().to_list() == [len(s_test) - 2]
+    probs, _ = cxr_store.read_predictions("demo_cxr", "demo-stats", "clean")
+    assert probs.shape[2] == len(test)  # aligned with the split
+    keep = np.ones(len(test), bool)
+    keep[[0, 3, 5]] = False
+    labels = cxr_store.dataset("demo_cxr").labels[test][keep]
+    expected = np.mean([roc_auc_score(labels[labels[:, k] >= 0, k], probs[0, 0, keep][labels[:, k] >= 0, k])
+                        for k in range(4)])
+    assert rec.filter(pl.col("condition") == "clean")["auroc"].item() == pytest.approx(expected, abs=1e-5)
+    # scoring reads the same rows
+    target, known, _, _ = split_targets(cxr_store, "demo_cxr")
+    assert target.shape[0] == len(test) - 3
+    assert np.array_equal(known, labels >= 0)
+    assert Predictions(cxr_store, "demo_cxr", "demo-stats", "clean").select([0], [1.0]).shape[2] == len(test) - 3
+    assert Predictions(cxr_store, "demo_cxr", "demo-stats", "shift:demo_cxr_site2").probs.shape[2] == len(s_test) - 2
+    assert split_targets(cxr_store, "demo_cxr_site2")[0].shape[0] == len(s_test) - 2
