@@ -468,7 +468,64 @@ def load(spec: EncoderSpec, device: torch.device | str | None = None, *, weights
         raise ValueError(f"encoder {spec.name!r}: loader {spec.loader!r} is not supported")
     if spec.width == 0:  # a timm:/hf: id: width, size and normalisation come from the model
         spec = _complete_user_spec(spec, model, kind)
+        if kind == "hf":
+            spec = _with_processor(spec, _processor_config(spec, weights))
     return Encoder(spec, model, device, kind, precision)
+
+
+# PIL's resampling codes, as image processors record them
+_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+
+
+def processor_settings(cfg: dict) -> dict:
+    """EncoderSpec fields from a transformers ``preprocessor_config.json``: mean, std, input size and
+    interpolation, each only where the file states it (the size a centre crop keeps, else the resize)."""
+    out: dict = {}
+    for key, field_ in (("image_mean", "mean"), ("image_std", "std")):
+        v = cfg.get(key)
+        if isinstance(v, (int, float)):
+            v = [v] * 3
+        if isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (int, float)) for x in v):
+            out[field_] = tuple(float(x) for x in v)
+    sizes = [cfg.get("crop_size")] if cfg.get("do_center_crop") else []
+    sizes.append(cfg.get("size"))
+    for size in sizes:
+        if isinstance(size, int):
+            out["input_size"] = size
+        elif isinstance(size, dict):
+            side = size.get("height") or size.get("shortest_edge") or size.get("width")
+            if isinstance(side, int):
+                out["input_size"] = side
+        if "input_size" in out:
+            break
+    if cfg.get("resample") in _RESAMPLE:
+        out["interpolation"] = _RESAMPLE[cfg["resample"]]
+    return out
+
+
+def _processor_config(spec: EncoderSpec, weights: str | None) -> dict:
+    """The model's preprocessor_config.json (local folder, else the hub cache/hub), or {} if it has none."""
+    name = "preprocessor_config.json"
+    if weights:
+        path = os.path.join(weights, name) if os.path.isdir(weights) else None
+    else:
+        from huggingface_hub import hf_hub_download
+
+        try:
+            path = hf_hub_download(spec.model_id, name, revision=spec.revision)
+        except Exception:  # no such file (or offline without it): the model's config and ImageNet stats stand
+            path = None
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def _with_processor(spec: EncoderSpec, cfg: dict) -> EncoderSpec:
+    import dataclasses
+
+    # without the file, ImageNet mean/std and the model config's image size stand (recorded with the embeddings)
+    return dataclasses.replace(spec, **processor_settings(cfg)) if cfg else spec
 
 
 def _complete_user_spec(spec: EncoderSpec, model: torch.nn.Module, kind: str) -> EncoderSpec:

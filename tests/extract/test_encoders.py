@@ -327,3 +327,37 @@ def test_real_weights_load_and_give_the_record_width(name):
     enc = load(spec, "cpu")
     out = enc(torch.rand(2, 3, 64, 64))
     assert out.shape == (2, spec.width) and torch.isfinite(out).all()
+
+
+def test_processor_settings_read_what_the_file_states():
+    from crs.extract.models import processor_settings
+
+    siglip = {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "size": {"height": 448, "width": 448},
+              "resample": 2, "do_resize": True}
+    assert processor_settings(siglip) == {"mean": (0.5,) * 3, "std": (0.5,) * 3, "input_size": 448,
+                                          "interpolation": "bilinear"}
+    dino = {"crop_size": {"height": 224, "width": 224}, "do_center_crop": True, "size": {"shortest_edge": 256},
+            "resample": 3, "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
+    assert processor_settings(dino)["input_size"] == 224 and processor_settings(dino)["interpolation"] == "bicubic"
+    assert processor_settings({"size": {"shortest_edge": 256}, "crop_size": 200})["input_size"] == 256  # no crop
+    assert processor_settings({"image_mean": 0.5, "resample": 1}) == {"mean": (0.5,) * 3}  # lanczos: not ours
+    assert processor_settings({}) == {}
+
+
+def test_an_hf_id_takes_its_normalisation_from_its_processor_config(tmp_path):
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+
+    torch.manual_seed(0)
+    cfg = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                             image_size=32, patch_size=8)
+    SiglipVisionModel(cfg).save_pretrained(tmp_path / "m")
+    spec = encoders.from_id("hf:org/tiny-siglip")
+    plain = load(spec, "cpu", weights=str(tmp_path / "m"))
+    assert plain.spec.mean == encoders.IMAGENET_MEAN and plain.spec.input_size == 32  # no processor file
+    (tmp_path / "m" / "preprocessor_config.json").write_text(json.dumps(
+        {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "size": {"height": 32, "width": 32},
+         "resample": 2}))
+    enc = load(spec, "cpu", weights=str(tmp_path / "m"))
+    assert enc.spec.mean == (0.5, 0.5, 0.5) and enc.spec.std == (0.5, 0.5, 0.5)
+    assert enc.spec.interpolation == "bilinear" and enc.spec.width == 32
+    assert torch.allclose(enc.mean.flatten().cpu(), torch.full((3,), 0.5))
