@@ -366,14 +366,27 @@ def blocked_objectives(x, Xo, To, ko, sizes, l2, task, min_rows: int | None = No
     return loss_from_logits(block_logits(x, Xo, blocks), x, To, ko, sizes, blocks, l2, task)
 
 
+FRACTION_SCHEDULE_FROM = 1 << 22  # rows x features (about 5,500 x 768) from which a loop per fraction pays
+
+
 def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4,
         min_block_rows: int | None = None, precondition: bool = True, warm_start: bool = False,
-        devices=None, max_bytes: int | None = None) -> Fit:
+        devices=None, max_bytes: int | None = None, schedule: str = "auto") -> Fit:
     """Fit every probe at once.
 
     X [n, F] standardised training features; T, known [n, K] targets and known-label mask;
     order [S, n] each seed's subset order of the rows; sizes: the subset size of each
     fraction, increasing (static); l2 [L]. Returns a Fit with leading axes [S, Fr, L].
+
+    ``schedule`` "fraction" gives each label fraction its own solver loop over all its
+    seeds and L2 values, so the large subsets, which cost the most per step and converge
+    in the fewest, stop as soon as they are done instead of riding along with the slowest
+    small-subset probes; a fraction whose subset is the whole training set is the same
+    problem for every seed and is solved once. "joint" runs every probe in one loop, the
+    rows multiplied block by block (``plan_blocks``, ``min_block_rows``): one compiled
+    program instead of one per fraction, which wins when the data are small enough that
+    compiling costs more than the products. "auto" (the default) picks "fraction" from
+    ``FRACTION_SCHEDULE_FROM`` training values (rows x features) up.
 
     ``precondition`` solves in the coordinates of ``preconditioner`` (same minimiser, far
     fewer iterations on the anisotropic features encoders produce). ``warm_start`` walks
@@ -391,9 +404,13 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     sizes = tuple(int(v) for v in sizes)
     if list(sizes) != sorted(sizes) or not 0 < sizes[0] or sizes[-1] > X.shape[0]:
         raise ValueError(f"subset sizes must increase within 1..{X.shape[0]}, got {sizes}")
-    blocks = plan_blocks(sizes, min_block_rows)
+    if schedule not in ("auto", "fraction", "joint"):
+        raise ValueError(f"schedule must be 'auto', 'fraction' or 'joint', not {schedule!r}")
+    if schedule == "auto":
+        schedule = "fraction" if X.shape[0] * X.shape[1] >= FRACTION_SCHEDULE_FROM else "joint"
     devices = list(devices) if devices is not None else jax.devices()
     V = jnp.asarray(rotation(X), X.dtype) if precondition else None
+    Xs = _rotate(X, V) if V is not None else X  # the penalty is rotation-invariant
     S, L = order.shape[0], l2.shape[0]
     n_dev = len(devices)
     L_pad = -(-L // n_dev) * n_dev
@@ -401,23 +418,40 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     grid = jnp.asarray(np.concatenate([np.asarray(l2)[path], np.repeat(np.asarray(l2)[path][-1:], L_pad - L)]),
                        X.dtype)
     budget = memory_budget(devices[0]) if max_bytes is None else max_bytes
-    per_seed = working_set_bytes(X.shape[0], X.shape[1], T.shape[1], 1, sizes, blocks, L_pad // n_dev)
-    group = int(max(1, min(S, (budget - X.size * X.dtype.itemsize * 2) // max(per_seed, 1))))
-    run = _sharded(devices, task, sizes, blocks, bool(warm_start))
+    if schedule == "joint":
+        groups = [(sizes, plan_blocks(sizes, min_block_rows), order)]
+    else:  # one loop per fraction; the whole training set is one problem, whatever the seed
+        groups = [((m,), ((0, m, 0),), order[:1] if m == X.shape[0] else order) for m in sizes]
+    fits = []
+    for g_sizes, blocks, g_order in groups:
+        out = _fit_group(Xs, T, known, g_order, g_sizes, blocks, grid, V, devices, task, warm_start, max_iter,
+                         tol, budget, L_pad // n_dev, precondition)
+        fits.append(jax.tree.map(lambda a: jnp.broadcast_to(a, (S,) + a.shape[1:]), out))
+    out = jax.tree.map(lambda *a: jnp.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
+    back = np.argsort(path)  # grid order, padding dropped
+    return jax.tree.map(lambda a: a[:, :, back], out)
+
+
+def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_start, max_iter, tol, budget,
+               L_local, precondition):
+    """The probes of the fractions ``sizes`` for the seeds of ``order``: one solver loop per seed group."""
+    S = order.shape[0]
+    n = sizes[-1]
+    per_seed = working_set_bytes(n, Xs.shape[1], T.shape[1], 1, sizes, blocks, L_local)
+    group = int(max(1, min(S, (budget - Xs.size * Xs.dtype.itemsize * 2) // max(per_seed, 1))))
+    run = _sharded(devices, task, sizes, blocks, bool(warm_start), precondition)
     parts = []
     for lo in range(0, S, group):
-        seeds = order[lo:lo + group]
+        seeds = order[lo:lo + group, :n]
         if seeds.shape[0] < group:  # same shapes for every group: one compiled program
             seeds = jnp.concatenate([seeds, jnp.repeat(seeds[-1:], group - seeds.shape[0], axis=0)])
-        Xo, XoT, To, ko, m2 = _prepare(X, T, known, seeds, V, sizes, blocks)
-        out = run(Xo, XoT, To, ko, m2, grid, jnp.int32(max_iter), jnp.asarray(tol, X.dtype))
+        Xo, XoT, To, ko, m2 = _prepare(Xs, T, known, seeds, sizes, blocks, precondition)
+        out = run(Xo, XoT, To, ko, m2, grid, jnp.int32(max_iter), jnp.asarray(tol, Xs.dtype))
         del Xo, XoT
         if V is not None:
             out = out._replace(W=_unrotate(V, out.W))
         parts.append(jax.tree.map(lambda a: a[: min(group, S - lo)], out))
-    out = jax.tree.map(lambda *a: jnp.concatenate(a, axis=0), *parts) if len(parts) > 1 else parts[0]
-    back = np.argsort(path)  # grid order, padding dropped
-    return jax.tree.map(lambda a: a[:, :, back], out)
+    return jax.tree.map(lambda *a: jnp.concatenate(a, axis=0), *parts) if len(parts) > 1 else parts[0]
 
 
 def memory_budget(device) -> int:
@@ -450,8 +484,8 @@ def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int, m: 
     return itemsize * (2 * S * n * F + 6 * logits + history)
 
 
-def _sharded(devices, task, sizes, blocks, warm_start):
-    key = (tuple(devices), task, sizes, blocks, warm_start)
+def _sharded(devices, task, sizes, blocks, warm_start, precondition=True):
+    key = (tuple(devices), task, sizes, blocks, warm_start, precondition)
     if key not in _PROGRAMS:
         def local(Xo, XoT, To, ko, m2, l2, max_iter, tol):
             return _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, task, sizes, blocks, warm_start)
@@ -536,21 +570,25 @@ def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, p
     return scale * u, converged, used, gmax
 
 
-def _prepare_impl(X, T, known, order, V, sizes, blocks):
-    """Rows in each seed's subset order (rotated into the eigenbasis when V is given).
+def _prepare_impl(Xs, T, known, order, sizes, blocks, precondition):
+    """Rows in each seed's subset order (Xs already in the eigenbasis when preconditioning).
 
     Also each block's rows transposed, for the logits' product: made here, outside the
     solver's program, because XLA otherwise re-makes the transposed copy in every
     iteration (a fifth of an iteration on the CPU, measured).
     """
-    Xs = X @ V if V is not None else X  # the penalty is rotation-invariant
     Xo, To, ko = Xs[order], T[order], known[order]  # [S, n, .]: one copy per seed, never one per probe
     XoT = tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
-    m2 = second_moments(Xo, sizes) if V is not None else None
+    m2 = second_moments(Xo, sizes) if precondition else None
     return Xo, XoT, To, ko, m2
 
 
-_prepare = jax.jit(_prepare_impl, static_argnums=(5, 6))
+_prepare = jax.jit(_prepare_impl, static_argnums=(4, 5, 6))
+
+
+@jax.jit
+def _rotate(X, V):
+    return X @ V
 
 
 @jax.jit

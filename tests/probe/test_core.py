@@ -24,14 +24,15 @@ def fit_all(X, T, order, sizes, l2, task, known=None, **kw):
                     jnp.asarray(l2, dtype=jnp.float32), task=task, **{"tol": 1e-5, **kw})
 
 
-@pytest.mark.parametrize("min_block_rows", [1, 2048, None])  # a block per fraction, one masked block, default
-def test_multiclass_matches_sklearn_for_every_l2_and_subset(min_block_rows):
+@pytest.mark.parametrize("min_block_rows,schedule", [(1, "joint"), (2048, "joint"), (None, "joint"), (None, "fraction")])
+def test_multiclass_matches_sklearn_for_every_l2_and_subset(min_block_rows, schedule):
+    """A block per fraction, one masked block, the default blocks, and a solver loop per fraction."""
     X, y = blobs(0)
     n, K = len(y), 3
     T = np.eye(K, dtype=np.float32)[y]
     l2 = [1e-3, 1e-1]
     # subsets: the first 80 images, and all
-    fit = fit_all(X, T, np.arange(n), (80, n), l2, "multiclass", min_block_rows=min_block_rows)
+    fit = fit_all(X, T, np.arange(n), (80, n), l2, "multiclass", min_block_rows=min_block_rows, schedule=schedule)
     assert np.asarray(fit.converged).all()
     probs = np.asarray(core.probabilities(jnp.asarray(X), fit.W, fit.b, "multiclass"))  # [1, 2, 2, n, K]
     for j, rows in enumerate([slice(0, 80), slice(None)]):
@@ -55,6 +56,37 @@ def test_multilabel_with_masked_labels_matches_per_label_sklearn():
         v = known[:, k] > 0
         ref = LogisticRegression(C=1 / (lam * v.sum()), tol=1e-10, max_iter=10_000).fit(X[v], Y[v, k])
         np.testing.assert_allclose(probs[:, k], ref.predict_proba(X)[:, 1], atol=2e-3)
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+def test_a_loop_per_fraction_reaches_the_joint_loops_minima(task):
+    """Every probe of the per-fraction schedule has the joint schedule's objective (to the tolerance), and
+    the whole-training-set fraction, the same problem for every seed, is solved once: equal across seeds."""
+    rng = np.random.default_rng(3)
+    n, F, K = 240, 6, 3
+    if task == "multiclass":
+        X, y = blobs(3, n=n, F=F, K=K)
+        T, known = np.eye(K, dtype=np.float32)[y], np.ones((n, K), np.float32)
+    else:
+        T = (rng.random((n, K)) < 0.3).astype(np.float32)
+        X = (T @ rng.normal(size=(K, F)) + rng.normal(size=(n, F))).astype(np.float32)
+        known = (rng.random((n, K)) > 0.1).astype(np.float32)
+    order = np.stack([rng.permutation(n) for _ in range(3)])
+    sizes, l2 = (30, 120, n), [1e-3, 1e-1]
+    fits = {s: fit_all(X, T, order, sizes, l2, task, known=known, schedule=s) for s in ("joint", "fraction")}
+    assert fits["fraction"].W.shape == fits["joint"].W.shape == (3, 3, 2, F, K)
+    assert np.asarray(fits["fraction"].converged).all()
+    W = np.asarray(fits["fraction"].W)
+    assert (W[0, -1] == W[1, -1]).all() and (W[0, -1] == W[2, -1]).all()
+    for s in range(3):
+        for j, m in enumerate(sizes):
+            w = np.zeros((n, K), np.float32)
+            w[order[s, :m]] = 1
+            w = w * known
+            for i, lam in enumerate(l2):
+                f = [float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), jnp.asarray(X), jnp.asarray(T),
+                                          jnp.asarray(w), lam, task)) for fit in fits.values()]
+                assert abs(f[0] - f[1]) <= 1e-4 * abs(f[0]) + 1e-6, (s, j, i, f)
 
 
 def test_block_plans():

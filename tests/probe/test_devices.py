@@ -29,18 +29,20 @@ SCRIPT = textwrap.dedent("""
         assert four.W.shape == one.W.shape == (3, 3, 5, F, K), four.W.shape
         assert len(four.W.sharding.device_set) == 4 or not hasattr(four.W, "sharding"), four.W.sharding
         assert np.asarray(four.converged).all() and np.asarray(one.converged).all()
-        if not warm:  # each probe's path is its own: the same to rounding
-            np.testing.assert_allclose(np.asarray(four.W), np.asarray(one.W), atol=1e-5)
-            np.testing.assert_allclose(np.asarray(four.b), np.asarray(one.b), atol=1e-5)
-        else:  # a device's share of the L2 path starts cold: another path to the same minimum
-            for s in range(3):
-                for j, m in enumerate(sizes):
-                    w = np.zeros((n, K), np.float32)
-                    w[order[s, :m]] = 1
-                    for i in range(5):
-                        f1, f4 = (float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), args[0], args[1],
-                                                       jnp.asarray(w), args[5][i], "multiclass")) for fit in (one, four))
-                        assert abs(f1 - f4) <= 1e-4 * abs(f1) + 1e-6, (s, j, i, f1, f4)
+        # each probe's path is its own, but another batch shape rounds differently and the difference
+        # grows along the path: weakly regularised probes (flat objectives) end a little apart, at the
+        # same minimum to the solver's tolerance
+        if not warm:
+            np.testing.assert_allclose(np.asarray(four.W), np.asarray(one.W), atol=2e-3)
+            np.testing.assert_allclose(np.asarray(four.b), np.asarray(one.b), atol=2e-3)
+        for s in range(3):  # a device's share of a warm-start path starts cold: another path, the same minimum
+            for j, m in enumerate(sizes):
+                w = np.zeros((n, K), np.float32)
+                w[order[s, :m]] = 1
+                for i in range(5):
+                    f1, f4 = (float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), args[0], args[1],
+                                                   jnp.asarray(w), args[5][i], "multiclass")) for fit in (one, four))
+                    assert abs(f1 - f4) <= 1e-4 * abs(f1) + 1e-6, (s, j, i, f1, f4)
     print("SAME")
 """)
 
