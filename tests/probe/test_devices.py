@@ -23,9 +23,10 @@ SCRIPT = textwrap.dedent("""
     sizes = subsets.sizes([0.1, 0.5, 1.0], n)
     args = (jnp.asarray(X), jnp.asarray(T), jnp.ones((n, K), jnp.float32), jnp.asarray(order), sizes,
             jnp.asarray([1e-3, 1e-2, 1e-1, 1.0, 3.0], jnp.float32))  # 5 L2 values on 4 devices: padded
-    for warm in (False, True):
-        one = core.fit(*args, task="multiclass", tol=1e-5, devices=jax.devices()[:1], warm_start=warm)
-        four = core.fit(*args, task="multiclass", tol=1e-5, warm_start=warm)
+    for warm, schedule in ((False, "joint"), (True, "joint"), (False, "fraction")):
+        one = core.fit(*args, task="multiclass", tol=1e-5, devices=jax.devices()[:1], warm_start=warm,
+                       schedule=schedule)
+        four = core.fit(*args, task="multiclass", tol=1e-5, warm_start=warm, schedule=schedule)
         assert four.W.shape == one.W.shape == (3, 3, 5, F, K), four.W.shape
         assert len(four.W.sharding.device_set) == 4 or not hasattr(four.W, "sharding"), four.W.sharding
         assert np.asarray(four.converged).all() and np.asarray(one.converged).all()
