@@ -189,7 +189,13 @@ def ours(Xtr, labels, task, order, sizes, l2, K, max_iter, tol, precondition=Tru
 
 
 def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
-    """Time of one gradient evaluation of every probe vs the same products as plain jnp.dot calls."""
+    """Time of one gradient evaluation of every probe vs the same products as plain jnp.dot calls.
+
+    Both follow the engine's default schedule at this size: one group per label fraction
+    (rows ``:m`` of each seed's order, the whole-set fraction once), all L2 values of the
+    group together; the gradient is the engine's own blocked objective, the baseline
+    only its two matrix products (X @ W forward, X^T @ dZ backward) per group.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -197,32 +203,42 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
     from crs.probe.run import targets
 
     T, known = targets(labels, task, K)
-    X, To, ko = jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known)
-    o = jnp.asarray(order)
-    Xo, To, ko = X[o], To[o], ko[o]
+    X, T, known = jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known)
     l2 = jnp.asarray(l2, jnp.float32)
-    S, F = Xo.shape[0], Xo.shape[2]
-    x = jax.random.normal(jax.random.PRNGKey(0), (S, len(sizes), len(l2), F * K + K)) * 0.01
-    grad = jax.jit(jax.grad(lambda x: core.blocked_objectives(x, Xo, To, ko, sizes, l2, task).sum()))
-    blocks = core.plan_blocks(tuple(sizes))
+    F, n = X.shape[1], X.shape[0]
+    joint = n * F < core.FRACTION_SCHEDULE_FROM
+    groups = [(tuple(sizes), order)] if joint else [((m,), order[:1] if m == n else order) for m in sizes]
+    grads, dots, inputs = [], [], []
+    for g_sizes, g_order in groups:
+        o = jnp.asarray(g_order[:, : g_sizes[-1]])
+        Xo, To, ko = X[o], T[o], known[o]
+        x = jax.random.normal(jax.random.PRNGKey(0), (o.shape[0], len(g_sizes), len(l2), F * K + K)) * 0.01
+        blocks = core.plan_blocks(g_sizes) if joint else ((0, g_sizes[0], 0),)
+        grads.append(jax.jit(jax.grad(lambda x, Xo=Xo, To=To, ko=ko, s=g_sizes, blocks=blocks: core.loss_from_logits(
+            core.block_logits(x, Xo, blocks), x, To, ko, s, blocks, l2, task).sum())))
 
-    @jax.jit
-    def dots(x):  # forward X @ W and backward X^T @ dZ for every block, nothing else
-        W = x[..., : F * K].reshape(x.shape[:-1] + (F, K))
-        out = jnp.zeros_like(W)
-        for lo, hi, first in blocks:
-            Z = jnp.einsum("snf,sjlfk->sjlnk", Xo[:, lo:hi], W[:, first:])
-            out = out.at[:, first:].add(jnp.einsum("snf,sjlnk->sjlfk", Xo[:, lo:hi], Z))
-        return out
+        @jax.jit
+        def plain(x, Xo=Xo, blocks=blocks):  # forward X @ W and backward X^T @ dZ for every block, nothing else
+            W = x[..., : F * K].reshape(x.shape[:-1] + (F, K))
+            out = jnp.zeros_like(W)
+            for lo, hi, first in blocks:
+                Z = jnp.einsum("snf,sjlfk->sjlnk", Xo[:, lo:hi], W[:, first:])
+                out = out.at[:, first:].add(jnp.einsum("snf,sjlnk->sjlfk", Xo[:, lo:hi], Z))
+            return out
 
-    def timeit(f):
-        jax.block_until_ready(f(x))
+        dots.append(plain)
+        inputs.append(x)
+
+    def timeit(fs):
+        for f, x in zip(fs, inputs):
+            jax.block_until_ready(f(x))
         t0 = time.perf_counter()
         for _ in range(5):
-            jax.block_until_ready(f(x))
+            for f, x in zip(fs, inputs):
+                jax.block_until_ready(f(x))
         return (time.perf_counter() - t0) / 5
 
-    return timeit(grad), timeit(dots)
+    return timeit(grads), timeit(dots)
 
 
 # ----------------------------------------------------------------------------- one task

@@ -98,6 +98,7 @@ def probe(
     max_iter: int = 1000,
     tol: float = 1e-4,
     select_by: str = "loss",
+    gap: float | None = None,
 ) -> ProbeSummary:
     import jax.numpy as jnp
 
@@ -133,7 +134,8 @@ def probe(
     masks = subsets.masks_from(order, sizes)  # [S, Fr, n_tr], for classes_missing in the records
     write_subsets(results, dataset, table.ids[tr], order, sizes, fractions, seeds)
     fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(known[tr]), jnp.asarray(order), sizes,
-                   jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol)
+                   jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol,
+                   gap=core.DEFAULT_GAP if gap is None else gap)
 
     # L2 per (seed, fraction) by validation loss
     pv = core.probabilities(jnp.asarray(Z(X[va])), fit.W, fit.b, task)  # [S, Fr, L, n_va, K]
