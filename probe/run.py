@@ -29,6 +29,32 @@ SUBSETS_DIR = "subsets"
 VALIDATION = "validation"  # predictions key of the validation split's probabilities (not a test condition)
 
 
+CACHE_ENV = "CRS_JAX_CACHE"  # folder for compiled probe programs; "off" disables the cache
+
+
+def compile_cache() -> str | None:
+    """Keep compiled probe programs on disk (JAX's persistent compilation cache), so a second
+    ``crs probe`` on data of the same shapes (another encoder of the same width, a re-run) does
+    not compile again. The folder: $CRS_JAX_CACHE, else $XDG_CACHE_HOME/crs-bench/jax (default
+    ~/.cache/crs-bench/jax); left alone when JAX's own cache folder is already set."""
+    import os
+
+    import jax
+
+    where = os.environ.get(CACHE_ENV)
+    if where == "off" or jax.config.jax_compilation_cache_dir:
+        return jax.config.jax_compilation_cache_dir or None
+    where = where or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                  "crs-bench", "jax")
+    try:
+        os.makedirs(where, exist_ok=True)
+    except OSError:  # a read-only home: compile every time, as without the cache
+        return None
+    jax.config.update("jax_compilation_cache_dir", where)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    return where
+
+
 @dataclass
 class ProbeSummary:
     encoder: str
@@ -104,6 +130,7 @@ def probe(
 
     from crs.probe import core, metrics, subsets
 
+    compile_cache()
     t0 = time.perf_counter()
     if select_by not in SELECT_BY:
         raise ValueError(f"select_by must be one of {', '.join(SELECT_BY)}, not {select_by!r}")

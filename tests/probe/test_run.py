@@ -155,3 +155,16 @@ def test_images_extract_could_not_decode_are_not_scored(cxr_store, tmp_path, mon
     assert Predictions(cxr_store, "demo_cxr", "demo-stats", "clean").select([0], [1.0]).shape[2] == len(test) - 3
     assert Predictions(cxr_store, "demo_cxr", "demo-stats", "shift:demo_cxr_site2").probs.shape[2] == len(s_test) - 2
     assert split_targets(cxr_store, "demo_cxr_site2")[0].shape[0] == len(s_test) - 2
+
+
+def test_compiled_programs_are_cached_in_the_folder_the_environment_names(tmp_path):
+    import os
+
+    import jax
+
+    from crs.probe.run import compile_cache
+
+    where = compile_cache()  # the session's folder (tests/conftest.py), never the user's home
+    assert where == jax.config.jax_compilation_cache_dir
+    assert where == os.environ["CRS_JAX_CACHE"]
+    assert os.path.isdir(where)
