@@ -214,11 +214,14 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
         Xo, To, ko = X[o], T[o], known[o]
         x = jax.random.normal(jax.random.PRNGKey(0), (o.shape[0], len(g_sizes), len(l2), F * K + K)) * 0.01
         blocks = core.plan_blocks(g_sizes) if joint else ((0, g_sizes[0], 0),)
-        grads.append(jax.jit(jax.grad(lambda x, Xo=Xo, To=To, ko=ko, s=g_sizes, blocks=blocks: core.loss_from_logits(
-            core.block_logits(x, Xo, blocks), x, To, ko, s, blocks, l2, task).sum())))
+
+        def objective(x, Xo, To, ko, s=g_sizes, blocks=blocks):  # data as arguments, not baked-in constants
+            return core.loss_from_logits(core.block_logits(x, Xo, blocks), x, To, ko, s, blocks, l2, task).sum()
+
+        grads.append(jax.jit(jax.grad(objective)))
 
         @jax.jit
-        def plain(x, Xo=Xo, blocks=blocks):  # forward X @ W and backward X^T @ dZ for every block, nothing else
+        def plain(x, Xo, To, ko, blocks=blocks):  # forward X @ W and backward X^T @ dZ for every block, nothing else
             W = x[..., : F * K].reshape(x.shape[:-1] + (F, K))
             out = jnp.zeros_like(W)
             for lo, hi, first in blocks:
@@ -227,15 +230,15 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
             return out
 
         dots.append(plain)
-        inputs.append(x)
+        inputs.append((x, Xo, To, ko))
 
     def timeit(fs):
-        for f, x in zip(fs, inputs):
-            jax.block_until_ready(f(x))
+        for f, args in zip(fs, inputs):
+            jax.block_until_ready(f(*args))
         t0 = time.perf_counter()
         for _ in range(5):
-            for f, x in zip(fs, inputs):
-                jax.block_until_ready(f(x))
+            for f, args in zip(fs, inputs):
+                jax.block_until_ready(f(*args))
         return (time.perf_counter() - t0) / 5
 
     return timeit(grads), timeit(dots)
