@@ -531,13 +531,14 @@ def report_cmd(
         summary = write_report(results, target, store=store, quiet=True)
         if as_json:
             print(json.dumps(summary))
-        elif not quiet:
+            return
+        if not quiet:
             out.print(f"report: {summary['html']} ({len(summary['figures'])} figures, "
                       f"{len(summary['tables']) // 2} tables as CSV and Parquet) in {summary['seconds']:.1f} s",
                       highlight=False, soft_wrap=True)
-            for key, why in summary["absent"].items():
-                for w in why:
-                    err.print(f"[yellow]not drawn[/] ({key}): {w}", highlight=False, soft_wrap=True)
+        for key, why in summary["absent"].items():  # like score's warnings: shown even with --quiet
+            for w in why:
+                err.print(f"[yellow]not drawn[/] ({key}): {w}", highlight=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------- demo

@@ -159,7 +159,7 @@ def pareto(encoders: pl.DataFrame) -> Figure:
     ax.axvline(0, color="#777777", lw=0.8, ls="--")
     ax.set_xlabel("q discrimination (reference-relative, -1 to 1; 0 = reference)")
     ax.set_ylabel("q calibration (reference-relative, -1 to 1)")
-    fig.colorbar(sc, ax=ax, label="q robustness (reference-relative, -1 to 1)")
+    fig.colorbar(sc, ax=ax, label="q robustness (reference-relative, -1 to 1)", pad=0.02)
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     ax.set_title("Pareto view: the front is computed on all four q-axes, drawn on two", fontsize=10)

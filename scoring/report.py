@@ -283,7 +283,7 @@ def settings_block(s: dict) -> str:
 def board_html(board: pl.DataFrame) -> str:
     head = ["rank", "encoder", "CRS", "95% interval", "tier", "rank interval", "P(rank 1)", "AUROC", "AUROC rank",
             "D", "C", "L", "R", "q D", "q C", "q L", "q R", "Pareto"]
-    out = ["<table id='leaderboard' class='board'><thead><tr>", *[f"<th>{_e(h)}</th>" for h in head],
+    out = ["<div class='scroll'><table id='leaderboard' class='board'><thead><tr>", *[f"<th>{_e(h)}</th>" for h in head],
            "</tr></thead><tbody>"]
     for r in board.iter_rows(named=True):
         cells = [
@@ -298,7 +298,7 @@ def board_html(board: pl.DataFrame) -> str:
         ]
         out.append(f"<tr class='row' data-encoder='{_e(r['encoder'])}'>"
                    + "".join(f"<td class='{c}'>{_e(v)}</td>" for c, v in cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -358,8 +358,9 @@ def methods(s: dict, rc: dict) -> str:
         "every encoder whose paired CRS difference to it has an interval containing 0. AUROC and CRS rankings "
         f"are compared by the pairs they reverse ({_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} "
         f"here) and Kendall's tau-b ({_e(_num(rc.get('kendall_tau_b'), '.2f'))}).</p>",
-        "<p>Definitions: CRS-Bench's crs-v1 design note; every number on this page is read from the files "
-        "`crs score` wrote, and the tables beside this page hold them in full precision.</p>",
+        "<p>Definitions: CRS-Bench's crs-v1 design note. Every number on this page is read from the files "
+        "<code>crs score</code> wrote; <code>tables/</code> beside this page holds them in full precision as CSV "
+        "and Parquet, <code>figures/</code> the figures as PNG.</p>",
     ]
     return "".join(paras)
 
@@ -368,8 +369,8 @@ CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;max-width:1320px;
 padding:1.2em 2em;color:#1a1a1a;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:.2em} h2{margin-top:1.8em;border-bottom:2px solid #0072B2;padding-bottom:.2em}
-table.board{border-collapse:collapse;font-size:.88em;margin:.6em 0 1em} table.board th,table.board td{
-padding:.3em .55em;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
+div.scroll{overflow-x:auto} table.board{border-collapse:collapse;font-size:.84em;margin:.6em 0 1em}
+table.board th,table.board td{padding:.3em .42em;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
 table.board td:nth-child(2),table.board th:nth-child(2){text-align:left;font-weight:600}
 table.board thead th{background:#eef4fa} td.tier{color:#0072B2;font-weight:700}
 dl.settings{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;background:#f6f6f6;

@@ -189,3 +189,14 @@ def test_cli_report(scored, tmp_path):
         assert im.width > 0
     r = runner.invoke(app, ["report", "--results", str(tmp_path / "nothing")])
     assert r.exit_code == 2 and "run `crs score --results" in r.output
+
+
+def test_cli_says_what_was_not_drawn_even_when_quiet(scored, tmp_path):
+    results, _, _ = scored
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    (copy / "scores" / "rank_distribution.parquet").unlink()
+    r = CliRunner().invoke(app, ["report", "--results", str(copy), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "not drawn (uncertainty): no bootstrap rank distribution" in " ".join(r.output.split())
+    assert (copy / "report" / "report.html").is_file()  # the default --out
