@@ -168,7 +168,11 @@ def pareto(encoders: pl.DataFrame) -> Figure:
 
 # ---------------------------------------------------------- reliability
 def reliability_bins(reliability: pl.DataFrame, condition: str = "clean") -> pl.DataFrame:
-    """Bins pooled over seeds and classes: count-weighted mean confidence and accuracy per (encoder, dataset, scaled, bin)."""
+    """Bins pooled over seeds and labels: count-weighted mean confidence and accuracy.
+
+    One row per (encoder, dataset, scaled, bin) of ``condition``; a multi-class task has
+    one top-label row per seed and bin, a multi-label task one per label too.
+    """
     _need(reliability, ["encoder", "dataset", "condition", "scaled", "bin", "count", "confidence", "accuracy"],
           "reliability bins",
           "they need the probe's stored probabilities: run `crs score --store STORE` (or pass --store to "
@@ -191,7 +195,6 @@ def reliability_diagrams(reliability: pl.DataFrame, dataset: str, order: Sequenc
     if not bins.height:
         raise Absent(f"no clean reliability bins for dataset {dataset!r}")
     names = [e for e in order if e in set(bins["encoder"].to_list())]
-    style = styles(order)
     fig, axes = _grid(len(names), 4, 3.1, 3.0)
     for ax, e in zip(axes, names, strict=True):
         ax.plot([0, 1], [0, 1], color="#777777", lw=0.8, ls=":", label="perfect calibration")
@@ -208,7 +211,7 @@ def reliability_diagrams(reliability: pl.DataFrame, dataset: str, order: Sequenc
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"{dataset}: top-label reliability, clean test split, 100% labels (bins pooled over seeds"
-                 " and labels)", fontsize=10)
+                 " and, multi-label, over labels)", fontsize=10)
     return fig
 
 

@@ -283,8 +283,8 @@ def settings_block(s: dict) -> str:
 def board_html(board: pl.DataFrame) -> str:
     head = ["rank", "encoder", "CRS", "95% interval", "tier", "rank interval", "P(rank 1)", "AUROC", "AUROC rank",
             "D", "C", "L", "R", "q D", "q C", "q L", "q R", "Pareto"]
-    out = ["<div class='scroll'><table id='leaderboard' class='board'><thead><tr>", *[f"<th>{_e(h)}</th>" for h in head],
-           "</tr></thead><tbody>"]
+    out = ["<div class='scroll'><table id='leaderboard' class='board'><thead><tr>",
+           *[f"<th>{_e(h)}</th>" for h in head], "</tr></thead><tbody>"]
     for r in board.iter_rows(named=True):
         cells = [
             ("rank", _num(r["crs_rank"], "g")), ("encoder", r["encoder"]), ("crs", _num(r["crs"], ".1f")),

@@ -14,6 +14,8 @@ import shutil
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
@@ -200,3 +202,20 @@ def test_cli_says_what_was_not_drawn_even_when_quiet(scored, tmp_path):
     assert r.exit_code == 0, r.output
     assert "not drawn (uncertainty): no bootstrap rank distribution" in " ".join(r.output.split())
     assert (copy / "report" / "report.html").is_file()  # the default --out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 30), st.integers(2, 6), st.integers(0, 2**32 - 1))
+def test_rank_distribution_counts_every_replicate_once(b, n, seed):
+    from crs.scoring.analysis import rank_distribution
+    from crs.scoring.ranks import rank_desc
+
+    crs = np.random.default_rng(seed).integers(0, 4, size=(b, n)).astype(float)  # ties on purpose
+    rank = rank_desc(crs)
+    names = [f"e{i}" for i in range(n)]
+    dist = rank_distribution(names, rank)
+    for i, e in enumerate(names):
+        mine = dist.filter(pl.col("encoder") == e)
+        assert mine["replicates"].sum() == b and mine["share"].sum() == pytest.approx(1.0)
+        for r in mine.iter_rows(named=True):
+            assert r["replicates"] == int((rank[:, i] == r["rank"]).sum())
