@@ -514,6 +514,33 @@ def score_cmd(
                 err.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
 
 
+@app.command("report")
+def report_cmd(
+    results: ResultsOpt = Path(DEFAULT_RESULTS),
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.html, figures/ and tables/ "
+                                                    "(default RESULTS/report).")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", help="Store to read reliability bins from when "
+                                                 "`crs score` ran without one.")] = None,
+    as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+):
+    """Write the scores as one self-contained HTML page, with its figures as PNG and tables as CSV and Parquet."""
+    from crs.scoring.report import write_report
+
+    with friendly_errors(verbose):
+        target = out_dir if out_dir is not None else Path(results) / "report"
+        summary = write_report(results, target, store=store, quiet=True)
+        if as_json:
+            print(json.dumps(summary))
+            return
+        if not quiet:
+            out.print(f"report: {summary['html']} ({len(summary['figures'])} figures, "
+                      f"{len(summary['tables']) // 2} tables as CSV and Parquet) in {summary['seconds']:.1f} s",
+                      highlight=False, soft_wrap=True)
+        for key, why in summary["absent"].items():  # like score's warnings: shown even with --quiet
+            for w in why:
+                err.print(f"[yellow]not drawn[/] ({key}): {w}", highlight=False, soft_wrap=True)
+
+
 # --------------------------------------------------------------------- demo
 # The demo embeds two severities of each family (2 and 4) instead of five: the modality
 # suites have 8-15 families, and five severities would make the laptop demo ~2.5x slower.

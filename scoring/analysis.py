@@ -184,6 +184,22 @@ def label_efficiency_curve(
     )
 
 
+def rank_distribution(encoders: Sequence[str], rank: np.ndarray) -> pl.DataFrame:
+    """Share of bootstrap replicates giving each encoder each CRS rank, from rank [replicate, encoder].
+
+    One row per (encoder, rank) that some replicate gave; tied replicates give average
+    ranks (1.5, ...), kept as they are. An encoder's shares sum to 1.
+    """
+    rank = np.asarray(rank, dtype=float)
+    frames = []
+    for e, name in enumerate(encoders):
+        values, counts = np.unique(rank[:, e], return_counts=True)
+        frames.append(pl.DataFrame({"encoder": [name] * len(values), "rank": values,
+                                    "share": counts / rank.shape[0], "replicates": counts.astype(np.int64)}))
+    return pl.concat(frames) if frames else pl.DataFrame(
+        schema={"encoder": pl.String, "rank": pl.Float64, "share": pl.Float64, "replicates": pl.Int64})
+
+
 def calibration_under_shift(records: pl.DataFrame) -> pl.DataFrame:
     """Seed-mean ECE at fraction 1 on the clean test split and on each shift target, per (encoder, dataset)."""
     full = records.filter((pl.col("fraction") - 1.0).abs() <= 1e-9)

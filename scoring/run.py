@@ -59,6 +59,8 @@ class Scores:
     robustness: pl.DataFrame = field(default_factory=pl.DataFrame)  # retention per condition
     label_efficiency: pl.DataFrame = field(default_factory=pl.DataFrame)  # AUROC vs fraction
     calibration_shift: pl.DataFrame = field(default_factory=pl.DataFrame)  # ECE clean vs shift
+    # one row per (encoder, rank): share of bootstrap replicates giving that CRS rank
+    rank_distribution: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     def to_json(self) -> dict:
         """Settings, rank comparison, the encoder and per-dataset tables and the comparisons (NaN -> None)."""
@@ -92,6 +94,7 @@ class Scores:
             "robustness": self.robustness,
             "label_efficiency": self.label_efficiency,
             "calibration_under_shift": self.calibration_shift,
+            "rank_distribution": self.rank_distribution,
         }
 
     def write(self, out_dir: Path, metric_table: Path | None = None) -> None:
@@ -367,6 +370,7 @@ def score(
         robustness=analysis.robustness_detail(used),
         label_efficiency=analysis.label_efficiency_curve(used, draw, seeds),
         calibration_shift=analysis.calibration_under_shift(records),
+        rank_distribution=analysis.rank_distribution(encoders, reps.rank),
     )
 
 

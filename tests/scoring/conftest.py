@@ -169,3 +169,9 @@ def build_store(
 @pytest.fixture
 def make_store():
     return build_store
+
+
+@pytest.fixture(scope="session")
+def build_store_fn():
+    """``build_store`` for session- and module-scoped fixtures (``make_store`` is per test)."""
+    return build_store

@@ -114,7 +114,7 @@ def test_write(scores, tmp_path):
             f"{t}.{x}"
             for t in (
                 "encoders", "per_dataset", "axes_by_seed", "pareto", "weight_sensitivity",
-                "weight_leaders", "robustness", "label_efficiency", "calibration_under_shift",
+                "weight_leaders", "robustness", "label_efficiency", "calibration_under_shift", "rank_distribution",
             )
             for x in ("parquet", "csv")
         ]

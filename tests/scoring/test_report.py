@@ -1,0 +1,221 @@
+"""``crs report`` without a browser: figures, tables, the page's text, the command line.
+
+Built once per module from a tiny synthetic store scored with ``crs.scoring.run.score``
+(one multi-class dataset with a shift target, three encoders, three seeds).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from polars.testing import assert_frame_equal
+from typer.testing import CliRunner
+
+from crs.cli import app
+from crs.records import records_dir
+from crs.scoring import figures as fg
+from crs.scoring import report
+from crs.scoring.axes import AXES
+from crs.scoring.run import METRIC_TABLE, score
+
+QUALITY = {"a": 1.0, "b": 0.7, "c": 0.4}
+EXPECTED_FIGURES = {"profiles", "rank_change", "pareto", "reliability_d1", "label_efficiency", "robustness_d1",
+                    "shift_gap", "rank_distribution", "weight_sensitivity"}
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory, build_store_fn):
+    """(results folder, store path, Scores) of the synthetic benchmark."""
+    root = tmp_path_factory.mktemp("report")
+    store, records = build_store_fn(root / "s.zarr", QUALITY)
+    results = root / "results"
+    records_dir(results).mkdir(parents=True)
+    records.write_parquet(records_dir(results) / "all.parquet")
+    scores = score(records, reference="median", n_bootstrap=40, store=store)
+    scores.write(results / "scores", metric_table=results / METRIC_TABLE)
+    return results, root / "s.zarr", scores
+
+
+@pytest.fixture(scope="module")
+def written(scored, tmp_path_factory):
+    results, _, _ = scored
+    out = tmp_path_factory.mktemp("out")
+    return out, report.write_report(results, out, quiet=True)
+
+
+def test_summary_names_the_page_every_figure_and_table(written):
+    out, summary = written
+    assert {"html", "figures", "tables", "seconds"} <= set(summary)
+    assert summary["html"] == str(out / "report.html") and (out / "report.html").is_file()
+    stems = {p.split("/")[-1].removesuffix(".png") for p in summary["figures"]}
+    assert stems == EXPECTED_FIGURES
+    assert summary["absent"] == {}
+    for path in summary["tables"]:
+        assert path.endswith((".csv", ".parquet"))
+    names = {p.split("/")[-1] for p in summary["tables"]}
+    for t in ("leaderboard", "leaderboard_per_dataset", "rank_distribution", "reliability_pooled"):
+        assert {f"{t}.csv", f"{t}.parquet"} <= names
+
+
+def test_every_png_decodes(written):
+    _, summary = written
+    for path in summary["figures"]:
+        with Image.open(path) as im:
+            im.load()
+            assert im.format == "PNG" and im.width > 200 and im.height > 100
+            # not a blank canvas: a figure has ink in more than one colour
+            assert len(im.convert("RGB").getcolors(maxcolors=1 << 24)) > 10
+
+
+def test_every_axes_has_both_labels(scored):
+    results, _, _ = scored
+    secs = report.sections(report.load(results))
+    figs = [(stem, fig) for sec in secs for stem, fig in sec.figures]
+    assert {stem for stem, _ in figs} == EXPECTED_FIGURES
+    for stem, fig in figs:
+        assert fig.axes, stem
+        for ax in fig.axes:
+            if ax.get_label() == "<colorbar>":
+                assert ax.get_ylabel() or ax.get_xlabel(), f"{stem}: colour bar without a label"
+            else:
+                assert ax.get_xlabel() and ax.get_ylabel(), f"{stem}: axes {ax.get_title()!r} lacks a label"
+
+
+def test_tables_equal_the_score_files(scored, written):
+    results, _, scores = scored
+    out, _ = written
+    enc = pl.read_parquet(results / "scores" / "encoders.parquet")
+    board = pl.read_parquet(out / "tables" / "leaderboard.parquet")
+    assert_frame_equal(board, enc.select(board.columns))
+    assert {"crs", "crs_low", "crs_high", "tier", "rank_low", "rank_high", "auroc", "auroc_rank", *AXES,
+            *[f"q_{a}" for a in AXES]} <= set(board.columns)
+    assert_frame_equal(pl.read_csv(out / "tables" / "leaderboard.csv"), board, check_dtypes=False)
+    per = pl.read_parquet(out / "tables" / "leaderboard_per_dataset.parquet")
+    src = pl.read_parquet(results / "scores" / "per_dataset.parquet")
+    joined = per.join(src, on=["encoder", "dataset"], suffix="_src")
+    assert joined.height == src.height
+    for c in ("crs", *AXES, *[f"q_{a}" for a in AXES]):
+        np.testing.assert_array_equal(joined[c].to_numpy(), joined[f"{c}_src"].to_numpy())
+    np.testing.assert_array_equal(per["auroc"].to_numpy(), per["discrimination"].to_numpy())
+    assert_frame_equal(pl.read_parquet(out / "tables" / "rank_distribution.parquet"), scores.rank_distribution)
+
+
+def test_rank_distribution_agrees_with_the_rank_intervals(scored):
+    _, _, scores = scored
+    dist, enc = scores.rank_distribution, scores.encoders
+    totals = dist.group_by("encoder").agg(pl.col("share").sum(), pl.col("replicates").sum())
+    assert np.allclose(totals["share"].to_numpy(), 1.0) and set(totals["replicates"]) == {40}
+    for row in enc.iter_rows(named=True):
+        mine = dist.filter(pl.col("encoder") == row["encoder"])
+        assert row["rank_low"] in mine["rank"].to_list() and row["rank_high"] in mine["rank"].to_list()
+        if (mine["rank"] % 1 == 0).all():  # no ties: P(rank 1) is the share of first places
+            first = mine.filter(pl.col("rank") == 1.0)["share"].sum()
+            assert first == pytest.approx(row["p_rank1"])
+
+
+def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
+    _, _, scores = scored
+    out, summary = written
+    text = (out / "report.html").read_text(encoding="utf-8")
+    assert "<script" not in text.lower()
+    assert not re.search(r"""(src|href)=['"](https?:)?//""", text)
+    imgs = re.findall(r"<img src='([^']*)'", text)
+    assert len(imgs) == len(summary["figures"]) and all(s.startswith("data:image/png;base64,") for s in imgs)
+    rows = re.findall(r"<tr class='row' data-encoder='([^']*)'>.*?<td class='crs'>([^<]*)</td>", text)
+    assert rows == [(r["encoder"], f"{r['crs']:.1f}") for r in scores.encoders.iter_rows(named=True)]
+    s = scores.settings
+    for needle in (f"{s['bootstrap']['n']} replicates, unit {s['bootstrap']['unit']}", "per-axis median",
+                   "Methods", f"CRS v{s['crs_version']}"):
+        assert needle in text, needle
+
+
+def test_absent_reliability_is_said_and_the_store_fills_it(scored, tmp_path):
+    results, store, _ = scored
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    for ext in ("parquet", "csv"):
+        (copy / "scores" / f"reliability.{ext}").unlink()
+    summary = report.write_report(copy, tmp_path / "no_store", quiet=True)
+    assert "reliability" in summary["absent"] and len(summary["figures"]) == len(EXPECTED_FIGURES) - 1
+    text = (tmp_path / "no_store" / "report.html").read_text(encoding="utf-8")
+    assert "Not drawn: no reliability bins in the results" in text and "--store" in text
+    summary = report.write_report(copy, tmp_path / "with_store", store=str(store), quiet=True)
+    assert "reliability" not in summary["absent"]
+    assert any("reliability_d1.png" in p for p in summary["figures"])
+    assert any("computed by the report from the store" in n for n in summary["notes"])
+
+
+def test_figure_functions_say_what_is_absent():
+    with pytest.raises(fg.Absent, match="rank distribution.*re-run `crs score`"):
+        fg.rank_distribution(pl.DataFrame(), ["a"])
+    with pytest.raises(fg.Absent, match="reliability bins.*--store"):
+        fg.reliability_bins(pl.DataFrame())
+    with pytest.raises(fg.Absent, match="no shift condition"):
+        fg.shift_gap(pl.DataFrame(), pl.DataFrame({"encoder": ["a"], "dataset": ["d"], "kind": ["perturbed"],
+                                                   "auroc": [0.7], "condition": ["jpeg@1"]}), ["a"])
+
+
+def test_reliability_bins_pool_by_count():
+    rel = pl.DataFrame({"encoder": ["a", "a"], "dataset": ["d", "d"], "condition": ["clean", "clean"],
+                        "scaled": [False, False], "seed": [0, 1], "bin": [3, 3], "count": [1, 3],
+                        "confidence": [0.2, 0.24], "accuracy": [0.0, 1.0]})
+    out = fg.reliability_bins(rel)
+    assert out.height == 1 and out["count"][0] == 4
+    assert out["confidence"][0] == pytest.approx((0.2 + 3 * 0.24) / 4)
+    assert out["accuracy"][0] == pytest.approx(0.75)
+
+
+def test_palette_styles_are_distinct_for_many_encoders():
+    names = [f"e{i}" for i in range(16)]
+    st = fg.styles(names)
+    assert len({(v["color"], v["marker"]) for v in st.values()}) == 16
+
+
+def test_cli_report(scored, tmp_path):
+    results, _, _ = scored
+    runner = CliRunner()
+    r = runner.invoke(app, ["report", "--results", str(results), "--out", str(tmp_path / "r"), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert (tmp_path / "r" / "report.html").is_file() and len(summary["figures"]) == len(EXPECTED_FIGURES)
+    with Image.open(io.BytesIO((tmp_path / "r" / "figures" / "pareto.png").read_bytes())) as im:
+        assert im.width > 0
+    r = runner.invoke(app, ["report", "--results", str(tmp_path / "nothing")])
+    assert r.exit_code == 2 and "run `crs score --results" in r.output
+
+
+def test_cli_says_what_was_not_drawn_even_when_quiet(scored, tmp_path):
+    results, _, _ = scored
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    (copy / "scores" / "rank_distribution.parquet").unlink()
+    r = CliRunner().invoke(app, ["report", "--results", str(copy), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "not drawn (uncertainty): no bootstrap rank distribution" in " ".join(r.output.split())
+    assert (copy / "report" / "report.html").is_file()  # the default --out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 30), st.integers(2, 6), st.integers(0, 2**32 - 1))
+def test_rank_distribution_counts_every_replicate_once(b, n, seed):
+    from crs.scoring.analysis import rank_distribution
+    from crs.scoring.ranks import rank_desc
+
+    crs = np.random.default_rng(seed).integers(0, 4, size=(b, n)).astype(float)  # ties on purpose
+    rank = rank_desc(crs)
+    names = [f"e{i}" for i in range(n)]
+    dist = rank_distribution(names, rank)
+    for i, e in enumerate(names):
+        mine = dist.filter(pl.col("encoder") == e)
+        assert mine["replicates"].sum() == b and mine["share"].sum() == pytest.approx(1.0)
+        for r in mine.iter_rows(named=True):
+            assert r["replicates"] == int((rank[:, i] == r["rank"]).sum())
