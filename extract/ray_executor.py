@@ -120,7 +120,7 @@ def run_units_on_ray(store: Store, plan: Plan, ds, new_failures: list, *, device
     if gpus_per_actor is None:
         gpus_per_actor = 1.0 if cluster_gpus >= 1 and device in (None, "cuda") else 0.0
     if gpus_per_actor > 0 and cluster_gpus < gpus_per_actor:
-        raise RayUnavailable(f"--gpus-per-actor {gpus_per_actor} but the Ray cluster has {cluster_gpus:g} GPUs")
+        raise RayUnavailable(f"gpus_per_actor {gpus_per_actor} but the Ray cluster has {cluster_gpus:g} GPUs")
     slots = int(cluster_gpus // gpus_per_actor) if gpus_per_actor else int(resources.get("CPU", 1) // cpus_per_actor)
     n_actors = max(1, min(actors or slots or 1, len(plan.units)))
     if not store.is_url and len([n for n in ray.nodes() if n.get("Alive")]) > 1:

@@ -113,3 +113,20 @@ def test_a_rerun_skips_complete_chunks_and_writes_the_missing_ones(cluster, loca
     n = len(Store(str(path), mode="r").dataset(DATA).ids)
     assert run.decodes == 16 + (n % 16 or 16)  # the first and the last unit, each decoded once
     assert_same_store(local[0], path)
+
+
+def test_crs_extract_executor_ray_through_the_cli(cluster, local, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from crs.cli import app
+
+    path = tmp_path / "cli.zarr"
+    r = CliRunner().invoke(app, ["extract", "-e", "demo-vit", "-d", DATA, "--size", str(RUN["size"]), "--chunk", "16",
+                                 "--severities", "2", "--store", str(path), "--executor", "ray", "--actors", "1",
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    (run,) = json.loads(r.output)["runs"]
+    assert run["complete"] and run["chunks_written"] == local[1].chunks_written and run["dataset"] == DATA
+    assert_same_store(local[0], path)
