@@ -82,7 +82,7 @@ def test_extract_probe_score_on_s3_equal_the_folder_run(s3, tmp_path):
     out = {}
     for store, results in ((folder, tmp_path / "r-folder"), (bucket, tmp_path / "r-s3")):
         r = invoke("extract", "-e", "demo-stats", "-e", "demo-vit", "-d", "demo_fundus", "--size", "0.1",
-                   "--store", store, "--chunk", "32", "--severities", "3", "--json")
+                   "--store", store, "--chunk", "64", "--severities", "3", "--json")
         assert r.exit_code == 0, r.output
         run = json.loads(r.output)["runs"]
         r = invoke("probe", "--all", "--store", store, "--results", results, "--seeds", "2",
@@ -123,7 +123,7 @@ def test_extract_probe_score_on_s3_equal_the_folder_run(s3, tmp_path):
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     assert fs.find(bucket[len("s3://"):] + "/.crs-locks") == []
     r = invoke("extract", "-e", "demo-stats", "-d", "demo_fundus", "--size", "0.1", "--store", bucket,
-               "--chunk", "32", "--severities", "3", "--json")
+               "--chunk", "64", "--severities", "3", "--json")
     assert all(run["chunks_written"] == 0 for run in json.loads(r.output)["runs"])
 
 
