@@ -189,7 +189,7 @@ def extract_cmd(
     severities: Annotated[Optional[str], typer.Option(help="Perturbation severities, comma-separated (default 1,2,3,4,5).")] = None,
     precision: Annotated[str, typer.Option(help="auto (bf16 autocast on CUDA, float32 on CPU), bf16 or float32.")] = "auto",
     executor: Annotated[str, typer.Option(help="local (this process) or ray (work units spread over a Ray "
-                        "cluster; pip install 'crs-bench[ray]').")] = "local",
+                        "cluster; pip install 'crs-bench\\[ray]').")] = "local",
     address: Annotated[Optional[str], typer.Option(help="Ray cluster to join with --executor ray ('auto' or "
                        "ray://HOST:PORT); default: start a local Ray instance.")] = None,
     actors: Annotated[Optional[int], typer.Option(help="Model replicas with --executor ray (default: one per "
