@@ -115,7 +115,7 @@ def _parse_floats(text: str, what: str) -> tuple[float, ...]:
 # ------------------------------------------------------------------ extract
 def run_extract(store_path, encoders_, datasets_, *, size, chunk, batch, device, dtype, perturbations, quiet,
                 dataset_options=None, extra_encoders=None, weights=None, trust_remote_code=False, workers=0,
-                strict=False, severities=None, precision="auto"):
+                strict=False, severities=None, precision="auto", executor="local", ray_options=None):
     from crs.extract import datasets as dsreg
     from crs.extract import encoders as encreg
     from crs.extract import perturb
@@ -144,9 +144,14 @@ def run_extract(store_path, encoders_, datasets_, *, size, chunk, batch, device,
                         store, spec, d, size=size, chunk=chunk, batch=batch, device=device, dtype=dtype,
                         perturbations=perturbations, progress=progress, weights=weights,
                         trust_remote_code=trust_remote_code, workers=workers, strict=strict,
-                        severities=tuple(severities or perturb.SEVERITIES), precision=precision))
+                        severities=tuple(severities or perturb.SEVERITIES), precision=precision,
+                        executor=executor, ray_options=ray_options))
                 except (WeightsError, StrictFailure) as exc:
                     raise BadInput(str(exc)) from exc
+                except Exception as exc:
+                    if type(exc).__name__ == "RayUnavailable":  # Ray not installed or not reachable
+                        raise BadInput(str(exc)) from exc
+                    raise
     return store, summaries
 
 
@@ -183,6 +188,12 @@ def extract_cmd(
     strict: Annotated[bool, typer.Option("--strict", help="Stop at the first image that cannot be decoded.")] = False,
     severities: Annotated[Optional[str], typer.Option(help="Perturbation severities, comma-separated (default 1,2,3,4,5).")] = None,
     precision: Annotated[str, typer.Option(help="auto (bf16 autocast on CUDA, float32 on CPU), bf16 or float32.")] = "auto",
+    executor: Annotated[str, typer.Option(help="local (this process) or ray (work units spread over a Ray "
+                        "cluster; pip install 'crs-bench\\[ray]').")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster to join with --executor ray ('auto' or "
+                       "ray://HOST:PORT); default: start a local Ray instance.")] = None,
+    actors: Annotated[Optional[int], typer.Option(help="Model replicas with --executor ray (default: one per "
+                      "GPU of the cluster, else one per CPU).")] = None,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Embed datasets with encoders (clean, and the test split under every perturbation) into the store.
@@ -239,12 +250,19 @@ def extract_cmd(
             raise BadInput(f"--dtype must be float16 or float32, not {dtype!r}")
         if chunk < 1 or batch < 1:
             raise BadInput("--chunk and --batch must be positive")
+        if executor not in ("local", "ray"):
+            raise BadInput(f"--executor must be local or ray, not {executor!r}")
+        if executor == "local" and (address is not None or actors is not None):
+            raise BadInput("--address and --actors apply to --executor ray only")
+        if actors is not None and actors < 1:
+            raise BadInput(f"--actors must be 1 or more, not {actors}")
         t0 = time.perf_counter()
         st, summaries = run_extract(store, encs, dss, size=size, chunk=chunk, batch=batch, device=device,
                                     dtype=dtype, perturbations=not no_perturb, quiet=quiet or as_json,
                                     dataset_options=dataset_options, extra_encoders=extra, weights=weights,
                                     trust_remote_code=trust_remote_code, workers=workers, strict=strict,
-                                    severities=sev, precision=precision)
+                                    severities=sev, precision=precision, executor=executor,
+                                    ray_options={"address": address, "actors": actors})
         report = {"store": st.path, "seconds": round(time.perf_counter() - t0, 2),
                   "runs": [s.as_dict() for s in summaries]}
         if as_json:

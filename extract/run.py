@@ -138,10 +138,12 @@ def hold_lock(store: Store, key: str, *, wait: bool, what: str):
     The kernel drops a flock when its process dies, so a lock left by a killed run is
     free at once; its file still names the dead holder, which is reported as taken over.
     ``wait=False`` refuses at once if a live run holds it. Yields the stale holder or None.
+    An object store (an fsspec URL) has no flock: it gets an ``object_lock``.
     """
     d = _lock_dir(store)
     if d is None:
-        yield None
+        with object_lock(store, key, wait=wait, what=what) as stale:
+            yield stale
         return
     path = os.path.join(d, encoders.store_key(key) + ".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -174,6 +176,90 @@ def hold_lock(store: Store, key: str, *, wait: bool, what: str):
         os.close(fd)  # releases the flock
 
 
+# An object store has no flock and no atomic create-if-absent that every fsspec backend
+# offers, so its lock is an object .crs-locks/KEY.json naming the holder {pid, host, started,
+# heartbeat, token}, kept fresh by a heartbeat thread. A holder is dead when it is on this
+# host and its pid is gone (taken over at once), or when its heartbeat is older than
+# OBJECT_LOCK_STALE_S (another host's run that died: taken over after that long; clocks are
+# assumed to agree to well within it). Acquiring writes our record, waits OBJECT_LOCK_SETTLE_S
+# and reads it back: of two runs that both saw the lock free, the later writer wins and the
+# other refuses, provided each wrote within OBJECT_LOCK_SETTLE_S of its check (S3, GCS and
+# Azure Blob give read-after-write consistency). This is a guard against running the same
+# (dataset, encoder) twice by mistake, not a consensus protocol; the Ray executor needs no lock
+# for its chunks (each unit has one writer), only this one per (dataset, encoder) in its driver.
+OBJECT_LOCK_STALE_S = 600.0
+OBJECT_LOCK_HEARTBEAT_S = 30.0
+OBJECT_LOCK_SETTLE_S = 0.5
+
+
+def _object_holder(fs, path: str) -> dict | None:
+    try:
+        raw = fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(raw) if raw.strip() else None
+    except ValueError:
+        return {"pid": "?", "host": "? (unreadable lock object)", "heartbeat": 0.0}
+
+
+def _holder_dead(holder: dict, stale_s: float) -> bool:
+    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        return not _pid_alive(holder["pid"])
+    return time.time() - float(holder.get("heartbeat", 0.0)) > stale_s
+
+
+@contextmanager
+def object_lock(store: Store, key: str, *, wait: bool, what: str, stale_s: float | None = None):
+    """The lock of ``hold_lock`` for a store at an fsspec URL (see the comment above)."""
+    import uuid
+
+    stale_s = OBJECT_LOCK_STALE_S if stale_s is None else stale_s
+    fs, root = store.filesystem()
+    path = f"{root}/.crs-locks/{encoders.store_key(key)}.json"
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now(), "token": uuid.uuid4().hex}
+    stale = None
+    while True:
+        holder = _object_holder(fs, path)
+        if holder is not None and holder.get("token") != me["token"] and not _holder_dead(holder, stale_s):
+            if wait:
+                time.sleep(OBJECT_LOCK_SETTLE_S)
+                continue
+            raise LockHeld(
+                f"{what} is being extracted by another run (pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')}, since {holder.get('started', '?')}); wait for it to finish or stop "
+                f"it, then run again (lock object {store.path.rstrip('/')}/.crs-locks/; a holder on another host "
+                f"that died is taken over {stale_s:.0f} s after its last heartbeat)")
+        if holder is not None and holder.get("token") != me["token"]:
+            stale = holder
+        fs.pipe_file(path, json.dumps({**me, "heartbeat": time.time()}).encode())
+        time.sleep(OBJECT_LOCK_SETTLE_S)
+        if (_object_holder(fs, path) or {}).get("token") == me["token"]:
+            break
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(OBJECT_LOCK_HEARTBEAT_S):
+            try:
+                if (_object_holder(fs, path) or {}).get("token") == me["token"]:
+                    fs.pipe_file(path, json.dumps({**me, "heartbeat": time.time()}).encode())
+            except Exception:  # noqa: BLE001 - a missed beat only ages the lock; the next one retries
+                pass
+
+    thread = threading.Thread(target=beat, name="crs-lock-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield (f"pid {stale.get('pid')} on {stale.get('host')}" if stale else None)
+    finally:
+        stop.set()
+        thread.join()
+        try:
+            if (_object_holder(fs, path) or {}).get("token") == me["token"]:
+                fs.rm_file(path)  # a clean exit leaves no lock object
+        except FileNotFoundError:
+            pass
+
+
 def _read_holder(fd: int) -> dict:
     try:
         raw = os.pread(fd, 4096, 0)
@@ -186,7 +272,7 @@ def _read_holder(fd: int) -> dict:
 class _Units(torch.utils.data.Dataset):
     """Item j: the decoded images of work unit j, as uint8 [m, S, S, 3] plus its failures."""
 
-    def __init__(self, ds, unit_rows: list[np.ndarray], paths: list | None):
+    def __init__(self, ds, unit_rows: dict[int, np.ndarray], paths: list | None):
         self.ds, self.unit_rows, self.paths = ds, unit_rows, paths
 
     def __len__(self):
@@ -304,29 +390,88 @@ def extract(
     precision: str = "auto",
     ds=None,
     progress=None,
+    executor: str = "local",
+    ray_options: dict | None = None,
 ) -> ExtractSummary:
     """Embed ``dataset`` with ``encoder`` into ``store``; resumes whatever is incomplete.
 
     ``encoder`` is a registry name or a record (``encoders.resolve``); ``dataset`` a name
     or an opened dataset object; ``ds`` an already opened dataset object (else
     ``datasets.get(dataset, size=size)``). ``progress`` is an
-    optional ``rich.progress.Progress``; one task is added to it.
+    optional ``rich.progress.Progress``; one task is added to it. ``executor`` 'ray'
+    spreads the work units over a Ray cluster (``crs.extract.ray_executor``; options in
+    ``ray_options``: address, actors, gpus_per_actor, cpus_per_actor, retries).
     """
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
     spec = encoders.get(encoder) if isinstance(encoder, str) else encoder
     if not isinstance(dataset, str):  # an opened dataset object (a real dataset's adapter)
         ds, dataset = dataset, dataset.name
     ds = ds if ds is not None else datasets.get(dataset, size=size)
     with hold_lock(store, f"{dataset}|{spec.name}", wait=False, what=f"{dataset} × {spec.name}") as stale:
-        summary = _extract_locked(store, spec, dataset, ds, chunk=chunk, batch=batch, device=device, dtype=dtype,
-                                  perturbations=perturbations, severities=severities, workers=workers, strict=strict,
-                                  weights=weights, trust_remote_code=trust_remote_code, precision=precision,
-                                  progress=progress)
+        plan, model = prepare(store, spec, dataset, ds, chunk=chunk, batch=batch, device=device, dtype=dtype,
+                              perturbations=perturbations, severities=severities, weights=weights,
+                              trust_remote_code=trust_remote_code, precision=precision)
+        t0 = time.perf_counter()
+        new_failures: list[tuple[str, str, str]] = []
+        try:
+            if plan.units and executor == "ray":
+                from crs.extract.ray_executor import run_units_on_ray
+
+                t0 = time.perf_counter()
+                run_units_on_ray(store, plan, ds, new_failures, device=device, workers=workers, strict=strict,
+                                 weights=weights, trust_remote_code=trust_remote_code, precision=precision,
+                                 progress=progress, **(ray_options or {}))
+            elif plan.units:
+                if model is None:
+                    model = load(plan.spec, pick_device(device), weights=weights,
+                                 trust_remote_code=trust_remote_code, precision=precision)
+                t0 = time.perf_counter()  # seconds: the extraction itself, without loading the model
+                _run_units_locally(plan, ds, model, new_failures, workers=workers, strict=strict, progress=progress)
+        finally:
+            if new_failures:
+                with hold_lock(store, f"dataset|{dataset}", wait=True, what=f"dataset {dataset}"):
+                    store.add_failures(dataset, *zip(*new_failures))
+        summary = plan.summary
+        summary.failures = len(store.failures(dataset)["image_id"])
+        summary.seconds = time.perf_counter() - t0
+        summary.complete = all(arr.finalize() for arr in plan.arrays.values())
+        summary.arrays = list(plan.arrays)
         summary.lock_taken_over = stale
         return summary
 
 
-def _extract_locked(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbations, severities, workers,
-                    strict, weights, trust_remote_code, precision, progress) -> ExtractSummary:
+@dataclass
+class Unit:
+    """One work unit: chunk ``j`` of every pending array of one (dataset, encoder). Its images are
+    decoded once and embedded clean and under each pending perturbation; it is the only writer
+    of chunk ``j`` of those arrays."""
+
+    j: int
+    source_rows: np.ndarray  # [image] rows of the dataset object, in store order
+    ids: list[str]  # [image] image ids (seed the perturbations)
+    n_test: int  # the unit's first n_test images are test images (perturbed conditions cover those)
+    conds: list[str]  # pending conditions, in the order of Plan.conds
+
+
+@dataclass
+class Plan:
+    """What one (dataset, encoder) extraction has to do; arrays are created and the metadata written."""
+
+    spec: EncoderSpec
+    dataset: str
+    conds: list[str]
+    arrays: dict  # condition -> EmbeddingArray
+    units: list[Unit]  # the units with at least one pending chunk
+    batch: int
+    summary: ExtractSummary
+
+
+def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbations, severities, weights,
+            trust_remote_code, precision):
+    """Write the dataset's metadata, create (or check) every array and list the pending units.
+
+    Returns (plan, model): the model is loaded here only when the spec does not say its width."""
     table = dataset_table(ds)
     with hold_lock(store, f"dataset|{dataset}", wait=True, what=f"dataset {dataset}"):
         store.write_dataset(table)
@@ -380,63 +525,63 @@ def _extract_locked(store, spec, dataset, ds, *, chunk, batch, device, dtype, pe
 
     summary = ExtractSummary(encoder=spec.name, dataset=dataset, images=n, conditions=len(conds), batch=batch)
     pending = {cond: set(arr.pending().tolist()) for cond, arr in arrays.items()}
-    n_units = arrays[CLEAN].n_chunks
-    todo_units = [j for j in range(n_units) if any(j in pending[c] for c in conds)]
+    units = []
+    for j in range(arrays[CLEAN].n_chunks):
+        todo = [c for c in conds if j in pending[c]]
+        if todo:
+            sl = arrays[CLEAN].chunk_rows(j)
+            units.append(Unit(j=j, source_rows=source_row[sl.start : sl.stop], ids=table.ids[sl].tolist(),
+                              n_test=int(max(0, min(sl.stop, n_test) - sl.start)), conds=todo))
     todo = sum(len(p) for p in pending.values())
     summary.chunks_skipped = sum(a.n_chunks for a in arrays.values()) - todo
-    task = progress.add_task(f"{spec.name} × {dataset}", total=todo) if progress is not None else None
+    return Plan(spec=spec, dataset=dataset, conds=conds, arrays=arrays, units=units, batch=batch,
+                summary=summary), model
 
-    t0 = time.perf_counter()
-    if todo_units:
-        if model is None:
-            model = load(spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
-                         precision=precision)
-        t0 = time.perf_counter()  # seconds: the extraction itself, without loading the model
-        summary.device = str(model.device)
-        embed = _Embedder(model, batch)
-        unit_rows = []
-        for j in range(n_units):
-            sl = arrays[CLEAN].chunk_rows(j)
-            unit_rows.append(source_row[sl.start : sl.stop])
-        units = _Units(ds, unit_rows, getattr(ds, "paths", None))
-        pin = model.device.type == "cuda"
-        writer = _Writer()
-        new_failures: list[tuple[str, str, str]] = []
-        try:
-            for j, images, failures in _loader(units, todo_units, workers, pin):
-                rows = arrays[CLEAN].chunk_rows(j)
-                ids = table.ids[rows.start : rows.stop].tolist()
-                summary.decodes += len(images)
-                if failures:
-                    if strict:
-                        k, path, reason = failures[0]
-                        raise StrictFailure(f"image {ids[k]!r} ({path}) cannot be used: {reason} (--strict)")
-                    new_failures += [(ids[k], path, reason) for k, path, reason in failures]
-                # decoded once for every condition
-                x = images.to(model.device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255)
-                for cond in conds:
-                    if j not in pending[cond]:
-                        continue
-                    if cond == CLEAN:
-                        xin = x
-                    else:
-                        m = int(min(rows.stop, n_test) - rows.start)  # the test rows of this unit come first
-                        c = parse(cond)
-                        xin = perturb.apply(x[:m], c.family, c.severity, ids[:m])
-                    emb = embed(xin)
-                    writer.put(arrays[cond], j, emb.cpu().numpy())
-                    summary.chunks_written += 1
-                    summary.forward_images += len(xin)
-                    if task is not None:
-                        progress.advance(task)
-        finally:
-            writer.close()  # what was embedded is written, also on Ctrl-C
-            if new_failures:
-                with hold_lock(store, f"dataset|{dataset}", wait=True, what=f"dataset {dataset}"):
-                    store.add_failures(dataset, *zip(*new_failures))
-        summary.batch = embed.batch
-    summary.failures = len(store.failures(dataset)["image_id"])
-    summary.seconds = time.perf_counter() - t0
-    summary.complete = all(arr.finalize() for arr in arrays.values())
-    summary.arrays = list(arrays)
-    return summary
+
+def embed_unit(unit: Unit, images: torch.Tensor, embed, device) -> list[tuple[str, np.ndarray]]:
+    """The per-chunk work both executors share: [(condition, embeddings [image, feature])] for
+    ``images`` (uint8 [image, S, S, 3], the unit's decoded images), clean and perturbed."""
+    x = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255)  # decoded once for all
+    out = []
+    for cond in unit.conds:
+        if cond == CLEAN:
+            xin = x
+        else:
+            c = parse(cond)  # the test rows of the unit come first
+            xin = perturb.apply(x[: unit.n_test], c.family, c.severity, unit.ids[: unit.n_test])
+        out.append((cond, embed(xin).cpu().numpy()))
+    return out
+
+
+def unit_failures(unit: Unit, failures, strict: bool) -> list[tuple[str, str, str]]:
+    """(image id, file, reason) for a unit's decoding failures; --strict makes the first fatal."""
+    if failures and strict:
+        k, path, reason = failures[0]
+        raise StrictFailure(f"image {unit.ids[k]!r} ({path}) cannot be used: {reason} (--strict)")
+    return [(unit.ids[k], path, reason) for k, path, reason in failures]
+
+
+def _run_units_locally(plan: Plan, ds, model, new_failures: list, *, workers, strict, progress) -> None:
+    summary = plan.summary
+    summary.device = str(model.device)
+    task = (progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units))
+            if progress is not None else None)
+    embed = _Embedder(model, plan.batch)
+    units = _Units(ds, {u.j: u.source_rows for u in plan.units}, getattr(ds, "paths", None))
+    by_j = {u.j: u for u in plan.units}
+    pin = model.device.type == "cuda"
+    writer = _Writer()
+    try:
+        for j, images, failures in _loader(units, list(by_j), workers, pin):
+            unit = by_j[j]
+            summary.decodes += len(images)
+            new_failures += unit_failures(unit, failures, strict)
+            for cond, values in embed_unit(unit, images, embed, model.device):
+                writer.put(plan.arrays[cond], j, values)
+                summary.chunks_written += 1
+                summary.forward_images += len(values)
+                if task is not None:
+                    progress.advance(task)
+    finally:
+        writer.close()  # what was embedded is written, also on Ctrl-C
+    summary.batch = embed.batch

@@ -109,10 +109,26 @@ def store_order(split: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+def is_url(path: str) -> bool:
+    """Whether ``path`` names an fsspec URL (s3://, gs://, az://, ...) rather than a local folder."""
+    return "://" in path and not path.startswith("file://")
+
+
+def url_storage_options(path: str, storage_options: dict | None = None) -> dict:
+    """fsspec options for an object-store URL: ours are never credentials (those come from each
+    system's own environment variables and config files: AWS_*, ~/.aws, GOOGLE_APPLICATION_CREDENTIALS,
+    AZURE_STORAGE_*, ...). Directory listings are not cached, because other processes (another
+    run, Ray workers) add arrays and chunks behind this one's back."""
+    if not is_url(path) or path.startswith("memory://"):
+        return dict(storage_options or {})
+    return {"use_listings_cache": False, **(storage_options or {})}
+
+
 def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zarr.Group:
     if path.startswith("file://"):
         path = path[len("file://") :]  # a local path: the local store writes chunks atomically
     is_url = "://" in path
+    storage_options = url_storage_options(path, storage_options)
     if not is_url:
         if os.path.isfile(path):
             raise StoreError(f"{path!r} is a file, not a CRS store; pass --store with a directory path")
@@ -123,6 +139,8 @@ def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zar
             )
         if mode == "r" and not os.path.exists(os.path.join(path, "zarr.json")):
             raise StoreError(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)")
+    else:
+        _check_url(path, mode, storage_options)
     kwargs = {"storage_options": storage_options} if storage_options else {}
     try:
         return zarr.open_group(store=path, mode=mode, **kwargs)
@@ -130,6 +148,31 @@ def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zar
         raise StoreError(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)") from exc
     except Exception as exc:  # zarr raises several types for a node that is an array, bad metadata, ...
         raise StoreError(f"{path!r} cannot be opened as a CRS store: {exc}") from exc
+
+
+def _check_url(url: str, mode: str, storage_options: dict) -> None:
+    """The object-store counterpart of the local checks: an existing prefix must be a Zarr store."""
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **storage_options)
+    except (ImportError, ValueError) as exc:  # no fsspec backend for that protocol (s3fs, gcsfs, adlfs)
+        raise StoreError(f"cannot open the store URL {url!r}: {exc}. For s3:// install crs-bench[s3] "
+                         "(s3fs); gs:// needs gcsfs and az:// adlfs") from exc
+    root = root.rstrip("/")
+    try:
+        has_meta = fs.exists(f"{root}/zarr.json")
+        has_other = not has_meta and fs.exists(root) and bool(fs.ls(root, detail=False))
+    except FileNotFoundError:
+        has_meta = has_other = False
+    except PermissionError as exc:
+        raise StoreError(f"no permission to read {url!r} ({exc}); check the credentials in the environment "
+                         "(e.g. AWS_PROFILE or AWS_ACCESS_KEY_ID for s3://)") from exc
+    if has_other:
+        raise StoreError(f"{url!r} holds objects but no Zarr store; refusing to write into it. Pass --store "
+                         "with a new or existing CRS store URL")
+    if mode == "r" and not has_meta:
+        raise StoreError(f"no CRS store at {url!r}; run `crs extract` first (or pass --store)")
 
 
 class Store:
@@ -140,6 +183,7 @@ class Store:
             raise ValueError(f"mode must be 'r' or 'a', not {mode!r}")
         self.path = str(path)
         self.read_only = mode == "r"
+        self.storage_options = dict(storage_options or {})
         self.root = _open_root(self.path, "r" if self.read_only else "a", storage_options)
         meta = self.root.attrs.get("crs_store")
         if meta is None:
@@ -161,6 +205,18 @@ class Store:
                     f"version {SCHEMA_VERSION}. Nothing was changed: use a crs that matches the store, "
                     "or pass --store with a new path and extract again"
                 )
+
+    @property
+    def is_url(self) -> bool:
+        return is_url(self.path)
+
+    def filesystem(self):
+        """(fsspec filesystem, root path in it) of an object-store URL, for files beside the Zarr
+        hierarchy (locks); credentials as for the store itself."""
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(self.path, **url_storage_options(self.path, self.storage_options))
+        return fs, root.rstrip("/")
 
     # ----------------------------------------------------------------- datasets
     def _datasets(self) -> zarr.Group:
@@ -304,6 +360,13 @@ class Store:
         g.attrs.update(
             {**(attrs or {}), "condition": condition, "rows": rows, "n_chunks": n_chunks, "complete": False}
         )
+        return EmbeddingArray(g, dataset, encoder, condition)
+
+    def open_embedding(self, dataset: str, encoder: str, condition: str) -> "EmbeddingArray":
+        """An existing embedding array, to write chunks into (the one writer of those chunks)."""
+        if self.read_only:
+            raise StoreError(f"{self.path!r} is open read-only")
+        g = self.root["datasets"][dataset]["embeddings"][encoder][condition_key(condition)]
         return EmbeddingArray(g, dataset, encoder, condition)
 
     def embeddings(self, dataset: str | None = None) -> Iterator[tuple[str, str, str, bool]]:

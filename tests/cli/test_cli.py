@@ -143,3 +143,14 @@ def test_small_pipeline_end_to_end(tmp_path):
     # the table view prints a leaderboard
     r = invoke("score", "--results", results, "--bootstrap", "20")
     assert r.exit_code == 0 and "CRS leaderboard" in r.output and "demo-vit" in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--executor", "spark"], "--executor must be local or ray"),
+    (["--address", "auto"], "apply to --executor ray only"),
+    (["--executor", "ray", "--actors", "0"], "--actors must be 1 or more"),
+])
+def test_bad_executor_options_exit_2(tmp_path, args, message):
+    r = invoke("extract", "-e", "demo-stats", "-d", "demo_derm", "--store", tmp_path / "s.zarr", *args)
+    assert r.exit_code == 2 and message in r.output
+    assert not (tmp_path / "s.zarr").exists()

@@ -1,0 +1,107 @@
+"""The full benchmark on paper: images x conditions x encoders, forward FLOPs per image from each
+registry record's architecture, GPU-hours on one H200 at a stated utilisation, store size in
+float16. Prints a Markdown table per section (docs/scaling.md quotes them) and, last, one JSON
+object. Nothing is downloaded or run: the numbers follow from the registry and the suites.
+
+    python benchmarks/scaling_plan.py [--utilisation 0.4] [--peak-tflops 989] [--scale 1]
+
+FLOPs: a multiply-add counts as 2 FLOPs (the convention of GPU peak figures; the "17.6
+GFLOPs" often quoted for ViT-B/16 at 224 counts multiply-adds, i.e. 35 GFLOPs here).
+A ViT block on N tokens of width D with MLP width M costs 4ND^2 (q, k, v, output
+projections) + 2N^2 D (scores and weighted sum) + 2NDM (MLP) multiply-adds; the patch
+embedding N_p * 3p^2 * D. Norms, softmax, GELU and pooling heads add about 1 % and are left
+out. The two CNNs take their published multiply-add counts (ResNet-50: 4.1 G at 224, He et
+al. 2016 / torchvision; ConvNeXt-B: 15.4 G at 224, Liu et al. 2022, Table 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from crs.extract import encoders, perturb
+
+# timm architecture names used by the registry -> (width, depth, patch, mlp width, class token)
+TIMM_VIT = {"vit_base_patch16_224": (768, 12, 16, 3072, 1), "vit_large_patch16_224": (1024, 24, 16, 4096, 1)}
+CNN_GMACS = {"resnet50": 4.1, "convnext_base": 15.4}  # at 224, published
+# the hf records that add a class token to the patch tokens (CLIP, DINOv2 / RAD-DINO); SigLIP has none
+CLS_TOKEN = {"dinov2": 1, "clip": 1, "pubmedclip": 1, "rad-dino": 1, "monet": 1}
+
+# (dataset, images per split as the plan assumes them, modality): the brief's round figures
+DATASETS = [
+    # CheXpert v1.0 frontal views, re-split: ~190k train/val, ~20k test
+    ("chexpert", {"train": 190_000, "test": 20_000}, "radiology"),
+    ("isic2019", {"train": 20_000, "test": 5_331}, "dermatology"),  # 25,331 training images, 80/20
+    ("aptos2019", {"train": 2_930, "test": 732}, "ophthalmology"),  # 3,662 labelled images, 80/20
+    ("mimic-cxr", {"train": 0, "test": 5_000}, "radiology"),  # official test split, frontal: about 5,000 (shift only)
+]
+
+
+def vit_macs(image: int, width: int, depth: int, patch: int, mlp: int, cls: int) -> float:
+    n_p = (image // patch) ** 2
+    n = n_p + cls
+    block = 4 * n * width**2 + 2 * n**2 * width + 2 * n * width * mlp
+    return depth * block + n_p * 3 * patch**2 * width
+
+
+def macs_per_image(spec) -> float:
+    """Multiply-adds of one forward pass at the record's input size (what extraction feeds it)."""
+    a = spec.arch
+    if a.get("timm") in CNN_GMACS:
+        return CNN_GMACS[a["timm"]] * 1e9 * (spec.input_size / 224) ** 2
+    if a.get("timm") in TIMM_VIT:
+        width, depth, patch, mlp, cls = TIMM_VIT[a["timm"]]
+        return vit_macs(spec.input_size, width, depth, patch, mlp, cls)
+    if "hidden_size" in a:
+        return vit_macs(spec.input_size, a["hidden_size"], a["num_hidden_layers"],
+                        a["patch_size"], a.get("intermediate_size", 4 * a["hidden_size"]),
+                        CLS_TOKEN.get(spec.name, 0))
+    raise ValueError(f"no FLOP model for {spec.name} (arch {a})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--utilisation", type=float, default=0.4, help="share of the bf16 dense peak reached")
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="H200 SXM bf16 dense peak (no sparsity)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply images and encoders (10: ten times larger)")
+    args = ap.parse_args()
+
+    specs = [s for s in encoders.ENCODERS.values() if s.family != "baseline" and not s.name.startswith("demo")]
+    rows, total_fwd_by_ds = [], {}
+    print("| dataset | modality | train+val | test | conditions | forward passes per encoder |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, split, modality in DATASETS:
+        conds = len(perturb.conditions(modality)) if split["train"] else 0
+        fwd = (split["train"] + split["test"]) + split["test"] * conds
+        fwd *= args.scale
+        total_fwd_by_ds[name] = fwd
+        print(f"| {name} | {modality} | {split['train']:,} | {split['test']:,} | 1 + {conds} | {fwd:,.0f} |")
+    fwd_per_encoder = sum(total_fwd_by_ds.values())
+    print(f"\nforward passes per encoder: {fwd_per_encoder:,.0f}\n")
+
+    peak = args.peak_tflops * 1e12 * args.utilisation
+    print(f"| encoder | input | GMACs/img | GFLOPs/img | img/s on one H200 at {args.utilisation:.0%} | "
+          "GPU-hours | store GB (fp16) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    total_h = total_gb = 0.0
+    for s in specs:
+        macs = macs_per_image(s)
+        flops = 2 * macs
+        rate = peak / flops
+        hours = fwd_per_encoder / rate / 3600
+        gb = fwd_per_encoder * s.width * 2 / 1e9
+        total_h += hours
+        total_gb += gb
+        rows.append({"encoder": s.name, "input": s.input_size, "gmacs": macs / 1e9, "gflops": flops / 1e9,
+                     "images_per_s": rate, "gpu_hours": hours, "store_gb": gb, "width": s.width})
+        print(f"| {s.name} | {s.input_size} | {macs / 1e9:.1f} | {flops / 1e9:.1f} | {rate:,.0f} | {hours:.2f} | "
+              f"{gb:.1f} |")
+    reps = args.scale  # ten times larger: ten times the encoders as well as the images
+    print(f"| **all {len(specs)} x {reps:g}** | | | | | **{total_h * reps:,.0f}** | **{total_gb * reps:,.0f}** |")
+    print(json.dumps({"utilisation": args.utilisation, "peak_tflops": args.peak_tflops, "scale": args.scale,
+                      "forward_passes_per_encoder": fwd_per_encoder, "encoders": len(specs) * reps,
+                      "gpu_hours": total_h * reps, "store_gb": total_gb * reps, "per_encoder": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""``crs extract --executor ray``: the work units of one (dataset, encoder) spread over a Ray cluster.
+
+The driver (the ``crs extract`` process) holds the (dataset, encoder) lock, writes the
+dataset's metadata and creates every array (``crs.extract.run.prepare``), exactly as the
+local executor does. Then each work unit -- chunk ``j`` of every pending array, i.e. one
+store chunk of one (dataset, encoder, condition group) -- goes to one model replica: a Ray
+actor that loaded the weights once (one GPU each where the cluster has GPUs). The replica
+decodes the unit's images, embeds them clean and under every pending perturbation with the
+same code as the local executor (``embed_unit``) and writes those chunks and their done
+flags itself. Every chunk has exactly one writer, so no lock is needed below the
+(dataset, encoder) one.
+
+A unit whose replica dies (a crash, a killed worker, a pre-empted node) is sent again by Ray
+to the restarted replica (``max_restarts=-1``), up to ``retries`` more times. Writing a chunk twice
+writes the same values (the embedding of a unit does not depend on where it runs; on the
+CPU bit for bit), and a done flag is set only after its chunk, so a retried or re-run unit
+leaves the store exactly as a local run does. The driver writes the failures table (images
+that could not be decoded) and marks the arrays complete.
+
+The store must be one every node can reach: an object-store URL (s3://, gs://, az://) or a
+folder on a shared file system. Weights given with ``--weights`` must be at the same path
+on every node; hub weights come from each node's HF cache (``HF_HOME``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from crs.extract.run import Plan, Unit, _Embedder, _Units, embed_unit, unit_failures
+from crs.store import Store
+
+IN_FLIGHT_PER_ACTOR = 2  # one unit decoding while the other runs on the device
+
+
+class RayUnavailable(Exception):
+    """--executor ray without Ray installed, or a cluster that cannot be reached."""
+
+
+class UnitFailed(Exception):
+    """A work unit failed on every attempt (its replica kept dying)."""
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("--executor ray needs Ray: pip install 'crs-bench[ray]' "
+                             "(or use the default --executor local)") from None
+    return ray
+
+
+class Replica:
+    """A model replica (a Ray actor): loads the weights once, then embeds and writes whole units."""
+
+    def __init__(self, store_path, storage_options, plan_spec, dataset, ds, *, device, batch, weights,
+                 trust_remote_code, precision, strict, threads):
+        import torch
+
+        from crs.extract.models import load, pick_device
+
+        if threads:
+            torch.set_num_threads(threads)
+
+        self.store = Store(store_path, mode="a", storage_options=storage_options)
+        self.model = load(plan_spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
+                          precision=precision)
+        self.embed = _Embedder(self.model, batch)
+        self.encoder, self.dataset, self.ds, self.strict = plan_spec.name, dataset, ds, strict
+        self.arrays = {}
+        self.device_lock = threading.Lock()  # two units in flight: one decodes while the other embeds
+
+    def run(self, unit: Unit) -> dict:
+        units = _Units(self.ds, {unit.j: unit.source_rows}, getattr(self.ds, "paths", None))
+        _, images, failures = units[unit.j]
+        failed = unit_failures(unit, failures, self.strict)
+        with self.device_lock:
+            results = embed_unit(unit, images, self.embed, self.model.device)
+        forward = 0
+        for cond, values in results:
+            if cond not in self.arrays:
+                self.arrays[cond] = self.store.open_embedding(self.dataset, self.encoder, cond)
+            self.arrays[cond].write_chunk(unit.j, values)  # chunk first, then its done flag
+            forward += len(values)
+        return {"j": unit.j, "failures": failed, "chunks": len(results), "forward_images": forward,
+                "decodes": len(images), "batch": self.embed.batch, "device": str(self.model.device)}
+
+
+def connect(address: str | None = None):
+    """The Ray module, connected: to ``address`` ('auto' or ray://HOST:PORT), to the cluster this
+    process already joined, or (None) to a new local instance."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RayUnavailable(f"cannot reach a Ray cluster at --address {address!r}: {exc}") from exc
+    return ray
+
+
+def run_units_on_ray(store: Store, plan: Plan, ds, new_failures: list, *, device=None, workers=0, strict=False,
+                     weights=None, trust_remote_code=False, precision="auto", progress=None, address=None,
+                     actors: int | None = None, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
+                     retries: int = 3) -> None:
+    """Run ``plan.units`` on Ray replicas; fills ``plan.summary`` and ``new_failures`` as the local run does.
+
+    ``actors`` defaults to one per GPU of the cluster (``gpus_per_actor`` 1) or, without GPUs
+    (or with ``device='cpu'``), one per ``cpus_per_actor`` CPUs; never more than there are units.
+    ``workers`` (DataLoader processes) does not apply: each replica decodes its own units."""
+    ray = connect(address)
+    from ray.exceptions import RayActorError, RayTaskError
+
+    try:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, WorkerCrashedError
+        lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
+    except ImportError:  # older Ray
+        lost = (RayActorError,)
+    resources = ray.cluster_resources()
+    cluster_gpus = float(resources.get("GPU", 0))
+    if gpus_per_actor is None:
+        gpus_per_actor = 1.0 if cluster_gpus >= 1 and device in (None, "cuda") else 0.0
+    if gpus_per_actor > 0 and cluster_gpus < gpus_per_actor:
+        raise RayUnavailable(f"gpus_per_actor {gpus_per_actor} but the Ray cluster has {cluster_gpus:g} GPUs")
+    slots = int(cluster_gpus // gpus_per_actor) if gpus_per_actor else int(resources.get("CPU", 1) // cpus_per_actor)
+    n_actors = max(1, min(actors or slots or 1, len(plan.units)))
+    if not store.is_url and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
+        import warnings
+
+        warnings.warn(f"--store {store.path!r} is a local path and the Ray cluster has several nodes: every "
+                      "node must see the same folder (a shared file system), or use an object-store URL",
+                      stacklevel=2)
+
+    import torch
+
+    # CPU replicas run as many intra-op threads as this process's torch, whatever OMP_NUM_THREADS Ray
+    # gives its workers: a matrix product's float sums depend on how it is split over threads, and
+    # this keeps a Ray run on the CPU equal bit for bit to a local run from the same driver
+    threads = torch.get_num_threads() if not gpus_per_actor else 0
+    remote = ray.remote(max_restarts=-1, max_task_retries=retries)(Replica)
+    ds_ref = ray.put(ds)
+    pool = [remote.options(num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, max_concurrency=IN_FLIGHT_PER_ACTOR)
+            .remote(store.path, store.storage_options, plan.spec, plan.dataset, ds_ref, device=device,
+                    batch=plan.batch, weights=weights, trust_remote_code=trust_remote_code, precision=precision,
+                    strict=strict, threads=threads)
+            for _ in range(n_actors)]
+    summary = plan.summary
+    task = (progress.add_task(f"{plan.spec.name} × {plan.dataset} (ray, {n_actors} replicas)",
+                              total=sum(len(u.conds) for u in plan.units)) if progress is not None else None)
+    queue, inflight = deque(plan.units), {}
+
+    def submit(i: int) -> None:
+        unit = queue.popleft()
+        inflight[pool[i].run.remote(unit)] = (unit, i)
+
+    try:
+        for _ in range(IN_FLIGHT_PER_ACTOR):
+            for i in range(n_actors):
+                if queue:
+                    submit(i)
+        batches = []
+        while inflight:
+            (ref,), _ = ray.wait(list(inflight), num_returns=1)
+            unit, i = inflight.pop(ref)
+            try:
+                r = ray.get(ref)
+            except RayTaskError as exc:  # our code raised (a bad image under --strict, a store error): no retry
+                raise (exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc) from None
+            except lost as exc:  # Ray restarted the replica and sent the unit again, ``retries`` times
+                raise UnitFailed(f"work unit {unit.j} of {plan.spec.name} × {plan.dataset} failed {retries + 1} "
+                                 f"times (its replica died each time): {exc}. What was written is kept; run the "
+                                 "same command again to resume") from exc
+            new_failures += r["failures"]
+            summary.chunks_written += r["chunks"]
+            summary.forward_images += r["forward_images"]
+            summary.decodes += r["decodes"]
+            summary.device = r["device"]
+            batches.append(r["batch"])
+            if task is not None:
+                progress.advance(task, r["chunks"])
+            if queue:
+                submit(i)
+        summary.batch = min(batches) if batches else plan.batch
+    finally:
+        for a in pool:
+            ray.kill(a)
