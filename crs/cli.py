@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(
@@ -50,23 +51,31 @@ def friendly_errors(verbose: bool):
         yield
     except typer.Exit:
         raise
+    except BrokenPipeError:  # the reader went away (`crs encoders -q | head`): nothing is wrong
+        try:
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise typer.Exit(0)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]: everything written so far is kept; run the same command again to resume")
         raise typer.Exit(130)
     except (BadInput, StoreError, FileNotFoundError) as exc:
         if verbose:
             traceback.print_exc()
-        err.print(f"[red]error[/]: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     except Exception as exc:  # a failure of ours, unless a dataset or image error (bad input)
         if isinstance(exc, _dataset_errors()):
             if verbose:
                 traceback.print_exc()
-            err.print(f"[red]error[/]: {exc}", highlight=False, soft_wrap=True)
+            err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         if verbose:
             traceback.print_exc()
-        err.print(f"[red]internal error[/] ({type(exc).__name__}): {exc}\nre-run with --verbose for the traceback",
+        err.print(f"[red]internal error[/] ({type(exc).__name__}): {escape(str(exc))}\nre-run with --verbose for the traceback",
                   highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
@@ -398,7 +407,8 @@ def warn_not_converged(summaries) -> None:
 
 
 # -------------------------------------------------------------------- score
-def run_score(results, *, reference, weights, n_bootstrap, seed, store=None, bootstrap_unit="seed", pairs=None):
+def run_score(results, *, reference, weights, n_bootstrap, seed, store=None, bootstrap_unit="seed", pairs=None,
+              quiet=True):
     from crs import records
     from crs.extract.encoders import default_reference
     from crs.scoring.run import METRIC_TABLE, score
@@ -419,8 +429,12 @@ def run_score(results, *, reference, weights, n_bootstrap, seed, store=None, boo
         except StoreError as exc:  # the run records still allow a score: say so and go on
             note = f"{exc}; scoring from the run records alone"
     try:
-        scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed,
-                       bootstrap_unit=bootstrap_unit, store=opened)
+        # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
+        with progress_bar(quiet) as progress:
+            progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {bootstrap_unit} bootstrap "
+                              f"B={n_bootstrap})", total=None)
+            scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed,
+                           bootstrap_unit=bootstrap_unit, store=opened)
     except ValueError as exc:  # the run records or the options do not allow a score
         raise BadInput(str(exc)) from exc
     if note:
@@ -509,13 +523,15 @@ def score_cmd(
             raise BadInput(f"--bootstrap must be at least 1, not {bootstrap}")
         if bootstrap_unit not in ("seed", "image", "both"):
             raise BadInput(f"--bootstrap-unit must be seed, image or both, not {bootstrap_unit!r}")
+        t0 = time.perf_counter()
         scores = run_score(results, reference=reference, weights=_parse_weights(weights), n_bootstrap=bootstrap,
-                           seed=seed, store=store, bootstrap_unit=bootstrap_unit)
+                           seed=seed, store=store, bootstrap_unit=bootstrap_unit, quiet=quiet or as_json)
         if as_json:
             print(json.dumps(scores.to_json()))
         elif not quiet:
             print_scores(scores, results)
             print_comparisons(scores)
+            out.print(f"scored in {time.perf_counter() - t0:.1f} s", highlight=False)
         else:
             for w in scores.settings.get("warnings", []):
                 err.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
@@ -566,7 +582,7 @@ def demo_cmd(
 def encoders_cmd(
     as_json: JsonOpt = False,
     encoder_file: Annotated[Optional[Path], typer.Option("--encoder-file", help="Also list the records of this TOML file.")] = None,
-    verbose: VerboseOpt = False,
+    verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """List the encoder registry (name, family, width, input size, gated, ...)."""
     from crs.extract import encoders as encreg
@@ -580,6 +596,9 @@ def encoders_cmd(
                 raise BadInput(str(exc)) from exc
         if as_json:
             print(json.dumps([s.as_dict() for s in specs]))
+            return
+        if quiet:  # the names alone, one a line
+            print("\n".join(s.name for s in specs))
             return
         t = Table("name", "family", "width", "input", "gated", "loader", "model", "pooling")
         for s in specs:
@@ -597,7 +616,7 @@ def perturbations_cmd(
     out_path: Annotated[Optional[Path], typer.Option("--out", help="PNG to write the grid to.")] = None,
     row: Annotated[int, typer.Option(help="Which image of the dataset to draw (row of its table).")] = 0,
     table: Annotated[bool, typer.Option("--table", help="Print the severity table (Markdown) and exit.")] = False,
-    as_json: JsonOpt = False, verbose: VerboseOpt = False,
+    as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """Draw every perturbation of a dataset's suite at every severity on one image (a PNG grid)."""
     from crs.extract import perturb
@@ -636,7 +655,7 @@ def perturbations_cmd(
         if as_json:
             print(json.dumps({"out": str(out_path), "dataset": dataset, "modality": modality,
                               "families": list(families), "severities": list(perturb.SEVERITIES)}))
-        else:
+        elif not quiet:
             out.print(f"{dataset} ({modality}): {len(families)} families x {len(perturb.SEVERITIES)} severities "
                       f"drawn on image {ds.table().ids[row]} -> {out_path}")
 
@@ -646,10 +665,15 @@ app.add_typer(datasets_app, name="datasets")
 
 
 @datasets_app.callback(invoke_without_command=True)
-def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False):
+def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False):
     """List the datasets: built-in ones, and the real ones read from a folder with --root."""
     if ctx.invoked_subcommand is not None:
         return
+    with friendly_errors(verbose):
+        _list_datasets(as_json, quiet)
+
+
+def _list_datasets(as_json: bool, quiet: bool) -> None:
     from crs.extract import datasets as dsreg
     from crs.extract import real
 
@@ -663,6 +687,9 @@ def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False):
                      lay.shift_target, "description": lay.description, "root": lay.root_holds, "source": lay.source})
     if as_json:
         print(json.dumps(rows))
+        return
+    if quiet:  # the names alone, one a line
+        print("\n".join(r["name"] for r in rows))
         return
     t = Table("name", "task", "classes", "shift target", "--root holds")
     for r in rows:
@@ -684,7 +711,7 @@ def datasets_check_cmd(
     modality: Annotated[str, typer.Option(help="Modality of a csv:PATH dataset.")] = "radiology",
     split_seed: Annotated[int, typer.Option("--split-seed", help="Split seed.")] = 0,
     findings: Annotated[str, typer.Option(help="Chest X-ray findings: competition, all, or a list.")] = "competition",
-    as_json: JsonOpt = False, verbose: VerboseOpt = False,
+    as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """Validate a dataset folder before a long run: files, ids, label codes, columns, images. Exit 0 usable, 2 not."""
     from crs.extract import datasets as dsreg
@@ -697,11 +724,18 @@ def datasets_check_cmd(
         roots = {name: root} if root is not None else {}
         ds = dsreg.get(name, seed=0 if name in dsreg.BUILTIN else split_seed, roots=roots, image_root=image_root,
                        uncertain=uncertain, modality=modality, findings=findings)
-        report = real.check(ds, all_images=all_, sample=sample)
+        t0 = time.perf_counter()
+        with progress_bar(quiet or as_json) as progress:
+            report = real.check(ds, all_images=all_, sample=sample, progress=progress)
         if as_json:
             print(json.dumps(report.as_dict()))
+        elif quiet:  # the fatal problems alone; the exit code says usable (0) or not (2)
+            for p in report.problems:
+                if p.fatal:
+                    err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
         else:
             print_check(report, ds)
+            out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
         if not report.usable:
             raise typer.Exit(2)
 
@@ -710,7 +744,7 @@ def print_check(report, ds) -> None:
     fatal = [p for p in report.problems if p.fatal]
     warnings = [p for p in report.problems if not p.fatal]
     for p in fatal:
-        err.print(f"[red]error[/]: {p}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
     for p in warnings:
         err.print(f"[yellow]warning[/]: {p}", highlight=False, soft_wrap=True)
     for n in report.notes:

@@ -201,7 +201,7 @@ def _type_name(tp) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
     if origin is tuple:
-        return f"a list of {_type_name(typing.get_args(tp)[0])}s"
+        return "a list of " + {str: "strings", int: "integers", float: "numbers"}[typing.get_args(tp)[0]]
     if origin is dict:
         return "a table of strings"
     return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(tp, str(tp))
@@ -345,7 +345,7 @@ def locate(text: str, path: tuple[str, ...]) -> int | None:
     table: tuple[str, ...] = ()
     best = None  # the line of the longest enclosing prefix, for keys inside inline tables
     in_multiline = None
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text.split("\n"), start=1):  # TOML lines end at LF (CRLF: the CR is trailing space)
         if in_multiline:  # inside a multi-line string: skip until it closes
             if line.count(in_multiline) % 2 == 1:
                 in_multiline = None
@@ -382,14 +382,16 @@ def _toml_value(v) -> str:
             raise ValueError(f"TOML here holds finite numbers only, not {v!r}")
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)  # a valid TOML basic string (JSON's escapes are TOML's)
+        # JSON's escapes are TOML's; non-ASCII stays as UTF-8 (JSON would write surrogate pairs); TOML
+        # also wants DEL escaped
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, (tuple, list)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {v!r} as TOML")
 
 
 def _key(k: str) -> str:
-    return k if re.fullmatch(_BARE, k) else json.dumps(k)
+    return k if re.fullmatch(_BARE, k) else _toml_value(k)
 
 
 def to_toml(cfg: Config) -> str:

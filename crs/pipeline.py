@@ -251,7 +251,8 @@ def run(cfg: Config, *, quiet: bool = False, text: str = "", source: str = "", f
         scores = stand_in(scores_json)
     else:
         scores = run_score(results, reference=s_.reference, weights=s_.weights, n_bootstrap=s_.bootstrap,
-                           seed=s_.seed, store=cfg.store, bootstrap_unit=s_.bootstrap_unit, pairs=wanted)
+                           seed=s_.seed, store=cfg.store, bootstrap_unit=s_.bootstrap_unit, pairs=wanted,
+                           quiet=quiet)
         scores_json = scores.to_json()
         sc.done = ["scores"]
     new_state["score"] = score_hash
