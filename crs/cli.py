@@ -1,4 +1,4 @@
-"""The ``crs`` command line: extract, probe, score, demo.
+"""The ``crs`` command line: extract, probe, score, run, demo.
 
 Heavy libraries (torch, jax) are imported inside the command that needs them, so
 ``crs --help`` is instant. Exit codes: 0 done, 1 a failure of ours, 2 bad input,
@@ -24,7 +24,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="CRS-Bench: which pretrained medical image encoder to build on. "
-    "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs demo` runs all three on a built-in benchmark.",
+    "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs run CONFIG.toml` runs them all (and the report) "
+    "from one file; `crs demo` runs the built-in benchmark.",
 )
 # a pipe or a file gets lines wide enough for the leaderboard; a terminal keeps its own width
 out = Console(width=None if sys.stdout.isatty() else 120)
@@ -556,7 +557,6 @@ def demo_cmd(
 
     Extract, probe, score and report with every built-in encoder; a re-run skips what is complete."""
     from crs import config as cfgmod
-    from crs import pipeline
 
     with friendly_errors(verbose):
         if not size > 0 or seeds < 1 or bootstrap < 1:

@@ -1,7 +1,6 @@
 """The `crs run` config: schema, errors with key and line, round trip, path resolution."""
 
 import dataclasses
-import tomllib
 import typing
 from pathlib import Path
 
@@ -101,7 +100,6 @@ def test_settings_hash_is_stable_and_sensitive():
 # ---------------------------------------------------------------- properties
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12)
 ident = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
-finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 
 
 @st.composite
