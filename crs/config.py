@@ -438,8 +438,8 @@ def with_overrides(cfg: Config, **sections) -> Config:
 
 # The commented example (`crs run --print-default`, examples/crs-run.toml): the built-in demo.
 EXAMPLE = '''# crs run: one file for a whole benchmark (extract -> probe -> score -> report).
-# This is the built-in demo (`crs demo` runs exactly this); `crs run --print-default`
-# prints it. Relative paths are taken from this file's folder. Every key is optional:
+# This is the built-in demo (`crs demo` runs it, with the store and results under its
+# --out folder); `crs run --print-default` prints it. Relative paths are taken from this file's folder. Every key is optional:
 # a missing one takes the default shown. Re-running skips what is already complete
 # and recomputes a stage whose settings changed.
 
