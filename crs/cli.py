@@ -1,4 +1,4 @@
-"""The ``crs`` command line: extract, probe, score, demo.
+"""The ``crs`` command line: extract, probe, score, run, demo.
 
 Heavy libraries (torch, jax) are imported inside the command that needs them, so
 ``crs --help`` is instant. Exit codes: 0 done, 1 a failure of ours, 2 bad input,
@@ -17,13 +17,15 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="CRS-Bench: which pretrained medical image encoder to build on. "
-    "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs demo` runs all three on a built-in benchmark.",
+    "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs run CONFIG.toml` runs them all (and the report) "
+    "from one file; `crs demo` runs the built-in benchmark.",
 )
 # a pipe or a file gets lines wide enough for the leaderboard; a terminal keeps its own width
 out = Console(width=None if sys.stdout.isatty() else 120)
@@ -50,23 +52,31 @@ def friendly_errors(verbose: bool):
         yield
     except typer.Exit:
         raise
+    except BrokenPipeError:  # the reader went away (`crs encoders -q | head`): nothing is wrong
+        try:
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise typer.Exit(0)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]: everything written so far is kept; run the same command again to resume")
         raise typer.Exit(130)
     except (BadInput, StoreError, FileNotFoundError) as exc:
         if verbose:
             traceback.print_exc()
-        err.print(f"[red]error[/]: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     except Exception as exc:  # a failure of ours, unless a dataset or image error (bad input)
         if isinstance(exc, _dataset_errors()):
             if verbose:
                 traceback.print_exc()
-            err.print(f"[red]error[/]: {exc}", highlight=False, soft_wrap=True)
+            err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         if verbose:
             traceback.print_exc()
-        err.print(f"[red]internal error[/] ({type(exc).__name__}): {exc}\nre-run with --verbose for the traceback",
+        err.print(f"[red]internal error[/] ({type(exc).__name__}): {escape(str(exc))}\nre-run with --verbose for the traceback",
                   highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
@@ -311,7 +321,7 @@ def _parse_roots(values: list[str] | None, datasets_: list[str]) -> dict[str, st
 
 
 # -------------------------------------------------------------------- probe
-def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet, select_by="loss", tol=1e-4):
+def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet, select_by="loss", tol=1e-4, on_done=None):
     from crs.probe.run import probe
 
     from crs.store import Store
@@ -325,6 +335,8 @@ def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet, select
             summaries.append(probe(store, enc, d, results=Path(results), seeds=seeds, fractions=fractions,
                                    l2_grid=l2, select_by=select_by, tol=tol))
             progress.advance(task)
+            if on_done is not None:  # crs run records each pair's settings as soon as it is written
+                on_done(summaries[-1])
     return summaries
 
 
@@ -414,13 +426,19 @@ def warn_not_converged(summaries) -> None:
 
 
 # -------------------------------------------------------------------- score
-def run_score(results, *, reference, weights, n_bootstrap, seed, store=None, bootstrap_unit="seed"):
+def run_score(results, *, reference, weights, n_bootstrap, seed, store=None, bootstrap_unit="seed", pairs=None,
+              quiet=True):
     from crs import records
     from crs.extract.encoders import default_reference
     from crs.scoring.run import METRIC_TABLE, score
     from crs.store import Store, StoreError
 
     table = records.read(results)
+    if pairs is not None:  # crs run scores the (encoder, dataset) pairs its config names, not older leftovers
+        import polars as pl
+
+        keep = pl.DataFrame({"encoder": [e for e, _ in pairs], "dataset": [d for _, d in pairs]})
+        table = table.join(keep, on=["encoder", "dataset"], how="semi")
     encoders_ = sorted(table["encoder"].unique().to_list())
     ref = default_reference(encoders_) if reference == "auto" else reference
     opened, note = None, None
@@ -430,8 +448,12 @@ def run_score(results, *, reference, weights, n_bootstrap, seed, store=None, boo
         except StoreError as exc:  # the run records still allow a score: say so and go on
             note = f"{exc}; scoring from the run records alone"
     try:
-        scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed,
-                       bootstrap_unit=bootstrap_unit, store=opened)
+        # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
+        with progress_bar(quiet) as progress:
+            progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {bootstrap_unit} bootstrap "
+                              f"B={n_bootstrap})", total=None)
+            scores = score(table, reference=ref, weights=weights, n_bootstrap=n_bootstrap, seed=seed,
+                           bootstrap_unit=bootstrap_unit, store=opened)
     except ValueError as exc:  # the run records or the options do not allow a score
         raise BadInput(str(exc)) from exc
     if note:
@@ -520,13 +542,15 @@ def score_cmd(
             raise BadInput(f"--bootstrap must be at least 1, not {bootstrap}")
         if bootstrap_unit not in ("seed", "image", "both"):
             raise BadInput(f"--bootstrap-unit must be seed, image or both, not {bootstrap_unit!r}")
+        t0 = time.perf_counter()
         scores = run_score(results, reference=reference, weights=_parse_weights(weights), n_bootstrap=bootstrap,
-                           seed=seed, store=store, bootstrap_unit=bootstrap_unit)
+                           seed=seed, store=store, bootstrap_unit=bootstrap_unit, quiet=quiet or as_json)
         if as_json:
             print(json.dumps(scores.to_json()))
         elif not quiet:
             print_scores(scores, results)
             print_comparisons(scores)
+            out.print(f"scored in {time.perf_counter() - t0:.1f} s", highlight=False)
         else:
             for w in scores.settings.get("warnings", []):
                 err.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
@@ -571,12 +595,13 @@ def demo_cmd(
     bootstrap: Annotated[int, typer.Option(help="Bootstrap replicates.")] = 1000,
     severities: Annotated[str, typer.Option(help="Perturbation severities of the demo (crs extract uses 1..5); "
                                                  "'1,2,3,4,5' for the full suites.")] = DEMO_SEVERITIES,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Skip the HTML report stage.")] = False,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
-    """Generate the built-in synthetic benchmark and run extract, probe and score with every built-in encoder."""
-    from crs.extract import datasets as dsreg
-    from crs.extract import encoders as encreg
-    from crs.probe.run import DEFAULT_FRACTIONS, DEFAULT_L2, pairs_in_store
+    """Run the built-in synthetic benchmark: `crs run` on the built-in config (`crs run --print-default`).
+
+    Extract, probe, score and report with every built-in encoder; a re-run skips what is complete."""
+    from crs import config as cfgmod
 
     with friendly_errors(verbose):
         if not size > 0 or seeds < 1 or bootstrap < 1:
@@ -588,45 +613,21 @@ def demo_cmd(
             sev = ()
         if not sev or any(v not in (1, 2, 3, 4, 5) for v in sev):
             raise BadInput(f"--severities must be comma-separated integers 1..5, not {severities!r}")
-        quiet_bars = quiet or as_json
-        store_path, results = str(out_dir / "store.zarr"), out_dir / "results"
-        timings = {}
-        t0 = time.perf_counter()
-        trained = [d for d in dsreg.names() if d not in
-                   {dsreg.get(x, size=size).shift_target for x in dsreg.names()}]
-        from crs.store import StoreError
-
-        try:
-            store, _ = run_extract(store_path, encreg.demo_names(), trained, size=size, chunk=256, batch=64,
-                                   device=None, dtype="float16", perturbations=True, quiet=quiet_bars,
-                                   severities=sev)
-        except StoreError as exc:  # the store's advice names --store; the demo's option is --out
-            raise BadInput(f"{exc}\n(for `crs demo`: pass a new --out folder, or the --size it was made with)") from exc
-        timings["extract"] = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        probed = run_probe(store_path, results, pairs_in_store(store), seeds=tuple(range(seeds)),
-                           fractions=DEFAULT_FRACTIONS, l2=DEFAULT_L2, quiet=quiet_bars)
-        timings["probe"] = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        scores = run_score(results, reference="auto", weights=(1 / 3, 1 / 3, 1 / 3), n_bootstrap=bootstrap, seed=0,
-                           store=store_path)
-        timings["score"] = time.perf_counter() - t2
-        timings = {k: round(v, 1) for k, v in timings.items()}
-        if as_json:
-            print(json.dumps({**scores.to_json(), "timings_s": timings, "store": store_path,
-                              "results": str(results)}))
-        elif not quiet:
-            print_scores(scores, results)
-            warn_not_converged(probed)
-            out.print(f"store: {store_path}; timings (s): extract {timings['extract']}, probe {timings['probe']}, "
-                      f"score {timings['score']}")
+        cfg = cfgmod.with_overrides(
+            cfgmod.parse(cfgmod.EXAMPLE, "built-in demo config"),
+            store=str(out_dir / "store.zarr"), results=str(out_dir / "results"),
+            datasets={"size": size}, probe={"seeds": seeds}, score={"bootstrap": bootstrap},
+            extract={"severities": sev}, report={"enabled": not no_report, "out": str(out_dir / "report")})
+        result = _run_pipeline(cfg, quiet=quiet or as_json, source="built-in demo config",
+                               store_hint="for `crs demo`: pass a new --out folder, or the --size it was made with")
+        _print_run(result, "built-in demo config", as_json=as_json, quiet=quiet, verbose=verbose)
 
 
 @app.command("encoders")
 def encoders_cmd(
     as_json: JsonOpt = False,
     encoder_file: Annotated[Optional[Path], typer.Option("--encoder-file", help="Also list the records of this TOML file.")] = None,
-    verbose: VerboseOpt = False,
+    verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """List the encoder registry (name, family, width, input size, gated, ...)."""
     from crs.extract import encoders as encreg
@@ -640,6 +641,9 @@ def encoders_cmd(
                 raise BadInput(str(exc)) from exc
         if as_json:
             print(json.dumps([s.as_dict() for s in specs]))
+            return
+        if quiet:  # the names alone, one a line
+            print("\n".join(s.name for s in specs))
             return
         t = Table("name", "family", "width", "input", "gated", "loader", "model", "pooling")
         for s in specs:
@@ -657,7 +661,7 @@ def perturbations_cmd(
     out_path: Annotated[Optional[Path], typer.Option("--out", help="PNG to write the grid to.")] = None,
     row: Annotated[int, typer.Option(help="Which image of the dataset to draw (row of its table).")] = 0,
     table: Annotated[bool, typer.Option("--table", help="Print the severity table (Markdown) and exit.")] = False,
-    as_json: JsonOpt = False, verbose: VerboseOpt = False,
+    as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """Draw every perturbation of a dataset's suite at every severity on one image (a PNG grid)."""
     from crs.extract import perturb
@@ -696,7 +700,7 @@ def perturbations_cmd(
         if as_json:
             print(json.dumps({"out": str(out_path), "dataset": dataset, "modality": modality,
                               "families": list(families), "severities": list(perturb.SEVERITIES)}))
-        else:
+        elif not quiet:
             out.print(f"{dataset} ({modality}): {len(families)} families x {len(perturb.SEVERITIES)} severities "
                       f"drawn on image {ds.table().ids[row]} -> {out_path}")
 
@@ -706,10 +710,15 @@ app.add_typer(datasets_app, name="datasets")
 
 
 @datasets_app.callback(invoke_without_command=True)
-def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False):
+def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False):
     """List the datasets: built-in ones, and the real ones read from a folder with --root."""
     if ctx.invoked_subcommand is not None:
         return
+    with friendly_errors(verbose):
+        _list_datasets(as_json, quiet)
+
+
+def _list_datasets(as_json: bool, quiet: bool) -> None:
     from crs.extract import datasets as dsreg
     from crs.extract import real
 
@@ -723,6 +732,9 @@ def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False):
                      lay.shift_target, "description": lay.description, "root": lay.root_holds, "source": lay.source})
     if as_json:
         print(json.dumps(rows))
+        return
+    if quiet:  # the names alone, one a line
+        print("\n".join(r["name"] for r in rows))
         return
     t = Table("name", "task", "classes", "shift target", "--root holds")
     for r in rows:
@@ -744,7 +756,7 @@ def datasets_check_cmd(
     modality: Annotated[str, typer.Option(help="Modality of a csv:PATH dataset.")] = "radiology",
     split_seed: Annotated[int, typer.Option("--split-seed", help="Split seed.")] = 0,
     findings: Annotated[str, typer.Option(help="Chest X-ray findings: competition, all, or a list.")] = "competition",
-    as_json: JsonOpt = False, verbose: VerboseOpt = False,
+    as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """Validate a dataset folder before a long run: files, ids, label codes, columns, images. Exit 0 usable, 2 not."""
     from crs.extract import datasets as dsreg
@@ -757,11 +769,18 @@ def datasets_check_cmd(
         roots = {name: root} if root is not None else {}
         ds = dsreg.get(name, seed=0 if name in dsreg.BUILTIN else split_seed, roots=roots, image_root=image_root,
                        uncertain=uncertain, modality=modality, findings=findings)
-        report = real.check(ds, all_images=all_, sample=sample)
+        t0 = time.perf_counter()
+        with progress_bar(quiet or as_json) as progress:
+            report = real.check(ds, all_images=all_, sample=sample, progress=progress)
         if as_json:
             print(json.dumps(report.as_dict()))
+        elif quiet:  # the fatal problems alone; the exit code says usable (0) or not (2)
+            for p in report.problems:
+                if p.fatal:
+                    err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
         else:
             print_check(report, ds)
+            out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
         if not report.usable:
             raise typer.Exit(2)
 
@@ -770,7 +789,7 @@ def print_check(report, ds) -> None:
     fatal = [p for p in report.problems if p.fatal]
     warnings = [p for p in report.problems if not p.fatal]
     for p in fatal:
-        err.print(f"[red]error[/]: {p}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
     for p in warnings:
         err.print(f"[yellow]warning[/]: {p}", highlight=False, soft_wrap=True)
     for n in report.notes:
@@ -798,6 +817,99 @@ def print_check(report, ds) -> None:
     verdict = "usable" if report.usable else f"NOT usable ({len(fatal)} problems above)"
     out.print(f"{report.dataset} at {report.root}: {verdict}; {report.images_checked} images decoded",
               highlight=False)
+
+
+# ---------------------------------------------------------------------- run
+@app.command("run")
+def run_cmd(
+    config: Annotated[Optional[Path], typer.Argument(help="The benchmark's TOML file.", show_default=False)] = None,
+    print_default: Annotated[bool, typer.Option("--print-default", help="Print a commented example config "
+                                                "(the built-in demo) and exit.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Check the config and its names, run nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Recompute probe, score and report even where their "
+                                        "outputs match the config (extraction always resumes).")] = False,
+    as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+):
+    """Run a whole benchmark from one TOML file: extract, probe, score and report, skipping what is current.
+
+    `crs run --print-default > bench.toml` writes an example to start from."""
+    from crs import config as cfgmod
+
+    with friendly_errors(verbose):
+        if print_default:
+            print(cfgmod.EXAMPLE, end="")
+            return
+        if config is None:
+            raise BadInput("pass a config file: `crs run bench.toml` (`crs run --print-default > bench.toml` "
+                           "writes an example)")
+        try:
+            text = config.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise BadInput(f"no config file {str(config)!r}; `crs run --print-default > {config.name}` writes an "
+                           "example") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"cannot read the config file {str(config)!r}: {exc}") from None
+        try:
+            cfg = cfgmod.resolve(cfgmod.parse(text, str(config)), config.resolve().parent)
+        except cfgmod.ConfigError as exc:
+            raise BadInput(str(exc)) from None
+        if check:
+            from crs import pipeline
+
+            try:
+                pipeline.check_names(cfg, text=text, source=str(config))
+            except cfgmod.ConfigError as exc:
+                raise BadInput(str(exc)) from None
+            if as_json:
+                print(json.dumps({"config": str(config), "ok": True, "settings": cfgmod.as_dict(cfg)}))
+            elif not quiet:
+                out.print(f"{config}: valid ({len(cfg.encoders.names)} encoders x {len(cfg.datasets.names)} "
+                          f"datasets; store {cfg.store}, results {cfg.results})", highlight=False)
+            return
+        result = _run_pipeline(cfg, quiet=quiet or as_json, text=text, source=str(config), force=force)
+        _print_run(result, str(config), as_json=as_json, quiet=quiet, verbose=verbose)
+
+
+def _run_pipeline(cfg, *, quiet, text="", source="", force=False, store_hint=""):
+    from crs import config as cfgmod
+    from crs import pipeline
+
+    try:
+        return pipeline.run(cfg, quiet=quiet, text=text, source=source, force=force, store_hint=store_hint)
+    except cfgmod.ConfigError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _print_run(result, source: str, *, as_json: bool, quiet: bool, verbose: bool) -> None:
+    """The end-of-run summary: the leaderboard, then per stage what was done or already complete, where, how long."""
+    if as_json:
+        print(json.dumps(result.as_json(source)))
+        return
+    warn_not_converged(result.probe_summaries)
+    if quiet:
+        return
+    print_scores(result.scores, result.results)
+    if verbose:
+        print_comparisons(result.scores)
+    t = Table(title=f"crs run {source}: {result.seconds:.1f} s", title_justify="left")
+    for col, just in (("stage", "left"), ("done", "right"), ("already complete", "right"), ("time", "right"),
+                      ("output", "left")):
+        t.add_column(col, justify=just)
+    for name, st in result.stages.items():
+        if not st.enabled:
+            t.add_row(name, "-", "-", "-", "disabled in the config")
+            continue
+        t.add_row(name, str(len(st.done)), str(len(st.skipped)), f"{st.seconds:.1f} s", st.out)
+        if verbose:
+            for item in st.done:
+                t.add_row("", "", "", "", f"  done: {item}")
+    out.print(t)
+    if result.report_html:
+        out.print(f"report: {result.report_html}", highlight=False)
+    failed = result.stages["extract"].detail.get("failures")
+    if failed:
+        err.print("[yellow]warning[/]: images that could not be decoded (recorded in the store's failures table, "
+                  "left out later): " + ", ".join(f"{d}: {n}" for d, n in failed.items()))
 
 
 def main() -> None:

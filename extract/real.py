@@ -644,7 +644,8 @@ def _listing(root: Path, named: pl.Series) -> set[str]:
     return found
 
 
-def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | None = None) -> CheckReport:
+def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | None = None,
+          progress=None) -> CheckReport:
     """Validate a dataset folder: CSVs, ids, codings, missing and extra files, unreadable images."""
     if not isinstance(ds, FileDataset):  # a built-in dataset: nothing on disk to check
         t = ds.table()
@@ -689,8 +690,14 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
             return row, exc
         return row, None
 
+    task = progress.add_task(f"decode {ds.name}", total=len(readable)) if progress is not None else None
+    failures = []
     with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
-        failures = [(r, e) for r, e in pool.map(try_load, readable.tolist()) if e is not None]
+        for r, e in pool.map(try_load, readable.tolist()):
+            if e is not None:
+                failures.append((r, e))
+            if task is not None:  # an optional rich.progress.Progress: the command line's bar
+                progress.advance(task)
     report.images_checked = len(readable)
     for row, exc in failures[:_SHOW]:
         problems.append(Problem(f["file"][row], int(f["line"][row]),

@@ -1,0 +1,218 @@
+"""`crs run CONFIG.toml` end to end, what a re-run skips, and every command's --json/--quiet/--verbose."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from crs import pipeline
+from crs.cli import app
+
+runner = CliRunner()
+
+SMALL = """\
+store = "s.zarr"
+results = "res"
+
+[encoders]
+names = ["demo-stats", "demo-resnet"]
+
+[datasets]
+names = ["demo_derm"]
+size = 0.1
+
+[extract]
+severities = [1]
+chunk = 32
+
+[probe]
+seeds = 2
+fractions = [0.5, 1]
+l2 = [0.1, 1]
+
+[score]
+bootstrap = {bootstrap}
+
+[report]
+enabled = {report}
+"""
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def write(folder, bootstrap=20, report="false", extra=""):
+    path = folder / "bench.toml"
+    path.write_text(SMALL.format(bootstrap=bootstrap, report=report) + extra, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    """One small benchmark run from a config: (folder, config path, the run's JSON)."""
+    folder = tmp_path_factory.mktemp("bench")
+    cfg = write(folder)
+    r = invoke("run", cfg, "--json")
+    assert r.exit_code == 0, r.output
+    return folder, cfg, json.loads(r.stdout)
+
+
+def test_run_does_every_stage_and_says_where_and_how_long(first):
+    folder, _, out = first
+    st = out["stages"]
+    assert sorted(st["extract"]["done"]) == ["demo-resnet × demo_derm", "demo-stats × demo_derm"]
+    assert sorted(st["probe"]["done"]) == ["demo-resnet × demo_derm", "demo-stats × demo_derm"]
+    assert st["score"]["done"] == ["scores"] and st["report"]["enabled"] is False
+    assert out["store"] == str(folder / "s.zarr") and out["results"] == str(folder / "res")  # from the file's folder
+    assert set(out["timings_s"]) == {"extract", "probe", "score"}
+    assert {e["encoder"] for e in out["encoders"]} == {"demo-stats", "demo-resnet"}
+    assert out["settings"]["bootstrap"]["n"] == 20
+    assert (folder / "res" / "scores" / "scores.json").exists()
+
+
+def test_rerun_skips_what_is_current_and_recomputes_what_changed(first, monkeypatch):
+    folder, cfg, out = first
+    r = invoke("run", cfg, "--json")
+    assert r.exit_code == 0, r.output
+    again = json.loads(r.stdout)
+    for stage in ("extract", "probe", "score"):
+        assert again["stages"][stage]["done"] == [], stage
+    assert len(again["stages"]["probe"]["skipped"]) == 2 and again["stages"]["score"]["skipped"] == ["scores"]
+    assert again["encoders"] == out["encoders"]  # read back from scores.json
+
+    # a score setting changed: only the score is recomputed
+    write(folder, bootstrap=30)
+    r = invoke("run", cfg, "--json")
+    assert r.exit_code == 0, r.output
+    changed = json.loads(r.stdout)
+    assert changed["stages"]["probe"]["done"] == [] and changed["stages"]["score"]["done"] == ["scores"]
+    assert changed["settings"]["bootstrap"]["n"] == 30
+
+    # a probe setting changed: both pairs are probed again (the refit itself is stubbed out here)
+    asked = []
+
+    def fake_probe(store, results, pairs, **kw):
+        asked.extend(pairs)
+        raise KeyboardInterrupt
+
+    import crs.cli
+
+    monkeypatch.setattr(crs.cli, "run_probe", fake_probe)
+    write(folder, bootstrap=30, extra="")
+    cfg.write_text(cfg.read_text().replace("l2 = [0.1, 1]", "l2 = [0.1, 0.5, 1]"))
+    r = invoke("run", cfg)
+    assert r.exit_code == 130 and "interrupted" in r.output
+    assert sorted(asked) == [("demo-resnet", "demo_derm"), ("demo-stats", "demo_derm")]
+    write(folder, bootstrap=30)  # back to what the results hold, for the tests below
+
+
+def test_run_prints_a_summary_table_and_quiet_prints_nothing(first):
+    _, cfg, _ = first
+    r = invoke("run", cfg)
+    assert r.exit_code == 0, r.output
+    assert "CRS leaderboard" in r.stdout and "already complete" in r.stdout and "extract" in r.stdout
+    r = invoke("run", cfg, "--quiet")
+    assert r.exit_code == 0 and r.stdout == ""
+
+
+def test_report_stage_writes_the_page_then_skips_it(first):
+    pytest.importorskip("crs.scoring.report")
+    folder, cfg, _ = first
+    cfg = write(folder, report="true")
+    r = invoke("run", cfg, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["stages"]["report"]["done"] == ["report"]
+    from pathlib import Path
+
+    assert Path(out["report"]).exists()
+    r = invoke("run", cfg, "--json")
+    assert json.loads(r.stdout)["stages"]["report"]["skipped"] == ["report"]
+
+
+def test_missing_report_module_is_one_clear_line_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "report_available", lambda: False)
+    cfg = write(tmp_path, report="true")
+    r = invoke("run", cfg)
+    assert r.exit_code == 2
+    assert "crs.scoring.report" in r.output and "enabled = false" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_config_errors_name_the_line_and_exit_2(tmp_path):
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text('[probe]\nseeds = 2\n\n[encoders]\nnames = ["demo-stats", "medgemmaa"]\n')
+    r = invoke("run", cfg)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert f"{cfg} line 5: encoders.names: unknown encoder 'medgemmaa'" in r.output
+    cfg.write_text("[probe]\nseeds = 2\nsedes = 3\n")
+    r = invoke("run", cfg, "--check")
+    assert r.exit_code == 2 and f"{cfg} line 3: probe.sedes: unknown key" in r.output
+    assert "valid keys at [probe]: seeds" in r.output  # brackets survive the terminal's markup
+    r = invoke("run", tmp_path / "none.toml")
+    assert r.exit_code == 2 and "--print-default" in r.output
+
+
+def test_print_default_writes_a_config_that_checks(tmp_path):
+    r = invoke("run", "--print-default")
+    assert r.exit_code == 0
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text(r.stdout)
+    r = invoke("run", cfg, "--check", "--json")
+    assert r.exit_code == 0, r.output
+    checked = json.loads(r.stdout)
+    assert checked["ok"] and checked["settings"]["store"] == str(tmp_path / "crs-demo" / "store.zarr")
+
+
+# ------------------------------------------------ every command: --json, --quiet, --verbose
+FAILING = {  # a cheap invocation that fails on bad input (exit 2)
+    "extract": ["extract", "-e", "medgemmaa", "-d", "demo_derm", "--store", "{tmp}/s.zarr"],
+    "probe": ["probe", "--all", "--store", "{tmp}/none.zarr"],
+    "score": ["score", "--results", "{tmp}/none"],
+    "demo": ["demo", "--size", "0", "--out", "{tmp}/demo"],
+    "run": ["run", "{tmp}/none.toml"],
+    "encoders": ["encoders", "--encoder-file", "{tmp}/none.toml"],
+    "datasets check": ["datasets", "check", "isic2019", "--root", "{tmp}/none"],
+    "perturbations": ["perturbations", "-d", "nope", "--out", "{tmp}/g.png"],
+}
+WORKING = {  # a cheap invocation that succeeds
+    "encoders": ["encoders"],
+    "datasets": ["datasets"],
+    "perturbations": ["perturbations", "-d", "demo_derm", "--out", "{tmp}/g.png"],
+    "perturbations --table": ["perturbations", "--table"],
+    "run --check": ["run", "{tmp}/ok.toml", "--check"],
+}
+
+
+def _args(args, tmp):
+    return [a.replace("{tmp}", str(tmp)) for a in args]
+
+
+@pytest.mark.parametrize("flag", ["--json", "--quiet", "--verbose"])
+@pytest.mark.parametrize("name", list(FAILING))
+def test_every_command_accepts_the_flags_and_fails_in_one_line(tmp_path, name, flag):
+    r = invoke(*_args(FAILING[name], tmp_path), flag)
+    assert "No such option" not in r.output
+    assert r.exit_code == 2, r.output
+    assert "error" in r.output
+    if flag == "--verbose":
+        assert "Traceback (most recent call last)" in r.output
+    else:
+        assert "Traceback" not in r.output
+        assert len([ln for ln in r.output.splitlines() if ln.startswith("error")]) == 1
+
+
+@pytest.mark.parametrize("flag", ["--json", "--quiet", "--verbose"])
+@pytest.mark.parametrize("name", list(WORKING))
+def test_every_listing_command_accepts_the_flags(tmp_path, name, flag):
+    (tmp_path / "ok.toml").write_text(SMALL.format(bootstrap=10, report="false"))
+    r = invoke(*_args(WORKING[name], tmp_path), flag)
+    assert r.exit_code == 0, r.output
+    if flag == "--json":
+        if name == "perturbations --table":
+            assert isinstance(json.loads(r.stdout), dict)
+        else:
+            json.loads(r.stdout)  # one JSON document (a list for the registries, an object otherwise)
+    if flag == "--quiet" and name in ("perturbations", "run --check"):
+        assert r.stdout == ""
