@@ -192,19 +192,25 @@ def test_an_extract_killed_on_s3_resumes_to_the_uninterrupted_arrays(s3, tmp_pat
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     reference = tmp_path / "ref.zarr"
     extract(Store(str(reference)), "demo-resnet", "demo_derm", size=0.1, chunk=16, severities=(2,))
-    bucket = url("killed")
-    proc = subprocess.Popen(_cli(bucket), env=env)
-    deadline, written, total = time.time() + 300, 0, None
-    while time.time() < deadline and proc.poll() is None:
+    # kill at the first chunk seen written; reading the flags through the S3 server is slow next to a
+    # chunk, so on a fast machine the run can finish between a read and the kill: then try a new bucket
+    for attempt in range(3):
+        bucket = url(f"killed{attempt}")
+        proc = subprocess.Popen(_cli(bucket), env=env)
+        deadline, written, total = time.time() + 300, 0, None
+        while time.time() < deadline and proc.poll() is None:
+            written, total = _done(bucket)
+            if total and written >= 1:
+                break
+            time.sleep(0.05)
+        if proc.poll() is not None:  # finished before the kill
+            continue
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=120) == -signal.SIGKILL
         written, total = _done(bucket)
-        if total and written >= 0.4 * total:
+        if written < total:
             break
-        time.sleep(0.1)
-    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=120) == -signal.SIGKILL
-    written, total = _done(bucket)
-    assert 0 < written < total
+    assert total and 0 < written < total, "three runs finished before they could be killed; make the run longer"
     resumed = subprocess.run(_cli(bucket, "--json"), check=True, env=env, capture_output=True, text=True,
                              timeout=600)
     run = json.loads(resumed.stdout)["runs"][0]
