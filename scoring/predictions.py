@@ -65,7 +65,7 @@ class Predictions:
         else:
             rows_of, split = dataset, "test"
         kept = counted_rows(store, rows_of, split)
-        if self.probs.ndim == 4 and self.probs.shape[2] == kept.size and not kept.all():
+        if kept is not None and self.probs.ndim == 4 and self.probs.shape[2] == kept.size:
             self.probs = self.probs[:, :, kept]
 
     def select(self, seeds: Sequence[int], fractions: Sequence[float]) -> np.ndarray:
@@ -75,10 +75,15 @@ class Predictions:
         return self.probs[np.ix_(s, f)]
 
 
-def counted_rows(store: Store, dataset: str, split: str) -> np.ndarray:
-    """bool [split rows, store order]: False for images in the dataset's failures table."""
-    rows = store.dataset(dataset).rows(split)
-    return ~np.isin(rows, store.excluded_rows(dataset))
+def counted_rows(store: Store, dataset: str, split: str, rows: np.ndarray | None = None) -> np.ndarray | None:
+    """bool [split rows, store order]: False for images in the dataset's failures table; None when
+    the table is empty (every row counts), without reading the dataset. ``rows``: the split's rows,
+    where the caller has them."""
+    failed = store.excluded_rows(dataset)
+    if failed.size == 0:
+        return None
+    rows = store.dataset(dataset).rows(split) if rows is None else rows
+    return ~np.isin(rows, failed)
 
 
 def split_targets(
@@ -88,7 +93,8 @@ def split_targets(
     order, leaving out the images in its failures table."""
     table = store.dataset(dataset)
     rows = table.rows(split)
-    labels = table.labels[rows[counted_rows(store, dataset, split)]]
+    kept = counted_rows(store, dataset, split, rows)
+    labels = table.labels[rows if kept is None else rows[kept]]
     t, known = metrics.targets(labels, table.task, len(table.classes))
     return t, known, table.task, table.attrs
 
