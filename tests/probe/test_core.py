@@ -192,3 +192,64 @@ def test_block_logits_transpose_is_the_adjoint():
     mine = core.block_logits_T(dZ, Xo, blocks, x.shape)
     auto = jax.linear_transpose(lambda v: core.block_logits(v, Xo, blocks), x)(dZ)[0]
     np.testing.assert_allclose(np.asarray(mine), np.asarray(auto), rtol=1e-5, atol=1e-5)
+
+
+def _objectives64(x, X, T, known, order, sizes, l2, task):
+    """Every probe's objective in float64 numpy, probe by probe: [S, Fr, L]."""
+    S, Fr, L, d = x.shape
+    K = T.shape[1]
+    F = X.shape[1]
+    out = np.zeros((S, Fr, L))
+    for s in range(S):
+        for j, m in enumerate(sizes):
+            rows = order[s, :m]
+            for i in range(L):
+                W, b = x[s, j, i, : F * K].reshape(F, K), x[s, j, i, F * K:]
+                z = X[rows].astype(np.float64) @ W + b
+                if task == "multiclass":
+                    top = z.max(1, keepdims=True)
+                    lse = top[:, 0] + np.log(np.exp(z - top).sum(1))
+                    data = (lse - (T[rows] * z).sum(1)).mean()
+                else:
+                    bce = np.logaddexp(0.0, z) - T[rows] * z
+                    data = ((bce * known[rows]).sum(0) / np.maximum(known[rows].sum(0), 1.0)).sum()
+                out[s, j, i] = data + 0.5 * l2[i] * (W * W).sum()
+    return out
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+@pytest.mark.parametrize("scale", [0.1, 60.0])
+def test_the_line_search_change_equals_the_objectives_difference(task, scale):
+    """f(x + t p) - f(x) from link values, for ordinary and for saturated logits.
+
+    At scale 60 the logits reach hundreds, so a step that hands a row to another class
+    meets probabilities that underflow in float32 (the log1p form alone gave -inf there).
+    """
+    rng = np.random.default_rng(11)
+    n, F, K, S, L = 40, 5, 3, 2, 2
+    X = rng.normal(size=(n, F)).astype(np.float32)
+    if task == "multiclass":
+        T = np.eye(K, dtype=np.float32)[rng.integers(0, K, n)]
+        known = np.ones_like(T)
+    else:
+        T = (rng.random((n, K)) < 0.4).astype(np.float32)
+        known = (rng.random((n, K)) > 0.2).astype(np.float32)
+    order = np.stack([rng.permutation(n) for _ in range(S)])
+    sizes, l2 = (10, 40), np.array([1e-3, 0.3], np.float32)
+    blocks = core.plan_blocks(sizes, 1)
+    Xo, To, ko = jnp.asarray(X[order]), jnp.asarray(T[order]), jnp.asarray(known[order])
+    d = F * K + K
+    x = (rng.normal(size=(S, len(sizes), L, d)) * scale).astype(np.float32)
+    p = (rng.normal(size=(S, len(sizes), L, d)) * scale).astype(np.float32)
+    P = core.link_values(core.block_logits(jnp.asarray(x), Xo, blocks), task)
+    Zp = core.block_logits(jnp.asarray(p), Xo, blocks)
+    f0 = _objectives64(x.astype(np.float64), X, T, known, order, sizes, l2, task)
+    for step in (1.0, 0.25, 1e-3):
+        t = np.full((S, len(sizes), L), step, np.float32)
+        got = np.asarray(core.loss_change(P, Zp, jnp.asarray(t), jnp.asarray(x), jnp.asarray(p), To, ko, sizes,
+                                          blocks, jnp.asarray(l2), task), np.float64)
+        x1 = x.astype(np.float64) + np.float64(step) * p.astype(np.float64)
+        want = _objectives64(x1, X, T, known, order, sizes, l2, task) - f0
+        assert np.isfinite(got).all()
+        # float32 logits of size |z| carry an absolute error of about 1e-7 |z| per row
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6 * scale * scale)
