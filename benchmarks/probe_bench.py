@@ -191,9 +191,9 @@ def ours(Xtr, labels, task, order, sizes, l2, K, max_iter, tol, precondition=Tru
 def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
     """Time of one gradient evaluation of every probe vs the same products as plain jnp.dot calls.
 
-    Both follow the engine's default schedule at this size: one group per label fraction
-    (rows ``:m`` of each seed's order, the whole-set fraction once), all L2 values of the
-    group together; the gradient is the engine's own blocked objective, the baseline
+    Both follow the engine's default schedule at this size (``core.solver_loops``: a loop
+    per label fraction, the smallest fractions sharing one, the whole-set fraction once),
+    all L2 values of a loop together; the gradient is the engine's own blocked objective, the baseline
     only its two matrix products (X @ W forward, X^T @ dZ backward) per group.
     """
     import jax
@@ -206,14 +206,12 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
     X, T, known = jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known)
     l2 = jnp.asarray(l2, jnp.float32)
     F, n = X.shape[1], X.shape[0]
-    joint = n * F < core.FRACTION_SCHEDULE_FROM
-    groups = [(tuple(sizes), order)] if joint else [((m,), order[:1] if m == n else order) for m in sizes]
+    schedule = "joint" if n * F < core.FRACTION_SCHEDULE_FROM else "fraction"
     grads, dots, inputs = [], [], []
-    for g_sizes, g_order in groups:
-        o = jnp.asarray(g_order[:, : g_sizes[-1]])
+    for g_sizes, blocks in core.solver_loops(sizes, n, F, schedule):
+        o = jnp.asarray((order[:1] if g_sizes == (n,) else order)[:, : g_sizes[-1]])
         Xo, To, ko = X[o], T[o], known[o]
         x = jax.random.normal(jax.random.PRNGKey(0), (o.shape[0], len(g_sizes), len(l2), F * K + K)) * 0.01
-        blocks = core.plan_blocks(g_sizes) if joint else ((0, g_sizes[0], 0),)
 
         def objective(x, Xo, To, ko, s=g_sizes, blocks=blocks):  # data as arguments, not baked-in constants
             return core.loss_from_logits(core.block_logits(x, Xo, blocks), x, To, ko, s, blocks, l2, task).sum()

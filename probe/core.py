@@ -443,6 +443,7 @@ def blocked_objectives(x, Xo, To, ko, sizes, l2, task, min_rows: int | None = No
 
 DEFAULT_GAP = 1e-3  # each probe's bound on (f - f*) / f, beside the gradient tolerance
 FRACTION_SCHEDULE_FROM = 1 << 22  # rows x features (about 5,500 x 768) from which a loop per fraction pays
+SHARED_LOOP_BELOW = 1 << 20  # rows x features under which small fractions share one loop (``solver_loops``)
 
 
 def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4,
@@ -457,8 +458,9 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     ``schedule`` "fraction" gives each label fraction its own solver loop over all its
     seeds and L2 values, so the large subsets, which cost the most per step and converge
     in the fewest, stop as soon as they are done instead of riding along with the slowest
-    small-subset probes; a fraction whose subset is the whole training set is the same
-    problem for every seed and is solved once. "joint" runs every probe in one loop, the
+    small-subset probes (the smallest subsets share one loop, ``solver_loops``); a
+    fraction whose subset is the whole training set is the same problem for every seed
+    and is solved once. "joint" runs every probe in one loop, the
     rows multiplied block by block (``plan_blocks``, ``min_block_rows``): one compiled
     program instead of one per fraction, which wins when the data are small enough that
     compiling costs more than the products. "auto" (the default) picks "fraction" from
@@ -494,18 +496,34 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     grid = jnp.asarray(np.concatenate([np.asarray(l2)[path], np.repeat(np.asarray(l2)[path][-1:], L_pad - L)]),
                        X.dtype)
     budget = memory_budget(devices[0]) if max_bytes is None else max_bytes
-    if schedule == "joint":
-        groups = [(sizes, plan_blocks(sizes, min_block_rows), order)]
-    else:  # one loop per fraction; the whole training set is one problem, whatever the seed
-        groups = [((m,), ((0, m, 0),), order[:1] if m == X.shape[0] else order) for m in sizes]
     fits = []
-    for g_sizes, blocks, g_order in groups:
+    for g_sizes, blocks in solver_loops(sizes, X.shape[0], X.shape[1], schedule, min_block_rows):
+        g_order = order[:1] if g_sizes == (X.shape[0],) else order  # the whole set: one problem, whatever the seed
         out = _fit_group(Xs, T, known, g_order, g_sizes, blocks, grid, V, devices, task, warm_start, max_iter,
                          tol, gap, budget, L_pad // n_dev, precondition)
         fits.append(jax.tree.map(lambda a: jnp.broadcast_to(a, (S,) + a.shape[1:]), out))
     out = jax.tree.map(lambda *a: jnp.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
     back = np.argsort(path)  # grid order, padding dropped
     return jax.tree.map(lambda a: a[:, :, back], out)
+
+
+def solver_loops(sizes, n: int, F: int, schedule: str, min_block_rows: int | None = None):
+    """The solver loops of a schedule: (fractions' subset sizes, row blocks) for each.
+
+    "joint": one loop over every fraction. "fraction": a loop per fraction, except that
+    the smallest subsets (under ``SHARED_LOOP_BELOW`` rows x features) share one loop:
+    their products cost little next to a step's fixed work, and each loop is one more
+    program to compile (measured at 20,000 x 768: the 1, 2 and 5 % subsets in one loop
+    compiled in 15 s against 33 s as three, and ran in the same time).
+    """
+    sizes = tuple(sizes)
+    if schedule == "joint":
+        return [(sizes, plan_blocks(sizes, min_block_rows))]
+    small = tuple(m for m in sizes if m * F < SHARED_LOOP_BELOW and m < n)
+    if len(small) < 2:
+        small = ()
+    loops = [(small, plan_blocks(small, min_block_rows))] if small else []
+    return loops + [((m,), ((0, m, 0),)) for m in sizes[len(small):]]
 
 
 def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_start, max_iter, tol, gap, budget,

@@ -58,10 +58,13 @@ def test_multilabel_with_masked_labels_matches_per_label_sklearn():
         np.testing.assert_allclose(probs[:, k], ref.predict_proba(X)[:, 1], atol=2e-3)
 
 
+@pytest.mark.parametrize("shared_below", [0, core.SHARED_LOOP_BELOW])
 @pytest.mark.parametrize("task", ["multiclass", "multilabel"])
-def test_a_loop_per_fraction_reaches_the_joint_loops_minima(task):
+def test_a_loop_per_fraction_reaches_the_joint_loops_minima(task, shared_below, monkeypatch):
     """Every probe of the per-fraction schedule has the joint schedule's objective (to the tolerance), and
-    the whole-training-set fraction, the same problem for every seed, is solved once: equal across seeds."""
+    the whole-training-set fraction, the same problem for every seed, is solved once: equal across seeds.
+    With the default threshold the two small fractions share one loop; with 0 each has its own."""
+    monkeypatch.setattr(core, "SHARED_LOOP_BELOW", shared_below)
     rng = np.random.default_rng(3)
     n, F, K = 240, 6, 3
     if task == "multiclass":
@@ -87,6 +90,19 @@ def test_a_loop_per_fraction_reaches_the_joint_loops_minima(task):
                 f = [float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), jnp.asarray(X), jnp.asarray(T),
                                           jnp.asarray(w), lam, task)) for fit in fits.values()]
                 assert abs(f[0] - f[1]) <= 1e-4 * abs(f[0]) + 1e-6, (s, j, i, f)
+
+
+def test_solver_loops_share_one_loop_among_the_small_fractions_only():
+    n, F = 20_000, 768
+    sizes = (200, 400, 1000, 2000, 5000, 10_000, n)
+    loops = core.solver_loops(sizes, n, F, "fraction")
+    assert [g for g, _ in loops] == [(200, 400, 1000), (2000,), (5000,), (10_000,), (n,)]
+    assert loops[0][1] == core.plan_blocks((200, 400, 1000))
+    assert all(blocks == ((0, g[0], 0),) for g, blocks in loops[1:])
+    assert core.solver_loops(sizes, n, F, "joint") == [(sizes, core.plan_blocks(sizes))]
+    # a lone small fraction keeps its own loop; every fraction small but the whole set: one shared loop + the whole set
+    assert [g for g, _ in core.solver_loops((200, 5000, n), n, F, "fraction")] == [(200,), (5000,), (n,)]
+    assert [g for g, _ in core.solver_loops((10, 20, 40), 40, 8, "fraction")] == [(10, 20), (40,)]
 
 
 def test_block_plans():
