@@ -321,8 +321,9 @@ def _parse_roots(values: list[str] | None, datasets_: list[str]) -> dict[str, st
 
 
 # -------------------------------------------------------------------- probe
-def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet, select_by="loss", tol=1e-4, on_done=None):
-    from crs.probe.run import probe
+def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet, select_by="loss", tol=1e-4, on_done=None,
+              head="linear", hidden=None):
+    from crs.probe.run import DEFAULT_HIDDEN, head_name, probe
 
     from crs.store import Store
 
@@ -331,9 +332,10 @@ def run_probe(store_path, results, pairs, *, seeds, fractions, l2, quiet, select
     with progress_bar(quiet) as progress:
         task = progress.add_task("probes", total=len(pairs))
         for enc, d in pairs:
-            progress.update(task, description=f"probes {enc} × {d}")
+            progress.update(task, description=f"probes {head_name(enc, head)} × {d}")
             summaries.append(probe(store, enc, d, results=Path(results), seeds=seeds, fractions=fractions,
-                                   l2_grid=l2, select_by=select_by, tol=tol))
+                                   l2_grid=l2, select_by=select_by, tol=tol, head=head,
+                                   hidden=DEFAULT_HIDDEN if hidden is None else hidden))
             progress.advance(task)
             if on_done is not None:  # crs run records each pair's settings as soon as it is written
                 on_done(summaries[-1])
@@ -352,10 +354,17 @@ def probe_cmd(
     l2: Annotated[str, typer.Option(help="L2 grid, comma-separated.")] = "1e-3,1e-2,1e-1,1",
     select_by: Annotated[str, typer.Option("--select-by", help="Choose L2 per seed and fraction by validation "
                                            "'loss' (NLL) or 'auroc'.")] = "loss",
-    tol: Annotated[float, typer.Option(help="Gradient tolerance each probe is solved to.")] = 1e-4,
+    tol: Annotated[float, typer.Option(help="Gradient tolerance each linear probe is solved to (--head mlp "
+                                       "probes have their own stopping rule).")] = 1e-4,
+    head: Annotated[str, typer.Option("--head", help="Probe head: 'linear', or 'mlp' (Dense-GELU-Dense; --l2 is "
+                                      "its weight-decay grid; results go under the name ENCODER+mlp).")] = "linear",
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="Hidden width of the --head mlp probe "
+                                                  "(default 128).")] = None,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
-    """Train linear probes (all seeds x label fractions x L2 at once) and evaluate them."""
+    """Train linear probes (all seeds x label fractions x L2 at once) and evaluate them.
+
+    With --head mlp, one-hidden-layer MLP probes instead, written as a model of their own, ENCODER+mlp."""
     from crs.extract import datasets as dsreg
     from crs.extract import encoders as encreg
     from crs.probe.run import pairs_in_store
@@ -377,6 +386,12 @@ def probe_cmd(
             raise BadInput(f"--select-by must be 'loss' or 'auroc', not {select_by!r}")
         if not 0 < tol < 1:
             raise BadInput(f"--tol must lie in (0, 1), not {tol!r}")
+        if head not in ("linear", "mlp"):
+            raise BadInput(f"--head must be 'linear' or 'mlp', not {head!r}")
+        if hidden is not None and head != "mlp":
+            raise BadInput(f"--hidden {hidden} applies to --head mlp only; add --head mlp or drop --hidden")
+        if hidden is not None and hidden < 1:
+            raise BadInput(f"--hidden must be at least 1, not {hidden}; it is the MLP's hidden width (default 128)")
         st = Store(store, mode="r")
         available = pairs_in_store(st)
         known_encoders = sorted(set(encreg.names()) | {e for e, _ in available})
@@ -405,7 +420,7 @@ def probe_cmd(
                                    f"{held}); run `crs extract --encoder {e} --dataset {d} --store {store}`")
         t0 = time.perf_counter()
         summaries = run_probe(store, results, pairs, seeds=tuple(range(seeds)), fractions=fr,
-                              l2=grid, quiet=quiet or as_json, select_by=select_by, tol=tol)
+                              l2=grid, quiet=quiet or as_json, select_by=select_by, tol=tol, head=head, hidden=hidden)
         report = {"results": str(results), "seconds": round(time.perf_counter() - t0, 2),
                   "runs": [s.as_dict() for s in summaries]}
         if as_json:
@@ -419,10 +434,16 @@ def probe_cmd(
 
 def warn_not_converged(summaries) -> None:
     bad = [(s.encoder, s.dataset, s.not_converged) for s in summaries if s.not_converged]
-    if bad:
-        where = ", ".join(f"{e} × {d}: {n}" for e, d, n in bad)
+    linear = [b for b in bad if "+mlp" not in b[0]]
+    mlp = [b for b in bad if "+mlp" in b[0]]
+    if linear:
+        where = ", ".join(f"{e} × {d}: {n}" for e, d, n in linear)
         err.print(f"[yellow]warning[/]: chosen probes that stopped above the gradient tolerance ({where}); "
                   "their rows have converged = false in the run records", soft_wrap=True)
+    if mlp:
+        where = ", ".join(f"{e} × {d}: {n}" for e, d, n in mlp)
+        err.print(f"[yellow]warning[/]: chosen MLP probes that used every step without their objective levelling "
+                  f"off ({where}); their rows have converged = false in the run records", soft_wrap=True)
 
 
 # -------------------------------------------------------------------- score

@@ -4,6 +4,10 @@ For one (encoder, dataset): fit all seeds x fractions x L2 in one compiled progr
 pick L2 per (seed, fraction) by validation loss, evaluate the chosen probes on the
 clean test split, every perturbed condition in the store and the shift target, write
 the test probabilities into the store and one run-record Parquet file.
+
+``head="mlp"`` fits one-hidden-layer MLP probes instead (``crs.probe.mlp``; the L2 grid
+is their weight-decay grid) and writes everything under the name ``ENCODER+mlp``
+(``head_name``), so scoring ranks the MLP head as one more model beside the linear one.
 """
 
 from __future__ import annotations
@@ -27,6 +31,17 @@ SELECT_BY = ("loss", "auroc")  # how L2 is chosen per (seed, fraction) on the va
 SELECTION_DIR = "probe_selection"
 SUBSETS_DIR = "subsets"
 VALIDATION = "validation"  # predictions key of the validation split's probabilities (not a test condition)
+HEADS = ("linear", "mlp")
+DEFAULT_HIDDEN = 128
+
+
+def head_name(encoder: str, head: str) -> str:
+    """The name a head's results go under: the encoder's own for the linear probe, ``ENCODER+mlp``
+    for the MLP. Encoder keys never hold '+' (``crs.extract.encoders.store_key`` escapes it), so
+    the name cannot be taken by a real encoder."""
+    if head not in HEADS:
+        raise ValueError(f"head must be one of {', '.join(HEADS)}, not {head!r}")
+    return encoder if head == "linear" else f"{encoder}+{head}"
 
 
 CACHE_ENV = "CRS_JAX_CACHE"  # folder for compiled probe programs; "off" disables the cache
@@ -125,7 +140,14 @@ def probe(
     tol: float = 1e-4,
     select_by: str = "loss",
     gap: float | None = None,
+    head: str = "linear",
+    hidden: int = DEFAULT_HIDDEN,
+    mlp_settings=None,
 ) -> ProbeSummary:
+    """``head`` "linear" (the default) or "mlp"; ``hidden`` is the MLP's width and
+    ``mlp_settings`` its optimiser and stopping rule (``crs.probe.mlp.Settings``, default
+    ``Settings()``; ``max_iter``, ``tol`` and ``gap`` are the linear solver's). Both heads read
+    ``encoder``'s embeddings; the MLP's results are written under ``head_name(encoder, "mlp")``."""
     import jax.numpy as jnp
 
     from crs.probe import core, metrics, subsets
@@ -134,6 +156,9 @@ def probe(
     t0 = time.perf_counter()
     if select_by not in SELECT_BY:
         raise ValueError(f"select_by must be one of {', '.join(SELECT_BY)}, not {select_by!r}")
+    model = head_name(encoder, head)  # the name results go under; raises on an unknown head
+    if head == "mlp" and not (isinstance(hidden, (int, np.integer)) and hidden >= 1):
+        raise ValueError(f"hidden must be a whole number of at least 1, not {hidden!r}")
     l2_grid = tuple(sorted(set(l2_grid)))
     fractions = tuple(sorted(set(fractions)))  # nested subsets: smallest first
     table = store.dataset(dataset)
@@ -160,12 +185,29 @@ def probe(
     sizes = subsets.sizes(list(fractions), len(tr))
     masks = subsets.masks_from(order, sizes)  # [S, Fr, n_tr], for classes_missing in the records
     write_subsets(results, dataset, table.ids[tr], order, sizes, fractions, seeds)
-    fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(known[tr]), jnp.asarray(order), sizes,
-                   jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol,
-                   gap=core.DEFAULT_GAP if gap is None else gap)
+    if head == "linear":
+        fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(known[tr]), jnp.asarray(order), sizes,
+                       jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol,
+                       gap=core.DEFAULT_GAP if gap is None else gap)
+        fit_converged, fit_iterations = fit.converged, fit.iterations
+
+        def predict(A, index=None):  # A [n, F] standardised -> [..., n, K]; index picks probes of the grid
+            W, b = (fit.W, fit.b) if index is None else (fit.W[index], fit.b[index])
+            return core.probabilities(jnp.asarray(A), W, b, task)
+    else:
+        from crs.probe import mlp
+
+        settings = mlp_settings if mlp_settings is not None else mlp.Settings()
+        fit = mlp.fit(Z(X[tr]), T[tr], known[tr], order, sizes, np.asarray(l2_grid, np.float32), list(seeds),
+                      task=task, hidden=int(hidden), settings=settings)
+        fit_converged, fit_iterations = fit.converged, fit.steps
+
+        def predict(A, index=None):
+            params = fit.params if index is None else mlp.take(fit.params, index)
+            return mlp.probabilities(jnp.asarray(A), params, task)
 
     # L2 per (seed, fraction) by validation loss
-    pv = core.probabilities(jnp.asarray(Z(X[va])), fit.W, fit.b, task)  # [S, Fr, L, n_va, K]
+    pv = predict(Z(X[va]))  # [S, Fr, L, n_va, K]
     vloss = np.asarray(core.validation_loss(pv, jnp.asarray(T[va]), jnp.asarray(known[va]), task))
     vauroc = np.asarray(metrics.all_metrics(pv, jnp.asarray(T[va]), jnp.asarray(known[va]), task))[
         ..., metrics.NAMES.index("auroc")]  # [S, Fr, L]
@@ -175,10 +217,9 @@ def probe(
         score = np.where(np.isfinite(vauroc), vauroc, -np.inf)[..., ::-1]
         best = score.shape[-1] - 1 - np.argmax(score, axis=-1)
     si, fi = np.meshgrid(np.arange(len(seeds)), np.arange(len(fractions)), indexing="ij")
-    W = fit.W[si, fi, best]  # [S, Fr, F, K]
-    b = fit.b[si, fi, best]
-    converged = np.asarray(fit.converged)[si, fi, best]
-    iters = np.asarray(fit.iterations)[si, fi, best]
+    chosen = (si, fi, best)  # the chosen probe of each (seed, fraction): [S, Fr]
+    converged = np.asarray(fit_converged)[chosen]
+    iters = np.asarray(fit_iterations)[chosen]
 
     # evaluation sets: clean test, every perturbed array (an incomplete one raises), the shift target
     # (condition, embeddings, targets, known, rows the metrics count: not in the failures table)
@@ -204,26 +245,27 @@ def probe(
         evals.append((shift(target), Xs[rows], Ts[rows], ks[rows], ~np.isin(rows, store.excluded_rows(target))))
 
     # the chosen probes' validation probabilities: scoring fits temperature scaling on them
-    val_probs = pv[si, fi, best] if len(failed) == 0 else core.probabilities(
-        jnp.asarray(Z(X[table.rows("val")])), W, b, task)  # every validation row, aligned with the split
-    store.write_predictions(dataset, encoder, VALIDATION, np.asarray(val_probs), {
+    val_probs = pv[chosen] if len(failed) == 0 else predict(
+        Z(X[table.rows("val")]), chosen)  # every validation row, aligned with the split
+    head_attrs = {} if head == "linear" else {"head": head, "hidden": int(hidden), "embeddings_of": encoder}
+    store.write_predictions(dataset, model, VALIDATION, np.asarray(val_probs), {
         "seeds": list(seeds), "fractions": list(fractions), "classes": classes,
-        "axes": "seed, fraction, image, class", "rows": "the dataset's validation rows in store order",
+        "axes": "seed, fraction, image, class", "rows": "the dataset's validation rows in store order", **head_attrs,
     })
     n_train = np.broadcast_to(np.asarray(sizes, dtype=np.int64), (len(seeds), len(sizes)))  # [S, Fr]
     missing = subsets.classes_missing(table.labels[tr], task, masks, K)  # [S, Fr]
     l2_arr = np.asarray(l2_grid)[best]
     frames = []
     for cond, Xc, Tc, kc, kept in evals:
-        probs = core.probabilities(jnp.asarray(Z(Xc)), W, b, task)  # [S, Fr, n, K]
+        probs = predict(Z(Xc), chosen)  # [S, Fr, n, K]
         counted = probs if kept.all() else probs[:, :, kept]
         m = np.asarray(metrics.all_metrics(counted, jnp.asarray(Tc[kept]), jnp.asarray(kc[kept]), task))  # [S, Fr, 5]
-        store.write_predictions(dataset, encoder, cond, np.asarray(probs), {
+        store.write_predictions(dataset, model, cond, np.asarray(probs), {
             "seeds": list(seeds), "fractions": list(fractions), "classes": classes,
-            "axes": "seed, fraction, image, class",
+            "axes": "seed, fraction, image, class", **head_attrs,
         })
         frame = {
-            "encoder": encoder, "dataset": dataset, "task": task,
+            "encoder": model, "dataset": dataset, "task": task,
             "seed": np.repeat(np.asarray(seeds), len(fractions)),
             "fraction": np.tile(np.asarray(fractions, dtype=np.float64), len(seeds)),
             "condition": cond,
@@ -238,23 +280,24 @@ def probe(
         n_rows = len(seeds) * len(fractions)
         frames.append(pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()}))
     records = pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
-    path = records_path(results, encoder, dataset)
+    path = records_path(results, model, dataset)
     # the whole grid with its validation figures and the choice, one row per (seed, fraction, l2)
     S_, Fr_, L_ = vloss.shape
     grid_rows = pl.DataFrame({
-        "encoder": [encoder] * (S_ * Fr_ * L_), "dataset": [dataset] * (S_ * Fr_ * L_),
+        "encoder": [model] * (S_ * Fr_ * L_), "dataset": [dataset] * (S_ * Fr_ * L_),
         "seed": np.repeat(np.asarray(seeds, np.int64), Fr_ * L_),
         "fraction": np.tile(np.repeat(np.asarray(fractions, np.float64), L_), S_),
         "l2": np.tile(np.asarray(l2_grid, np.float64), S_ * Fr_),
         "val_loss": vloss.reshape(-1).astype(np.float64), "val_auroc": vauroc.reshape(-1).astype(np.float64),
         "chosen": (np.arange(L_)[None, None, :] == best[..., None]).reshape(-1),
         "selected_by": [select_by] * (S_ * Fr_ * L_),
-        "converged": np.asarray(fit.converged).reshape(-1), "iterations": np.asarray(fit.iterations).reshape(-1).astype(np.int64),
+        "converged": np.asarray(fit_converged).reshape(-1),
+        "iterations": np.asarray(fit_iterations).reshape(-1).astype(np.int64),
     })
     atomic_write(Path(results) / SELECTION_DIR / path.name, grid_rows.write_parquet)
     atomic_write(path, records.write_parquet)
     return ProbeSummary(
-        encoder=encoder, dataset=dataset, probes=int(np.prod(fit.converged.shape)),
+        encoder=model, dataset=dataset, probes=int(np.prod(fit_converged.shape)),
         conditions=len(evals), not_converged=int((~converged).sum()),
         max_iterations=int(iters.max()), seconds=time.perf_counter() - t0, records=str(path),
     )
