@@ -18,6 +18,18 @@ def blobs(seed, n=200, F=8, K=3):
     return X, y
 
 
+def random_problem(rng, n, F, K, S, task):
+    """Gaussian features, random targets (multilabel: about 20 % unknown) and S row orders."""
+    X = rng.normal(size=(n, F)).astype(np.float32)
+    if task == "multiclass":
+        T = np.eye(K, dtype=np.float32)[rng.integers(0, K, n)]
+        known = np.ones_like(T)
+    else:
+        T = (rng.random((n, K)) < 0.4).astype(np.float32)
+        known = (rng.random((n, K)) > 0.2).astype(np.float32)
+    return X, T, known, np.stack([rng.permutation(n) for _ in range(S)])
+
+
 def fit_all(X, T, order, sizes, l2, task, known=None, **kw):
     known = np.ones_like(T) if known is None else known
     return core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(np.atleast_2d(order)), sizes,
@@ -121,14 +133,7 @@ def test_blocked_objectives_equal_the_plain_masked_objective(task, min_rows):
     """The nested-block computation against the slow, obvious one: each probe on its own rows."""
     rng = np.random.default_rng(7)
     n, F, K, S, L = 50, 6, 3, 2, 2
-    X = rng.normal(size=(n, F)).astype(np.float32)
-    if task == "multiclass":
-        T = np.eye(K, dtype=np.float32)[rng.integers(0, K, n)]
-        known = np.ones_like(T)
-    else:
-        T = (rng.random((n, K)) < 0.4).astype(np.float32)
-        known = (rng.random((n, K)) > 0.2).astype(np.float32)
-    order = np.stack([rng.permutation(n) for _ in range(S)])
+    X, T, known, order = random_problem(rng, n, F, K, S, task)
     sizes = (5, 5, 20, 50)  # a repeated size gives an empty block
     l2 = np.array([1e-2, 0.5], np.float32)
     x = rng.normal(size=(S, len(sizes), L, F * K + K)).astype(np.float32) * 0.3
@@ -243,14 +248,7 @@ def test_the_line_search_change_equals_the_objectives_difference(task, scale):
     """
     rng = np.random.default_rng(11)
     n, F, K, S, L = 40, 5, 3, 2, 2
-    X = rng.normal(size=(n, F)).astype(np.float32)
-    if task == "multiclass":
-        T = np.eye(K, dtype=np.float32)[rng.integers(0, K, n)]
-        known = np.ones_like(T)
-    else:
-        T = (rng.random((n, K)) < 0.4).astype(np.float32)
-        known = (rng.random((n, K)) > 0.2).astype(np.float32)
-    order = np.stack([rng.permutation(n) for _ in range(S)])
+    X, T, known, order = random_problem(rng, n, F, K, S, task)
     sizes, l2 = (10, 40), np.array([1e-3, 0.3], np.float32)
     blocks = core.plan_blocks(sizes, 1)
     Xo, To, ko = jnp.asarray(X[order]), jnp.asarray(T[order]), jnp.asarray(known[order])
