@@ -367,7 +367,7 @@ def probe_cmd(
     With --head mlp, one-hidden-layer MLP probes instead, written as a model of their own, ENCODER+mlp."""
     from crs.extract import datasets as dsreg
     from crs.extract import encoders as encreg
-    from crs.probe.run import pairs_in_store
+    from crs.probe.run import HEADS, pairs_in_store
     from crs.store import Store
 
     with friendly_errors(verbose):
@@ -386,8 +386,8 @@ def probe_cmd(
             raise BadInput(f"--select-by must be 'loss' or 'auroc', not {select_by!r}")
         if not 0 < tol < 1:
             raise BadInput(f"--tol must lie in (0, 1), not {tol!r}")
-        if head not in ("linear", "mlp"):
-            raise BadInput(f"--head must be 'linear' or 'mlp', not {head!r}")
+        if head not in HEADS:
+            raise BadInput(f"--head must be {' or '.join(repr(h) for h in HEADS)}, not {head!r}")
         if hidden is not None and head != "mlp":
             raise BadInput(f"--hidden {hidden} applies to --head mlp only; add --head mlp or drop --hidden")
         if hidden is not None and hidden < 1:
@@ -442,8 +442,8 @@ def warn_not_converged(summaries) -> None:
                   "their rows have converged = false in the run records", soft_wrap=True)
     if mlp:
         where = ", ".join(f"{e} × {d}: {n}" for e, d, n in mlp)
-        err.print(f"[yellow]warning[/]: chosen MLP probes that used every step without their objective levelling "
-                  f"off ({where}); their rows have converged = false in the run records", soft_wrap=True)
+        err.print(f"[yellow]warning[/]: chosen MLP probes that used every step without their largest gradient "
+                  f"component reaching the tolerance ({where}); their rows have converged = false in the run records", soft_wrap=True)
 
 
 # -------------------------------------------------------------------- score
