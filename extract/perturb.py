@@ -23,21 +23,44 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import math
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, Mapping, NamedTuple
-
-import torch
-import torch.nn.functional as F
-import torchvision.transforms.v2.functional as TF
-from torchvision.io import decode_jpeg, encode_jpeg
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 from crs.conditions import parse, perturbed
 from crs.names import MODALITIES
+
+
+class _Deferred:
+    """A module imported at the first use of one of its attributes.
+
+    The registry and its views (the table, the suites, the parameters) are read without
+    torch by ``crs perturbations --table``, the README command and the settings; only
+    perturbing an image needs torch.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+    import torchvision.io as tvio
+    import torchvision.transforms.v2.functional as TF
+else:
+    torch = _Deferred("torch")
+    F = _Deferred("torch.nn.functional")
+    TF = _Deferred("torchvision.transforms.v2.functional")
+    tvio = _Deferred("torchvision.io")
 
 SEVERITIES = (1, 2, 3, 4, 5)
 
@@ -60,7 +83,7 @@ class Seeds(NamedTuple):
 
 
 # fn(x [n, 3, H, W] in [0, 1], the severity's parameter value, seeds) -> a new tensor in [0, 1]
-Perturbation = Callable[[torch.Tensor, float, Seeds], torch.Tensor]
+Perturbation = Callable[["torch.Tensor", float, Seeds], "torch.Tensor"]
 
 
 @dataclass(frozen=True)
@@ -301,8 +324,8 @@ def _jpeg(x: torch.Tensor, quality: float, seeds: Seeds) -> torch.Tensor:
         # has no on-device encoder yet; the codec works, so keep the notice out of every run
         warnings.simplefilter("ignore", DeprecationWarning)
         # encode on the CPU (decode_jpeg takes CPU bytes only), decode on the device
-        encoded = encode_jpeg(list(as_uint8.cpu()), quality=int(quality))
-        decoded = decode_jpeg(encoded, device=x.device)
+        encoded = tvio.encode_jpeg(list(as_uint8.cpu()), quality=int(quality))
+        decoded = tvio.decode_jpeg(encoded, device=x.device)
     return torch.stack(list(decoded)).to(x.dtype).div(255)
 
 
@@ -345,7 +368,8 @@ SEVERITY: dict[str, tuple[str, tuple[float, ...], str]] = {f.name: (f.parameter,
                                                            for f in FAMILIES.values()}
 
 # A suite's order is the order of its conditions in the store, the score tables and the
-# grid, so it is kept as it is: registry order, except that these suites lead with these.
+# grid, so it stays as it is: registry order, except that the ophthalmology and radiology
+# suites begin with pixelate and jpeg.
 _SUITE_LEAD = {_OPHTH: ("pixelate", "jpeg"), _RAD: ("pixelate", "jpeg")}
 
 

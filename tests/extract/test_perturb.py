@@ -1,5 +1,7 @@
 """Per-modality perturbation suites: the registry, contents, one severity table, determinism, growth with severity."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +157,14 @@ def test_severity_five_is_harsh_but_still_an_image():
 def test_the_severity_table_renders_for_the_docs():
     md = perturb.table_markdown()
     assert md.count("\n") == len(perturb.SEVERITY) + 1 and "| jpeg | quality | 80 | 60 | 40 | 25 | 10 |" in md
+
+
+def test_the_registry_and_its_table_are_read_without_importing_torch():
+    """``crs perturbations --table`` and the settings read the registry; only perturbing needs torch."""
+    code = ("import sys; from crs.extract import perturb; perturb.table_markdown(); perturb.conditions('radiology'); "
+            "perturb.parameters('jpeg', 3); print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
 def test_the_readme_holds_the_registrys_table():
