@@ -33,6 +33,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 from crs.conditions import parse, perturbed
+from crs.errors import BadInput, UserError
 from crs.names import MODALITIES
 
 
@@ -63,6 +64,18 @@ else:
     tvio = _Deferred("torchvision.io")
 
 SEVERITIES = (1, 2, 3, 4, 5)
+
+
+class NotRegistered(UserError, KeyError):
+    """A modality or perturbation family the registry does not hold (a KeyError, as a lookup)."""
+
+    def __str__(self) -> str:  # KeyError's own would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+def _check_severity(severity: int) -> None:
+    if severity not in SEVERITIES:
+        raise BadInput(f"severity must be one of {SEVERITIES}, not {severity!r}")
 
 
 def image_seed(image_id: str, condition: str) -> int:
@@ -387,23 +400,21 @@ SUITES: dict[str, tuple[str, ...]] = {m: _suite(m) for m in MODALITIES}
 
 def suite(modality: str) -> tuple[str, ...]:
     if modality not in SUITES:
-        raise KeyError(f"unknown modality {modality!r}; valid: {', '.join(SUITES)}")
+        raise NotRegistered(f"unknown modality {modality!r}; valid: {', '.join(SUITES)}")
     return SUITES[modality]
 
 
 def conditions(modality: str, severities: tuple[int, ...] = SEVERITIES) -> list[str]:
     """Every perturbed condition name of a modality's suite, e.g. 'gaussian_noise@3'."""
     for s in severities:
-        if s not in SEVERITIES:
-            raise ValueError(f"severity must be one of {SEVERITIES}, not {s!r}")
+        _check_severity(s)
     return [perturbed(family, s) for family in suite(modality) for s in severities]
 
 
 def parameters(family: str, severity: int) -> dict:
     if family not in FAMILIES:
-        raise KeyError(f"unknown perturbation family {family!r}; valid: {', '.join(FAMILIES)}")
-    if severity not in SEVERITIES:
-        raise ValueError(f"severity must be one of {SEVERITIES}, not {severity!r}")
+        raise NotRegistered(f"unknown perturbation family {family!r}; valid: {', '.join(FAMILIES)}")
+    _check_severity(severity)
     f = FAMILIES[family]
     return {"family": family, "severity": severity, f.parameter: f.values[severity - 1]}
 

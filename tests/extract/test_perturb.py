@@ -10,6 +10,7 @@ import torch
 
 from crs.cli import app
 from crs.extract import perturb, synthetic
+from crs.errors import UserError
 from crs.names import MODALITIES
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -94,6 +95,16 @@ def test_condition_names_and_parameters():
         perturb.parameters("jpeg", 6)
     with pytest.raises(KeyError, match="valid: dermatology"):
         perturb.conditions("pathology")
+
+
+def test_an_unknown_name_or_severity_is_the_users_error():
+    """A dataset's modality or a stored condition name comes from the user: exit 2, not a bug."""
+    for call in (lambda: perturb.parameters("fog", 1), lambda: perturb.suite("pathology"),
+                 lambda: perturb.parameters("jpeg", 6), lambda: perturb.conditions("radiology", (0,))):
+        with pytest.raises(UserError) as info:
+            call()
+        assert "valid:" in str(info.value) or "severity must be one of" in str(info.value)
+    assert str(perturb.NotRegistered("unknown modality 'x'")) == "unknown modality 'x'"  # no KeyError quotes
 
 
 def test_every_synthetic_dataset_has_a_modality_with_a_suite():
