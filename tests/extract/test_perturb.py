@@ -1,4 +1,8 @@
-"""Per-modality perturbation suites: contents, one severity table, determinism, growth with severity."""
+"""Per-modality perturbation suites: the registry, contents, one severity table, determinism, growth with severity."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -6,6 +10,10 @@ import torch
 
 from crs.cli import app
 from crs.extract import perturb, synthetic
+from crs.errors import UserError
+from crs.names import MODALITIES
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 ALL_FAMILIES = sorted({f for fams in perturb.SUITES.values() for f in fams})
 
@@ -26,6 +34,55 @@ def test_suites_hold_the_corruptions_of_each_modality():
     assert all(len(values) == 5 for _, values, _ in perturb.SEVERITY.values())
 
 
+def test_suite_and_table_order_is_pinned():
+    """The order of a suite is the order of its conditions in the store and the score tables."""
+    assert tuple(perturb.SUITES) == MODALITIES
+    assert perturb.SUITES["ophthalmology"] == (
+        "pixelate", "jpeg", "gaussian_noise", "speckle_noise", "defocus_blur", "motion_blur", "brightness_down",
+        "contrast_down")
+    assert perturb.SUITES["radiology"][:4] == ("pixelate", "jpeg", "gaussian_noise", "speckle_noise")
+    assert perturb.SUITES["dermatology"][-4:] == ("jpeg", "pixelate", "dark_corners", "ink_marks")
+    assert list(perturb.SEVERITY)[:5] == ["gaussian_noise", "speckle_noise", "impulse_noise", "shot_noise",
+                                          "gaussian_blur"]
+    assert perturb.conditions("ophthalmology", (2, 4))[:3] == ["pixelate@2", "pixelate@4", "jpeg@2"]
+
+
+def test_every_view_comes_from_the_one_record_of_each_family():
+    assert list(perturb.FAMILIES) == list(perturb.SEVERITY)
+    for name, f in perturb.FAMILIES.items():
+        assert perturb.SEVERITY[name] == (f.parameter, f.values, f.meaning)
+        assert {m for m, fams in perturb.SUITES.items() if name in fams} == set(f.suites)
+        assert perturb.parameters(name, 2)[f.parameter] == f.values[1]
+    with pytest.raises(TypeError):
+        perturb.FAMILIES["fog"] = perturb.FAMILIES["jpeg"]  # the registry is read-only once built
+
+
+def _identity(x, value, seeds):
+    return x
+
+
+def test_the_registry_refuses_a_duplicate_and_malformed_records():
+    registry = dict(perturb.FAMILIES)
+    with pytest.raises(ValueError, match="'jpeg' is registered twice"):
+        perturb.family("jpeg", "quality", (1, 2, 3, 4, 5), "again", ("radiology",), registry=registry)(_identity)
+    assert registry["jpeg"] == perturb.FAMILIES["jpeg"]
+    perturb.family("fog", "density", (1, 2, 3, 4, 5), "new", ("radiology",), registry=registry)(_identity)
+    assert registry["fog"].fn is _identity and "fog" not in perturb.FAMILIES
+    with pytest.raises(ValueError, match="'fog' is registered twice"):
+        perturb.family("fog", "density", (1, 2, 3, 4, 5), "new", ("radiology",), registry=registry)(_identity)
+    with pytest.raises(RuntimeError, match="before its views"):  # SEVERITY and SUITES would not show it
+        perturb.family("haze", "p", (1, 2, 3, 4, 5), "m", ("radiology",))(_identity)
+    assert "haze" not in perturb.FAMILIES
+    bad = [("haze", (1, 2, 3, 4, 5), ("pathology",), "suites"),  # not a modality of crs.names
+           ("haze", (1, 2, 3, 4, 5), (), "suites"),
+           ("haze", (1, 2, 3, 4, 5), ("radiology", "radiology"), "suites"),
+           ("haze", (1, 2, 3), ("radiology",), "one per severity"),
+           ("Haze@", (1, 2, 3, 4, 5), ("radiology",), "does not parse")]
+    for name, values, suites, message in bad:
+        with pytest.raises(ValueError, match=message):
+            perturb.family(name, "p", values, "m", suites, registry={})(_identity)
+
+
 def test_condition_names_and_parameters():
     conds = perturb.conditions("ophthalmology")
     assert len(conds) == 40 and "pixelate@1" in conds and "contrast_down@5" in conds
@@ -38,6 +95,16 @@ def test_condition_names_and_parameters():
         perturb.parameters("jpeg", 6)
     with pytest.raises(KeyError, match="valid: dermatology"):
         perturb.conditions("pathology")
+
+
+def test_an_unknown_name_or_severity_is_the_users_error():
+    """A dataset's modality or a stored condition name comes from the user: exit 2, not a bug."""
+    for call in (lambda: perturb.parameters("fog", 1), lambda: perturb.suite("pathology"),
+                 lambda: perturb.parameters("jpeg", 6), lambda: perturb.conditions("radiology", (0,))):
+        with pytest.raises(UserError) as info:
+            call()
+        assert "valid:" in str(info.value) or "severity must be one of" in str(info.value)
+    assert str(perturb.NotRegistered("unknown modality 'x'")) == "unknown modality 'x'"  # no KeyError quotes
 
 
 def test_every_synthetic_dataset_has_a_modality_with_a_suite():
@@ -101,6 +168,34 @@ def test_severity_five_is_harsh_but_still_an_image():
 def test_the_severity_table_renders_for_the_docs():
     md = perturb.table_markdown()
     assert md.count("\n") == len(perturb.SEVERITY) + 1 and "| jpeg | quality | 80 | 60 | 40 | 25 | 10 |" in md
+
+
+def test_the_registry_and_its_table_are_read_without_importing_torch():
+    """``crs perturbations --table`` and the settings read the registry; only perturbing needs torch."""
+    code = ("import sys; from crs.extract import perturb; perturb.table_markdown(); perturb.conditions('radiology'); "
+            "perturb.parameters('jpeg', 3); print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_the_readme_holds_the_registrys_table():
+    text = README.read_text()
+    assert perturb.readme_with_table(text) == text, (
+        "README.md's perturbation table differs from the registry in extract/perturb.py; run "
+        "`python -m crs.extract.perturb --write-readme README.md` from the repository root")
+
+
+def test_write_readme_replaces_only_the_table_between_the_markers(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n\n{perturb.README_BEGIN}\n| stale | table |\n{perturb.README_END}\n\nrest\n")
+    assert perturb.main(["--write-readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text == (f"intro\n\n{perturb.README_BEGIN}\n\n{perturb.table_markdown()}\n\n{perturb.README_END}"
+                    "\n\nrest\n")
+    assert perturb.main(["--write-readme", str(readme)]) == 0 and readme.read_text() == text
+    assert "already up to date" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no perturbation table markers"):
+        perturb.readme_with_table("a README without markers\n")
 
 
 def test_perturbations_command_draws_a_grid(tmp_path):
