@@ -54,12 +54,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from crs.errors import UserError
 from crs.extract import splits
 from crs.extract.images import IMAGE_SUFFIXES, ImageError, decode
-from crs.extract.synthetic import Table
+from crs.extract.table import Table, registry
+from crs.names import MODALITIES, SPLIT_CODE, SPLITS
 
 UNCERTAIN = ("ignore", "ones", "zeros")
-MODALITIES = ("dermatology", "ophthalmology", "radiology")
 DEFAULT_IMAGE_SIZE = 512
 COMPETITION = ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion")
 CHEXPERT_FINDINGS = (
@@ -75,7 +76,7 @@ MIMIC_CHEXPERT, MIMIC_META, MIMIC_SPLIT = (
 _SHOW = 5  # problems of one kind listed before a summary line
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset folder or CSV that cannot be used as given (exit code 2)."""
 
 
@@ -345,7 +346,7 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
     _report(idx, df.filter(pl.col("path").is_null()), lambda r: "blank path; expected an image path",
             "blank paths")
     if "split" in header:
-        _report(idx, df.filter(~pl.col("split").is_in(["train", "val", "test"]).fill_null(False)),
+        _report(idx, df.filter(~pl.col("split").is_in(list(SPLITS)).fill_null(False)),
                 lambda r: f"split {r['split']!r}; expected train, val or test", "split values outside train/val/test")
     if "label" in header:
         _report(idx, df.filter(pl.col("label").is_null()), lambda r: "blank label; expected a class name",
@@ -497,7 +498,7 @@ class FileDataset:
         group = f["group"].to_numpy().astype(str)
         official = f["split"].null_count() == 0
         if official:
-            split = f["split"].replace_strict({"train": 0, "val": 1, "test": 2}, return_dtype=pl.Int8).to_numpy()
+            split = f["split"].replace_strict(SPLIT_CODE, return_dtype=pl.Int8).to_numpy()
         else:
             split = splits.group_split(group, labels, self.seed)
         table = Table(ids=f["id"].to_numpy().astype(str), labels=labels, split=np.asarray(split, np.int8), group=group)
@@ -616,7 +617,7 @@ class CheckReport:
 
 def counts(table: Table, task: str, classes: Sequence[str]) -> pl.DataFrame:
     """Images per class and split (multi-class), or positive/negative/unknown per finding and split."""
-    split = np.asarray(splits.SPLIT_NAMES)[table.split]
+    split = np.asarray(SPLITS)[table.split]
     if task == "multiclass":
         return (pl.DataFrame({"class": np.asarray(classes)[table.labels], "split": split})
                 .group_by("class", "split").len("images").sort("class", "split"))

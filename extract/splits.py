@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-FRACTIONS = (0.7, 0.1, 0.2)  # train, val, test
-SPLIT_NAMES = ("train", "val", "test")
+FRACTIONS = (0.7, 0.1, 0.2)  # train, val, test (crs.names.SPLITS)
 
 
 def row_strata(labels: np.ndarray) -> np.ndarray:

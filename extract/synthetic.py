@@ -36,23 +36,13 @@ from statistics import NormalDist
 
 import numpy as np
 
-SPLITS = ("train", "val", "test")
+from crs.extract.table import Table, registry
 _SPLIT_FRACTIONS = np.array([0.7, 0.1, 0.2])
 _MIN_IMAGES = 40  # floor on a dataset's image count, whatever `size` asks for
 _GROUP, _RENDER, _SPLIT = 0, 1, 2  # generator streams
 _CHUNK = 256  # images rendered between conversions to uint8
 _F = np.float32  # every image is drawn in float32: float64 exp/cos are ~4x slower
 _ONE_THREAD_MNK = 64**3  # OpenBLAS runs a matrix product of more multiply-adds on several threads
-
-
-@dataclass(frozen=True)
-class Table:
-    """A dataset's metadata, one entry a row, rows in the order generated."""
-
-    ids: np.ndarray  # [N] str, unique, e.g. 'demo_derm-000123'
-    labels: np.ndarray  # [N] int64 class index, or [N, K] int8 in {1, 0, -1} (-1: uncertain)
-    split: np.ndarray  # [N] int8: 0 train, 1 val, 2 test
-    group: np.ndarray  # [N] str: lesion or patient id; a group never straddles splits
 
 
 @dataclass(frozen=True)
