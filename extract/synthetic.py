@@ -36,8 +36,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from crs.extract import splits
 from crs.extract.table import Table, registry
-_SPLIT_FRACTIONS = np.array([0.7, 0.1, 0.2])
 _MIN_IMAGES = 40  # floor on a dataset's image count, whatever `size` asks for
 _GROUP, _RENDER, _SPLIT = 0, 1, 2  # generator streams
 _CHUNK = 256  # images rendered between conversions to uint8
@@ -157,7 +157,7 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
     else:
         strata = _strata(labels, group_index, len(groups))
         sizes = np.bincount(group_index, minlength=len(groups))
-        split = _group_split(strata, sizes, _rng(name, seed, _SPLIT))[group_index]
+        split = splits.deal_split(strata, sizes, _rng(name, seed, _SPLIT))[group_index]
     group_ids = np.array([f"{name}-{spec.group_prefix}{g:05d}" for g in range(len(groups))])
     table = Table(
         ids=np.array([f"{name}-{i:06d}" for i in range(n_rows)]),
@@ -170,37 +170,19 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
     return _Plan(table, tuple(groups), group_index, tuple(rows))
 
 
-def _strata(labels: np.ndarray, group_index: np.ndarray, n_groups: int) -> list:
-    """A group's stratum: its class, or for multi-label which findings it has in any image."""
+def _strata(labels: np.ndarray, group_index: np.ndarray, n_groups: int) -> np.ndarray:
+    """int64 [G]: a group's stratum, ranked: its class, or for multi-label which findings
+    it has in any image (ordered as tuples of booleans)."""
     if labels.ndim == 1:
-        strata = [0] * n_groups
+        keys = [0] * n_groups
         for label, g in zip(labels.tolist(), group_index.tolist()):
-            strata[g] = label
-        return strata
-    positive = np.zeros((n_groups, labels.shape[1]), dtype=bool)
-    np.logical_or.at(positive, group_index, labels == 1)
-    return [tuple(p) for p in positive.tolist()]
-
-
-def _group_split(strata: list, sizes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """int8 [G]: each group's split, 70/10/20 by images, group-aware and stratified.
-
-    Groups are shuffled, ordered by stratum, and dealt in that order, each to the split
-    furthest below its target share of the images dealt so far. Each stratum is a
-    contiguous run of the deal, so it is itself split close to 70/10/20, and the running
-    deficit keeps the totals close even where strata are small.
-    """
-    order = rng.permutation(len(strata))
-    rank = {key: r for r, key in enumerate(sorted(set(strata)))}
-    order = order[np.argsort([rank[strata[g]] for g in order], kind="stable")]
-    split = np.empty(len(strata), dtype=np.int8)
-    dealt, total = np.zeros(3), 0
-    for g in order.tolist():
-        total += sizes[g]
-        s = int(np.argmax(_SPLIT_FRACTIONS * total - dealt))
-        split[g] = s
-        dealt[s] += sizes[g]
-    return split
+            keys[g] = label
+    else:
+        positive = np.zeros((n_groups, labels.shape[1]), dtype=bool)
+        np.logical_or.at(positive, group_index, labels == 1)
+        keys = [tuple(p) for p in positive.tolist()]
+    rank = {key: r for r, key in enumerate(sorted(set(keys)))}
+    return np.array([rank[k] for k in keys], dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------
