@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import NamedTuple
 
 import numpy as np
 
@@ -394,8 +395,39 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
     X, Y = _grid(n)
     e = rng.standard_normal(10).tolist()
     skin = _rgb(*lesion["skin"]) * (1 + 0.05 * _smooth(rng, n, 6) + 0.02 * _smooth(rng, n, 24))
+    shape = _derm_shape(n, lesion, e)
 
-    # Lesion coordinates (u, v): rotated, shifted, aspect-squeezed, in radius units.
+    varieg = lesion["variegation"]
+    mix = np.clip(0.5 + varieg * shape.field, 0, 1) * min(1.0, 1.5 * varieg + 0.1)
+    main, second = _rgb(*lesion["colour"][0]), _rgb(*lesion["colour"][1])
+    colour = _derm_texture(main + mix * (second - main), n, lesion, shape)  # [3, H, W]
+    img = skin + shape.alpha * (colour - skin)
+
+    if lesion["hairy"]:
+        for _ in range(int(rng.integers(1, 5))):
+            a, b, off, bend = rng.normal(0.0, [1.0, 1.0, 0.5, 0.6]).tolist()
+            dist = np.abs(a * X + b * Y + off + bend * X * Y) * (n / 2 / math.hypot(a, b))
+            img = img * (1 - 0.5 * np.exp(dist * dist * -3.0))
+
+    gain = _rgb(*np.exp(0.06 * e[4] + 0.03 * np.array(e[5:8])))
+    img = img * (gain * (1 + 0.08 * e[8] * X + 0.08 * e[9] * Y))
+    if rng.random() < 0.4:  # the dermoscope's field: dark corners
+        img = img * _sigmoid((rng.uniform(1.0, 1.35) - np.sqrt(X * X + Y * Y)) * 25)
+    return img + 0.015 * _pixel_noise(rng, n)
+
+
+class _DermShape(NamedTuple):
+    u: np.ndarray  # [H, W] lesion coordinates, in radius units
+    v: np.ndarray
+    d: np.ndarray  # [H, W] distance from the lesion's centre, in radius units
+    field: np.ndarray  # [H, W] the smooth variegation field
+    alpha: np.ndarray  # [H, W] lesion opacity: 1 inside the border, 0 outside
+    radius: float  # in [-1, 1] image units
+
+
+def _derm_shape(n: int, lesion: dict, e: list[float]) -> _DermShape:
+    """The lesion's pose in this image (rotated, shifted, aspect-squeezed, zoomed by the
+    draws ``e[0:4]``), its irregular border and its variegation field."""
     c, s = math.cos(lesion["angle"] + 0.2 * e[0]), math.sin(lesion["angle"] + 0.2 * e[0])
     cx, cy = lesion["centre"][0] + 0.05 * e[1], lesion["centre"][1] + 0.05 * e[2]
     radius = lesion["radius"] * math.exp(0.05 * e[3])
@@ -403,7 +435,7 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
     def frame(X, Y):
         return (c * (X - cx) + s * (Y - cy)) / radius, (c * (Y - cy) - s * (X - cx)) / (radius * lesion["aspect"])
 
-    u, v = frame(X, Y)
+    u, v = frame(*_grid(n))
     d = np.sqrt(u * u + v * v)
     # The border and the variegation field are smooth: draw them at 1/2 and 1/4 resolution.
     uh, vh = frame(*_grid(n // 2))
@@ -417,12 +449,12 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
     field = np.tensordot(lesion["blob_weight"], np.exp((np.square(uq - bu) + np.square(vq - bv)) * _F(-5.5)), axes=1)
     edge, field = _upsample(edge, n), _upsample(field, n)
     alpha = _sigmoid((edge - d) / (lesion["blur"] + 0.02))
+    return _DermShape(u, v, d, field, alpha, radius)
 
-    varieg = lesion["variegation"]
-    mix = np.clip(0.5 + varieg * field, 0, 1) * min(1.0, 1.5 * varieg + 0.1)
-    main, second = _rgb(*lesion["colour"][0]), _rgb(*lesion["colour"][1])
-    colour = main + mix * (second - main)  # [3, H, W]
 
+def _derm_texture(colour: np.ndarray, n: int, lesion: dict, shape: _DermShape) -> np.ndarray:
+    """The lesion's colour [3, H, W] with its class textures drawn in (no random draws)."""
+    u, v, d, field, radius = shape.u, shape.v, shape.d, shape.field, shape.radius
     network, ridges, vessels, lagoons = lesion["texture"].tolist()
     if network > 0.03:
         f = 2 * np.pi * radius / lesion["network_period"]
@@ -446,20 +478,7 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
         lag = (np.cos(f * u + 0.5 * field) * np.cos(f * v) + 1) / 2
         red = np.clip(1 - 4 * lag * (1 - lag), 0, 1)  # 0 on the pale septa between lagoons
         colour = colour + (min(1.0, lagoons) * 0.6 * red) * (_rgb(0.55, 0.08, 0.22) - colour)
-
-    img = skin + alpha * (colour - skin)
-
-    if lesion["hairy"]:
-        for _ in range(int(rng.integers(1, 5))):
-            a, b, off, bend = rng.normal(0.0, [1.0, 1.0, 0.5, 0.6]).tolist()
-            dist = np.abs(a * X + b * Y + off + bend * X * Y) * (n / 2 / math.hypot(a, b))
-            img = img * (1 - 0.5 * np.exp(dist * dist * -3.0))
-
-    gain = _rgb(*np.exp(0.06 * e[4] + 0.03 * np.array(e[5:8])))
-    img = img * (gain * (1 + 0.08 * e[8] * X + 0.08 * e[9] * Y))
-    if rng.random() < 0.4:  # the dermoscope's field: dark corners
-        img = img * _sigmoid((rng.uniform(1.0, 1.35) - np.sqrt(X * X + Y * Y)) * 25)
-    return img + 0.015 * _pixel_noise(rng, n)
+    return colour
 
 
 # --------------------------------------------------------------------------------------
@@ -516,6 +535,24 @@ def _fundus_group(rng: np.random.Generator) -> dict:
     })
 
 
+class _Eye(NamedTuple):
+    """Where one fundus image puts the retina (the unit disc), its optic disc and macula."""
+
+    cx: float  # the retina's centre and radius, in [-1, 1] image units
+    cy: float
+    radius: float
+    dx: float  # the optic disc's centre, in retina units
+    dy: float
+    mx: float  # the macula's centre, in retina units
+    my: float
+    side: float  # +1: the disc lies at +x (a right eye); -1: a left eye
+
+    def polar(self, rho: np.ndarray, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Points at (rho, phi) about the disc (phi = 0 towards the macula) in image coordinates."""
+        return (self.cx + self.radius * (self.dx - self.side * rho * np.cos(phi)),
+                self.cy + self.radius * (self.dy + rho * np.sin(phi)))
+
+
 def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -> np.ndarray:
     """Fundus-photograph-like: an orange-red retina on black, optic disc, macula, vessels.
 
@@ -544,50 +581,15 @@ def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -
     img = img + disc * (_rgb(1.0, 0.86, 0.55) - img) + 0.15 * np.exp(pd2 * -400)
     mx, my = dx - side * 0.55, dy + 0.06
     img = img * (1 - 0.3 * np.exp((np.square(x - mx) + np.square(y - my)) * -33))
-
-    def polar(rho: np.ndarray, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Points at (rho, phi) about the disc (phi = 0 towards the macula) in image coordinates."""
-        return cx + radius * (dx - side * rho * np.cos(phi)), cy + radius * (dy + rho * np.sin(phi))
+    eye = _Eye(cx, cy, radius, dx, dy, mx, my, side)
 
     # Vessels, whose veins dilate with the grade (drawn per patient, posed per image).
     vx = cx + radius * (dx - side * patient["vessel_toward"])
     vy = cy + radius * (dy + patient["vessel_up"])
     vessel = np.clip(_strokes(n, vx, vy, patient["vessel_mass"] * radius, 0.55 * n / 64), 0, 1)
     img = img * (1 - 0.55 * vessel * _rgb(0.35, 1.0, 1.0))
-
-    neo = float(_FUNDUS_LESIONS[grade, 4]) * patient["burden"] ** 0.5
-    if neo > 0.01 and rng.random() < 0.9:  # new vessels: a few tangled loops by the disc
-        steps = rng.normal(0.0, 0.9, (4, 40)).cumsum(axis=1)
-        rho = 0.1 + 0.3 * np.abs(np.sin(np.linspace(0, 3 * np.pi, 40) + rng.uniform(0, 6, (4, 1))))
-        tx, ty = polar(rho, rng.uniform(-np.pi, np.pi, (4, 1)) + 0.35 * steps)
-        tangle = np.clip(_strokes(n, tx, ty, _arc_mass(tx, ty, 1.0), 0.45 * n / 64), 0, 1)
-        img = img * (1 - min(0.8, 0.7 * neo) * tangle * _rgb(0.25, 1.0, 1.0))
-    if grade == 4 and rng.random() < 0.5:  # a preretinal haemorrhage: a large dark boat
-        hx, hy = polar(rng.uniform(0.3, 0.9, 1), rng.uniform(-np.pi, np.pi, 1))
-        blot = _spots(n, np.array([hx[0] - 0.03, hx[0] + 0.03]), hy, np.array([0.8, 0.8]), np.full(2, 0.09))
-        img = img * (1 - np.clip(blot, 0, 0.85) * _rgb(0.5, 0.9, 0.9))
-
-    # Lesions: Poisson counts around the patient's burden, uniform over the retina except
-    # exudates, which cluster round the macula.
-    counts = rng.poisson(_FUNDUS_LESIONS[grade, :4] * patient["burden"] * math.exp(0.2 * e[7])).tolist()
-    m = sum(counts)
-    if m:
-        r, a = 0.85 * np.sqrt(rng.random(m)), rng.uniform(0, 2 * np.pi, m)
-        sx, sy = r * np.cos(a), r * np.sin(a)
-        exudates = slice(counts[0] + counts[1], counts[0] + counts[1] + counts[2])
-        sx[exudates] = mx + 0.3 * rng.standard_normal(counts[2])
-        sy[exudates] = my + 0.3 * rng.standard_normal(counts[2])
-        kind = np.repeat(np.arange(4), counts)
-        size = _LESION_SIZE[kind] * rng.uniform(0.8, 1.25, m) * radius
-        weight = _LESION_WEIGHT[kind] * rng.uniform(0.7, 1.3, m)
-        sx, sy = cx + radius * sx, cy + radius * sy
-        red = kind < 2
-        if red.any():
-            dark = np.clip(_spots(n, sx[red], sy[red], weight[red], size[red]), 0, 0.9)
-            img = img * (1 - dark * _rgb(0.35, 0.8, 0.8))
-        if not red.all():
-            pale = np.clip(_spots(n, sx[~red], sy[~red], weight[~red], size[~red]), 0, 1)
-            img = img + pale * (_rgb(0.95, 0.85, 0.45) - img)
+    img = _fundus_proliferative(img, n, grade, patient, eye, rng)
+    img = _fundus_lesions(img, n, grade, patient["burden"], math.exp(0.2 * e[7]), eye, rng)
 
     # Acquisition: exposure, defocus, the camera's circular field.
     img = img * math.exp(0.06 * rng.standard_normal())
@@ -595,6 +597,52 @@ def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -
     if sigma > 0.55:
         img = _blur(img, sigma)
     return (img + 0.01 * _pixel_noise(rng, n)) * inside
+
+
+def _fundus_proliferative(img: np.ndarray, n: int, grade: int, patient: dict, eye: _Eye,
+                          rng: np.random.Generator) -> np.ndarray:
+    """New vessels at the disc (grades with a neovascular strength) and, at grade 4, a
+    preretinal haemorrhage."""
+    neo = float(_FUNDUS_LESIONS[grade, 4]) * patient["burden"] ** 0.5
+    if neo > 0.01 and rng.random() < 0.9:  # new vessels: a few tangled loops by the disc
+        steps = rng.normal(0.0, 0.9, (4, 40)).cumsum(axis=1)
+        rho = 0.1 + 0.3 * np.abs(np.sin(np.linspace(0, 3 * np.pi, 40) + rng.uniform(0, 6, (4, 1))))
+        tx, ty = eye.polar(rho, rng.uniform(-np.pi, np.pi, (4, 1)) + 0.35 * steps)
+        tangle = np.clip(_strokes(n, tx, ty, _arc_mass(tx, ty, 1.0), 0.45 * n / 64), 0, 1)
+        img = img * (1 - min(0.8, 0.7 * neo) * tangle * _rgb(0.25, 1.0, 1.0))
+    if grade == 4 and rng.random() < 0.5:  # a preretinal haemorrhage: a large dark boat
+        hx, hy = eye.polar(rng.uniform(0.3, 0.9, 1), rng.uniform(-np.pi, np.pi, 1))
+        blot = _spots(n, np.array([hx[0] - 0.03, hx[0] + 0.03]), hy, np.array([0.8, 0.8]), np.full(2, 0.09))
+        img = img * (1 - np.clip(blot, 0, 0.85) * _rgb(0.5, 0.9, 0.9))
+    return img
+
+
+def _fundus_lesions(img: np.ndarray, n: int, grade: int, burden: float, jitter: float, eye: _Eye,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Microaneurysms, haemorrhages, hard exudates, cotton-wool spots: Poisson counts around
+    the patient's ``burden`` times this image's ``jitter``, uniform over the retina except
+    exudates, which cluster round the macula."""
+    counts = rng.poisson(_FUNDUS_LESIONS[grade, :4] * burden * jitter).tolist()
+    m = sum(counts)
+    if not m:
+        return img
+    r, a = 0.85 * np.sqrt(rng.random(m)), rng.uniform(0, 2 * np.pi, m)
+    sx, sy = r * np.cos(a), r * np.sin(a)
+    exudates = slice(counts[0] + counts[1], counts[0] + counts[1] + counts[2])
+    sx[exudates] = eye.mx + 0.3 * rng.standard_normal(counts[2])
+    sy[exudates] = eye.my + 0.3 * rng.standard_normal(counts[2])
+    kind = np.repeat(np.arange(4), counts)
+    size = _LESION_SIZE[kind] * rng.uniform(0.8, 1.25, m) * eye.radius
+    weight = _LESION_WEIGHT[kind] * rng.uniform(0.7, 1.3, m)
+    sx, sy = eye.cx + eye.radius * sx, eye.cy + eye.radius * sy
+    red = kind < 2
+    if red.any():
+        dark = np.clip(_spots(n, sx[red], sy[red], weight[red], size[red]), 0, 0.9)
+        img = img * (1 - dark * _rgb(0.35, 0.8, 0.8))
+    if not red.all():
+        pale = np.clip(_spots(n, sx[~red], sy[~red], weight[~red], size[~red]), 0, 1)
+        img = img + pale * (_rgb(0.95, 0.85, 0.45) - img)
+    return img
 
 
 # --------------------------------------------------------------------------------------
@@ -676,12 +724,51 @@ def _render_cxr(
     build, heart size, inspiration, tilt and position, AP films (which magnify the heart
     and are commoner in the sick), devices, exposure, and the site's acquisition.
     """
-    X, Y = _grid(n)
     cardio, effusion, consolidation, edema = (
         max(z + 0.35, 0.0) ** 0.8 * v for z, v in zip(row["z"], row["visibility"])
     )
     e = rng.standard_normal(6).tolist()
+    img, chest = _cxr_chest(n, patient, e, rng, zoom, offset)
+    x, y = chest.x, chest.y
 
+    # Heart: on the diaphragm, bulging to the patient's left (image right).
+    ap = 1.12 if row["ap"] else 1.0
+    half_width = 0.29 * patient["heart"] * ap * (1 + 0.25 * min(cardio, 1.6))
+    heart = _sigmoid((1 - np.square((x - 0.05) * (1 / half_width)) - np.square((y - chest.base + 0.3) * 4.2)) * 8)
+    img = img + heart * (0.58 - img) * 0.9
+    img = _cxr_findings(img, n, chest, row, effusion, consolidation, edema, rng)
+
+    if rng.random() < (0.5 if row["ap"] else 0.1):  # ECG leads and a line
+        for a, c in rng.uniform([-0.7, -0.6], [0.7, 0.5], (3, 2)).tolist():
+            img = img + 0.35 * np.exp((np.square(x - a) + np.square(y - c)) * -667)
+        bend, end = float(rng.normal(0.0, 0.3)), float(rng.uniform(-0.2, 0.3))
+        line = (x - 0.1 - bend * np.square(y + 0.8)) * (n / 2 * chest.build)
+        img = img + 0.2 * np.exp(line * line * -1) * (y < end)
+
+    # Acquisition: exposure, then the site's intensity curve, then detector noise.
+    img = np.clip(img * math.exp(0.1 * e[5]) + float(rng.normal(0.0, 0.03)), 0, 1)
+    img = 0.5 + contrast * ((img**gamma if gamma != 1.0 else img) - 0.5)
+    return img + noise * _pixel_noise(rng, n, 1)
+
+
+class _Chest(NamedTuple):
+    """One film's anatomy: coordinates and the lung fields the findings are drawn in."""
+
+    x: np.ndarray  # [H, W] anatomical coordinates after field of view, tilt, position and build
+    y: np.ndarray
+    ax: np.ndarray  # |x|: both lungs at once
+    lung: np.ndarray  # [H, W] in [0, 1]: inside a lung
+    floor: np.ndarray  # [H, W] the diaphragm's height under each point
+    apex: float  # the lungs' top and base (before the dome), in y
+    base: float
+    build: float
+
+
+def _cxr_chest(n: int, patient: dict, e: list[float], rng: np.random.Generator, zoom: float,
+               offset: tuple[float, float]) -> tuple[np.ndarray, _Chest]:
+    """The healthy film [H, W] (body, lungs, ribs, lung markings, clavicles, trachea) and its
+    anatomy; ``e[0:5]`` pose the patient (tilt, build, position, inspiration)."""
+    X, Y = _grid(n)
     # Anatomical coordinates: the site's field of view, then the patient's position.
     tilt, build = 0.04 * e[0], patient["build"] * math.exp(0.02 * e[1])
     x0, y0 = X / zoom + (offset[0] + 0.035 * e[2]), Y / zoom + (offset[1] + 0.035 * e[3])
@@ -711,17 +798,17 @@ def _render_cxr(
     img = img + (0.03 * (1 + np.cos(rib_phase)) + markings) * lung
     clavicle = np.exp(np.square((y + 0.66 - 0.3 * ax * np.sqrt(ax)) * 28) * -1) * ((ax < 0.6) & (ax > 0.05))
     img = img + 0.15 * clavicle - 0.08 * np.exp(x * x * -900) * (y < -0.35)
+    return img, _Chest(x, y, ax, lung, floor, apex, base, build)
 
-    # Heart: on the diaphragm, bulging to the patient's left (image right).
-    ap = 1.12 if row["ap"] else 1.0
-    half_width = 0.29 * patient["heart"] * ap * (1 + 0.25 * min(cardio, 1.6))
-    heart = _sigmoid((1 - np.square((x - 0.05) * (1 / half_width)) - np.square((y - base + 0.3) * 4.2)) * 8)
-    img = img + heart * (0.58 - img) * 0.9
 
+def _cxr_findings(img: np.ndarray, n: int, chest: _Chest, row: dict, effusion: float, consolidation: float,
+                  edema: float, rng: np.random.Generator) -> np.ndarray:
+    """Effusion, consolidation and edema drawn into the lungs, each as strong as its score."""
+    x, y, ax, lung = chest.x, chest.y, chest.ax, chest.lung
     if effusion > 0:  # fluid fills the lung base up to a meniscus rising laterally
-        depth = (0.03 + 0.15 * min(effusion, 1.5)) * (base - apex)
+        depth = (0.03 + 0.15 * min(effusion, 1.5)) * (chest.base - chest.apex)
         side = (x < 0, x > 0, ax > 0)[row["effusion_side"]]
-        top = floor - depth * (0.5 + 0.8 * np.clip((ax - 0.15) * 2, 0, 1))
+        top = chest.floor - depth * (0.5 + 0.8 * np.clip((ax - 0.15) * 2, 0, 1))
         fluid = _sigmoid((y - top) * 40) * lung * side
         img = img + (0.8 * min(1.0, 0.4 + effusion)) * fluid * (0.56 - img)
 
@@ -735,18 +822,7 @@ def _render_cxr(
     if edema > 0:  # perihilar (butterfly) haze and a general loss of lung clarity
         haze = np.exp(np.square(ax - 0.16) * -20 - np.square(y + 0.02) * 11)
         img = img + min(edema, 1.5) * (0.09 * haze + 0.01) * lung
-
-    if rng.random() < (0.5 if row["ap"] else 0.1):  # ECG leads and a line
-        for a, c in rng.uniform([-0.7, -0.6], [0.7, 0.5], (3, 2)).tolist():
-            img = img + 0.35 * np.exp((np.square(x - a) + np.square(y - c)) * -667)
-        bend, end = float(rng.normal(0.0, 0.3)), float(rng.uniform(-0.2, 0.3))
-        line = (x - 0.1 - bend * np.square(y + 0.8)) * (n / 2 * build)
-        img = img + 0.2 * np.exp(line * line * -1) * (y < end)
-
-    # Acquisition: exposure, then the site's intensity curve, then detector noise.
-    img = np.clip(img * math.exp(0.1 * e[5]) + float(rng.normal(0.0, 0.03)), 0, 1)
-    img = 0.5 + contrast * ((img**gamma if gamma != 1.0 else img) - 0.5)
-    return img + noise * _pixel_noise(rng, n, 1)
+    return img
 
 
 # --------------------------------------------------------------------------------------
