@@ -343,6 +343,23 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
         return idx
     df = df.join(pl.read_csv(csv_path, columns=extra + multi, infer_schema=False)
                  .with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64)), on="line")
+    df = df.with_columns(id=pl.col("id") if "id" in header else pl.col("path"))
+    _check_csv_rows(df, header, multi, idx)
+    if idx.fatal:
+        return idx
+    idx.classes, label_cols = _csv_labels(df, multi)
+    idx.frame = df.select(
+        id=pl.col("id"), path=pl.col("path"),
+        group=pl.col("group").fill_null(pl.col("id")) if "group" in header else pl.col("id"),
+        split=pl.col("split") if "split" in header else pl.lit(None, dtype=pl.String),
+        *label_cols, file=pl.col("file"), line=pl.col("line"),
+    )
+    idx.named = idx.frame["path"]
+    return idx
+
+
+def _check_csv_rows(df: pl.DataFrame, header: Sequence[str], multi: Sequence[str], idx: Index) -> None:
+    """Blank paths and labels, split values, label codes and duplicate ids of a generic CSV."""
     _report(idx, df.filter(pl.col("path").is_null()), lambda r: "blank path; expected an image path",
             "blank paths")
     if "split" in header:
@@ -353,31 +370,21 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
                 "blank labels")
     else:
         _check_codes(df, multi, (1.0, 0.0, -1.0), True, idx)
-    ids = pl.col("id") if "id" in header else pl.col("path")
-    df = df.with_columns(id=ids)
     _check_unique(df.filter(pl.col("id").is_not_null()), "id", "id", idx)
-    if idx.fatal:
-        return idx
-    if "label" in header:
+
+
+def _csv_labels(df: pl.DataFrame, multi: Sequence[str]) -> tuple[tuple[str, ...], list[pl.Expr]]:
+    """(classes, label column expressions) of a generic CSV: class names in numeric order where
+    they are numbers (grades), else sorted; or the ``label:NAME`` findings coded 1/0/-1/blank."""
+    if not multi:
         values = df["label"].unique().to_list()
         try:
             classes = tuple(str(v) for v in sorted(values, key=lambda v: (float(v), v)))  # numeric order for grades
         except ValueError:
             classes = tuple(sorted(values))
         labels = pl.col("label").replace_strict({c: k for k, c in enumerate(classes)}, return_dtype=pl.Int64)
-        label_cols = [labels.alias("label")]
-    else:
-        classes = tuple(c[len("label:"):] for c in multi)
-        label_cols = _label_columns(multi, "ignore", blank=-1)
-    idx.classes = classes
-    idx.frame = df.select(
-        id=pl.col("id"), path=pl.col("path"),
-        group=pl.col("group").fill_null(pl.col("id")) if "group" in header else pl.col("id"),
-        split=pl.col("split") if "split" in header else pl.lit(None, dtype=pl.String),
-        *label_cols, file=pl.col("file"), line=pl.col("line"),
-    )
-    idx.named = idx.frame["path"]
-    return idx
+        return classes, [labels.alias("label")]
+    return tuple(c[len("label:"):] for c in multi), _label_columns(multi, "ignore", blank=-1)
 
 
 # ------------------------------------------------------------------ the registry
@@ -659,9 +666,25 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
     t = ds.table()
     report.rows = len(t.ids)
     report.counts = counts(t, ds.task, ds.classes)
-    f = idx.frame
+    exists = _check_files(ds, problems)
 
-    # missing and extra files: list the folders the rows point into, never one stat a file
+    # unreadable images: a seeded sample, or every image with all_images
+    readable = np.flatnonzero(exists)
+    if not all_images and len(readable) > sample:
+        readable = np.sort(np.random.default_rng(ds.seed).choice(readable, sample, replace=False))
+    _check_images(ds, readable, problems, workers, progress)
+    report.images_checked = len(readable)
+    if not all_images and len(readable) < len(np.flatnonzero(exists)):
+        notes.append(f"decoded a sample of {len(readable)} images; pass --all to decode every one")
+    return report
+
+
+def _check_files(ds: FileDataset, problems: list[Problem]) -> np.ndarray:
+    """bool [row]: the row's image file exists; adds a problem for missing files and a
+    warning for image files no row names. Lists the folders the rows point into rather
+    than stat each file."""
+    idx = ds.index
+    f = idx.frame
     relative = ~f["path"].str.starts_with("/")
     found = _listing(ds.root, f["path"].filter(relative).append(idx.named.filter(~idx.named.str.starts_with("/"))))
     exists = np.isin(f["path"].to_numpy().astype(str), np.array(sorted(found), dtype=str))
@@ -678,11 +701,12 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
         problems.append(Problem(str(ds.root), None, f"{len(extra)} image files are named by no row of "
                                                     f"{', '.join(idx.files)}, e.g. {extra[0]}; they are ignored",
                                 fatal=False))
+    return exists
 
-    # unreadable images: a seeded sample, or every image with all_images
-    readable = np.flatnonzero(exists)
-    if not all_images and len(readable) > sample:
-        readable = np.sort(np.random.default_rng(ds.seed).choice(readable, sample, replace=False))
+
+def _check_images(ds: FileDataset, rows: np.ndarray, problems: list[Problem], workers: int | None,
+                  progress) -> None:
+    """Decode the images of ``rows`` on a thread pool; a problem for each that fails."""
 
     def try_load(row: int):
         try:
@@ -691,21 +715,18 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
             return row, exc
         return row, None
 
-    task = progress.add_task(f"decode {ds.name}", total=len(readable)) if progress is not None else None
+    task = progress.add_task(f"decode {ds.name}", total=len(rows)) if progress is not None else None
     failures = []
     with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
-        for r, e in pool.map(try_load, readable.tolist()):
+        for r, e in pool.map(try_load, rows.tolist()):
             if e is not None:
                 failures.append((r, e))
             if task is not None:  # an optional rich.progress.Progress: the command line's bar
                 progress.advance(task)
-    report.images_checked = len(readable)
+    f = ds.index.frame
     for row, exc in failures[:_SHOW]:
         problems.append(Problem(f["file"][row], int(f["line"][row]),
                                 f"image {f['path'][row]} cannot be read ({exc.reason}); expected a readable "
                                 "JPEG or PNG"))
     if len(failures) > _SHOW:
         problems.append(Problem(f["file"][0], None, f"{len(failures) - _SHOW} more unreadable images"))
-    if not all_images and len(readable) < len(np.flatnonzero(exists)):
-        notes.append(f"decoded a sample of {len(readable)} images; pass --all to decode every one")
-    return report
