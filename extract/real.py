@@ -404,9 +404,10 @@ class Layout:
     read: Callable[..., Index]
 
 
-LAYOUTS: dict[str, Layout] = {
-    lay.name: lay
-    for lay in (
+# One record a layout (and its reader above); adding a dataset is a record here plus its
+# test with a fake copy of its files (tests/extract/datasets_fakes.py).
+LAYOUTS: dict[str, Layout] = registry(
+    (
         Layout("isic2019", "multiclass", ISIC_CLASSES, False, "dermatology", None,
                f"{ISIC_GT}, {ISIC_META} and {ISIC_IMAGES}/",
                "ISIC 2019 challenge training set, challenge.isic-archive.com/data (CC BY-NC 4.0)",
@@ -432,20 +433,26 @@ LAYOUTS: dict[str, Layout] = {
                "Chest X-rays, frontal views, CheXpert's findings by the CheXpert labeller; official "
                "patient-level split; groups are patients.",
                read_mimic),
-    )
-}
+    ),
+    "dataset layout",
+)
 NAMES: tuple[str, ...] = tuple(LAYOUTS)
 
 
 class FileDataset:
-    """A dataset read from files: the interface of ``SyntheticDataset`` plus ``load_image``."""
+    """A dataset read from files; satisfies ``crs.extract.datasets.Dataset``.
 
-    size = 1.0
+    ``shift_spec`` is the shift target as the user named it (``csv:PATH`` or a dataset
+    name), which ``crs.extract.datasets.shift_target_of`` opens; ``shift_target`` is its
+    store name."""
+
+    size = 1.0  # read as it ships: --size scales the built-in datasets only
 
     def __init__(self, layout: Layout, root: str | os.PathLike, *, seed: int = 0,
                  image_size: int = DEFAULT_IMAGE_SIZE, uncertain: str = "ignore",
                  findings: Sequence[str] | None = None, csv_path: str | os.PathLike | None = None,
-                 name: str | None = None, shift_target: str | None = None, modality: str | None = None):
+                 name: str | None = None, shift_target: str | None = None, modality: str | None = None,
+                 shift_spec: str | None = None):
         if uncertain not in UNCERTAIN:
             raise DatasetError(f"uncertain-label policy {uncertain!r} is not one of {', '.join(UNCERTAIN)}")
         if modality is not None and modality not in MODALITIES:
@@ -464,7 +471,9 @@ class FileDataset:
         self.ordinal = layout.ordinal
         self.modality = modality or layout.modality
         self.shift_target = shift_target if shift_target is not None else layout.shift_target
+        self.shift_spec = shift_spec
         self.description = layout.description
+        self.source = layout.source
         self.seed = int(seed)
         self.image_size = int(image_size)
         self.uncertain = uncertain
@@ -524,6 +533,11 @@ class FileDataset:
     def path(self, row: int) -> str:
         return str(self.root / self._built[1][row])  # an absolute path in the CSV stays as it is
 
+    @property
+    def paths(self) -> Sequence[str]:
+        """The image file of each row of ``table()``, built one at a time as asked for."""
+        return _RowPaths(self)
+
     def load_image(self, row: int) -> np.ndarray:
         """uint8 [image_size, image_size, 3] for one row of ``table()``; raises ImageError."""
         return decode(self.path(int(row)), self.image_size)
@@ -536,10 +550,11 @@ class FileDataset:
             out[i] = self.load_image(r)
         return out
 
+    @property
     def provenance(self) -> dict:
         """What the store records about where this dataset's table came from."""
         idx = self.index
-        official = self.index.frame is not None and self.index.frame["split"].null_count() == 0
+        official = idx.frame is not None and idx.frame["split"].null_count() == 0
         files = {}
         for rel in idx.files:
             p = (self.csv_path.parent if self.csv_path else self.root) / rel
@@ -561,6 +576,22 @@ class FileDataset:
         if self.csv_path is not None:
             out["csv"] = str(self.csv_path)
         return out
+
+
+class _RowPaths(Sequence):
+    """``FileDataset.paths``: a row's absolute image path, without building the list for
+    every row of a large dataset."""
+
+    def __init__(self, ds: FileDataset):
+        self._ds = ds
+
+    def __len__(self) -> int:
+        return len(self._ds._built[1])
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self._ds.path(r) for r in range(len(self))[row]]
+        return self._ds.path(int(row))
 
 
 def open_layout(name: str, root, **options) -> FileDataset:

@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -46,9 +46,15 @@ _F = np.float32  # every image is drawn in float32: float64 exp/cos are ~4x slow
 _ONE_THREAD_MNK = 64**3  # OpenBLAS runs a matrix product of more multiply-adds on several threads
 
 
+SOURCE = "builtin synthetic benchmark"
+
+
 @dataclass(frozen=True)
 class SyntheticDataset:
-    """One synthetic dataset at a size and seed: its metadata, and its images on demand."""
+    """One synthetic dataset at a size and seed: its metadata, and its images on demand.
+
+    Satisfies ``crs.extract.datasets.Dataset``; what only files have (provenance, image
+    paths, a shift target named by the user) is None."""
 
     name: str
     task: str  # 'multiclass' | 'multilabel'
@@ -59,11 +65,15 @@ class SyntheticDataset:
     description: str
     size: float = 1.0
     seed: int = 0
+    source: ClassVar[str] = SOURCE
+    shift_spec: ClassVar[None] = None
+    provenance: ClassVar[None] = None
+    paths: ClassVar[None] = None
 
     @property
     def modality(self) -> str:
         """'dermatology' | 'ophthalmology' | 'radiology': selects the perturbation suite."""
-        return MODALITY[self.name]
+        return _SPECS[self.name].modality
 
     def table(self) -> Table:
         return _plan(self.name, self.size, self.seed).table
@@ -90,6 +100,10 @@ class SyntheticDataset:
             out[start : start + len(chunk)] = imgs.transpose(0, 2, 3, 1)
         return out
 
+    def load_image(self, row: int) -> np.ndarray:
+        """uint8 [H, W, 3]: the image of one row of `table()`, the same as `images([row])[0]`."""
+        return self.images([row])[0]
+
 
 # --------------------------------------------------------------------------------------
 # Generators, the plan (table + hidden per-group and per-row parameters), splits.
@@ -115,6 +129,7 @@ class _Spec:
     task: str
     classes: tuple[str, ...]
     ordinal: bool
+    modality: str  # one of crs.names.MODALITIES: selects the perturbation suite
     shift_target: str | None
     n_images: int  # at size 1.0
     group_sizes: tuple[float, ...]  # P(a group holds 1, 2, ... images)
@@ -835,6 +850,7 @@ def _cxr_spec(name: str, n_images: int, test_only: bool, shift_target: str | Non
         task="multilabel",
         classes=_CXR_CLASSES,
         ordinal=False,
+        modality="radiology",
         shift_target=shift_target,
         n_images=n_images,
         group_sizes=(0.55, 0.3, 0.15),
@@ -847,14 +863,16 @@ def _cxr_spec(name: str, n_images: int, test_only: bool, shift_target: str | Non
     )
 
 
-_SPECS: dict[str, _Spec] = {
-    s.name: s
-    for s in (
+# One record a dataset; adding one is a record here plus its expectations in
+# tests/extract/test_synthetic.py.
+_SPECS: dict[str, _Spec] = registry(
+    (
         _Spec(
             name="demo_derm",
             task="multiclass",
             classes=_DERM_CLASSES,
             ordinal=False,
+            modality="dermatology",
             shift_target=None,
             n_images=900,
             group_sizes=(0.5, 0.3, 0.2),
@@ -874,6 +892,7 @@ _SPECS: dict[str, _Spec] = {
             task="multiclass",
             classes=_FUNDUS_CLASSES,
             ordinal=True,
+            modality="ophthalmology",
             shift_target=None,
             n_images=900,
             group_sizes=(0.4, 0.6),
@@ -910,16 +929,12 @@ _SPECS: dict[str, _Spec] = {
                 "noise, a zoomed and offset field of view, sicker patients; test only."
             ),
         ),
-    )
-}
+    ),
+    "synthetic dataset",
+)
 
 DATASETS: tuple[str, ...] = tuple(_SPECS)
-MODALITY: dict[str, str] = {
-    "demo_derm": "dermatology",
-    "demo_fundus": "ophthalmology",
-    "demo_cxr": "radiology",
-    "demo_cxr_site2": "radiology",
-}
+MODALITY: dict[str, str] = {name: spec.modality for name, spec in _SPECS.items()}
 
 
 def _spec(name: str) -> _Spec:

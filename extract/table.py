@@ -26,12 +26,17 @@ class Table:
 R = TypeVar("R")
 
 
+def check_unique(names: Iterable[str], what: str) -> None:
+    """Refuse (ValueError) a name given twice: registry names are keys in the store and the CLI."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{what} {name!r} is registered twice; each {what} needs its own name")
+        seen.add(name)
+
+
 def registry(records: Iterable[R], what: str) -> dict[str, R]:
     """``{record.name: record}`` in the given order; a name given twice is refused (ValueError)."""
-    out: dict[str, R] = {}
-    for record in records:
-        name = record.name
-        if name in out:
-            raise ValueError(f"{what} {name!r} is registered twice; each {what} needs its own name")
-        out[name] = record
-    return out
+    records = list(records)
+    check_unique((r.name for r in records), what)
+    return {r.name: r for r in records}
