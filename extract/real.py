@@ -4,8 +4,8 @@ Each layout is one ``Layout`` record (registry as data) with a reader that turns
 dataset's own CSV files into an ``Index``: one polars row an image (id, image path
 relative to ``--root``, group, official split or null, labels, and the CSV file and line it
 came from) plus every problem found, each naming the file and line and saying what was
-expected. Readers never open an image and never stat the image files, so indexing
-MIMIC-CXR-JPG's ~377,000 images takes about a second (benchmarks/index_mimic.py);
+expected. Readers never open an image and never stat the image files, so that indexing
+MIMIC-CXR-JPG's ~377,000 images stays cheap (benchmarks/index_mimic.py measures it);
 ``check`` is where files are listed and images decoded.
 
 Layouts and codings, verified against the published files and public code that reads

@@ -1,8 +1,8 @@
 """Built-in synthetic benchmark datasets: procedurally drawn stand-ins for real medical sets.
 
 ``crs demo`` runs the whole pipeline on these, with no download and no patient data.
-Every dataset is made on the fly from ``(name, seed)``; drawing all of a dataset's images
-takes under a second on one core (numpy only, float32, vectorised over the pixel grid).
+Every dataset is made on the fly from ``(name, seed)`` (numpy only, float32, vectorised
+over the pixel grid).
 
 * ``demo_derm``: dermoscopy, 5 classes, imbalanced like ISIC; groups are lesions.
 * ``demo_fundus``: colour fundus photographs, diabetic-retinopathy grade 0..4 (ordinal),
@@ -42,7 +42,7 @@ from crs.extract.table import Table, registry
 _MIN_IMAGES = 40  # floor on a dataset's image count, whatever `size` asks for
 _GROUP, _RENDER, _SPLIT = 0, 1, 2  # generator streams
 _CHUNK = 256  # images rendered between conversions to uint8
-_F = np.float32  # every image is drawn in float32: float64 exp/cos are ~4x slower
+_F = np.float32  # every image is drawn in float32: float64 exp/cos are several times slower
 _ONE_THREAD_MNK = 64**3  # OpenBLAS runs a matrix product of more multiply-adds on several threads
 
 
@@ -250,7 +250,7 @@ def _pixel_noise(rng: np.random.Generator, n: int, channels: int = 3) -> np.ndar
 def _blur_matrix(n: int, sigma_px: float) -> np.ndarray:
     d = np.arange(n)[:, None] - np.arange(n)[None, :]
     b = np.exp(-0.5 * (d / sigma_px) ** 2)
-    b[b < 1e-9] = 0  # no subnormal floats: they slow matrix products ~100x
+    b[b < 1e-9] = 0  # no subnormal floats: matrix products slow down on them by orders of magnitude
     return (b / b.sum(axis=1, keepdims=True)).astype(_F)
 
 
@@ -265,12 +265,12 @@ def _spots(n: int, x: np.ndarray, y: np.ndarray, weight: np.ndarray, sigma: np.n
     [-1, 1] units. Separable: one [n, m] @ [m, n] product draws all m spots."""
     t = _grid(n)[0][0]
     inv = (1 / np.asarray(sigma, dtype=_F))[:, None]
-    # Exponents floored at -30: subnormal floats would slow the product below ~100x.
+    # Exponents floored at -30: no subnormal floats, on which the product slows down.
     gx = np.exp(np.maximum(np.square((t - np.asarray(x, dtype=_F)[:, None]) * inv) * _F(-0.5), _F(-30)))
     gy = np.exp(np.maximum(np.square((t - np.asarray(y, dtype=_F)[:, None]) * inv) * _F(-0.5), _F(-30)))
     gy = (gy * np.asarray(weight, dtype=_F)[:, None]).T
-    # Products in chunks that OpenBLAS runs on one thread: its threads hand off work
-    # slowly (milliseconds a product on a busy machine) for products this small.
+    # Products in chunks that OpenBLAS runs on one thread: for products this small,
+    # handing work to its threads costs more than the work.
     k = max(1, _ONE_THREAD_MNK // (n * n))
     return sum((gy[:, j : j + k] @ gx[j : j + k] for j in range(0, len(gx), k)), np.zeros((n, n), _F))
 
@@ -309,7 +309,7 @@ def _sigmoid(t: np.ndarray) -> np.ndarray:
 
 def _f32(params: dict) -> dict:
     """Float arrays to float32 and numpy scalars to Python numbers, so that nothing
-    upcasts an image to float64 (whose exp and cos are ~4x slower)."""
+    upcasts an image to float64 (whose exp and cos are several times slower)."""
     out = {}
     for k, v in params.items():
         if isinstance(v, np.ndarray) and v.dtype.kind == "f":
