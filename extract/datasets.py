@@ -6,22 +6,58 @@
 * ``csv:PATH``: a generic CSV (``crs.extract.real.read_csv_dataset``) with its images under
   ``image_root``.
 
-Every dataset has the same interface: ``name``, ``task``, ``classes``, ``ordinal``,
-``shift_target``, ``modality``, ``description``, ``size``, ``seed``, ``image_size``,
-``table()`` and ``images(rows)``; file-based ones add ``load_image(row)`` and
-``provenance()``.
+Every dataset, whatever its kind, satisfies ``Dataset``; callers use its members as they
+are, never by probing for them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
+import numpy as np
+
+from crs.errors import BadInput
 from crs.extract import real, synthetic
 from crs.extract.real import DatasetError
+from crs.extract.table import Table, check_unique
+
+
+class Dataset(Protocol):
+    """What every dataset offers (``synthetic.SyntheticDataset``, ``real.FileDataset``)."""
+
+    name: str  # the store name (``csv:PATH`` -> the file's stem)
+    task: str  # 'multiclass' | 'multilabel' (crs.labels.TASKS)
+    classes: tuple[str, ...]
+    ordinal: bool
+    modality: str | None  # one of crs.names.MODALITIES: selects the perturbation suite
+    shift_target: str | None  # store name of the dataset whose test rows are this one's shift condition
+    shift_spec: str | None  # the shift target as the user named it, where that differs (csv:PATH)
+    description: str
+    source: str  # where the data comes from; the synthetic ones: "builtin synthetic benchmark"
+    size: float  # multiple of the default image count; 1.0 for the ones read from files
+    seed: int  # the split seed (and, for the synthetic ones, of every draw)
+    image_size: int  # square RGB images: image_size x image_size x 3
+    provenance: dict | None  # what the store records about the files read; None: nothing read
+    paths: Sequence[str] | None  # each row's image file; None: images are made, not read
+
+    def table(self) -> Table:
+        """The rows: ids, labels, split, group."""
+        ...
+
+    def images(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+        """uint8 [len(rows), image_size, image_size, 3]."""
+        ...
+
+    def load_image(self, row: int) -> np.ndarray:
+        """uint8 [image_size, image_size, 3] for one row; file-based ones raise ImageError."""
+        ...
+
 
 BUILTIN = synthetic.DATASETS
 REAL = real.NAMES
 CSV_PREFIX = "csv:"
+check_unique([*BUILTIN, *REAL], "dataset")  # one namespace for --dataset and the store
 
 
 def names() -> list[str]:
@@ -45,7 +81,8 @@ def store_name(name: str) -> str:
 
 def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str] | None = None,
         image_root: str | None = None, uncertain: str = "ignore", modality: str | None = None,
-        shift_target: str | None = None, image_size: int = real.DEFAULT_IMAGE_SIZE, findings: str = "competition"):
+        shift_target: str | None = None, image_size: int = real.DEFAULT_IMAGE_SIZE,
+        findings: str = "competition") -> Dataset:
     """The dataset ``name``; real ones need ``roots[name]``, ``csv:PATH`` reads PATH.
 
     ``shift_target`` (a dataset name or ``csv:PATH``) applies to ``csv:`` datasets; the real
@@ -54,7 +91,7 @@ def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str]
     comma-separated list of finding names.
     """
     if not size > 0:
-        raise ValueError(f"--size must be positive, not {size!r}")
+        raise BadInput(f"--size must be positive, not {size!r}")
     if name in BUILTIN:
         return synthetic.get(name, size=size, seed=seed)
     if name in REAL or name.startswith(CSV_PREFIX):
@@ -73,10 +110,8 @@ def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str]
             raise DatasetError(f"{name}: its store name {store_name(name)!r} (the file's stem) is taken by a "
                                "built-in or real dataset; rename the CSV file")
         target = store_name(shift_target) if shift_target else None
-        ds = real.open_csv(name[len(CSV_PREFIX):], image_root=image_root, modality=modality, shift_target=target,
-                           seed=seed, uncertain=uncertain, image_size=image_size)
-        ds.shift_spec = shift_target
-        return ds
+        return real.open_csv(name[len(CSV_PREFIX):], image_root=image_root, modality=modality, shift_target=target,
+                             shift_spec=shift_target, seed=seed, uncertain=uncertain, image_size=image_size)
     raise KeyError(f"unknown dataset {name!r}; valid datasets: {', '.join(all_names())}")
 
 
@@ -88,10 +123,10 @@ def _findings(text: str | None) -> tuple[str, ...] | None:
     return tuple(f.strip() for f in text.split(",") if f.strip())
 
 
-def shift_target_of(ds, **options):
+def shift_target_of(ds: Dataset, **options) -> Dataset | None:
     """The dataset object ``ds`` names as its shift target (None if it names none); its classes and
     task must equal ``ds``'s, since ``ds``'s probes are evaluated on its test rows."""
-    spec = getattr(ds, "shift_spec", None) or ds.shift_target
+    spec = ds.shift_spec or ds.shift_target
     if not spec:
         return None
     if spec.startswith(CSV_PREFIX):

@@ -4,8 +4,8 @@ Each layout is one ``Layout`` record (registry as data) with a reader that turns
 dataset's own CSV files into an ``Index``: one polars row an image (id, image path
 relative to ``--root``, group, official split or null, labels, and the CSV file and line it
 came from) plus every problem found, each naming the file and line and saying what was
-expected. Readers never open an image and never stat the image files, so indexing
-MIMIC-CXR-JPG's ~377,000 images takes about a second (benchmarks/index_mimic.py);
+expected. Readers never open an image and never stat the image files, so that indexing
+MIMIC-CXR-JPG's ~377,000 images stays cheap (benchmarks/index_mimic.py measures it);
 ``check`` is where files are listed and images decoded.
 
 Layouts and codings, verified against the published files and public code that reads
@@ -54,12 +54,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from crs.errors import UserError
 from crs.extract import splits
 from crs.extract.images import IMAGE_SUFFIXES, ImageError, decode
-from crs.extract.synthetic import Table
+from crs.extract.table import Table, registry
+from crs.names import MODALITIES, SPLIT_CODE, SPLITS
 
 UNCERTAIN = ("ignore", "ones", "zeros")
-MODALITIES = ("dermatology", "ophthalmology", "radiology")
 DEFAULT_IMAGE_SIZE = 512
 COMPETITION = ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion")
 CHEXPERT_FINDINGS = (
@@ -75,7 +76,7 @@ MIMIC_CHEXPERT, MIMIC_META, MIMIC_SPLIT = (
 _SHOW = 5  # problems of one kind listed before a summary line
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset folder or CSV that cannot be used as given (exit code 2)."""
 
 
@@ -342,33 +343,11 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
         return idx
     df = df.join(pl.read_csv(csv_path, columns=extra + multi, infer_schema=False)
                  .with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64)), on="line")
-    _report(idx, df.filter(pl.col("path").is_null()), lambda r: "blank path; expected an image path",
-            "blank paths")
-    if "split" in header:
-        _report(idx, df.filter(~pl.col("split").is_in(["train", "val", "test"]).fill_null(False)),
-                lambda r: f"split {r['split']!r}; expected train, val or test", "split values outside train/val/test")
-    if "label" in header:
-        _report(idx, df.filter(pl.col("label").is_null()), lambda r: "blank label; expected a class name",
-                "blank labels")
-    else:
-        _check_codes(df, multi, (1.0, 0.0, -1.0), True, idx)
-    ids = pl.col("id") if "id" in header else pl.col("path")
-    df = df.with_columns(id=ids)
-    _check_unique(df.filter(pl.col("id").is_not_null()), "id", "id", idx)
+    df = df.with_columns(id=pl.col("id") if "id" in header else pl.col("path"))
+    _check_csv_rows(df, header, multi, idx)
     if idx.fatal:
         return idx
-    if "label" in header:
-        values = df["label"].unique().to_list()
-        try:
-            classes = tuple(str(v) for v in sorted(values, key=lambda v: (float(v), v)))  # numeric order for grades
-        except ValueError:
-            classes = tuple(sorted(values))
-        labels = pl.col("label").replace_strict({c: k for k, c in enumerate(classes)}, return_dtype=pl.Int64)
-        label_cols = [labels.alias("label")]
-    else:
-        classes = tuple(c[len("label:"):] for c in multi)
-        label_cols = _label_columns(multi, "ignore", blank=-1)
-    idx.classes = classes
+    idx.classes, label_cols = _csv_labels(df, multi)
     idx.frame = df.select(
         id=pl.col("id"), path=pl.col("path"),
         group=pl.col("group").fill_null(pl.col("id")) if "group" in header else pl.col("id"),
@@ -377,6 +356,35 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
     )
     idx.named = idx.frame["path"]
     return idx
+
+
+def _check_csv_rows(df: pl.DataFrame, header: Sequence[str], multi: Sequence[str], idx: Index) -> None:
+    """Blank paths and labels, split values, label codes and duplicate ids of a generic CSV."""
+    _report(idx, df.filter(pl.col("path").is_null()), lambda r: "blank path; expected an image path",
+            "blank paths")
+    if "split" in header:
+        _report(idx, df.filter(~pl.col("split").is_in(list(SPLITS)).fill_null(False)),
+                lambda r: f"split {r['split']!r}; expected train, val or test", "split values outside train/val/test")
+    if "label" in header:
+        _report(idx, df.filter(pl.col("label").is_null()), lambda r: "blank label; expected a class name",
+                "blank labels")
+    else:
+        _check_codes(df, multi, (1.0, 0.0, -1.0), True, idx)
+    _check_unique(df.filter(pl.col("id").is_not_null()), "id", "id", idx)
+
+
+def _csv_labels(df: pl.DataFrame, multi: Sequence[str]) -> tuple[tuple[str, ...], list[pl.Expr]]:
+    """(classes, label column expressions) of a generic CSV: class names in numeric order where
+    they are numbers (grades), else sorted; or the ``label:NAME`` findings coded 1/0/-1/blank."""
+    if not multi:
+        values = df["label"].unique().to_list()
+        try:
+            classes = tuple(str(v) for v in sorted(values, key=lambda v: (float(v), v)))  # numeric order for grades
+        except ValueError:
+            classes = tuple(sorted(values))
+        labels = pl.col("label").replace_strict({c: k for k, c in enumerate(classes)}, return_dtype=pl.Int64)
+        return classes, [labels.alias("label")]
+    return tuple(c[len("label:"):] for c in multi), _label_columns(multi, "ignore", blank=-1)
 
 
 # ------------------------------------------------------------------ the registry
@@ -396,9 +404,10 @@ class Layout:
     read: Callable[..., Index]
 
 
-LAYOUTS: dict[str, Layout] = {
-    lay.name: lay
-    for lay in (
+# One record a layout (and its reader above); adding a dataset is a record here plus its
+# test with a fake copy of its files (tests/extract/datasets_fakes.py).
+LAYOUTS: dict[str, Layout] = registry(
+    (
         Layout("isic2019", "multiclass", ISIC_CLASSES, False, "dermatology", None,
                f"{ISIC_GT}, {ISIC_META} and {ISIC_IMAGES}/",
                "ISIC 2019 challenge training set, challenge.isic-archive.com/data (CC BY-NC 4.0)",
@@ -424,20 +433,26 @@ LAYOUTS: dict[str, Layout] = {
                "Chest X-rays, frontal views, CheXpert's findings by the CheXpert labeller; official "
                "patient-level split; groups are patients.",
                read_mimic),
-    )
-}
+    ),
+    "dataset layout",
+)
 NAMES: tuple[str, ...] = tuple(LAYOUTS)
 
 
 class FileDataset:
-    """A dataset read from files: the interface of ``SyntheticDataset`` plus ``load_image``."""
+    """A dataset read from files; satisfies ``crs.extract.datasets.Dataset``.
 
-    size = 1.0
+    ``shift_spec`` is the shift target as the user named it (``csv:PATH`` or a dataset
+    name), which ``crs.extract.datasets.shift_target_of`` opens; ``shift_target`` is its
+    store name."""
+
+    size = 1.0  # read as it ships: --size scales the built-in datasets only
 
     def __init__(self, layout: Layout, root: str | os.PathLike, *, seed: int = 0,
                  image_size: int = DEFAULT_IMAGE_SIZE, uncertain: str = "ignore",
                  findings: Sequence[str] | None = None, csv_path: str | os.PathLike | None = None,
-                 name: str | None = None, shift_target: str | None = None, modality: str | None = None):
+                 name: str | None = None, shift_target: str | None = None, modality: str | None = None,
+                 shift_spec: str | None = None):
         if uncertain not in UNCERTAIN:
             raise DatasetError(f"uncertain-label policy {uncertain!r} is not one of {', '.join(UNCERTAIN)}")
         if modality is not None and modality not in MODALITIES:
@@ -456,7 +471,9 @@ class FileDataset:
         self.ordinal = layout.ordinal
         self.modality = modality or layout.modality
         self.shift_target = shift_target if shift_target is not None else layout.shift_target
+        self.shift_spec = shift_spec
         self.description = layout.description
+        self.source = layout.source
         self.seed = int(seed)
         self.image_size = int(image_size)
         self.uncertain = uncertain
@@ -497,7 +514,7 @@ class FileDataset:
         group = f["group"].to_numpy().astype(str)
         official = f["split"].null_count() == 0
         if official:
-            split = f["split"].replace_strict({"train": 0, "val": 1, "test": 2}, return_dtype=pl.Int8).to_numpy()
+            split = f["split"].replace_strict(SPLIT_CODE, return_dtype=pl.Int8).to_numpy()
         else:
             split = splits.group_split(group, labels, self.seed)
         table = Table(ids=f["id"].to_numpy().astype(str), labels=labels, split=np.asarray(split, np.int8), group=group)
@@ -516,6 +533,11 @@ class FileDataset:
     def path(self, row: int) -> str:
         return str(self.root / self._built[1][row])  # an absolute path in the CSV stays as it is
 
+    @property
+    def paths(self) -> Sequence[str]:
+        """The image file of each row of ``table()``, built one at a time as asked for."""
+        return _RowPaths(self)
+
     def load_image(self, row: int) -> np.ndarray:
         """uint8 [image_size, image_size, 3] for one row of ``table()``; raises ImageError."""
         return decode(self.path(int(row)), self.image_size)
@@ -528,10 +550,11 @@ class FileDataset:
             out[i] = self.load_image(r)
         return out
 
+    @property
     def provenance(self) -> dict:
         """What the store records about where this dataset's table came from."""
         idx = self.index
-        official = self.index.frame is not None and self.index.frame["split"].null_count() == 0
+        official = idx.frame is not None and idx.frame["split"].null_count() == 0
         files = {}
         for rel in idx.files:
             p = (self.csv_path.parent if self.csv_path else self.root) / rel
@@ -553,6 +576,22 @@ class FileDataset:
         if self.csv_path is not None:
             out["csv"] = str(self.csv_path)
         return out
+
+
+class _RowPaths(Sequence):
+    """``FileDataset.paths``: a row's absolute image path, without building the list for
+    every row of a large dataset."""
+
+    def __init__(self, ds: FileDataset):
+        self._ds = ds
+
+    def __len__(self) -> int:
+        return len(self._ds._built[1])
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self._ds.path(r) for r in range(len(self))[row]]
+        return self._ds.path(int(row))
 
 
 def open_layout(name: str, root, **options) -> FileDataset:
@@ -616,7 +655,7 @@ class CheckReport:
 
 def counts(table: Table, task: str, classes: Sequence[str]) -> pl.DataFrame:
     """Images per class and split (multi-class), or positive/negative/unknown per finding and split."""
-    split = np.asarray(splits.SPLIT_NAMES)[table.split]
+    split = np.asarray(SPLITS)[table.split]
     if task == "multiclass":
         return (pl.DataFrame({"class": np.asarray(classes)[table.labels], "split": split})
                 .group_by("class", "split").len("images").sort("class", "split"))
@@ -658,9 +697,25 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
     t = ds.table()
     report.rows = len(t.ids)
     report.counts = counts(t, ds.task, ds.classes)
-    f = idx.frame
+    exists = _check_files(ds, problems)
 
-    # missing and extra files: list the folders the rows point into, never one stat a file
+    # unreadable images: a seeded sample, or every image with all_images
+    readable = np.flatnonzero(exists)
+    if not all_images and len(readable) > sample:
+        readable = np.sort(np.random.default_rng(ds.seed).choice(readable, sample, replace=False))
+    _check_images(ds, readable, problems, workers, progress)
+    report.images_checked = len(readable)
+    if not all_images and len(readable) < len(np.flatnonzero(exists)):
+        notes.append(f"decoded a sample of {len(readable)} images; pass --all to decode every one")
+    return report
+
+
+def _check_files(ds: FileDataset, problems: list[Problem]) -> np.ndarray:
+    """bool [row]: the row's image file exists; adds a problem for missing files and a
+    warning for image files no row names. Lists the folders the rows point into rather
+    than stat each file."""
+    idx = ds.index
+    f = idx.frame
     relative = ~f["path"].str.starts_with("/")
     found = _listing(ds.root, f["path"].filter(relative).append(idx.named.filter(~idx.named.str.starts_with("/"))))
     exists = np.isin(f["path"].to_numpy().astype(str), np.array(sorted(found), dtype=str))
@@ -677,11 +732,12 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
         problems.append(Problem(str(ds.root), None, f"{len(extra)} image files are named by no row of "
                                                     f"{', '.join(idx.files)}, e.g. {extra[0]}; they are ignored",
                                 fatal=False))
+    return exists
 
-    # unreadable images: a seeded sample, or every image with all_images
-    readable = np.flatnonzero(exists)
-    if not all_images and len(readable) > sample:
-        readable = np.sort(np.random.default_rng(ds.seed).choice(readable, sample, replace=False))
+
+def _check_images(ds: FileDataset, rows: np.ndarray, problems: list[Problem], workers: int | None,
+                  progress) -> None:
+    """Decode the images of ``rows`` on a thread pool; a problem for each that fails."""
 
     def try_load(row: int):
         try:
@@ -690,21 +746,18 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
             return row, exc
         return row, None
 
-    task = progress.add_task(f"decode {ds.name}", total=len(readable)) if progress is not None else None
+    task = progress.add_task(f"decode {ds.name}", total=len(rows)) if progress is not None else None
     failures = []
     with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
-        for r, e in pool.map(try_load, readable.tolist()):
+        for r, e in pool.map(try_load, rows.tolist()):
             if e is not None:
                 failures.append((r, e))
             if task is not None:  # an optional rich.progress.Progress: the command line's bar
                 progress.advance(task)
-    report.images_checked = len(readable)
+    f = ds.index.frame
     for row, exc in failures[:_SHOW]:
         problems.append(Problem(f["file"][row], int(f["line"][row]),
                                 f"image {f['path'][row]} cannot be read ({exc.reason}); expected a readable "
                                 "JPEG or PNG"))
     if len(failures) > _SHOW:
         problems.append(Problem(f["file"][0], None, f"{len(failures) - _SHOW} more unreadable images"))
-    if not all_images and len(readable) < len(np.flatnonzero(exists)):
-        notes.append(f"decoded a sample of {len(readable)} images; pass --all to decode every one")
-    return report

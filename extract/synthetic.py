@@ -1,8 +1,8 @@
 """Built-in synthetic benchmark datasets: procedurally drawn stand-ins for real medical sets.
 
 ``crs demo`` runs the whole pipeline on these, with no download and no patient data.
-Every dataset is made on the fly from ``(name, seed)``; drawing all of a dataset's images
-takes under a second on one core (numpy only, float32, vectorised over the pixel grid).
+Every dataset is made on the fly from ``(name, seed)`` (numpy only, float32, vectorised
+over the pixel grid).
 
 * ``demo_derm``: dermoscopy, 5 classes, imbalanced like ISIC; groups are lesions.
 * ``demo_fundus``: colour fundus photographs, diabetic-retinopathy grade 0..4 (ordinal),
@@ -33,31 +33,28 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-SPLITS = ("train", "val", "test")
-_SPLIT_FRACTIONS = np.array([0.7, 0.1, 0.2])
+from crs.extract import splits
+from crs.extract.table import Table, registry
 _MIN_IMAGES = 40  # floor on a dataset's image count, whatever `size` asks for
 _GROUP, _RENDER, _SPLIT = 0, 1, 2  # generator streams
 _CHUNK = 256  # images rendered between conversions to uint8
-_F = np.float32  # every image is drawn in float32: float64 exp/cos are ~4x slower
+_F = np.float32  # every image is drawn in float32: float64 exp/cos are several times slower
 _ONE_THREAD_MNK = 64**3  # OpenBLAS runs a matrix product of more multiply-adds on several threads
 
 
-@dataclass(frozen=True)
-class Table:
-    """A dataset's metadata, one entry a row, rows in the order generated."""
-
-    ids: np.ndarray  # [N] str, unique, e.g. 'demo_derm-000123'
-    labels: np.ndarray  # [N] int64 class index, or [N, K] int8 in {1, 0, -1} (-1: uncertain)
-    split: np.ndarray  # [N] int8: 0 train, 1 val, 2 test
-    group: np.ndarray  # [N] str: lesion or patient id; a group never straddles splits
+SOURCE = "builtin synthetic benchmark"
 
 
 @dataclass(frozen=True)
 class SyntheticDataset:
-    """One synthetic dataset at a size and seed: its metadata, and its images on demand."""
+    """One synthetic dataset at a size and seed: its metadata, and its images on demand.
+
+    Satisfies ``crs.extract.datasets.Dataset``; what only files have (provenance, image
+    paths, a shift target named by the user) is None."""
 
     name: str
     task: str  # 'multiclass' | 'multilabel'
@@ -68,11 +65,15 @@ class SyntheticDataset:
     description: str
     size: float = 1.0
     seed: int = 0
+    source: ClassVar[str] = SOURCE
+    shift_spec: ClassVar[None] = None
+    provenance: ClassVar[None] = None
+    paths: ClassVar[None] = None
 
     @property
     def modality(self) -> str:
         """'dermatology' | 'ophthalmology' | 'radiology': selects the perturbation suite."""
-        return MODALITY[self.name]
+        return _SPECS[self.name].modality
 
     def table(self) -> Table:
         return _plan(self.name, self.size, self.seed).table
@@ -99,6 +100,10 @@ class SyntheticDataset:
             out[start : start + len(chunk)] = imgs.transpose(0, 2, 3, 1)
         return out
 
+    def load_image(self, row: int) -> np.ndarray:
+        """uint8 [H, W, 3]: the image of one row of `table()`, the same as `images([row])[0]`."""
+        return self.images([row])[0]
+
 
 # --------------------------------------------------------------------------------------
 # Generators, the plan (table + hidden per-group and per-row parameters), splits.
@@ -124,6 +129,7 @@ class _Spec:
     task: str
     classes: tuple[str, ...]
     ordinal: bool
+    modality: str  # one of crs.names.MODALITIES: selects the perturbation suite
     shift_target: str | None
     n_images: int  # at size 1.0
     group_sizes: tuple[float, ...]  # P(a group holds 1, 2, ... images)
@@ -167,7 +173,7 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
     else:
         strata = _strata(labels, group_index, len(groups))
         sizes = np.bincount(group_index, minlength=len(groups))
-        split = _group_split(strata, sizes, _rng(name, seed, _SPLIT))[group_index]
+        split = splits.deal_split(strata, sizes, _rng(name, seed, _SPLIT))[group_index]
     group_ids = np.array([f"{name}-{spec.group_prefix}{g:05d}" for g in range(len(groups))])
     table = Table(
         ids=np.array([f"{name}-{i:06d}" for i in range(n_rows)]),
@@ -180,37 +186,19 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
     return _Plan(table, tuple(groups), group_index, tuple(rows))
 
 
-def _strata(labels: np.ndarray, group_index: np.ndarray, n_groups: int) -> list:
-    """A group's stratum: its class, or for multi-label which findings it has in any image."""
+def _strata(labels: np.ndarray, group_index: np.ndarray, n_groups: int) -> np.ndarray:
+    """int64 [G]: a group's stratum, ranked: its class, or for multi-label which findings
+    it has in any image (ordered as tuples of booleans)."""
     if labels.ndim == 1:
-        strata = [0] * n_groups
+        keys = [0] * n_groups
         for label, g in zip(labels.tolist(), group_index.tolist()):
-            strata[g] = label
-        return strata
-    positive = np.zeros((n_groups, labels.shape[1]), dtype=bool)
-    np.logical_or.at(positive, group_index, labels == 1)
-    return [tuple(p) for p in positive.tolist()]
-
-
-def _group_split(strata: list, sizes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """int8 [G]: each group's split, 70/10/20 by images, group-aware and stratified.
-
-    Groups are shuffled, ordered by stratum, and dealt in that order, each to the split
-    furthest below its target share of the images dealt so far. Each stratum is a
-    contiguous run of the deal, so it is itself split close to 70/10/20, and the running
-    deficit keeps the totals close even where strata are small.
-    """
-    order = rng.permutation(len(strata))
-    rank = {key: r for r, key in enumerate(sorted(set(strata)))}
-    order = order[np.argsort([rank[strata[g]] for g in order], kind="stable")]
-    split = np.empty(len(strata), dtype=np.int8)
-    dealt, total = np.zeros(3), 0
-    for g in order.tolist():
-        total += sizes[g]
-        s = int(np.argmax(_SPLIT_FRACTIONS * total - dealt))
-        split[g] = s
-        dealt[s] += sizes[g]
-    return split
+            keys[g] = label
+    else:
+        positive = np.zeros((n_groups, labels.shape[1]), dtype=bool)
+        np.logical_or.at(positive, group_index, labels == 1)
+        keys = [tuple(p) for p in positive.tolist()]
+    rank = {key: r for r, key in enumerate(sorted(set(keys)))}
+    return np.array([rank[k] for k in keys], dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------
@@ -262,7 +250,7 @@ def _pixel_noise(rng: np.random.Generator, n: int, channels: int = 3) -> np.ndar
 def _blur_matrix(n: int, sigma_px: float) -> np.ndarray:
     d = np.arange(n)[:, None] - np.arange(n)[None, :]
     b = np.exp(-0.5 * (d / sigma_px) ** 2)
-    b[b < 1e-9] = 0  # no subnormal floats: they slow matrix products ~100x
+    b[b < 1e-9] = 0  # no subnormal floats: matrix products slow down on them by orders of magnitude
     return (b / b.sum(axis=1, keepdims=True)).astype(_F)
 
 
@@ -277,12 +265,12 @@ def _spots(n: int, x: np.ndarray, y: np.ndarray, weight: np.ndarray, sigma: np.n
     [-1, 1] units. Separable: one [n, m] @ [m, n] product draws all m spots."""
     t = _grid(n)[0][0]
     inv = (1 / np.asarray(sigma, dtype=_F))[:, None]
-    # Exponents floored at -30: subnormal floats would slow the product below ~100x.
+    # Exponents floored at -30: no subnormal floats, on which the product slows down.
     gx = np.exp(np.maximum(np.square((t - np.asarray(x, dtype=_F)[:, None]) * inv) * _F(-0.5), _F(-30)))
     gy = np.exp(np.maximum(np.square((t - np.asarray(y, dtype=_F)[:, None]) * inv) * _F(-0.5), _F(-30)))
     gy = (gy * np.asarray(weight, dtype=_F)[:, None]).T
-    # Products in chunks that OpenBLAS runs on one thread: its threads hand off work
-    # slowly (milliseconds a product on a busy machine) for products this small.
+    # Products in chunks that OpenBLAS runs on one thread: for products this small,
+    # handing work to its threads costs more than the work.
     k = max(1, _ONE_THREAD_MNK // (n * n))
     return sum((gy[:, j : j + k] @ gx[j : j + k] for j in range(0, len(gx), k)), np.zeros((n, n), _F))
 
@@ -321,7 +309,7 @@ def _sigmoid(t: np.ndarray) -> np.ndarray:
 
 def _f32(params: dict) -> dict:
     """Float arrays to float32 and numpy scalars to Python numbers, so that nothing
-    upcasts an image to float64 (whose exp and cos are ~4x slower)."""
+    upcasts an image to float64 (whose exp and cos are several times slower)."""
     out = {}
     for k, v in params.items():
         if isinstance(v, np.ndarray) and v.dtype.kind == "f":
@@ -422,8 +410,39 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
     X, Y = _grid(n)
     e = rng.standard_normal(10).tolist()
     skin = _rgb(*lesion["skin"]) * (1 + 0.05 * _smooth(rng, n, 6) + 0.02 * _smooth(rng, n, 24))
+    shape = _derm_shape(n, lesion, e)
 
-    # Lesion coordinates (u, v): rotated, shifted, aspect-squeezed, in radius units.
+    varieg = lesion["variegation"]
+    mix = np.clip(0.5 + varieg * shape.field, 0, 1) * min(1.0, 1.5 * varieg + 0.1)
+    main, second = _rgb(*lesion["colour"][0]), _rgb(*lesion["colour"][1])
+    colour = _derm_texture(main + mix * (second - main), n, lesion, shape)  # [3, H, W]
+    img = skin + shape.alpha * (colour - skin)
+
+    if lesion["hairy"]:
+        for _ in range(int(rng.integers(1, 5))):
+            a, b, off, bend = rng.normal(0.0, [1.0, 1.0, 0.5, 0.6]).tolist()
+            dist = np.abs(a * X + b * Y + off + bend * X * Y) * (n / 2 / math.hypot(a, b))
+            img = img * (1 - 0.5 * np.exp(dist * dist * -3.0))
+
+    gain = _rgb(*np.exp(0.06 * e[4] + 0.03 * np.array(e[5:8])))
+    img = img * (gain * (1 + 0.08 * e[8] * X + 0.08 * e[9] * Y))
+    if rng.random() < 0.4:  # the dermoscope's field: dark corners
+        img = img * _sigmoid((rng.uniform(1.0, 1.35) - np.sqrt(X * X + Y * Y)) * 25)
+    return img + 0.015 * _pixel_noise(rng, n)
+
+
+class _DermShape(NamedTuple):
+    u: np.ndarray  # [H, W] lesion coordinates, in radius units
+    v: np.ndarray
+    d: np.ndarray  # [H, W] distance from the lesion's centre, in radius units
+    field: np.ndarray  # [H, W] the smooth variegation field
+    alpha: np.ndarray  # [H, W] lesion opacity: 1 inside the border, 0 outside
+    radius: float  # in [-1, 1] image units
+
+
+def _derm_shape(n: int, lesion: dict, e: list[float]) -> _DermShape:
+    """The lesion's pose in this image (rotated, shifted, aspect-squeezed, zoomed by the
+    draws ``e[0:4]``), its irregular border and its variegation field."""
     c, s = math.cos(lesion["angle"] + 0.2 * e[0]), math.sin(lesion["angle"] + 0.2 * e[0])
     cx, cy = lesion["centre"][0] + 0.05 * e[1], lesion["centre"][1] + 0.05 * e[2]
     radius = lesion["radius"] * math.exp(0.05 * e[3])
@@ -431,7 +450,7 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
     def frame(X, Y):
         return (c * (X - cx) + s * (Y - cy)) / radius, (c * (Y - cy) - s * (X - cx)) / (radius * lesion["aspect"])
 
-    u, v = frame(X, Y)
+    u, v = frame(*_grid(n))
     d = np.sqrt(u * u + v * v)
     # The border and the variegation field are smooth: draw them at 1/2 and 1/4 resolution.
     uh, vh = frame(*_grid(n // 2))
@@ -445,12 +464,12 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
     field = np.tensordot(lesion["blob_weight"], np.exp((np.square(uq - bu) + np.square(vq - bv)) * _F(-5.5)), axes=1)
     edge, field = _upsample(edge, n), _upsample(field, n)
     alpha = _sigmoid((edge - d) / (lesion["blur"] + 0.02))
+    return _DermShape(u, v, d, field, alpha, radius)
 
-    varieg = lesion["variegation"]
-    mix = np.clip(0.5 + varieg * field, 0, 1) * min(1.0, 1.5 * varieg + 0.1)
-    main, second = _rgb(*lesion["colour"][0]), _rgb(*lesion["colour"][1])
-    colour = main + mix * (second - main)  # [3, H, W]
 
+def _derm_texture(colour: np.ndarray, n: int, lesion: dict, shape: _DermShape) -> np.ndarray:
+    """The lesion's colour [3, H, W] with its class textures drawn in (no random draws)."""
+    u, v, d, field, radius = shape.u, shape.v, shape.d, shape.field, shape.radius
     network, ridges, vessels, lagoons = lesion["texture"].tolist()
     if network > 0.03:
         f = 2 * np.pi * radius / lesion["network_period"]
@@ -474,20 +493,7 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
         lag = (np.cos(f * u + 0.5 * field) * np.cos(f * v) + 1) / 2
         red = np.clip(1 - 4 * lag * (1 - lag), 0, 1)  # 0 on the pale septa between lagoons
         colour = colour + (min(1.0, lagoons) * 0.6 * red) * (_rgb(0.55, 0.08, 0.22) - colour)
-
-    img = skin + alpha * (colour - skin)
-
-    if lesion["hairy"]:
-        for _ in range(int(rng.integers(1, 5))):
-            a, b, off, bend = rng.normal(0.0, [1.0, 1.0, 0.5, 0.6]).tolist()
-            dist = np.abs(a * X + b * Y + off + bend * X * Y) * (n / 2 / math.hypot(a, b))
-            img = img * (1 - 0.5 * np.exp(dist * dist * -3.0))
-
-    gain = _rgb(*np.exp(0.06 * e[4] + 0.03 * np.array(e[5:8])))
-    img = img * (gain * (1 + 0.08 * e[8] * X + 0.08 * e[9] * Y))
-    if rng.random() < 0.4:  # the dermoscope's field: dark corners
-        img = img * _sigmoid((rng.uniform(1.0, 1.35) - np.sqrt(X * X + Y * Y)) * 25)
-    return img + 0.015 * _pixel_noise(rng, n)
+    return colour
 
 
 # --------------------------------------------------------------------------------------
@@ -544,6 +550,24 @@ def _fundus_group(rng: np.random.Generator) -> dict:
     })
 
 
+class _Eye(NamedTuple):
+    """Where one fundus image puts the retina (the unit disc), its optic disc and macula."""
+
+    cx: float  # the retina's centre and radius, in [-1, 1] image units
+    cy: float
+    radius: float
+    dx: float  # the optic disc's centre, in retina units
+    dy: float
+    mx: float  # the macula's centre, in retina units
+    my: float
+    side: float  # +1: the disc lies at +x (a right eye); -1: a left eye
+
+    def polar(self, rho: np.ndarray, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Points at (rho, phi) about the disc (phi = 0 towards the macula) in image coordinates."""
+        return (self.cx + self.radius * (self.dx - self.side * rho * np.cos(phi)),
+                self.cy + self.radius * (self.dy + rho * np.sin(phi)))
+
+
 def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -> np.ndarray:
     """Fundus-photograph-like: an orange-red retina on black, optic disc, macula, vessels.
 
@@ -572,50 +596,15 @@ def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -
     img = img + disc * (_rgb(1.0, 0.86, 0.55) - img) + 0.15 * np.exp(pd2 * -400)
     mx, my = dx - side * 0.55, dy + 0.06
     img = img * (1 - 0.3 * np.exp((np.square(x - mx) + np.square(y - my)) * -33))
-
-    def polar(rho: np.ndarray, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Points at (rho, phi) about the disc (phi = 0 towards the macula) in image coordinates."""
-        return cx + radius * (dx - side * rho * np.cos(phi)), cy + radius * (dy + rho * np.sin(phi))
+    eye = _Eye(cx, cy, radius, dx, dy, mx, my, side)
 
     # Vessels, whose veins dilate with the grade (drawn per patient, posed per image).
     vx = cx + radius * (dx - side * patient["vessel_toward"])
     vy = cy + radius * (dy + patient["vessel_up"])
     vessel = np.clip(_strokes(n, vx, vy, patient["vessel_mass"] * radius, 0.55 * n / 64), 0, 1)
     img = img * (1 - 0.55 * vessel * _rgb(0.35, 1.0, 1.0))
-
-    neo = float(_FUNDUS_LESIONS[grade, 4]) * patient["burden"] ** 0.5
-    if neo > 0.01 and rng.random() < 0.9:  # new vessels: a few tangled loops by the disc
-        steps = rng.normal(0.0, 0.9, (4, 40)).cumsum(axis=1)
-        rho = 0.1 + 0.3 * np.abs(np.sin(np.linspace(0, 3 * np.pi, 40) + rng.uniform(0, 6, (4, 1))))
-        tx, ty = polar(rho, rng.uniform(-np.pi, np.pi, (4, 1)) + 0.35 * steps)
-        tangle = np.clip(_strokes(n, tx, ty, _arc_mass(tx, ty, 1.0), 0.45 * n / 64), 0, 1)
-        img = img * (1 - min(0.8, 0.7 * neo) * tangle * _rgb(0.25, 1.0, 1.0))
-    if grade == 4 and rng.random() < 0.5:  # a preretinal haemorrhage: a large dark boat
-        hx, hy = polar(rng.uniform(0.3, 0.9, 1), rng.uniform(-np.pi, np.pi, 1))
-        blot = _spots(n, np.array([hx[0] - 0.03, hx[0] + 0.03]), hy, np.array([0.8, 0.8]), np.full(2, 0.09))
-        img = img * (1 - np.clip(blot, 0, 0.85) * _rgb(0.5, 0.9, 0.9))
-
-    # Lesions: Poisson counts around the patient's burden, uniform over the retina except
-    # exudates, which cluster round the macula.
-    counts = rng.poisson(_FUNDUS_LESIONS[grade, :4] * patient["burden"] * math.exp(0.2 * e[7])).tolist()
-    m = sum(counts)
-    if m:
-        r, a = 0.85 * np.sqrt(rng.random(m)), rng.uniform(0, 2 * np.pi, m)
-        sx, sy = r * np.cos(a), r * np.sin(a)
-        exudates = slice(counts[0] + counts[1], counts[0] + counts[1] + counts[2])
-        sx[exudates] = mx + 0.3 * rng.standard_normal(counts[2])
-        sy[exudates] = my + 0.3 * rng.standard_normal(counts[2])
-        kind = np.repeat(np.arange(4), counts)
-        size = _LESION_SIZE[kind] * rng.uniform(0.8, 1.25, m) * radius
-        weight = _LESION_WEIGHT[kind] * rng.uniform(0.7, 1.3, m)
-        sx, sy = cx + radius * sx, cy + radius * sy
-        red = kind < 2
-        if red.any():
-            dark = np.clip(_spots(n, sx[red], sy[red], weight[red], size[red]), 0, 0.9)
-            img = img * (1 - dark * _rgb(0.35, 0.8, 0.8))
-        if not red.all():
-            pale = np.clip(_spots(n, sx[~red], sy[~red], weight[~red], size[~red]), 0, 1)
-            img = img + pale * (_rgb(0.95, 0.85, 0.45) - img)
+    img = _fundus_proliferative(img, n, grade, patient, eye, rng)
+    img = _fundus_lesions(img, n, grade, patient["burden"], math.exp(0.2 * e[7]), eye, rng)
 
     # Acquisition: exposure, defocus, the camera's circular field.
     img = img * math.exp(0.06 * rng.standard_normal())
@@ -623,6 +612,52 @@ def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -
     if sigma > 0.55:
         img = _blur(img, sigma)
     return (img + 0.01 * _pixel_noise(rng, n)) * inside
+
+
+def _fundus_proliferative(img: np.ndarray, n: int, grade: int, patient: dict, eye: _Eye,
+                          rng: np.random.Generator) -> np.ndarray:
+    """New vessels at the disc (grades with a neovascular strength) and, at grade 4, a
+    preretinal haemorrhage."""
+    neo = float(_FUNDUS_LESIONS[grade, 4]) * patient["burden"] ** 0.5
+    if neo > 0.01 and rng.random() < 0.9:  # new vessels: a few tangled loops by the disc
+        steps = rng.normal(0.0, 0.9, (4, 40)).cumsum(axis=1)
+        rho = 0.1 + 0.3 * np.abs(np.sin(np.linspace(0, 3 * np.pi, 40) + rng.uniform(0, 6, (4, 1))))
+        tx, ty = eye.polar(rho, rng.uniform(-np.pi, np.pi, (4, 1)) + 0.35 * steps)
+        tangle = np.clip(_strokes(n, tx, ty, _arc_mass(tx, ty, 1.0), 0.45 * n / 64), 0, 1)
+        img = img * (1 - min(0.8, 0.7 * neo) * tangle * _rgb(0.25, 1.0, 1.0))
+    if grade == 4 and rng.random() < 0.5:  # a preretinal haemorrhage: a large dark boat
+        hx, hy = eye.polar(rng.uniform(0.3, 0.9, 1), rng.uniform(-np.pi, np.pi, 1))
+        blot = _spots(n, np.array([hx[0] - 0.03, hx[0] + 0.03]), hy, np.array([0.8, 0.8]), np.full(2, 0.09))
+        img = img * (1 - np.clip(blot, 0, 0.85) * _rgb(0.5, 0.9, 0.9))
+    return img
+
+
+def _fundus_lesions(img: np.ndarray, n: int, grade: int, burden: float, jitter: float, eye: _Eye,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Microaneurysms, haemorrhages, hard exudates, cotton-wool spots: Poisson counts around
+    the patient's ``burden`` times this image's ``jitter``, uniform over the retina except
+    exudates, which cluster round the macula."""
+    counts = rng.poisson(_FUNDUS_LESIONS[grade, :4] * burden * jitter).tolist()
+    m = sum(counts)
+    if not m:
+        return img
+    r, a = 0.85 * np.sqrt(rng.random(m)), rng.uniform(0, 2 * np.pi, m)
+    sx, sy = r * np.cos(a), r * np.sin(a)
+    exudates = slice(counts[0] + counts[1], counts[0] + counts[1] + counts[2])
+    sx[exudates] = eye.mx + 0.3 * rng.standard_normal(counts[2])
+    sy[exudates] = eye.my + 0.3 * rng.standard_normal(counts[2])
+    kind = np.repeat(np.arange(4), counts)
+    size = _LESION_SIZE[kind] * rng.uniform(0.8, 1.25, m) * eye.radius
+    weight = _LESION_WEIGHT[kind] * rng.uniform(0.7, 1.3, m)
+    sx, sy = eye.cx + eye.radius * sx, eye.cy + eye.radius * sy
+    red = kind < 2
+    if red.any():
+        dark = np.clip(_spots(n, sx[red], sy[red], weight[red], size[red]), 0, 0.9)
+        img = img * (1 - dark * _rgb(0.35, 0.8, 0.8))
+    if not red.all():
+        pale = np.clip(_spots(n, sx[~red], sy[~red], weight[~red], size[~red]), 0, 1)
+        img = img + pale * (_rgb(0.95, 0.85, 0.45) - img)
+    return img
 
 
 # --------------------------------------------------------------------------------------
@@ -704,12 +739,51 @@ def _render_cxr(
     build, heart size, inspiration, tilt and position, AP films (which magnify the heart
     and are commoner in the sick), devices, exposure, and the site's acquisition.
     """
-    X, Y = _grid(n)
     cardio, effusion, consolidation, edema = (
         max(z + 0.35, 0.0) ** 0.8 * v for z, v in zip(row["z"], row["visibility"])
     )
     e = rng.standard_normal(6).tolist()
+    img, chest = _cxr_chest(n, patient, e, rng, zoom, offset)
+    x, y = chest.x, chest.y
 
+    # Heart: on the diaphragm, bulging to the patient's left (image right).
+    ap = 1.12 if row["ap"] else 1.0
+    half_width = 0.29 * patient["heart"] * ap * (1 + 0.25 * min(cardio, 1.6))
+    heart = _sigmoid((1 - np.square((x - 0.05) * (1 / half_width)) - np.square((y - chest.base + 0.3) * 4.2)) * 8)
+    img = img + heart * (0.58 - img) * 0.9
+    img = _cxr_findings(img, n, chest, row, effusion, consolidation, edema, rng)
+
+    if rng.random() < (0.5 if row["ap"] else 0.1):  # ECG leads and a line
+        for a, c in rng.uniform([-0.7, -0.6], [0.7, 0.5], (3, 2)).tolist():
+            img = img + 0.35 * np.exp((np.square(x - a) + np.square(y - c)) * -667)
+        bend, end = float(rng.normal(0.0, 0.3)), float(rng.uniform(-0.2, 0.3))
+        line = (x - 0.1 - bend * np.square(y + 0.8)) * (n / 2 * chest.build)
+        img = img + 0.2 * np.exp(line * line * -1) * (y < end)
+
+    # Acquisition: exposure, then the site's intensity curve, then detector noise.
+    img = np.clip(img * math.exp(0.1 * e[5]) + float(rng.normal(0.0, 0.03)), 0, 1)
+    img = 0.5 + contrast * ((img**gamma if gamma != 1.0 else img) - 0.5)
+    return img + noise * _pixel_noise(rng, n, 1)
+
+
+class _Chest(NamedTuple):
+    """One film's anatomy: coordinates and the lung fields the findings are drawn in."""
+
+    x: np.ndarray  # [H, W] anatomical coordinates after field of view, tilt, position and build
+    y: np.ndarray
+    ax: np.ndarray  # |x|: both lungs at once
+    lung: np.ndarray  # [H, W] in [0, 1]: inside a lung
+    floor: np.ndarray  # [H, W] the diaphragm's height under each point
+    apex: float  # the lungs' top and base (before the dome), in y
+    base: float
+    build: float
+
+
+def _cxr_chest(n: int, patient: dict, e: list[float], rng: np.random.Generator, zoom: float,
+               offset: tuple[float, float]) -> tuple[np.ndarray, _Chest]:
+    """The healthy film [H, W] (body, lungs, ribs, lung markings, clavicles, trachea) and its
+    anatomy; ``e[0:5]`` pose the patient (tilt, build, position, inspiration)."""
+    X, Y = _grid(n)
     # Anatomical coordinates: the site's field of view, then the patient's position.
     tilt, build = 0.04 * e[0], patient["build"] * math.exp(0.02 * e[1])
     x0, y0 = X / zoom + (offset[0] + 0.035 * e[2]), Y / zoom + (offset[1] + 0.035 * e[3])
@@ -739,17 +813,17 @@ def _render_cxr(
     img = img + (0.03 * (1 + np.cos(rib_phase)) + markings) * lung
     clavicle = np.exp(np.square((y + 0.66 - 0.3 * ax * np.sqrt(ax)) * 28) * -1) * ((ax < 0.6) & (ax > 0.05))
     img = img + 0.15 * clavicle - 0.08 * np.exp(x * x * -900) * (y < -0.35)
+    return img, _Chest(x, y, ax, lung, floor, apex, base, build)
 
-    # Heart: on the diaphragm, bulging to the patient's left (image right).
-    ap = 1.12 if row["ap"] else 1.0
-    half_width = 0.29 * patient["heart"] * ap * (1 + 0.25 * min(cardio, 1.6))
-    heart = _sigmoid((1 - np.square((x - 0.05) * (1 / half_width)) - np.square((y - base + 0.3) * 4.2)) * 8)
-    img = img + heart * (0.58 - img) * 0.9
 
+def _cxr_findings(img: np.ndarray, n: int, chest: _Chest, row: dict, effusion: float, consolidation: float,
+                  edema: float, rng: np.random.Generator) -> np.ndarray:
+    """Effusion, consolidation and edema drawn into the lungs, each as strong as its score."""
+    x, y, ax, lung = chest.x, chest.y, chest.ax, chest.lung
     if effusion > 0:  # fluid fills the lung base up to a meniscus rising laterally
-        depth = (0.03 + 0.15 * min(effusion, 1.5)) * (base - apex)
+        depth = (0.03 + 0.15 * min(effusion, 1.5)) * (chest.base - chest.apex)
         side = (x < 0, x > 0, ax > 0)[row["effusion_side"]]
-        top = floor - depth * (0.5 + 0.8 * np.clip((ax - 0.15) * 2, 0, 1))
+        top = chest.floor - depth * (0.5 + 0.8 * np.clip((ax - 0.15) * 2, 0, 1))
         fluid = _sigmoid((y - top) * 40) * lung * side
         img = img + (0.8 * min(1.0, 0.4 + effusion)) * fluid * (0.56 - img)
 
@@ -763,18 +837,7 @@ def _render_cxr(
     if edema > 0:  # perihilar (butterfly) haze and a general loss of lung clarity
         haze = np.exp(np.square(ax - 0.16) * -20 - np.square(y + 0.02) * 11)
         img = img + min(edema, 1.5) * (0.09 * haze + 0.01) * lung
-
-    if rng.random() < (0.5 if row["ap"] else 0.1):  # ECG leads and a line
-        for a, c in rng.uniform([-0.7, -0.6], [0.7, 0.5], (3, 2)).tolist():
-            img = img + 0.35 * np.exp((np.square(x - a) + np.square(y - c)) * -667)
-        bend, end = float(rng.normal(0.0, 0.3)), float(rng.uniform(-0.2, 0.3))
-        line = (x - 0.1 - bend * np.square(y + 0.8)) * (n / 2 * build)
-        img = img + 0.2 * np.exp(line * line * -1) * (y < end)
-
-    # Acquisition: exposure, then the site's intensity curve, then detector noise.
-    img = np.clip(img * math.exp(0.1 * e[5]) + float(rng.normal(0.0, 0.03)), 0, 1)
-    img = 0.5 + contrast * ((img**gamma if gamma != 1.0 else img) - 0.5)
-    return img + noise * _pixel_noise(rng, n, 1)
+    return img
 
 
 # --------------------------------------------------------------------------------------
@@ -787,6 +850,7 @@ def _cxr_spec(name: str, n_images: int, test_only: bool, shift_target: str | Non
         task="multilabel",
         classes=_CXR_CLASSES,
         ordinal=False,
+        modality="radiology",
         shift_target=shift_target,
         n_images=n_images,
         group_sizes=(0.55, 0.3, 0.15),
@@ -799,14 +863,16 @@ def _cxr_spec(name: str, n_images: int, test_only: bool, shift_target: str | Non
     )
 
 
-_SPECS: dict[str, _Spec] = {
-    s.name: s
-    for s in (
+# One record a dataset; adding one is a record here plus its expectations in
+# tests/extract/test_synthetic.py.
+_SPECS: dict[str, _Spec] = registry(
+    (
         _Spec(
             name="demo_derm",
             task="multiclass",
             classes=_DERM_CLASSES,
             ordinal=False,
+            modality="dermatology",
             shift_target=None,
             n_images=900,
             group_sizes=(0.5, 0.3, 0.2),
@@ -826,6 +892,7 @@ _SPECS: dict[str, _Spec] = {
             task="multiclass",
             classes=_FUNDUS_CLASSES,
             ordinal=True,
+            modality="ophthalmology",
             shift_target=None,
             n_images=900,
             group_sizes=(0.4, 0.6),
@@ -862,16 +929,12 @@ _SPECS: dict[str, _Spec] = {
                 "noise, a zoomed and offset field of view, sicker patients; test only."
             ),
         ),
-    )
-}
+    ),
+    "synthetic dataset",
+)
 
 DATASETS: tuple[str, ...] = tuple(_SPECS)
-MODALITY: dict[str, str] = {
-    "demo_derm": "dermatology",
-    "demo_fundus": "ophthalmology",
-    "demo_cxr": "radiology",
-    "demo_cxr_site2": "radiology",
-}
+MODALITY: dict[str, str] = {name: spec.modality for name, spec in _SPECS.items()}
 
 
 def _spec(name: str) -> _Spec:

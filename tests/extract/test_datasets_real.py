@@ -79,7 +79,7 @@ def test_aptos_labels_groups_split_and_images(tmp_path):
     assert np.array_equal(again.split, t.split)
     other = dsreg.get("aptos2019", 1.0, 7, roots={"aptos2019": root}).table()
     assert not np.array_equal(other.split, t.split)
-    prov = ds.provenance()
+    prov = ds.provenance
     assert prov["split_seed"] == 0 and prov["official_split"] is False
     assert prov["files"] == {"train.csv": (root / "train.csv").stat().st_size}
 
@@ -122,7 +122,7 @@ def test_chexpert_frontal_findings_policy_groups(tmp_path, policy, uncertain):
     _no_group_straddles(t)
     assert ds.shift_target == "mimic-cxr" and ds.modality == "radiology"
     assert ds.load_image(0).shape == (16, 16, 3)
-    assert ds.provenance()["uncertain"] == policy
+    assert ds.provenance["uncertain"] == policy
 
 
 def test_findings_all_or_a_list_and_the_target_follows(tmp_path):
@@ -170,7 +170,7 @@ def test_mimic_official_split_frontal_and_paths(tmp_path):
     assert t.labels.tolist() == want and (t.labels == -1).any()
     assert ds.path(0) == str(root / mimic_path(expect[0][2], expect[0][1], expect[0][0]))
     assert ds.load_image(0).shape == (16, 16, 3)
-    assert ds.provenance()["official_split"] is True
+    assert ds.provenance["official_split"] is True
     notes = " ".join(ds.index.notes)
     assert "not frontal" in notes and "without a row" in notes
 
