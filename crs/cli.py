@@ -709,10 +709,10 @@ def perturbations_cmd(
         n = len(ds.table().ids)
         if not 0 <= row < n:
             raise BadInput(f"--row must be in 0..{n - 1}, not {row}")
-        modality = getattr(ds, "modality", None)
+        modality = ds.modality
         if modality is None:
             raise BadInput(f"dataset {dataset!r} has no modality, so no perturbation suite")
-        img = ds.load_image(row) if hasattr(ds, "load_image") else ds.images(np.array([row]))[0]
+        img = ds.load_image(row)
         x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div(255)
         canvas = perturb.grid(x, str(ds.table().ids[row]), modality)
         out_path.parent.mkdir(parents=True, exist_ok=True)

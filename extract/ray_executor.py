@@ -71,7 +71,7 @@ class Replica:
         self.device_lock = threading.Lock()  # two units in flight: one decodes while the other embeds
 
     def run(self, unit: Unit) -> dict:
-        units = _Units(self.ds, {unit.j: unit.source_rows}, getattr(self.ds, "paths", None))
+        units = _Units(self.ds, {unit.j: unit.source_rows}, self.ds.paths)
         _, images, failures = units[unit.j]
         failed = unit_failures(unit, failures, self.strict)
         with self.device_lock:

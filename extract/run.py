@@ -92,14 +92,14 @@ def dataset_table(ds) -> DatasetTable:
         "ordinal": bool(ds.ordinal),
         "shift_target": ds.shift_target,
         "description": ds.description,
-        "source": getattr(ds, "source", "builtin synthetic benchmark"),
-        "size": getattr(ds, "size", 1.0),
-        "seed": getattr(ds, "seed", 0),
+        "source": ds.source,
+        "size": ds.size,
+        "seed": ds.seed,
         "image_size": ds.image_size,
-        "modality": getattr(ds, "modality", None),
+        "modality": ds.modality,
     }
-    if hasattr(ds, "provenance"):  # file-based datasets: root, CSV files, split kind and seed, label policy
-        attrs.update(ds.provenance())
+    if ds.provenance is not None:  # file-based datasets: root, CSV files, split kind and seed, label policy
+        attrs.update(ds.provenance)
     return DatasetTable(
         name=ds.name,
         ids=np.asarray(t.ids)[order],
@@ -281,7 +281,7 @@ class _Units(torch.utils.data.Dataset):
     def __getitem__(self, j):
         rows = self.unit_rows[j]
         failures = []  # (position in the unit, file, reason)
-        if hasattr(self.ds, "load_image"):
+        if self.paths is not None:  # images read from files can fail one by one
             size = self.ds.image_size
             images = np.zeros((len(rows), size, size, 3), dtype=np.uint8)
             for k, r in enumerate(rows.tolist()):
@@ -479,7 +479,7 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
     source_row = np.asarray(table.attrs["source_row"])
     n, n_test = len(table.ids), table.n_test
     has_train = bool((table.split == 0).any())
-    modality = getattr(ds, "modality", None)
+    modality = ds.modality
     perturbed_conds = []
     if perturbations and has_train and n_test:
         if modality is None:
@@ -567,7 +567,7 @@ def _run_units_locally(plan: Plan, ds, model, new_failures: list, *, workers, st
     task = (progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units))
             if progress is not None else None)
     embed = _Embedder(model, plan.batch)
-    units = _Units(ds, {u.j: u.source_rows for u in plan.units}, getattr(ds, "paths", None))
+    units = _Units(ds, {u.j: u.source_rows for u in plan.units}, ds.paths)
     by_j = {u.j: u for u in plan.units}
     pin = model.device.type == "cuda"
     writer = _Writer()

@@ -41,6 +41,10 @@ class FileDataset:
     image_size = SIZE
     modality = "dermatology"
     source = "test files"
+    shift_spec = None
+    size = 1.0
+    seed = 0
+    provenance = None
 
     def __init__(self, paths):
         self.paths = paths
