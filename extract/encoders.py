@@ -9,7 +9,8 @@ Two kinds of record:
 * the real pretrained families (general, broad-medical, specialty), each loaded through
   its library's normal path (``crs.extract.models``): timm, or transformers.
 
-``loader`` says how the weights become a model:
+``loader`` says how the weights become a model (one ``Loader`` record each in
+``crs.extract.models.LOADERS``; a new name is added there and to ``LOADERS`` below):
 
 * ``timm``: ``timm.create_model(model_id, pretrained=True)`` (timm ids and ``hf-hub:`` ids);
 * ``timm-checkpoint``: a timm architecture (``arch['timm']``) filled from one checkpoint
