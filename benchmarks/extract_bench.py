@@ -28,10 +28,10 @@ import numpy as np
 
 
 class PngDataset:
-    """A dataset of PNG files: half test, half train, with the load_image contract."""
+    """A dataset of PNG files: half test, half train (crs.extract.datasets.Dataset's members)."""
 
-    task, classes, ordinal, shift_target = "multiclass", ("a", "b"), False, None
-    description, source = "benchmark PNG files", "benchmark"
+    task, classes, ordinal, shift_target, shift_spec = "multiclass", ("a", "b"), False, None, None
+    description, source, size, seed, provenance = "benchmark PNG files", "benchmark", 1.0, 0, None
 
     def __init__(self, folder: Path, n: int, image_size: int, modality: str):
         self.name = "bench"
@@ -39,12 +39,15 @@ class PngDataset:
         self.image_size, self.modality = image_size, modality
 
     def table(self):
-        from crs.extract.synthetic import Table
+        from crs.extract.table import Table
 
         n = len(self.paths)
         return Table(ids=np.array([p.stem for p in self.paths]), labels=np.arange(n) % 2,
                      split=np.where(np.arange(n) % 2 == 0, 2, 0).astype(np.int8),
                      group=np.array([p.stem for p in self.paths]))
+
+    def images(self, rows):
+        return np.stack([self.load_image(r) for r in rows])
 
     def load_image(self, row):
         from PIL import Image

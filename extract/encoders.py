@@ -9,7 +9,8 @@ Two kinds of record:
 * the real pretrained families (general, broad-medical, specialty), each loaded through
   its library's normal path (``crs.extract.models``): timm, or transformers.
 
-``loader`` says how the weights become a model:
+``loader`` says how the weights become a model (one ``Loader`` record each in
+``crs.extract.models.LOADERS``; a new name is added there and to ``LOADERS`` below):
 
 * ``timm``: ``timm.create_model(model_id, pretrained=True)`` (timm ids and ``hf-hub:`` ids);
 * ``timm-checkpoint``: a timm architecture (``arch['timm']``) filled from one checkpoint
@@ -31,9 +32,11 @@ pinning the others needs a session with hub access to read their commit ids).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from dataclasses import dataclass, field
+
+from crs.errors import BadInput
+from crs.store.keys import store_key
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -91,7 +94,7 @@ class EncoderSpec:
 
 
 def check_spec(spec: EncoderSpec) -> EncoderSpec:
-    """Raise ValueError naming the bad field of a record (user records from --encoder-file too)."""
+    """Raise BadInput (a ValueError) naming the bad field of a record (user records from --encoder-file too)."""
     problems = []
     if not re.fullmatch(r"[a-z0-9][a-z0-9._+\-]*", spec.name or ""):
         problems.append(f"name {spec.name!r} must be lowercase letters, digits, '.', '_', '+', '-'")
@@ -111,7 +114,7 @@ def check_spec(spec: EncoderSpec) -> EncoderSpec:
     if spec.loader == "timm-checkpoint" and "timm" not in spec.arch:
         problems.append("loader timm-checkpoint needs arch = {timm = 'ARCHITECTURE', ...}")
     if problems:
-        raise ValueError(f"encoder record {spec.name!r}: " + "; ".join(problems))
+        raise BadInput(f"encoder record {spec.name!r}: " + "; ".join(problems))
     return spec
 
 
@@ -278,7 +281,19 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     ),
 )
 
-ENCODERS: dict[str, EncoderSpec] = {spec.name: check_spec(spec) for spec in _REGISTRY}
+
+
+def index(specs, where: str = "the built-in registry") -> dict[str, EncoderSpec]:
+    """{name: record} of checked records; a name given twice is refused (``where`` names the source)."""
+    out: dict[str, EncoderSpec] = {}
+    for spec in specs:
+        if spec.name in out:
+            raise BadInput(f"{where}: encoder name {spec.name!r} is given twice; every record needs its own name")
+        out[spec.name] = check_spec(spec)
+    return out
+
+
+ENCODERS: dict[str, EncoderSpec] = index(_REGISTRY)
 
 
 def names() -> list[str]:
@@ -309,33 +324,6 @@ def default_reference(encoders: list[str]) -> str:
 
 
 # ---------------------------------------------------------------- user-given encoders
-_SAFE = re.compile(r"[a-z0-9._\-]")
-
-
-def store_key(text: str) -> str:
-    """An injective, path-safe store key for a user-given id such as ``hf:org/Name``.
-
-    Lowercase letters, digits, '.', '_' and '-' pass through; every other character
-    (upper case, '/', ':', '~', control characters, ...) becomes ``~XXXX`` (its code point
-    in hex), and a leading '.' is escaped too, so '..' and hidden names cannot occur.
-    '~' is escaped itself, so two ids never map to one key. Upper case is escaped rather
-    than lowered for the same reason (``hf:A/b`` and ``hf:a/b`` are different repos).
-    """
-    out = []
-    for i, ch in enumerate(text):
-        if _SAFE.fullmatch(ch) and not (i == 0 and ch == "."):
-            out.append(ch)
-        else:
-            out.append(f"~{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"~~{ord(ch):06x}")
-    key = "".join(out)
-    if not key:
-        raise ValueError("an encoder id must not be empty")
-    if len(key) > 200:  # file systems cap names at 255 bytes; keep it injective with a digest
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        key = key[:180] + "~h" + digest
-    return key
-
-
 def from_id(text: str) -> EncoderSpec:
     """A record for ``timm:NAME`` or ``hf:ORG/NAME`` given on the command line.
 
@@ -345,9 +333,9 @@ def from_id(text: str) -> EncoderSpec:
     """
     kind, _, ident = text.partition(":")
     if kind not in ("timm", "hf") or not ident or any(ord(c) < 32 for c in ident):
-        raise ValueError(f"encoder id {text!r} must look like timm:NAME or hf:ORG/NAME")
+        raise BadInput(f"encoder id {text!r} must look like timm:NAME or hf:ORG/NAME")
     if kind == "hf" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*", ident):
-        raise ValueError(f"encoder id {text!r}: hf ids look like hf:ORG/NAME (letters, digits, '.', '_', '-')")
+        raise BadInput(f"encoder id {text!r}: hf ids look like hf:ORG/NAME (letters, digits, '.', '_', '-')")
     return EncoderSpec(
         name=store_key(text), family="general", source=kind, model_id=ident, width=0, input_size=224,
         pooling="model", loader="timm" if kind == "timm" else "hf",
@@ -363,19 +351,19 @@ def from_toml(path: str) -> list[EncoderSpec]:
         try:
             data = tomllib.load(f)
         except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: not valid TOML ({exc})") from None
+            raise BadInput(f"{path}: not valid TOML ({exc})") from None
     tables = data.get("encoder")
     if not isinstance(tables, list) or not tables:
-        raise ValueError(f"{path}: expected one or more [[encoder]] tables")
+        raise BadInput(f"{path}: expected one or more [[encoder]] tables")
     known = {f.name for f in dataclasses.fields(EncoderSpec)}
     specs = []
     for i, t in enumerate(tables):
         unknown = set(t) - known
         if unknown:
-            raise ValueError(f"{path}: [[encoder]] #{i + 1} has unknown keys {sorted(unknown)}; valid: {sorted(known)}")
+            raise BadInput(f"{path}: [[encoder]] #{i + 1} has unknown keys {sorted(unknown)}; valid: {sorted(known)}")
         missing = {"name", "family", "source", "model_id", "width", "input_size"} - set(t)
         if missing:
-            raise ValueError(f"{path}: [[encoder]] #{i + 1} lacks {sorted(missing)}")
+            raise BadInput(f"{path}: [[encoder]] #{i + 1} lacks {sorted(missing)}")
         t = dict(t)
         for key in ("mean", "std"):
             if key in t:
@@ -383,8 +371,9 @@ def from_toml(path: str) -> list[EncoderSpec]:
         t.setdefault("loader", "hf" if t["source"] == "hf" else t["source"])
         spec = check_spec(EncoderSpec(**t))
         if spec.name in ENCODERS:
-            raise ValueError(f"{path}: encoder name {spec.name!r} is taken by the built-in registry; rename it")
+            raise BadInput(f"{path}: encoder name {spec.name!r} is taken by the built-in registry; rename it")
         specs.append(spec)
+    index(specs, where=path)  # a name twice in one file
     return specs
 
 

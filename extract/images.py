@@ -19,10 +19,12 @@ import os
 import numpy as np
 from PIL import Image
 
+from crs.errors import UserError
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 
-class ImageError(ValueError):
+class ImageError(UserError, ValueError):
     """An image file that cannot be read; ``path`` names it and ``reason`` says why."""
 
     def __init__(self, path: str | os.PathLike, reason: str):

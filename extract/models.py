@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from crs.errors import UserError
 from crs.extract.encoders import EncoderSpec
 
 
-class WeightsError(Exception):
+class WeightsError(UserError):
     """The weights cannot be had (gated, missing, offline, wrong file); the message says what to do."""
 
 
@@ -320,21 +323,33 @@ def build_random(spec: EncoderSpec) -> tuple[torch.nn.Module, str]:
 
     Built from ``spec.arch`` alone, with no download: the tests build every record at full
     size on the meta device to check its width, and tiny ones to run the loaders offline."""
+    loader = LOADERS.get(spec.loader)
+    if loader is None or loader.build_random is None:
+        raise ValueError(f"encoder {spec.name!r}: no architecture to build for loader {spec.loader!r}")
+    return loader.build_random(spec), loader.kind
+
+
+def _random_timm(spec: EncoderSpec) -> torch.nn.Module:
     import timm
+
+    trunk = timm.create_model(spec.arch.get("timm", spec.model_id), pretrained=False, num_classes=0,
+                              **_timm_arch_kwargs(spec))
+    return ProjectedTrunk(trunk, spec.arch["projection_dim"]) if spec.keymap == "open_clip" else trunk
+
+
+def _random_vision_tower(spec: EncoderSpec) -> torch.nn.Module:
     import transformers
 
-    if spec.loader in ("timm", "timm-checkpoint"):
-        trunk = timm.create_model(spec.arch.get("timm", spec.model_id), pretrained=False, num_classes=0,
-                                  **_timm_arch_kwargs(spec))
-        if spec.keymap == "open_clip":
-            return ProjectedTrunk(trunk, spec.arch["projection_dim"]), "timm"
-        return trunk, "timm"
-    if spec.loader == "hf-vision-tower":
-        return transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**spec.arch, vision_use_head=False)), "hf"
-    if spec.loader == "hf" and spec.hf_class in _CONFIGS:
-        config = getattr(transformers, _CONFIGS[spec.hf_class])(**spec.arch)
-        return getattr(transformers, spec.hf_class)(config), "hf"
-    raise ValueError(f"encoder {spec.name!r}: no architecture to build for loader {spec.loader!r}")
+    return transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**spec.arch, vision_use_head=False))
+
+
+def _random_hf(spec: EncoderSpec) -> torch.nn.Module:
+    import transformers
+
+    if spec.hf_class not in _CONFIGS:
+        raise ValueError(f"encoder {spec.name!r}: no architecture to build for loader {spec.loader!r}")
+    config = getattr(transformers, _CONFIGS[spec.hf_class])(**spec.arch)
+    return getattr(transformers, spec.hf_class)(config)
 
 
 _CONFIGS = {"Dinov2Model": "Dinov2Config", "CLIPVisionModelWithProjection": "CLIPVisionConfig",
@@ -452,25 +467,21 @@ def load(spec: EncoderSpec, device: torch.device | str | None = None, *, weights
          trust_remote_code: bool = False, precision: str = "auto") -> Encoder:
     """Build the model through its library's normal path and wrap it with its preprocessing."""
     device = torch.device(device) if device is not None else pick_device()
-    if spec.loader == "builtin" or spec.source == "builtin":
-        if spec.model_id != "colour_texture_stats":
-            raise ValueError(f"unknown builtin encoder {spec.model_id!r}")
-        return Encoder(spec, ColourTextureStats(), device, "builtin", precision)
-    if spec.loader == "timm":
-        model, kind = _timm_model(spec, weights), "timm"
-    elif spec.loader == "timm-checkpoint":
-        model, kind = _timm_checkpoint_model(spec, weights), "timm"
-    elif spec.loader == "hf":
-        model, kind = _hf_model(spec, weights, trust_remote_code), "hf"
-    elif spec.loader == "hf-vision-tower":
-        model, kind = _vision_tower_model(spec, weights), "hf"
-    else:
+    loader = LOADERS.get("builtin" if spec.source == "builtin" else spec.loader)
+    if loader is None:
         raise ValueError(f"encoder {spec.name!r}: loader {spec.loader!r} is not supported")
-    if spec.width == 0:  # a timm:/hf: id: width, size and normalisation come from the model
-        spec = _complete_user_spec(spec, model, kind)
-        if kind == "hf":
+    model = loader.load(spec, weights, trust_remote_code)
+    if spec.width == 0 and loader.kind != "builtin":  # a timm:/hf: id: width, size and normalisation from the model
+        spec = _complete_user_spec(spec, model, loader.kind)
+        if loader.kind == "hf":
             spec = _with_processor(spec, _processor_config(spec, weights))
-    return Encoder(spec, model, device, kind, precision)
+    return Encoder(spec, model, device, loader.kind, precision)
+
+
+def _builtin_model(spec: EncoderSpec) -> torch.nn.Module:
+    if spec.model_id != "colour_texture_stats":
+        raise ValueError(f"unknown builtin encoder {spec.model_id!r}")
+    return ColourTextureStats()
 
 
 # PIL's resampling codes, as image processors record them
@@ -549,3 +560,42 @@ def _complete_user_spec(spec: EncoderSpec, model: torch.nn.Module, kind: str) ->
     size = getattr(cfg, "image_size", 224)
     size = size if isinstance(size, int) else int(size[0])
     return dataclasses.replace(spec, width=int(width), input_size=int(size))
+
+
+# ------------------------------------------------------------------------ loaders
+@dataclass(frozen=True)
+class Loader:
+    """How the weights of a record with ``EncoderSpec.loader == name`` become a torch module.
+
+    ``kind`` says how ``Encoder`` calls the module ("timm" | "hf" | "builtin"); ``load(spec,
+    weights, trust_remote_code)`` builds it with its weights (``weights``: a local file or
+    folder, else the hub); ``build_random(spec)`` builds the architecture with random weights
+    and no download (None: there is none to build)."""
+
+    name: str
+    kind: str
+    load: Callable[[EncoderSpec, str | None, bool], torch.nn.Module]
+    build_random: Callable[[EncoderSpec], torch.nn.Module] | None = None
+
+
+LOADERS: dict[str, Loader] = {}
+
+
+def register_loader(loader: Loader) -> Loader:
+    """Add ``loader`` to ``LOADERS``; a name registered already is refused."""
+    if loader.name in LOADERS:
+        raise ValueError(f"loader {loader.name!r} is registered already; give the new one another name")
+    LOADERS[loader.name] = loader
+    return loader
+
+
+for _loader in (
+    Loader("timm", "timm", lambda spec, weights, trust: _timm_model(spec, weights), _random_timm),
+    Loader("timm-checkpoint", "timm", lambda spec, weights, trust: _timm_checkpoint_model(spec, weights),
+           _random_timm),
+    Loader("hf", "hf", _hf_model, _random_hf),
+    Loader("hf-vision-tower", "hf", lambda spec, weights, trust: _vision_tower_model(spec, weights),
+           _random_vision_tower),
+    Loader("builtin", "builtin", lambda spec, weights, trust: _builtin_model(spec)),
+):
+    register_loader(_loader)

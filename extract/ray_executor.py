@@ -27,17 +27,18 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from crs.extract.run import Plan, Unit, _Embedder, _Units, embed_unit, unit_failures
+from crs.errors import CrsError, UserError
+from crs.extract.run import DecodedUnits, Embedder, Plan, Unit, embed_unit, unit_failures
 from crs.store import Store
 
 IN_FLIGHT_PER_ACTOR = 2  # one unit decoding while the other runs on the device
 
 
-class RayUnavailable(Exception):
+class RayUnavailable(UserError):
     """--executor ray without Ray installed, or a cluster that cannot be reached."""
 
 
-class UnitFailed(Exception):
+class UnitFailed(CrsError):
     """A work unit failed on every attempt (its replica kept dying)."""
 
 
@@ -65,13 +66,13 @@ class Replica:
         self.store = Store(store_path, mode="a", storage_options=storage_options)
         self.model = load(plan_spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
                           precision=precision)
-        self.embed = _Embedder(self.model, batch)
+        self.embed = Embedder(self.model, batch)
         self.encoder, self.dataset, self.ds, self.strict = plan_spec.name, dataset, ds, strict
         self.arrays = {}
         self.device_lock = threading.Lock()  # two units in flight: one decodes while the other embeds
 
     def run(self, unit: Unit) -> dict:
-        units = _Units(self.ds, {unit.j: unit.source_rows}, self.ds.paths)
+        units = DecodedUnits(self.ds, {unit.j: unit.source_rows}, self.ds.paths)
         _, images, failures = units[unit.j]
         failed = unit_failures(unit, failures, self.strict)
         with self.device_lock:
@@ -108,28 +109,7 @@ def run_units_on_ray(store: Store, plan: Plan, ds, new_failures: list, *, device
     (or with ``device='cpu'``), one per ``cpus_per_actor`` CPUs; never more than there are units.
     ``workers`` (DataLoader processes) does not apply: each replica decodes its own units."""
     ray = connect(address)
-    from ray.exceptions import RayActorError, RayTaskError
-
-    try:
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, WorkerCrashedError
-        lost = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
-    except ImportError:  # older Ray
-        lost = (RayActorError,)
-    resources = ray.cluster_resources()
-    cluster_gpus = float(resources.get("GPU", 0))
-    if gpus_per_actor is None:
-        gpus_per_actor = 1.0 if cluster_gpus >= 1 and device in (None, "cuda") else 0.0
-    if gpus_per_actor > 0 and cluster_gpus < gpus_per_actor:
-        raise RayUnavailable(f"gpus_per_actor {gpus_per_actor} but the Ray cluster has {cluster_gpus:g} GPUs")
-    slots = int(cluster_gpus // gpus_per_actor) if gpus_per_actor else int(resources.get("CPU", 1) // cpus_per_actor)
-    n_actors = max(1, min(actors or slots or 1, len(plan.units)))
-    if not store.is_url and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
-        import warnings
-
-        warnings.warn(f"--store {store.path!r} is a local path and the Ray cluster has several nodes: every "
-                      "node must see the same folder (a shared file system), or use an object-store URL",
-                      stacklevel=2)
-
+    n_actors, gpus_per_actor = _actor_count(ray, store, plan, device, actors, gpus_per_actor, cpus_per_actor)
     import torch
 
     # CPU replicas run as many intra-op threads as this process's torch, whatever OMP_NUM_THREADS Ray
@@ -143,43 +123,87 @@ def run_units_on_ray(store: Store, plan: Plan, ds, new_failures: list, *, device
                     batch=plan.batch, weights=weights, trust_remote_code=trust_remote_code, precision=precision,
                     strict=strict, threads=threads)
             for _ in range(n_actors)]
-    summary = plan.summary
     task = (progress.add_task(f"{plan.spec.name} × {plan.dataset} (ray, {n_actors} replicas)",
                               total=sum(len(u.conds) for u in plan.units)) if progress is not None else None)
+
+    def advance(chunks: int) -> None:
+        if task is not None:
+            progress.advance(task, chunks)
+
+    try:
+        batches = _drain(ray, pool, plan, new_failures, retries, advance)
+        plan.summary.batch = min(batches) if batches else plan.batch
+    finally:
+        for a in pool:
+            ray.kill(a)
+
+
+def _actor_count(ray, store: Store, plan: Plan, device, actors, gpus_per_actor, cpus_per_actor) -> tuple[int, float]:
+    """(how many replicas, GPUs per replica) for the cluster ``ray`` is connected to."""
+    resources = ray.cluster_resources()
+    cluster_gpus = float(resources.get("GPU", 0))
+    if gpus_per_actor is None:
+        gpus_per_actor = 1.0 if cluster_gpus >= 1 and device in (None, "cuda") else 0.0
+    if gpus_per_actor > 0 and cluster_gpus < gpus_per_actor:
+        raise RayUnavailable(f"gpus_per_actor {gpus_per_actor} but the Ray cluster has {cluster_gpus:g} GPUs")
+    slots = int(cluster_gpus // gpus_per_actor) if gpus_per_actor else int(resources.get("CPU", 1) // cpus_per_actor)
+    n_actors = max(1, min(actors or slots or 1, len(plan.units)))
+    if not store.is_url and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
+        import warnings
+
+        warnings.warn(f"--store {store.path!r} is a local path and the Ray cluster has several nodes: every "
+                      "node must see the same folder (a shared file system), or use an object-store URL",
+                      stacklevel=3)
+    return n_actors, gpus_per_actor
+
+
+def _lost_errors() -> tuple:
+    """The Ray exceptions that mean a replica died (its unit was retried and still failed)."""
+    from ray.exceptions import RayActorError
+
+    try:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, WorkerCrashedError
+        return (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
+    except ImportError:  # older Ray
+        return (RayActorError,)
+
+
+def _drain(ray, pool: list, plan: Plan, new_failures: list, retries: int, advance) -> list[int]:
+    """Keep IN_FLIGHT_PER_ACTOR units on each replica until every unit is done; returns the
+    replicas' final batch sizes. ``advance(n)`` reports n more chunks written."""
+    from ray.exceptions import RayTaskError
+
+    lost = _lost_errors()
+    summary = plan.summary
     queue, inflight = deque(plan.units), {}
 
     def submit(i: int) -> None:
         unit = queue.popleft()
         inflight[pool[i].run.remote(unit)] = (unit, i)
 
-    try:
-        for _ in range(IN_FLIGHT_PER_ACTOR):
-            for i in range(n_actors):
-                if queue:
-                    submit(i)
-        batches = []
-        while inflight:
-            (ref,), _ = ray.wait(list(inflight), num_returns=1)
-            unit, i = inflight.pop(ref)
-            try:
-                r = ray.get(ref)
-            except RayTaskError as exc:  # our code raised (a bad image under --strict, a store error): no retry
-                raise (exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc) from None
-            except lost as exc:  # Ray restarted the replica and sent the unit again, ``retries`` times
-                raise UnitFailed(f"work unit {unit.j} of {plan.spec.name} × {plan.dataset} failed {retries + 1} "
-                                 f"times (its replica died each time): {exc}. What was written is kept; run the "
-                                 "same command again to resume") from exc
-            new_failures += r["failures"]
-            summary.chunks_written += r["chunks"]
-            summary.forward_images += r["forward_images"]
-            summary.decodes += r["decodes"]
-            summary.device = r["device"]
-            batches.append(r["batch"])
-            if task is not None:
-                progress.advance(task, r["chunks"])
+    for _ in range(IN_FLIGHT_PER_ACTOR):
+        for i in range(len(pool)):
             if queue:
                 submit(i)
-        summary.batch = min(batches) if batches else plan.batch
-    finally:
-        for a in pool:
-            ray.kill(a)
+    batches = []
+    while inflight:
+        (ref,), _ = ray.wait(list(inflight), num_returns=1)
+        unit, i = inflight.pop(ref)
+        try:
+            r = ray.get(ref)
+        except RayTaskError as exc:  # our code raised (a bad image under --strict, a store error): no retry
+            raise (exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc) from None
+        except lost as exc:  # Ray restarted the replica and sent the unit again, ``retries`` times
+            raise UnitFailed(f"work unit {unit.j} of {plan.spec.name} × {plan.dataset} failed {retries + 1} "
+                             f"times (its replica died each time): {exc}. What was written is kept; run the "
+                             "same command again to resume") from exc
+        new_failures += r["failures"]
+        summary.chunks_written += r["chunks"]
+        summary.forward_images += r["forward_images"]
+        summary.decodes += r["decodes"]
+        summary.device = r["device"]
+        batches.append(r["batch"])
+        advance(r["chunks"])
+        if queue:
+            submit(i)
+    return batches

@@ -14,20 +14,15 @@ failing, and CUDA runs under bf16 autocast (``crs.extract.models``).
 
 Safety: one lock per (dataset, encoder) in the store (pid + host; a lock left by a dead
 process is taken over); a short lock per dataset guards its metadata and failures
-table, so several encoders can write into one store at the same time.
+table, so several encoders can write into one store at the same time (``crs.store.locks``).
 """
 
 from __future__ import annotations
 
-import fcntl
 import importlib.metadata as md
-import json
-import os
 import queue
-import socket
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,15 +33,13 @@ from crs.extract import datasets, encoders, perturb
 from crs.extract.encoders import EncoderSpec
 from crs.extract.images import ImageError
 from crs.extract.models import load, pick_device
-from crs.store import DatasetTable, Store, StoreError, store_order
+from crs.errors import UserError
+from crs.names import SPLIT_CODE
+from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_lock, store_order
 from crs.store.zarr_store import now
 
 
-class LockHeld(StoreError):
-    """Another live run holds the (dataset, encoder) lock."""
-
-
-class StrictFailure(Exception):
+class StrictFailure(UserError):
     """--strict and an image could not be decoded."""
 
 
@@ -110,166 +103,8 @@ def dataset_table(ds) -> DatasetTable:
     )
 
 
-# -------------------------------------------------------------------------- locks
-def _lock_dir(store: Store) -> str | None:
-    """Lock files live in the store folder (local stores only; an fsspec URL gets none)."""
-    path = store.path[len("file://"):] if store.path.startswith("file://") else store.path
-    if "://" in path:
-        return None
-    d = os.path.join(path, ".crs-locks")
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-@contextmanager
-def hold_lock(store: Store, key: str, *, wait: bool, what: str):
-    """An exclusive lock named ``key`` in the store: flock on a file holding {pid, host, started}.
-
-    The kernel drops a flock when its process dies, so a lock left by a killed run is
-    free at once; its file still names the dead holder, which is reported as taken over.
-    ``wait=False`` refuses at once if a live run holds it. Yields the stale holder or None.
-    An object store (an fsspec URL) has no flock: it gets an ``object_lock``.
-    """
-    d = _lock_dir(store)
-    if d is None:
-        with object_lock(store, key, wait=wait, what=what) as stale:
-            yield stale
-        return
-    path = os.path.join(d, encoders.store_key(key) + ".lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            holder = _read_holder(fd)
-            raise LockHeld(
-                f"{what} is being extracted by another run (pid {holder.get('pid', '?')} on host "
-                f"{holder.get('host', '?')}, since {holder.get('started', '?')}); wait for it to finish or stop "
-                f"it, then run again (lock file {path})"
-            ) from None
-        stale = _read_holder(fd)
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
-        if stale and stale.get("host") == me["host"] and isinstance(stale.get("pid"), int) \
-                and stale["pid"] != me["pid"] and _pid_alive(stale["pid"]):
-            # the flock is free but its recorded holder lives: a lock file copied in, or a
-            # file system without flock; refuse rather than write beside a live run
-            raise LockHeld(f"{what}: lock file {path} names a live process (pid {stale['pid']}); "
-                           "if that is not an extraction, delete the lock file")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode(), 0)
-        os.fsync(fd)
-        try:
-            yield (f"pid {stale.get('pid')} on {stale.get('host')}" if stale else None)
-        finally:
-            os.ftruncate(fd, 0)  # a clean exit leaves an empty (free) lock file
-    finally:
-        os.close(fd)  # releases the flock
-
-
-# An object store has no flock and no atomic create-if-absent that every fsspec backend
-# offers, so its lock is an object .crs-locks/KEY.json naming the holder {pid, host, started,
-# heartbeat, token}, kept fresh by a heartbeat thread. A holder is dead when it is on this
-# host and its pid is gone (taken over at once), or when its heartbeat is older than
-# OBJECT_LOCK_STALE_S (another host's run that died: taken over after that long; clocks are
-# assumed to agree to well within it). Acquiring writes our record, waits OBJECT_LOCK_SETTLE_S
-# and reads it back: of two runs that both saw the lock free, the later writer wins and the
-# other refuses, provided each wrote within OBJECT_LOCK_SETTLE_S of its check (S3, GCS and
-# Azure Blob give read-after-write consistency). This is a guard against running the same
-# (dataset, encoder) twice by mistake, not a consensus protocol; the Ray executor needs no lock
-# for its chunks (each unit has one writer), only this one per (dataset, encoder) in its driver.
-OBJECT_LOCK_STALE_S = 600.0
-OBJECT_LOCK_HEARTBEAT_S = 30.0
-OBJECT_LOCK_SETTLE_S = 0.5
-
-
-def _object_holder(fs, path: str) -> dict | None:
-    try:
-        raw = fs.cat_file(path)
-    except FileNotFoundError:
-        return None
-    try:
-        return json.loads(raw) if raw.strip() else None
-    except ValueError:
-        return {"pid": "?", "host": "? (unreadable lock object)", "heartbeat": 0.0}
-
-
-def _holder_dead(holder: dict, stale_s: float) -> bool:
-    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-        return not _pid_alive(holder["pid"])
-    return time.time() - float(holder.get("heartbeat", 0.0)) > stale_s
-
-
-@contextmanager
-def object_lock(store: Store, key: str, *, wait: bool, what: str, stale_s: float | None = None):
-    """The lock of ``hold_lock`` for a store at an fsspec URL (see the comment above)."""
-    import uuid
-
-    stale_s = OBJECT_LOCK_STALE_S if stale_s is None else stale_s
-    fs, root = store.filesystem()
-    path = f"{root}/.crs-locks/{encoders.store_key(key)}.json"
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now(), "token": uuid.uuid4().hex}
-    stale = None
-    while True:
-        holder = _object_holder(fs, path)
-        if holder is not None and holder.get("token") != me["token"] and not _holder_dead(holder, stale_s):
-            if wait:
-                time.sleep(OBJECT_LOCK_SETTLE_S)
-                continue
-            raise LockHeld(
-                f"{what} is being extracted by another run (pid {holder.get('pid', '?')} on host "
-                f"{holder.get('host', '?')}, since {holder.get('started', '?')}); wait for it to finish or stop "
-                f"it, then run again (lock object {store.path.rstrip('/')}/.crs-locks/; a holder on another host "
-                f"that died is taken over {stale_s:.0f} s after its last heartbeat)")
-        if holder is not None and holder.get("token") != me["token"]:
-            stale = holder
-        fs.pipe_file(path, json.dumps({**me, "heartbeat": time.time()}).encode())
-        time.sleep(OBJECT_LOCK_SETTLE_S)
-        if (_object_holder(fs, path) or {}).get("token") == me["token"]:
-            break
-    stop = threading.Event()
-
-    def beat():
-        while not stop.wait(OBJECT_LOCK_HEARTBEAT_S):
-            try:
-                if (_object_holder(fs, path) or {}).get("token") == me["token"]:
-                    fs.pipe_file(path, json.dumps({**me, "heartbeat": time.time()}).encode())
-            except Exception:  # noqa: BLE001 - a missed beat only ages the lock; the next one retries
-                pass
-
-    thread = threading.Thread(target=beat, name="crs-lock-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield (f"pid {stale.get('pid')} on {stale.get('host')}" if stale else None)
-    finally:
-        stop.set()
-        thread.join()
-        try:
-            if (_object_holder(fs, path) or {}).get("token") == me["token"]:
-                fs.rm_file(path)  # a clean exit leaves no lock object
-        except FileNotFoundError:
-            pass
-
-
-def _read_holder(fd: int) -> dict:
-    try:
-        raw = os.pread(fd, 4096, 0)
-        return json.loads(raw) if raw.strip() else {}
-    except (OSError, ValueError):
-        return {"pid": "?", "host": "? (unreadable lock file)"}
-
-
 # ----------------------------------------------------------------------- decoding
-class _Units(torch.utils.data.Dataset):
+class DecodedUnits(torch.utils.data.Dataset):
     """Item j: the decoded images of work unit j, as uint8 [m, S, S, 3] plus its failures."""
 
     def __init__(self, ds, unit_rows: dict[int, np.ndarray], paths: list | None):
@@ -301,7 +136,7 @@ class _Units(torch.utils.data.Dataset):
         return str(self.paths[row]) if self.paths is not None else f"row {row}"
 
 
-def _loader(units: _Units, order: list[int], workers: int, pin: bool):
+def _loader(units: DecodedUnits, order: list[int], workers: int, pin: bool):
     subset = torch.utils.data.Subset(units, order)
     kwargs = {"num_workers": workers, "batch_size": None, "pin_memory": pin}
     if workers > 0:
@@ -348,7 +183,7 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-class _Embedder:
+class Embedder:
     """Forward passes in batches; halves the batch on out-of-memory and keeps the smaller one."""
 
     def __init__(self, model, batch: int):
@@ -408,37 +243,53 @@ def extract(
     if not isinstance(dataset, str):  # an opened dataset object (a real dataset's adapter)
         ds, dataset = dataset, dataset.name
     ds = ds if ds is not None else datasets.get(dataset, size=size)
-    with hold_lock(store, f"{dataset}|{spec.name}", wait=False, what=f"{dataset} × {spec.name}") as stale:
+    with extraction_lock(store, dataset, spec.name) as stale:
         plan, model = prepare(store, spec, dataset, ds, chunk=chunk, batch=batch, device=device, dtype=dtype,
                               perturbations=perturbations, severities=severities, weights=weights,
                               trust_remote_code=trust_remote_code, precision=precision)
         t0 = time.perf_counter()
         new_failures: list[tuple[str, str, str]] = []
         try:
-            if plan.units and executor == "ray":
-                from crs.extract.ray_executor import run_units_on_ray
-
-                t0 = time.perf_counter()
-                run_units_on_ray(store, plan, ds, new_failures, device=device, workers=workers, strict=strict,
-                                 weights=weights, trust_remote_code=trust_remote_code, precision=precision,
-                                 progress=progress, **(ray_options or {}))
-            elif plan.units:
-                if model is None:
-                    model = load(plan.spec, pick_device(device), weights=weights,
-                                 trust_remote_code=trust_remote_code, precision=precision)
-                t0 = time.perf_counter()  # seconds: the extraction itself, without loading the model
-                _run_units_locally(plan, ds, model, new_failures, workers=workers, strict=strict, progress=progress)
+            if plan.units:
+                t0 = _run_units(store, plan, ds, model, new_failures, executor=executor, device=device,
+                                workers=workers, strict=strict, weights=weights,
+                                trust_remote_code=trust_remote_code, precision=precision, progress=progress,
+                                ray_options=ray_options)
         finally:
             if new_failures:
-                with hold_lock(store, f"dataset|{dataset}", wait=True, what=f"dataset {dataset}"):
+                with dataset_lock(store, dataset):
                     store.add_failures(dataset, *zip(*new_failures))
-        summary = plan.summary
-        summary.failures = len(store.failures(dataset)["image_id"])
-        summary.seconds = time.perf_counter() - t0
-        summary.complete = all(arr.finalize() for arr in plan.arrays.values())
-        summary.arrays = list(plan.arrays)
-        summary.lock_taken_over = stale
-        return summary
+        return _finish(store, plan, t0, stale)
+
+
+def _run_units(store, plan, ds, model, new_failures: list, *, executor, device, workers, strict, weights,
+               trust_remote_code, precision, progress, ray_options) -> float:
+    """Run the pending units of ``plan``; returns when the extraction itself began (after loading the model)."""
+    if executor == "ray":
+        from crs.extract.ray_executor import run_units_on_ray
+
+        t0 = time.perf_counter()
+        run_units_on_ray(store, plan, ds, new_failures, device=device, workers=workers, strict=strict,
+                         weights=weights, trust_remote_code=trust_remote_code, precision=precision,
+                         progress=progress, **(ray_options or {}))
+        return t0
+    if model is None:
+        model = load(plan.spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
+                     precision=precision)
+    t0 = time.perf_counter()
+    _run_units_locally(plan, ds, model, new_failures, workers=workers, strict=strict, progress=progress)
+    return t0
+
+
+def _finish(store: Store, plan, t0: float, stale: str | None) -> ExtractSummary:
+    """The summary of a run whose units are done: failures, time, and which arrays are complete."""
+    summary = plan.summary
+    summary.failures = len(store.failures(plan.dataset)["image_id"])
+    summary.seconds = time.perf_counter() - t0
+    summary.complete = all(arr.finalize() for arr in plan.arrays.values())
+    summary.arrays = list(plan.arrays)
+    summary.lock_taken_over = stale
+    return summary
 
 
 @dataclass
@@ -473,19 +324,11 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
 
     Returns (plan, model): the model is loaded here only when the spec does not say its width."""
     table = dataset_table(ds)
-    with hold_lock(store, f"dataset|{dataset}", wait=True, what=f"dataset {dataset}"):
+    with dataset_lock(store, dataset):
         store.write_dataset(table)
     table = store.dataset(dataset)  # the stored order is the truth
-    source_row = np.asarray(table.attrs["source_row"])
-    n, n_test = len(table.ids), table.n_test
-    has_train = bool((table.split == 0).any())
     modality = ds.modality
-    perturbed_conds = []
-    if perturbations and has_train and n_test:
-        if modality is None:
-            raise StoreError(f"dataset {dataset!r} has no modality, so no perturbation suite; pass --no-perturb")
-        perturbed_conds = perturb.conditions(modality, tuple(severities))
-    conds = [CLEAN] + perturbed_conds
+    conds = [CLEAN] + _perturbed_conditions(dataset, table, modality, perturbations, severities)
 
     model = None
     if spec.width == 0:  # a timm:/hf: id: the model tells its width
@@ -493,7 +336,43 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
                      precision=precision)
         spec = model.spec
 
-    provenance = {
+    provenance = _provenance(spec, weights, modality)
+    n, n_test = len(table.ids), table.n_test
+    arrays = {
+        cond: store.embedding(
+            dataset, spec.name, cond, rows="all" if cond == CLEAN else "test",
+            n_rows=n if cond == CLEAN else n_test, width=spec.width, chunk=chunk, dtype=dtype,
+            attrs={**provenance, "perturbation": _perturbation(cond)},
+        )
+        for cond in conds
+    }
+    summary = ExtractSummary(encoder=spec.name, dataset=dataset, images=n, conditions=len(conds), batch=batch)
+    units, summary.chunks_skipped = _pending_units(table, conds, arrays)
+    return Plan(spec=spec, dataset=dataset, conds=conds, arrays=arrays, units=units, batch=batch,
+                summary=summary), model
+
+
+def _perturbed_conditions(dataset: str, table: DatasetTable, modality, perturbations: bool, severities) -> list[str]:
+    """The modality suite's conditions, where the dataset has train and test images to probe and test."""
+    has_train = bool((table.split == SPLIT_CODE["train"]).any())
+    if not (perturbations and has_train and table.n_test):
+        return []
+    if modality is None:
+        raise StoreError(f"dataset {dataset!r} has no modality, so no perturbation suite; pass --no-perturb")
+    return perturb.conditions(modality, tuple(severities))
+
+
+def _perturbation(cond: str) -> dict | None:
+    """The parameters of a condition's perturbation, as recorded with its array (None when clean)."""
+    if cond == CLEAN:
+        return None
+    c = parse(cond)
+    return perturb.parameters(c.family, c.severity)
+
+
+def _provenance(spec: EncoderSpec, weights: str | None, modality) -> dict:
+    """What every array of one extraction records about how its embeddings were made."""
+    return {
         "encoder_spec": spec.as_dict(),
         "weight_source": spec.weight_source if weights is None else f"local file {weights}",
         "revision": spec.revision,
@@ -509,21 +388,12 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
         "libraries": library_versions(),
         "created": now(),
     }
-    arrays = {}
-    for cond in conds:
-        attrs = dict(provenance)
-        if cond == CLEAN:
-            attrs["perturbation"] = None
-        else:
-            c = parse(cond)
-            attrs["perturbation"] = perturb.parameters(c.family, c.severity)
-        rows = "all" if cond == CLEAN else "test"
-        arrays[cond] = store.embedding(
-            dataset, spec.name, cond, rows=rows, n_rows=n if cond == CLEAN else n_test,
-            width=spec.width, chunk=chunk, dtype=dtype, attrs=attrs,
-        )
 
-    summary = ExtractSummary(encoder=spec.name, dataset=dataset, images=n, conditions=len(conds), batch=batch)
+
+def _pending_units(table: DatasetTable, conds: list[str], arrays: dict) -> tuple[list[Unit], int]:
+    """(the units with a pending chunk, how many chunks of all arrays are written already)."""
+    source_row = np.asarray(table.attrs["source_row"])
+    n_test = table.n_test
     pending = {cond: set(arr.pending().tolist()) for cond, arr in arrays.items()}
     units = []
     for j in range(arrays[CLEAN].n_chunks):
@@ -532,10 +402,8 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
             sl = arrays[CLEAN].chunk_rows(j)
             units.append(Unit(j=j, source_rows=source_row[sl.start : sl.stop], ids=table.ids[sl].tolist(),
                               n_test=int(max(0, min(sl.stop, n_test) - sl.start)), conds=todo))
-    todo = sum(len(p) for p in pending.values())
-    summary.chunks_skipped = sum(a.n_chunks for a in arrays.values()) - todo
-    return Plan(spec=spec, dataset=dataset, conds=conds, arrays=arrays, units=units, batch=batch,
-                summary=summary), model
+    skipped = sum(a.n_chunks for a in arrays.values()) - sum(len(p) for p in pending.values())
+    return units, skipped
 
 
 def embed_unit(unit: Unit, images: torch.Tensor, embed, device) -> list[tuple[str, np.ndarray]]:
@@ -566,8 +434,8 @@ def _run_units_locally(plan: Plan, ds, model, new_failures: list, *, workers, st
     summary.device = str(model.device)
     task = (progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units))
             if progress is not None else None)
-    embed = _Embedder(model, plan.batch)
-    units = _Units(ds, {u.j: u.source_rows for u in plan.units}, ds.paths)
+    embed = Embedder(model, plan.batch)
+    units = DecodedUnits(ds, {u.j: u.source_rows for u in plan.units}, ds.paths)
     by_j = {u.j: u for u in plan.units}
     pin = model.device.type == "cuda"
     writer = _Writer()

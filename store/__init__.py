@@ -1,10 +1,11 @@
-"""The Zarr embedding store (numpy + zarr only)."""
+"""The Zarr embedding store (numpy + zarr only): schema, read, write, locks."""
 
+from crs.names import SPLIT_CODE, SPLITS
+from crs.store.keys import store_key
+from crs.store.locks import LockHeld, dataset_lock, extraction_lock, hold_lock, object_lock
 from crs.store.zarr_store import (
     DEFAULT_STORE,
     SCHEMA_VERSION,
-    SPLIT_CODE,
-    SPLITS,
     DatasetTable,
     EmbeddingArray,
     Store,
@@ -20,8 +21,14 @@ __all__ = [
     "SPLITS",
     "DatasetTable",
     "EmbeddingArray",
+    "LockHeld",
     "Store",
     "StoreError",
     "condition_key",
+    "dataset_lock",
+    "extraction_lock",
+    "hold_lock",
+    "object_lock",
+    "store_key",
     "store_order",
 ]

@@ -37,14 +37,14 @@ import numpy as np
 import zarr
 
 from crs import __version__ as CRS_VERSION
+from crs.errors import UserError
+from crs.names import SPLIT_CODE
 
 SCHEMA_VERSION = 1
-SPLITS = ("train", "val", "test")
-SPLIT_CODE = {name: i for i, name in enumerate(SPLITS)}
 DEFAULT_STORE = "./crs-store.zarr"
 
 
-class StoreError(Exception):
+class StoreError(UserError):
     """A store problem the user can act on (bad path, other schema, missing or incomplete data)."""
 
 

@@ -17,6 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crs.extract import encoders
+from crs.errors import UserError
+from crs.extract import models
 from crs.extract.models import WeightsError, build_random, load, map_keys
 
 REAL = [s.name for s in encoders.ENCODERS.values() if s.pretrained and s.source != "builtin"]
@@ -317,6 +319,50 @@ def test_encoder_file(tmp_path):
                  'input_size = 1\ncolour = 3\n')
     with pytest.raises(ValueError, match="unknown keys"):
         encoders.from_toml(str(f))
+
+
+def test_a_name_twice_in_an_encoder_file_is_refused(tmp_path):
+    record = ('[[encoder]]\nname = "my-vit"\nfamily = "general"\nsource = "timm"\nmodel_id = "x"\nwidth = 1\n'
+              'input_size = 1\n')
+    f = tmp_path / "spec.toml"
+    f.write_text(record + record.replace('model_id = "x"', 'model_id = "y"'))
+    with pytest.raises(UserError, match="'my-vit' is given twice"):
+        encoders.from_toml(str(f))
+
+
+def test_a_duplicate_encoder_name_in_the_registry_is_refused():
+    clip = encoders.get("clip")
+    with pytest.raises(ValueError, match="the built-in registry: encoder name 'clip' is given twice"):
+        encoders.index([clip, dataclasses.replace(clip, width=1)])
+    assert encoders.index([clip])["clip"] is clip
+
+
+# ------------------------------------------------------------------ the loader registry
+def test_every_loader_name_a_record_may_give_has_one_loader():
+    assert set(models.LOADERS) == set(encoders.LOADERS)
+    assert {s.loader for s in encoders.ENCODERS.values()} <= set(models.LOADERS)
+    assert all(name == loader.name for name, loader in models.LOADERS.items())
+
+
+def test_a_duplicate_loader_name_is_refused():
+    before = dict(models.LOADERS)
+    with pytest.raises(ValueError, match="loader 'timm' is registered already"):
+        models.register_loader(models.Loader("timm", "timm", lambda spec, weights, trust: None))
+    assert models.LOADERS == before
+
+
+def test_an_unknown_loader_is_refused_by_name():
+    spec = dataclasses.replace(encoders.get("demo-vit"), loader="onnx")
+    with pytest.raises(ValueError, match="loader 'onnx' is not supported"):
+        load(spec, "cpu")
+    with pytest.raises(ValueError, match="no architecture to build for loader 'onnx'"):
+        build_random(spec)
+
+
+def test_weights_and_record_errors_are_user_errors():
+    assert issubclass(WeightsError, UserError)
+    with pytest.raises(UserError, match="encoder id"):
+        encoders.from_id("pip:x")
 
 
 # ------------------------------------------------------------- real weights (network)

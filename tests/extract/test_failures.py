@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from crs.errors import UserError
 from crs.extract.images import ImageError
 from crs.extract.run import StrictFailure, extract
 from crs.extract.synthetic import Table
@@ -121,3 +122,8 @@ def test_strict_stops_at_the_first_bad_image(tmp_path):
     store = Store(str(tmp_path / "s.zarr"))
     with pytest.raises(StrictFailure, match=r"(empty\.png|truncated\.jpg|text\.jpg).*--strict"):
         extract(store, "demo-stats", "files", ds=ds, chunk=4, severities=(1,), strict=True)
+
+
+def test_image_and_strict_errors_are_user_errors():
+    assert issubclass(ImageError, UserError) and issubclass(ImageError, ValueError)
+    assert issubclass(StrictFailure, UserError)

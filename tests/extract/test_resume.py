@@ -16,8 +16,8 @@ import torch
 import zarr
 
 from crs.extract import perturb
-from crs.extract.run import LockHeld, _Embedder, extract, hold_lock
-from crs.store import Store
+from crs.extract.run import Embedder, extract
+from crs.store import LockHeld, Store, hold_lock
 
 SIZE = "0.2"
 ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
@@ -107,13 +107,13 @@ def test_out_of_memory_halves_the_batch_and_keeps_going():
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return x.sum((2, 3))
 
-    embed = _Embedder(model, 16)
+    embed = Embedder(model, 16)
     x = torch.rand(23, 3, 4, 4)
     out = embed(x)
     torch.testing.assert_close(out, x.sum((2, 3)))
     assert embed.batch == 4 and embed.backoffs == 2 and calls[:3] == [16, 8, 4]
     with pytest.raises(RuntimeError, match="shape"):  # other errors are not swallowed
-        _Embedder(lambda x: (_ for _ in ()).throw(RuntimeError("bad shape")), 4)(x)
+        Embedder(lambda x: (_ for _ in ()).throw(RuntimeError("bad shape")), 4)(x)
 
 
 # ------------------------------------------------------------------ kill -9 and resume

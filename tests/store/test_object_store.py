@@ -23,8 +23,8 @@ pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
 from crs.cli import app  # noqa: E402
-from crs.extract.run import LockHeld, extract, object_lock  # noqa: E402
-from crs.store import Store, StoreError  # noqa: E402
+from crs.extract.run import extract  # noqa: E402
+from crs.store import LockHeld, Store, StoreError, object_lock  # noqa: E402
 
 BUCKET = "crs-test"
 runner = CliRunner()

@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -6,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crs.store import SCHEMA_VERSION, DatasetTable, Store, StoreError, store_order
+from crs.errors import UserError
+from crs.store import (SCHEMA_VERSION, DatasetTable, LockHeld, Store, StoreError, dataset_lock, extraction_lock,
+                       store_key, store_order)
 
 
 def table(name="toy", n=10, task="multiclass"):
@@ -192,3 +195,25 @@ def test_fsspec_urls_use_the_same_code(tmp_path):
         back = Store(url, mode="r")
         assert back.dataset("toy").ids.tolist() == table().ids.tolist()
         np.testing.assert_array_equal(back.read_embedding("toy", "enc", "clean")[:, 0], [0] * 4 + [1] * 4 + [2] * 2)
+
+
+# ------------------------------------------------------------------ locks
+def test_the_extraction_lock_refuses_a_second_holder_and_frees_on_exit(tmp_path):
+    store = Store(str(tmp_path / "s.zarr"))
+    with extraction_lock(store, "toy", "hf:org/M") as stale:
+        assert stale is None
+        (lock,) = (tmp_path / "s.zarr" / ".crs-locks").iterdir()
+        assert lock.name == store_key("toy|hf:org/M") + ".lock"
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+        with pytest.raises(LockHeld, match=r"toy × hf:org/M is being extracted by another run \(pid "):
+            with extraction_lock(store, "toy", "hf:org/M"):
+                pass
+        with extraction_lock(store, "toy", "other"), dataset_lock(store, "toy"):
+            pass  # other keys are other locks
+    assert lock.read_text() == ""
+    with extraction_lock(store, "toy", "hf:org/M") as stale:
+        assert stale is None  # a lock freed on a clean exit names no holder
+
+
+def test_store_errors_are_user_errors():
+    assert issubclass(StoreError, UserError) and issubclass(LockHeld, StoreError)
