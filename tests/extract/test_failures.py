@@ -12,7 +12,7 @@ from PIL import Image
 from crs.errors import UserError
 from crs.extract.images import ImageError
 from crs.extract.run import StrictFailure, extract
-from crs.extract.synthetic import Table
+from crs.extract.table import Table
 from crs.store import Store
 
 SIZE = 16
