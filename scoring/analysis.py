@@ -18,7 +18,7 @@ METRICS = ("auroc", "ece", "brier", "nll", "accuracy")
 
 # ------------------------------------------------------------------ Pareto
 def dominates(q: np.ndarray, tol: float = DOMINANCE_TOL) -> np.ndarray:
-    """dom [i, j]: encoder i dominates j on q [encoder, axis] (>= on all axes, > on one, crs-v1.md section 3)."""
+    """dom [i, j]: encoder i dominates j on q [encoder, axis] (>= on all axes, > on one, docs/crs-v1.md section 3)."""
     q = np.asarray(q, dtype=float)
     diff = q[:, None, :] - q[None, :, :]
     return (diff >= -tol).all(axis=-1) & (diff > tol).any(axis=-1)
@@ -134,7 +134,7 @@ def metric_table(records: pl.DataFrame, metrics: Sequence[str] = METRICS) -> pl.
 def robustness_detail(used: pl.DataFrame) -> pl.DataFrame:
     """Retention per (encoder, dataset, condition) at fraction 1, seed mean, with family and severity.
 
-    ``used`` is ``axes.used_rows`` output; retention is crs-v1.md's retain(A(1, c)) with
+    ``used`` is ``axes.used_rows`` output; retention is docs/crs-v1.md's retain(A(1, c)) with
     the seed's own D. Shift conditions have family 'shift' and a null severity.
     """
     from crs.conditions import parse

@@ -1,7 +1,7 @@
 """Run records -> the four CRS axis values per (encoder, dataset, seed), and their seed means.
 
 Every function takes a polars DataFrame and returns one, so they chain with ``.pipe``.
-The definitions are those of crs-v1.md section 1:
+The definitions are those of docs/crs-v1.md section 1:
 
     D = A(1.0, clean)
     C = 1 - ECE(1.0, clean)
@@ -33,7 +33,7 @@ def _examples(rows: pl.DataFrame) -> list[dict]:
 
 
 def retain(a: pl.Expr, d: pl.Expr) -> pl.Expr:
-    """retain(a) = clip((a - 0.5) / (D - 0.5), 0, 1), and 0 where D <= 0.5 (crs-v1.md section 1)."""
+    """retain(a) = clip((a - 0.5) / (D - 0.5), 0, 1), and 0 where D <= 0.5 (docs/crs-v1.md section 1)."""
     return pl.when(d > 0.5).then(((a - 0.5) / (d - 0.5)).clip(0.0, 1.0)).otherwise(0.0)
 
 
@@ -59,7 +59,7 @@ def condition_kinds(records: pl.DataFrame) -> pl.DataFrame:
 
 
 def used_rows(records: pl.DataFrame) -> pl.DataFrame:
-    """The rows crs-v1 reads: clean at every fraction, other conditions at fraction 1.0.
+    """The rows docs/crs-v1.md reads: clean at every fraction, other conditions at fraction 1.0.
 
     Adds ``kind`` and ``full`` (fraction within FRACTION_TOL of 1.0) and snaps full
     fractions to exactly 1.0. Checks what the axes need and raises ValueError saying
@@ -141,7 +141,7 @@ def used_rows(records: pl.DataFrame) -> pl.DataFrame:
 
 
 def axes_by_seed(records: pl.DataFrame) -> pl.DataFrame:
-    """Axis values per (encoder, dataset, seed), crs-v1.md section 1.
+    """Axis values per (encoder, dataset, seed), docs/crs-v1.md section 1.
 
     Returns columns encoder, dataset, seed, discrimination, calibration,
     label_efficiency, robustness, and the two parts of robustness: perturbation (P)
@@ -172,7 +172,7 @@ def axes_by_seed(records: pl.DataFrame) -> pl.DataFrame:
 
 
 def seed_means(axes: pl.DataFrame) -> pl.DataFrame:
-    """Mean over seeds of each axis per (encoder, dataset), crs-v1.md section 1; adds n_seeds."""
+    """Mean over seeds of each axis per (encoder, dataset), docs/crs-v1.md section 1; adds n_seeds."""
     return (
         axes.group_by("encoder", "dataset")
         .agg(*[pl.col(a).mean() for a in AXES], n_seeds=pl.len().cast(pl.Int64))

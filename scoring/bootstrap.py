@@ -1,4 +1,4 @@
-"""Paired seed bootstrap, intervals and the leading tier (crs-v1.md section 5).
+"""Paired seed bootstrap, intervals and the leading tier (docs/crs-v1.md section 5).
 
 Each of B replicates draws S seed indices with replacement; the draw is the same for
 every encoder and dataset (paired: seed s is the same label subset and initialisation

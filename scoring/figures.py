@@ -65,7 +65,7 @@ def reference_profile(encoders: pl.DataFrame, per_dataset: pl.DataFrame, referen
     """Axis values [axis] the q-scores are relative to, averaged over datasets like the encoders' values.
 
     A named reference: its own row. 'median': the per-dataset median over encoders, then
-    the mean over datasets (crs-v1.md section 2 takes the median per dataset).
+    the mean over datasets (docs/crs-v1.md section 2 takes the median per dataset).
     """
     if reference in encoders["encoder"].to_list():
         row = encoders.filter(pl.col("encoder") == reference)

@@ -21,7 +21,7 @@ Conventions (the same as the probe's run-record metrics in crs.probe.metrics):
   lies exactly on an inner edge in the lower bin; tests pin the difference.)
 * ECE (top-label): ``sum_b (n_b / n) |acc_b - conf_b|`` on the top-label confidence;
   multi-label: mean over labels of the binary top-label ECE with confidence
-  ``max(p, 1 - p)`` and prediction ``p >= 0.5`` (crs-v1.md section 1).
+  ``max(p, 1 - p)`` and prediction ``p >= 0.5`` (docs/crs-v1.md section 1).
 * Classwise ECE (Kull et al. 2019): mean over classes k of
   ``sum_b (n_b / n) |mean_b y_k - mean_b p_k|``, bins on ``p_k``.
 * Brier: multi-class ``mean_i sum_k (p_ik - y_ik)^2``; multi-label: mean over labels of
@@ -50,9 +50,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from crs.labels import check_task, targets
+
 N_BINS = 15
 EPS = float(np.finfo(np.float32).eps)
-TASKS = ("multiclass", "multilabel")
 
 _SCHEMA = {
     "image": pl.Int64,
@@ -61,33 +62,6 @@ _SCHEMA = {
     "target": pl.Int8,
     "known": pl.Boolean,
 }
-
-
-def check_task(task: str) -> str:
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, not {task!r}")
-    return task
-
-
-def targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(target int8 [image, class] in {0, 1}, known bool [image, class]) from stored labels.
-
-    Multi-class labels are class indices; multi-label ones int8 {1, 0, -1}, -1 unknown.
-    """
-    labels = np.asarray(labels)
-    if check_task(task) == "multiclass":
-        if labels.ndim != 1 or (labels.size and (labels.min() < 0 or labels.max() >= n_classes)):
-            raise ValueError(
-                f"multi-class labels must be class indices in [0, {n_classes}), got shape "
-                f"{labels.shape} with range [{labels.min() if labels.size else None}, "
-                f"{labels.max() if labels.size else None}]"
-            )
-        t = np.zeros((labels.size, n_classes), dtype=np.int8)
-        t[np.arange(labels.size), labels] = 1
-        return t, np.ones_like(t, dtype=bool)
-    if labels.ndim != 2 or labels.shape[1] != n_classes:
-        raise ValueError(f"multi-label labels must be [image, {n_classes}], got shape {labels.shape}")
-    return (labels == 1).astype(np.int8), labels >= 0
 
 
 def long_table(

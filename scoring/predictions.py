@@ -20,14 +20,17 @@ import numpy as np
 import polars as pl
 
 from crs.conditions import parse
+from crs.errors import UserError
+from crs.labels import targets
+from crs.names import SPLITS, VALIDATION
 from crs.scoring import metrics, resample
 from crs.scoring.axes import FRACTION_TOL
 from crs.store import Store, StoreError
 
-VALIDATION = "validation"
+_, VAL, TEST = SPLITS  # the split names, in crs.names' order
 
 
-class MissingPredictions(Exception):
+class MissingPredictions(UserError):
     """Stored probabilities the image-level analysis needs are not in the store."""
 
 
@@ -59,11 +62,11 @@ class Predictions:
         self.where = where
         # the rows are a split of this dataset, of the shift target, or the validation split
         if condition == VALIDATION:
-            rows_of, split = dataset, "val"
+            rows_of, split = dataset, VAL
         elif parse(condition).kind == "shift":
-            rows_of, split = parse(condition).dataset, "test"
+            rows_of, split = parse(condition).dataset, TEST
         else:
-            rows_of, split = dataset, "test"
+            rows_of, split = dataset, TEST
         kept = counted_rows(store, rows_of, split)
         if kept is not None and self.probs.ndim == 4 and self.probs.shape[2] == kept.size:
             self.probs = self.probs[:, :, kept]
@@ -87,7 +90,7 @@ def counted_rows(store: Store, dataset: str, split: str, rows: np.ndarray | None
 
 
 def split_targets(
-    store: Store, dataset: str, split: str = "test"
+    store: Store, dataset: str, split: str = TEST
 ) -> tuple[np.ndarray, np.ndarray, str, dict]:
     """(target [image, class], known [image, class], task, attrs) of a dataset's split rows, store
     order, leaving out the images in its failures table."""
@@ -95,7 +98,7 @@ def split_targets(
     rows = table.rows(split)
     kept = counted_rows(store, dataset, split, rows)
     labels = table.labels[rows if kept is None else rows[kept]]
-    t, known = metrics.targets(labels, table.task, len(table.classes))
+    t, known = targets(labels, table.task, len(table.classes))
     return t, known, table.task, table.attrs
 
 
@@ -186,7 +189,7 @@ def probe_metrics(
     ordinal datasets, ...), ``temperature`` (fitted per seed and fraction on the
     ``validation`` probabilities) and ``ece_ts``, ``brier_ts``, ``nll_ts`` after
     temperature scaling. Clean rows at every fraction of the run records, other
-    conditions at fraction 1 (what crs-v1 reads). reliability holds the top-label
+    conditions at fraction 1 (what docs/crs-v1.md reads). reliability holds the top-label
     reliability bins at fraction 1 for the clean test split and each shift target, before
     and after scaling (``scaled``); per_class the one-vs-rest AUROC of each class (each
     label, multi-label) there, with its name. A (dataset, encoder) without validation
@@ -205,7 +208,7 @@ def probe_metrics(
             temps = None
             try:
                 val = Predictions(store, dataset, encoder, VALIDATION)
-                v_target, v_known, _, _ = split_targets(store, dataset, "val")
+                v_target, v_known, _, _ = split_targets(store, dataset, VAL)
                 temps = (val, ts.fit(val.probs, v_target, v_known, task))  # [stored seed, stored fraction]
             except MissingPredictions:
                 no_validation.append(f"{encoder}/{dataset}")

@@ -25,11 +25,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from crs.errors import UserError
 from crs.files import atomic_write
+from crs.names import VALIDATION
 from crs.scoring.axes import AXES
 from crs.scoring.ranks import rank_desc
 
 SCORES_DIR = "scores"
+SPEC = "docs/crs-v1.md"  # the CRS v1 specification, in the repository
 HTML_NAME = "report.html"
 FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
@@ -37,6 +40,10 @@ SCORE_TABLES = (
     "encoders", "per_dataset", "pareto", "weight_sensitivity", "weight_leaders", "reliability", "robustness",
     "label_efficiency", "calibration_under_shift", "rank_distribution",
 )  # fmt: skip
+
+
+class MissingScores(UserError, FileNotFoundError):
+    """RESULTS holds no complete score: ``crs score`` has not been run there."""
 
 
 @dataclass
@@ -56,11 +63,11 @@ class Inputs:
 
 
 def load(results: Path) -> Inputs:
-    """The score's outputs under RESULTS/scores; FileNotFoundError (exit 2) naming the command when absent."""
+    """The score's outputs under RESULTS/scores; MissingScores (exit 2) naming the command when absent."""
     folder = Path(results) / SCORES_DIR
     meta = folder / "scores.json"
     if not meta.is_file():
-        raise FileNotFoundError(
+        raise MissingScores(
             f"no scores under {folder} (scores.json missing); run `crs score --results {results}` first"
         )
     doc = json.loads(meta.read_text(encoding="utf-8"))
@@ -70,7 +77,7 @@ def load(results: Path) -> Inputs:
         if path.is_file():
             tables[name] = pl.read_parquet(path)
     if "encoders" not in tables or not tables["encoders"].height:
-        raise FileNotFoundError(f"{folder / 'encoders.parquet'} is missing or empty; re-run `crs score`")
+        raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run `crs score`")
     return Inputs(settings=doc.get("settings", {}), rank_comparison=doc.get("rank_comparison", {}), tables=tables)
 
 
@@ -88,9 +95,9 @@ def add_reliability_from_store(inputs: Inputs, results: Path, store: str) -> Non
         enc = inputs.order
         datasets = inputs.settings.get("datasets") or sorted(inputs.table("per_dataset")["dataset"].unique())
         recs = recs.filter(pl.col("encoder").is_in(enc) & pl.col("dataset").is_in(datasets)
-                           & (pl.col("condition") != "validation"))
+                           & (pl.col("condition") != VALIDATION))
         found = probe_metrics(opened, recs, enc, datasets)
-    except (MissingPredictions, StoreError, FileNotFoundError) as exc:
+    except (MissingPredictions, StoreError, records.MissingRunRecords) as exc:
         inputs.notes.append(f"reliability bins could not be read from the store {store!r}: {exc}")
         return
     if found.reliability.height:
@@ -358,8 +365,8 @@ def methods(s: dict, rc: dict) -> str:
         "every encoder whose paired CRS difference to it has an interval containing 0. AUROC and CRS rankings "
         f"are compared by the pairs they reverse ({_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} "
         f"here) and Kendall's tau-b ({_e(_num(rc.get('kendall_tau_b'), '.2f'))}).</p>",
-        "<p>Definitions: CRS-Bench's crs-v1 design note. Every number on this page is read from the files "
-        "<code>crs score</code> wrote; <code>tables/</code> beside this page holds them in full precision as CSV "
+        f"<p>Definitions: the CRS v1 specification, <code>{SPEC}</code> in the CRS-Bench repository. Every "
+        "number on this page is read from the files <code>crs score</code> wrote; <code>tables/</code> beside this page holds them in full precision as CSV "
         "and Parquet, <code>figures/</code> the figures as PNG.</p>",
     ]
     return "".join(paras)
@@ -429,7 +436,7 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
     """Write OUT/report.html (self-contained), OUT/figures/*.png and OUT/tables/*.{csv,parquet}.
 
     Returns {"html", "figures" (PNG paths), "tables" (paths), "absent" (sections' reasons),
-    "seconds"}. Raises FileNotFoundError (exit 2 at the CLI) when RESULTS holds no scores.
+    "seconds"}. Raises MissingScores (a UserError: exit 2 at the CLI) when RESULTS holds no scores.
     """
     t0 = time.perf_counter()
     results, out = Path(results), Path(out)

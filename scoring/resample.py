@@ -16,7 +16,7 @@ weighted version of the plain one:
 * ECE: an image's bin and its (correct - confidence) gap do not depend on the draw, so
   the per-bin gap sums of all replicates are one weighted sum per bin over its images.
 
-Axis values then follow crs-v1.md section 1 from the resampled AUROC and ECE arrays.
+Axis values then follow docs/crs-v1.md section 1 from the resampled AUROC and ECE arrays.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def weighted_ece(
 
 
 def retain(a: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """clip((a - 0.5) / (D - 0.5), 0, 1), and 0 where D <= 0.5 (crs-v1.md section 1)."""
+    """clip((a - 0.5) / (D - 0.5), 0, 1), and 0 where D <= 0.5 (docs/crs-v1.md section 1)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.clip((a - 0.5) / (d - 0.5), 0.0, 1.0)
     return np.where(d > 0.5, r, 0.0)
@@ -161,7 +161,7 @@ def axes_from(
     perturbed: np.ndarray | None,
     shift: np.ndarray | None,
 ) -> np.ndarray:
-    """The four axis values [..., 4] (crs-v1.md section 1) from AUROC and ECE arrays.
+    """The four axis values [..., 4] (docs/crs-v1.md section 1) from AUROC and ECE arrays.
 
     d, ece [...]: clean AUROC and ECE at fraction 1; low_fraction [..., f]: clean AUROC at
     each fraction below 1; perturbed [..., c] at fraction 1 (None if none); shift [..., t]

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from crs.files import atomic_write
+from crs.names import VALIDATION
 from crs.scoring import crs as core
 from crs.scoring import analysis
 from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
@@ -28,7 +29,6 @@ from crs.scoring.bootstrap import (
     seed_weights,
     summarise,
 )
-from crs.scoring.predictions import VALIDATION
 from crs.scoring.ranks import compare, rank_desc
 from crs.store import StoreError
 
@@ -122,7 +122,7 @@ class Scores:
 def comparison_set(
     records: pl.DataFrame, reference: str = MEDIAN
 ) -> tuple[list[str], list[str], dict]:
-    """The encoders and datasets where every encoder has every dataset (crs-v1.md section 2).
+    """The encoders and datasets where every encoder has every dataset (docs/crs-v1.md section 2).
 
     When the records are not a full grid, the largest such block wins: most
     (encoder, dataset) cells, then most encoders, then the alphabetically first dataset
@@ -175,13 +175,13 @@ def score(
     store=None,
     simplex_step: float = analysis.SIMPLEX_STEP,
 ) -> Scores:
-    """Score run records by crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
+    """Score run records by docs/crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
 
     ``reference`` is an encoder name or 'median'; ``weights`` are (dominance, balance,
     worst_axis), non-negative and summing to 1. Encoders or datasets outside the
     comparison set are dropped and listed in ``settings['excluded']``.
 
-    ``bootstrap_unit``: 'seed' resamples seeds (crs-v1.md section 5), 'image' the test
+    ``bootstrap_unit``: 'seed' resamples seeds (docs/crs-v1.md section 5), 'image' the test
     images of every dataset (the same draw for every encoder; needs ``store``, a
     ``crs.store.Store`` with the probe's test probabilities), 'both' the two at once.
     With a store, the metrics that need probabilities (balanced accuracy, kappa,

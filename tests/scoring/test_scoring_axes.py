@@ -1,4 +1,4 @@
-"""Axis values from run records, against values worked out by hand (crs-v1.md section 1)."""
+"""Axis values from run records, against values worked out by hand (docs/crs-v1.md section 1)."""
 
 from __future__ import annotations
 
