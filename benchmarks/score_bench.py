@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--loop-replicates", type=int, default=10)
     args = ap.parse_args()
 
-    from crs.scoring import resample, score
+    from crs.scoring import metrics, resample, score
     from crs.scoring.axes import axes_by_seed
     from crs.scoring.bootstrap import draw_seeds, seed_tensor
 
@@ -158,8 +158,8 @@ def main() -> None:
     c = np.empty((B, E, S))
     for e in range(E):
         for s in range(S):
-            d[:, e, s] = resample.weighted_macro_auroc(probs[e, s], target, known, counts)
-            c[:, e, s] = 1.0 - resample.weighted_ece(probs[e, s], target, known, weights, "multiclass")
+            d[:, e, s] = metrics.weighted_macro_auroc(probs[e, s], target, known, counts)
+            c[:, e, s] = 1.0 - metrics.weighted_ece(probs[e, s], target, known, weights, "multiclass")
     image_s, image_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     # the straightforward loop: per replicate, index the images and re-sort every probe
@@ -173,7 +173,7 @@ def main() -> None:
             for s in range(S):
                 p = probs[e, s, idx]
                 check[b, e, s] = np.mean([loop_auroc(p[:, j], y[idx] == j) for j in range(k)])
-                resample.weighted_ece(p, target[idx], known[idx], np.ones((n, 1)), "multiclass")
+                metrics.weighted_ece(p, target[idx], known[idx], np.ones((n, 1)), "multiclass")
     loop_s = (time.perf_counter() - t0) * B / r
     loop_cpu = (time.process_time() - c0) * B / r
     # the same generator and seed draw the same images: the loop checks the vectorised values

@@ -153,11 +153,11 @@ def image_bootstrap_axes(
             shift_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c, *_ in shift_data]
 
             def auc(p, t=target, k=known, c=counts):
-                return resample.weighted_macro_auroc(p, t, k, c)
+                return metrics.weighted_macro_auroc(p, t, k, c)
 
             for s in range(len(seeds)):
                 d = auc(clean[s, -1])
-                ece = resample.weighted_ece(clean[s, -1], target, known, counts, task)
+                ece = metrics.weighted_ece(clean[s, -1], target, known, counts, task)
                 lo = np.stack([auc(clean[s, f]) for f in range(len(low))], axis=-1)
                 pe = np.stack([auc(p[s, 0]) for p in pert_p], axis=-1) if pert_p else None
                 sh = (

@@ -23,7 +23,7 @@ def test_weighted_auroc_equals_sklearn_on_repeated_images(seed, n, coarse):
         scores = np.round(scores * 3) / 3
     positive = rng.random(n) < 0.5
     counts = resample.image_counts(n, 3, rng)
-    got = resample.weighted_auroc(scores, positive, counts)
+    got = metrics.weighted_auroc(scores, positive, counts)
     for b in range(counts.shape[1]):
         rep = np.repeat(np.arange(n), counts[:, b])
         y = positive[rep]
@@ -48,16 +48,16 @@ def test_unit_counts_reproduce_plain_metrics():
         t, known = targets(labels, task, k)
         ones = np.ones((n, 1), dtype=np.int32)
         table = metrics.long_table(p, labels, task)
-        assert resample.weighted_macro_auroc(p, t, known, ones)[0] == pytest.approx(
+        assert metrics.weighted_macro_auroc(p, t, known, ones)[0] == pytest.approx(
             metrics.auroc(table).item()
         )
-        assert resample.weighted_ece(p, t, known, ones, task)[0] == pytest.approx(
+        assert metrics.weighted_ece(p, t, known, ones, task)[0] == pytest.approx(
             metrics.ece(table, (), task).item()
         )
         # a replicate equals the plain metric on the images repeated by their counts
         counts = resample.image_counts(n, 3, rng)
-        got_auc = resample.weighted_macro_auroc(p, t, known, counts)
-        got_ece = resample.weighted_ece(p, t, known, counts, task)
+        got_auc = metrics.weighted_macro_auroc(p, t, known, counts)
+        got_ece = metrics.weighted_ece(p, t, known, counts, task)
         for b in range(3):
             rep = np.repeat(np.arange(n), counts[:, b])
             tb = metrics.long_table(p[rep], labels[rep], task)
