@@ -10,22 +10,16 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from crs.scoring.crs import DOMINANCE_TOL, combine
+from crs.scoring.axes import FRACTION_TOL
+from crs.scoring.crs import combine, dominates
 
 SIMPLEX_STEP = 0.05
 METRICS = ("auroc", "ece", "brier", "nll", "accuracy")
 
 
 # ------------------------------------------------------------------ Pareto
-def dominates(q: np.ndarray, tol: float = DOMINANCE_TOL) -> np.ndarray:
-    """dom [i, j]: encoder i dominates j on q [encoder, axis] (>= on all axes, > on one, docs/crs-v1.md section 3)."""
-    q = np.asarray(q, dtype=float)
-    diff = q[:, None, :] - q[None, :, :]
-    return (diff >= -tol).all(axis=-1) & (diff > tol).any(axis=-1)
-
-
 def pareto_front(q: np.ndarray) -> np.ndarray:
-    """bool [encoder]: not dominated by any other encoder on q [encoder, axis]."""
+    """bool [encoder]: not dominated by any other encoder on q [encoder, axis] (``crs.dominates``)."""
     return ~dominates(q).any(axis=0)
 
 
@@ -202,7 +196,7 @@ def rank_distribution(encoders: Sequence[str], rank: np.ndarray) -> pl.DataFrame
 
 def calibration_under_shift(records: pl.DataFrame) -> pl.DataFrame:
     """Seed-mean ECE at fraction 1 on the clean test split and on each shift target, per (encoder, dataset)."""
-    full = records.filter((pl.col("fraction") - 1.0).abs() <= 1e-9)
+    full = records.filter((pl.col("fraction") - 1.0).abs() <= FRACTION_TOL)
     clean = full.filter(pl.col("condition") == "clean").group_by("encoder", "dataset").agg(
         ece_clean=pl.col("ece").mean()
     )

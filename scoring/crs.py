@@ -87,20 +87,29 @@ def q_scores(x: np.ndarray, reference: int | str) -> np.ndarray:
     return np.where(den == 0.0, 0.0, (x - r) / safe)
 
 
+def dominates(q: np.ndarray, tol: float = DOMINANCE_TOL) -> np.ndarray:
+    """beats [..., e, e']: e dominates e' on q [..., encoder, axis] (docs/crs-v1.md section 3).
+
+    e dominates e' when q_e,a >= q_e',a - tol on every axis and q_e,a > q_e',a + tol on
+    at least one.
+    """
+    q = np.asarray(q, dtype=float)
+    a = q[..., :, None, :]  # e
+    b = q[..., None, :, :]  # e'
+    return np.all(a >= b - tol, axis=-1) & np.any(a > b + tol, axis=-1)
+
+
 def dominance(q: np.ndarray, tol: float = DOMINANCE_TOL) -> np.ndarray:
     """Dom_e [..., encoder] from overall q [..., encoder, axis] (docs/crs-v1.md section 3).
 
-    e dominates e' when q_e,a >= q_e',a - tol on every axis and q_e,a > q_e',a + tol on
-    at least one; dom_e = (#{e' : e dominates e'} - #{e' : e' dominates e}) / (n - 1),
+    dom_e = (#{e' : e dominates e'} - #{e' : e' dominates e}) / (n - 1),
     Dom_e = (dom_e + 1) / 2 in [0, 1].
     """
     q = np.asarray(q, dtype=float)
     n = q.shape[-2]
     if n < 2:
         raise ValueError(f"dominance needs at least 2 encoders, got {n}")
-    a = q[..., :, None, :]  # e
-    b = q[..., None, :, :]  # e'
-    beats = np.all(a >= b - tol, axis=-1) & np.any(a > b + tol, axis=-1)  # [..., e, e']
+    beats = dominates(q, tol)  # [..., e, e']
     dom = (beats.sum(axis=-1) - beats.sum(axis=-2)) / (n - 1)
     return (dom + 1.0) / 2.0
 

@@ -24,7 +24,7 @@ from crs.errors import UserError
 from crs.labels import targets
 from crs.names import SPLITS, VALIDATION
 from crs.scoring import metrics, resample
-from crs.scoring.axes import FRACTION_TOL
+from crs.scoring.axes import AXES, FRACTION_TOL
 from crs.store import Store, StoreError
 
 _, VAL, TEST = SPLITS  # the split names, in crs.names' order
@@ -130,46 +130,38 @@ def image_bootstrap_axes(
     of its shift targets, in the order given; raises MissingPredictions naming the
     first array that is not in the store.
     """
-    out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), 4))
+    out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
     for j, dataset in enumerate(datasets):
         target, known, task, _ = split_targets(store, dataset)
         low, pert, shift = conditions_of(rows, dataset)
-        counts = resample.image_counts(target.shape[0], n_bootstrap, rng)
-        shift_data = []
+        test = resample.Draw(target, known, resample.image_counts(target.shape[0], n_bootstrap, rng))
+        targets = []
         for cond in shift:
-            t_name = parse(cond).dataset
-            t_target, t_known, _, _ = split_targets(store, t_name)
-            shift_data.append(
-                (cond, t_target, t_known, resample.image_counts(t_target.shape[0], n_bootstrap, rng))
-            )
+            t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
+            counts = resample.image_counts(t_target.shape[0], n_bootstrap, rng)
+            targets.append(resample.Draw(t_target, t_known, counts))
         for e, encoder in enumerate(encoders):
-            clean = Predictions(store, dataset, encoder, "clean").select(seeds, [*low, 1.0])
-            if clean.shape[2] != target.shape[0]:
-                raise MissingPredictions(
-                    f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
-                    f"{target.shape[0]}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
-                )
+            clean = _clean_probs(store, dataset, encoder, seeds, low, target.shape[0])
             pert_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c in pert]
-            shift_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c, *_ in shift_data]
-
-            def auc(p, t=target, k=known, c=counts):
-                return metrics.weighted_macro_auroc(p, t, k, c)
-
+            shift_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c in shift]
             for s in range(len(seeds)):
-                d = auc(clean[s, -1])
-                ece = metrics.weighted_ece(clean[s, -1], target, known, counts, task)
-                lo = np.stack([auc(clean[s, f]) for f in range(len(low))], axis=-1)
-                pe = np.stack([auc(p[s, 0]) for p in pert_p], axis=-1) if pert_p else None
-                sh = (
-                    np.stack(
-                        [auc(p[s, 0], t, k, c) for p, (_, t, k, c) in zip(shift_p, shift_data, strict=True)],
-                        axis=-1,
-                    )
-                    if shift_p
-                    else None
+                out[:, e, j, s] = resample.run_axes(
+                    clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], test, targets, task
                 )
-                out[:, e, j, s] = resample.axes_from(d, ece, lo, pe, sh)
     return out
+
+
+def _clean_probs(
+    store: Store, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float], n_images: int
+) -> np.ndarray:
+    """Clean test probabilities [seed, fraction, image, class] at ``low`` then 1, checked against the split."""
+    clean = Predictions(store, dataset, encoder, "clean").select(seeds, [*low, 1.0])
+    if clean.shape[2] != n_images:
+        raise MissingPredictions(
+            f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
+            f"{n_images}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
+        )
+    return clean
 
 
 class ProbeMetrics(NamedTuple):

@@ -28,7 +28,7 @@ import polars as pl
 from crs.errors import UserError
 from crs.files import atomic_write
 from crs.names import VALIDATION
-from crs.scoring.axes import AXES
+from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.ranks import rank_desc
 
 SCORES_DIR = "scores"
@@ -36,6 +36,7 @@ SPEC = "docs/crs-v1.md"  # the CRS v1 specification, in the repository
 HTML_NAME = "report.html"
 FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
+SYMBOLS = [a.symbol for a in REGISTRY.values()]  # column heads, in AXES order
 SCORE_TABLES = (
     "encoders", "per_dataset", "pareto", "weight_sensitivity", "weight_leaders", "reliability", "robustness",
     "label_efficiency", "calibration_under_shift", "rank_distribution",
@@ -289,7 +290,7 @@ def settings_block(s: dict) -> str:
 
 def board_html(board: pl.DataFrame) -> str:
     head = ["rank", "encoder", "CRS", "95% interval", "tier", "rank interval", "P(rank 1)", "AUROC", "AUROC rank",
-            "D", "C", "L", "R", "q D", "q C", "q L", "q R", "Pareto"]
+            *SYMBOLS, *[f"q {x}" for x in SYMBOLS], "Pareto"]
     out = ["<div class='scroll'><table id='leaderboard' class='board'><thead><tr>",
            *[f"<th>{_e(h)}</th>" for h in head], "</tr></thead><tbody>"]
     for r in board.iter_rows(named=True):
@@ -313,7 +314,7 @@ def per_dataset_html(board: pl.DataFrame) -> str:
     if not board.height:
         return "<p class='absent'>No per-dataset scores in the results.</p>"
     parts = []
-    head = ["rank", "encoder", "CRS", "AUROC", "AUROC rank", "D", "C", "L", "R", "q D", "q C", "q L", "q R", "seeds"]
+    head = ["rank", "encoder", "CRS", "AUROC", "AUROC rank", *SYMBOLS, *[f"q {x}" for x in SYMBOLS], "seeds"]
     for (dataset,), g in board.group_by("dataset", maintain_order=True):
         parts.append(f"<h4>{_e(dataset)}</h4><table class='board per-dataset' data-dataset='{_e(dataset)}'>"
                      "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>")

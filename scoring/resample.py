@@ -7,12 +7,19 @@ own draw of its own test images. A draw is a matrix of multiplicities
 weighted kernels of ``crs.scoring.metrics`` (``weighted_macro_auroc``, ``weighted_ece``),
 which take such a matrix and return one value per replicate.
 
-Axis values then follow docs/crs-v1.md section 1 from the resampled AUROC and ECE arrays.
+``run_axes`` turns one run's resampled AUROC and ECE arrays into its axis values
+(``crs.scoring.axes.REGISTRY``, docs/crs-v1.md section 1).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 import numpy as np
+
+from crs.scoring.axes import AxisArrays, axes_from
+from crs.scoring.metrics import weighted_ece, weighted_macro_auroc
 
 
 
@@ -30,35 +37,40 @@ def image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator) -> n
     return np.ascontiguousarray(counts.reshape(n_bootstrap, n_images).T.astype(np.int32))
 
 
-def retain(a: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """clip((a - 0.5) / (D - 0.5), 0, 1), and 0 where D <= 0.5 (docs/crs-v1.md section 1)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.clip((a - 0.5) / (d - 0.5), 0.0, 1.0)
-    return np.where(d > 0.5, r, 0.0)
+class Draw(NamedTuple):
+    """One split's images under the bootstrap: targets and the draw's multiplicities."""
+
+    target: np.ndarray  # int8 [image, class]
+    known: np.ndarray  # bool [image, class]
+    counts: np.ndarray  # [image, replicate]
 
 
-def axes_from(
-    d: np.ndarray,
-    ece: np.ndarray,
-    low_fraction: np.ndarray,
-    perturbed: np.ndarray | None,
-    shift: np.ndarray | None,
+def run_axes(
+    clean: np.ndarray,
+    perturbed: Sequence[np.ndarray],
+    shift: Sequence[np.ndarray],
+    test: Draw,
+    targets: Sequence[Draw],
+    task: str,
 ) -> np.ndarray:
-    """The four axis values [..., 4] (docs/crs-v1.md section 1) from AUROC and ECE arrays.
+    """Axis values [replicate, axis] of one (encoder, dataset, seed) under the image draws.
 
-    d, ece [...]: clean AUROC and ECE at fraction 1; low_fraction [..., f]: clean AUROC at
-    each fraction below 1; perturbed [..., c] at fraction 1 (None if none); shift [..., t]
-    the AUROC on each shift target at fraction 1 (None if none). R = (P + S) / 2 with
-    both, else whichever exists; S is the mean retention over the shift targets.
+    clean [fraction, image, class]: probabilities at each fraction below 1, then at 1;
+    perturbed: [image, class] per perturbed condition at fraction 1, on the test draw;
+    shift: [image, class] per shift target at fraction 1, each on its own draw in ``targets``.
     """
-    dd = d[..., None]
-    label_eff = retain(low_fraction, dd).mean(axis=-1)
-    parts = []
-    if perturbed is not None and perturbed.shape[-1]:
-        parts.append(retain(perturbed, dd).mean(axis=-1))
-    if shift is not None and shift.shape[-1]:
-        parts.append(retain(shift, dd).mean(axis=-1))
-    if not parts:
-        raise ValueError("robustness needs at least one perturbed or shift condition")
-    robustness = sum(parts) / len(parts)
-    return np.stack([d, 1.0 - ece, label_eff, robustness], axis=-1)
+
+    def auc(p: np.ndarray, draw: Draw = test) -> np.ndarray:
+        return weighted_macro_auroc(p, draw.target, draw.known, draw.counts)
+
+    def stacked(values: list[np.ndarray]) -> np.ndarray | None:
+        return np.stack(values, axis=-1) if values else None
+
+    x = AxisArrays(
+        d=auc(clean[-1]),
+        ece=weighted_ece(clean[-1], test.target, test.known, test.counts, task),
+        low_fraction=np.stack([auc(p) for p in clean[:-1]], axis=-1),
+        perturbed=stacked([auc(p) for p in perturbed]),
+        shift=stacked([auc(p, t) for p, t in zip(shift, targets, strict=True)]),
+    )
+    return axes_from(x)

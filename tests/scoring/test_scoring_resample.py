@@ -11,7 +11,7 @@ from sklearn.metrics import roc_auc_score
 
 from crs.labels import TASKS, targets
 from crs.scoring import metrics, resample
-from crs.scoring.axes import axes_by_seed
+from crs.scoring.axes import AxisArrays, axes_by_seed, axes_from
 
 
 @settings(max_examples=25, deadline=None)
@@ -88,9 +88,29 @@ def test_axes_from_matches_axes_by_seed(make_records):
         low = r.filter((pl.col("condition") == "clean") & ~full).sort("fraction")["auroc"].to_numpy()
         pert = r.filter(pl.col("condition").str.contains("@")).sort("condition")["auroc"].to_numpy()
         shift = r.filter(pl.col("condition").str.starts_with("shift:"))["auroc"].to_numpy()
-        got = resample.axes_from(
-            np.array(clean["auroc"].item()), np.array(clean["ece"].item()), low, pert, shift
+        got = axes_from(
+            AxisArrays(np.array(clean["auroc"].item()), np.array(clean["ece"].item()), low, pert, shift)
         )
         assert got.tolist() == pytest.approx(
             [row["discrimination"], row["calibration"], row["label_efficiency"], row["robustness"]]
         )
+
+
+def test_run_axes_with_unit_counts_equals_the_axes_of_the_plain_metrics():
+    rng = np.random.default_rng(3)
+    n, k = 80, 3
+    labels = rng.integers(0, k, n)
+    t, known = targets(labels, "multiclass", k)
+    probs = rng.dirichlet(np.ones(k), size=(4, n))  # two fractions, a perturbation, a shift
+    ones = np.ones((n, 1), dtype=np.int32)
+    draw = resample.Draw(t, known, ones)
+    got = resample.run_axes(probs[:2], [probs[2]], [probs[3]], draw, [draw], "multiclass")[0]
+
+    def auc(p):
+        return metrics.auroc(metrics.long_table(p, labels, "multiclass")).item()
+
+    d = auc(probs[1])
+    ece = metrics.ece(metrics.long_table(probs[1], labels, "multiclass")).item()
+    want = axes_from(AxisArrays(np.array(d), np.array(ece), np.array([auc(probs[0])]),
+                                np.array([auc(probs[2])]), np.array([auc(probs[3])])))
+    assert got == pytest.approx(want, rel=1e-12)
