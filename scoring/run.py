@@ -191,11 +191,7 @@ def score(
     falls back to seeds.
     """
     w = _check_options(records, reference, weights, n_bootstrap, bootstrap_unit)
-    # rows a probe may keep for its validation split serve temperature scaling, never the axes
-    records = records.filter(pl.col("condition") != VALIDATION)
-    _check_encoders(records, reference)
-    encoders, datasets, excluded = comparison_set(records, reference)
-    records = records.filter(pl.col("encoder").is_in(encoders) & pl.col("dataset").is_in(datasets))
+    records, encoders, datasets, excluded = _comparison_records(records, reference)
     by_seed = axes_by_seed(records)
     x_seed, seeds = seed_tensor(by_seed, encoders, datasets)  # [encoder, dataset, seed, axis]
     means = seed_means(by_seed)
@@ -245,6 +241,16 @@ def _check_options(records, reference, weights, n_bootstrap, bootstrap_unit) -> 
         raise BadInput(f"bootstrap unit must be one of {UNITS}, not {bootstrap_unit!r}")
     require_columns(records)
     return w
+
+
+def _comparison_records(records: pl.DataFrame, reference: str):
+    """(records of the comparison set, its encoders, its datasets, what was excluded)."""
+    # rows a probe may keep for its validation split serve temperature scaling, never the axes
+    records = records.filter(pl.col("condition") != VALIDATION)
+    _check_encoders(records, reference)
+    encoders, datasets, excluded = comparison_set(records, reference)
+    records = records.filter(pl.col("encoder").is_in(encoders) & pl.col("dataset").is_in(datasets))
+    return records, encoders, datasets, excluded
 
 
 def _check_encoders(records: pl.DataFrame, reference: str) -> None:
