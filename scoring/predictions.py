@@ -266,7 +266,8 @@ def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, see
     scaled = None
     if temps is not None:
         val, t_all = temps
-        t = t_all[np.ix_(_index(val.seeds, seeds, "seeds", val.where), _index(val.fractions, fr, "fractions", val.where))]
+        s_idx = _index(val.seeds, seeds, "seeds", val.where)
+        t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))]
         scaled = metrics.long_table(ts.scale(probs, t, test.task), labels, test.task, keys)
         out = _with_scaled(out, scaled, t, seeds, fr, test.task)
     else:

@@ -407,8 +407,8 @@ def methods(s: dict, rc: dict) -> str:
         f"are compared by the pairs they reverse ({_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} "
         f"here) and Kendall's tau-b ({_e(_num(rc.get('kendall_tau_b'), '.2f'))}).</p>",
         f"<p>Definitions: the CRS v1 specification, <code>{SPEC}</code> in the CRS-Bench repository. Every "
-        "number on this page is read from the files <code>crs score</code> wrote; <code>tables/</code> beside this page holds them in full precision as CSV "
-        "and Parquet, <code>figures/</code> the figures as PNG.</p>",
+        "number on this page is read from the files <code>crs score</code> wrote; <code>tables/</code> beside "
+        "this page holds them in full precision as CSV and Parquet, <code>figures/</code> the figures as PNG.</p>",
     ]
     return "".join(paras)
 
