@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from crs.errors import BadInput
 from crs.scoring.axes import FRACTION_TOL
 from crs.scoring.crs import combine, dominates
 
@@ -51,7 +52,7 @@ def simplex_grid(step: float = SIMPLEX_STEP) -> np.ndarray:
     """Weights [point, 3] on the simplex grid with spacing ``step`` (1/step must be a whole number)."""
     n = round(1.0 / step)
     if n < 1 or abs(n * step - 1.0) > 1e-9:
-        raise ValueError(f"the simplex step must divide 1 into whole parts (e.g. 0.05), got {step!r}")
+        raise BadInput(f"the simplex step must divide 1 into whole parts (e.g. 0.05), got {step!r}")
     pts = [(i, j, n - i - j) for i in range(n + 1) for j in range(n + 1 - i)]
     return np.asarray(pts, dtype=float) / n
 

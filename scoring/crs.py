@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from crs.errors import BadInput
+
 MEDIAN = "median"
 DOMINANCE_TOL = 1e-9
 WEIGHT_TOL = 1e-9  # how far from 1 the weights' sum may be
@@ -38,15 +40,15 @@ class Components(NamedTuple):
 
 
 def check_weights(weights: Sequence[float]) -> tuple[float, float, float]:
-    """(w_dom, w_bal, w_worst) as floats; ValueError unless three finite, non-negative, sum 1."""
+    """(w_dom, w_bal, w_worst) as floats; BadInput (a ValueError) unless three finite, non-negative, sum 1."""
     w = tuple(float(v) for v in weights)
     if len(w) != 3:
-        raise ValueError(
+        raise BadInput(
             "weights must be three numbers (dominance, balance, worst_axis), "
             f"got {tuple(weights)!r}"
         )
     if not all(math.isfinite(v) and v >= 0.0 for v in w) or abs(sum(w) - 1.0) > WEIGHT_TOL:
-        raise ValueError(
+        raise BadInput(
             f"weights (dominance, balance, worst_axis) must be non-negative and sum to 1, "
             f"got {w!r} (sum {sum(w)!r}); e.g. (1/3, 1/3, 1/3)"
         )
