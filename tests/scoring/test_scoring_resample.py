@@ -114,3 +114,25 @@ def test_run_axes_with_unit_counts_equals_the_axes_of_the_plain_metrics():
     want = axes_from(AxisArrays(np.array(d), np.array(ece), np.array([auc(probs[0])]),
                                 np.array([auc(probs[2])]), np.array([auc(probs[3])])))
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def slow_ece(conf, hit, n_bins=metrics.N_BINS):
+    """sum_b (n_b / n) |mean_b hit - mean_b conf|, one bin at a time in plain Python."""
+    total = 0.0
+    for b in range(n_bins):
+        members = [i for i, c in enumerate(conf) if min(int(c * n_bins), n_bins - 1) == b]
+        total += abs(sum(float(hit[i]) - float(conf[i]) for i in members))
+    return total / len(conf)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 60))
+def test_binned_ece_equals_a_slow_loop_on_repeated_images(seed, n):
+    rng = np.random.default_rng(seed)
+    conf = rng.random(n)
+    hit = rng.random(n) < conf
+    counts = resample.image_counts(n, 3, rng)
+    got = metrics.binned_ece(conf, hit, counts.astype(np.float64))
+    for b in range(3):
+        rep = np.repeat(np.arange(n), counts[:, b])
+        assert got[b] == pytest.approx(slow_ece(conf[rep], hit[rep]), abs=1e-12)
