@@ -5,7 +5,7 @@ Two encoders score the same test images. Scores are binormal with equal variance
 Phi(mu / sqrt(2)) and the true difference between the two is known exactly. The two
 encoders' noise is correlated (rho), as it is for two encoders looking at the same
 images, which is what pairing exploits. Each simulation draws a test set, bootstraps the
-AUROC difference with ``crs.scoring.resample`` (the same image draw for both encoders,
+AUROC difference with ``crs.scoring.metrics.weighted_auroc`` (the same image draw for both encoders,
 B replicates, percentile interval) and checks whether the interval covers the truth.
 
 The issue's criterion: coverage within 95% +/- 3% over 1,000 simulations. Usage:
@@ -39,7 +39,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from crs.scoring.bootstrap import interval
-    from crs.scoring.resample import image_counts, weighted_auroc
+    from crs.scoring.metrics import weighted_auroc
+    from crs.scoring.resample import image_counts
 
     mu_a, mu_b = args.mu
     truth = phi(mu_a / math.sqrt(2)) - phi(mu_b / math.sqrt(2))

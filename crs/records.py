@@ -8,6 +8,8 @@ columns, never rename them.
 
 from __future__ import annotations
 
+from crs.errors import UserError
+
 # name -> (polars dtype name, meaning)
 COLUMNS: dict[str, tuple[str, str]] = {
     "encoder": ("String", "encoder key, e.g. 'demo-resnet'"),
@@ -32,6 +34,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
 RUN_RECORDS_DIR = "run_records"
 
 
+class MissingRunRecords(UserError, FileNotFoundError):
+    """RESULTS holds no run records: the probe has not been run there."""
+
+
 def records_dir(results) -> "Path":
     from pathlib import Path
 
@@ -39,10 +45,10 @@ def records_dir(results) -> "Path":
 
 
 def read(results):
-    """Every run-record file under ``RESULTS/run_records`` as one polars DataFrame."""
+    """Every run-record file under ``RESULTS/run_records`` as one polars DataFrame; MissingRunRecords if none."""
     import polars as pl
 
     files = sorted(records_dir(results).glob("*.parquet"))
     if not files:
-        raise FileNotFoundError(f"no run records under {records_dir(results)}; run `crs probe --all` first")
+        raise MissingRunRecords(f"no run records under {records_dir(results)}; run `crs probe --all` first")
     return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")

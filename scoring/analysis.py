@@ -10,22 +10,17 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from crs.scoring.crs import DOMINANCE_TOL, combine
+from crs.errors import BadInput
+from crs.scoring.axes import FRACTION_TOL
+from crs.scoring.crs import combine, dominates
 
 SIMPLEX_STEP = 0.05
 METRICS = ("auroc", "ece", "brier", "nll", "accuracy")
 
 
 # ------------------------------------------------------------------ Pareto
-def dominates(q: np.ndarray, tol: float = DOMINANCE_TOL) -> np.ndarray:
-    """dom [i, j]: encoder i dominates j on q [encoder, axis] (>= on all axes, > on one, crs-v1.md section 3)."""
-    q = np.asarray(q, dtype=float)
-    diff = q[:, None, :] - q[None, :, :]
-    return (diff >= -tol).all(axis=-1) & (diff > tol).any(axis=-1)
-
-
 def pareto_front(q: np.ndarray) -> np.ndarray:
-    """bool [encoder]: not dominated by any other encoder on q [encoder, axis]."""
+    """bool [encoder]: not dominated by any other encoder on q [encoder, axis] (``crs.dominates``)."""
     return ~dominates(q).any(axis=0)
 
 
@@ -57,7 +52,7 @@ def simplex_grid(step: float = SIMPLEX_STEP) -> np.ndarray:
     """Weights [point, 3] on the simplex grid with spacing ``step`` (1/step must be a whole number)."""
     n = round(1.0 / step)
     if n < 1 or abs(n * step - 1.0) > 1e-9:
-        raise ValueError(f"the simplex step must divide 1 into whole parts (e.g. 0.05), got {step!r}")
+        raise BadInput(f"the simplex step must divide 1 into whole parts (e.g. 0.05), got {step!r}")
     pts = [(i, j, n - i - j) for i in range(n + 1) for j in range(n + 1 - i)]
     return np.asarray(pts, dtype=float) / n
 
@@ -134,7 +129,7 @@ def metric_table(records: pl.DataFrame, metrics: Sequence[str] = METRICS) -> pl.
 def robustness_detail(used: pl.DataFrame) -> pl.DataFrame:
     """Retention per (encoder, dataset, condition) at fraction 1, seed mean, with family and severity.
 
-    ``used`` is ``axes.used_rows`` output; retention is crs-v1.md's retain(A(1, c)) with
+    ``used`` is ``axes.used_rows`` output; retention is docs/crs-v1.md's retain(A(1, c)) with
     the seed's own D. Shift conditions have family 'shift' and a null severity.
     """
     from crs.conditions import parse
@@ -202,7 +197,7 @@ def rank_distribution(encoders: Sequence[str], rank: np.ndarray) -> pl.DataFrame
 
 def calibration_under_shift(records: pl.DataFrame) -> pl.DataFrame:
     """Seed-mean ECE at fraction 1 on the clean test split and on each shift target, per (encoder, dataset)."""
-    full = records.filter((pl.col("fraction") - 1.0).abs() <= 1e-9)
+    full = records.filter((pl.col("fraction") - 1.0).abs() <= FRACTION_TOL)
     clean = full.filter(pl.col("condition") == "clean").group_by("encoder", "dataset").agg(
         ece_clean=pl.col("ece").mean()
     )

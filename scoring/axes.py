@@ -1,7 +1,11 @@
-"""Run records -> the four CRS axis values per (encoder, dataset, seed), and their seed means.
+"""Run records -> the CRS axis values per (encoder, dataset, seed), and their seed means.
 
-Every function takes a polars DataFrame and returns one, so they chain with ``.pipe``.
-The definitions are those of crs-v1.md section 1:
+Every table function takes a polars DataFrame and returns one, so they chain with
+``.pipe``. The axes are a registry (``REGISTRY``, in order; ``AXES`` their names): each
+``Axis`` record carries its symbol, meaning, how it is computed from one run's records
+(a polars aggregation) and from the image bootstrap's arrays (a numpy function), so adding
+an axis is one ``register`` call here plus its test. The definitions are those of
+docs/crs-v1.md section 1:
 
     D = A(1.0, clean)
     C = 1 - ECE(1.0, clean)
@@ -17,11 +21,16 @@ are ignored.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 import polars as pl
 
 from crs.conditions import parse
+from crs.errors import BadInput
 
-AXES = ("discrimination", "calibration", "label_efficiency", "robustness")
 KEYS = ("encoder", "dataset", "seed")
 FRACTION_TOL = 1e-9  # fractions within this of 1.0 count as the full label set
 REQUIRED = ("encoder", "dataset", "seed", "fraction", "condition", "auroc", "ece")
@@ -32,16 +41,93 @@ def _examples(rows: pl.DataFrame) -> list[dict]:
     return rows.head(_EXAMPLES).select(*KEYS, "fraction", "condition").to_dicts()
 
 
+# ------------------------------------------------------------------ retain
+def retain_array(a: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """retain(a) = clip((a - 0.5) / (D - 0.5), 0, 1), and 0 where D <= 0.5 (docs/crs-v1.md section 1)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.clip((a - 0.5) / (d - 0.5), 0.0, 1.0)
+    return np.where(d > 0.5, r, 0.0)
+
+
 def retain(a: pl.Expr, d: pl.Expr) -> pl.Expr:
-    """retain(a) = clip((a - 0.5) / (D - 0.5), 0, 1), and 0 where D <= 0.5 (crs-v1.md section 1)."""
+    """``retain_array`` as a polars expression (tested equal to it)."""
     return pl.when(d > 0.5).then(((a - 0.5) / (d - 0.5)).clip(0.0, 1.0)).otherwise(0.0)
 
 
+# ---------------------------------------------------------------- registry
+class AxisArrays(NamedTuple):
+    """What the image bootstrap has per run, each [...] over replicates (and any leading axes)."""
+
+    d: np.ndarray  # clean AUROC at fraction 1
+    ece: np.ndarray  # clean ECE at fraction 1
+    low_fraction: np.ndarray  # [..., f] clean AUROC at each fraction below 1
+    perturbed: np.ndarray | None  # [..., c] AUROC per perturbed condition at fraction 1
+    shift: np.ndarray | None  # [..., t] AUROC on each shift target at fraction 1
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One CRS axis: higher-better, in [0, 1]."""
+
+    name: str  # the column name in every table
+    symbol: str  # one letter, in figures and the report
+    meaning: str
+    value: pl.Expr  # over one run's used rows (``used_rows`` plus retain): the axis value
+    array: Callable[[AxisArrays], np.ndarray]  # the same from the bootstrap's arrays
+
+
+REGISTRY: dict[str, Axis] = {}
+
+
+def register(axis: Axis) -> Axis:
+    """Add an axis at the end of the order; a name or symbol already taken is refused."""
+    if axis.name in REGISTRY or axis.symbol in {a.symbol for a in REGISTRY.values()}:
+        raise ValueError(f"an axis named {axis.name!r} or with symbol {axis.symbol!r} is already registered")
+    REGISTRY[axis.name] = axis
+    return axis
+
+
+_CLEAN = pl.col("kind") == "clean"
+_CLEAN_FULL = _CLEAN & pl.col("full")
+# the parts of robustness, kept as columns of axes_by_seed: P, and S (null without a shift target)
+PARTS = {
+    "perturbation": pl.col("retain").filter(pl.col("kind") == "perturbed").mean(),
+    "shift": pl.col("retain").filter(pl.col("kind") == "shift").mean(),
+}
+
+
+def _robustness(x: AxisArrays) -> np.ndarray:
+    dd = x.d[..., None]
+    parts = [retain_array(v, dd).mean(axis=-1) for v in (x.perturbed, x.shift) if v is not None and v.shape[-1]]
+    if not parts:
+        raise ValueError("robustness needs at least one perturbed or shift condition")
+    return sum(parts) / len(parts)
+
+
+register(Axis("discrimination", "D", "macro one-vs-rest AUROC on the clean test split, all training labels",
+              pl.col("auroc").filter(_CLEAN_FULL).first(), lambda x: x.d))
+register(Axis("calibration", "C", "1 - top-label ECE (15 equal-width bins), clean, all training labels",
+              (1.0 - pl.col("ece")).filter(_CLEAN_FULL).first(), lambda x: 1.0 - x.ece))
+register(Axis("label_efficiency", "L", "mean retained AUROC over the label fractions below 1, clean",
+              pl.col("retain").filter(_CLEAN & ~pl.col("full")).mean(),
+              lambda x: retain_array(x.low_fraction, x.d[..., None]).mean(axis=-1)))
+# mean_horizontal skips nulls: (P + S) / 2 with a shift target, P (or S) alone otherwise
+register(Axis("robustness", "R", "mean retained AUROC under perturbations, averaged with the shift target's",
+              pl.mean_horizontal(PARTS["perturbation"], PARTS["shift"]), _robustness))
+
+AXES = tuple(REGISTRY)
+
+
+def axes_from(x: AxisArrays) -> np.ndarray:
+    """The axis values [..., axis] in ``AXES`` order from the bootstrap's arrays."""
+    return np.stack([a.array(x) for a in REGISTRY.values()], axis=-1)
+
+
 def require_columns(records: pl.DataFrame) -> None:
-    """ValueError naming the columns of REQUIRED that ``records`` lacks."""
+    """BadInput (a ValueError) naming the columns of REQUIRED that ``records`` lacks."""
     missing = [c for c in REQUIRED if c not in records.columns]
     if missing:
-        raise ValueError(
+        raise BadInput(
             f"run records lack column(s) {missing}; crs.records.COLUMNS lists the table's columns"
         )
 
@@ -59,26 +145,17 @@ def condition_kinds(records: pl.DataFrame) -> pl.DataFrame:
 
 
 def used_rows(records: pl.DataFrame) -> pl.DataFrame:
-    """The rows crs-v1 reads: clean at every fraction, other conditions at fraction 1.0.
+    """The rows docs/crs-v1.md reads: clean at every fraction, other conditions at fraction 1.0.
 
     Adds ``kind`` and ``full`` (fraction within FRACTION_TOL of 1.0) and snaps full
-    fractions to exactly 1.0. Checks what the axes need and raises ValueError saying
-    what is wrong: missing columns, fractions outside (0, 1], missing or NaN metrics,
-    duplicate rows, and (encoder, seed) runs of a dataset that lack a (fraction,
-    condition) the dataset's other runs have.
+    fractions to exactly 1.0. Checks what the axes need and raises BadInput (a
+    ValueError) saying what is wrong: missing columns, fractions outside (0, 1], missing
+    or NaN metrics, duplicate rows, and (encoder, seed) runs of a dataset that lack a
+    (fraction, condition) the dataset's other runs have.
     """
     require_columns(records)
     rows = records.select(REQUIRED).with_columns(pl.col("fraction").cast(pl.Float64))
-    bad = rows.filter(
-        pl.col("fraction").is_null()
-        | pl.col("fraction").is_nan()
-        | (pl.col("fraction") <= 0.0)
-        | (pl.col("fraction") > 1.0 + FRACTION_TOL)
-    )
-    if bad.height:
-        raise ValueError(
-            f"fraction must lie in (0, 1]; {bad.height} row(s) do not, e.g. {_examples(bad)}"
-        )
+    _check_fractions(rows)
     full = (pl.col("fraction") - 1.0).abs() <= FRACTION_TOL
     rows = (
         rows.join(condition_kinds(rows), on="condition", how="left")
@@ -86,93 +163,97 @@ def used_rows(records: pl.DataFrame) -> pl.DataFrame:
         .with_columns(fraction=pl.when("full").then(1.0).otherwise(pl.col("fraction")))
         .filter((pl.col("kind") == "clean") | pl.col("full"))
     )
+    for check in (_check_metrics, _check_duplicates, _check_grid):
+        check(rows)
+    return rows
 
-    needs_ece = (pl.col("kind") == "clean") & pl.col("full")
+
+def _check_fractions(rows: pl.DataFrame) -> None:
+    bad = rows.filter(
+        pl.col("fraction").is_null()
+        | pl.col("fraction").is_nan()
+        | (pl.col("fraction") <= 0.0)
+        | (pl.col("fraction") > 1.0 + FRACTION_TOL)
+    )
+    if bad.height:
+        raise BadInput(f"fraction must lie in (0, 1]; {bad.height} row(s) do not, e.g. {_examples(bad)}")
+
+
+def _check_metrics(rows: pl.DataFrame) -> None:
     nan = rows.filter(
         pl.col("auroc").is_null()
         | pl.col("auroc").is_nan()
-        | (needs_ece & (pl.col("ece").is_null() | pl.col("ece").is_nan()))
+        | (_CLEAN_FULL & (pl.col("ece").is_null() | pl.col("ece").is_nan()))
     )
     if nan.height:
-        raise ValueError(
+        raise BadInput(
             f"{nan.height} run record(s) have a missing or NaN auroc (or ece on the clean, "
             f"full-label row), e.g. {_examples(nan)}; "
             "re-run the probe for them or remove them"
         )
 
+
+def _check_duplicates(rows: pl.DataFrame) -> None:
     cell = [*KEYS, "fraction", "condition"]
     dups = rows.group_by(cell).len().filter(pl.col("len") > 1).sort(cell)
     if dups.height:
-        raise ValueError(
+        raise BadInput(
             f"{dups.height} (encoder, dataset, seed, fraction, condition) cell(s) have more "
             f"than one run record, e.g. {dups.head(_EXAMPLES).drop('len').to_dicts()}; "
             "keep one row per cell"
         )
 
-    # Every run of a dataset must have the same cells, or its axes are means over
-    # different things and the encoders are not comparable.
+
+def _check_grid(rows: pl.DataFrame) -> None:
+    """Every run of a dataset has the same cells (or its axes are means over different
+    things and the encoders are not comparable), and the cells every axis needs."""
+    cell = [*KEYS, "fraction", "condition"]
     cells = rows.select("dataset", "fraction", "condition", "kind").unique()
     runs = rows.select(KEYS).unique()
     holes = runs.join(cells, on="dataset").join(rows, on=cell, how="anti").sort(cell)
     if holes.height:
-        raise ValueError(
+        raise BadInput(
             f"{holes.height} run record(s) are missing that other runs of the same dataset "
             f"have, e.g. {holes.head(_EXAMPLES).select(cell).to_dicts()}; re-run the probe "
             "for them or remove the other runs' extra rows"
         )
-    for dataset, group in cells.sort("dataset").group_by("dataset", maintain_order=True):
-        name = dataset[0]
+    for (name,), group in cells.sort("dataset").group_by("dataset", maintain_order=True):
         clean = group.filter(pl.col("kind") == "clean")
         if not clean.filter(pl.col("fraction") == 1.0).height:
-            raise ValueError(
-                f"dataset {name!r} has no clean row at fraction 1.0, which every axis needs"
-            )
+            raise BadInput(f"dataset {name!r} has no clean row at fraction 1.0, which every axis needs")
         if not clean.filter(pl.col("fraction") < 1.0).height:
-            raise ValueError(
+            raise BadInput(
                 f"dataset {name!r} has no clean row at a fraction below 1; label efficiency "
                 "needs at least one"
             )
         if not group.filter(pl.col("kind") != "clean").height:
-            raise ValueError(
+            raise BadInput(
                 f"dataset {name!r} has no perturbed or shift condition at fraction 1.0; "
                 "robustness needs at least one"
             )
-    return rows
 
 
 def axes_by_seed(records: pl.DataFrame) -> pl.DataFrame:
-    """Axis values per (encoder, dataset, seed), crs-v1.md section 1.
+    """Axis values per (encoder, dataset, seed), docs/crs-v1.md section 1, from ``REGISTRY``.
 
-    Returns columns encoder, dataset, seed, discrimination, calibration,
-    label_efficiency, robustness, and the two parts of robustness: perturbation (P)
-    and shift (S, null where the dataset has no shift target). Where a dataset has
-    several shift targets S is the mean of their retentions; where it has no perturbed
-    condition, R = S.
+    Returns columns encoder, dataset, seed, the axes in ``AXES`` order, and the two parts
+    of robustness: perturbation (P) and shift (S, null where the dataset has no shift
+    target). Where a dataset has several shift targets S is the mean of their
+    retentions; where it has no perturbed condition, R = S.
     """
     rows = used_rows(records)
-    clean_full = (pl.col("kind") == "clean") & pl.col("full")
-    d = rows.filter(clean_full).select(*KEYS, d=pl.col("auroc"))
+    d = rows.filter(_CLEAN_FULL).select(*KEYS, d=pl.col("auroc"))
     rows = rows.join(d, on=KEYS).with_columns(retain=retain(pl.col("auroc"), pl.col("d")))
     return (
         rows.group_by(KEYS)
-        .agg(
-            discrimination=pl.col("auroc").filter(clean_full).first(),
-            calibration=(1.0 - pl.col("ece")).filter(clean_full).first(),
-            label_efficiency=pl.col("retain")
-            .filter((pl.col("kind") == "clean") & ~pl.col("full"))
-            .mean(),
-            perturbation=pl.col("retain").filter(pl.col("kind") == "perturbed").mean(),
-            shift=pl.col("retain").filter(pl.col("kind") == "shift").mean(),
-        )
-        # mean_horizontal skips nulls: (P + S) / 2 with a shift target, P (or S) alone otherwise
-        .with_columns(robustness=pl.mean_horizontal("perturbation", "shift"))
-        .select(*KEYS, *AXES, "perturbation", "shift")
+        .agg(**{a.name: a.value for a in REGISTRY.values()}, **PARTS)
+        .select(*KEYS, *AXES, *PARTS)
         .sort(KEYS)
     )
 
 
 def seed_means(axes: pl.DataFrame) -> pl.DataFrame:
-    """Mean over seeds of each axis per (encoder, dataset), crs-v1.md section 1; adds n_seeds."""
+    """Mean over seeds of each axis per (encoder, dataset), docs/crs-v1.md section 1; adds n_seeds."""
     return (
         axes.group_by("encoder", "dataset")
         .agg(*[pl.col(a).mean() for a in AXES], n_seeds=pl.len().cast(pl.Int64))

@@ -1,4 +1,4 @@
-"""Paired seed bootstrap, intervals and the leading tier (crs-v1.md section 5).
+"""Paired seed bootstrap, intervals and the leading tier (docs/crs-v1.md section 5).
 
 Each of B replicates draws S seed indices with replacement; the draw is the same for
 every encoder and dataset (paired: seed s is the same label subset and initialisation
@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 import polars as pl
+
+from crs.errors import BadInput
 
 from crs.scoring.axes import AXES
 from crs.scoring.crs import DEFAULT_WEIGHTS, MEDIAN, score
@@ -38,7 +40,7 @@ def seed_tensor(
     """Axis values x [encoder, dataset, seed, axis] from ``axes_by_seed`` rows, and the seeds.
 
     Every (encoder, dataset) must have the same seeds, since the bootstrap pairs them;
-    raises ValueError naming the first (encoder, dataset) that lacks a seed others have.
+    raises BadInput (a ValueError) naming the first (encoder, dataset) that lacks a seed others have.
     """
     rows = axes.filter(
         pl.col("encoder").is_in(list(encoders)) & pl.col("dataset").is_in(list(datasets))
@@ -50,7 +52,7 @@ def seed_tensor(
         for d in datasets:
             lacks = sorted(set(seeds) - set(have_map.get((e, d), [])))
             if lacks:
-                raise ValueError(
+                raise BadInput(
                     f"encoder {e!r} on dataset {d!r} lacks seed(s) {lacks} that other runs "
                     f"have (seeds in the comparison set: {seeds}); the paired bootstrap needs "
                     "the same seeds everywhere: run the probe for them or drop those seeds"

@@ -22,12 +22,12 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from crs.scoring.axes import AXES  # noqa: E402
+from crs.scoring.axes import AXES, REGISTRY  # noqa: E402
 
 # Okabe & Ito (2008), "Color Universal Design"; yellow last (weak on white)
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-AXIS_SHORT = {"discrimination": "D", "calibration": "C", "label_efficiency": "L", "robustness": "R"}
+AXIS_SHORT = {a.name: a.symbol for a in REGISTRY.values()}
 AXIS_LABEL = {a: f"{AXIS_SHORT[a]}\n{a.replace('_', ' ')}" for a in AXES}
 SCALAR_CMAP = "cividis"  # perceptually uniform and colour-blind safe
 DPI = 100
@@ -65,7 +65,7 @@ def reference_profile(encoders: pl.DataFrame, per_dataset: pl.DataFrame, referen
     """Axis values [axis] the q-scores are relative to, averaged over datasets like the encoders' values.
 
     A named reference: its own row. 'median': the per-dataset median over encoders, then
-    the mean over datasets (crs-v1.md section 2 takes the median per dataset).
+    the mean over datasets (docs/crs-v1.md section 2 takes the median per dataset).
     """
     if reference in encoders["encoder"].to_list():
         row = encoders.filter(pl.col("encoder") == reference)

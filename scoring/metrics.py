@@ -11,6 +11,12 @@ table and ``by`` (the key columns that identify one probe evaluation, e.g. encod
 dataset, seed, fraction, condition) and returns one row per key with the metric, so
 they chain with ``.pipe`` and never depend on the order of the rows.
 
+AUROC and the binned calibration errors have one definition each: the numpy kernels
+``weighted_auroc`` and ``binned_ece`` below, which take multiplicities ``weights [image,
+replicate]``. The table functions call them with unit weights; the image bootstrap calls
+them with the resampled multiplicities of every replicate at once (``crs.scoring.resample``).
+The probe's JAX copies (``crs.probe.metrics``) are tested equal to them.
+
 Conventions (the same as the probe's run-record metrics in crs.probe.metrics):
 
 * AUROC: Mann-Whitney U with average ranks for ties (= sklearn ``roc_auc_score``);
@@ -21,7 +27,7 @@ Conventions (the same as the probe's run-record metrics in crs.probe.metrics):
   lies exactly on an inner edge in the lower bin; tests pin the difference.)
 * ECE (top-label): ``sum_b (n_b / n) |acc_b - conf_b|`` on the top-label confidence;
   multi-label: mean over labels of the binary top-label ECE with confidence
-  ``max(p, 1 - p)`` and prediction ``p >= 0.5`` (crs-v1.md section 1).
+  ``max(p, 1 - p)`` and prediction ``p >= 0.5`` (docs/crs-v1.md section 1).
 * Classwise ECE (Kull et al. 2019): mean over classes k of
   ``sum_b (n_b / n) |mean_b y_k - mean_b p_k|``, bins on ``p_k``.
 * Brier: multi-class ``mean_i sum_k (p_ik - y_ik)^2``; multi-label: mean over labels of
@@ -50,9 +56,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from crs.labels import check_task, targets
+
 N_BINS = 15
 EPS = float(np.finfo(np.float32).eps)
-TASKS = ("multiclass", "multilabel")
 
 _SCHEMA = {
     "image": pl.Int64,
@@ -63,33 +70,133 @@ _SCHEMA = {
 }
 
 
-def check_task(task: str) -> str:
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, not {task!r}")
-    return task
+# ------------------------------------------------------- numpy kernels (one definition)
+def bin_index(conf: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
+    """Equal-width bin of each confidence: ``min(floor(n_bins c), n_bins - 1)``, clipped at 0."""
+    return np.clip(np.floor(np.asarray(conf) * n_bins).astype(np.int64), 0, n_bins - 1)
 
 
-def targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(target int8 [image, class] in {0, 1}, known bool [image, class]) from stored labels.
+def _cumsum_rows(c: np.ndarray) -> None:
+    """In-place cumulative sum down the rows of c [image, replicate].
 
-    Multi-class labels are class indices; multi-label ones int8 {1, 0, -1}, -1 unknown.
+    Row by row, so each step adds two contiguous rows; ``np.cumsum(axis=0)`` walks the
+    array with a stride (benchmarks/score_bench.py measures the difference). The loop is
+    over images, never replicates.
     """
-    labels = np.asarray(labels)
+    for i in range(1, c.shape[0]):
+        np.add(c[i], c[i - 1], out=c[i])
+
+
+def weighted_auroc(
+    scores: np.ndarray, positive: np.ndarray, weights: np.ndarray, valid: np.ndarray | None = None
+) -> np.ndarray:
+    """Binary AUROC [replicate] of scores [image] with multiplicities weights [image, replicate].
+
+    Mann-Whitney with ties counting one half (= sklearn ``roc_auc_score`` on the images
+    repeated by their weights); NaN for a replicate without both a positive and a negative.
+    Sort the scores once; for one replicate with weights c the numerator is
+    ``sum_{i positive} c_i (N_below(i) + N_tied(i) / 2)``, N_below / N_tied the total weight
+    of negatives scoring strictly below / equal to i: a cumulative sum of the sorted
+    negative weights read at the start and end of i's run of tied scores. The denominator
+    is (positive weight) x (negative weight). O(B n) for B replicates, no sort per replicate.
+    """
+    scores = np.asarray(scores)
+    positive = np.asarray(positive, dtype=bool)
+    if valid is not None:
+        keep = np.flatnonzero(valid)
+        scores, positive, weights = scores[keep], positive[keep], weights[keep]
+    n_rep = weights.shape[1]
+    if scores.size == 0:
+        return np.full(n_rep, np.nan)
+    order = np.argsort(scores, kind="stable")
+    s, pos = scores[order], positive[order]
+    p_idx = np.flatnonzero(pos)
+    c = weights[order]  # [sorted image, replicate], a fresh copy
+    if not (np.issubdtype(c.dtype, np.floating) or c.dtype == np.int32):
+        c = c.astype(np.int64)  # int32 counts from image_counts sum to n per replicate
+    cp = c[p_idx].astype(np.float64)  # positive multiplicities
+    c[p_idx] = 0
+    _cumsum_rows(c)  # c[i] = negative weight among the i + 1 lowest scores
+    new_run = np.r_[True, s[1:] != s[:-1]]
+    if new_run.all():  # no ties: a positive's own row is 0, so c there counts the negatives below
+        num = np.einsum("jb,jb->b", cp, c[p_idx].astype(np.float64))
+    else:  # below + tied / 2 = (negatives before its run + negatives through its run) / 2
+        starts = np.flatnonzero(new_run)
+        run = np.cumsum(new_run)[p_idx] - 1
+        ends = np.r_[starts[1:], s.size]
+        before = c[np.maximum(starts[run] - 1, 0)].astype(np.float64)
+        before[starts[run] == 0] = 0.0
+        num = np.einsum("jb,jb->b", cp, before + c[ends[run] - 1]) / 2.0
+    n_pos, n_neg = cp.sum(axis=0), c[-1].astype(np.float64)
+    den = n_pos * n_neg
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def weighted_macro_auroc(
+    probs: np.ndarray, target: np.ndarray, known: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """Macro one-vs-rest (or mean per-label) AUROC [replicate] of probs [image, class].
+
+    A class without both positives and negatives in a replicate is left out of that
+    replicate's mean, as in ``auroc``.
+    """
+    per_class = np.stack(
+        [
+            weighted_auroc(probs[:, k], target[:, k] == 1, weights, known[:, k])
+            for k in range(probs.shape[1])
+        ],
+        axis=1,
+    )  # [replicate, class]
+    ok = ~np.isnan(per_class)
+    n_ok = ok.sum(axis=1)
+    total = np.where(ok, per_class, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_ok > 0, total / np.maximum(n_ok, 1), np.nan)
+
+
+def binned_ece(
+    conf: np.ndarray, hit: np.ndarray, weights: np.ndarray, n_bins: int = N_BINS
+) -> np.ndarray:
+    """``sum_b (n_b / n) |mean_b hit - mean_b conf|`` [replicate], bins on conf [image].
+
+    hit [image] is ``correct`` (top-label ECE) or the class target y_k (classwise ECE,
+    conf = p_k); weights [image, replicate]. An image's bin and its (hit - conf) gap do not
+    depend on the weights, so every replicate's per-bin gap sums are one weighted sum per
+    occupied bin over its images (einsum's own loop: a dense [bin, image] @ weights
+    product costs a BLAS call that multiplies mostly zeros). NaN where the weights sum to 0.
+    """
+    conf = np.asarray(conf, dtype=np.float64)
+    bins = bin_index(conf, n_bins)
+    gap = np.asarray(hit, dtype=np.float64) - conf
+    per_bin = np.stack(
+        [np.einsum("n,nb->b", gap[bins == k], weights[bins == k]) for k in np.unique(bins)]
+    ) if bins.size else np.zeros((1, weights.shape[1]))  # [occupied bin, replicate]
+    total = weights.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, np.abs(per_bin).sum(axis=0) / np.maximum(total, 1e-300), np.nan)
+
+
+def weighted_ece(
+    probs: np.ndarray, target: np.ndarray, known: np.ndarray, weights: np.ndarray, task: str,
+    n_bins: int = N_BINS,
+) -> np.ndarray:
+    """Top-label ECE [replicate] of probs [image, class] (multi-label: mean of per-label binary ECEs)."""
+    w = weights if weights.dtype == np.float64 else weights.astype(np.float64)
     if check_task(task) == "multiclass":
-        if labels.ndim != 1 or (labels.size and (labels.min() < 0 or labels.max() >= n_classes)):
-            raise ValueError(
-                f"multi-class labels must be class indices in [0, {n_classes}), got shape "
-                f"{labels.shape} with range [{labels.min() if labels.size else None}, "
-                f"{labels.max() if labels.size else None}]"
-            )
-        t = np.zeros((labels.size, n_classes), dtype=np.int8)
-        t[np.arange(labels.size), labels] = 1
-        return t, np.ones_like(t, dtype=bool)
-    if labels.ndim != 2 or labels.shape[1] != n_classes:
-        raise ValueError(f"multi-label labels must be [image, {n_classes}], got shape {labels.shape}")
-    return (labels == 1).astype(np.int8), labels >= 0
+        conf = probs.max(axis=1).astype(np.float64)
+        correct = (probs.argmax(axis=1) == target.argmax(axis=1)).astype(float)
+        return binned_ece(conf, correct, w, n_bins)
+    per_label = []
+    for k in range(probs.shape[1]):
+        p = probs[:, k].astype(np.float64)
+        conf = np.maximum(p, 1.0 - p)
+        correct = ((p >= 0.5) == (target[:, k] == 1)).astype(float)
+        per_label.append(binned_ece(conf, correct, w * known[:, k, None], n_bins))
+    return np.nanmean(np.stack(per_label, axis=1), axis=1)
 
 
+# ------------------------------------------------------------------ the table
 def long_table(
     probs: np.ndarray,
     labels: np.ndarray,
@@ -138,8 +245,22 @@ def _group(frame: pl.DataFrame, by: list[str], *aggs: pl.Expr, **named: pl.Expr)
     return frame.select(*aggs, **named)
 
 
-def _bin(conf: pl.Expr, n_bins: int) -> pl.Expr:
-    return (conf * n_bins).floor().clip(0, n_bins - 1).cast(pl.Int64)
+def _with_bin(rows: pl.DataFrame, conf: str, n_bins: int) -> pl.DataFrame:
+    return rows.with_columns(bin=pl.Series(bin_index(rows[conf].to_numpy(), n_bins), dtype=pl.Int64))
+
+
+def _per_group(rows: pl.DataFrame, keys: list[str], name: str, kernel) -> pl.DataFrame:
+    """One row per ``keys`` with ``name`` = kernel(group rows, unit weights [row, 1]); NaN -> null."""
+
+    def value(g: pl.DataFrame) -> float:
+        return float(kernel(g, np.ones((g.height, 1)))[0])
+
+    if not keys:
+        return pl.DataFrame({name: [value(rows)]}, schema={name: pl.Float64}).fill_nan(None)
+    groups = rows.partition_by(keys, as_dict=True, maintain_order=True)
+    out = pl.DataFrame(list(groups), schema={k: rows.schema[k] for k in keys}, orient="row")
+    values = pl.Series(name, [value(g) for g in groups.values()], dtype=pl.Float64).fill_nan(None)
+    return out.with_columns(values).sort(keys)
 
 
 def top_label(frame: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
@@ -183,20 +304,13 @@ def _mean_over_labels(table: pl.DataFrame, by: list[str], task: str, name: str) 
 
 # ---------------------------------------------------------------- discrimination
 def auroc_per_class(frame: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
-    """One-vs-rest AUROC per (by, class) on known entries; null without both classes."""
+    """One-vs-rest AUROC per (by, class) on known entries (``weighted_auroc``); null without both classes."""
     by = _by(by)
-    f = frame.filter(pl.col("known")).with_columns(
-        rank=pl.col("prob").rank("average").over(*by, "class")
-    )
-    pos = pl.col("target") == 1
-    n_pos = pos.sum().cast(pl.Float64)
-    n_neg = (~pos).sum().cast(pl.Float64)
-    u = pl.col("rank").filter(pos).sum() - n_pos * (n_pos + 1.0) / 2.0
-    return (
-        f.group_by(*by, "class")
-        .agg(auroc=pl.when((n_pos > 0) & (n_neg > 0)).then(u / (n_pos * n_neg)).otherwise(None))
-        .sort(*by, "class")
-    )
+
+    def kernel(g: pl.DataFrame, w: np.ndarray) -> np.ndarray:
+        return weighted_auroc(g["prob"].to_numpy(), g["target"].to_numpy() == 1, w)
+
+    return _per_group(frame.filter(pl.col("known")), [*by, "class"], "auroc", kernel)
 
 
 def auroc(frame: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
@@ -253,31 +367,24 @@ def kappa_quadratic(frame: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame
 def ece(
     frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass", n_bins: int = N_BINS
 ) -> pl.DataFrame:
-    """Top-label ECE with ``n_bins`` equal-width bins (multi-label: mean of per-label ECEs)."""
+    """Top-label ECE with ``n_bins`` equal-width bins (multi-label: mean of per-label ECEs), ``binned_ece``."""
     by = _by(by)
     rows, unit = _per_unit(frame, by, task)
-    rows = rows.with_columns(bin=_bin(pl.col("confidence"), n_bins))
-    gaps = _group(
-        rows,
-        [*unit, "bin"],
-        gap=(pl.col("correct") - pl.col("confidence")).sum(),
-        n=pl.len(),
-    )
-    per_unit = _group(gaps, unit, ece=pl.col("gap").abs().sum() / pl.col("n").sum())
-    return _mean_over_labels(per_unit, by, task, "ece")
+
+    def kernel(g: pl.DataFrame, w: np.ndarray) -> np.ndarray:
+        return binned_ece(g["confidence"].to_numpy(), g["correct"].to_numpy(), w, n_bins)
+
+    return _mean_over_labels(_per_group(rows, unit, "ece", kernel), by, task, "ece")
 
 
 def classwise_ece(frame: pl.DataFrame, by: Sequence[str] = (), n_bins: int = N_BINS) -> pl.DataFrame:
-    """Mean over classes of the binned |mean y_k - mean p_k| gap, bins on p_k (known entries)."""
+    """Mean over classes of ``binned_ece`` with conf p_k and hit y_k (known entries)."""
     by = _by(by)
-    rows = frame.filter(pl.col("known")).with_columns(bin=_bin(pl.col("prob"), n_bins))
-    gaps = _group(
-        rows,
-        [*by, "class", "bin"],
-        gap=(pl.col("target").cast(pl.Float64) - pl.col("prob")).sum(),
-        n=pl.len(),
-    )
-    per_class = _group(gaps, [*by, "class"], ece=pl.col("gap").abs().sum() / pl.col("n").sum())
+
+    def kernel(g: pl.DataFrame, w: np.ndarray) -> np.ndarray:
+        return binned_ece(g["prob"].to_numpy(), g["target"].to_numpy(), w, n_bins)
+
+    per_class = _per_group(frame.filter(pl.col("known")), [*by, "class"], "ece", kernel)
     return _group(per_class, by, classwise_ece=pl.col("ece").mean())
 
 
@@ -298,13 +405,11 @@ def reliability(
     by = _by(by)
     if kind == "top_label":
         rows, unit = _per_unit(frame, by, task)
-        rows = rows.with_columns(bin=_bin(pl.col("confidence"), n_bins), hit=pl.col("correct"))
+        rows = _with_bin(rows, "confidence", n_bins).with_columns(hit=pl.col("correct"))
     elif kind == "class":
         rows, unit = frame.filter(pl.col("known")), [*by, "class"]
-        rows = rows.with_columns(
-            confidence=pl.col("prob"),
-            bin=_bin(pl.col("prob"), n_bins),
-            hit=pl.col("target").cast(pl.Float64),
+        rows = _with_bin(rows.with_columns(confidence=pl.col("prob")), "confidence", n_bins).with_columns(
+            hit=pl.col("target").cast(pl.Float64)
         )
     else:
         raise ValueError(f"kind must be 'top_label' or 'class', not {kind!r}")

@@ -20,14 +20,17 @@ import numpy as np
 import polars as pl
 
 from crs.conditions import parse
+from crs.errors import UserError
+from crs.labels import targets
+from crs.names import SPLITS, VALIDATION
 from crs.scoring import metrics, resample
-from crs.scoring.axes import FRACTION_TOL
+from crs.scoring.axes import AXES, FRACTION_TOL
 from crs.store import Store, StoreError
 
-VALIDATION = "validation"
+_, VAL, TEST = SPLITS  # the split names, in crs.names' order
 
 
-class MissingPredictions(Exception):
+class MissingPredictions(UserError):
     """Stored probabilities the image-level analysis needs are not in the store."""
 
 
@@ -59,11 +62,11 @@ class Predictions:
         self.where = where
         # the rows are a split of this dataset, of the shift target, or the validation split
         if condition == VALIDATION:
-            rows_of, split = dataset, "val"
+            rows_of, split = dataset, VAL
         elif parse(condition).kind == "shift":
-            rows_of, split = parse(condition).dataset, "test"
+            rows_of, split = parse(condition).dataset, TEST
         else:
-            rows_of, split = dataset, "test"
+            rows_of, split = dataset, TEST
         kept = counted_rows(store, rows_of, split)
         if kept is not None and self.probs.ndim == 4 and self.probs.shape[2] == kept.size:
             self.probs = self.probs[:, :, kept]
@@ -87,7 +90,7 @@ def counted_rows(store: Store, dataset: str, split: str, rows: np.ndarray | None
 
 
 def split_targets(
-    store: Store, dataset: str, split: str = "test"
+    store: Store, dataset: str, split: str = TEST
 ) -> tuple[np.ndarray, np.ndarray, str, dict]:
     """(target [image, class], known [image, class], task, attrs) of a dataset's split rows, store
     order, leaving out the images in its failures table."""
@@ -95,7 +98,7 @@ def split_targets(
     rows = table.rows(split)
     kept = counted_rows(store, dataset, split, rows)
     labels = table.labels[rows if kept is None else rows[kept]]
-    t, known = metrics.targets(labels, table.task, len(table.classes))
+    t, known = targets(labels, table.task, len(table.classes))
     return t, known, table.task, table.attrs
 
 
@@ -127,46 +130,38 @@ def image_bootstrap_axes(
     of its shift targets, in the order given; raises MissingPredictions naming the
     first array that is not in the store.
     """
-    out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), 4))
+    out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
     for j, dataset in enumerate(datasets):
         target, known, task, _ = split_targets(store, dataset)
         low, pert, shift = conditions_of(rows, dataset)
-        counts = resample.image_counts(target.shape[0], n_bootstrap, rng)
-        shift_data = []
+        test = resample.Draw(target, known, resample.image_counts(target.shape[0], n_bootstrap, rng))
+        targets = []
         for cond in shift:
-            t_name = parse(cond).dataset
-            t_target, t_known, _, _ = split_targets(store, t_name)
-            shift_data.append(
-                (cond, t_target, t_known, resample.image_counts(t_target.shape[0], n_bootstrap, rng))
-            )
+            t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
+            counts = resample.image_counts(t_target.shape[0], n_bootstrap, rng)
+            targets.append(resample.Draw(t_target, t_known, counts))
         for e, encoder in enumerate(encoders):
-            clean = Predictions(store, dataset, encoder, "clean").select(seeds, [*low, 1.0])
-            if clean.shape[2] != target.shape[0]:
-                raise MissingPredictions(
-                    f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
-                    f"{target.shape[0]}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
-                )
+            clean = _clean_probs(store, dataset, encoder, seeds, low, target.shape[0])
             pert_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c in pert]
-            shift_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c, *_ in shift_data]
-
-            def auc(p, t=target, k=known, c=counts):
-                return resample.weighted_macro_auroc(p, t, k, c)
-
+            shift_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c in shift]
             for s in range(len(seeds)):
-                d = auc(clean[s, -1])
-                ece = resample.weighted_ece(clean[s, -1], target, known, counts, task)
-                lo = np.stack([auc(clean[s, f]) for f in range(len(low))], axis=-1)
-                pe = np.stack([auc(p[s, 0]) for p in pert_p], axis=-1) if pert_p else None
-                sh = (
-                    np.stack(
-                        [auc(p[s, 0], t, k, c) for p, (_, t, k, c) in zip(shift_p, shift_data, strict=True)],
-                        axis=-1,
-                    )
-                    if shift_p
-                    else None
+                out[:, e, j, s] = resample.run_axes(
+                    clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], test, targets, task
                 )
-                out[:, e, j, s] = resample.axes_from(d, ece, lo, pe, sh)
     return out
+
+
+def _clean_probs(
+    store: Store, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float], n_images: int
+) -> np.ndarray:
+    """Clean test probabilities [seed, fraction, image, class] at ``low`` then 1, checked against the split."""
+    clean = Predictions(store, dataset, encoder, "clean").select(seeds, [*low, 1.0])
+    if clean.shape[2] != n_images:
+        raise MissingPredictions(
+            f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
+            f"{n_images}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
+        )
+    return clean
 
 
 class ProbeMetrics(NamedTuple):
@@ -186,99 +181,147 @@ def probe_metrics(
     ordinal datasets, ...), ``temperature`` (fitted per seed and fraction on the
     ``validation`` probabilities) and ``ece_ts``, ``brier_ts``, ``nll_ts`` after
     temperature scaling. Clean rows at every fraction of the run records, other
-    conditions at fraction 1 (what crs-v1 reads). reliability holds the top-label
+    conditions at fraction 1 (what docs/crs-v1.md reads). reliability holds the top-label
     reliability bins at fraction 1 for the clean test split and each shift target, before
     and after scaling (``scaled``); per_class the one-vs-rest AUROC of each class (each
     label, multi-label) there, with its name. A (dataset, encoder) without validation
     probabilities gets null temperature columns, and one warning names them all.
     """
-    from crs.scoring import temperature as ts
-
-    frames, rel_frames, class_frames, warnings, no_validation = [], [], [], [], []
+    parts = _Parts([], [], [])
+    no_validation = []
     cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
     for dataset in datasets:
-        target, known, task, attrs = split_targets(store, dataset)
-        ordinal = bool(attrs.get("ordinal", False)) and task == "multiclass"
+        test = _TestSplit(*split_targets(store, dataset))
         for encoder in encoders:
             mine = cells.filter((pl.col("encoder") == encoder) & (pl.col("dataset") == dataset))
             seeds = sorted(mine["seed"].unique().to_list())
-            temps = None
-            try:
-                val = Predictions(store, dataset, encoder, VALIDATION)
-                v_target, v_known, _, _ = split_targets(store, dataset, "val")
-                temps = (val, ts.fit(val.probs, v_target, v_known, task))  # [stored seed, stored fraction]
-            except MissingPredictions:
+            temps = _temperatures(store, dataset, encoder, test.task)
+            if temps is None:
                 no_validation.append(f"{encoder}/{dataset}")
             for condition in sorted(mine["condition"].unique().to_list()):
-                kind = parse(condition).kind
                 fr = sorted(mine.filter(pl.col("condition") == condition)["fraction"].unique().to_list())
-                if kind != "clean":
-                    fr = [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
-                if not fr:
-                    continue
-                if kind == "shift":
-                    c_target, c_known, _, _ = split_targets(store, parse(condition).dataset)
-                else:
-                    c_target, c_known = target, known
-                pred = Predictions(store, dataset, encoder, condition)
-                probs = pred.select(seeds, fr)  # [seed, fraction, image, class]
-                labels = _labels_from(c_target, c_known, task)
-                keys = {"seed": seeds, "fraction": fr}
-                by = ["seed", "fraction"]
-                table = metrics.long_table(probs, labels, task, keys)
-                out = metrics.all_metrics(table, by, task, ordinal)
-                if temps is not None:
-                    val, t_all = temps
-                    s_idx = _index(val.seeds, seeds, "seeds", val.where)
-                    f_idx = _index(val.fractions, fr, "fractions", val.where)
-                    t = t_all[np.ix_(s_idx, f_idx)]
-                    scaled = metrics.long_table(ts.scale(probs, t, task), labels, task, keys)
-                    out = out.join(
-                        pl.DataFrame({"seed": np.repeat(seeds, len(fr)), "fraction": np.tile(fr, len(seeds)),
-                                      "temperature": t.reshape(-1)})
-                        .cast({"seed": out.schema["seed"], "fraction": pl.Float64}),
-                        on=by, how="left",
-                    )
-                    for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
-                        out = out.join(fn(scaled, by, task).rename({name: f"{name}_ts"}), on=by, how="left")
-                else:
-                    out = out.with_columns(
-                        temperature=pl.lit(None, pl.Float64), ece_ts=pl.lit(None, pl.Float64),
-                        brier_ts=pl.lit(None, pl.Float64), nll_ts=pl.lit(None, pl.Float64),
-                    )
-                if not ordinal:
-                    out = out.with_columns(kappa_quadratic=pl.lit(None, pl.Float64))
-                head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
-                frames.append(out.with_columns(**head))
-                if kind in ("clean", "shift") and any(abs(f - 1.0) <= FRACTION_TOL for f in fr):
-                    full = [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL][:1]
-                    views = [(False, table)]
-                    if temps is not None:
-                        views.append((True, scaled))
-                    at_full = table.filter(pl.col("fraction") == fr[full[0]])
-                    names = pl.DataFrame({"class": list(range(len(attrs["classes"]))),
-                                          "class_name": [str(c) for c in attrs["classes"]]},
-                                         schema={"class": pl.Int64, "class_name": pl.String})
-                    per_class = metrics.auroc_per_class(at_full, ["seed"]).join(names, on="class", how="left")
-                    class_frames.append(per_class.with_columns(**head))
-                    for is_scaled, tab in views:
-                        rel = metrics.reliability(tab.filter(pl.col("fraction") == fr[full[0]]), ["seed"], task)
-                        rel_frames.append(rel.with_columns(**head, scaled=pl.lit(is_scaled)))
+                _condition_metrics(store, test, dataset, encoder, condition, seeds, fr, temps, parts)
+    warnings = []
     if no_validation:
         warnings.append(
             f"no validation probabilities for {', '.join(no_validation)}: temperature-scaled "
             "metrics left out (re-run `crs probe` with a crs that writes them)"
         )
-    if not frames:
+    return _assemble(parts, warnings)
+
+
+class _TestSplit(NamedTuple):
+    target: np.ndarray  # [image, class]
+    known: np.ndarray  # [image, class]
+    task: str
+    attrs: dict
+
+    @property
+    def ordinal(self) -> bool:
+        return bool(self.attrs.get("ordinal", False)) and self.task == "multiclass"
+
+
+class _Parts(NamedTuple):
+    """Frames collected per (dataset, encoder, condition), concatenated at the end."""
+
+    metrics: list[pl.DataFrame]
+    reliability: list[pl.DataFrame]
+    per_class: list[pl.DataFrame]
+
+
+def _temperatures(store: Store, dataset: str, encoder: str, task: str):
+    """(validation Predictions, temperature [stored seed, stored fraction]), or None without them."""
+    from crs.scoring import temperature as ts
+
+    try:
+        val = Predictions(store, dataset, encoder, VALIDATION)
+        v_target, v_known, _, _ = split_targets(store, dataset, VAL)
+    except MissingPredictions:
+        return None
+    return val, ts.fit(val.probs, v_target, v_known, task)
+
+
+def _full(fr: Sequence[float]) -> list[int]:
+    return [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL]
+
+
+def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, seeds, fr, temps, parts: _Parts) -> None:
+    """Every metric of one (dataset, encoder, condition) at its fractions, added to ``parts``."""
+    from crs.scoring import temperature as ts
+
+    kind = parse(condition).kind
+    if kind != "clean":
+        fr = [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
+    if not fr:
+        return
+    if kind == "shift":
+        c_target, c_known, _, _ = split_targets(store, parse(condition).dataset)
+    else:
+        c_target, c_known = test.target, test.known
+    probs = Predictions(store, dataset, encoder, condition).select(seeds, fr)  # [seed, fraction, image, class]
+    labels = _labels_from(c_target, c_known, test.task)
+    keys, by = {"seed": seeds, "fraction": fr}, ["seed", "fraction"]
+    table = metrics.long_table(probs, labels, test.task, keys)
+    out = metrics.all_metrics(table, by, test.task, test.ordinal)
+    scaled = None
+    if temps is not None:
+        val, t_all = temps
+        s_idx = _index(val.seeds, seeds, "seeds", val.where)
+        t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))]
+        scaled = metrics.long_table(ts.scale(probs, t, test.task), labels, test.task, keys)
+        out = _with_scaled(out, scaled, t, seeds, fr, test.task)
+    else:
+        out = out.with_columns(
+            temperature=pl.lit(None, pl.Float64), ece_ts=pl.lit(None, pl.Float64),
+            brier_ts=pl.lit(None, pl.Float64), nll_ts=pl.lit(None, pl.Float64),
+        )
+    if not test.ordinal:
+        out = out.with_columns(kappa_quadratic=pl.lit(None, pl.Float64))
+    head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
+    parts.metrics.append(out.with_columns(**head))
+    full = _full(fr)[:1]
+    if kind in ("clean", "shift") and full:
+        views = [(False, table)] + ([(True, scaled)] if scaled is not None else [])
+        _full_label_views(test, fr[full[0]], views, head, parts)
+
+
+def _with_scaled(out: pl.DataFrame, scaled: pl.DataFrame, t: np.ndarray, seeds, fr, task: str) -> pl.DataFrame:
+    """``out`` joined with the temperatures [seed, fraction] and ECE, Brier and NLL after scaling."""
+    by = ["seed", "fraction"]
+    temps = pl.DataFrame(
+        {"seed": np.repeat(seeds, len(fr)), "fraction": np.tile(fr, len(seeds)), "temperature": t.reshape(-1)}
+    ).cast({"seed": out.schema["seed"], "fraction": pl.Float64})
+    out = out.join(temps, on=by, how="left")
+    for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
+        out = out.join(fn(scaled, by, task).rename({name: f"{name}_ts"}), on=by, how="left")
+    return out
+
+
+def _full_label_views(test: _TestSplit, full: float, views, head: dict, parts: _Parts) -> None:
+    """Per-class AUROC and the reliability bins (unscaled, and scaled where fitted) at fraction 1."""
+    table = views[0][1]
+    names = pl.DataFrame({"class": list(range(len(test.attrs["classes"]))),
+                          "class_name": [str(c) for c in test.attrs["classes"]]},
+                         schema={"class": pl.Int64, "class_name": pl.String})
+    at_full = table.filter(pl.col("fraction") == full)
+    per_class = metrics.auroc_per_class(at_full, ["seed"]).join(names, on="class", how="left")
+    parts.per_class.append(per_class.with_columns(**head))
+    for is_scaled, tab in views:
+        rel = metrics.reliability(tab.filter(pl.col("fraction") == full), ["seed"], test.task)
+        parts.reliability.append(rel.with_columns(**head, scaled=pl.lit(is_scaled)))
+
+
+def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
+    if not parts.metrics:
         return ProbeMetrics(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), warnings)
     cols = ["encoder", "dataset", "seed", "fraction", "condition"]
-    table = pl.concat(frames, how="diagonal_relaxed")
+    table = pl.concat(parts.metrics, how="diagonal_relaxed")
     table = table.select(*cols, pl.exclude(*cols)).sort(cols)
-    rel = pl.concat(rel_frames, how="diagonal_relaxed") if rel_frames else pl.DataFrame()
+    rel = pl.concat(parts.reliability, how="diagonal_relaxed") if parts.reliability else pl.DataFrame()
     if rel.height:
         first = ["encoder", "dataset", "condition", "scaled", "seed"]
         rel = rel.select(*first, pl.exclude(*first)).sort(*first, *[c for c in ("class", "bin") if c in rel.columns])
-    per_class = pl.concat(class_frames, how="diagonal_relaxed") if class_frames else pl.DataFrame()
+    per_class = pl.concat(parts.per_class, how="diagonal_relaxed") if parts.per_class else pl.DataFrame()
     if per_class.height:
         first = ["encoder", "dataset", "condition", "seed", "class", "class_name"]
         per_class = per_class.select(*first, "auroc").sort(first[:5])

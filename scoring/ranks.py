@@ -1,4 +1,4 @@
-"""Ranks and the AUROC-versus-CRS comparison (crs-v1.md section 4)."""
+"""Ranks and the AUROC-versus-CRS comparison (docs/crs-v1.md section 4)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def kendall_tau_b(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def compare(names: Sequence[str], auroc: Sequence[float], crs: Sequence[float]) -> dict:
-    """The AUROC-versus-CRS comparison of crs-v1.md section 4.
+    """The AUROC-versus-CRS comparison of docs/crs-v1.md section 4.
 
     Returns pairs (n(n-1)/2), discordant_pairs (pairs the two orders strictly
     disagree on; a tie in either is not discordant), mean_abs_rank_shift (mean over

@@ -20,23 +20,32 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from crs.errors import UserError
 from crs.files import atomic_write
-from crs.scoring.axes import AXES
+from crs.names import VALIDATION
+from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.ranks import rank_desc
 
 SCORES_DIR = "scores"
+SPEC = "docs/crs-v1.md"  # the CRS v1 specification, in the repository
 HTML_NAME = "report.html"
 FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
+SYMBOLS = [a.symbol for a in REGISTRY.values()]  # column heads, in AXES order
 SCORE_TABLES = (
     "encoders", "per_dataset", "pareto", "weight_sensitivity", "weight_leaders", "reliability", "robustness",
     "label_efficiency", "calibration_under_shift", "rank_distribution",
 )  # fmt: skip
+
+
+class MissingScores(UserError, FileNotFoundError):
+    """RESULTS holds no complete score: ``crs score`` has not been run there."""
 
 
 @dataclass
@@ -56,11 +65,11 @@ class Inputs:
 
 
 def load(results: Path) -> Inputs:
-    """The score's outputs under RESULTS/scores; FileNotFoundError (exit 2) naming the command when absent."""
+    """The score's outputs under RESULTS/scores; MissingScores (exit 2) naming the command when absent."""
     folder = Path(results) / SCORES_DIR
     meta = folder / "scores.json"
     if not meta.is_file():
-        raise FileNotFoundError(
+        raise MissingScores(
             f"no scores under {folder} (scores.json missing); run `crs score --results {results}` first"
         )
     doc = json.loads(meta.read_text(encoding="utf-8"))
@@ -70,7 +79,7 @@ def load(results: Path) -> Inputs:
         if path.is_file():
             tables[name] = pl.read_parquet(path)
     if "encoders" not in tables or not tables["encoders"].height:
-        raise FileNotFoundError(f"{folder / 'encoders.parquet'} is missing or empty; re-run `crs score`")
+        raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run `crs score`")
     return Inputs(settings=doc.get("settings", {}), rank_comparison=doc.get("rank_comparison", {}), tables=tables)
 
 
@@ -88,9 +97,9 @@ def add_reliability_from_store(inputs: Inputs, results: Path, store: str) -> Non
         enc = inputs.order
         datasets = inputs.settings.get("datasets") or sorted(inputs.table("per_dataset")["dataset"].unique())
         recs = recs.filter(pl.col("encoder").is_in(enc) & pl.col("dataset").is_in(datasets)
-                           & (pl.col("condition") != "validation"))
+                           & (pl.col("condition") != VALIDATION))
         found = probe_metrics(opened, recs, enc, datasets)
-    except (MissingPredictions, StoreError, FileNotFoundError) as exc:
+    except (MissingPredictions, StoreError, records.MissingRunRecords) as exc:
         inputs.notes.append(f"reliability bins could not be read from the store {store!r}: {exc}")
         return
     if found.reliability.height:
@@ -166,75 +175,114 @@ def _try(section: Section, stem: str, build) -> None:
         section.absent.append(str(exc))
 
 
+class _View(NamedTuple):
+    """What every section reads from the inputs."""
+
+    inputs: Inputs
+    order: list[str]  # encoders, best CRS first
+    datasets: list[str]
+    conf: float  # interval confidence, percent
+    unit: str  # bootstrap unit
+
+
 def sections(inputs: Inputs) -> list[Section]:
     """The page's figure sections in reading order, each holding its Figures or why they are absent."""
-    from crs.scoring import figures as fg
-
     s = inputs.settings
-    order = inputs.order
-    enc, per = inputs.table("encoders"), inputs.table("per_dataset")
-    datasets = list(s.get("datasets") or sorted(per["dataset"].unique().to_list()))
-    conf = 100 * s.get("bootstrap", {}).get("confidence", 0.95)
-    unit = s.get("bootstrap", {}).get("unit", "seed")
-    out = []
+    datasets = list(s.get("datasets") or sorted(inputs.table("per_dataset")["dataset"].unique().to_list()))
+    view = _View(inputs, inputs.order, datasets, 100 * s.get("bootstrap", {}).get("confidence", 0.95),
+                 s.get("bootstrap", {}).get("unit", "seed"))
+    return [build(view) for build in SECTIONS]
+
+
+def _profiles(v: _View) -> Section:
+    from crs.scoring import figures as fg
 
     sec = Section("profiles", "Profiles on the four axes",
                   "Each encoder's discrimination (D), calibration (C), label efficiency (L) and robustness (R), "
-                  f"seed means over the comparison set with {conf:.0f}% bootstrap intervals; the dashed line is "
+                  f"seed means over the comparison set with {v.conf:.0f}% bootstrap intervals; the dashed line is "
                   "the reference the q-scores are measured against.")
-    _try(sec, "profiles", lambda: fg.profiles(enc, per, s))
-    out.append(sec)
+    _try(sec, "profiles", lambda: fg.profiles(v.inputs.table("encoders"), v.inputs.table("per_dataset"),
+                                              v.inputs.settings))
+    return sec
+
+
+def _rank_change(v: _View) -> Section:
+    from crs.scoring import figures as fg
 
     sec = Section("rank-change", "AUROC rank versus CRS rank",
                   "Left: rank by mean clean AUROC; right: rank by CRS. Encoders in a pair whose order the two "
                   "rankings reverse are drawn bold and coloured.")
-    _try(sec, "rank_change", lambda: fg.rank_slope(enc, inputs.rank_comparison))
-    out.append(sec)
+    _try(sec, "rank_change", lambda: fg.rank_slope(v.inputs.table("encoders"), v.inputs.rank_comparison))
+    return sec
+
+
+def _pareto(v: _View) -> Section:
+    from crs.scoring import figures as fg
 
     sec = Section("pareto", "Pareto view",
                   "q discrimination against q calibration, coloured by q robustness. Stars mark encoders no other "
                   "encoder dominates on all four q-axes (so a star may sit below another point on this "
                   "two-axis view).")
-    _try(sec, "pareto", lambda: fg.pareto(enc))
-    out.append(sec)
+    _try(sec, "pareto", lambda: fg.pareto(v.inputs.table("encoders")))
+    return sec
+
+
+def _reliability(v: _View) -> Section:
+    from crs.scoring import figures as fg
 
     sec = Section("reliability", "Reliability diagrams",
                   "Observed accuracy against confidence in 15 equal-width bins of the top-label confidence "
                   "(multi-label: each label's max(p, 1 - p)), clean test split, probes trained on all labels; "
                   "solid before, dashed after temperature scaling fitted on the validation split.")
-    if not inputs.table("reliability").height:
+    bins = v.inputs.table("reliability")
+    if not bins.height:
         sec.absent.append("no reliability bins in the results: they need the probe's stored probabilities. "
                           "Run `crs score --store STORE`, or pass --store STORE to `crs report`.")
-    else:
-        for d in datasets:
-            _try(sec, f"reliability_{_stem(d)}", lambda d=d: fg.reliability_diagrams(inputs.table("reliability"), d,
-                                                                                      order))
-    out.append(sec)
+    for d in v.datasets if bins.height else []:
+        _try(sec, f"reliability_{_stem(d)}", lambda d=d: fg.reliability_diagrams(bins, d, v.order))
+    return sec
+
+
+def _label_efficiency(v: _View) -> Section:
+    from crs.scoring import figures as fg
 
     sec = Section("label-efficiency", "Label efficiency",
-                  f"Clean test AUROC against the share of training labels the probe saw; bands are {conf:.0f}% "
+                  f"Clean test AUROC against the share of training labels the probe saw; bands are {v.conf:.0f}% "
                   "seed-bootstrap intervals (the same seed draws as the CRS intervals).")
-    _try(sec, "label_efficiency", lambda: fg.label_efficiency(inputs.table("label_efficiency"), order))
-    out.append(sec)
+    _try(sec, "label_efficiency", lambda: fg.label_efficiency(v.inputs.table("label_efficiency"), v.order))
+    return sec
+
+
+def _robustness(v: _View) -> Section:
+    from crs.scoring import figures as fg
 
     sec = Section("robustness", "Robustness",
                   "Retention (the share of the clean, full-label above-chance AUROC that survives) against "
                   "severity, one panel per perturbation family; then the shift gap, clean AUROC against AUROC "
                   "on the dataset's shift target.")
-    for d in datasets:
-        _try(sec, f"robustness_{_stem(d)}", lambda d=d: fg.robustness(inputs.table("robustness"), d, order))
-    _try(sec, "shift_gap", lambda: fg.shift_gap(per, inputs.table("robustness"), order))
-    out.append(sec)
+    detail = v.inputs.table("robustness")
+    for d in v.datasets:
+        _try(sec, f"robustness_{_stem(d)}", lambda d=d: fg.robustness(detail, d, v.order))
+    _try(sec, "shift_gap", lambda: fg.shift_gap(v.inputs.table("per_dataset"), detail, v.order))
+    return sec
 
+
+def _uncertainty(v: _View) -> Section:
+    from crs.scoring import figures as fg
+
+    s = v.inputs.settings
     sec = Section("uncertainty", "Rank uncertainty and weight sensitivity",
-                  f"How often each encoder took each CRS rank across the {unit} bootstrap replicates; then, for "
+                  f"How often each encoder took each CRS rank across the {v.unit} bootstrap replicates; then, for "
                   "every weighting of the three components on a grid over the simplex, which encoder has the "
                   "top CRS.")
-    _try(sec, "rank_distribution",
-         lambda: fg.rank_distribution(inputs.table("rank_distribution"), order, s.get("bootstrap", {}).get("n")))
-    _try(sec, "weight_sensitivity", lambda: fg.weight_map(inputs.table("weight_sensitivity"), order, s.get("weights")))
-    out.append(sec)
-    return out
+    _try(sec, "rank_distribution", lambda: fg.rank_distribution(v.inputs.table("rank_distribution"), v.order,
+                                                                s.get("bootstrap", {}).get("n")))
+    _try(sec, "weight_sensitivity",
+         lambda: fg.weight_map(v.inputs.table("weight_sensitivity"), v.order, s.get("weights")))
+    return sec
+
+
+SECTIONS = (_profiles, _rank_change, _pareto, _reliability, _label_efficiency, _robustness, _uncertainty)
 
 
 def png(fig) -> bytes:
@@ -282,7 +330,7 @@ def settings_block(s: dict) -> str:
 
 def board_html(board: pl.DataFrame) -> str:
     head = ["rank", "encoder", "CRS", "95% interval", "tier", "rank interval", "P(rank 1)", "AUROC", "AUROC rank",
-            "D", "C", "L", "R", "q D", "q C", "q L", "q R", "Pareto"]
+            *SYMBOLS, *[f"q {x}" for x in SYMBOLS], "Pareto"]
     out = ["<div class='scroll'><table id='leaderboard' class='board'><thead><tr>",
            *[f"<th>{_e(h)}</th>" for h in head], "</tr></thead><tbody>"]
     for r in board.iter_rows(named=True):
@@ -306,7 +354,7 @@ def per_dataset_html(board: pl.DataFrame) -> str:
     if not board.height:
         return "<p class='absent'>No per-dataset scores in the results.</p>"
     parts = []
-    head = ["rank", "encoder", "CRS", "AUROC", "AUROC rank", "D", "C", "L", "R", "q D", "q C", "q L", "q R", "seeds"]
+    head = ["rank", "encoder", "CRS", "AUROC", "AUROC rank", *SYMBOLS, *[f"q {x}" for x in SYMBOLS], "seeds"]
     for (dataset,), g in board.group_by("dataset", maintain_order=True):
         parts.append(f"<h4>{_e(dataset)}</h4><table class='board per-dataset' data-dataset='{_e(dataset)}'>"
                      "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>")
@@ -358,9 +406,9 @@ def methods(s: dict, rc: dict) -> str:
         "every encoder whose paired CRS difference to it has an interval containing 0. AUROC and CRS rankings "
         f"are compared by the pairs they reverse ({_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} "
         f"here) and Kendall's tau-b ({_e(_num(rc.get('kendall_tau_b'), '.2f'))}).</p>",
-        "<p>Definitions: CRS-Bench's crs-v1 design note. Every number on this page is read from the files "
-        "<code>crs score</code> wrote; <code>tables/</code> beside this page holds them in full precision as CSV "
-        "and Parquet, <code>figures/</code> the figures as PNG.</p>",
+        f"<p>Definitions: the CRS v1 specification, <code>{SPEC}</code> in the CRS-Bench repository. Every "
+        "number on this page is read from the files <code>crs score</code> wrote; <code>tables/</code> beside "
+        "this page holds them in full precision as CSV and Parquet, <code>figures/</code> the figures as PNG.</p>",
     ]
     return "".join(paras)
 
@@ -429,7 +477,7 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
     """Write OUT/report.html (self-contained), OUT/figures/*.png and OUT/tables/*.{csv,parquet}.
 
     Returns {"html", "figures" (PNG paths), "tables" (paths), "absent" (sections' reasons),
-    "seconds"}. Raises FileNotFoundError (exit 2 at the CLI) when RESULTS holds no scores.
+    "seconds"}. Raises MissingScores (a UserError: exit 2 at the CLI) when RESULTS holds no scores.
     """
     t0 = time.perf_counter()
     results, out = Path(results), Path(out)

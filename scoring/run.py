@@ -16,6 +16,8 @@ import numpy as np
 import polars as pl
 
 from crs.files import atomic_write
+from crs.errors import BadInput
+from crs.names import VALIDATION
 from crs.scoring import crs as core
 from crs.scoring import analysis
 from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
@@ -28,7 +30,6 @@ from crs.scoring.bootstrap import (
     seed_weights,
     summarise,
 )
-from crs.scoring.predictions import VALIDATION
 from crs.scoring.ranks import compare, rank_desc
 from crs.store import StoreError
 
@@ -122,7 +123,7 @@ class Scores:
 def comparison_set(
     records: pl.DataFrame, reference: str = MEDIAN
 ) -> tuple[list[str], list[str], dict]:
-    """The encoders and datasets where every encoder has every dataset (crs-v1.md section 2).
+    """The encoders and datasets where every encoder has every dataset (docs/crs-v1.md section 2).
 
     When the records are not a full grid, the largest such block wins: most
     (encoder, dataset) cells, then most encoders, then the alphabetically first dataset
@@ -151,7 +152,7 @@ def comparison_set(
             best = (key, encoders, datasets)
     if best is None:
         need = "" if reference == MEDIAN else f", one of them the reference {reference!r},"
-        raise ValueError(
+        raise BadInput(
             f"no dataset is shared by at least 2 encoders{need} (encoders and their datasets: "
             f"{ {e: sorted(s) for e, s in sorted(have.items())} }); CRS compares encoders on "
             "common datasets: probe at least two encoders on the same dataset"
@@ -175,13 +176,13 @@ def score(
     store=None,
     simplex_step: float = analysis.SIMPLEX_STEP,
 ) -> Scores:
-    """Score run records by crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
+    """Score run records by docs/crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
 
     ``reference`` is an encoder name or 'median'; ``weights`` are (dominance, balance,
     worst_axis), non-negative and summing to 1. Encoders or datasets outside the
     comparison set are dropped and listed in ``settings['excluded']``.
 
-    ``bootstrap_unit``: 'seed' resamples seeds (crs-v1.md section 5), 'image' the test
+    ``bootstrap_unit``: 'seed' resamples seeds (docs/crs-v1.md section 5), 'image' the test
     images of every dataset (the same draw for every encoder; needs ``store``, a
     ``crs.store.Store`` with the probe's test probabilities), 'both' the two at once.
     With a store, the metrics that need probabilities (balanced accuracy, kappa,
@@ -189,45 +190,85 @@ def score(
     the store lacks is said in ``settings['warnings']``, and the image bootstrap then
     falls back to seeds.
     """
-    w = core.check_weights(weights)
-    if int(n_bootstrap) < 1:
-        raise ValueError(f"n_bootstrap must be at least 1, got {n_bootstrap!r}")
-    if bootstrap_unit not in UNITS:
-        raise ValueError(f"bootstrap unit must be one of {UNITS}, not {bootstrap_unit!r}")
-    require_columns(records)
-    # rows a probe may keep for its validation split serve temperature scaling, never the axes
-    records = records.filter(pl.col("condition") != VALIDATION)
-    present = sorted(records.get_column("encoder").unique().to_list())
-    if len(present) < 2:
-        raise ValueError(f"CRS compares encoders and needs at least 2, the records hold {present}")
-    if reference != MEDIAN and reference not in present:
-        raise ValueError(
-            f"reference {reference!r} is not among the encoders in the records: {present}; "
-            f"name one of them or use {MEDIAN!r}"
-        )
-    encoders, datasets, excluded = comparison_set(records, reference)
-    records = records.filter(pl.col("encoder").is_in(encoders) & pl.col("dataset").is_in(datasets))
+    w = _check_options(records, reference, weights, n_bootstrap, bootstrap_unit)
+    records, encoders, datasets, excluded = _comparison_records(records, reference)
     by_seed = axes_by_seed(records)
     x_seed, seeds = seed_tensor(by_seed, encoders, datasets)  # [encoder, dataset, seed, axis]
     means = seed_means(by_seed)
     x = _grid(means, encoders, datasets)  # [encoder, dataset, axis]
     ref: int | str = MEDIAN if reference == MEDIAN else encoders.index(reference)
-
     point = core.score(x, ref, w)
-    auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
-    table = pl.DataFrame(
-        {
-            "encoder": encoders,
-            "auroc": auroc,
-            "auroc_rank": rank_desc(auroc),
-            "crs": point.crs,
-            "crs_rank": rank_desc(point.crs),
-        }
-    )
     warnings: list[str] = []
     used = used_rows(records)
-    unit = bootstrap_unit
     draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
+    x_boot, unit = _bootstrap_means(
+        x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings
+    )
+    reps = score_replicates(x_boot, ref, w)
+    pareto = analysis.pareto_table(encoders, datasets, point.q_dataset, point.q)
+    grid, leaders = analysis.weight_sensitivity(
+        encoders, point.dominance, point.balance, point.worst_axis, simplex_step
+    )
+    found = _from_store(store, records, encoders, datasets, warnings)
+    settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
+                         excluded, simplex_step, warnings)
+    auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
+    return Scores(
+        settings=settings,
+        encoders=_encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs), pareto),
+        per_dataset=_per_dataset_table(encoders, datasets, x, point, w, means),
+        rank_comparison=compare(encoders, auroc, point.crs),
+        axes_by_seed=by_seed,
+        pareto=pareto,
+        weight_grid=grid,
+        weight_leaders=leaders,
+        metric_table=_metric_table(records, found.metrics),
+        probe_metrics=found.metrics,
+        reliability=found.reliability,
+        auroc_per_class=found.per_class,
+        robustness=analysis.robustness_detail(used),
+        label_efficiency=analysis.label_efficiency_curve(used, draw, seeds),
+        calibration_shift=analysis.calibration_under_shift(records),
+        rank_distribution=analysis.rank_distribution(encoders, reps.rank),
+    )
+
+
+def _check_options(records, reference, weights, n_bootstrap, bootstrap_unit) -> tuple[float, float, float]:
+    w = core.check_weights(weights)
+    if int(n_bootstrap) < 1:
+        raise BadInput(f"n_bootstrap must be at least 1, got {n_bootstrap!r}")
+    if bootstrap_unit not in UNITS:
+        raise BadInput(f"bootstrap unit must be one of {UNITS}, not {bootstrap_unit!r}")
+    require_columns(records)
+    return w
+
+
+def _comparison_records(records: pl.DataFrame, reference: str):
+    """(records of the comparison set, its encoders, its datasets, what was excluded)."""
+    # rows a probe may keep for its validation split serve temperature scaling, never the axes
+    records = records.filter(pl.col("condition") != VALIDATION)
+    _check_encoders(records, reference)
+    encoders, datasets, excluded = comparison_set(records, reference)
+    records = records.filter(pl.col("encoder").is_in(encoders) & pl.col("dataset").is_in(datasets))
+    return records, encoders, datasets, excluded
+
+
+def _check_encoders(records: pl.DataFrame, reference: str) -> None:
+    present = sorted(records.get_column("encoder").unique().to_list())
+    if len(present) < 2:
+        raise BadInput(f"CRS compares encoders and needs at least 2, the records hold {present}")
+    if reference != MEDIAN and reference not in present:
+        raise BadInput(
+            f"reference {reference!r} is not among the encoders in the records: {present}; "
+            f"name one of them or use {MEDIAN!r}"
+        )
+
+
+def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings):
+    """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used).
+
+    Falls back to the seed bootstrap, saying why in ``warnings``, where the image
+    bootstrap cannot read what it needs."""
     x_rep = None
     if unit != "seed":
         from crs.scoring.predictions import MissingPredictions, image_bootstrap_axes
@@ -240,19 +281,26 @@ def score(
         else:
             try:
                 x_rep = image_bootstrap_axes(
-                    store, used, encoders, datasets, seeds, int(n_bootstrap),
-                    np.random.default_rng([seed, 1]),
+                    store, used, encoders, datasets, seeds, draw.shape[0], np.random.default_rng([seed, 1]),
                 )
             except (MissingPredictions, StoreError) as exc:
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
-        if x_rep is None:
-            unit = "seed"
     if x_rep is None:
-        x_boot = np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed)
-    else:
-        x_boot = seed_means_of(x_rep, draw if unit == "both" else None)
-    reps = score_replicates(x_boot, ref, w)
-    boot = summarise(reps, encoders, point.crs)
+        return np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed), "seed"
+    return seed_means_of(x_rep, draw if unit == "both" else None), unit
+
+
+def _encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.DataFrame) -> pl.DataFrame:
+    """One row per encoder, best CRS first: CRS and AUROC ranks, intervals, axes, q, components, Pareto."""
+    table = pl.DataFrame(
+        {
+            "encoder": encoders,
+            "auroc": auroc,
+            "auroc_rank": rank_desc(auroc),
+            "crs": point.crs,
+            "crs_rank": rank_desc(point.crs),
+        }
+    )
     overall = x.mean(axis=1)  # [encoder, axis]
     extra = pl.DataFrame(
         {
@@ -265,113 +313,94 @@ def score(
         }
     )
     head = ["crs_low", "crs_high", "rank_low", "rank_high", "p_rank1", "tier"]
-    table = (
+    front = pareto.filter(pl.col("scope") == "overall").select("encoder", "pareto")
+    return (
         table.join(boot.select("encoder", *head), on="encoder", maintain_order="left")
         .join(extra, on="encoder", maintain_order="left")
         .join(boot.drop(head), on="encoder", maintain_order="left")
         .sort(["crs", "encoder"], descending=[True, False])
+        .join(front, on="encoder", maintain_order="left")
     )
 
-    # per-dataset CRS: each dataset alone is the comparison set, dominance included
+
+def _per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame) -> pl.DataFrame:
+    """Per-dataset CRS: each dataset alone is the comparison set, dominance included."""
     per_q = np.swapaxes(point.q_dataset, 0, 1)  # [dataset, encoder, axis]
     parts = core.components(per_q, w)  # each [dataset, encoder]
-    rows = []
-    for d, dataset in enumerate(datasets):
-        for e, encoder in enumerate(encoders):
-            rows.append(
-                {
-                    "encoder": encoder,
-                    "dataset": dataset,
-                    **{a: float(x[e, d, k]) for k, a in enumerate(AXES)},
-                    **{f"q_{a}": float(per_q[d, e, k]) for k, a in enumerate(AXES)},
-                    "dominance": float(parts.dominance[d, e]),
-                    "balance": float(parts.balance[d, e]),
-                    "worst_axis": float(parts.worst_axis[d, e]),
-                    "crs": float(parts.crs[d, e]),
-                }
-            )
-    per_dataset = (
+    rows = [
+        {
+            "encoder": encoder,
+            "dataset": dataset,
+            **{a: float(x[e, d, k]) for k, a in enumerate(AXES)},
+            **{f"q_{a}": float(per_q[d, e, k]) for k, a in enumerate(AXES)},
+            "dominance": float(parts.dominance[d, e]),
+            "balance": float(parts.balance[d, e]),
+            "worst_axis": float(parts.worst_axis[d, e]),
+            "crs": float(parts.crs[d, e]),
+        }
+        for d, dataset in enumerate(datasets)
+        for e, encoder in enumerate(encoders)
+    ]
+    return (
         pl.DataFrame(rows)
-        .join(
-            means.select("encoder", "dataset", "n_seeds"),
-            on=["encoder", "dataset"],
-            maintain_order="left",
-        )
+        .join(means.select("encoder", "dataset", "n_seeds"), on=["encoder", "dataset"], maintain_order="left")
         .select("encoder", "dataset", "n_seeds", pl.exclude("encoder", "dataset", "n_seeds"))
         .sort(["dataset", "crs", "encoder"], descending=[False, True, False])
     )
 
-    pareto = analysis.pareto_table(encoders, datasets, point.q_dataset, point.q)
-    front = pareto.filter(pl.col("scope") == "overall").select("encoder", "pareto")
-    table = table.join(front, on="encoder", maintain_order="left")
-    grid, leaders = analysis.weight_sensitivity(
-        encoders, point.dominance, point.balance, point.worst_axis, simplex_step
-    )
 
-    per_seed = records
-    probe_metrics = reliability = per_class = pl.DataFrame()
+def _from_store(store, records, encoders, datasets, warnings: list[str]):
+    """``predictions.probe_metrics`` where a store is given and holds them, else empty tables."""
+    from crs.scoring.predictions import MissingPredictions, ProbeMetrics, probe_metrics
+
+    empty = ProbeMetrics(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), [])
     if store is None:
         warnings.append(
             "no store given: balanced accuracy, kappa, classwise ECE, AURC, temperature "
             "scaling and reliability bins need the stored probabilities (pass --store); the "
             "metric table holds the run-record metrics only"
         )
-    else:
-        from crs.scoring.predictions import MissingPredictions, probe_metrics as from_store
+        return empty
+    try:
+        found = probe_metrics(store, records, encoders, datasets)
+    except (MissingPredictions, StoreError) as exc:
+        warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
+        return empty
+    warnings.extend(found.warnings)
+    return found
 
-        try:
-            found = from_store(store, records, encoders, datasets)
-            probe_metrics, reliability, per_class = found.metrics, found.reliability, found.per_class
-            warnings.extend(found.warnings)
-        except (MissingPredictions, StoreError) as exc:
-            warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
-        if probe_metrics.height:
-            keys = ["encoder", "dataset", "seed", "fraction", "condition"]
-            extra = probe_metrics.drop([c for c in analysis.METRICS if c in probe_metrics.columns])
-            per_seed = records.join(
-                extra.cast({"seed": records.schema["seed"], "fraction": records.schema["fraction"]}),
-                on=keys, how="left",
-            )
-    metric_names = [*analysis.METRICS, *[c for c in probe_metrics.columns if c in EXTRA_METRICS]]
 
-    fractions = sorted(set(used.get_column("fraction").to_list()))
+def _metric_table(records: pl.DataFrame, probe_metrics: pl.DataFrame) -> pl.DataFrame:
+    """The seed-aggregated table of the run-record metrics and of those from stored probabilities."""
+    per_seed = records
+    if probe_metrics.height:
+        keys = ["encoder", "dataset", "seed", "fraction", "condition"]
+        extra = probe_metrics.drop([c for c in analysis.METRICS if c in probe_metrics.columns])
+        per_seed = records.join(
+            extra.cast({"seed": records.schema["seed"], "fraction": records.schema["fraction"]}),
+            on=keys, how="left",
+        )
+    names = [*analysis.METRICS, *[c for c in probe_metrics.columns if c in EXTRA_METRICS]]
+    return analysis.metric_table(per_seed, names)
+
+
+def _settings(reference, w, n_bootstrap, unit, requested, seed, seeds, used, datasets, excluded, simplex_step,
+              warnings) -> dict:
     settings = {
         "crs_version": CRS_VERSION,
         "reference": reference,
         "weights": dict(zip(COMPONENTS, w, strict=True)),
-        "bootstrap": {
-            "n": int(n_bootstrap),
-            "unit": unit,
-            "seed": seed,
-            "confidence": CONFIDENCE,
-        },
+        "bootstrap": {"n": int(n_bootstrap), "unit": unit, "seed": seed, "confidence": CONFIDENCE},
         "seeds": [int(s) for s in seeds],
-        "fractions": [float(f) for f in fractions],
+        "fractions": [float(f) for f in sorted(set(used.get_column("fraction").to_list()))],
         "datasets": list(datasets),
         "excluded": excluded,
         "simplex_step": simplex_step,
         "warnings": warnings,
     }
-    if unit != bootstrap_unit:
-        settings["bootstrap"]["requested_unit"] = bootstrap_unit
-    return Scores(
-        settings=settings,
-        encoders=table,
-        per_dataset=per_dataset,
-        rank_comparison=compare(encoders, auroc, point.crs),
-        axes_by_seed=by_seed,
-        pareto=pareto,
-        weight_grid=grid,
-        weight_leaders=leaders,
-        metric_table=analysis.metric_table(per_seed, metric_names),
-        probe_metrics=probe_metrics,
-        reliability=reliability,
-        auroc_per_class=per_class,
-        robustness=analysis.robustness_detail(used),
-        label_efficiency=analysis.label_efficiency_curve(used, draw, seeds),
-        calibration_shift=analysis.calibration_under_shift(records),
-        rank_distribution=analysis.rank_distribution(encoders, reps.rank),
-    )
+    if unit != requested:
+        settings["bootstrap"]["requested_unit"] = requested
+    return settings
 
 
 EXTRA_METRICS = (

@@ -134,7 +134,7 @@ def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
     assert rows == [(r["encoder"], f"{r['crs']:.1f}") for r in scores.encoders.iter_rows(named=True)]
     s = scores.settings
     for needle in (f"{s['bootstrap']['n']} replicates, unit {s['bootstrap']['unit']}", "per-axis median",
-                   "Methods", f"CRS v{s['crs_version']}"):
+                   "Methods", f"CRS v{s['crs_version']}", "docs/crs-v1.md"):
         assert needle in text, needle
 
 
@@ -219,3 +219,13 @@ def test_rank_distribution_counts_every_replicate_once(b, n, seed):
         assert mine["replicates"].sum() == b and mine["share"].sum() == pytest.approx(1.0)
         for r in mine.iter_rows(named=True):
             assert r["replicates"] == int((rank[:, i] == r["rank"]).sum())
+
+
+def test_missing_scores_and_run_records_are_user_errors(tmp_path):
+    from crs import records
+    from crs.errors import UserError
+
+    with pytest.raises(UserError, match="no scores under"):
+        report.write_report(tmp_path, tmp_path / "out", quiet=True)
+    with pytest.raises(UserError, match="no run records under"):
+        records.read(tmp_path)

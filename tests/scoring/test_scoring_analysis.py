@@ -33,7 +33,7 @@ def test_pareto_front_is_the_non_dominated_set(q):
     dom = analysis.dominates(q)
     for i in np.flatnonzero(~front):
         assert dom[front, i].any()
-    # with weight on dominance the CRS leader is never dominated (crs-v1.md property 2)
+    # with weight on dominance the CRS leader is never dominated (docs/crs-v1.md property 2)
     crs = components(q).crs
     assert front[int(np.argmax(crs))]
 

@@ -1,10 +1,16 @@
-"""Axis values from run records, against values worked out by hand (crs-v1.md section 1)."""
+"""Axis values from run records, against values worked out by hand (docs/crs-v1.md section 1)."""
 
 from __future__ import annotations
 
 import polars as pl
 import pytest
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crs.errors import UserError
+from crs.scoring import axes as ax
 from crs.scoring.axes import AXES, axes_by_seed, seed_means
 
 
@@ -217,3 +223,29 @@ def test_two_shift_targets_average_and_shift_alone(make_table):
     r = axes_by_seed(make_table(cells("a", "d2", 0, only_shift))).row(0, named=True)
     assert r["perturbation"] is None
     assert r["robustness"] == pytest.approx(0.75)
+
+
+def test_axes_is_the_registry_in_order_and_a_duplicate_is_refused():
+    assert AXES == tuple(ax.REGISTRY) == ("discrimination", "calibration", "label_efficiency", "robustness")
+    assert [a.symbol for a in ax.REGISTRY.values()] == ["D", "C", "L", "R"]
+    first = ax.REGISTRY["calibration"]
+    for clash in (first, ax.Axis("calibration", "Z", "", first.value, first.array),
+                  ax.Axis("other", "C", "", first.value, first.array)):
+        with pytest.raises(ValueError, match="already registered"):
+            ax.register(clash)
+    assert tuple(ax.REGISTRY) == AXES
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=30))
+def test_retain_expression_equals_retain_array(pairs):
+    a, d = np.array(pairs).T
+    frame = pl.DataFrame({"a": a, "d": d})
+    got = frame.select(r=ax.retain(pl.col("a"), pl.col("d")))["r"].to_numpy()
+    assert np.array_equal(got, ax.retain_array(a, d))
+
+
+def test_bad_records_are_a_user_error(make_table):
+    records = make_table(cells("a", "d2", 0, A_D2_S0)).with_columns(fraction=pl.lit(1.5))
+    with pytest.raises(UserError, match="fraction must lie in"):
+        axes_by_seed(records)

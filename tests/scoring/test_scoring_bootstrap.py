@@ -1,4 +1,4 @@
-"""The paired seed bootstrap against a slow per-replicate loop; the tier rule (crs-v1.md s. 5)."""
+"""The paired seed bootstrap against a slow per-replicate loop; the tier rule (docs/crs-v1.md s. 5)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ W = (0.5, 0.25, 0.25)
 
 
 def slow_q(x, ref):
-    """q [encoder, dataset, axis] from seed means x, loop by loop (crs-v1.md section 2)."""
+    """q [encoder, dataset, axis] from seed means x, loop by loop (docs/crs-v1.md section 2)."""
     n_e, n_d, n_a = x.shape
     q = np.zeros_like(x)
     for d in range(n_d):
@@ -40,7 +40,7 @@ def slow_q(x, ref):
 
 
 def slow_crs(q, weights):
-    """CRS per encoder from overall q [encoder, axis] (crs-v1.md section 3)."""
+    """CRS per encoder from overall q [encoder, axis] (docs/crs-v1.md section 3)."""
     n = len(q)
 
     def beats(i, j):

@@ -1,4 +1,4 @@
-"""q, the components and CRS: hand-worked values and the properties of crs-v1.md sections 2-3."""
+"""q, the components and CRS: hand-worked values and the properties of docs/crs-v1.md sections 2-3."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from crs.labels import TASKS
 from crs.scoring import metrics as m
 
 
@@ -235,7 +236,7 @@ def test_bad_input_named():
 
 @st.composite
 def prediction_tables(draw):
-    task = draw(st.sampled_from(m.TASKS))
+    task = draw(st.sampled_from(TASKS))
     n, k = draw(st.integers(2, 25)), draw(st.integers(2, 4))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""Ranks, Kendall's tau-b and the AUROC-versus-CRS comparison (crs-v1.md section 4)."""
+"""Ranks, Kendall's tau-b and the AUROC-versus-CRS comparison (docs/crs-v1.md section 4)."""
 
 from __future__ import annotations
 

@@ -237,3 +237,20 @@ def test_n_bootstrap_must_be_positive(records):
 def test_axes_by_seed_table(scores):
     assert scores.axes_by_seed.height == 3 * 2 * 3
     assert np.all(scores.axes_by_seed.select(AXES).to_numpy() >= 0.0)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"reference": "nope"}, "not among the encoders"),
+        ({"weights": (1.0, 1.0, 1.0)}, "sum to 1"),
+        ({"n_bootstrap": 0}, "n_bootstrap"),
+        ({"bootstrap_unit": "pixel"}, "bootstrap unit"),
+        ({"simplex_step": 0.3}, "simplex step"),
+    ],
+)
+def test_bad_options_are_user_errors(records, options, message):
+    from crs.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        score(records, n_bootstrap=options.pop("n_bootstrap", 5), **options)

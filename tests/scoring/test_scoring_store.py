@@ -133,3 +133,12 @@ def test_validation_rows_in_the_records_are_not_a_condition(built):
     a = score(records, n_bootstrap=10)
     b = score(pl.concat([records, val]), n_bootstrap=10)
     assert a.encoders.equals(b.encoders)
+
+
+def test_missing_predictions_are_a_user_error(built):
+    from crs.errors import UserError
+    from crs.scoring.predictions import Predictions
+
+    store, _ = built
+    with pytest.raises(UserError):
+        Predictions(store, "d1", "no-such-encoder", "clean")

@@ -7,6 +7,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 from sklearn.metrics import log_loss
 
+from crs.labels import TASKS, targets
 from crs.scoring import metrics, temperature
 
 
@@ -21,12 +22,12 @@ def test_recovers_the_temperature_that_sharpened_calibrated_probabilities():
     z = rng.normal(size=(n, k)) * 2.0
     y = np.array([rng.choice(k, p=p) for p in softmax(z)])  # calibrated by construction
     overconfident = softmax(z * 2.5)  # T = 2.5 undoes it
-    t, known = metrics.targets(y, "multiclass", k)
+    t, known = targets(y, "multiclass", k)
     got = temperature.fit(overconfident, t, known, "multiclass")
     assert got == pytest.approx(2.5, rel=0.1)
 
 
-@pytest.mark.parametrize("task", metrics.TASKS)
+@pytest.mark.parametrize("task", TASKS)
 def test_matches_scipy_minimum_and_lowers_nll(task):
     rng = np.random.default_rng(1)
     n, k = 300, 3
@@ -36,7 +37,7 @@ def test_matches_scipy_minimum_and_lowers_nll(task):
     else:
         labels = rng.integers(-1, 2, (n, k)).astype(np.int8)
         p = 1 / (1 + np.exp(-(3 * rng.normal(size=(n, k)) + 2 * (2 * (labels == 1) - 1))))
-    t, known = metrics.targets(labels, task, k)
+    t, known = targets(labels, task, k)
 
     def nll(log_t):
         q = temperature.scale(p, np.exp(log_t), task)
@@ -56,7 +57,7 @@ def test_vectorised_over_probes_equals_one_by_one():
     rng = np.random.default_rng(2)
     labels = rng.integers(0, 3, 80)
     p = softmax(rng.normal(size=(2, 3, 80, 3)) * rng.uniform(0.5, 4, size=(2, 3, 1, 1)))
-    t, known = metrics.targets(labels, "multiclass", 3)
+    t, known = targets(labels, "multiclass", 3)
     all_at_once = temperature.fit(p, t, known, "multiclass")
     assert all_at_once.shape == (2, 3)
     for i in range(2):
