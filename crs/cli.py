@@ -92,6 +92,9 @@ def progress_bar(quiet: bool):
     )
 
 
+STAGE_OPTIONS: dict[str, list[tuple[str, ...]]] = {}  # command -> the settings it has options for
+
+
 def stage_command(name: str, paths: list[tuple[str, ...]], base: cfgmod.Config | None = None):
     """Register ``fn(given, **own options)`` as command ``name`` with an option for each setting in ``paths``.
 
@@ -100,6 +103,7 @@ def stage_command(name: str, paths: list[tuple[str, ...]], base: cfgmod.Config |
     settings given, checked, as {path: value}; errors anywhere become exit codes.
     """
     shown = base or cfgmod.Config()
+    STAGE_OPTIONS[name] = list(paths)
 
     def register(fn: Callable) -> Callable:
         own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]
@@ -340,15 +344,11 @@ def encoders_cmd(
     verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """List the encoder registry (name, family, width, input size, gated, ...)."""
+    from crs import stages
     from crs.extract import encoders as encreg
 
     with friendly_errors(verbose):
-        specs = list(encreg.ENCODERS.values())
-        if encoder_file is not None:
-            try:
-                specs += encreg.from_toml(str(encoder_file))
-            except (ValueError, TypeError) as exc:
-                raise BadInput(str(exc)) from exc
+        specs = list(encreg.ENCODERS.values()) + list(stages.encoder_records(encoder_file).values())
         if as_json:
             print(json.dumps([s.as_dict() for s in specs]))
             return

@@ -337,7 +337,8 @@ def _json_setting(f: dataclasses.Field, tp) -> dict:
     meta = f.metadata
     check = meta.get("parse") or meta.get("check")
     schema = dict(getattr(check, "schema", None) or {})
-    out = {**_json_type(tp), "description": meta["help"]}
+    # a field with its own parser (the weights) states its whole JSON form; the others add ranges to their type
+    out = {**(_json_type(tp) if not meta.get("parse") else {}), "description": meta["help"]}
     if "items" in schema and "items" in out:
         schema["items"] = {**out["items"], **schema["items"]}
     out.update(schema)

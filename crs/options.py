@@ -36,6 +36,11 @@ EXEMPT = {
 }
 
 
+# Commands that run no stage and read no config: they list and inspect the registries and a
+# dataset folder, so their options are not benchmark settings.
+TOOLS = ("encoders", "perturbations", "datasets")
+
+
 def flag(path: Path_) -> str:
     return SETTINGS[tuple(path)][0].metadata["flags"][0]
 

@@ -6,9 +6,10 @@ passes a rich Progress, a library caller passes nothing and gets ``NoProgress``.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
+@runtime_checkable
 class Progress(Protocol):
     def add_task(self, description: str, total: float | None = None, **fields: Any) -> Any: ...
 
