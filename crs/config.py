@@ -1,10 +1,12 @@
-"""The ``crs run`` configuration: one TOML file for a whole benchmark.
+"""The settings schema: one typed definition per setting, for the ``crs run`` TOML file and the command line.
 
-A typed schema of frozen dataclasses, parsed and checked by pure functions: ``parse``
-(text -> Config), ``to_toml`` (Config -> text; ``parse(to_toml(c)) == c``), ``locate``
-(the line a key is on; tomllib gives no line numbers, so the text is scanned) and
-``settings_hash``. Every error names the key, its line and what to write instead.
-Nothing here imports the stages, so the checks are instant.
+Frozen dataclasses, one per TOML section; each field holds its type, default, range check,
+help text and command-line flag, so ``crs.options`` makes the typer options from the same
+fields and ``json_schema`` the JSON Schema (``crs run --schema``). Pure functions: ``parse``
+(text -> Config), ``to_toml`` (Config -> text; ``parse(to_toml(c)) == c``), ``locate`` (the
+line a key is on; tomllib gives no line numbers, so the text is scanned) and
+``settings_hash``. Every error names the key, its line and what to write instead. Nothing
+here imports the stages, so the checks are instant.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from crs.names import MODALITIES
 # keys are both made from these fields, and the stages trust what passed their checks.
 DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
 DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
-DEFAULT_SEEDS = 5
+DEFAULT_N_SEEDS = 5  # probe seeds 0..N-1
 DEFAULT_HIDDEN = 128
 SEVERITIES = (1, 2, 3, 4, 5)
 HEADS = ("linear", "mlp")
@@ -171,13 +173,14 @@ def _comma_weights(text: str):
 
 
 def _opt(help: str, check=None, parse=None, *, flag: str | tuple[str, ...] = (), text=None,
-         invert: bool = False, **kw):
+         invert: bool = False, flag_help: str = "", **kw):
     """One setting: ``help``; ``check`` (range); ``parse`` (TOML value -> value); ``flag`` its command-line
     option (a tuple: the flag and its short form); ``text`` parses the option's text where the command
-    line types a list as one comma-separated word; ``invert``: a --no-X flag that sets False."""
+    line types a list as one comma-separated word; ``invert``: a --no-X flag that sets False, with
+    ``flag_help`` saying what the flag does."""
     flags = (flag,) if isinstance(flag, str) else tuple(flag)
     return field(metadata={"help": help, "check": check, "parse": parse, "flags": flags, "text": text,
-                           "invert": invert}, **kw)
+                           "invert": invert, "flag_help": flag_help}, **kw)
 
 
 # ------------------------------------------------------------------ schema
@@ -217,8 +220,8 @@ class Datasets:
 
 @dataclass(frozen=True)
 class Extract:
-    perturb: bool = _opt("embed the test split under the modality's perturbation suite (--no-perturb: clean "
-                         "embeddings only)", flag="--no-perturb", invert=True, default=True)
+    perturb: bool = _opt("embed the test split under the modality's perturbation suite", flag="--no-perturb",
+                         invert=True, flag_help="clean embeddings only", default=True)
     severities: tuple[int, ...] = _opt("perturbation severities (1..5)", _severities, flag="--severities",
                                        text=_comma_numbers(int, sort=True), default=SEVERITIES)
     chunk: int = _opt("store chunk length in images (the resume unit)", _at_least(1), flag="--chunk", default=256)
@@ -241,7 +244,7 @@ class Extract:
 
 @dataclass(frozen=True)
 class Probe:
-    seeds: int = _opt("number of probe seeds (0..seeds-1)", _at_least(1), flag="--seeds", default=DEFAULT_SEEDS)
+    seeds: int = _opt("number of probe seeds (0..seeds-1)", _at_least(1), flag="--seeds", default=DEFAULT_N_SEEDS)
     fractions: tuple[float, ...] = _opt("label fractions (must include 1)", _fractions, flag="--fractions",
                                         text=_comma_numbers(float, sort=True), default=DEFAULT_FRACTIONS)
     l2: tuple[float, ...] = _opt("L2 grid (the MLP's weight-decay grid)", _l2, flag="--l2",
@@ -270,8 +273,8 @@ class Score:
 
 @dataclass(frozen=True)
 class Report:
-    enabled: bool = _opt("write the HTML report (crs report; --no-report skips it)", flag="--no-report",
-                         invert=True, default=True)
+    enabled: bool = _opt("write the HTML report (crs report)", flag="--no-report", invert=True,
+                         flag_help="skip the HTML report stage", default=True)
     out: str | None = _opt("report folder (default RESULTS/report)", flag="--out", default=None)
 
 

@@ -76,7 +76,8 @@ def parameter(path: Path_, base: config.Config) -> inspect.Parameter:
     """The typer option of one setting; None (not given) leaves the setting at ``base``'s value."""
     f, tp = SETTINGS[tuple(path)]
     meta = f.metadata
-    help_ = meta["help"][0].upper() + meta["help"][1:] + "."
+    text = meta["flag_help"] or meta["help"]
+    help_ = text[0].upper() + text[1:] + "."
     if tp is bool:
         opt = typer.Option(*meta["flags"], help=help_, show_default=False)
         return inspect.Parameter(param_name(path), inspect.Parameter.KEYWORD_ONLY, default=False,
