@@ -95,15 +95,18 @@ def progress_bar(quiet: bool):
 STAGE_OPTIONS: dict[str, list[tuple[str, ...]]] = {}  # command -> the settings it has options for
 
 
-def stage_command(name: str, paths: list[tuple[str, ...]], base: cfgmod.Config | None = None):
+def stage_command(name: str, paths: list[tuple[str, ...]], base: cfgmod.Config | None = None,
+                  group: typer.Typer | None = None):
     """Register ``fn(given, **own options)`` as command ``name`` with an option for each setting in ``paths``.
 
     typer reads the signature, so the command's signature is made here: the settings' options
     (``crs.options.parameter``) followed by ``fn``'s own (--all, --json, ...). ``fn`` receives the
-    settings given, checked, as {path: value}; errors anywhere become exit codes.
+    settings given, checked, as {path: value}; errors anywhere become exit codes. ``group``: a
+    sub-command of that group (a tool such as `crs datasets check`, not a stage) instead of `crs`.
     """
     shown = base or cfgmod.Config()
-    STAGE_OPTIONS[name] = list(paths)
+    if group is None:
+        STAGE_OPTIONS[name] = list(paths)
 
     def register(fn: Callable) -> Callable:
         own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]
@@ -116,7 +119,7 @@ def stage_command(name: str, paths: list[tuple[str, ...]], base: cfgmod.Config |
         command.__signature__ = inspect.Signature([options.parameter(p, shown) for p in paths]
                                                   + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own])
         command.__doc__, command.__name__ = fn.__doc__, fn.__name__
-        app.command(name)(command)
+        (group or app).command(name)(command)
         return fn
     return register
 
@@ -454,18 +457,15 @@ def _list_datasets(as_json: bool, quiet: bool) -> None:
               "images under --image-root")
 
 
-@datasets_app.command("check")
+@stage_command("check", [("datasets", "image_root"), ("datasets", "uncertain"), ("datasets", "split_seed"),
+                         ("datasets", "findings")], group=datasets_app)
 def datasets_check_cmd(
+    given: dict,
     name: Annotated[str, typer.Argument(help="Dataset name (isic2019, aptos2019, chexpert, mimic-cxr, csv:PATH).")],
     root: Annotated[Optional[str], typer.Option("--root", help="The dataset's folder as it ships.")] = None,
-    image_root: Annotated[Optional[str], typer.Option("--image-root", help="Image folder of a csv:PATH dataset.")]
-    = None,
     all_: Annotated[bool, typer.Option("--all", help="Decode every image, not a sample.")] = False,
     sample: Annotated[int, typer.Option(help="Images decoded when --all is not given.")] = 200,
-    uncertain: Annotated[str, typer.Option(help="Uncertain-label policy: ignore, ones or zeros.")] = "ignore",
     modality: Annotated[str, typer.Option(help="Modality of a csv:PATH dataset.")] = "radiology",
-    split_seed: Annotated[int, typer.Option("--split-seed", help="Split seed.")] = 0,
-    findings: Annotated[str, typer.Option(help="Chest X-ray findings: competition, all, or a list.")] = "competition",
     as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """Validate a dataset folder before a long run: files, ids, label codes, columns, images. Exit 0 usable, 2 not."""
@@ -473,27 +473,27 @@ def datasets_check_cmd(
     from crs.extract import datasets as dsreg
     from crs.extract import real
 
-    with friendly_errors(verbose):
-        stages.check_dataset_names([name])
-        if sample < 0:
-            raise BadInput(f"--sample must be at least 0, not {sample}")
-        roots = {name: root} if root is not None else {}
-        ds = dsreg.get(name, seed=0 if name in dsreg.BUILTIN else split_seed, roots=roots, image_root=image_root,
-                       uncertain=uncertain, modality=modality, findings=findings)
-        t0 = time.perf_counter()
-        with progress_bar(quiet or as_json) as progress:
-            report = real.check(ds, all_images=all_, sample=sample, progress=progress)
-        if as_json:
-            print(json.dumps(report.as_dict()))
-        elif quiet:  # the fatal problems alone; the exit code says usable (0) or not (2)
-            for p in report.problems:
-                if p.fatal:
-                    err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
-        else:
-            print_check(report, ds)
-            out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
-        if not report.usable:
-            raise typer.Exit(2)
+    stages.check_dataset_names([name])
+    if sample < 0:
+        raise BadInput(f"--sample must be at least 0, not {sample}")
+    d = options.to_config(given).datasets
+    roots = {name: root} if root is not None else {}
+    ds = dsreg.get(name, seed=0 if name in dsreg.BUILTIN else d.split_seed, roots=roots, image_root=d.image_root,
+                   uncertain=d.uncertain, modality=modality, findings=d.findings)
+    t0 = time.perf_counter()
+    with progress_bar(quiet or as_json) as progress:
+        report = real.check(ds, all_images=all_, sample=sample, progress=progress)
+    if as_json:
+        print(json.dumps(report.as_dict()))
+    elif quiet:  # the fatal problems alone; the exit code says usable (0) or not (2)
+        for p in report.problems:
+            if p.fatal:
+                err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
+    else:
+        print_check(report, ds)
+        out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
+    if not report.usable:
+        raise typer.Exit(2)
 
 
 def print_check(report, ds) -> None:
