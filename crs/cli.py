@@ -144,7 +144,8 @@ EXTRACT = [("encoders", "names"), ("datasets", "names"), ("store",), ("datasets"
 @stage_command("extract", EXTRACT)
 def extract_cmd(
     given: dict,
-    all_: Annotated[bool, typer.Option("--all", help="Every demo encoder (no download) on every built-in dataset.")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="Every demo encoder (no download) on every built-in "
+                                       "dataset.")] = False,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Embed datasets with encoders (clean, and the test split under every perturbation) into the store.

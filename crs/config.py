@@ -144,7 +144,8 @@ def _weights(raw):
 
 
 _weights.schema = {"type": "array", "minItems": 3, "maxItems": 3,
-                   "items": {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*[0-9.eE+-]+(\s*/\s*[0-9.eE+-]+)?\s*$"}]}}
+                   "items": {"anyOf": [{"type": "number", "minimum": 0},
+                                       {"type": "string", "pattern": r"^\s*[0-9.eE+-]+(\s*/\s*[0-9.eE+-]+)?\s*$"}]}}
 
 
 # ------------------------------------------------------------------ the command line's text forms
