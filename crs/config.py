@@ -1,10 +1,12 @@
-"""The ``crs run`` configuration: one TOML file for a whole benchmark.
+"""The settings schema: one typed definition per setting, for the ``crs run`` TOML file and the command line.
 
-A typed schema of frozen dataclasses, parsed and checked by pure functions: ``parse``
-(text -> Config), ``to_toml`` (Config -> text; ``parse(to_toml(c)) == c``), ``locate``
-(the line a key is on; tomllib gives no line numbers, so the text is scanned) and
-``settings_hash``. Every error names the key, its line and what to write instead.
-Nothing here imports the stages, so the checks are instant.
+Frozen dataclasses, one per TOML section; each field holds its type, default, range check,
+help text and command-line flag, so ``crs.options`` makes the typer options from the same
+fields and ``json_schema`` the JSON Schema (``crs run --schema``). Pure functions: ``parse``
+(text -> Config), ``to_toml`` (Config -> text; ``parse(to_toml(c)) == c``), ``locate`` (the
+line a key is on; tomllib gives no line numbers, so the text is scanned) and
+``settings_hash``. Every error names the key, its line and what to write instead. Nothing
+here imports the stages, so the checks are instant.
 """
 
 from __future__ import annotations
@@ -21,15 +23,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-# the stages' defaults, restated so that reading a config imports neither jax nor torch
-# (tests/cli/test_config.py checks they agree with crs.probe.run and crs.extract.perturb)
+from crs.errors import UserError
+from crs.names import MODALITIES
+
+# The stages' defaults live here and only here: the command line's options and the TOML
+# keys are both made from these fields, and the stages trust what passed their checks.
 DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
 DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
+DEFAULT_N_SEEDS = 5  # probe seeds 0..N-1
+DEFAULT_HIDDEN = 128
 SEVERITIES = (1, 2, 3, 4, 5)
+HEADS = ("linear", "mlp")
 WEIGHT_TOL = 1e-6
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file that cannot be used; the message names the key and its line."""
 
     def __init__(self, message: str, key: str = "", line: int | None = None, source: str = ""):
@@ -40,150 +48,241 @@ class ConfigError(ValueError):
         super().__init__(f"{where}: {key + ': ' if key else ''}{message}")
 
 
-class _Bad(Exception):
-    """A value of the wrong type or out of range (the caller adds key and line)."""
+class Bad(Exception):
+    """A value of the wrong type or out of range (the caller adds the key and line, or the flag)."""
+
 
 
 # ------------------------------------------------------------------ value checks
+# Each check carries the JSON Schema fragment that says the same thing (``crs run --schema``).
+def _check(schema: dict):
+    def mark(fn):
+        fn.schema = schema
+        return fn
+    return mark
+
+
 def _choices(*allowed: str) -> Callable[[Any], None]:
+    words = ", ".join(allowed[:-1]) + " or " + allowed[-1]
+
+    @_check({"enum": list(allowed)})
     def check(v):
         if v not in allowed:
-            raise _Bad(f"must be one of {', '.join(map(repr, allowed))}, not {v!r}")
+            raise Bad(f"must be {words}, not {v!r} (one of {', '.join(map(repr, allowed))})")
     return check
 
 
-def _at_least(lo: float) -> Callable[[Any], None]:
+def _at_least(lo: int, words: str = "") -> Callable[[Any], None]:
+    @_check({"minimum": lo})
     def check(v):
         if not v >= lo:
-            raise _Bad(f"must be at least {lo:g}, not {v!r}")
+            raise Bad(f"must be {words or f'at least {lo:g}'}, not {v!r}")
     return check
 
 
+@_check({"exclusiveMinimum": 0})
 def _positive(v):
     if not (v > 0 and math.isfinite(v)):
-        raise _Bad(f"must be a positive number, not {v!r}")
+        raise Bad(f"must be positive (a finite number above 0), not {v!r}")
 
 
+@_check({"minItems": 1, "items": {"enum": list(SEVERITIES)}})
 def _severities(v):
     if not v or any(s not in SEVERITIES for s in v):
-        raise _Bad(f"must be a non-empty list of integers 1..5, not {list(v)!r}")
+        raise Bad(f"must be a non-empty list of integers 1..5, not {list(v)!r}")
 
 
+@_check({"minItems": 1, "items": {"exclusiveMinimum": 0, "maximum": 1}, "contains": {"const": 1}})
 def _fractions(v):
     if not v or any(not 0 < f <= 1 for f in v):
-        raise _Bad(f"must be a non-empty list of numbers in (0, 1], not {list(v)!r}")
+        raise Bad(f"must be a non-empty list of numbers in (0, 1], not {list(v)!r}")
     if 1.0 not in v:
-        raise _Bad(f"must include 1 (the full-label probe defines D, C and R), not {list(v)!r}")
+        raise Bad(f"must include 1 (the full-label probe defines D, C and R), not {list(v)!r}")
 
 
+@_check({"minItems": 1, "items": {"exclusiveMinimum": 0}})
 def _l2(v):
-    if not v or any(not (x > 0 and math.isfinite(x)) for x in v):
-        raise _Bad(f"must be a non-empty list of positive numbers, not {list(v)!r}")
+    if not v:
+        raise Bad("must name at least one value")
+    if any(not (x > 0 and math.isfinite(x)) for x in v):
+        raise Bad(f"values must be positive numbers, not {list(v)!r}")
 
 
+@_check({"exclusiveMinimum": 0, "exclusiveMaximum": 1})
 def _tol(v):
     if not 0 < v < 1:
-        raise _Bad(f"must lie in (0, 1), not {v!r}")
+        raise Bad(f"must lie in (0, 1), not {v!r}")
 
 
+@_check({"minItems": 1})
 def _non_empty(v):
     if not v:
-        raise _Bad("must name at least one")
+        raise Bad("must name at least one")
+
+
+def _fraction(x) -> float:
+    """A number, or a "1/3"-style string (TOML has no fractions)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, str)):
+        raise Bad(f"must be numbers or fractions such as \"1/3\", not {x!r}")
+    if not isinstance(x, str):
+        return float(x)
+    try:
+        a, _, b = x.strip().partition("/")
+        return float(a) / float(b) if b else float(a)
+    except (ValueError, ZeroDivisionError):
+        raise Bad(f"{x!r} is not a number or a fraction such as \"1/3\"") from None
 
 
 def _weights(raw):
-    """Three non-negative numbers summing to 1; "1/3"-style strings allowed (TOML has no fractions)."""
-    if not isinstance(raw, list) or len(raw) != 3:
-        raise _Bad(f"must be three numbers [dominance, balance, worst], e.g. [\"1/3\", \"1/3\", \"1/3\"], not {raw!r}")
-    vals = []
-    for x in raw:
-        if isinstance(x, bool):
-            raise _Bad(f"must be numbers or fractions such as \"1/3\", not {x!r}")
-        if isinstance(x, (int, float)):
-            vals.append(float(x))
-            continue
-        if not isinstance(x, str):
-            raise _Bad(f"must be numbers or fractions such as \"1/3\", not {x!r}")
-        try:
-            a, _, b = x.partition("/")
-            vals.append(float(a) / float(b) if b else float(a))
-        except (ValueError, ZeroDivisionError):
-            raise _Bad(f"{x!r} is not a number or a fraction such as \"1/3\"") from None
+    """Three non-negative numbers summing to 1."""
+    if not isinstance(raw, (list, tuple)) or len(raw) != 3:
+        raise Bad(f"must be three numbers [dominance, balance, worst], e.g. [\"1/3\", \"1/3\", \"1/3\"], not {raw!r}")
+    vals = tuple(_fraction(x) for x in raw)
     if not all(math.isfinite(v) and v >= 0 for v in vals) or abs(sum(vals) - 1) > WEIGHT_TOL:
-        raise _Bad(f"must be non-negative and sum to 1, not {raw!r}")
-    return tuple(vals)
+        raise Bad(f"must be non-negative and sum to 1, not {raw!r}")
+    return vals
 
 
-def _opt(help: str, check=None, parse=None, **kw):
-    return field(metadata={"help": help, "check": check, "parse": parse}, **kw)
+_weights.schema = {"type": "array", "minItems": 3, "maxItems": 3,
+                   "items": {"anyOf": [{"type": "number", "minimum": 0},
+                                       {"type": "string", "pattern": r"^\s*[0-9.eE+-]+(\s*/\s*[0-9.eE+-]+)?\s*$"}]}}
+
+
+# ------------------------------------------------------------------ the command line's text forms
+def _comma_numbers(kind: type, sort: bool):
+    """'0.1,0.5,1' -> (0.1, 0.5, 1.0): a list option typed on the command line (sorted, once each)."""
+    def parse(text: str):
+        try:
+            vals = [kind(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise Bad(f"must be comma-separated {'integers' if kind is int else 'numbers'}, not {text!r}") from None
+        if not vals:
+            raise Bad("is empty")
+        return tuple(sorted(set(vals))) if sort else tuple(vals)
+    return parse
+
+
+def _comma_weights(text: str):
+    parts = text.split(",")
+    try:
+        vals = tuple(_fraction(p) for p in parts)
+    except Bad:
+        vals = ()
+    if len(vals) != 3:
+        raise Bad(f"must be three numbers (dominance,balance,worst), not {text!r}")
+    return vals
+
+
+def _opt(help: str, check=None, parse=None, *, flag: str | tuple[str, ...] = (), text=None,
+         invert: bool = False, flag_help: str = "", **kw):
+    """One setting: ``help``; ``check`` (range); ``parse`` (TOML value -> value); ``flag`` its command-line
+    option (a tuple: the flag and its short form); ``text`` parses the option's text where the command
+    line types a list as one comma-separated word; ``invert``: a --no-X flag that sets False, with
+    ``flag_help`` saying what the flag does."""
+    flags = (flag,) if isinstance(flag, str) else tuple(flag)
+    return field(metadata={"help": help, "check": check, "parse": parse, "flags": flags, "text": text,
+                           "invert": invert, "flag_help": flag_help}, **kw)
 
 
 # ------------------------------------------------------------------ schema
 @dataclass(frozen=True)
 class Encoders:
-    names: tuple[str, ...] = _opt("registry names (`crs encoders`), timm:NAME or hf:ORG/NAME", _non_empty,
-                                  default=("demo-resnet", "demo-vit", "demo-stats"))
-    file: str | None = _opt("TOML file of extra encoder records ([[encoder]] tables)", default=None)
-    trust_remote_code: bool = _opt("allow a hub model's own Python code to run", default=False)
+    names: tuple[str, ...] = _opt("registry names (`crs encoders`), timm:NAME or hf:ORG/NAME (repeatable)", _non_empty,
+                                  flag=("--encoder", "-e"), default=("demo-resnet", "demo-vit", "demo-stats"))
+    file: str | None = _opt("TOML file of extra encoder records ([[encoder]] tables)", flag="--encoder-file",
+                            default=None)
+    trust_remote_code: bool = _opt("allow a hub model's own Python code to run", flag="--trust-remote-code",
+                                   default=False)
+    weights: str | None = _opt("local checkpoint file or folder instead of the hub (one encoder)",
+                               flag="--weights", default=None)
 
 
 @dataclass(frozen=True)
 class Datasets:
-    names: tuple[str, ...] = _opt("datasets probed (`crs datasets`); shift targets come with them", _non_empty,
+    names: tuple[str, ...] = _opt("datasets probed (`crs datasets`); shift targets come with them (repeatable)",
+                                  _non_empty, flag=("--dataset", "-d"),
                                   default=("demo_derm", "demo_fundus", "demo_cxr"))
-    roots: dict[str, str] = _opt("a real dataset's folder, NAME = DIR", default_factory=dict)
-    size: float = _opt("scale of the built-in datasets", _positive, default=1.0)
-    split_seed: int = _opt("seed of the train/val/test split of file-based datasets", default=0)
-    uncertain: str = _opt("uncertain chest X-ray labels", _choices("ignore", "ones", "zeros"), default="ignore")
-    findings: str = _opt("chest X-ray findings: competition, all, or a comma-separated list", default="competition")
-    image_root: str | None = _opt("folder the paths of a csv:PATH dataset are relative to", default=None)
-    modality: str | None = _opt("a csv:PATH dataset's modality",
-                                _choices("dermatology", "ophthalmology", "radiology"), default=None)
-    shift_target: str | None = _opt("a csv:PATH dataset's shift target", default=None)
+    roots: dict[str, str] = _opt("a real dataset's folder, NAME = DIR (on the command line NAME=DIR, repeatable, "
+                                 "or DIR when one real dataset is given)", flag="--root", default_factory=dict)
+    size: float = _opt("scale of the built-in datasets (1.0 = demo size)", _positive, flag="--size", default=1.0)
+    split_seed: int = _opt("seed of the train/val/test split of file-based datasets without an official split",
+                           flag="--split-seed", default=0)
+    uncertain: str = _opt("uncertain chest X-ray labels: ignore (masked), ones or zeros",
+                          _choices("ignore", "ones", "zeros"), flag="--uncertain", default="ignore")
+    findings: str = _opt("chest X-ray findings: competition (5), all (14), or a comma-separated list",
+                         flag="--findings", default="competition")
+    image_root: str | None = _opt("folder the paths of a csv:PATH dataset are relative to (default: the CSV's "
+                                  "folder)", flag="--image-root", default=None)
+    modality: str | None = _opt("a csv:PATH dataset's modality", _choices(*MODALITIES), flag="--modality",
+                                default=None)
+    shift_target: str | None = _opt("a csv:PATH dataset's shift target (a dataset name or csv:PATH)",
+                                    flag="--shift-target", default=None)
 
 
 @dataclass(frozen=True)
 class Extract:
-    perturb: bool = _opt("embed the test split under the modality's perturbation suite", default=True)
-    severities: tuple[int, ...] = _opt("perturbation severities (1..5)", _severities, default=SEVERITIES)
-    chunk: int = _opt("store chunk length in images (the resume unit)", _at_least(1), default=256)
-    batch: int = _opt("images per forward pass", _at_least(1), default=64)
-    device: str = _opt("torch device, or auto (cuda if available)", default="auto")
-    dtype: str = _opt("embedding dtype in the store", _choices("float16", "float32"), default="float16")
-    precision: str = _opt("auto, bf16 or float32", _choices("auto", "bf16", "float32"), default="auto")
-    workers: int = _opt("DataLoader worker processes decoding images ahead", _at_least(0), default=0)
-    strict: bool = _opt("stop at the first image that cannot be decoded", default=False)
+    perturb: bool = _opt("embed the test split under the modality's perturbation suite", flag="--no-perturb",
+                         invert=True, flag_help="clean embeddings only", default=True)
+    severities: tuple[int, ...] = _opt("perturbation severities (1..5)", _severities, flag="--severities",
+                                       text=_comma_numbers(int, sort=True), default=SEVERITIES)
+    chunk: int = _opt("store chunk length in images (the resume unit)", _at_least(1), flag="--chunk", default=256)
+    batch: int = _opt("images per forward pass", _at_least(1), flag="--batch", default=64)
+    device: str = _opt("torch device, or auto (cuda if available, else cpu)", flag="--device", default="auto")
+    dtype: str = _opt("embedding dtype in the store", _choices("float16", "float32"), flag="--dtype",
+                      default="float16")
+    precision: str = _opt("auto (bf16 autocast on CUDA, float32 on CPU), bf16 or float32",
+                          _choices("auto", "bf16", "float32"), flag="--precision", default="auto")
+    workers: int = _opt("DataLoader worker processes decoding images ahead", _at_least(0), flag="--workers",
+                        default=0)
+    strict: bool = _opt("stop at the first image that cannot be decoded", flag="--strict", default=False)
+    executor: str = _opt("local (this process) or ray (work units spread over a Ray cluster; pip install "
+                         "'crs-bench[ray]')", _choices("local", "ray"), flag="--executor", default="local")
+    address: str | None = _opt("Ray cluster to join with executor ray ('auto' or ray://HOST:PORT); default: "
+                               "start a local Ray instance", flag="--address", default=None)
+    actors: int | None = _opt("model replicas with executor ray (default: one per GPU of the cluster, else one "
+                              "per CPU)", _at_least(1, "1 or more"), flag="--actors", default=None)
 
 
 @dataclass(frozen=True)
 class Probe:
-    seeds: int = _opt("number of probe seeds (0..seeds-1)", _at_least(1), default=5)
-    fractions: tuple[float, ...] = _opt("label fractions (must include 1)", _fractions, default=DEFAULT_FRACTIONS)
-    l2: tuple[float, ...] = _opt("L2 grid", _l2, default=DEFAULT_L2)
-    select_by: str = _opt("choose L2 by validation loss or auroc", _choices("loss", "auroc"), default="loss")
-    tol: float = _opt("gradient tolerance each probe is solved to", _tol, default=1e-4)
+    seeds: int = _opt("number of probe seeds (0..seeds-1)", _at_least(1), flag="--seeds", default=DEFAULT_N_SEEDS)
+    fractions: tuple[float, ...] = _opt("label fractions (must include 1)", _fractions, flag="--fractions",
+                                        text=_comma_numbers(float, sort=True), default=DEFAULT_FRACTIONS)
+    l2: tuple[float, ...] = _opt("L2 grid (the MLP's weight-decay grid)", _l2, flag="--l2",
+                                 text=_comma_numbers(float, sort=True), default=DEFAULT_L2)
+    select_by: str = _opt("choose L2 per seed and fraction by validation loss (NLL) or auroc",
+                          _choices("loss", "auroc"), flag="--select-by", default="loss")
+    tol: float = _opt("gradient tolerance each linear probe is solved to (mlp probes have their own stopping "
+                      "rule)", _tol, flag="--tol", default=1e-4)
+    head: str = _opt("probe head: linear, or mlp (Dense-GELU-Dense; results go under the name ENCODER+mlp)",
+                     _choices(*HEADS), flag="--head", default="linear")
+    hidden: int = _opt("hidden width of the mlp head", _at_least(1), flag="--hidden", default=DEFAULT_HIDDEN)
 
 
 @dataclass(frozen=True)
 class Score:
-    reference: str = _opt("reference encoder, 'median', or 'auto' (the registry's)", default="auto")
-    weights: tuple[float, float, float] = _opt("CRS weights [dominance, balance, worst]", parse=_weights,
-                                               default=(1 / 3, 1 / 3, 1 / 3))
-    bootstrap: int = _opt("bootstrap replicates", _at_least(1), default=1000)
-    bootstrap_unit: str = _opt("resample seed, image or both", _choices("seed", "image", "both"), default="seed")
-    seed: int = _opt("bootstrap seed", default=0)
+    reference: str = _opt("reference encoder, 'median', or 'auto' (the registry's)", flag="--reference",
+                          default="auto")
+    weights: tuple[float, float, float] = _opt("CRS weights [dominance, balance, worst] (command line: "
+                                               "dominance,balance,worst)", parse=_weights, flag="--weights",
+                                               text=_comma_weights, default=(1 / 3, 1 / 3, 1 / 3))
+    bootstrap: int = _opt("bootstrap replicates", _at_least(1), flag="--bootstrap", default=1000)
+    bootstrap_unit: str = _opt("resample seed (crs-v1), test image (needs the store) or both",
+                               _choices("seed", "image", "both"), flag="--bootstrap-unit", default="seed")
+    seed: int = _opt("bootstrap seed", flag="--seed", default=0)
 
 
 @dataclass(frozen=True)
 class Report:
-    enabled: bool = _opt("write the HTML report (crs report)", default=True)
-    out: str | None = _opt("report folder (default RESULTS/report)", default=None)
+    enabled: bool = _opt("write the HTML report (crs report)", flag="--no-report", invert=True,
+                         flag_help="skip the HTML report stage", default=True)
+    out: str | None = _opt("report folder (default RESULTS/report)", flag="--out", default=None)
 
 
 @dataclass(frozen=True)
 class Config:
-    store: str = _opt("embedding store path or fsspec URL", default="./crs-store.zarr")
-    results: str = _opt("folder for run records, scores and the report", default="./crs-results")
+    store: str = _opt("embedding store path or fsspec URL", flag="--store", default="./crs-store.zarr")
+    results: str = _opt("folder for run records, scores and the report", flag="--results", default="./crs-results")
     encoders: Encoders = field(default_factory=Encoders)
     datasets: Datasets = field(default_factory=Datasets)
     extract: Extract = field(default_factory=Extract)
@@ -193,6 +292,77 @@ class Config:
 
 
 SECTIONS = ("encoders", "datasets", "extract", "probe", "score", "report")
+
+
+def settings() -> list[tuple[tuple[str, ...], dataclasses.Field, Any]]:
+    """Every setting of the schema: (path such as ("probe", "seeds"), its field, its type)."""
+    out = []
+    hints = typing.get_type_hints(Config)
+    for f in dataclasses.fields(Config):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            sub = typing.get_type_hints(tp)
+            out += [((f.name, g.name), g, sub[g.name]) for g in dataclasses.fields(tp)]
+        else:
+            out.append(((f.name,), f, tp))
+    return out
+
+
+def cross_check(cfg: Config, name: Callable[[tuple[str, ...]], str]) -> tuple[tuple[str, ...], str] | None:
+    """The rules that tie two settings together: (the path to blame, the message) or None.
+
+    ``name`` spells a path as the caller's user wrote it (a TOML key, or a command-line flag).
+    """
+    ex, pr = cfg.extract, cfg.probe
+    if ex.executor != "ray" and (ex.address is not None or ex.actors is not None):
+        path = ("extract", "address" if ex.address is not None else "actors")
+        return path, (f"{name(('extract', 'address'))} and {name(('extract', 'actors'))} apply to "
+                      f"{name(('extract', 'executor'))} ray only")
+    if pr.head != "mlp" and pr.hidden != DEFAULT_HIDDEN:
+        return ("probe", "hidden"), (f"{name(('probe', 'hidden'))} {pr.hidden} applies to {name(('probe', 'head'))} "
+                                     f"mlp only; add {name(('probe', 'head'))} mlp or drop {name(('probe', 'hidden'))}")
+    return None
+
+
+# ------------------------------------------------------------------ JSON Schema
+def _json_type(tp) -> dict:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _json_type(inner)  # TOML has no null: a present key holds the value
+    if origin is tuple:
+        return {"type": "array", "items": _json_type(typing.get_args(tp)[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": {"type": "string"}}
+    return {"type": {str: "string", int: "integer", float: "number", bool: "boolean"}[tp]}
+
+
+def _json_setting(f: dataclasses.Field, tp) -> dict:
+    meta = f.metadata
+    check = meta.get("parse") or meta.get("check")
+    schema = dict(getattr(check, "schema", None) or {})
+    # a field with its own parser (the weights) states its whole JSON form; the others add ranges to their type
+    out = {**(_json_type(tp) if not meta.get("parse") else {}), "description": meta["help"]}
+    if "items" in schema and "items" in out:
+        schema["items"] = {**out["items"], **schema["items"]}
+    out.update(schema)
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if default is not None:
+        out["default"] = list(default) if isinstance(default, tuple) else default
+    return out
+
+
+def json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of a config file, made from the same fields as ``parse``."""
+    props: dict[str, Any] = {}
+    for path, f, tp in settings():
+        if len(path) == 1:
+            props[path[0]] = _json_setting(f, tp)
+            continue
+        sec = props.setdefault(path[0], {"type": "object", "additionalProperties": False, "properties": {}})
+        sec["properties"][path[1]] = _json_setting(f, tp)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "crs run config",
+            "type": "object", "additionalProperties": False, "properties": props}
 
 
 # ------------------------------------------------------------------ parsing
@@ -208,7 +378,7 @@ def _type_name(tp) -> str:
 
 
 def _convert(value, tp):
-    """A TOML value as the field's type, or _Bad. Integers count as numbers; bools never count as numbers."""
+    """A TOML value as the field's type, or Bad. Integers count as numbers; bools never count as numbers."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):  # X | None: TOML has no null, so a present key is an X
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -216,14 +386,14 @@ def _convert(value, tp):
     if origin is tuple:
         inner = typing.get_args(tp)[0]
         if not isinstance(value, list):
-            raise _Bad(f"must be {_type_name(tp)}, not {_toml_kind(value)} {value!r}")
+            raise Bad(f"must be {_type_name(tp)}, not {_toml_kind(value)} {value!r}")
         try:
             return tuple(_convert(v, inner) for v in value)
-        except _Bad:
-            raise _Bad(f"must be {_type_name(tp)}, not {value!r}") from None
+        except Bad:
+            raise Bad(f"must be {_type_name(tp)}, not {value!r}") from None
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise _Bad(f"must be {_type_name(tp)} (NAME = \"DIR\"), not {value!r}")
+            raise Bad(f"must be {_type_name(tp)} (NAME = \"DIR\"), not {value!r}")
         return dict(value)
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
@@ -231,7 +401,7 @@ def _convert(value, tp):
         return value
     if tp in (str, bool) and type(value) is tp:
         return value
-    raise _Bad(f"must be {_type_name(tp)}, not {_toml_kind(value)} {value!r}")
+    raise Bad(f"must be {_type_name(tp)}, not {_toml_kind(value)} {value!r}")
 
 
 def _toml_kind(value) -> str:
@@ -262,7 +432,7 @@ def _build(cls, data: dict, prefix: tuple[str, ...], text: str, source: str):
             v = meta["parse"](value) if meta.get("parse") else _convert(value, tp)
             if meta.get("check"):
                 meta["check"](v)
-        except _Bad as exc:
+        except Bad as exc:
             raise ConfigError(str(exc), ".".join(path), locate(text, path), source) from None
         kwargs[key] = v
     return cls(**kwargs)
@@ -274,7 +444,12 @@ def parse(text: str, source: str = "") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", source=source) from None
-    return _build(Config, data, (), text, source)
+    cfg = _build(Config, data, (), text, source)
+    problem = cross_check(cfg, lambda path: ".".join(path))
+    if problem:
+        path, message = problem
+        raise ConfigError(message, ".".join(path), locate(text, path), source)
+    return cfg
 
 
 def load(path: str | Path) -> Config:
@@ -302,7 +477,7 @@ def resolve(cfg: Config, base: str | Path) -> Config:
     ds = cfg.datasets
     return dataclasses.replace(
         cfg, store=fix(cfg.store), results=fix(cfg.results),
-        encoders=dataclasses.replace(cfg.encoders, file=fix(cfg.encoders.file)),
+        encoders=dataclasses.replace(cfg.encoders, file=fix(cfg.encoders.file), weights=fix(cfg.encoders.weights)),
         datasets=dataclasses.replace(ds, roots={k: fix(v) for k, v in ds.roots.items()},
                                      image_root=fix(ds.image_root),
                                      names=tuple(_fix_csv(n, fix) for n in ds.names),
@@ -450,6 +625,7 @@ results = "crs-demo/results"      # run records, scores; the report goes to RESU
 names = ["demo-resnet", "demo-vit", "demo-stats"]   # `crs encoders`; also timm:NAME, hf:ORG/NAME
 # file = "my-encoders.toml"       # extra [[encoder]] records
 # trust_remote_code = false
+# weights = "checkpoints/my-vit" # a local checkpoint instead of the hub (one encoder only)
 
 [datasets]
 names = ["demo_derm", "demo_fundus", "demo_cxr"]    # `crs datasets`; shift targets come with them
@@ -476,6 +652,9 @@ severities = [2, 4]               # the demo's two; [1, 2, 3, 4, 5] for the full
 # precision = "auto"              # bf16 autocast on CUDA, float32 on CPU
 # workers = 0
 # strict = false
+# executor = "local"              # or "ray": work units spread over a Ray cluster
+# address = "auto"                # executor "ray": the cluster to join (default: a local Ray)
+# actors = 4                      # executor "ray": model replicas (default: one per GPU, else CPU)
 
 [probe]
 seeds = 5
@@ -483,6 +662,8 @@ fractions = [0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0]
 l2 = [0.001, 0.01, 0.1, 1.0]
 # select_by = "loss"              # or "auroc"
 # tol = 1e-4
+# head = "linear"                 # or "mlp": a one-hidden-layer probe, written as ENCODER+mlp
+# hidden = 128                    # the mlp head's hidden width
 
 [score]
 reference = "auto"                # an encoder, "median", or "auto" (the registry's reference)

@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from crs import pipeline
+from crs.stages import pipeline
 from crs.cli import app
 
 runner = CliRunner()
@@ -96,9 +96,9 @@ def test_rerun_skips_what_is_current_and_recomputes_what_changed(first, monkeypa
         asked.extend(pairs)
         raise KeyboardInterrupt
 
-    import crs.cli
+    from crs.stages import steps
 
-    monkeypatch.setattr(crs.cli, "run_probe", fake_probe)
+    monkeypatch.setattr(steps, "probe", fake_probe)
     write(folder, bootstrap=30, extra="")
     cfg.write_text(cfg.read_text().replace("l2 = [0.1, 1]", "l2 = [0.1, 0.5, 1]"))
     r = invoke("run", cfg)

@@ -11,8 +11,8 @@ What counts as current:
 * score: a hash of the score settings and of the bytes of the run-record files scored.
 * report: a hash of the score hash and the report settings, and the HTML must exist.
 
-The stage functions are the command line's own (``crs.cli.run_extract`` and friends), so
-``crs run`` and the single-stage commands always compute the same thing.
+The stage functions are the single-stage commands' own (``crs.stages.steps``), so ``crs run``
+and the single-stage commands always compute the same thing.
 """
 
 from __future__ import annotations
@@ -26,10 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crs.config import Config, ConfigError, locate, settings_hash
+from crs.errors import BadInput
 from crs.files import atomic_write
+from crs.progress import NO_PROGRESS, Progress
+from crs.stages import steps
+from crs.stages.steps import REPORT_MODULE
 
 STATE_FILE = "run_state.json"
-REPORT_MODULE = "crs.scoring.report"
 
 
 @dataclass
@@ -97,36 +100,22 @@ def _where(text: str, source: str, path: tuple[str, ...]):
 
 
 def check_names(cfg: Config, *, text: str = "", source: str = "") -> dict:
-    """The encoder records (with --encoder-file's) after checking every name against the registries.
+    """The encoder records (with the config's encoder file's) after checking every name against the registries.
 
     An unknown name is a ConfigError naming the key and its line.
     """
-    from crs.cli import BadInput, _check_dataset_names, _check_names
     from crs.extract import datasets as dsreg
-    from crs.extract import encoders as encreg
 
-    extra = {}
-    if cfg.encoders.file is not None:
+    try:
+        extra = steps.encoder_records(cfg.encoders.file)
+    except BadInput as exc:
+        raise ConfigError(str(exc), **_where(text, source, ("encoders", "file"))) from exc
+    for key, check in ((("encoders", "names"), lambda: steps.check_encoders(list(cfg.encoders.names), extra)),
+                       (("datasets", "names"), lambda: steps.check_dataset_names(list(cfg.datasets.names)))):
         try:
-            extra = {s.name: s for s in encreg.from_toml(str(cfg.encoders.file))}
-        except (ValueError, TypeError, OSError) as exc:
-            raise ConfigError(str(exc), **_where(text, source, ("encoders", "file"))) from exc
-    try:
-        for e in cfg.encoders.names:
-            if e.startswith(("timm:", "hf:")):
-                try:
-                    encreg.from_id(e)
-                except ValueError as exc:
-                    raise BadInput(str(exc)) from exc
-        named = [e for e in cfg.encoders.names if not e.startswith(("timm:", "hf:"))]
-        if named:
-            _check_names(named, encreg.names() + list(extra), "encoder")
-    except BadInput as exc:
-        raise ConfigError(str(exc), **_where(text, source, ("encoders", "names"))) from None
-    try:
-        _check_dataset_names(list(cfg.datasets.names))
-    except BadInput as exc:
-        raise ConfigError(str(exc), **_where(text, source, ("datasets", "names"))) from None
+            check()
+        except BadInput as exc:
+            raise ConfigError(str(exc), **_where(text, source, key)) from None
     for name in cfg.datasets.roots:
         if name not in dsreg.REAL:
             raise ConfigError(f"{name!r} is not a dataset read from a folder; roots name one of "
@@ -138,64 +127,69 @@ def check_names(cfg: Config, *, text: str = "", source: str = "") -> dict:
     return extra
 
 
-def run(cfg: Config, *, quiet: bool = False, text: str = "", source: str = "", force: bool = False,
-        store_hint: str = "") -> RunResult:
+class State:
+    """RESULTS/run_state.json: what each stage last computed, read at the start and written after each step."""
+
+    def __init__(self, results: Path, force: bool):
+        self.results = results
+        self.old = {} if force else read_state(results)
+        self.new = {"probe": dict(self.old.get("probe", {}))}
+
+    def set(self, key: str, value) -> None:
+        self.new[key] = value
+        write_state(self.results, {**self.old, **self.new})
+
+
+def run(cfg: Config, progress: Progress = NO_PROGRESS, *, text: str = "", source: str = "", force: bool = False,
+        store_hint: str = "", quiet: bool = True) -> RunResult:
     """Run every stage of ``cfg`` in order; ``force`` recomputes probe, score and report.
 
     ``cfg`` paths are used as given (``crs.config.resolve`` makes them relative to the file).
     """
-    from crs.cli import BadInput, run_extract, run_probe, run_score
-    from crs.store import StoreError
-
     t_start = time.perf_counter()
     extra = check_names(cfg, text=text, source=source)
     if cfg.report.enabled and not report_available():
         raise BadInput(f"the report stage needs {REPORT_MODULE} (`crs report`), which this installation lacks; "
                        "set `enabled = false` under [report] (crs demo: --no-report) to run the other stages")
-    results = Path(cfg.results)
-    state = {} if force else read_state(results)
-    new_state = {"probe": dict(state.get("probe", {}))}
+    state = State(Path(cfg.results), force)
     stages: dict[str, Stage] = {}
+    stages["extract"], (store, summaries) = _extract(cfg, progress, extra, store_hint)
+    wanted = _probed_pairs(cfg, store, summaries)
+    stages["probe"], probed = _probe(cfg, progress, state, store, summaries, wanted)
+    stages["score"], scores, scores_json, score_hash = _score(cfg, progress, state, wanted)
+    stages["report"], html = _report(cfg, state, score_hash, quiet)
+    return RunResult(store=cfg.store, results=str(cfg.results), stages=stages, scores=scores,
+                     scores_json=scores_json, probe_summaries=probed, report_html=html,
+                     seconds=time.perf_counter() - t_start)
 
-    # ---------------------------------------------------------------- extract
-    from crs.extract import datasets as dsreg
+
+def _extract(cfg: Config, progress: Progress, extra: dict, store_hint: str):
+    from crs.store import StoreError
 
     st = Stage("extract", out=cfg.store)
     t0 = time.perf_counter()
-    ds = cfg.datasets
-    options = {"roots": dict(ds.roots), "image_root": ds.image_root, "uncertain": ds.uncertain,
-               "modality": ds.modality, "shift_target": ds.shift_target, "seed": ds.split_seed,
-               "findings": ds.findings}
-    ex = cfg.extract
     try:
-        store, summaries = run_extract(
-            cfg.store, list(cfg.encoders.names), list(ds.names), size=ds.size, chunk=ex.chunk, batch=ex.batch,
-            device=None if ex.device == "auto" else ex.device, dtype=ex.dtype, perturbations=ex.perturb,
-            quiet=quiet, dataset_options=options, extra_encoders=extra,
-            trust_remote_code=cfg.encoders.trust_remote_code, workers=ex.workers, strict=ex.strict,
-            severities=ex.severities, precision=ex.precision)
+        extracted = steps.extract(cfg, progress, extra_encoders=extra)
     except StoreError as exc:
         if store_hint:
             raise BadInput(f"{exc}\n({store_hint})") from exc
         raise
-    written = set()
+    summaries = extracted.summaries
     for s in summaries:
-        item = f"{s.encoder} × {s.dataset}"
-        (st.done if s.chunks_written else st.skipped).append(item)
-        if s.chunks_written:
-            written.add((s.encoder, s.dataset))
+        (st.done if s.chunks_written else st.skipped).append(f"{s.encoder} × {s.dataset}")
     st.detail = {"chunks_written": sum(s.chunks_written for s in summaries),
                  "chunks_skipped": sum(s.chunks_skipped for s in summaries),
                  "failures": {s.dataset: s.failures for s in summaries if s.failures}}
     st.seconds = time.perf_counter() - t0
-    stages["extract"] = st
+    return st, extracted
 
-    # ------------------------------------------------------------------ probe
-    from crs.probe.run import pairs_in_store, records_path
 
-    sp = Stage("probe", out=str(results / "run_records"))
-    t0 = time.perf_counter()
-    trained = {dsreg.store_name(d) for d in ds.names}
+def _probed_pairs(cfg: Config, store, summaries) -> list[tuple[str, str]]:
+    """The (encoder, dataset) pairs with a training split that were extracted; BadInput where one lacks embeddings."""
+    from crs.extract import datasets as dsreg
+    from crs.probe.run import pairs_in_store
+
+    trained = {dsreg.store_name(d) for d in cfg.datasets.names}
     wanted = sorted({(s.encoder, s.dataset) for s in summaries if s.dataset in trained})
     available = set(pairs_in_store(store))
     lacking = [p for p in wanted if p not in available]
@@ -204,97 +198,105 @@ def run(cfg: Config, *, quiet: bool = False, text: str = "", source: str = "", f
                        + ", ".join(f"{e} × {d}" for e, d in lacking)
                        + f" in {cfg.store}; a dataset without a training split is probed as the shift target "
                        "of the dataset that names it, not on its own")
+    return wanted
+
+
+def _probe_settings(cfg: Config) -> dict:
     pr = cfg.probe
-    probe_settings = {"seeds": pr.seeds, "fractions": list(pr.fractions), "l2": list(pr.l2),
-                      "select_by": pr.select_by, "tol": pr.tol, "store": cfg.store}
+    out = {"seeds": pr.seeds, "fractions": list(pr.fractions), "l2": list(pr.l2), "select_by": pr.select_by,
+           "tol": pr.tol, "store": cfg.store}
+    if pr.head != "linear":  # the linear probe's hash stays what it was before heads were settings
+        out.update(head=pr.head, hidden=pr.hidden)
+    return out
 
-    def pair_hash(e: str, d: str) -> str:
-        target = store.dataset(d).attrs.get("shift_target")
-        conds = sorted((dd, c, bool(ok)) for dd in ([d, target] if target else [d]) if store.has_dataset(dd)
-                       for _, enc, c, ok in store.embeddings(dd) if enc == e)
-        return settings_hash(probe_settings, conds)
 
-    hashes = {p: pair_hash(*p) for p in wanted}
+def _pair_hash(store, settings: dict, e: str, d: str) -> str:
+    """The probe settings and the conditions of the embeddings the pair reads (its own and its shift target's)."""
+    target = store.dataset(d).attrs.get("shift_target")
+    conds = sorted((dd, c, bool(ok)) for dd in ([d, target] if target else [d]) if store.has_dataset(dd)
+                   for _, enc, c, ok in store.embeddings(dd) if enc == e)
+    return settings_hash(settings, conds)
+
+
+def _probe(cfg: Config, progress: Progress, state: State, store, summaries, wanted):
+    from crs.probe.run import head_name, records_path
+
+    results = Path(cfg.results)
+    sp = Stage("probe", out=str(results / "run_records"))
+    t0 = time.perf_counter()
+    written = {(s.encoder, s.dataset) for s in summaries if s.chunks_written}
+    settings = _probe_settings(cfg)
+    hashes = {p: _pair_hash(store, settings, *p) for p in wanted}
     todo = []
     for e, d in wanted:
         target = store.dataset(d).attrs.get("shift_target")
         fresh = (e, d) in written or (target is not None and (e, target) in written)
-        current = (not fresh and state.get("probe", {}).get(f"{e}__{d}") == hashes[(e, d)]
-                   and records_path(results, e, d).exists())
+        current = (not fresh and state.old.get("probe", {}).get(f"{e}__{d}") == hashes[(e, d)]
+                   and records_path(results, head_name(e, cfg.probe.head), d).exists())
         (sp.skipped if current else todo).append(f"{e} × {d}" if current else (e, d))
+    pending = iter(todo)
 
-    def done_one(summary):
-        new_state["probe"][f"{summary.encoder}__{summary.dataset}"] = hashes[(summary.encoder, summary.dataset)]
-        write_state(results, {**state, **new_state})
+    def done_one(summary):  # pairs are probed in order: the summary is the next pending pair's
+        e, d = next(pending)
+        state.new["probe"][f"{e}__{d}"] = hashes[(e, d)]
+        state.set("probe", state.new["probe"])
 
     probed = []
     if todo:
-        probed = run_probe(cfg.store, results, todo, seeds=tuple(range(pr.seeds)), fractions=pr.fractions,
-                           l2=pr.l2, quiet=quiet, select_by=pr.select_by, tol=pr.tol, on_done=done_one)
+        probed = steps.probe(cfg.store, results, todo, settings=cfg.probe, progress=progress, on_done=done_one)
         sp.done = [f"{s.encoder} × {s.dataset}" for s in probed]
         sp.detail = {"probes": sum(s.probes for s in probed), "not_converged": sum(s.not_converged for s in probed)}
     sp.seconds = time.perf_counter() - t0
-    stages["probe"] = sp
+    return sp, probed
 
-    # ------------------------------------------------------------------ score
+
+def _score(cfg: Config, progress: Progress, state: State, wanted):
+    from crs.probe.run import head_name, records_path
+
+    results = Path(cfg.results)
     sc = Stage("score", out=str(results / "scores"))
     t0 = time.perf_counter()
     s_ = cfg.score
+    scored = [(head_name(e, cfg.probe.head), d) for e, d in wanted]
     score_settings = {"reference": s_.reference, "weights": list(s_.weights), "bootstrap": s_.bootstrap,
                       "bootstrap_unit": s_.bootstrap_unit, "seed": s_.seed, "store": cfg.store}
     score_hash = settings_hash(score_settings, sorted(
-        (e, d, _file_digest(records_path(results, e, d))) for e, d in wanted))
+        (e, d, _file_digest(records_path(results, e, d))) for e, d in scored))
     scores_json_path = results / "scores" / "scores.json"
-    if state.get("score") == score_hash and scores_json_path.exists():
+    if state.old.get("score") == score_hash and scores_json_path.exists():
         sc.skipped = ["scores"]
         scores_json = json.loads(scores_json_path.read_text(encoding="utf-8"))
         scores = stand_in(scores_json)
     else:
-        scores = run_score(results, reference=s_.reference, weights=s_.weights, n_bootstrap=s_.bootstrap,
-                           seed=s_.seed, store=cfg.store, bootstrap_unit=s_.bootstrap_unit, pairs=wanted,
-                           quiet=quiet)
+        scores = steps.score(results, s_, store=cfg.store, pairs=scored, progress=progress)
         scores_json = scores.to_json()
         sc.done = ["scores"]
-    new_state["score"] = score_hash
-    write_state(results, {**state, **new_state})
+    state.set("score", score_hash)
     sc.seconds = time.perf_counter() - t0
-    stages["score"] = sc
+    return sc, scores, scores_json, score_hash
 
-    # ----------------------------------------------------------------- report
+
+def _report(cfg: Config, state: State, score_hash: str, quiet: bool):
     rp = Stage("report", enabled=cfg.report.enabled)
-    html = None
-    if cfg.report.enabled:
-        t0 = time.perf_counter()
-        out = Path(cfg.report.out) if cfg.report.out is not None else results / "report"
-        rp.out = str(out)
-        report_hash = settings_hash(score_hash, str(out))
-        previous = state.get("report", {}) if isinstance(state.get("report"), dict) else {}
-        if previous.get("hash") == report_hash and previous.get("html") and Path(previous["html"]).exists():
-            rp.skipped = ["report"]
-            html = previous["html"]
-        else:
-            written_report = write_report_stage(results, out, store=cfg.store, quiet=quiet)
-            html = str(written_report["html"])
-            rp.done = ["report"]
-            rp.detail = json.loads(json.dumps({k: written_report.get(k) for k in ("figures", "tables")}, default=str))
-        new_state["report"] = {"hash": report_hash, "html": html}
-        write_state(results, {**state, **new_state})
-        rp.seconds = time.perf_counter() - t0
-    stages["report"] = rp
-    return RunResult(store=cfg.store, results=str(results), stages=stages, scores=scores, scores_json=scores_json,
-                     probe_summaries=probed, report_html=html, seconds=time.perf_counter() - t_start)
-
-
-def write_report_stage(results: Path, out: Path, *, store: str, quiet: bool) -> dict:
-    """``crs.scoring.report.write_report``; a clear error where that module is missing."""
-    try:
-        from crs.scoring.report import write_report
-    except ModuleNotFoundError as exc:
-        if exc.name != REPORT_MODULE:
-            raise
-        raise RuntimeError(f"the report stage needs {REPORT_MODULE} (`crs report`), which this installation "
-                           "lacks; set `enabled = false` under [report]") from exc
-    return write_report(Path(results), Path(out), store=store, quiet=quiet)
+    if not cfg.report.enabled:
+        return rp, None
+    t0 = time.perf_counter()
+    results = Path(cfg.results)
+    out = Path(cfg.report.out) if cfg.report.out is not None else results / "report"
+    rp.out = str(out)
+    report_hash = settings_hash(score_hash, str(out))
+    previous = state.old.get("report", {}) if isinstance(state.old.get("report"), dict) else {}
+    if previous.get("hash") == report_hash and previous.get("html") and Path(previous["html"]).exists():
+        rp.skipped = ["report"]
+        html = previous["html"]
+    else:
+        written_report = steps.report(results, out, store=cfg.store, quiet=quiet)
+        html = str(written_report["html"])
+        rp.done = ["report"]
+        rp.detail = json.loads(json.dumps({k: written_report.get(k) for k in ("figures", "tables")}, default=str))
+    state.set("report", {"hash": report_hash, "html": html})
+    rp.seconds = time.perf_counter() - t0
+    return rp, html
 
 
 def stand_in(scores_json: dict):
