@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from crs.errors import UserError
-from crs.names import MODALITIES
+from crs.names import HEADS, MODALITIES, SEVERITIES
 
 # The stages' defaults live here and only here: the command line's options and the TOML
 # keys are both made from these fields, and the stages trust what passed their checks.
@@ -32,8 +32,6 @@ DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
 DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
 DEFAULT_N_SEEDS = 5  # probe seeds 0..N-1
 DEFAULT_HIDDEN = 128
-SEVERITIES = (1, 2, 3, 4, 5)
-HEADS = ("linear", "mlp")
 WEIGHT_TOL = 1e-6
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 from crs.conditions import parse, perturbed
 from crs.errors import BadInput, UserError
-from crs.names import MODALITIES
+from crs.names import MODALITIES, SEVERITIES
 
 
 class _Deferred:
@@ -63,7 +63,6 @@ else:
     TF = _Deferred("torchvision.transforms.v2.functional")
     tvio = _Deferred("torchvision.io")
 
-SEVERITIES = (1, 2, 3, 4, 5)
 
 
 class NotRegistered(UserError, KeyError):

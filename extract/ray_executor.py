@@ -28,7 +28,7 @@ import threading
 from collections import deque
 
 from crs.errors import CrsError, UserError
-from crs.extract.run import DecodedUnits, Embedder, Plan, Unit, embed_unit, unit_failures
+from crs.extract.units import DecodedUnits, Embedder, Plan, Unit, embed_unit, unit_failures
 from crs.store import Store
 
 IN_FLIGHT_PER_ACTOR = 2  # one unit decoding while the other runs on the device

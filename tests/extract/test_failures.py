@@ -11,7 +11,8 @@ from PIL import Image
 
 from crs.errors import UserError
 from crs.extract.images import ImageError
-from crs.extract.run import StrictFailure, extract
+from crs.extract.run import extract
+from crs.extract.units import StrictFailure
 from crs.extract.table import Table
 from crs.store import Store
 

@@ -16,7 +16,8 @@ import torch
 import zarr
 
 from crs.extract import perturb
-from crs.extract.run import Embedder, extract
+from crs.extract.run import extract
+from crs.extract.units import Embedder
 from crs.store import LockHeld, Store, hold_lock
 
 SIZE = "0.2"
