@@ -171,7 +171,7 @@ def ours(Xtr, labels, task, order, sizes, l2, K, max_iter, tol, precondition=Tru
     import jax.numpy as jnp
 
     from crs.probe import core
-    from crs.probe.run import targets
+    from crs.probe.run import float_targets as targets
 
     T, known = targets(labels, task, K)
     args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
@@ -200,7 +200,7 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
     import jax.numpy as jnp
 
     from crs.probe import core
-    from crs.probe.run import targets
+    from crs.probe.run import float_targets as targets
 
     T, known = targets(labels, task, K)
     X, T, known = jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known)
