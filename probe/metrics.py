@@ -10,7 +10,7 @@ and returns a scalar; ``all_metrics`` vmaps them over leading probe axes.
 * ECE: 15 equal-width bins on the top-label confidence, bin ``min(floor(15 c), 14)``
   (bins [0, 1/15), ..., [14/15, 1]); ``sum_b (n_b / n) |acc_b - conf_b|``. Multilabel:
   mean over labels of the binary top-label ECE (confidence ``max(p, 1 - p)``, predicted
-  label ``p >= 0.5``). (crs-v1.md section 1.)
+  label ``p >= 0.5``). (``docs/crs-v1.md`` section 1.)
 * Brier: multiclass ``mean_i sum_k (p_ik - y_ik)^2`` (Brier 1950); multilabel: mean over
   labels of the binary Brier score (= sklearn ``brier_score_loss`` per label).
 * NLL: ``-mean log p(y)``, probabilities clipped to [eps, 1 - eps] with float32 eps;

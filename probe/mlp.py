@@ -12,36 +12,20 @@ probe's label subset, the first ``n_s`` rows of its seed's order; unknown multil
 entries (``known == 0``) carry no weight, whatever their target value.
 
 Optimiser: L-BFGS (``optax.lbfgs``, memory 10, zoom line search under the strong Wolfe
-conditions) on the whole objective, full batch. The problems are small and deterministic,
-so a quasi-Newton method with a line search fits: on the demo chest X-ray embeddings
-(230 x 54, hidden 32) it reached the minimum of a strongly penalised probe (wd 1) to a
-largest gradient component of 1e-8 in under 50 steps, where full-batch Adam (peak rate
-3e-3, warmup and cosine decay) still sat 3 % above that objective after 1000 steps, with
-a gradient of 4e-2. The line search only accepts steps that decrease the objective.
+conditions) on the whole objective, full batch: the problems are small and
+deterministic, and the line search only accepts steps that decrease the objective.
 
-Stopping rule and what "converged" means. Before each step every probe's gradient is
-measured; a probe whose largest gradient component is at most ``tol`` stops (its
-parameters are frozen while the others go on) and reports ``converged = True``, as do
-probes that pass the same test after their last step; a probe that uses ``max_steps``
-steps without passing it reports ``False``. The MLP objective is not convex, so
-converged means a stationary point reached by descent (in practice a local minimum),
-not the global minimum; another seed can stop elsewhere. Weakly penalised probes on
-nearly separable subsets keep growing their weights slowly and often use every step:
-their fit is limited by the step budget, and the run records say so.
-
-Two properties of this objective to keep in mind when reading a grid. All-zero kernels
-are a stationary point (GELU(0) = 0 stops every gradient there), and a strong enough
-weight decay makes them the minimum: the probe then predicts the training prior for
-every image (validation AUROC 0.5). On small data, selection by validation loss can
-choose that probe, as it can choose a nearly constant linear probe. And float32 rounding
-differs between a probe fitted inside a grid and the same probe fitted alone; along the
-flat directions of a weakly penalised, nearly separable problem L-BFGS can amplify it,
-so such a probe can end at a different (equally good) point when the grid around it
-changes. Same data, grid and seed give the same result bit for bit on the CPU.
+Stopping rule: before each step a probe whose largest gradient component is at most
+``tol`` stops (its parameters are frozen while the others go on); ``converged`` says
+whether the returned parameters pass that test, so a probe that used ``max_steps``
+steps without passing it reports False. The objective is not convex: converged means
+a stationary point reached by descent, not the global minimum. All-zero kernels are a
+stationary point (GELU(0) = 0), and the minimum under a strong enough weight decay,
+where the probe predicts the training prior.
 
 Initialisation: flax's defaults (LeCun-normal kernels, zero biases) from a key made of
-the seed alone, so every weight decay and every fraction of a seed starts from the same
-parameters, and a run is reproducible on the CPU.
+the seed alone, so every weight decay and fraction of a seed starts from the same
+parameters.
 
 Layout: for a fraction of size m, each seed's rows are gathered once into subset order,
 Xo [S, m, F], and shared by that seed's weight decays through ``vmap`` (the data axis is

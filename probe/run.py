@@ -5,9 +5,10 @@ pick L2 per (seed, fraction) by validation loss, evaluate the chosen probes on t
 clean test split, every perturbed condition in the store and the shift target, write
 the test probabilities into the store and one run-record Parquet file.
 
-``head="mlp"`` fits one-hidden-layer MLP probes instead (``crs.probe.mlp``; the L2 grid
-is their weight-decay grid) and writes everything under the name ``ENCODER+mlp``
-(``head_name``), so scoring ranks the MLP head as one more model beside the linear one.
+The heads are records of ``crs.probe.heads``: ``head="mlp"`` fits one-hidden-layer MLP
+probes instead (``crs.probe.mlp``; the L2 grid is their weight-decay grid) and writes
+everything under the name ``ENCODER+mlp`` (``head_name``), so scoring ranks the MLP head
+as one more model beside the linear one.
 """
 
 from __future__ import annotations
@@ -15,14 +16,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
 
 from crs.conditions import CLEAN, shift
+from crs.errors import BadInput
 from crs.files import atomic_write
+from crs.labels import targets
+from crs.names import SPLIT_CODE, VALIDATION
+from crs.probe.heads import DEFAULT_HIDDEN, REGISTRY, Fitted, TrainingSet, get
 from crs.records import COLUMNS, records_dir
-from crs.store import SPLIT_CODE, Store, StoreError
+from crs.store import Store, StoreError
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
@@ -30,18 +36,14 @@ DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
 SELECT_BY = ("loss", "auroc")  # how L2 is chosen per (seed, fraction) on the validation split
 SELECTION_DIR = "probe_selection"
 SUBSETS_DIR = "subsets"
-VALIDATION = "validation"  # predictions key of the validation split's probabilities (not a test condition)
-HEADS = ("linear", "mlp")
-DEFAULT_HIDDEN = 128
+HEADS = tuple(REGISTRY)  # the registered heads' names
 
 
 def head_name(encoder: str, head: str) -> str:
     """The name a head's results go under: the encoder's own for the linear probe, ``ENCODER+mlp``
     for the MLP. Encoder keys never hold '+' (``crs.extract.encoders.store_key`` escapes it), so
     the name cannot be taken by a real encoder."""
-    if head not in HEADS:
-        raise ValueError(f"head must be one of {', '.join(HEADS)}, not {head!r}")
-    return encoder if head == "linear" else f"{encoder}+{head}"
+    return get(head).result_name(encoder)
 
 
 CACHE_ENV = "CRS_JAX_CACHE"  # folder for compiled probe programs; "off" disables the cache
@@ -89,13 +91,10 @@ def records_path(results: Path, encoder: str, dataset: str) -> Path:
     return records_dir(results) / f"{encoder}__{dataset}.parquet"
 
 
-def targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Class indices or {1, 0, -1} labels -> targets T [n, K] and known-mask [n, K]."""
-    if task == "multiclass":
-        T = np.eye(n_classes, dtype=np.float32)[np.asarray(labels)]
-        return T, np.ones_like(T)
-    labels = np.asarray(labels)
-    return (labels == 1).astype(np.float32), (labels >= 0).astype(np.float32)
+def float_targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``crs.labels.targets`` in the probe's dtype: targets T [n, K] and known-mask [n, K], float32."""
+    T, known = targets(labels, task, n_classes)
+    return T.astype(np.float32), known.astype(np.float32)
 
 
 def write_subsets(results, dataset, ids, order, sizes, fractions, seeds) -> Path:
@@ -127,6 +126,155 @@ def pairs_in_store(store: Store) -> list[tuple[str, str]]:
                    if cond == CLEAN and complete and d in trainable})
 
 
+
+class Split(NamedTuple):
+    """The rows of one dataset that a probe run uses, and the features' standardisation."""
+
+    X: np.ndarray  # [image, feature] the clean embeddings as stored
+    T: np.ndarray  # [image, class] float32 targets
+    known: np.ndarray  # [image, class] float32 known-label mask
+    train: np.ndarray  # training rows, the failed images left out
+    val: np.ndarray  # validation rows, the failed images left out
+    test: np.ndarray  # every test row (failed ones keep their place but are not counted)
+    failed: np.ndarray  # rows extract could not decode (the store's failures table)
+    mu: np.ndarray  # [feature] training mean
+    sd: np.ndarray  # [feature] training standard deviation (+ 1e-6)
+
+    def z(self, A: np.ndarray) -> np.ndarray:
+        """Standardised with the training split's statistics (features only, no labels)."""
+        return (A.astype(np.float32) - self.mu) / self.sd
+
+
+class EvalSet(NamedTuple):
+    condition: str
+    X: np.ndarray  # [n, F] embeddings as stored
+    T: np.ndarray  # [n, K]
+    known: np.ndarray  # [n, K]
+    counted: np.ndarray  # [n] bool: rows the metrics count (not in the failures table)
+
+
+def load_split(store: Store, encoder: str, dataset: str) -> Split:
+    table = store.dataset(dataset)
+    X = store.read_embedding(dataset, encoder, CLEAN).astype(np.float32)
+    tr, va, te = table.rows("train"), table.rows("val"), table.rows("test")
+    if len(tr) == 0 or len(va) == 0 or len(te) == 0:
+        raise StoreError(f"dataset {dataset!r} needs train, val and test rows to be probed "
+                         f"(has {len(tr)}, {len(va)}, {len(te)})")
+    if not np.array_equal(te, np.arange(len(te))):
+        raise StoreError(f"dataset {dataset!r} rows are not in test-first order; re-extract into a new store")
+    # images extract could not decode never train or choose a probe; test rows keep their place so
+    # predictions stay aligned with the test split, but no metric counts them
+    failed = store.excluded_rows(dataset)
+    tr, va = np.setdiff1d(tr, failed), np.setdiff1d(va, failed)
+    T, known = float_targets(table.labels, table.task, len(table.classes))
+    return Split(X, T, known, tr, va, te, failed, X[tr].mean(0), X[tr].std(0) + 1e-6)
+
+
+def eval_sets(store: Store, encoder: str, dataset: str, split: Split) -> list[EvalSet]:
+    """Clean test, every perturbed array of the encoder (an incomplete one raises, naming the extract
+    to resume), and the shift target's test split."""
+    te = split.test
+    keep = ~np.isin(te, split.failed)
+    out = [EvalSet(CLEAN, split.X[te], split.T[te], split.known[te], keep)]
+    for d, enc, cond, _ in store.embeddings(dataset):
+        if enc == encoder and cond != CLEAN:
+            out.append(EvalSet(cond, store.read_embedding(dataset, encoder, cond), split.T[te], split.known[te],
+                               keep))
+    table = store.dataset(dataset)
+    target = table.attrs.get("shift_target")
+    if target:
+        if not store.has_dataset(target):
+            raise StoreError(
+                f"{dataset!r} names {target!r} as its shift target, which is not in the store; run "
+                f"`crs extract --encoder {encoder} --dataset {target} --store {store.path}`"
+            )
+        tt = store.dataset(target)
+        if tt.classes != table.classes or tt.task != table.task:
+            raise StoreError(f"shift target {target!r} has other classes or task than {dataset!r}")
+        Xs = store.read_embedding(target, encoder, CLEAN)
+        Ts, ks = float_targets(tt.labels, table.task, len(table.classes))
+        rows = tt.rows("test")
+        out.append(EvalSet(shift(target), Xs[rows], Ts[rows], ks[rows], ~np.isin(rows, store.excluded_rows(target))))
+    return out
+
+
+class Selection(NamedTuple):
+    """The penalty chosen per (seed, fraction) on the validation split, with the figures it saw."""
+
+    best: np.ndarray  # [S, Fr] index into the grid
+    val_loss: np.ndarray  # [S, Fr, L]
+    val_auroc: np.ndarray  # [S, Fr, L]
+    val_probs: object  # [S, Fr, L, n_val, K] every probe's validation probabilities
+
+
+def select(fitted: Fitted, split: Split, task: str, select_by: str) -> Selection:
+    """Lowest validation loss, or highest validation AUROC with ties to the stronger penalty
+    (the later grid value); a non-finite figure is never chosen over a finite one."""
+    import jax.numpy as jnp
+
+    from crs.probe import core, metrics
+
+    va = split.val
+    pv = fitted.predict(split.z(split.X[va]))  # [S, Fr, L, n_va, K]
+    vloss = np.asarray(core.validation_loss(pv, jnp.asarray(split.T[va]), jnp.asarray(split.known[va]), task))
+    vauroc = np.asarray(metrics.all_metrics(pv, jnp.asarray(split.T[va]), jnp.asarray(split.known[va]), task))[
+        ..., metrics.NAMES.index("auroc")]  # [S, Fr, L]
+    if select_by == "loss":
+        best = np.nanargmin(np.where(np.isfinite(vloss), vloss, np.inf), axis=-1)  # [S, Fr]
+    else:
+        score = np.where(np.isfinite(vauroc), vauroc, -np.inf)[..., ::-1]
+        best = score.shape[-1] - 1 - np.argmax(score, axis=-1)
+    return Selection(best, vloss, vauroc, pv)
+
+
+def _chosen(best: np.ndarray) -> tuple:
+    """The index of the chosen probe of each (seed, fraction): ([S, Fr], [S, Fr], [S, Fr])."""
+    S, Fr = best.shape
+    si, fi = np.meshgrid(np.arange(S), np.arange(Fr), indexing="ij")
+    return si, fi, best
+
+
+def condition_records(ev: EvalSet, probs, meta: dict, task: str) -> pl.DataFrame:
+    """One run record per (seed, fraction) of the chosen probes on one evaluation set.
+
+    ``meta`` holds the columns every condition shares (encoder, dataset, task, seed, fraction,
+    l2, n_train, classes_missing, converged, iterations), each [S * Fr] or one value."""
+    import jax.numpy as jnp
+
+    from crs.probe import metrics
+
+    kept = ev.counted
+    counted = probs if kept.all() else probs[:, :, kept]
+    m = np.asarray(metrics.all_metrics(counted, jnp.asarray(ev.T[kept]), jnp.asarray(ev.known[kept]), task))
+    frame = {k: meta[k] for k in ("encoder", "dataset", "task", "seed", "fraction")}
+    frame["condition"] = ev.condition
+    for i, name in enumerate(metrics.NAMES):
+        frame[name] = m[..., i].reshape(-1).astype(np.float64)
+    frame.update({k: meta[k] for k in ("l2", "n_train")})
+    frame["n_eval"] = int(kept.sum())
+    frame.update({k: meta[k] for k in ("classes_missing", "converged", "iterations")})
+    n_rows = len(frame["seed"])
+    return pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()})
+
+
+def selection_frame(model: str, dataset: str, seeds, fractions, grid, sel: Selection, fitted: Fitted,
+                    select_by: str) -> pl.DataFrame:
+    """The whole grid with its validation figures and the choice, one row per (seed, fraction, l2)."""
+    S, Fr, L = sel.val_loss.shape
+    return pl.DataFrame({
+        "encoder": [model] * (S * Fr * L), "dataset": [dataset] * (S * Fr * L),
+        "seed": np.repeat(np.asarray(seeds, np.int64), Fr * L),
+        "fraction": np.tile(np.repeat(np.asarray(fractions, np.float64), L), S),
+        "l2": np.tile(np.asarray(grid, np.float64), S * Fr),
+        "val_loss": sel.val_loss.reshape(-1).astype(np.float64),
+        "val_auroc": sel.val_auroc.reshape(-1).astype(np.float64),
+        "chosen": (np.arange(L)[None, None, :] == sel.best[..., None]).reshape(-1),
+        "selected_by": [select_by] * (S * Fr * L),
+        "converged": np.asarray(fitted.converged).reshape(-1),
+        "iterations": np.asarray(fitted.iterations).reshape(-1).astype(np.int64),
+    })
+
+
 def probe(
     store: Store,
     encoder: str,
@@ -144,161 +292,91 @@ def probe(
     hidden: int = DEFAULT_HIDDEN,
     mlp_settings=None,
 ) -> ProbeSummary:
-    """``head`` "linear" (the default) or "mlp"; ``hidden`` is the MLP's width and
-    ``mlp_settings`` its optimiser and stopping rule (``crs.probe.mlp.Settings``, default
-    ``Settings()``; ``max_iter``, ``tol`` and ``gap`` are the linear solver's). Both heads read
-    ``encoder``'s embeddings; the MLP's results are written under ``head_name(encoder, "mlp")``."""
-    import jax.numpy as jnp
+    """Fit, select, evaluate and record every probe of one (encoder, dataset).
 
-    from crs.probe import core, metrics, subsets
-
+    ``head`` names a record of ``crs.probe.heads`` ("linear", the default, or "mlp");
+    ``hidden`` is the MLP's width and ``mlp_settings`` its optimiser and stopping rule
+    (``crs.probe.mlp.Settings``, default ``Settings()``; ``max_iter``, ``tol`` and ``gap``
+    are the linear solver's). Every head reads ``encoder``'s embeddings; its results are
+    written under ``head_name(encoder, head)``."""
     compile_cache()
     t0 = time.perf_counter()
     if select_by not in SELECT_BY:
-        raise ValueError(f"select_by must be one of {', '.join(SELECT_BY)}, not {select_by!r}")
-    model = head_name(encoder, head)  # the name results go under; raises on an unknown head
-    if head == "mlp" and not (isinstance(hidden, (int, np.integer)) and hidden >= 1):
-        raise ValueError(f"hidden must be a whole number of at least 1, not {hidden!r}")
-    l2_grid = tuple(sorted(set(l2_grid)))
-    fractions = tuple(sorted(set(fractions)))  # nested subsets: smallest first
+        raise BadInput(f"select_by must be one of {', '.join(SELECT_BY)}, not {select_by!r}")
+    spec = get(head)
+    options = spec.checked({"max_iter": max_iter, "tol": tol, "gap": gap, "hidden": hidden,
+                            "mlp_settings": mlp_settings})
+    model = spec.result_name(encoder)
+    grid, fractions = tuple(sorted(set(l2_grid))), tuple(sorted(set(fractions)))  # nested subsets: smallest first
     table = store.dataset(dataset)
-    task, classes = table.task, table.classes
-    K = len(classes)
-    X = store.read_embedding(dataset, encoder, CLEAN).astype(np.float32)
-    tr, va, te = table.rows("train"), table.rows("val"), table.rows("test")
-    if len(tr) == 0 or len(va) == 0 or len(te) == 0:
-        raise StoreError(f"dataset {dataset!r} needs train, val and test rows to be probed "
-                         f"(has {len(tr)}, {len(va)}, {len(te)})")
-    if not np.array_equal(te, np.arange(len(te))):
-        raise StoreError(f"dataset {dataset!r} rows are not in test-first order; re-extract into a new store")
-    # images extract could not decode (the store's failures table) never train or choose a probe; test rows
-    # keep their place so predictions stay aligned with the test split, but no metric counts them
-    failed = store.excluded_rows(dataset)
-    tr, va = np.setdiff1d(tr, failed), np.setdiff1d(va, failed)
-    # standardise with the training split's statistics (features only, no labels)
-    mu = X[tr].mean(0)
-    sd = X[tr].std(0) + 1e-6
-    Z = lambda A: (A.astype(np.float32) - mu) / sd  # noqa: E731
-
-    T, known = targets(table.labels, task, K)
-    order = subsets.orders(table.labels[tr], task, list(seeds))  # [S, n_tr]
-    sizes = subsets.sizes(list(fractions), len(tr))
-    masks = subsets.masks_from(order, sizes)  # [S, Fr, n_tr], for classes_missing in the records
-    write_subsets(results, dataset, table.ids[tr], order, sizes, fractions, seeds)
-    if head == "linear":
-        fit = core.fit(jnp.asarray(Z(X[tr])), jnp.asarray(T[tr]), jnp.asarray(known[tr]), jnp.asarray(order), sizes,
-                       jnp.asarray(l2_grid, dtype=jnp.float32), task=task, max_iter=max_iter, tol=tol,
-                       gap=core.DEFAULT_GAP if gap is None else gap)
-        fit_converged, fit_iterations = fit.converged, fit.iterations
-
-        def predict(A, index=None):  # A [n, F] standardised -> [..., n, K]; index picks probes of the grid
-            W, b = (fit.W, fit.b) if index is None else (fit.W[index], fit.b[index])
-            return core.probabilities(jnp.asarray(A), W, b, task)
-    else:
-        from crs.probe import mlp
-
-        settings = mlp_settings if mlp_settings is not None else mlp.Settings()
-        fit = mlp.fit(Z(X[tr]), T[tr], known[tr], order, sizes, np.asarray(l2_grid, np.float32), list(seeds),
-                      task=task, hidden=int(hidden), settings=settings)
-        fit_converged, fit_iterations = fit.converged, fit.steps
-
-        def predict(A, index=None):
-            params = fit.params if index is None else mlp.take(fit.params, index)
-            return mlp.probabilities(jnp.asarray(A), params, task)
-
-    # L2 per (seed, fraction) by validation loss
-    pv = predict(Z(X[va]))  # [S, Fr, L, n_va, K]
-    vloss = np.asarray(core.validation_loss(pv, jnp.asarray(T[va]), jnp.asarray(known[va]), task))
-    vauroc = np.asarray(metrics.all_metrics(pv, jnp.asarray(T[va]), jnp.asarray(known[va]), task))[
-        ..., metrics.NAMES.index("auroc")]  # [S, Fr, L]
-    if select_by == "loss":
-        best = np.nanargmin(np.where(np.isfinite(vloss), vloss, np.inf), axis=-1)  # [S, Fr]
-    else:  # highest validation AUROC; ties go to the stronger penalty (the later grid value)
-        score = np.where(np.isfinite(vauroc), vauroc, -np.inf)[..., ::-1]
-        best = score.shape[-1] - 1 - np.argmax(score, axis=-1)
-    si, fi = np.meshgrid(np.arange(len(seeds)), np.arange(len(fractions)), indexing="ij")
-    chosen = (si, fi, best)  # the chosen probe of each (seed, fraction): [S, Fr]
-    converged = np.asarray(fit_converged)[chosen]
-    iters = np.asarray(fit_iterations)[chosen]
-
-    # evaluation sets: clean test, every perturbed array (an incomplete one raises), the shift target
-    # (condition, embeddings, targets, known, rows the metrics count: not in the failures table)
-    keep = ~np.isin(te, failed)
-    evals: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [
-        (CLEAN, X[te], T[te], known[te], keep)]
-    for d, enc, cond, _ in store.embeddings(dataset):
-        if enc == encoder and cond != CLEAN:  # an incomplete array raises, naming the extract to resume
-            evals.append((cond, store.read_embedding(dataset, encoder, cond), T[te], known[te], keep))
-    target = table.attrs.get("shift_target")
-    if target:
-        if not store.has_dataset(target):
-            raise StoreError(
-                f"{dataset!r} names {target!r} as its shift target, which is not in the store; run "
-                f"`crs extract --encoder {encoder} --dataset {target} --store {store.path}`"
-            )
-        tt = store.dataset(target)
-        if tt.classes != classes or tt.task != task:
-            raise StoreError(f"shift target {target!r} has other classes or task than {dataset!r}")
-        Xs = store.read_embedding(target, encoder, CLEAN)
-        Ts, ks = targets(tt.labels, task, K)
-        rows = tt.rows("test")
-        evals.append((shift(target), Xs[rows], Ts[rows], ks[rows], ~np.isin(rows, store.excluded_rows(target))))
-
-    # the chosen probes' validation probabilities: scoring fits temperature scaling on them
-    val_probs = pv[chosen] if len(failed) == 0 else predict(
-        Z(X[table.rows("val")]), chosen)  # every validation row, aligned with the split
-    head_attrs = {} if head == "linear" else {"head": head, "hidden": int(hidden), "embeddings_of": encoder}
-    store.write_predictions(dataset, model, VALIDATION, np.asarray(val_probs), {
-        "seeds": list(seeds), "fractions": list(fractions), "classes": classes,
-        "axes": "seed, fraction, image, class", "rows": "the dataset's validation rows in store order", **head_attrs,
-    })
-    n_train = np.broadcast_to(np.asarray(sizes, dtype=np.int64), (len(seeds), len(sizes)))  # [S, Fr]
-    missing = subsets.classes_missing(table.labels[tr], task, masks, K)  # [S, Fr]
-    l2_arr = np.asarray(l2_grid)[best]
-    frames = []
-    for cond, Xc, Tc, kc, kept in evals:
-        probs = predict(Z(Xc), chosen)  # [S, Fr, n, K]
-        counted = probs if kept.all() else probs[:, :, kept]
-        m = np.asarray(metrics.all_metrics(counted, jnp.asarray(Tc[kept]), jnp.asarray(kc[kept]), task))  # [S, Fr, 5]
-        store.write_predictions(dataset, model, cond, np.asarray(probs), {
-            "seeds": list(seeds), "fractions": list(fractions), "classes": classes,
-            "axes": "seed, fraction, image, class", **head_attrs,
-        })
-        frame = {
-            "encoder": model, "dataset": dataset, "task": task,
-            "seed": np.repeat(np.asarray(seeds), len(fractions)),
-            "fraction": np.tile(np.asarray(fractions, dtype=np.float64), len(seeds)),
-            "condition": cond,
-        }
-        for i, name in enumerate(metrics.NAMES):
-            frame[name] = m[..., i].reshape(-1).astype(np.float64)
-        frame.update({
-            "l2": l2_arr.reshape(-1), "n_train": n_train.reshape(-1), "n_eval": int(kept.sum()),
-            "classes_missing": missing.reshape(-1).astype(np.int64),
-            "converged": converged.reshape(-1), "iterations": iters.reshape(-1).astype(np.int64),
-        })
-        n_rows = len(seeds) * len(fractions)
-        frames.append(pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()}))
-    records = pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
+    split = load_split(store, encoder, dataset)
+    data = training_set(split, table, seeds, fractions, grid, results, dataset)
+    fitted = spec.fit(data, **options)
+    sel = select(fitted, split, table.task, select_by)
+    evals = eval_sets(store, encoder, dataset, split)
+    attrs = {"seeds": list(seeds), "fractions": list(fractions), "classes": table.classes,
+             "axes": "seed, fraction, image, class"}
+    meta = record_columns(model, dataset, table, fractions, data, split, fitted, sel)
+    records = evaluate(store, dataset, model, split, fitted, sel, evals, meta, (attrs, spec.attrs(encoder, options)))
     path = records_path(results, model, dataset)
-    # the whole grid with its validation figures and the choice, one row per (seed, fraction, l2)
-    S_, Fr_, L_ = vloss.shape
-    grid_rows = pl.DataFrame({
-        "encoder": [model] * (S_ * Fr_ * L_), "dataset": [dataset] * (S_ * Fr_ * L_),
-        "seed": np.repeat(np.asarray(seeds, np.int64), Fr_ * L_),
-        "fraction": np.tile(np.repeat(np.asarray(fractions, np.float64), L_), S_),
-        "l2": np.tile(np.asarray(l2_grid, np.float64), S_ * Fr_),
-        "val_loss": vloss.reshape(-1).astype(np.float64), "val_auroc": vauroc.reshape(-1).astype(np.float64),
-        "chosen": (np.arange(L_)[None, None, :] == best[..., None]).reshape(-1),
-        "selected_by": [select_by] * (S_ * Fr_ * L_),
-        "converged": np.asarray(fit_converged).reshape(-1),
-        "iterations": np.asarray(fit_iterations).reshape(-1).astype(np.int64),
-    })
-    atomic_write(Path(results) / SELECTION_DIR / path.name, grid_rows.write_parquet)
+    atomic_write(Path(results) / SELECTION_DIR / path.name,
+                 selection_frame(model, dataset, seeds, fractions, grid, sel, fitted, select_by).write_parquet)
     atomic_write(path, records.write_parquet)
     return ProbeSummary(
-        encoder=model, dataset=dataset, probes=int(np.prod(fit_converged.shape)),
-        conditions=len(evals), not_converged=int((~converged).sum()),
-        max_iterations=int(iters.max()), seconds=time.perf_counter() - t0, records=str(path),
+        encoder=model, dataset=dataset, probes=int(np.prod(fitted.converged.shape)), conditions=len(evals),
+        not_converged=int((~meta["converged"]).sum()), max_iterations=int(meta["iterations"].max()),
+        seconds=time.perf_counter() - t0, records=str(path),
     )
 
+
+def evaluate(store: Store, dataset: str, model: str, split: Split, fitted: Fitted, sel: Selection,
+             evals: list[EvalSet], meta: dict, attrs: tuple[dict, dict]) -> pl.DataFrame:
+    """Write the chosen probes' predictions (validation, then every evaluation set) and return their run records.
+
+    attrs: (the predictions' attributes, the head's own), stored in that order."""
+    (common, head_attrs), chosen = attrs, _chosen(sel.best)
+    table = store.dataset(dataset)
+    # every validation row, aligned with the split: scoring fits temperature scaling on them
+    val_probs = sel.val_probs[chosen] if len(split.failed) == 0 else fitted.predict(
+        split.z(split.X[table.rows("val")]), chosen)
+    store.write_predictions(dataset, model, VALIDATION, np.asarray(val_probs), {
+        **common, "rows": "the dataset's validation rows in store order", **head_attrs})
+    frames = []
+    for ev in evals:
+        probs = fitted.predict(split.z(ev.X), chosen)  # [S, Fr, n, K]
+        frames.append(condition_records(ev, probs, meta, table.task))
+        store.write_predictions(dataset, model, ev.condition, np.asarray(probs), {**common, **head_attrs})
+    return pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
+
+
+def training_set(split: Split, table, seeds, fractions, grid, results, dataset) -> TrainingSet:
+    """The standardised training rows and each seed's nested label subsets (written to ``RESULTS/subsets``)."""
+    from crs.probe import subsets
+
+    tr = split.train
+    order = subsets.orders(table.labels[tr], table.task, list(seeds))  # [S, n_tr]
+    sizes = subsets.sizes(list(fractions), len(tr))
+    write_subsets(results, dataset, table.ids[tr], order, sizes, fractions, seeds)
+    return TrainingSet(split.z(split.X[tr]), split.T[tr], split.known[tr], order, sizes, grid, tuple(seeds),
+                       table.task)
+
+
+def record_columns(model, dataset, table, fractions, data: TrainingSet, split: Split, fitted: Fitted,
+                   sel: Selection) -> dict:
+    """The run-record columns every condition shares, one value per (seed, fraction) in seed-major order."""
+    from crs.probe import subsets
+
+    S, Fr = sel.best.shape
+    chosen = _chosen(sel.best)
+    masks = subsets.masks_from(data.order, data.sizes)  # [S, Fr, n_tr]
+    missing = subsets.classes_missing(table.labels[split.train], table.task, masks, len(table.classes))  # [S, Fr]
+    n_train = np.broadcast_to(np.asarray(data.sizes, dtype=np.int64), (S, Fr))
+    return {
+        "encoder": model, "dataset": dataset, "task": table.task,
+        "seed": np.repeat(np.asarray(data.seeds), Fr),
+        "fraction": np.tile(np.asarray(fractions, dtype=np.float64), S),
+        "l2": np.asarray(data.grid)[sel.best].reshape(-1), "n_train": n_train.reshape(-1),
+        "classes_missing": missing.reshape(-1).astype(np.int64),
+        "converged": np.asarray(fitted.converged)[chosen].reshape(-1),
+        "iterations": np.asarray(fitted.iterations)[chosen].reshape(-1).astype(np.int64),
+    }

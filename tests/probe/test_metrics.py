@@ -123,3 +123,31 @@ def test_metrics_are_invariant_to_row_order_and_in_range(seed, n):
     for name in ("auroc", "ece", "accuracy"):
         assert np.isnan(a[name]) or 0 <= a[name] <= 1 + 1e-6
     assert 0 <= a["brier"] <= 2 + 1e-6 and a["nll"] >= 0
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+def test_fast_path_equals_scoring_metrics(task):
+    """The probe's JAX metrics (used while probing) equal the single numpy/polars source in
+    crs.scoring.metrics: long_table, then auroc, ece, brier, nll and accuracy per probe."""
+    from crs.labels import targets
+    from crs.scoring import metrics as reference
+
+    rng = np.random.default_rng(7)
+    P, n, K = 3, 120, 4
+    if task == "multiclass":
+        labels = rng.integers(0, K, n)
+        probs = np.stack([softmax_rows(rng, n, K) for _ in range(P)])
+    else:
+        labels = np.where(rng.random((n, K)) < 0.15, -1, rng.random((n, K)) < 0.3).astype(np.int8)
+        probs = rng.random((P, n, K)).astype(np.float32)
+    # ties between images; no value on a bin edge, where float32 (here) and float64 (scoring)
+    # can put a confidence in neighbouring bins
+    probs[:, 10:20] = probs[:, :10]
+    T, known = targets(labels, task, K)
+    fast = np.asarray(metrics.all_metrics(jnp.asarray(probs), jnp.asarray(T, jnp.float32),
+                                          jnp.asarray(known, jnp.float32), task))  # [P, 5]
+    table = reference.long_table(probs, labels, task, keys={"probe": list(range(P))})
+    for name in metrics.NAMES:
+        kw = {} if name == "auroc" else {"task": task}
+        ref = getattr(reference, name)(table, "probe", **kw).sort("probe")[name].to_numpy()
+        np.testing.assert_allclose(fast[:, metrics.NAMES.index(name)], ref, atol=2e-5, err_msg=name)

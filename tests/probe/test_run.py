@@ -8,6 +8,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from crs.extract.run import extract
+from crs.names import VALIDATION
 from crs.probe.run import pairs_in_store, probe
 from crs.store import Store, StoreError
 
@@ -48,7 +49,7 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
                              & (pl.col("condition") == "clean"))
             assert row["auroc"].item() == pytest.approx(expected, abs=1e-5)
     # the chosen probes' validation probabilities are stored too (scoring's temperature scaling)
-    val, vattrs = store.read_predictions("demo_cxr", "demo-stats", "validation")
+    val, vattrs = store.read_predictions("demo_cxr", "demo-stats", VALIDATION)
     assert val.shape == (2, 2, len(table.rows("val")), 4) and vattrs["fractions"] == [0.25, 1.0]
     assert np.isfinite(val).all() and ((val > 0) & (val < 1)).all()
     # the shift rows are evaluated on the target's test split
@@ -119,7 +120,7 @@ def test_images_extract_could_not_decode_never_train_a_probe(cxr_store, tmp_path
                     l2_grid=(1e-1,))
     rec = pl.read_parquet(summary.records)
     assert rec["n_train"].unique().to_list() == [len(table.rows("train")) - 7]
-    val, _ = cxr_store.read_predictions("demo_cxr", "demo-stats", "validation")
+    val, _ = cxr_store.read_predictions("demo_cxr", "demo-stats", VALIDATION)
     assert val.shape[2] == len(table.rows("val"))  # predictions stay aligned with the split
     drawn = pl.read_parquet(tmp_path / "subsets" / "demo_cxr.parquet")
     assert not set(drawn["image_id"].to_list()) & set(table.ids[failed].astype(str).tolist())

@@ -1,0 +1,137 @@
+"""The probe heads, as data: one record per head, looked up by name.
+
+A head says how it fits every probe of one (encoder, dataset) at once, under which name
+its results are written, and which options of ``crs.probe.run.probe`` it takes. Adding
+a head is one ``register(Head(...))`` here plus its test; a name can be registered once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from crs.errors import BadInput
+
+DEFAULT_HIDDEN = 128
+
+
+class TrainingSet(NamedTuple):
+    """What every head fits on (numpy, float32)."""
+
+    X: np.ndarray  # [n, F] standardised training features
+    T: np.ndarray  # [n, K] targets in {0, 1}
+    known: np.ndarray  # [n, K] 1 where the label is known
+    order: np.ndarray  # [S, n] each seed's subset order of the rows
+    sizes: tuple[int, ...]  # subset size of each fraction, increasing
+    grid: tuple[float, ...]  # the penalty grid [L] (L2, or the MLP's weight decay)
+    seeds: tuple[int, ...]  # [S]
+    task: str
+
+
+class Fitted(NamedTuple):
+    """Every probe of the grid, fitted: leading axes [S, Fr, L]."""
+
+    converged: np.ndarray  # [S, Fr, L] bool
+    iterations: np.ndarray  # [S, Fr, L] solver steps taken
+    predict: Callable  # (A [n, F] standardised, index=None) -> probabilities [..., n, K]; index picks probes
+
+
+@dataclass(frozen=True)
+class Head:
+    """One probe head.
+
+    ``fit(data, **options)`` fits the whole grid; ``options`` maps the ``probe`` keyword
+    arguments the head takes to a check that returns the value to use (or raises
+    ``BadInput``); ``suffixed`` heads write their results under ``ENCODER+NAME``, so scoring
+    ranks them as a model of their own, the others under the encoder's name.
+    """
+
+    name: str
+    fit: Callable[..., Fitted]
+    options: Mapping[str, Callable] = field(default_factory=dict)
+    suffixed: bool = True
+    recorded: tuple[str, ...] = ()  # options written into the stored predictions' attributes
+
+    def result_name(self, encoder: str) -> str:
+        return f"{encoder}+{self.name}" if self.suffixed else encoder
+
+    def checked(self, given: Mapping[str, object]) -> dict:
+        """This head's options out of everything ``probe`` was given, each checked."""
+        return {k: check(given[k]) for k, check in self.options.items()}
+
+    def attrs(self, encoder: str, options: Mapping[str, object]) -> dict:
+        """What the stored predictions of a suffixed head say about it."""
+        if not self.suffixed:
+            return {}
+        return {"head": self.name, **{k: options[k] for k in self.recorded}, "embeddings_of": encoder}
+
+
+REGISTRY: dict[str, Head] = {}
+
+
+def register(head: Head) -> Head:
+    if head.name in REGISTRY:
+        raise ValueError(f"a probe head named {head.name!r} is already registered")
+    if "+" in head.name or head.name != head.name.lower():
+        raise ValueError(f"head names are lowercase without '+', not {head.name!r}")
+    REGISTRY[head.name] = head
+    return head
+
+
+def get(name: str) -> Head:
+    if name not in REGISTRY:
+        raise BadInput(f"head must be one of {', '.join(REGISTRY)}, not {name!r}")
+    return REGISTRY[name]
+
+
+# ------------------------------------------------------------------ linear
+def _fit_linear(data: TrainingSet, *, max_iter: int, tol: float, gap: float | None) -> Fitted:
+    import jax.numpy as jnp
+
+    from crs.probe import core
+
+    fit = core.fit(jnp.asarray(data.X), jnp.asarray(data.T), jnp.asarray(data.known), jnp.asarray(data.order),
+                   data.sizes, jnp.asarray(data.grid, dtype=jnp.float32), task=data.task, max_iter=max_iter,
+                   tol=tol, gap=core.DEFAULT_GAP if gap is None else gap)
+
+    def predict(A, index=None):
+        W, b = (fit.W, fit.b) if index is None else (fit.W[index], fit.b[index])
+        return core.probabilities(jnp.asarray(A), W, b, data.task)
+
+    return Fitted(fit.converged, fit.iterations, predict)
+
+
+def _same(v):
+    return v
+
+
+register(Head("linear", _fit_linear, options={"max_iter": _same, "tol": _same, "gap": _same}, suffixed=False))
+
+
+# --------------------------------------------------------------------- mlp
+def _fit_mlp(data: TrainingSet, *, hidden: int, mlp_settings) -> Fitted:
+    import jax.numpy as jnp
+
+    from crs.probe import mlp
+
+    settings = mlp_settings if mlp_settings is not None else mlp.Settings()
+    fit = mlp.fit(data.X, data.T, data.known, data.order, data.sizes, np.asarray(data.grid, np.float32),
+                  list(data.seeds), task=data.task, hidden=hidden, settings=settings)
+
+    def predict(A, index=None):
+        params = fit.params if index is None else mlp.take(fit.params, index)
+        return mlp.probabilities(jnp.asarray(A), params, data.task)
+
+    return Fitted(fit.converged, fit.steps, predict)
+
+
+def _hidden(v) -> int:
+    if not (isinstance(v, (int, np.integer)) and v >= 1):
+        raise BadInput(f"hidden must be a whole number of at least 1, not {v!r}")
+    return int(v)
+
+
+register(Head("mlp", _fit_mlp, options={"hidden": _hidden, "mlp_settings": _same}, recorded=("hidden",)))
