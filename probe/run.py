@@ -26,13 +26,12 @@ from crs.errors import BadInput
 from crs.files import atomic_write
 from crs.labels import targets
 from crs.names import SPLIT_CODE, VALIDATION
+from crs.config import DEFAULT_FRACTIONS, DEFAULT_L2, DEFAULT_N_SEEDS  # the one schema's defaults
 from crs.probe.heads import DEFAULT_HIDDEN, REGISTRY, Fitted, TrainingSet, get
 from crs.records import COLUMNS, records_dir
 from crs.store import Store, StoreError
 
-DEFAULT_SEEDS = (0, 1, 2, 3, 4)
-DEFAULT_FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
-DEFAULT_L2 = (1e-3, 1e-2, 1e-1, 1.0)
+DEFAULT_SEEDS = tuple(range(DEFAULT_N_SEEDS))
 SELECT_BY = ("loss", "auroc")  # how L2 is chosen per (seed, fraction) on the validation split
 SELECTION_DIR = "probe_selection"
 SUBSETS_DIR = "subsets"

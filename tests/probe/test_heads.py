@@ -44,3 +44,9 @@ def test_options_are_checked_and_recorded():
     for bad in (0, 2.5, "8"):
         with pytest.raises(BadInput, match="hidden"):
             mlp.checked({**given, "hidden": bad})
+
+
+def test_the_registered_heads_are_the_heads_the_settings_accept():
+    from crs.names import HEADS as SETTINGS_HEADS
+
+    assert tuple(heads.REGISTRY) == SETTINGS_HEADS
