@@ -202,7 +202,7 @@ def app_():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--head", "deep"], "--head must be 'linear' or 'mlp', not 'deep'"),
+    (["--head", "deep"], "--head must be linear or mlp, not 'deep'"),
     (["--head", "mlp", "--hidden", "0"], "--hidden must be at least 1, not 0"),
     (["--hidden", "64"], "--hidden 64 applies to --head mlp only"),
 ])
