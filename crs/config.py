@@ -265,7 +265,7 @@ class Score:
                                                "dominance,balance,worst)", parse=_weights, flag="--weights",
                                                text=_comma_weights, default=(1 / 3, 1 / 3, 1 / 3))
     bootstrap: int = _opt("bootstrap replicates", _at_least(1), flag="--bootstrap", default=1000)
-    bootstrap_unit: str = _opt("resample seed (crs-v1), test image (needs the store) or both",
+    bootstrap_unit: str = _opt("resample seed (docs/crs-v1.md section 5), test image (needs the store) or both",
                                _choices("seed", "image", "both"), flag="--bootstrap-unit", default="seed")
     seed: int = _opt("bootstrap seed", flag="--seed", default=0)
 
