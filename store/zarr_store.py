@@ -143,7 +143,11 @@ def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zar
         _check_url(path, mode, storage_options)
     kwargs = {"storage_options": storage_options} if storage_options else {}
     try:
-        return zarr.open_group(store=path, mode=mode, **kwargs)
+        try:
+            return zarr.open_group(store=path, mode=mode, **kwargs)
+        except zarr.errors.ContainsGroupError:
+            # another process created the new store between our look and our create: open theirs
+            return zarr.open_group(store=path, mode=mode, **kwargs)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
         raise StoreError(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)") from exc
     except Exception as exc:  # zarr raises several types for a node that is an array, bad metadata, ...
@@ -186,6 +190,10 @@ class Store:
         self.storage_options = dict(storage_options or {})
         self.root = _open_root(self.path, "r" if self.read_only else "a", storage_options)
         meta = self.root.attrs.get("crs_store")
+        if meta is None and not self.read_only and len(list(self.root.keys())) > 0:
+            # our metadata may predate another process's stamping of the store it just created
+            self.root = _open_root(self.path, "a", storage_options)
+            meta = self.root.attrs.get("crs_store")
         if meta is None:
             if self.read_only or len(list(self.root.keys())) > 0:
                 raise StoreError(

@@ -217,3 +217,34 @@ def test_the_extraction_lock_refuses_a_second_holder_and_frees_on_exit(tmp_path)
 
 def test_store_errors_are_user_errors():
     assert issubclass(StoreError, UserError) and issubclass(LockHeld, StoreError)
+
+
+def test_processes_that_create_one_new_store_at_once_all_open_it(tmp_path):
+    """Two `crs extract` runs started together on a new store race to create it: each must open it.
+
+    Threads released by a barrier stand in for the processes (the race is in zarr's create); before
+    the fix about half of such rounds ended in "A group exists in store" for one of them.
+    """
+    import threading
+    import warnings
+
+    for trial in range(20):
+        path = str(tmp_path / f"s{trial}.zarr")
+        barrier, errors = threading.Barrier(6), []
+
+        def open_it():
+            barrier.wait()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # zarr notes another writer's temporary file
+                    Store(path, mode="a")
+            except Exception as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_it) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], f"round {trial}: {errors[0]!r}"
+        assert Store(path, mode="r").root.attrs["crs_store"]["schema_version"] == SCHEMA_VERSION
