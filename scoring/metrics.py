@@ -79,10 +79,14 @@ def bin_index(conf: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
 def _cumsum_rows(c: np.ndarray) -> None:
     """In-place cumulative sum down the rows of c [image, replicate].
 
-    Row by row, so each step adds two contiguous rows; ``np.cumsum(axis=0)`` walks the
-    array with a stride (benchmarks/score_bench.py measures the difference). The loop is
-    over images, never replicates.
+    Row by row when there are many replicates, so each step adds two contiguous rows;
+    ``np.cumsum(axis=0)`` walks such an array with a stride (benchmarks/score_bench.py
+    measures the difference). The loop is over images, never replicates. Both add in the
+    same order, so the sums are the same to the bit.
     """
+    if c.shape[1] < 16:  # few replicates (plain use: one): rows are short, numpy's own loop wins
+        np.cumsum(c, axis=0, out=c)
+        return
     for i in range(1, c.shape[0]):
         np.add(c[i], c[i - 1], out=c[i])
 
@@ -257,10 +261,12 @@ def _per_group(rows: pl.DataFrame, keys: list[str], name: str, kernel) -> pl.Dat
 
     if not keys:
         return pl.DataFrame({name: [value(rows)]}, schema={name: pl.Float64}).fill_nan(None)
-    groups = rows.partition_by(keys, as_dict=True, maintain_order=True)
-    out = pl.DataFrame(list(groups), schema={k: rows.schema[k] for k in keys}, orient="row")
-    values = pl.Series(name, [value(g) for g in groups.values()], dtype=pl.Float64).fill_nan(None)
-    return out.with_columns(values).sort(keys)
+    # one stable sort, then each group is a zero-copy slice (partition_by copies every group)
+    rows = rows.sort(keys, maintain_order=True)
+    out = rows.group_by(keys, maintain_order=True).agg(pl.len().alias("_n"))
+    starts = np.concatenate([[0], np.cumsum(out["_n"].to_numpy())[:-1]])
+    values = [value(rows.slice(int(a), int(n))) for a, n in zip(starts, out["_n"].to_numpy())]
+    return out.drop("_n").with_columns(pl.Series(name, values, dtype=pl.Float64).fill_nan(None))
 
 
 def top_label(frame: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
