@@ -42,13 +42,18 @@ def _digest_json(obj) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _digest_table(path: Path) -> str:
+def _canonical(path: Path):
+    """A Parquet table without volatile columns, columns sorted by name, rows by key columns then values."""
     import polars as pl
 
     df = pl.read_parquet(path)
     df = df.select(sorted(c for c in df.columns if c not in VOLATILE))
     keys = [c for c in df.columns if df[c].dtype in (pl.String, pl.Int64, pl.Int32, pl.Boolean)]
-    df = df.sort(keys + [c for c in df.columns if c not in keys], nulls_last=True) if df.height else df
+    return df.sort(keys + [c for c in df.columns if c not in keys], nulls_last=True) if df.height else df
+
+
+def _digest_table(path: Path) -> str:
+    df = _canonical(path)
     h = hashlib.sha256()
     for c in df.columns:
         s = df[c]
@@ -61,12 +66,7 @@ def _digest_table(path: Path) -> str:
 
 
 def _table_values(path: Path) -> dict:
-    import polars as pl
-
-    df = pl.read_parquet(path)
-    df = df.select(sorted(c for c in df.columns if c not in VOLATILE))
-    keys = [c for c in df.columns if df[c].dtype in (pl.String, pl.Int64, pl.Int32, pl.Boolean)]
-    df = df.sort(keys + [c for c in df.columns if c not in keys], nulls_last=True) if df.height else df
+    df = _canonical(path)
     return {"columns": df.columns, "dtypes": [str(t) for t in df.dtypes],
             "rows": json.loads(json.dumps(df.rows(), default=str))}
 
