@@ -9,7 +9,6 @@ to resume).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import os

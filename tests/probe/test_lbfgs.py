@@ -1,6 +1,5 @@
 """The batched L-BFGS on ridge regressions, whose minimisers are known in closed form."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
