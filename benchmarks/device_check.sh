@@ -21,7 +21,7 @@ fi
 # the crs package without reinstalling torch & co: a path file mapping the stage folders
 mkdir -p .bench-path/crs
 for stage in extract store probe scoring; do ln -sfn "$PWD/$stage" ".bench-path/crs/$stage"; done
-for f in crs/*.py; do ln -sfn "$PWD/$f" ".bench-path/crs/$(basename "$f")"; done
+for f in crs/*.py crs/stages; do ln -sfn "$PWD/$f" ".bench-path/crs/$(basename "$f")"; done
 $PY - <<'PY' || exit 1
 import importlib, sys
 missing = [m for m in ("torch", "timm", "transformers", "zarr", "numpy", "PIL") if importlib.util.find_spec(m) is None]
@@ -55,7 +55,5 @@ bench extract_siglip_so400m 190 $PY benchmarks/extract_bench.py --encoder siglip
   --file-size 384 --severities 3 --workers 12 --chunk 256 --device cuda --precision auto
 # GPU-only unit tests of the extraction stage (perturbations on CUDA equal the CPU's)
 bench gpu_tests 60 $PY -m pytest -q -m gpu tests/extract/test_perturb.py -p no:cacheprovider
-# the probe benchmark, once it exists on this branch
-if [ -f benchmarks/probe_vs_sklearn.py ]; then
-  JAX_PLATFORMS=cuda bench probe_jax 90 $PY benchmarks/probe_vs_sklearn.py --jax-only
-fi
+# the probe engine on the GPU: the paper-scale grid (20,000 x 768, 280 probes), compile and run apart
+JAX_PLATFORMS=cuda bench probe_jax 100 $PY benchmarks/probe_bench.py --jax-only --skip-plain --no-multilabel

@@ -263,7 +263,8 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
 
 
 # ----------------------------------------------------------------------------- one task
-def bench(task, n, n_test, F, K, seeds, fractions, l2, workers, max_iter, tol, log, sk_seeds, with_plain=True):
+def bench(task, n, n_test, F, K, seeds, fractions, l2, workers, max_iter, tol, log, sk_seeds, with_plain=True,
+          jax_only=False):
     from crs.probe import subsets
 
     rng = np.random.default_rng(7 if task == "multiclass" else 8)
@@ -291,6 +292,12 @@ def bench(task, n, n_test, F, K, seeds, fractions, l2, workers, max_iter, tol, l
             f"max {plain_iters.max()}")
     else:
         plain_iters = np.array([-1])
+    if jax_only:  # an accelerator's figures: the engine alone, no scikit-learn on the host
+        import jax
+
+        return {"crs_s": round(crs_s, 3), "compile_s": round(compile_s, 3), "probes": probes,
+                "iterations_median": int(np.median(iters)), "iterations_max": int(iters.max()),
+                "converged": int(np.asarray(fit.converged).sum()), "platform": jax.devices()[0].platform}
 
     # scikit-learn on the first sk_seeds seeds' probes (every fraction and L2 value); times scaled to all seeds
     n_sk = len(fractions) * len(l2) * sk_seeds
@@ -347,6 +354,8 @@ def main() -> None:
     ap.add_argument("--sk-seeds", type=int, default=None,
                     help="time scikit-learn on this many seeds' probes and scale (default: all seeds)")
     ap.add_argument("--quick", action="store_true", help="2,000 x 128, 2 seeds: a smoke test")
+    ap.add_argument("--jax-only", action="store_true",
+                    help="time only our engine (compile and run), no scikit-learn: for a GPU machine")
     args = ap.parse_args()
     if args.quick:
         args.n, args.test, args.features, args.seeds = 2000, 1000, 128, 2
@@ -360,14 +369,15 @@ def main() -> None:
     sk_seeds = min(args.sk_seeds or args.seeds, args.seeds)
     if args.only_multilabel:
         out = bench("multilabel", args.n, args.test, args.features, args.classes, seeds, fractions, L2_GRID_8,
-                    args.workers, args.max_iter, args.tol, log, sk_seeds, not args.skip_plain)
+                    args.workers, args.max_iter, args.tol, log, sk_seeds, not args.skip_plain, args.jax_only)
         print(json.dumps({**out, "task": "multilabel"}))
         return
     out = bench("multiclass", args.n, args.test, args.features, args.classes, seeds, fractions, L2_GRID_8,
-                args.workers, args.max_iter, args.tol, log, sk_seeds, not args.skip_plain)
+                args.workers, args.max_iter, args.tol, log, sk_seeds, not args.skip_plain, args.jax_only)
     if not args.no_multilabel:
         out["multilabel"] = bench("multilabel", args.n, args.test, args.features, args.classes, seeds, fractions,
-                                  L2_GRID_8, args.workers, args.max_iter, args.tol, log, sk_seeds, not args.skip_plain)
+                                  L2_GRID_8, args.workers, args.max_iter, args.tol, log, sk_seeds,
+                                  not args.skip_plain, args.jax_only)
     print(json.dumps(out))
 
 
