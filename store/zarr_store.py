@@ -28,8 +28,10 @@ once every flag is; readers refuse incomplete arrays and say how to resume.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
+import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -204,6 +206,7 @@ class Store:
                 "schema_version": SCHEMA_VERSION,
                 "created": now(),
                 "crs_version": CRS_VERSION,
+                "store_id": uuid.uuid4().hex,
             }
         else:
             version = meta.get("schema_version")
@@ -217,6 +220,32 @@ class Store:
     @property
     def is_url(self) -> bool:
         return is_url(self.path)
+
+    @property
+    def store_id(self) -> str:
+        """This store's identity, independent of how its path is spelled (older stores: creation time)."""
+        meta = self.root.attrs.get("crs_store", {})
+        return str(meta.get("store_id") or meta.get("created"))
+
+    def content_digest(self, dataset: str, encoder: str | None = None) -> str:
+        """A digest of what later stages read: the store's identity, the dataset's table and, with
+        ``encoder``, the commit records of its arrays. Equal digests mean the same content, however
+        the store's path is spelled."""
+        h = hashlib.sha256(self.store_id.encode())
+        g = self.root["datasets"][dataset]
+        h.update(json.dumps(_as_json(dict(g.attrs)), sort_keys=True, default=str).encode())
+        for key in ("image_id", "label", "split", "group"):
+            h.update(json.dumps(np.asarray(g[key][...]).tolist()).encode())
+        h.update(json.dumps(self.failures(dataset)["image_id"].tolist()).encode())
+        if encoder is not None:
+            for ds, enc, cond, _ in sorted(self.embeddings(dataset)):
+                if enc != encoder:
+                    continue
+                emb = self._embedding_group(ds, enc, cond)
+                h.update(cond.encode())
+                h.update(np.asarray(emb["done"][:], dtype=bool).tobytes())
+                h.update(json.dumps(_as_json(dict(emb.attrs)), sort_keys=True, default=str).encode())
+        return h.hexdigest()[:16]
 
     def filesystem(self):
         """(fsspec filesystem, root path in it) of an object-store URL, for files beside the Zarr
