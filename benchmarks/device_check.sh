@@ -22,6 +22,8 @@ fi
 mkdir -p .bench-path/crs
 for stage in extract store probe scoring; do ln -sfn "$PWD/$stage" ".bench-path/crs/$stage"; done
 for f in crs/*.py crs/stages; do ln -sfn "$PWD/$f" ".bench-path/crs/$(basename "$f")"; done
+# pytest puts the working directory first on sys.path, where crs/ lacks the stage folders: link them there too
+for stage in extract store probe scoring; do [ -e "crs/$stage" ] || ln -sfn "../$stage" "crs/$stage"; done
 $PY - <<'PY' || exit 1
 import importlib, sys
 missing = [m for m in ("torch", "timm", "transformers", "zarr", "numpy", "PIL") if importlib.util.find_spec(m) is None]
