@@ -146,20 +146,23 @@ DEAD_FLOOR = 1e-30  # the typical std's floor: with every feature constant, ever
 def live_features(X: np.ndarray) -> np.ndarray:
     """Which features of the training rows X [n, F] the probe uses: [F] bool.
 
-    A feature is left out when its training standard deviation (computed in float64, so an
-    exactly constant feature gives exactly 0) is at most ``DEAD_REL`` times the median of the
-    positive standard deviations (``DEAD_FLOOR`` if none is positive). Standardising divides
-    by the std, so a kept feature f scales an image's deviation x_f - mean_f by at most
-    1 / (DEAD_REL * median std): no test, perturbed or shifted image can get a scaled value
-    beyond |x_f - mean_f| / (DEAD_REL * median std), a bound fixed by the training split.
-    The threshold is relative, so it does not depend on the encoder's units; 1e-4 leaves out
-    features whose training variation is four orders of magnitude below the typical one
-    (ReLU units dead on every training image, float32 round-off of a constant), which carry
-    nothing a probe can learn from, and keeps every feature of a healthy encoder.
+    With sd the training standard deviations (computed in float64, so an exactly constant
+    feature gives 0, or round-off of its size), the typical std is the median of those above
+    ``DEAD_REL`` times the largest (so that dead features, however many, do not drag it down),
+    floored at ``DEAD_FLOOR``; a feature is left out when its sd is at most ``DEAD_REL`` times
+    the typical std. Standardising divides by sd, so a kept feature f scales an image's
+    deviation x_f - mean_f by less than 1 / (DEAD_REL * typical): no test, perturbed or
+    shifted image can get a scaled value beyond |x_f - mean_f| / (DEAD_REL * typical std), a
+    bound fixed by the training split. The threshold is relative, so it does not depend on
+    the encoder's units; 1e-4 leaves out features whose training variation is four orders of
+    magnitude below the typical one (ReLU units dead on every training image, round-off of a
+    constant), which carry nothing a probe can learn from, and keeps every feature of a
+    healthy encoder.
     """
     sd = np.asarray(X, np.float64).std(0)
-    positive = sd[sd > 0]
-    typical = max(float(np.median(positive)) if positive.size else 0.0, DEAD_FLOOR)
+    top = float(sd.max()) if sd.size else 0.0
+    spread = sd[sd > DEAD_REL * top]
+    typical = max(float(np.median(spread)) if spread.size and top > 0 else 0.0, DEAD_FLOOR)
     return sd > DEAD_REL * typical
 
 
