@@ -204,6 +204,11 @@ def test_the_mlp_head_is_named_in_the_repair(tmp_path):
     with pytest.raises(records.MixedGeneration, match="--encoder base --dataset toy --head mlp"):
         records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {"generation": "abc"}})
     assert records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {}}) is None  # written before generations
+    records.write_parquet(tmp_path / "run_records" / "base+mlp__toy.parquet", pl.DataFrame({"a": [1]}), "g1")
+    assert records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {"generation": "g1"}}) == "g1"
+    # an array created but killed before its attributes were written names no generation
+    with pytest.raises(records.MixedGeneration, match=r"predictions validation \(none\)"):
+        records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {"generation": "g1"}, "validation": {}})
 
 
 # ------------------------------------------------------------------ damaged inputs
