@@ -4,9 +4,19 @@ One row per (encoder, dataset, seed, fraction, condition). ``probe`` writes it a
 Parquet (one file per encoder and dataset under ``RESULTS/run_records/``);
 ``scoring`` reads every file there. Column names and meaning are stable; add
 columns, never rename them.
+
+A probe run of one (encoder, dataset) is one *generation*: a random id written into
+every piece it leaves (the stored predictions' attribute ``generation``, and the
+Parquet key-value metadata ``crs:generation`` of its probe selection and run records).
+The run records are written last, so they are the commit point: a run stopped before
+them leaves the old run records, whose generation the new pieces do not carry.
+``check_pair`` compares the pieces a reader is about to use and refuses a mix.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
 
 from crs.errors import UserError
 
@@ -29,19 +39,41 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "classes_missing": ("Int64", "classes (or labels) with no positive example in the label subset"),
     "converged": ("Boolean", "whether the solver met its gradient tolerance"),
     "iterations": ("Int64", "solver iterations used"),
+    "tie_share": ("Float64", "share of the counted (image, class) scores that equal another image's score for "
+                             "the same class (crs.probe.run.tie_share); near 1, the AUROC rests on ties"),
+    "features_left_out": ("Int64", "features constant or nearly constant on the training split, left out of the "
+                                   "probe (crs.probe.run.live_features); the same for every row of a pair"),
 }
 
 RUN_RECORDS_DIR = "run_records"
+SELECTION_DIR = "probe_selection"
+GENERATION = "crs:generation"  # Parquet key-value metadata: the probe run that wrote the file
+PREDICTION_GENERATION = "generation"  # the same id in the stored predictions' attributes
 
 
 class MissingRunRecords(UserError, FileNotFoundError):
     """RESULTS holds no run records: the probe has not been run there."""
 
 
-def records_dir(results) -> "Path":
-    from pathlib import Path
+class MixedGeneration(UserError):
+    """The pieces of one (encoder, dataset)'s probe output come from different probe runs."""
 
+
+def records_dir(results) -> Path:
     return Path(results) / RUN_RECORDS_DIR
+
+
+def file_name(encoder: str, dataset: str) -> str:
+    """The file name of a pair's run records and of its probe selection."""
+    return f"{encoder}__{dataset}.parquet"
+
+
+def path(results, encoder: str, dataset: str) -> Path:
+    return records_dir(results) / file_name(encoder, dataset)
+
+
+def selection_path(results, encoder: str, dataset: str) -> Path:
+    return Path(results) / SELECTION_DIR / file_name(encoder, dataset)
 
 
 def read(results):
@@ -52,3 +84,61 @@ def read(results):
     if not files:
         raise MissingRunRecords(f"no run records under {records_dir(results)}; run `crs probe --all` first")
     return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+
+
+def write_parquet(target: Path, frame, generation: str, metadata: Mapping[str, str] | None = None) -> None:
+    """``frame`` to ``target`` whole (``crs.files.atomic_write``), its metadata naming ``generation``."""
+    from crs.files import atomic_write
+
+    meta = {**(metadata or {}), GENERATION: generation}
+    atomic_write(Path(target), lambda tmp: frame.write_parquet(tmp, metadata=meta))
+
+
+def metadata(target: Path) -> dict[str, str]:
+    """The Parquet key-value metadata of ``target`` ({} for a file without, or no file)."""
+    import polars as pl
+
+    target = Path(target)
+    if not target.exists():
+        return {}
+    try:
+        return dict(pl.read_parquet_metadata(target) or {})
+    except Exception as exc:  # noqa: BLE001 - polars raises its own ComputeError for a damaged file
+        raise UserError(f"{target} is not a readable Parquet file ({exc}); write it again with `crs probe`") from exc
+
+
+def generation(target: Path) -> str | None:
+    """The probe run that wrote ``target`` (a run-record or selection file), or None."""
+    return metadata(target).get(GENERATION)
+
+
+def _repair(results, encoder: str, dataset: str) -> str:
+    base, _, head = encoder.partition("+")
+    return (f"`crs probe --encoder {base} --dataset {dataset}{f' --head {head}' if head else ''} "
+            f"--results {results}`")
+
+
+def check_pair(results, encoder: str, dataset: str,
+               predictions: Mapping[str, Mapping] | None = None) -> str | None:
+    """Refuse (``MixedGeneration``, exit 2) unless every piece of the pair's probe output is one run's.
+
+    ``predictions`` maps each condition a reader uses to the attributes of its stored
+    predictions (``Store.read_predictions``' second value). The run records, the probe
+    selection (where present) and each of those must name the same generation. Results
+    written before generations existed name none anywhere and pass. Returns the generation.
+    """
+    results = Path(results)
+    expected = generation(path(results, encoder, dataset))
+    found = {"probe selection": (generation(selection_path(results, encoder, dataset))
+                                 if selection_path(results, encoder, dataset).exists() else expected)}
+    for condition, attrs in (predictions or {}).items():
+        found[f"predictions {condition}"] = (attrs or {}).get(PREDICTION_GENERATION)
+    odd = {k: v for k, v in found.items() if v != expected}
+    if odd:
+        listed = ", ".join(f"{k} ({v or 'none'})" for k, v in sorted(odd.items()))
+        raise MixedGeneration(
+            f"the probe outputs of {encoder} × {dataset} come from different runs of `crs probe` (one was "
+            f"stopped while writing them): the run records name generation {expected or 'none'}, but {listed}; "
+            f"run {_repair(results, encoder, dataset)} to write them again as one"
+        )
+    return expected

@@ -5,6 +5,15 @@ pick L2 per (seed, fraction) by validation loss, evaluate the chosen probes on t
 clean test split, every perturbed condition in the store and the shift target, write
 the test probabilities into the store and one run-record Parquet file.
 
+Everything is computed before anything is written, and what is written is one generation
+(``crs.records``): the predictions, the probe selection, the label subsets, then the run
+records, which commit it. Nothing non-finite is written: embeddings, probabilities and
+metrics are checked first, so damaged inputs never overwrite good results. One run per
+(encoder, dataset) at a time (``crs.store.locks.probe_lock``).
+
+Features constant or nearly constant on the training split are left out of the probe
+(``live_features``), so no test, perturbed or shifted image can be scaled without bound.
+
 The heads are records of ``crs.probe.heads``: ``head="mlp"`` fits one-hidden-layer MLP
 probes instead (``crs.probe.mlp``; the L2 grid is their weight-decay grid) and writes
 everything under the name ``ENCODER+mlp`` (``head_name``), so scoring ranks the MLP head
@@ -14,6 +23,7 @@ as one more model beside the linear one.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -23,17 +33,18 @@ import polars as pl
 
 from crs.conditions import CLEAN, shift
 from crs.errors import BadInput
-from crs.files import atomic_write
 from crs.labels import targets
 from crs.names import SPLIT_CODE, VALIDATION
 from crs.config import DEFAULT_FRACTIONS, DEFAULT_L2, DEFAULT_N_SEEDS  # the one schema's defaults
 from crs.probe.heads import DEFAULT_HIDDEN, REGISTRY, Fitted, TrainingSet, get
-from crs.records import COLUMNS, records_dir
+from crs import records as run_records
+from crs.records import COLUMNS
 from crs.store import Store, StoreError
+from crs.store.locks import probe_lock
 
 DEFAULT_SEEDS = tuple(range(DEFAULT_N_SEEDS))
 SELECT_BY = ("loss", "auroc")  # how L2 is chosen per (seed, fraction) on the validation split
-SELECTION_DIR = "probe_selection"
+SELECTION_DIR = run_records.SELECTION_DIR
 SUBSETS_DIR = "subsets"
 HEADS = tuple(REGISTRY)  # the registered heads' names
 
@@ -87,7 +98,7 @@ class ProbeSummary:
 
 
 def records_path(results: Path, encoder: str, dataset: str) -> Path:
-    return records_dir(results) / f"{encoder}__{dataset}.parquet"
+    return run_records.path(results, encoder, dataset)
 
 
 def float_targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -96,8 +107,12 @@ def float_targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.nda
     return T.astype(np.float32), known.astype(np.float32)
 
 
-def write_subsets(results, dataset, ids, order, sizes, fractions, seeds) -> Path:
-    """The label subsets as drawn: ``RESULTS/subsets/DATASET.parquet``.
+def subsets_path(results, dataset: str) -> Path:
+    return Path(results) / SUBSETS_DIR / f"{dataset}.parquet"
+
+
+def subsets_frame(dataset, ids, order, sizes, fractions, seeds) -> pl.DataFrame:
+    """The label subsets as drawn, for ``RESULTS/subsets/DATASET.parquet``.
 
     One row per (seed, training image): its position in the seed's order and the
     smallest fraction whose subset holds it (subsets are nested, so the image is in every
@@ -113,9 +128,7 @@ def write_subsets(results, dataset, ids, order, sizes, fractions, seeds) -> Path
         "image_id": np.tile(np.asarray(ids).astype(str), S), "position": position.reshape(-1).astype(np.int64),
         "first_fraction": np.asarray(fractions, np.float64)[first.reshape(-1)],
     })
-    path = Path(results) / SUBSETS_DIR / f"{dataset}.parquet"
-    atomic_write(path, frame.write_parquet)
-    return path
+    return frame
 
 
 def pairs_in_store(store: Store) -> list[tuple[str, str]]:
@@ -124,6 +137,33 @@ def pairs_in_store(store: Store) -> list[tuple[str, str]]:
     return sorted({(enc, d) for d, enc, cond, complete in store.embeddings()
                    if cond == CLEAN and complete and d in trainable})
 
+
+
+DEAD_REL = 1e-4  # a feature whose training std is below this share of the typical (median) std is left out
+DEAD_FLOOR = 1e-30  # the typical std's floor: with every feature constant, every one is left out
+
+
+def live_features(X: np.ndarray) -> np.ndarray:
+    """Which features of the training rows X [n, F] the probe uses: [F] bool.
+
+    With sd the training standard deviations (computed in float64, so an exactly constant
+    feature gives 0, or round-off of its size), the typical std is the median of those above
+    ``DEAD_REL`` times the largest (so that dead features, however many, do not drag it down),
+    floored at ``DEAD_FLOOR``; a feature is left out when its sd is at most ``DEAD_REL`` times
+    the typical std. Standardising divides by sd, so a kept feature f scales an image's
+    deviation x_f - mean_f by less than 1 / (DEAD_REL * typical): no test, perturbed or
+    shifted image can get a scaled value beyond |x_f - mean_f| / (DEAD_REL * typical std), a
+    bound fixed by the training split. The threshold is relative, so it does not depend on
+    the encoder's units; 1e-4 leaves out features whose training variation is four orders of
+    magnitude below the typical one (ReLU units dead on every training image, round-off of a
+    constant), which carry nothing a probe can learn from, and keeps every feature of a
+    healthy encoder.
+    """
+    sd = np.asarray(X, np.float64).std(0)
+    top = float(sd.max()) if sd.size else 0.0
+    spread = sd[sd > DEAD_REL * top]
+    typical = max(float(np.median(spread)) if spread.size and top > 0 else 0.0, DEAD_FLOOR)
+    return sd > DEAD_REL * typical
 
 
 class Split(NamedTuple):
@@ -136,12 +176,18 @@ class Split(NamedTuple):
     val: np.ndarray  # validation rows, the failed images left out
     test: np.ndarray  # every test row (failed ones keep their place but are not counted)
     failed: np.ndarray  # rows extract could not decode (the store's failures table)
-    mu: np.ndarray  # [feature] training mean
-    sd: np.ndarray  # [feature] training standard deviation (+ 1e-6)
+    keep: np.ndarray  # [feature] bool: the features the probe uses (``live_features``)
+    mu: np.ndarray  # [kept feature] training mean
+    sd: np.ndarray  # [kept feature] training standard deviation (+ 1e-6)
 
     def z(self, A: np.ndarray) -> np.ndarray:
-        """Standardised with the training split's statistics (features only, no labels)."""
-        return (A.astype(np.float32) - self.mu) / self.sd
+        """The kept features standardised with the training split's statistics (features only, no labels)."""
+        A = A.astype(np.float32)
+        return ((A if self.keep.all() else A[:, self.keep]) - self.mu) / self.sd
+
+    @property
+    def left_out(self) -> int:
+        return int((~self.keep).sum())
 
 
 class EvalSet(NamedTuple):
@@ -152,9 +198,22 @@ class EvalSet(NamedTuple):
     counted: np.ndarray  # [n] bool: rows the metrics count (not in the failures table)
 
 
+def finite_embeddings(X: np.ndarray, store: Store, encoder: str, dataset: str, condition: str) -> np.ndarray:
+    """X as read, or a StoreError naming the array and the extraction that rewrites it."""
+    bad = ~np.isfinite(X).all(axis=tuple(range(1, X.ndim)))
+    if bad.any():
+        raise StoreError(
+            f"the {condition} embeddings of {encoder} on {dataset} in {store.path!r} hold non-finite values in "
+            f"{int(bad.sum())} rows (first row {int(np.flatnonzero(bad)[0])}): the array is damaged; check it with "
+            f"`crs store verify --repair` or delete it and run `crs extract --encoder {encoder} --dataset {dataset} "
+            f"--store {store.path}`")
+    return X
+
+
 def load_split(store: Store, encoder: str, dataset: str) -> Split:
     table = store.dataset(dataset)
-    X = store.read_embedding(dataset, encoder, CLEAN).astype(np.float32)
+    X = finite_embeddings(store.read_embedding(dataset, encoder, CLEAN).astype(np.float32), store, encoder, dataset,
+                          CLEAN)
     tr, va, te = table.rows("train"), table.rows("val"), table.rows("test")
     if len(tr) == 0 or len(va) == 0 or len(te) == 0:
         raise StoreError(f"dataset {dataset!r} needs train, val and test rows to be probed "
@@ -165,8 +224,23 @@ def load_split(store: Store, encoder: str, dataset: str) -> Split:
     # predictions stay aligned with the test split, but no metric counts them
     failed = store.excluded_rows(dataset)
     tr, va = np.setdiff1d(tr, failed), np.setdiff1d(va, failed)
-    T, known = float_targets(table.labels, table.task, len(table.classes))
-    return Split(X, T, known, tr, va, te, failed, X[tr].mean(0), X[tr].std(0) + 1e-6)
+    T, known = checked_targets(table, store)
+    keep = live_features(X[tr])
+    if not keep.any():
+        raise StoreError(f"every feature of {encoder} is constant on the training split of {dataset}: nothing to "
+                         f"probe; the embeddings are damaged or the encoder's weights are; re-extract them with "
+                         f"`crs extract --encoder {encoder} --dataset {dataset} --store {store.path}`")
+    Xk = X[tr][:, keep] if not keep.all() else X[tr]
+    return Split(X, T, known, tr, va, te, failed, keep, Xk.mean(0), Xk.std(0) + 1e-6)
+
+
+def checked_targets(table, store: Store) -> tuple[np.ndarray, np.ndarray]:
+    """``float_targets`` of a stored dataset, or a StoreError naming its label array when they are not labels."""
+    try:
+        return float_targets(table.labels, table.task, len(table.classes))
+    except ValueError as exc:
+        raise StoreError(f"the labels of dataset {table.name!r} in {store.path!r} are damaged ({exc}); check the "
+                         f"store with `crs store verify --repair`, or extract the dataset into a new store") from exc
 
 
 def eval_sets(store: Store, encoder: str, dataset: str, split: Split) -> list[EvalSet]:
@@ -177,8 +251,8 @@ def eval_sets(store: Store, encoder: str, dataset: str, split: Split) -> list[Ev
     out = [EvalSet(CLEAN, split.X[te], split.T[te], split.known[te], keep)]
     for d, enc, cond, _ in store.embeddings(dataset):
         if enc == encoder and cond != CLEAN:
-            out.append(EvalSet(cond, store.read_embedding(dataset, encoder, cond), split.T[te], split.known[te],
-                               keep))
+            X = finite_embeddings(store.read_embedding(dataset, encoder, cond), store, encoder, dataset, cond)
+            out.append(EvalSet(cond, X, split.T[te], split.known[te], keep))
     table = store.dataset(dataset)
     target = table.attrs.get("shift_target")
     if target:
@@ -190,8 +264,8 @@ def eval_sets(store: Store, encoder: str, dataset: str, split: Split) -> list[Ev
         tt = store.dataset(target)
         if tt.classes != table.classes or tt.task != table.task:
             raise StoreError(f"shift target {target!r} has other classes or task than {dataset!r}")
-        Xs = store.read_embedding(target, encoder, CLEAN)
-        Ts, ks = float_targets(tt.labels, table.task, len(table.classes))
+        Xs = finite_embeddings(store.read_embedding(target, encoder, CLEAN), store, encoder, target, CLEAN)
+        Ts, ks = checked_targets(tt, store)
         rows = tt.rows("test")
         out.append(EvalSet(shift(target), Xs[rows], Ts[rows], ks[rows], ~np.isin(rows, store.excluded_rows(target))))
     return out
@@ -252,8 +326,28 @@ def condition_records(ev: EvalSet, probs, meta: dict, task: str) -> pl.DataFrame
     frame.update({k: meta[k] for k in ("l2", "n_train")})
     frame["n_eval"] = int(kept.sum())
     frame.update({k: meta[k] for k in ("classes_missing", "converged", "iterations")})
+    frame["tie_share"] = tie_share(counted, ev.known[kept]).reshape(-1)
+    frame["features_left_out"] = meta["features_left_out"]
     n_rows = len(frame["seed"])
     return pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()})
+
+
+def tie_share(probs, known) -> np.ndarray:
+    """Share of tied scores: probs [S, Fr, n, K], known [n, K] -> [S, Fr] float64.
+
+    Of the known (image, class) entries, the share whose probability equals (exactly, as
+    stored in float32) that of another image with a known label for the same class. An
+    AUROC counts a tied positive-negative pair as half right, so with a share near 1 it
+    measures the ties, not a ranking (saturated probabilities of 0 or 1 tie).
+    """
+    p = np.where(np.asarray(known, bool), np.asarray(probs, np.float64), np.nan)  # unknown entries never tie
+    p = np.sort(p, axis=-2)  # NaN last
+    eq = p[..., 1:, :] == p[..., :-1, :]  # [S, Fr, n - 1, K]
+    tied = np.zeros(p.shape, bool)
+    tied[..., 1:, :] |= eq
+    tied[..., :-1, :] |= eq
+    n_known = max(int(np.asarray(known, bool).sum()), 1)
+    return tied.sum(axis=(-2, -1)) / n_known
 
 
 def selection_frame(model: str, dataset: str, seeds, fractions, grid, sel: Selection, fitted: Fitted,
@@ -307,20 +401,21 @@ def probe(
                             "mlp_settings": mlp_settings})
     model = spec.result_name(encoder)
     grid, fractions = tuple(sorted(set(l2_grid))), tuple(sorted(set(fractions)))  # nested subsets: smallest first
-    table = store.dataset(dataset)
-    split = load_split(store, encoder, dataset)
-    data = training_set(split, table, seeds, fractions, grid, results, dataset)
-    fitted = spec.fit(data, **options)
-    sel = select(fitted, split, table.task, select_by)
-    evals = eval_sets(store, encoder, dataset, split)
-    attrs = {"seeds": list(seeds), "fractions": list(fractions), "classes": table.classes,
-             "axes": "seed, fraction, image, class"}
-    meta = record_columns(model, dataset, table, fractions, data, split, fitted, sel)
-    records = evaluate(store, dataset, model, split, fitted, sel, evals, meta, (attrs, spec.attrs(encoder, options)))
-    path = records_path(results, model, dataset)
-    atomic_write(Path(results) / SELECTION_DIR / path.name,
-                 selection_frame(model, dataset, seeds, fractions, grid, sel, fitted, select_by).write_parquet)
-    atomic_write(path, records.write_parquet)
+    with probe_lock(store, results, model, dataset):
+        table = store.dataset(dataset)
+        split = load_split(store, encoder, dataset)
+        data, drawn = training_set(split, table, seeds, fractions, grid, dataset)
+        fitted = spec.fit(data, **options)
+        sel = select(fitted, split, table.task, select_by)
+        evals = eval_sets(store, encoder, dataset, split)
+        attrs = {"seeds": list(seeds), "fractions": list(fractions), "classes": table.classes,
+                 "axes": "seed, fraction, image, class", "features_left_out": split.left_out}
+        meta = record_columns(model, dataset, table, fractions, data, split, fitted, sel)
+        predictions, records = evaluate(table, model, split, fitted, sel, evals, meta)
+        check_finite(predictions, records, model, dataset)
+        path = commit(store, Path(results), model, dataset, predictions, (attrs, spec.attrs(encoder, options)),
+                      selection_frame(model, dataset, seeds, fractions, grid, sel, fitted, select_by), drawn,
+                      records)
     return ProbeSummary(
         encoder=model, dataset=dataset, probes=int(np.prod(fitted.converged.shape)), conditions=len(evals),
         not_converged=int((~meta["converged"]).sum()), max_iterations=int(meta["iterations"].max()),
@@ -328,36 +423,77 @@ def probe(
     )
 
 
-def evaluate(store: Store, dataset: str, model: str, split: Split, fitted: Fitted, sel: Selection,
-             evals: list[EvalSet], meta: dict, attrs: tuple[dict, dict]) -> pl.DataFrame:
-    """Write the chosen probes' predictions (validation, then every evaluation set) and return their run records.
+def evaluate(table, model: str, split: Split, fitted: Fitted, sel: Selection, evals: list[EvalSet],
+             meta: dict) -> tuple[dict[str, np.ndarray], pl.DataFrame]:
+    """The chosen probes' predictions (validation, then every evaluation set) and their run records; writes nothing.
 
-    attrs: (the predictions' attributes, the head's own), stored in that order."""
-    (common, head_attrs), chosen = attrs, _chosen(sel.best)
-    table = store.dataset(dataset)
+    Returns ({condition: probabilities [S, Fr, n, K]}, the run records)."""
+    chosen = _chosen(sel.best)
     # every validation row, aligned with the split: scoring fits temperature scaling on them
     val_probs = sel.val_probs[chosen] if len(split.failed) == 0 else fitted.predict(
         split.z(split.X[table.rows("val")]), chosen)
-    store.write_predictions(dataset, model, VALIDATION, np.asarray(val_probs), {
-        **common, "rows": "the dataset's validation rows in store order", **head_attrs})
+    predictions = {VALIDATION: np.asarray(val_probs)}
     frames = []
     for ev in evals:
-        probs = fitted.predict(split.z(ev.X), chosen)  # [S, Fr, n, K]
+        probs = np.asarray(fitted.predict(split.z(ev.X), chosen))  # [S, Fr, n, K]
         frames.append(condition_records(ev, probs, meta, table.task))
-        store.write_predictions(dataset, model, ev.condition, np.asarray(probs), {**common, **head_attrs})
-    return pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
+        predictions[ev.condition] = probs
+    records = pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
+    return predictions, records
 
 
-def training_set(split: Split, table, seeds, fractions, grid, results, dataset) -> TrainingSet:
-    """The standardised training rows and each seed's nested label subsets (written to ``RESULTS/subsets``)."""
+METRICS_CHECKED = ("auroc", "ece", "brier", "nll", "accuracy")
+
+
+def check_finite(predictions: dict[str, np.ndarray], records: pl.DataFrame, model: str, dataset: str) -> None:
+    """Refuse (exit 2) before anything is written when a probability or a metric is not finite.
+
+    Finite embeddings give finite probabilities, so a non-finite one is a bug of ours; a NaN
+    metric means an evaluation set whose labels leave no class with both positive and negative
+    images (or no image at all), which is what a damaged label or split array reads as."""
+    for condition, probs in predictions.items():
+        if not np.isfinite(probs).all():
+            raise FloatingPointError(f"the probe of {model} × {dataset} gave non-finite probabilities on "
+                                     f"{condition}: a bug in CRS-Bench, please report it")
+    bad = records.filter(pl.any_horizontal(~pl.col(m).is_finite() for m in METRICS_CHECKED))
+    if bad.height:
+        row = bad.row(0, named=True)
+        which = [m for m in METRICS_CHECKED if not np.isfinite(row[m])]
+        raise StoreError(
+            f"the probe of {model} × {dataset} gives non-finite {', '.join(which)} on condition "
+            f"{row['condition']!r} ({row['n_eval']} images counted): its labels have no class with both positive "
+            f"and negative images, as damaged label or split arrays read; nothing was written. Check the store "
+            f"with `crs store verify --repair` (or `crs datasets check`) and run `crs probe` again")
+
+
+def commit(store: Store, results: Path, model: str, dataset: str, predictions: dict[str, np.ndarray],
+           attrs: tuple[dict, dict], selection: pl.DataFrame, drawn: pl.DataFrame, records: pl.DataFrame) -> Path:
+    """Write one generation of the pair's outputs; the run records last, as its commit point.
+
+    attrs: (the predictions' attributes, the head's own), stored in that order with the generation."""
+    generation = uuid.uuid4().hex
+    common, head_attrs = attrs
+    for condition, probs in predictions.items():
+        extra = {"rows": "the dataset's validation rows in store order"} if condition == VALIDATION else {}
+        store.write_predictions(dataset, model, condition, probs, {
+            **common, **extra, **head_attrs, run_records.PREDICTION_GENERATION: generation})
+    run_records.write_parquet(run_records.selection_path(results, model, dataset), selection, generation)
+    run_records.write_parquet(subsets_path(results, dataset), drawn, generation)
+    path = records_path(results, model, dataset)
+    run_records.write_parquet(path, records, generation, {"crs:features_left_out": str(records["features_left_out"][0])})
+    return path
+
+
+def training_set(split: Split, table, seeds, fractions, grid, dataset) -> tuple[TrainingSet, pl.DataFrame]:
+    """The standardised training rows and each seed's nested label subsets, with the subsets' table."""
     from crs.probe import subsets
 
     tr = split.train
     order = subsets.orders(table.labels[tr], table.task, list(seeds))  # [S, n_tr]
     sizes = subsets.sizes(list(fractions), len(tr))
-    write_subsets(results, dataset, table.ids[tr], order, sizes, fractions, seeds)
+    drawn = subsets_frame(dataset, table.ids[tr], order, sizes, fractions, seeds)
     return TrainingSet(split.z(split.X[tr]), split.T[tr], split.known[tr], order, sizes, grid, tuple(seeds),
-                       table.task)
+                       table.task), drawn
 
 
 def record_columns(model, dataset, table, fractions, data: TrainingSet, split: Split, fitted: Fitted,
@@ -378,4 +514,5 @@ def record_columns(model, dataset, table, fractions, data: TrainingSet, split: S
         "classes_missing": missing.reshape(-1).astype(np.int64),
         "converged": np.asarray(fitted.converged)[chosen].reshape(-1),
         "iterations": np.asarray(fitted.iterations)[chosen].reshape(-1).astype(np.int64),
+        "features_left_out": split.left_out,
     }

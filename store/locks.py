@@ -2,34 +2,61 @@
 
 One lock per (dataset, encoder) guards an extraction (``extraction_lock``: refused at once
 while a live run holds it); a short one per dataset guards its metadata and failures table
-(``dataset_lock``: waits). A lock held by a process that died is taken over, and the holder
-it names is reported. A local store locks with flock on files in ``.crs-locks/``; a store
-at an fsspec URL with a heartbeat object (``object_lock``).
+(``dataset_lock``: waits); one per (encoder, dataset) guards a probe's predictions
+(``probe_lock``, refused at once, with a second one in the results folder for its run records).
+A lock held by a process that died is taken over, and the holder it names is reported. A local
+store locks files in ``.crs-locks/`` with ``filelock``'s descriptor lock (flock on POSIX,
+LockFileEx on Windows); a store at an fsspec URL with a heartbeat object (``object_lock``).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import filelock
 
 from crs.store.keys import store_key
 from crs.store.zarr_store import Store, StoreError, now
 
 
 class LockHeld(StoreError):
-    """Another live run holds the (dataset, encoder) lock."""
+    """Another live run holds the lock."""
+
+
+EXTRACTING = "is being extracted by another run"
+PROBING = "is being probed by another run"
 
 
 def extraction_lock(store: Store, dataset: str, encoder: str):
     """The (dataset, encoder) lock of an extraction; refused at once if a live run holds it.
     A context manager yielding the holder it took over from (``'pid P on HOST'``) or None."""
     return hold_lock(store, f"{dataset}|{encoder}", wait=False, what=f"{dataset} × {encoder}")
+
+
+@contextmanager
+def probe_lock(store: Store, results, encoder: str, dataset: str):
+    """The locks of one ``crs probe`` of (encoder, dataset): refused at once while a live run holds either.
+
+    One in the store (its predictions live there, whatever the results folder) and one in the
+    results folder (its run records, selection and subsets; two stores may share one results
+    folder). ``encoder`` is the name the results go under (``ENCODER+mlp`` for the MLP head), so
+    the heads of one encoder, and different pairs, run at once. Yields the holders taken over."""
+    what = f"{encoder} × {dataset}"
+    key = f"probe|{dataset}|{encoder}"
+    with ExitStack() as stack:
+        stale = [stack.enter_context(hold_lock(store, key, wait=False, what=what, doing=PROBING))]
+        folder = Path(results) / ".crs-locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        stale.append(stack.enter_context(file_lock(str(folder / (store_key(key) + ".lock")), wait=False, what=what,
+                                                   doing=PROBING)))
+        yield [s for s in stale if s]
 
 
 def dataset_lock(store: Store, dataset: str):
@@ -57,8 +84,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _held_message(what: str, holder: dict, where: str) -> str:
-    return (f"{what} is being extracted by another run (pid {holder.get('pid', '?')} on host "
+def _held_message(what: str, holder: dict, where: str, doing: str = EXTRACTING) -> str:
+    return (f"{what} {doing} (pid {holder.get('pid', '?')} on host "
             f"{holder.get('host', '?')}, since {holder.get('started', '?')}); wait for it to finish or stop "
             f"it, then run again ({where})")
 
@@ -68,48 +95,67 @@ def _stale(holder: dict | None) -> str | None:
 
 
 @contextmanager
-def hold_lock(store: Store, key: str, *, wait: bool, what: str):
-    """An exclusive lock named ``key`` in the store: flock on a file holding {pid, host, started}.
+def hold_lock(store: Store, key: str, *, wait: bool, what: str, doing: str = EXTRACTING):
+    """An exclusive lock named ``key`` in the store: a locked file holding {pid, host, started}.
 
-    The kernel drops a flock when its process dies, so a lock left by a killed run is
-    free at once; its file still names the dead holder, which is reported as taken over.
-    ``wait=False`` refuses at once if a live run holds it. Yields the stale holder or None.
-    An object store (an fsspec URL) has no flock: it gets an ``object_lock``.
+    Yields the stale holder or None (``file_lock``). An object store (an fsspec URL) has no
+    file locks: it gets an ``object_lock``.
     """
     d = _lock_dir(store)
     if d is None:
-        with object_lock(store, key, wait=wait, what=what) as stale:
+        with object_lock(store, key, wait=wait, what=what, doing=doing) as stale:
             yield stale
         return
-    path = os.path.join(d, store_key(key) + ".lock")
+    with file_lock(os.path.join(d, store_key(key) + ".lock"), wait=wait, what=what, doing=doing) as stale:
+        yield stale
+
+
+@contextmanager
+def file_lock(path: str, *, wait: bool, what: str, doing: str = EXTRACTING):
+    """An exclusive lock on the local file ``path``, which names its holder {pid, host, started}.
+
+    The lock is ``filelock``'s descriptor lock (flock on POSIX, LockFileEx on Windows) on a
+    descriptor opened here without truncation, so a run refused at the door does not erase the
+    holder it names (``filelock.FileLock`` truncates the file on open). The kernel drops the lock
+    when its process dies, so a lock left by a killed run is free at once; its file still names
+    the dead holder, which is reported as taken over. ``wait=False`` refuses at once if a live
+    run holds it. Yields the stale holder (``'pid P on HOST'``) or None.
+    """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
+        if not filelock.lock_descriptor(fd, blocking=wait):
+            raise LockHeld(_held_message(what, _read_holder(fd), f"lock file {path}", doing))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            raise LockHeld(_held_message(what, _read_holder(fd), f"lock file {path}")) from None
-        stale = _read_holder(fd)
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
-        if stale and stale.get("host") == me["host"] and isinstance(stale.get("pid"), int) \
-                and stale["pid"] != me["pid"] and _pid_alive(stale["pid"]):
-            # the flock is free but its recorded holder lives: a lock file copied in, or a
-            # file system without flock; refuse rather than write beside a live run
-            raise LockHeld(f"{what}: lock file {path} names a live process (pid {stale['pid']}); "
-                           "if that is not an extraction, delete the lock file")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode(), 0)
-        os.fsync(fd)
-        try:
-            yield _stale(stale)
+            stale = _read_holder(fd)
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
+            if stale and stale.get("host") == me["host"] and isinstance(stale.get("pid"), int) \
+                    and stale["pid"] != me["pid"] and _pid_alive(stale["pid"]):
+                # the lock is free but its recorded holder lives: a lock file copied in, or a
+                # file system without locks; refuse rather than write beside a live run
+                raise LockHeld(f"{what}: lock file {path} names a live process (pid {stale['pid']}); "
+                               "if that is not a run of CRS-Bench, delete the lock file")
+            _write_holder(fd, json.dumps(me).encode())
+            try:
+                yield _stale(stale)
+            finally:
+                _write_holder(fd, b"")  # a clean exit leaves an empty (free) lock file
         finally:
-            os.ftruncate(fd, 0)  # a clean exit leaves an empty (free) lock file
+            filelock.unlock_descriptor(fd)
     finally:
-        os.close(fd)  # releases the flock
+        os.close(fd)
+
+
+def _write_holder(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, data)
+    os.fsync(fd)
 
 
 def _read_holder(fd: int) -> dict:
     try:
-        raw = os.pread(fd, 4096, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        raw = os.read(fd, 4096)
         return json.loads(raw) if raw.strip() else {}
     except (OSError, ValueError):
         return {"pid": "?", "host": "? (unreadable lock file)"}
@@ -148,7 +194,8 @@ def _holder_dead(holder: dict, stale_s: float) -> bool:
     return time.time() - float(holder.get("heartbeat", 0.0)) > stale_s
 
 
-def _acquire_object(store: Store, fs, path: str, me: dict, *, wait: bool, what: str, stale_s: float) -> dict | None:
+def _acquire_object(store: Store, fs, path: str, me: dict, *, wait: bool, what: str, stale_s: float,
+                    doing: str = EXTRACTING) -> dict | None:
     """Write our record once the lock object is free (or its holder dead); returns the dead holder."""
     stale = None
     while True:
@@ -159,7 +206,7 @@ def _acquire_object(store: Store, fs, path: str, me: dict, *, wait: bool, what: 
                 continue
             raise LockHeld(_held_message(
                 what, holder, f"lock object {store.path.rstrip('/')}/.crs-locks/; a holder on another host "
-                f"that died is taken over {stale_s:.0f} s after its last heartbeat"))
+                f"that died is taken over {stale_s:.0f} s after its last heartbeat", doing))
         if holder is not None and holder.get("token") != me["token"]:
             stale = holder
         fs.pipe_file(path, json.dumps({**me, "heartbeat": time.time()}).encode())
@@ -178,13 +225,14 @@ def _heartbeat(fs, path: str, me: dict, stop: threading.Event) -> None:
 
 
 @contextmanager
-def object_lock(store: Store, key: str, *, wait: bool, what: str, stale_s: float | None = None):
+def object_lock(store: Store, key: str, *, wait: bool, what: str, stale_s: float | None = None,
+                doing: str = EXTRACTING):
     """The lock of ``hold_lock`` for a store at an fsspec URL (see the comment above)."""
     stale_s = OBJECT_LOCK_STALE_S if stale_s is None else stale_s
     fs, root = store.filesystem()
     path = f"{root}/.crs-locks/{store_key(key)}.json"
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now(), "token": uuid.uuid4().hex}
-    stale = _acquire_object(store, fs, path, me, wait=wait, what=what, stale_s=stale_s)
+    stale = _acquire_object(store, fs, path, me, wait=wait, what=what, stale_s=stale_s, doing=doing)
     stop = threading.Event()
     thread = threading.Thread(target=_heartbeat, args=(fs, path, me, stop), name="crs-lock-heartbeat", daemon=True)
     thread.start()
