@@ -6,7 +6,6 @@ tables into arrays for the numpy core, and assembles and writes the results.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from crs.files import atomic_write
 from crs.errors import BadInput
 from crs.names import VALIDATION
 from crs.scoring import crs as core
-from crs.scoring import analysis
+from crs.scoring import analysis, scoreset
 from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
 from crs.scoring.bootstrap import (
     CONFIDENCE,
@@ -62,6 +60,8 @@ class Scores:
     calibration_shift: pl.DataFrame = field(default_factory=pl.DataFrame)  # ECE clean vs shift
     # one row per (encoder, rank): share of bootstrap replicates giving that CRS rank
     rank_distribution: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # the id of the set these scores are written as (crs.scoring.scoreset)
+    generation: str = field(default_factory=scoreset.new_generation)
 
     def to_json(self) -> dict:
         """Settings, rank comparison, the encoder and per-dataset tables and the comparisons (NaN -> None)."""
@@ -71,6 +71,8 @@ class Scores:
         } if self.pareto.height else {}
         return _plain(
             {
+                "generation": self.generation,
+                "tables": sorted(self.written_tables()),
                 "settings": self.settings,
                 "rank_comparison": self.rank_comparison,
                 "encoders": self.encoders.to_dicts(),
@@ -98,26 +100,31 @@ class Scores:
             "rank_distribution": self.rank_distribution,
         }
 
-    def write(self, out_dir: Path, metric_table: Path | None = None) -> None:
-        """Write every table as .parquet and .csv, then scores.json, each file atomically.
+    def written_tables(self) -> dict[str, pl.DataFrame]:
+        """The tables ``write`` puts in the set: the three core ones always, the others when not empty."""
+        return {
+            name: table for name, table in self.tables().items()
+            if table.height or name in ("encoders", "per_dataset", "axes_by_seed")
+        }
 
-        The seed-aggregated metric table goes to ``metric_table`` (the CLI puts it beside
-        the run records), or into ``out_dir`` when that is None.
+    def write(self, out_dir: Path, metric_table: Path | None = None) -> None:
+        """Write every table as .parquet and .csv and scores.json as one set (``crs.scoring.scoreset``).
+
+        A reader sees the whole previous set or the whole new one, whatever the kill point;
+        a table this run does not have is not left over from an earlier run. The
+        seed-aggregated metric table goes into the set when ``metric_table`` is None, else
+        to that path (the CLI puts it beside the run records), written after the set and
+        marked with the same generation in its Parquet metadata.
         """
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, table in self.tables().items():
-            if not table.height and name not in ("encoders", "per_dataset", "axes_by_seed"):
-                continue
-            atomic_write(out_dir / f"{name}.parquet", table.write_parquet)
-            atomic_write(out_dir / f"{name}.csv", table.write_csv)
-        if self.metric_table.height:
-            target = Path(metric_table) if metric_table is not None else out_dir / METRIC_TABLE
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(target, self.metric_table.write_parquet)
-        text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
-        # scores.json last, so its presence marks a complete write
-        atomic_write(out_dir / "scores.json", lambda p: p.write_text(text, encoding="utf-8"))
+        tables = self.written_tables()
+        if self.metric_table.height and metric_table is None:
+            tables = {**tables, METRIC_TABLE.removesuffix(".parquet"): self.metric_table}
+        doc = self.to_json()
+        doc["tables"] = sorted(tables)
+        scoreset.write_set(out_dir, tables, doc, self.generation)
+        if self.metric_table.height and metric_table is not None:
+            scoreset.write_table(Path(metric_table), self.metric_table, self.generation)
 
 
 def comparison_set(
