@@ -331,7 +331,7 @@ def board_html(board: pl.DataFrame) -> str:
         cells = [
             ("rank", _num(r["crs_rank"], "g")), ("encoder", r["encoder"]), ("crs", _num(r["crs"], ".1f")),
             ("ci", f"[{_num(r['crs_low'], '.1f')}, {_num(r['crs_high'], '.1f')}]"),
-            ("tier", "★ leading" if r["tier"] else ""),
+            ("tier", "★ leading" if r["tier"] else "no tier (no interval)" if r["tier"] is None else ""),
             ("rank-ci", f"{_num(r['rank_low'], 'g')}–{_num(r['rank_high'], 'g')}"),
             ("p1", _num(r["p_rank1"], ".2f")), ("auroc", _num(r["auroc"], ".3f")),
             ("auroc-rank", _num(r["auroc_rank"], "g")),
@@ -342,6 +342,15 @@ def board_html(board: pl.DataFrame) -> str:
                    + "".join(f"<td class='{c}'>{_e(v)}</td>" for c, v in cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
+
+
+def _no_tier_note(board: pl.DataFrame) -> str:
+    """A sentence under the board when the bootstrap left no interval, so no tier was assigned."""
+    if "tier" not in board.columns or not board["tier"].is_null().any():
+        return ""
+    return ("<p class='absent' id='no-tier'>No leading tier: some bootstrap replicates have no CRS (a test split "
+            "too small for the bootstrap unit), so the intervals are empty and no tier is assigned; see the "
+            "warnings at the end of the page.</p>")
 
 
 def per_dataset_html(board: pl.DataFrame) -> str:
@@ -442,7 +451,7 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         "<h3>Settings</h3>", settings_block(s),
         f"<p class='generation'>Made from the scores set {_e(inputs.generation)} (<code>crs score</code>'s "
         "scores.json, which names the set).</p>",
-        "<h3>Overall (comparison set)</h3>", board_html(board),
+        "<h3>Overall (comparison set)</h3>", board_html(board), _no_tier_note(board),
         f"<p>AUROC vs CRS: {_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} pairs reversed"
         + (" (" + _e("; ".join(f"{a} above {b} by AUROC, below by CRS" for a, b in rc.get("reversed_pairs", [])))
            + ")" if rc.get("reversed_pairs") else "")

@@ -22,6 +22,7 @@ from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, us
 from crs.scoring.bootstrap import (
     CONFIDENCE,
     draw_seeds,
+    incomplete,
     score_replicates,
     seed_means_of,
     seed_tensor,
@@ -212,6 +213,7 @@ def score(
         x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings
     )
     reps = score_replicates(x_boot, ref, w)
+    _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
     pareto = analysis.pareto_table(encoders, datasets, point.q_dataset, point.q)
     grid, leaders = analysis.weight_sensitivity(
         encoders, point.dominance, point.balance, point.worst_axis, simplex_step
@@ -295,6 +297,21 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
     if x_rep is None:
         return np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed), "seed"
     return seed_means_of(x_rep, draw if unit == "both" else None), unit
+
+
+def _say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: str, warnings: list[str]) -> None:
+    """A warning when some replicate has no CRS, so the intervals are empty and no tier is given."""
+    bad = incomplete(reps)
+    if not bad.any():
+        return
+    where = ~np.isfinite(x_boot[bad]).all(axis=(0, 1, 3))  # [dataset]: a replicate without an axis value there
+    names = [d for d, b in zip(datasets, where, strict=True) if b] or list(datasets)
+    warnings.append(
+        f"{int(bad.sum())} of {bad.size} {unit}-bootstrap replicates have no CRS: the test split of "
+        f"{', '.join(names)} is too small for the {unit} bootstrap (a draw left no class with both positive "
+        "and negative images to score), so the CRS and rank intervals and P(rank 1) are empty and no "
+        "leading tier is assigned; use `--bootstrap-unit seed` or a larger test split"
+    )
 
 
 def _encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.DataFrame) -> pl.DataFrame:

@@ -234,3 +234,12 @@ def test_missing_scores_and_run_records_are_user_errors(tmp_path):
         report.write_report(tmp_path, tmp_path / "out", quiet=True)
     with pytest.raises(UserError, match="no run records under"):
         records.read(tmp_path)
+
+
+def test_the_leaderboard_says_when_no_tier_was_assigned(scored):
+    _, _, scores = scored
+    board = report.leaderboard(scores.encoders)
+    assert "id='no-tier'" not in report._no_tier_note(board) and "no tier" not in report.board_html(board)
+    none = board.with_columns(tier=pl.lit(None, pl.Boolean), crs_low=float("nan"))
+    assert report.board_html(none).count("no tier (no interval)") == board.height
+    assert "No leading tier" in report._no_tier_note(none)
