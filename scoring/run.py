@@ -206,7 +206,7 @@ def score(
     x = _grid(means, encoders, datasets)  # [encoder, dataset, axis]
     ref: int | str = MEDIAN if reference == MEDIAN else encoders.index(reference)
     point = core.score(x, ref, w)
-    warnings: list[str] = []
+    warnings: list[str] = tie_warnings(records)
     used = used_rows(records)
     draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
     x_boot, unit = _bootstrap_means(
@@ -297,6 +297,38 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
     if x_rep is None:
         return np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed), "seed"
     return seed_means_of(x_rep, draw if unit == "both" else None), unit
+
+
+TIE_SHARE_WARN = 0.5  # above this share of tied test predictions an AUROC says little about ranking
+TIES_LISTED = 8  # conditions named per (encoder, dataset) in a tie warning
+
+
+def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[str]:
+    """One warning per (encoder, dataset) whose AUROC rests mostly on ties, from the run records' ``tie_share``.
+
+    ``tie_share`` (written by the probe; absent in older run records, which give no
+    warning) is the share of a condition's test predictions tied with another image's;
+    a condition is named where its largest share over seeds and fractions exceeds ``limit``.
+    """
+    if "tie_share" not in records.columns:
+        return []
+    worst = (
+        records.filter(pl.col("tie_share").is_not_null() & ~pl.col("tie_share").is_nan())
+        .group_by("encoder", "dataset", "condition")
+        .agg(pl.col("tie_share").max())
+        .filter(pl.col("tie_share") > limit)
+        .sort(["encoder", "dataset", "tie_share", "condition"], descending=[False, False, True, False])
+    )
+    out = []
+    for (encoder, dataset), g in worst.group_by("encoder", "dataset", maintain_order=True):
+        named = [f"{r['condition']} {r['tie_share']:.0%}" for r in g.head(TIES_LISTED).iter_rows(named=True)]
+        more = f" and {g.height - TIES_LISTED} more" if g.height > TIES_LISTED else ""
+        out.append(
+            f"{encoder} on {dataset}: the AUROC rests mostly on tied test predictions (share of tied "
+            f"predictions above {limit:.0%}: {', '.join(named)}{more}); its ranking of these images is "
+            "largely arbitrary, so read those AUROC values, and the axes built on them, with care"
+        )
+    return out
 
 
 def _say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: str, warnings: list[str]) -> None:

@@ -258,3 +258,18 @@ def test_bad_options_are_user_errors(records, options, message):
 
     with pytest.raises(UserError, match=message):
         score(records, n_bootstrap=options.pop("n_bootstrap", 5), **options)
+
+
+def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
+    from crs.scoring.run import tie_warnings
+
+    assert tie_warnings(records) == []  # no tie_share column: records of an older probe
+    share = (pl.when((pl.col("encoder") == "enc_b") & (pl.col("condition") == "shift:other") & (pl.col("seed") == 1))
+             .then(0.75).otherwise(0.1))
+    tied = records.with_columns(tie_share=share)
+    s = score(tied, n_bootstrap=10)
+    said = [w for w in s.settings["warnings"] if "tied" in w]
+    assert [w.split(":")[0] for w in said] == ["enc_b on d1", "enc_b on d2"]  # one per (encoder, dataset)
+    assert all("shift:other 75%" in w for w in said)
+    assert s.to_json()["settings"]["warnings"] == s.settings["warnings"]  # scores.json carries them
+    assert tie_warnings(tied.with_columns(tie_share=pl.lit(0.5))) == []  # at the limit: no warning
