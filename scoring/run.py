@@ -183,6 +183,7 @@ def score(
     bootstrap_unit: str = "seed",
     store=None,
     simplex_step: float = analysis.SIMPLEX_STEP,
+    results=None,
 ) -> Scores:
     """Score run records by docs/crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
 
@@ -197,9 +198,15 @@ def score(
     classwise ECE, AURC, temperature scaling, reliability bins) are computed too. What
     the store lacks is said in ``settings['warnings']``, and the image bootstrap then
     falls back to seeds.
+
+    ``results``: the folder the run records were read from. With a store, each
+    (encoder, dataset)'s run records and stored probabilities (validation included) must
+    come from one probe run (``crs.records.check_pair``); a mix is refused (exit 2).
     """
     w = _check_options(records, reference, weights, n_bootstrap, bootstrap_unit)
     records, encoders, datasets, excluded = _comparison_records(records, reference)
+    if store is not None and results is not None:
+        check_probe_runs(store, results, records)
     by_seed = axes_by_seed(records)
     x_seed, seeds = seed_tensor(by_seed, encoders, datasets)  # [encoder, dataset, seed, axis]
     means = seed_means(by_seed)
@@ -240,6 +247,41 @@ def score(
         calibration_shift=analysis.calibration_under_shift(records),
         rank_distribution=analysis.rank_distribution(encoders, reps.rank),
     )
+
+
+def check_probe_runs(store, results, records: pl.DataFrame) -> None:
+    """Refuse (exit 2) where a pair's run records and stored probabilities come from different probe runs.
+
+    Calls ``crs.records.check_pair`` (the probe's own definition of one run) with the
+    attributes of every stored prediction array of the pair that scoring may read: each
+    condition of its run records and the validation split. Records from a crs without
+    that check pass unchecked."""
+    from crs import records as run_records
+
+    check = getattr(run_records, "check_pair", None)
+    if check is None:
+        return
+    pairs = records.select("encoder", "dataset", "condition").unique().sort("encoder", "dataset", "condition")
+    for (encoder, dataset), g in pairs.group_by("encoder", "dataset", maintain_order=True):
+        conditions = sorted({*g["condition"].to_list(), VALIDATION})
+        attrs = {c: a for c in conditions if (a := _prediction_attrs(store, dataset, encoder, c)) is not None}
+        check(results, encoder, dataset, attrs)
+
+
+def _prediction_attrs(store, dataset: str, encoder: str, condition: str) -> dict | None:
+    """The attributes of a stored prediction array without reading it, or None where it is not stored."""
+    read = getattr(store, "prediction_attrs", None)  # a store that offers it
+    if read is not None:
+        try:
+            return dict(read(dataset, encoder, condition))
+        except (StoreError, KeyError):
+            return None
+    from crs.store.zarr_store import condition_key
+
+    try:
+        return dict(store.root["datasets"][dataset]["predictions"][encoder][condition_key(condition)].attrs)
+    except KeyError:
+        return None
 
 
 def _check_options(records, reference, weights, n_bootstrap, bootstrap_unit) -> tuple[float, float, float]:
