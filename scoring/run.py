@@ -30,7 +30,6 @@ from crs.scoring.bootstrap import (
     summarise,
 )
 from crs.scoring.ranks import compare, rank_desc
-from crs.store import StoreError
 
 CRS_VERSION = "1"
 MEDIAN = core.MEDIAN
@@ -257,6 +256,7 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
     condition of its run records and the validation split. Records from a crs without
     that check pass unchecked."""
     from crs import records as run_records
+    from crs.scoring.predictions import prediction_attrs
 
     check = getattr(run_records, "check_pair", None)
     if check is None:
@@ -264,24 +264,8 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
     pairs = records.select("encoder", "dataset", "condition").unique().sort("encoder", "dataset", "condition")
     for (encoder, dataset), g in pairs.group_by("encoder", "dataset", maintain_order=True):
         conditions = sorted({*g["condition"].to_list(), VALIDATION})
-        attrs = {c: a for c in conditions if (a := _prediction_attrs(store, dataset, encoder, c)) is not None}
+        attrs = {c: a for c in conditions if (a := prediction_attrs(store, dataset, encoder, c)) is not None}
         check(results, encoder, dataset, attrs)
-
-
-def _prediction_attrs(store, dataset: str, encoder: str, condition: str) -> dict | None:
-    """The attributes of a stored prediction array without reading it, or None where it is not stored."""
-    read = getattr(store, "prediction_attrs", None)  # a store that offers it
-    if read is not None:
-        try:
-            return dict(read(dataset, encoder, condition))
-        except (StoreError, KeyError):
-            return None
-    from crs.store.zarr_store import condition_key
-
-    try:
-        return dict(store.root["datasets"][dataset]["predictions"][encoder][condition_key(condition)].attrs)
-    except KeyError:
-        return None
 
 
 def _check_options(records, reference, weights, n_bootstrap, bootstrap_unit) -> tuple[float, float, float]:
@@ -334,7 +318,7 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
                 x_rep = image_bootstrap_axes(
                     store, used, encoders, datasets, seeds, draw.shape[0], np.random.default_rng([seed, 1]),
                 )
-            except (MissingPredictions, StoreError) as exc:
+            except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
     if x_rep is None:
         return np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed), "seed"
@@ -461,7 +445,7 @@ def _from_store(store, records, encoders, datasets, warnings: list[str]):
         return empty
     try:
         found = probe_metrics(store, records, encoders, datasets)
-    except (MissingPredictions, StoreError) as exc:
+    except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
         warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
         return empty
     warnings.extend(found.warnings)
