@@ -30,7 +30,7 @@ from crs.files import atomic_write
 from crs.names import VALIDATION
 from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.scoreset import (  # noqa: F401 (SCORES_DIR, MissingScores, MixedScores: for importers)
-    SCORES_DIR, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder,
+    GENERATION_KEY, SCORES_DIR, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder,
 )
 from crs.scoring.ranks import rank_desc
 
@@ -67,10 +67,20 @@ def load(results: Path) -> Inputs:
     """The score's outputs under RESULTS/scores, checked to be one set (``crs.scoring.scoreset``).
 
     MissingScores (exit 2) naming the command when absent; MixedScores (exit 2) naming
-    the files when they come from different ``crs score`` runs."""
-    folder = scores_folder(Path(results))
-    doc = read_scores_json(folder, results)
-    tables = read_tables(folder, doc, list(SCORE_TABLES), results)
+    the files when they come from different ``crs score`` runs. The set's generation is
+    kept in ``Inputs.generation``; the page's meta tag and the report's own tables
+    (OUT/tables/*.parquet metadata) carry it."""
+    for attempt in (1, 2):
+        folder = scores_folder(Path(results))
+        doc = read_scores_json(folder, results)
+        try:
+            tables = read_tables(folder, doc, list(SCORE_TABLES), results)
+            break
+        except MixedScores:
+            # a score that swapped its new set in while this read: read the new set once more
+            now = read_scores_json(scores_folder(Path(results)), results).get("generation")
+            if attempt == 2 or now == doc.get("generation"):
+                raise
     if "encoders" not in tables or not tables["encoders"].height:
         raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run `crs score --results {results}`")
     return Inputs(settings=doc.get("settings", {}), rank_comparison=doc.get("rank_comparison", {}), tables=tables,
@@ -516,7 +526,9 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
             if not quiet:
                 print(f"figure {path}", file=sys.stderr)
     for name, table in tabs.items():
-        for ext, writer in (("parquet", table.write_parquet), ("csv", table.write_csv)):
+        mark = {GENERATION_KEY: inputs.generation or ""}
+        for ext, writer in (("parquet", lambda p, t=table: t.write_parquet(p, metadata=mark)),
+                            ("csv", table.write_csv)):
             path = out / TABLES_DIR / f"{name}.{ext}"
             atomic_write(path, writer)
             table_paths.append(str(path))

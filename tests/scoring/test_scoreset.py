@@ -65,6 +65,7 @@ def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at,
         summary = report.write_report(results, tmp_path / "report", quiet=True)
         assert summary["scores_generation"] == inputs.generation
         assert report.page_generation(tmp_path / "report" / "report.html") == inputs.generation
+        assert scoreset.generation_of(tmp_path / "report" / "tables" / "leaderboard.parquet") == inputs.generation
     # the next score settles what the kill left: one complete set, no hidden folders, no .tmp files
     old.write(results / "scores")
     assert _leftovers(results) == [] and not list(results.rglob("*.tmp"))
