@@ -25,12 +25,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from crs.errors import UserError
 from crs.files import atomic_write
 from crs.names import VALIDATION
 from crs.scoring.axes import AXES, REGISTRY
-from crs.scoring.scoreset import (  # noqa: F401 (SCORES_DIR, MissingScores, MixedScores: for importers)
-    GENERATION_KEY, SCORES_DIR, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder,
+from crs.scoring.scoreset import (
+    GENERATION_KEY, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder,
 )
 from crs.scoring.ranks import rank_desc
 

@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from crs.cli import app
+from crs.errors import UserError
 from crs.records import records_dir
 from crs.scoring import report, scoreset
 from crs.scoring.run import score
@@ -101,7 +102,7 @@ def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records)
     with pytest.raises(scoreset.MixedScores, match="no generation id.*re-run `crs score"):
         report.load(results)
     meta.write_text("{not json")
-    with pytest.raises(report.UserError, match="scores.json is damaged.*crs score"):
+    with pytest.raises(UserError, match="scores.json is damaged.*crs score"):
         report.load(results)
 
 
