@@ -13,12 +13,15 @@
    on --loop-replicates replicates and scaled linearly to B (each replicate costs the same).
 3. The cumulative sum inside ``crs.scoring.metrics.weighted_auroc``: row by row down the
    [image, replicate] counts against ``np.cumsum(axis=0)``, which walks them with a stride.
+4. Writing the scores as one set (``Scores.write``: a fresh folder, fsync, swapped in by
+   two renames; ``crs.scoring.scoreset``) against writing each file in place by its own
+   atomic rename, as crs score did before (``--write-only`` runs this part alone).
 
 Prints ratios measured in this one run, wall-clock and CPU time (process time: what the
 run would take on a machine it had to itself, where wall time counts other processes'
 share of the cores); the last line is one JSON object. Usage:
 
-    python benchmarks/score_bench.py [--bootstrap 1000] [--images 5000] [--loop-replicates 10]
+    python benchmarks/score_bench.py [--bootstrap 1000] [--images 5000] [--loop-replicates 10] [--write-only]
 """
 
 from __future__ import annotations
@@ -112,6 +115,33 @@ def cumsum_rows_vs_numpy(n: int, b: int, repeats: int = 5) -> float:
     return float(np.median(strided) / np.median(rows))
 
 
+def write_cost(scores, repeats: int = 5) -> tuple[float, float]:
+    """(seconds per set write, seconds per write of the same files one atomic rename each), medians."""
+    from pathlib import Path
+
+    from crs.files import atomic_write
+
+    def per_file(out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, table in scores.written_tables().items():
+            atomic_write(out / f"{name}.parquet", table.write_parquet)
+            atomic_write(out / f"{name}.csv", table.write_csv)
+        text = json.dumps(scores.to_json(), indent=2, allow_nan=False) + "\n"
+        atomic_write(out / "scores.json", lambda p: p.write_text(text, encoding="utf-8"))
+        atomic_write(out.parent / "mt.parquet", scores.metric_table.write_parquet)
+
+    times: dict[str, list[float]] = {"set": [], "files": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeats):  # every write after the first replaces an existing set
+            for kind, write in (("set", lambda: scores.write(Path(tmp) / "set" / "scores",
+                                                             metric_table=Path(tmp) / "set" / "mt.parquet")),
+                                ("files", lambda: per_file(Path(tmp) / "files" / "scores"))):
+                t0 = time.perf_counter()
+                write()
+                times[kind].append(time.perf_counter() - t0)
+    return float(np.median(times["set"])), float(np.median(times["files"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", type=int, default=1000)
@@ -120,6 +150,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=5000)
     ap.add_argument("--classes", type=int, default=8)
     ap.add_argument("--loop-replicates", type=int, default=10)
+    ap.add_argument("--write-only", action="store_true", help="time only the writing of the scores (part 4)")
     args = ap.parse_args()
 
     from crs.scoring import metrics, resample, score
@@ -132,6 +163,12 @@ def main() -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     scores = score(records, n_bootstrap=args.bootstrap, seed=0)
     seed_s, seed_cpu = time.perf_counter() - t0, time.process_time() - c0
+    set_s, files_s = write_cost(scores)
+    print(f"writing the scores ({len(scores.written_tables())} tables as Parquet and CSV, scores.json, the metric "
+          f"table): as one set {set_s * 1e3:.0f} ms, file by file {files_s * 1e3:.0f} ms: ratio {set_s / files_s:.2f}")
+    if args.write_only:
+        print(json.dumps({"write_set_s": set_s, "write_files_s": files_s}))
+        return
     encoders = sorted(records["encoder"].unique().to_list())
     datasets = sorted(records["dataset"].unique().to_list())
     x_seed, _ = seed_tensor(axes_by_seed(records), encoders, datasets)

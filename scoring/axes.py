@@ -135,13 +135,18 @@ def require_columns(records: pl.DataFrame) -> None:
 def condition_kinds(records: pl.DataFrame) -> pl.DataFrame:
     """One row per distinct condition with its kind ('clean' | 'perturbed' | 'shift').
 
-    Raises ValueError (from ``crs.conditions.parse``) on a name that is none of these.
+    Raises BadInput naming a condition that is none of these (a damaged or hand-edited
+    run record).
     """
     names = records.get_column("condition").unique().sort().to_list()
-    return pl.DataFrame(
-        {"condition": names, "kind": [parse(n).kind for n in names]},
-        schema={"condition": pl.String, "kind": pl.String},
-    )
+    kinds = []
+    for n in names:
+        try:
+            kinds.append(parse(n).kind)
+        except (ValueError, TypeError) as exc:  # parse's own refusal of the name, or a null
+            raise BadInput(f"the run records hold a condition that is not one: {exc}; re-run `crs probe` for "
+                           "the pair that wrote it, or remove its rows") from exc
+    return pl.DataFrame({"condition": names, "kind": kinds}, schema={"condition": pl.String, "kind": pl.String})
 
 
 def used_rows(records: pl.DataFrame) -> pl.DataFrame:

@@ -145,7 +145,14 @@ def summarise(
     the top point estimate (the first encoder given, on a tie); the tier is the leader
     and every encoder whose paired difference CRS_leader - CRS_e has an interval
     containing 0.
+
+    A replicate without a CRS (``incomplete``: the image bootstrap drew a test split with
+    no class left to score, see ``metrics.weighted_macro_auroc``) leaves no interval:
+    the CRS and rank intervals and P(rank 1) are NaN and the tier is null for every
+    encoder, never a tier of the leader alone.
     """
+    if incomplete(reps).any():
+        return _without_intervals(reps, encoders, confidence)
     crs_low, crs_high = interval(reps.crs, confidence)
     tail = 100.0 * (1.0 - confidence) / 2.0
     rank_low = np.percentile(reps.rank, tail, axis=0, method="lower")
@@ -166,13 +173,33 @@ def summarise(
         "p_rank1": p_rank1,
         "tier": tier,
     }
+    return pl.DataFrame(_with_axis_intervals(columns, reps, confidence))
+
+
+def incomplete(reps: Replicates) -> np.ndarray:
+    """bool [replicate]: some encoder's CRS is not finite in the replicate."""
+    return ~np.isfinite(reps.crs).all(axis=1)
+
+
+def _without_intervals(reps: Replicates, encoders: Sequence[str], confidence: float) -> pl.DataFrame:
+    n = len(encoders)
+    nan = np.full(n, np.nan)
+    columns: dict[str, object] = {
+        "encoder": list(encoders), "crs_low": nan, "crs_high": nan, "rank_low": nan, "rank_high": nan,
+        "p_rank1": nan, "tier": pl.Series("tier", [None] * n, dtype=pl.Boolean),
+    }
+    return pl.DataFrame(_with_axis_intervals(columns, reps, confidence))
+
+
+def _with_axis_intervals(columns: dict, reps: Replicates, confidence: float) -> dict:
+    """``columns`` plus the axis and q intervals (NaN where a replicate has no value)."""
     axis_low, axis_high = interval(reps.axis, confidence)
     q_low, q_high = interval(reps.q, confidence)
     for k, a in enumerate(AXES):
         columns[f"{a}_low"], columns[f"{a}_high"] = axis_low[:, k], axis_high[:, k]
     for k, a in enumerate(AXES):
         columns[f"q_{a}_low"], columns[f"q_{a}_high"] = q_low[:, k], q_high[:, k]
-    return pl.DataFrame(columns)
+    return columns
 
 
 def paired_bootstrap(

@@ -56,6 +56,8 @@ class Predictions:
         try:
             self.probs, attrs = store.read_predictions(dataset, encoder, condition)
         except (StoreError, KeyError) as exc:
+            if prediction_attrs(store, dataset, encoder, condition) is not None:
+                raise  # stored but unreadable: a damaged store is refused, not skipped
             raise MissingPredictions(str(exc)) from exc
         self.seeds = list(attrs.get("seeds", []))
         self.fractions = list(attrs.get("fractions", []))
@@ -78,6 +80,22 @@ class Predictions:
         return self.probs[np.ix_(s, f)]
 
 
+def prediction_attrs(store: Store, dataset: str, encoder: str, condition: str) -> dict | None:
+    """The attributes of a stored prediction array without reading it, or None where it is not stored."""
+    read = getattr(store, "prediction_attrs", None)  # a store that offers it
+    if read is not None:
+        try:
+            return dict(read(dataset, encoder, condition))
+        except (StoreError, KeyError):
+            return None
+    from crs.store.zarr_store import condition_key
+
+    try:
+        return dict(store.root["datasets"][dataset]["predictions"][encoder][condition_key(condition)].attrs)
+    except KeyError:
+        return None
+
+
 def counted_rows(store: Store, dataset: str, split: str, rows: np.ndarray | None = None) -> np.ndarray | None:
     """bool [split rows, store order]: False for images in the dataset's failures table; None when
     the table is empty (every row counts), without reading the dataset. ``rows``: the split's rows,
@@ -93,12 +111,20 @@ def split_targets(
     store: Store, dataset: str, split: str = TEST
 ) -> tuple[np.ndarray, np.ndarray, str, dict]:
     """(target [image, class], known [image, class], task, attrs) of a dataset's split rows, store
-    order, leaving out the images in its failures table."""
+    order, leaving out the images in its failures table. MissingPredictions when the store lacks the dataset."""
+    if not store.has_dataset(dataset):
+        raise MissingPredictions(f"dataset {dataset!r} is not in the store {store.path!r}; run `crs extract` for it")
     table = store.dataset(dataset)
     rows = table.rows(split)
     kept = counted_rows(store, dataset, split, rows)
     labels = table.labels[rows if kept is None else rows[kept]]
-    t, known = targets(labels, table.task, len(table.classes))
+    try:
+        t, known = targets(labels, table.task, len(table.classes))
+    except ValueError as exc:  # the stored labels do not fit the stored task and classes
+        raise UserError(
+            f"the stored labels of dataset {dataset!r} ({split} split) in {store.path!r} are damaged: {exc}; "
+            f"check the store with `crs store verify {store.path} --repair`, or extract the dataset again"
+        ) from exc
     return t, known, table.task, table.attrs
 
 
@@ -134,21 +160,40 @@ def image_bootstrap_axes(
     for j, dataset in enumerate(datasets):
         target, known, task, _ = split_targets(store, dataset)
         low, pert, shift = conditions_of(rows, dataset)
-        test = resample.Draw(target, known, resample.image_counts(target.shape[0], n_bootstrap, rng))
+        test = resample.Draw(target, known, _image_counts(target.shape[0], n_bootstrap, rng, dataset))
         targets = []
         for cond in shift:
             t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
-            counts = resample.image_counts(t_target.shape[0], n_bootstrap, rng)
+            counts = _image_counts(t_target.shape[0], n_bootstrap, rng, parse(cond).dataset)
             targets.append(resample.Draw(t_target, t_known, counts))
         for e, encoder in enumerate(encoders):
             clean = _clean_probs(store, dataset, encoder, seeds, low, target.shape[0])
-            pert_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c in pert]
-            shift_p = [Predictions(store, dataset, encoder, c).select(seeds, [1.0]) for c in shift]
+            pert_p = [_fitting(Predictions(store, dataset, encoder, c), seeds, target) for c in pert]
+            shift_p = [_fitting(Predictions(store, dataset, encoder, c), seeds, t.target)
+                       for c, t in zip(shift, targets, strict=True)]
             for s in range(len(seeds)):
                 out[:, e, j, s] = resample.run_axes(
                     clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], test, targets, task
                 )
     return out
+
+
+def _image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator, dataset: str) -> np.ndarray:
+    if not n_images:
+        raise MissingPredictions(f"dataset {dataset!r} has no test image to resample (every one is in its "
+                                 "failures table, or its test split is empty)")
+    return resample.image_counts(n_images, n_bootstrap, rng)
+
+
+def _fitting(pred: Predictions, seeds: Sequence[int], target: np.ndarray) -> np.ndarray:
+    """[seed, 1, image, class] at fraction 1, checked to have the split's images and classes."""
+    probs = pred.select(seeds, [1.0])
+    if probs.shape[2:] != target.shape:
+        raise MissingPredictions(
+            f"{pred.where} holds probabilities for {probs.shape[2]} images x {probs.shape[3]} classes, the split "
+            f"{target.shape[0]} x {target.shape[1]}; re-run `crs probe` for it"
+        )
+    return probs
 
 
 def _clean_probs(
@@ -259,6 +304,12 @@ def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, see
     else:
         c_target, c_known = test.target, test.known
     probs = Predictions(store, dataset, encoder, condition).select(seeds, fr)  # [seed, fraction, image, class]
+    if probs.shape[2:] != c_target.shape:
+        raise MissingPredictions(
+            f"{encoder}/{dataset}/{condition} holds probabilities for {probs.shape[2]} images x {probs.shape[3]} "
+            f"classes, the split {c_target.shape[0]} x {c_target.shape[1]}; re-run "
+            f"`crs probe --encoder {encoder} --dataset {dataset}`"
+        )
     labels = _labels_from(c_target, c_known, test.task)
     keys, by = {"seed": seeds, "fraction": fr}, ["seed", "fraction"]
     table = metrics.long_table(probs, labels, test.task, keys)

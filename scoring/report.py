@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import html as _html
 import io
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,15 +25,17 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from crs.errors import UserError
 from crs.files import atomic_write
 from crs.names import VALIDATION
 from crs.scoring.axes import AXES, REGISTRY
+from crs.scoring.scoreset import (
+    GENERATION_KEY, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder,
+)
 from crs.scoring.ranks import rank_desc
 
-SCORES_DIR = "scores"
 SPEC = "docs/crs-v1.md"  # the CRS v1 specification, in the repository
 HTML_NAME = "report.html"
+GENERATION_META = "crs-scores-generation"  # <meta name=...> holding the scores set the page is made from
 FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
 SYMBOLS = [a.symbol for a in REGISTRY.values()]  # column heads, in AXES order
@@ -44,16 +45,13 @@ SCORE_TABLES = (
 )  # fmt: skip
 
 
-class MissingScores(UserError, FileNotFoundError):
-    """RESULTS holds no complete score: ``crs score`` has not been run there."""
-
-
 @dataclass
 class Inputs:
     settings: dict
     rank_comparison: dict
     tables: dict[str, pl.DataFrame]
     notes: list[str] = field(default_factory=list)  # what the report itself found missing or did
+    generation: str | None = None  # the scores set the report is made from (scores.json's generation)
 
     def table(self, name: str) -> pl.DataFrame:
         return self.tables.get(name, pl.DataFrame())
@@ -65,22 +63,27 @@ class Inputs:
 
 
 def load(results: Path) -> Inputs:
-    """The score's outputs under RESULTS/scores; MissingScores (exit 2) naming the command when absent."""
-    folder = Path(results) / SCORES_DIR
-    meta = folder / "scores.json"
-    if not meta.is_file():
-        raise MissingScores(
-            f"no scores under {folder} (scores.json missing); run `crs score --results {results}` first"
-        )
-    doc = json.loads(meta.read_text(encoding="utf-8"))
-    tables = {}
-    for name in SCORE_TABLES:
-        path = folder / f"{name}.parquet"
-        if path.is_file():
-            tables[name] = pl.read_parquet(path)
+    """The score's outputs under RESULTS/scores, checked to be one set (``crs.scoring.scoreset``).
+
+    MissingScores (exit 2) naming the command when absent; MixedScores (exit 2) naming
+    the files when they come from different ``crs score`` runs. The set's generation is
+    kept in ``Inputs.generation``; the page's meta tag and the report's own tables
+    (OUT/tables/*.parquet metadata) carry it."""
+    for attempt in (1, 2):
+        folder = scores_folder(Path(results))
+        doc = read_scores_json(folder, results)
+        try:
+            tables = read_tables(folder, doc, list(SCORE_TABLES), results)
+            break
+        except MixedScores:
+            # a score that swapped its new set in while this read: read the new set once more
+            now = read_scores_json(scores_folder(Path(results)), results).get("generation")
+            if attempt == 2 or now == doc.get("generation"):
+                raise
     if "encoders" not in tables or not tables["encoders"].height:
-        raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run `crs score`")
-    return Inputs(settings=doc.get("settings", {}), rank_comparison=doc.get("rank_comparison", {}), tables=tables)
+        raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run `crs score --results {results}`")
+    return Inputs(settings=doc.get("settings", {}), rank_comparison=doc.get("rank_comparison", {}), tables=tables,
+                  generation=doc["generation"])
 
 
 def add_reliability_from_store(inputs: Inputs, results: Path, store: str) -> None:
@@ -337,7 +340,7 @@ def board_html(board: pl.DataFrame) -> str:
         cells = [
             ("rank", _num(r["crs_rank"], "g")), ("encoder", r["encoder"]), ("crs", _num(r["crs"], ".1f")),
             ("ci", f"[{_num(r['crs_low'], '.1f')}, {_num(r['crs_high'], '.1f')}]"),
-            ("tier", "★ leading" if r["tier"] else ""),
+            ("tier", "★ leading" if r["tier"] else "no tier (no interval)" if r["tier"] is None else ""),
             ("rank-ci", f"{_num(r['rank_low'], 'g')}–{_num(r['rank_high'], 'g')}"),
             ("p1", _num(r["p_rank1"], ".2f")), ("auroc", _num(r["auroc"], ".3f")),
             ("auroc-rank", _num(r["auroc_rank"], "g")),
@@ -348,6 +351,15 @@ def board_html(board: pl.DataFrame) -> str:
                    + "".join(f"<td class='{c}'>{_e(v)}</td>" for c, v in cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
+
+
+def _no_tier_note(board: pl.DataFrame) -> str:
+    """A sentence under the board when the bootstrap left no interval, so no tier was assigned."""
+    if "tier" not in board.columns or not board["tier"].is_null().any():
+        return ""
+    return ("<p class='absent' id='no-tier'>No leading tier: some bootstrap replicates have no CRS (a test split "
+            "too small for the bootstrap unit), so the intervals are empty and no tier is assigned; see the "
+            "warnings at the end of the page.</p>")
 
 
 def per_dataset_html(board: pl.DataFrame) -> str:
@@ -438,6 +450,7 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<link rel='icon' href='data:,'>",
+        f"<meta name='{GENERATION_META}' content='{_e(inputs.generation or '')}'>",
         f"<title>CRS-Bench report: {len(inputs.order)} encoders</title><style>{CSS}</style></head><body>",
         "<h1>CRS-Bench report</h1>",
         f"<p>Clinical Reliability Score (CRS v{_e(s.get('crs_version'))}) of {len(inputs.order)} encoders on "
@@ -445,7 +458,9 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         f"<nav>{nav}</nav>",
         "<h2 id='leaderboard-section'>Leaderboard</h2>",
         "<h3>Settings</h3>", settings_block(s),
-        "<h3>Overall (comparison set)</h3>", board_html(board),
+        f"<p class='generation'>Made from the scores set {_e(inputs.generation)} (<code>crs score</code>'s "
+        "scores.json, which names the set).</p>",
+        "<h3>Overall (comparison set)</h3>", board_html(board), _no_tier_note(board),
         f"<p>AUROC vs CRS: {_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} pairs reversed"
         + (" (" + _e("; ".join(f"{a} above {b} by AUROC, below by CRS" for a, b in rc.get("reversed_pairs", [])))
            + ")" if rc.get("reversed_pairs") else "")
@@ -470,6 +485,18 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
                      + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>")
     parts.append("</body></html>\n")
     return "".join(parts)
+
+
+def page_generation(page: Path) -> str | None:
+    """The scores generation a written report.html was made from (its meta tag), or None (absent, or older)."""
+    import re
+
+    try:
+        head = Path(page).read_text(encoding="utf-8")[:4096]
+    except (OSError, UnicodeDecodeError):
+        return None
+    m = re.search(rf"<meta name='{GENERATION_META}' content='([^']*)'>", head)
+    return (m.group(1) or None) if m else None
 
 
 # -------------------------------------------------------------------- edge
@@ -498,7 +525,9 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
             if not quiet:
                 print(f"figure {path}", file=sys.stderr)
     for name, table in tabs.items():
-        for ext, writer in (("parquet", table.write_parquet), ("csv", table.write_csv)):
+        mark = {GENERATION_KEY: inputs.generation or ""}
+        for ext, writer in (("parquet", lambda p, t=table: t.write_parquet(p, metadata=mark)),
+                            ("csv", table.write_csv)):
             path = out / TABLES_DIR / f"{name}.{ext}"
             atomic_write(path, writer)
             table_paths.append(str(path))
@@ -511,5 +540,6 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
         "tables": table_paths,
         "absent": {sec.key: sec.absent for sec in secs if sec.absent},
         "notes": inputs.notes,
+        "scores_generation": inputs.generation,
         "seconds": round(time.perf_counter() - t0, 2),
     }

@@ -6,7 +6,6 @@ tables into arrays for the numpy core, and assembles and writes the results.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,15 +14,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from crs.files import atomic_write
 from crs.errors import BadInput
 from crs.names import VALIDATION
 from crs.scoring import crs as core
-from crs.scoring import analysis
+from crs.scoring import analysis, scoreset
 from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
 from crs.scoring.bootstrap import (
     CONFIDENCE,
     draw_seeds,
+    incomplete,
     score_replicates,
     seed_means_of,
     seed_tensor,
@@ -31,7 +30,6 @@ from crs.scoring.bootstrap import (
     summarise,
 )
 from crs.scoring.ranks import compare, rank_desc
-from crs.store import StoreError
 
 CRS_VERSION = "1"
 MEDIAN = core.MEDIAN
@@ -62,6 +60,8 @@ class Scores:
     calibration_shift: pl.DataFrame = field(default_factory=pl.DataFrame)  # ECE clean vs shift
     # one row per (encoder, rank): share of bootstrap replicates giving that CRS rank
     rank_distribution: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # the id of the set these scores are written as (crs.scoring.scoreset)
+    generation: str = field(default_factory=scoreset.new_generation)
 
     def to_json(self) -> dict:
         """Settings, rank comparison, the encoder and per-dataset tables and the comparisons (NaN -> None)."""
@@ -71,6 +71,8 @@ class Scores:
         } if self.pareto.height else {}
         return _plain(
             {
+                "generation": self.generation,
+                "tables": sorted(self.written_tables()),
                 "settings": self.settings,
                 "rank_comparison": self.rank_comparison,
                 "encoders": self.encoders.to_dicts(),
@@ -98,26 +100,31 @@ class Scores:
             "rank_distribution": self.rank_distribution,
         }
 
-    def write(self, out_dir: Path, metric_table: Path | None = None) -> None:
-        """Write every table as .parquet and .csv, then scores.json, each file atomically.
+    def written_tables(self) -> dict[str, pl.DataFrame]:
+        """The tables ``write`` puts in the set: the three core ones always, the others when not empty."""
+        return {
+            name: table for name, table in self.tables().items()
+            if table.height or name in ("encoders", "per_dataset", "axes_by_seed")
+        }
 
-        The seed-aggregated metric table goes to ``metric_table`` (the CLI puts it beside
-        the run records), or into ``out_dir`` when that is None.
+    def write(self, out_dir: Path, metric_table: Path | None = None) -> None:
+        """Write every table as .parquet and .csv and scores.json as one set (``crs.scoring.scoreset``).
+
+        A reader sees the whole previous set or the whole new one, whatever the kill point;
+        a table this run does not have is not left over from an earlier run. The
+        seed-aggregated metric table goes into the set when ``metric_table`` is None, else
+        to that path (the CLI puts it beside the run records), written after the set and
+        marked with the same generation in its Parquet metadata.
         """
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, table in self.tables().items():
-            if not table.height and name not in ("encoders", "per_dataset", "axes_by_seed"):
-                continue
-            atomic_write(out_dir / f"{name}.parquet", table.write_parquet)
-            atomic_write(out_dir / f"{name}.csv", table.write_csv)
-        if self.metric_table.height:
-            target = Path(metric_table) if metric_table is not None else out_dir / METRIC_TABLE
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(target, self.metric_table.write_parquet)
-        text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
-        # scores.json last, so its presence marks a complete write
-        atomic_write(out_dir / "scores.json", lambda p: p.write_text(text, encoding="utf-8"))
+        tables = self.written_tables()
+        if self.metric_table.height and metric_table is None:
+            tables = {**tables, METRIC_TABLE.removesuffix(".parquet"): self.metric_table}
+        doc = self.to_json()
+        doc["tables"] = sorted(tables)
+        scoreset.write_set(out_dir, tables, doc, self.generation)
+        if self.metric_table.height and metric_table is not None:
+            scoreset.write_table(Path(metric_table), self.metric_table, self.generation)
 
 
 def comparison_set(
@@ -175,6 +182,7 @@ def score(
     bootstrap_unit: str = "seed",
     store=None,
     simplex_step: float = analysis.SIMPLEX_STEP,
+    results=None,
 ) -> Scores:
     """Score run records by docs/crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
 
@@ -189,22 +197,29 @@ def score(
     classwise ECE, AURC, temperature scaling, reliability bins) are computed too. What
     the store lacks is said in ``settings['warnings']``, and the image bootstrap then
     falls back to seeds.
+
+    ``results``: the folder the run records were read from. With a store, each
+    (encoder, dataset)'s run records and stored probabilities (validation included) must
+    come from one probe run (``crs.records.check_pair``); a mix is refused (exit 2).
     """
     w = _check_options(records, reference, weights, n_bootstrap, bootstrap_unit)
     records, encoders, datasets, excluded = _comparison_records(records, reference)
+    if store is not None and results is not None:
+        check_probe_runs(store, results, records)
     by_seed = axes_by_seed(records)
     x_seed, seeds = seed_tensor(by_seed, encoders, datasets)  # [encoder, dataset, seed, axis]
     means = seed_means(by_seed)
     x = _grid(means, encoders, datasets)  # [encoder, dataset, axis]
     ref: int | str = MEDIAN if reference == MEDIAN else encoders.index(reference)
     point = core.score(x, ref, w)
-    warnings: list[str] = []
+    warnings: list[str] = tie_warnings(records)
     used = used_rows(records)
     draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
     x_boot, unit = _bootstrap_means(
         x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings
     )
     reps = score_replicates(x_boot, ref, w)
+    _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
     pareto = analysis.pareto_table(encoders, datasets, point.q_dataset, point.q)
     grid, leaders = analysis.weight_sensitivity(
         encoders, point.dominance, point.balance, point.worst_axis, simplex_step
@@ -231,6 +246,26 @@ def score(
         calibration_shift=analysis.calibration_under_shift(records),
         rank_distribution=analysis.rank_distribution(encoders, reps.rank),
     )
+
+
+def check_probe_runs(store, results, records: pl.DataFrame) -> None:
+    """Refuse (exit 2) where a pair's run records and stored probabilities come from different probe runs.
+
+    Calls ``crs.records.check_pair`` (the probe's own definition of one run) with the
+    attributes of every stored prediction array of the pair that scoring may read: each
+    condition of its run records and the validation split. Records from a crs without
+    that check pass unchecked."""
+    from crs import records as run_records
+    from crs.scoring.predictions import prediction_attrs
+
+    check = getattr(run_records, "check_pair", None)
+    if check is None:
+        return
+    pairs = records.select("encoder", "dataset", "condition").unique().sort("encoder", "dataset", "condition")
+    for (encoder, dataset), g in pairs.group_by("encoder", "dataset", maintain_order=True):
+        conditions = sorted({*g["condition"].to_list(), VALIDATION})
+        attrs = {c: a for c in conditions if (a := prediction_attrs(store, dataset, encoder, c)) is not None}
+        check(results, encoder, dataset, attrs)
 
 
 def _check_options(records, reference, weights, n_bootstrap, bootstrap_unit) -> tuple[float, float, float]:
@@ -283,11 +318,58 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
                 x_rep = image_bootstrap_axes(
                     store, used, encoders, datasets, seeds, draw.shape[0], np.random.default_rng([seed, 1]),
                 )
-            except (MissingPredictions, StoreError) as exc:
+            except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
     if x_rep is None:
         return np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed), "seed"
     return seed_means_of(x_rep, draw if unit == "both" else None), unit
+
+
+TIE_SHARE_WARN = 0.5  # above this share of tied test predictions an AUROC says little about ranking
+TIES_LISTED = 8  # conditions named per (encoder, dataset) in a tie warning
+
+
+def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[str]:
+    """One warning per (encoder, dataset) whose AUROC rests mostly on ties, from the run records' ``tie_share``.
+
+    ``tie_share`` (written by the probe; absent in older run records, which give no
+    warning) is the share of a condition's test predictions tied with another image's;
+    a condition is named where its largest share over seeds and fractions exceeds ``limit``.
+    """
+    if "tie_share" not in records.columns:
+        return []
+    worst = (
+        records.filter(pl.col("tie_share").is_not_null() & ~pl.col("tie_share").is_nan())
+        .group_by("encoder", "dataset", "condition")
+        .agg(pl.col("tie_share").max())
+        .filter(pl.col("tie_share") > limit)
+        .sort(["encoder", "dataset", "tie_share", "condition"], descending=[False, False, True, False])
+    )
+    out = []
+    for (encoder, dataset), g in worst.group_by("encoder", "dataset", maintain_order=True):
+        named = [f"{r['condition']} {r['tie_share']:.0%}" for r in g.head(TIES_LISTED).iter_rows(named=True)]
+        more = f" and {g.height - TIES_LISTED} more" if g.height > TIES_LISTED else ""
+        out.append(
+            f"{encoder} on {dataset}: the AUROC rests mostly on tied test predictions (share of tied "
+            f"predictions above {limit:.0%}: {', '.join(named)}{more}); its ranking of these images is "
+            "largely arbitrary, so read those AUROC values, and the axes built on them, with care"
+        )
+    return out
+
+
+def _say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: str, warnings: list[str]) -> None:
+    """A warning when some replicate has no CRS, so the intervals are empty and no tier is given."""
+    bad = incomplete(reps)
+    if not bad.any():
+        return
+    where = ~np.isfinite(x_boot[bad]).all(axis=(0, 1, 3))  # [dataset]: a replicate without an axis value there
+    names = [d for d, b in zip(datasets, where, strict=True) if b] or list(datasets)
+    warnings.append(
+        f"{int(bad.sum())} of {bad.size} {unit}-bootstrap replicates have no CRS: the test split of "
+        f"{', '.join(names)} is too small for the {unit} bootstrap (a draw left no class with both positive "
+        "and negative images to score), so the CRS and rank intervals and P(rank 1) are empty and no "
+        "leading tier is assigned; use `--bootstrap-unit seed` or a larger test split"
+    )
 
 
 def _encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.DataFrame) -> pl.DataFrame:
@@ -363,7 +445,7 @@ def _from_store(store, records, encoders, datasets, warnings: list[str]):
         return empty
     try:
         found = probe_metrics(store, records, encoders, datasets)
-    except (MissingPredictions, StoreError) as exc:
+    except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
         warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
         return empty
     warnings.extend(found.warnings)

@@ -10,6 +10,7 @@ import io
 import json
 import re
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -26,6 +27,7 @@ from crs.scoring import figures as fg
 from crs.scoring import report
 from crs.scoring.axes import AXES
 from crs.scoring.run import METRIC_TABLE, score
+from crs.scoring.scoreset import new_generation
 
 QUALITY = {"a": 1.0, "b": 0.7, "c": 0.4}
 EXPECTED_FIGURES = {"profiles", "rank_change", "pareto", "reliability_d1", "label_efficiency", "robustness_d1",
@@ -138,12 +140,17 @@ def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
         assert needle in text, needle
 
 
-def test_absent_reliability_is_said_and_the_store_fills_it(scored, tmp_path):
-    results, store, _ = scored
+def _rescored(results, scores, tmp_path, **empty):
+    """A copy of ``results`` whose score set lacks the tables named in ``empty`` (as a score that had none)."""
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
-    for ext in ("parquet", "csv"):
-        (copy / "scores" / f"reliability.{ext}").unlink()
+    replace(scores, **{k: pl.DataFrame() for k in empty}, generation=new_generation()).write(copy / "scores")
+    return copy
+
+
+def test_absent_reliability_is_said_and_the_store_fills_it(scored, tmp_path):
+    results, store, scores = scored
+    copy = _rescored(results, scores, tmp_path, reliability=True)
     summary = report.write_report(copy, tmp_path / "no_store", quiet=True)
     assert "reliability" in summary["absent"] and len(summary["figures"]) == len(EXPECTED_FIGURES) - 1
     text = (tmp_path / "no_store" / "report.html").read_text(encoding="utf-8")
@@ -194,10 +201,8 @@ def test_cli_report(scored, tmp_path):
 
 
 def test_cli_says_what_was_not_drawn_even_when_quiet(scored, tmp_path):
-    results, _, _ = scored
-    copy = tmp_path / "results"
-    shutil.copytree(results, copy)
-    (copy / "scores" / "rank_distribution.parquet").unlink()
+    results, _, scores = scored
+    copy = _rescored(results, scores, tmp_path, rank_distribution=True)
     r = CliRunner().invoke(app, ["report", "--results", str(copy), "--quiet"])
     assert r.exit_code == 0, r.output
     assert "not drawn (uncertainty): no bootstrap rank distribution" in " ".join(r.output.split())
@@ -229,3 +234,12 @@ def test_missing_scores_and_run_records_are_user_errors(tmp_path):
         report.write_report(tmp_path, tmp_path / "out", quiet=True)
     with pytest.raises(UserError, match="no run records under"):
         records.read(tmp_path)
+
+
+def test_the_leaderboard_says_when_no_tier_was_assigned(scored):
+    _, _, scores = scored
+    board = report.leaderboard(scores.encoders)
+    assert "id='no-tier'" not in report._no_tier_note(board) and "no tier" not in report.board_html(board)
+    none = board.with_columns(tier=pl.lit(None, pl.Boolean), crs_low=float("nan"))
+    assert report.board_html(none).count("no tier (no interval)") == board.height
+    assert "No leading tier" in report._no_tier_note(none)

@@ -185,3 +185,33 @@ def test_missing_seed_names_encoder_and_dataset():
     )
     with pytest.raises(ValueError, match=r"'b' on dataset 'd2' lacks seed\(s\) \[1\]"):
         seed_tensor(frame, ["a", "b"], ["d1", "d2"])
+
+
+def test_a_test_split_too_small_for_the_image_bootstrap_gives_no_tier(tmp_path, make_store):
+    from crs.scoring.run import score
+
+    # 3 test images of 3 classes: a replicate that draws one image three times has no class to score
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7, "c": 0.4}, n_test=3, seeds=(0, 1))
+    s = score(records, n_bootstrap=60, bootstrap_unit="image", store=store)
+    assert s.settings["bootstrap"]["unit"] == "image"
+    enc = s.encoders
+    assert enc["tier"].null_count() == enc.height  # no tier at all, not the leader alone
+    assert enc["crs_low"].is_nan().all() and enc["p_rank1"].is_nan().all()
+    note = [w for w in s.settings["warnings"] if "no CRS" in w]
+    assert len(note) == 1 and "d1" in note[0] and "no leading tier" in note[0] and "--bootstrap-unit seed" in note[0]
+    # the seed bootstrap of the same records has intervals and a tier
+    seed = score(records, n_bootstrap=60, bootstrap_unit="seed", store=store)
+    assert seed.encoders["tier"].null_count() == 0 and seed.encoders["tier"].any()
+    assert not any("no CRS" in w for w in seed.settings["warnings"])
+
+
+def test_summarise_leaves_no_interval_when_a_replicate_has_no_crs():
+    reps = replicates(np.random.default_rng(0).uniform(0.5, 1.0, (3, 2, 4, 4)), draw_seeds(4, 50, 0))
+    crs = reps.crs.copy()
+    crs[7, 1] = np.nan
+    from crs.scoring.bootstrap import summarise
+
+    out = summarise(reps._replace(crs=crs), ["a", "b", "c"], reps.crs.mean(axis=0))
+    assert out["tier"].to_list() == [None, None, None]
+    assert out["crs_low"].is_nan().all() and out["rank_high"].is_nan().all()
+    assert out["discrimination_low"].is_finite().all()  # the axes' intervals do not depend on the CRS

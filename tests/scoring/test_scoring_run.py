@@ -82,8 +82,8 @@ def test_settings_and_json(scores, tmp_path):
     assert st["excluded"] == {"encoders": [], "datasets": []}
     out = scores.to_json()
     assert set(out) == {
-        "settings", "rank_comparison", "encoders", "per_dataset", "pareto", "weight_sensitivity",
-        "calibration_under_shift",
+        "generation", "tables", "settings", "rank_comparison", "encoders", "per_dataset", "pareto",
+        "weight_sensitivity", "calibration_under_shift",
     }  # fmt: skip
     assert out["pareto"]["overall"] == ["enc_a"]  # enc_a is best on every axis here
     assert out["weight_sensitivity"][0]["encoder"] == "enc_a"
@@ -102,7 +102,8 @@ def test_same_seed_same_scores(records):
     a = score(records, n_bootstrap=50, seed=4)
     b = score(records, n_bootstrap=50, seed=4)
     assert a.encoders.equals(b.encoders)
-    assert a.to_json() == b.to_json()
+    assert a.generation != b.generation  # two runs are two sets, even with equal numbers
+    assert {**a.to_json(), "generation": None} == {**b.to_json(), "generation": None}
 
 
 def test_write(scores, tmp_path):
@@ -118,13 +119,16 @@ def test_write(scores, tmp_path):
             )
             for x in ("parquet", "csv")
         ]
-        + ["scores.json", "metric_table.parquet"]
+        + ["scores.json", "metric_table.parquet", "metric_table.csv"]
     )
     assert pl.read_parquet(out / "encoders.parquet").equals(scores.encoders)
     assert pl.read_csv(out / "per_dataset.csv").height == scores.per_dataset.height
-    assert json.loads((out / "scores.json").read_text()) == scores.to_json()
-    scores.write(out)  # overwrites in place, leaves no temporary files
+    written = json.loads((out / "scores.json").read_text())
+    assert written.pop("tables") == sorted(n.removesuffix(".parquet") for n in names if n.endswith(".parquet"))
+    assert written == {k: v for k, v in scores.to_json().items() if k != "tables"}
+    scores.write(out)  # overwrites in place, leaves no temporary files or folders
     assert sorted(p.name for p in out.iterdir()) == names
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "results") == [".results.lock"]
 
 
 def test_per_dataset_crs_is_that_dataset_alone(records):
@@ -254,3 +258,18 @@ def test_bad_options_are_user_errors(records, options, message):
 
     with pytest.raises(UserError, match=message):
         score(records, n_bootstrap=options.pop("n_bootstrap", 5), **options)
+
+
+def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
+    from crs.scoring.run import tie_warnings
+
+    assert tie_warnings(records) == []  # no tie_share column: records of an older probe
+    share = (pl.when((pl.col("encoder") == "enc_b") & (pl.col("condition") == "shift:other") & (pl.col("seed") == 1))
+             .then(0.75).otherwise(0.1))
+    tied = records.with_columns(tie_share=share)
+    s = score(tied, n_bootstrap=10)
+    said = [w for w in s.settings["warnings"] if "tied" in w]
+    assert [w.split(":")[0] for w in said] == ["enc_b on d1", "enc_b on d2"]  # one per (encoder, dataset)
+    assert all("shift:other 75%" in w for w in said)
+    assert s.to_json()["settings"]["warnings"] == s.settings["warnings"]  # scores.json carries them
+    assert tie_warnings(tied.with_columns(tie_share=pl.lit(0.5))) == []  # at the limit: no warning

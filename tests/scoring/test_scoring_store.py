@@ -142,3 +142,28 @@ def test_missing_predictions_are_a_user_error(built):
     store, _ = built
     with pytest.raises(UserError):
         Predictions(store, "d1", "no-such-encoder", "clean")
+
+
+def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, make_store):
+    from crs.errors import BadInput, UserError
+    from crs.scoring.run import score
+
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7}, seeds=(0, 1), n_test=12, n_val=10)
+    bogus = records.with_columns(condition=pl.when(pl.col("condition") == "gaussian_noise@1")
+                                 .then(pl.lit("noise-3")).otherwise(pl.col("condition")))
+    with pytest.raises(BadInput, match="unknown condition 'noise-3'.*re-run `crs probe`"):
+        score(bogus, n_bootstrap=5)
+    # probabilities of another split size (a stale probe): named, left out with a warning, never a crash
+    probs, attrs = store.read_predictions("d1", "b", "gaussian_noise@1")
+    store.write_predictions("d1", "b", "gaussian_noise@1", probs[:, :, :-2], attrs)
+    s = score(records, n_bootstrap=5, bootstrap_unit="image", store=store)
+    said = " ".join(s.settings["warnings"])
+    assert "b/d1/gaussian_noise@1 holds probabilities for 10 images" in said and "re-run `crs probe" in said
+    assert s.settings["bootstrap"]["unit"] == "seed"
+    # stored labels that do not fit the stored classes: a damaged store, refused
+    import zarr
+
+    labels = zarr.open_group(str(tmp_path / "s.zarr"), mode="a")["datasets"]["d1"]["label"]
+    labels[0] = 7
+    with pytest.raises(UserError, match="stored labels of dataset 'd1'.*damaged.*crs store verify"):
+        score(records, n_bootstrap=5, store=store)

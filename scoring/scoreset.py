@@ -1,0 +1,243 @@
+"""The score's outputs as one set: written whole, read whole, never a mix of two runs.
+
+``crs score`` writes every table (Parquet and CSV) and ``scores.json`` into a fresh
+hidden folder beside ``RESULTS/scores``, then swaps it in by renames:
+
+    RESULTS/.scores.next-G/   written in full, scores.json last
+    RESULTS/scores        ->  RESULTS/.scores.old-G   (rename)
+    RESULTS/.scores.next-G -> RESULTS/scores          (rename)
+    RESULTS/.scores.old-G     removed
+
+G is the set's generation id (UTC time + random hex). It is in ``scores.json``
+(``generation``, with ``tables``, the file names of the set) and in every Parquet table's
+metadata (key ``crs_scores_generation``), so a table copied in from another run is told
+apart. Whatever the kill point, one complete set is there: ``RESULTS/scores`` itself, or,
+between the two renames, the complete ``.scores.next-G`` (new) or ``.scores.old-G`` (old).
+Readers take ``scores_folder``; the next writer settles such leftovers first
+(``settle``: a complete new set is renamed into place, everything else is removed), so
+nothing half-written stays for a later stage to trip on.
+
+Test-only hook: with the environment variable ``CRS_TEST_KILL_SCORES_AT`` set to one of
+``KILL_POINTS`` (or ``file:N``, after the N-th file written), the writer sends itself
+SIGKILL at that point; the kill tests use it to stop a write exactly there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import polars as pl
+
+from crs.errors import UserError
+
+SCORES_DIR = "scores"
+SCORES_JSON = "scores.json"
+GENERATION_KEY = "crs_scores_generation"
+KILL_ENV = "CRS_TEST_KILL_SCORES_AT"
+KILL_POINTS = ("staged", "old-moved", "new-moved", "done")
+
+
+class MissingScores(UserError, FileNotFoundError):
+    """RESULTS holds no complete score: ``crs score`` has not been run there."""
+
+
+class MixedScores(UserError):
+    """The score files under RESULTS/scores do not all come from one ``crs score`` run."""
+
+
+def new_generation() -> str:
+    """A generation id: UTC time (sortable) and 8 random hex digits."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+def _kill_point(name: str) -> None:
+    if os.environ.get(KILL_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _siblings(out_dir: Path, kind: str) -> list[Path]:
+    """Complete-or-not hidden folders ``.NAME.KIND-G`` beside ``out_dir``, oldest generation first."""
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.glob(f".{out_dir.name}.{kind}-*") if p.is_dir())
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / SCORES_JSON).is_file()
+
+
+def scores_folder(results: Path) -> Path:
+    """The folder holding the newest complete score set under ``results``, without changing anything.
+
+    ``RESULTS/scores`` when it is complete; after a write killed between its two renames,
+    the complete new set (else the old one) in its hidden folder; else ``RESULTS/scores``
+    (which ``read_scores_json`` then reports missing)."""
+    out_dir = Path(results) / SCORES_DIR
+    if _complete(out_dir):
+        return out_dir
+    for kind in ("next", "old"):
+        done = [p for p in _siblings(out_dir, kind) if _complete(p)]
+        if done:
+            return done[-1]
+    return out_dir
+
+
+def settle(out_dir: Path) -> None:
+    """Finish or undo a write that was killed: leave ``out_dir`` complete (if any set was) and no leftovers."""
+    out_dir = Path(out_dir)
+    if not _complete(out_dir):
+        for kind in ("next", "old"):
+            done = [p for p in _siblings(out_dir, kind) if _complete(p)]
+            if done:
+                if out_dir.exists():
+                    shutil.rmtree(out_dir)
+                os.rename(done[-1], out_dir)
+                break
+    for kind in ("next", "old"):
+        for p in _siblings(out_dir, kind):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def write_set(out_dir: Path, tables: Mapping[str, pl.DataFrame], doc: dict, generation: str) -> None:
+    """Write ``tables`` (name -> frame, as NAME.parquet and NAME.csv) and ``doc`` as scores.json, as one set.
+
+    ``doc`` must carry ``generation``; scores.json is written last inside the new folder,
+    then the folder is swapped in (module docstring)."""
+    out_dir = Path(out_dir)
+    if doc.get("generation") != generation:
+        raise ValueError(f"scores.json's generation {doc.get('generation')!r} is not the set's {generation!r}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} is a file, not a folder; move it away and re-run `crs score`")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _writer_lock(out_dir):
+        settle(out_dir)
+        _write_and_swap(out_dir, tables, doc, generation)
+
+
+def _write_and_swap(out_dir: Path, tables: Mapping[str, pl.DataFrame], doc: dict, generation: str) -> None:
+    stage = out_dir.parent / f".{out_dir.name}.next-{generation}"
+    stage.mkdir()
+    try:
+        n = 0
+        for name, table in tables.items():
+            table.write_parquet(stage / f"{name}.parquet", metadata={GENERATION_KEY: generation})
+            table.write_csv(stage / f"{name}.csv")
+            n += 1
+            _kill_point(f"file:{n}")
+        text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        (stage / SCORES_JSON).write_text(text, encoding="utf-8")
+        _fsync_dir(stage)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    _kill_point("staged")
+    _swap(stage, out_dir, generation)
+    _kill_point("done")
+
+
+def _writer_lock(out_dir: Path):
+    """Two score runs into one RESULTS write one after the other (the lock is held for the write only)."""
+    try:
+        from filelock import FileLock
+    except ModuleNotFoundError:  # pragma: no cover - filelock is a dependency
+        import contextlib
+
+        return contextlib.nullcontext()
+    return FileLock(str(out_dir.parent / f".{out_dir.name}.lock"), timeout=120)
+
+
+def _swap(stage: Path, out_dir: Path, generation: str) -> None:
+    if not out_dir.exists():
+        os.rename(stage, out_dir)
+        _kill_point("new-moved")
+        return
+    old = out_dir.parent / f".{out_dir.name}.old-{generation}"
+    os.rename(out_dir, old)
+    _kill_point("old-moved")
+    os.rename(stage, out_dir)
+    _kill_point("new-moved")
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Flush the folder's files to disk, so the renames never publish data still in the page cache only."""
+    for p in folder.iterdir():
+        with open(p, "rb") as f:
+            os.fsync(f.fileno())
+
+
+def write_table(path: Path, table: pl.DataFrame, generation: str) -> None:
+    """One Parquet table outside the set's folder (the metric table), marked with the set's generation."""
+    from crs.files import atomic_write
+
+    atomic_write(Path(path), lambda p: table.write_parquet(p, metadata={GENERATION_KEY: generation}))
+
+
+def generation_of(path: Path) -> str | None:
+    """The score generation in a Parquet table's metadata, or None when it has none."""
+    return pl.read_parquet_metadata(path).get(GENERATION_KEY)
+
+
+def read_scores_json(folder: Path, results: Path) -> dict:
+    """scores.json of a set; MissingScores when absent, a UserError when damaged (both name `crs score`)."""
+    meta = Path(folder) / SCORES_JSON
+    if not meta.is_file():
+        raise MissingScores(
+            f"no scores under {Path(results) / SCORES_DIR} (scores.json missing); "
+            f"run `crs score --results {results}` first"
+        )
+    try:
+        doc = json.loads(meta.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{meta} is damaged ({exc}); re-run `crs score --results {results}`") from exc
+    if not isinstance(doc, dict):
+        raise UserError(f"{meta} is not a scores.json (not a JSON object); re-run `crs score --results {results}`")
+    return doc
+
+
+def read_tables(folder: Path, doc: dict, names: Callable[[], list[str]] | list[str], results: Path) -> dict:
+    """The set's tables among ``names`` (name -> DataFrame), checked to be the set scores.json names.
+
+    Refuses with MixedScores (exit 2), naming every file that disagrees, when scores.json
+    has no generation (written before sets existed), a table it lists is missing, or a
+    table's generation is not scores.json's (a table from another run)."""
+    folder = Path(folder)
+    generation = doc.get("generation")
+    fix = f"re-run `crs score --results {results}` to write a complete set"
+    if not generation:
+        raise MixedScores(
+            f"{folder / SCORES_JSON} has no generation id: it was written by a crs score that did not mark "
+            f"its tables as one set, so they may come from different runs; {fix}"
+        )
+    listed = set(doc.get("tables", []))
+    bad: list[str] = []
+    out = {}
+    for name in names:
+        path = folder / f"{name}.parquet"
+        if not path.is_file():
+            if name in listed:
+                bad.append(f"{path.name} (listed in scores.json, missing)")
+            continue
+        try:
+            got = generation_of(path)
+            table = pl.read_parquet(path)
+        except (OSError, pl.exceptions.PolarsError) as exc:  # a damaged Parquet file
+            bad.append(f"{path.name} (unreadable: {exc})")
+            continue
+        if got != generation or name not in listed:
+            bad.append(f"{path.name} (generation {got}, scores.json {generation})")
+            continue
+        out[name] = table
+    if bad:
+        raise MixedScores(
+            f"the score files in {folder} do not come from one `crs score` run: {'; '.join(bad)}; {fix}"
+        )
+    return out

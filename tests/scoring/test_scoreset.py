@@ -1,0 +1,126 @@
+"""``crs score`` writes its outputs as one set and ``crs report`` reads one set (crs.scoring.scoreset).
+
+A score killed (SIGKILL, through the test-only hook ``CRS_TEST_KILL_SCORES_AT``) at any
+point of its write leaves the old set or the new one for the report, never a mix; tables
+of two runs side by side are refused with exit 2 naming the files and `crs score`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from crs.cli import app
+from crs.errors import UserError
+from crs.records import records_dir
+from crs.scoring import report, scoreset
+from crs.scoring.run import score
+
+OLD_B, NEW_B = 5, 7  # bootstrap sizes that tell the old set from the new one
+
+
+def _results(tmp_path, make_records):
+    results = tmp_path / "results"
+    records_dir(results).mkdir(parents=True)
+    make_records({"a": 0.9, "b": 0.8, "c": 0.7}).write_parquet(records_dir(results) / "all.parquet")
+    return results
+
+
+def _score_cli(results, bootstrap, kill_at=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop(scoreset.KILL_ENV, None)
+    if kill_at:
+        env[scoreset.KILL_ENV] = kill_at
+    return subprocess.run([sys.executable, "-m", "crs.cli", "score", "--results", str(results), "--bootstrap",
+                           str(bootstrap), "--reference", "median", "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def _leftovers(results):
+    return sorted(p.name for p in results.iterdir() if p.name.startswith(".scores.") and p.is_dir())
+
+
+@pytest.mark.parametrize("kill_at", ["file:1", "staged", "old-moved", "new-moved"])
+def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at, tmp_path, make_records):
+    results = _results(tmp_path, make_records)
+    records = pl.read_parquet(records_dir(results) / "all.parquet")
+    old = score(records, reference="median", n_bootstrap=OLD_B)
+    old.write(results / "scores")
+    killed = _score_cli(results, NEW_B, kill_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    inputs = report.load(results)  # refuses a mix (MixedScores) by itself
+    expect_new = kill_at in ("old-moved", "new-moved")
+    assert inputs.settings["bootstrap"]["n"] == (NEW_B if expect_new else OLD_B)
+    if not expect_new:
+        assert inputs.generation == old.generation and inputs.table("encoders").equals(old.encoders)
+    if kill_at == "old-moved":  # RESULTS/scores is gone: the report reads the complete new set beside it
+        assert not (results / "scores").exists()
+        summary = report.write_report(results, tmp_path / "report", quiet=True)
+        assert summary["scores_generation"] == inputs.generation
+        assert report.page_generation(tmp_path / "report" / "report.html") == inputs.generation
+        assert scoreset.generation_of(tmp_path / "report" / "tables" / "leaderboard.parquet") == inputs.generation
+    # the next score settles what the kill left: one complete set, no hidden folders, no .tmp files
+    old.write(results / "scores")
+    assert _leftovers(results) == [] and not list(results.rglob("*.tmp"))
+    assert report.load(results).generation == old.generation
+
+
+def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records):
+    results = _results(tmp_path, make_records)
+    records = pl.read_parquet(records_dir(results) / "all.parquet")
+    first = score(records, n_bootstrap=OLD_B)
+    first.write(tmp_path / "other")
+    score(records, n_bootstrap=NEW_B).write(results / "scores")
+    shutil.copy(tmp_path / "other" / "pareto.parquet", results / "scores" / "pareto.parquet")
+    r = CliRunner().invoke(app, ["report", "--results", str(results), "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert "pareto.parquet" in text and first.generation in text and "crs score --results" in text
+    assert not (tmp_path / "r" / "report.html").exists()
+
+
+def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records):
+    results = _results(tmp_path, make_records)
+    scores = score(pl.read_parquet(records_dir(results) / "all.parquet"), n_bootstrap=OLD_B)
+    scores.write(results / "scores")
+    (results / "scores" / "rank_distribution.parquet").unlink()
+    with pytest.raises(scoreset.MixedScores, match=r"rank_distribution.parquet \(listed in scores.json, missing\)"):
+        report.load(results)
+    scores.write(results / "scores")
+    meta = results / "scores" / "scores.json"
+    doc = json.loads(meta.read_text())
+    del doc["generation"]  # as an older crs score wrote it
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(scoreset.MixedScores, match="no generation id.*re-run `crs score"):
+        report.load(results)
+    meta.write_text("{not json")
+    with pytest.raises(UserError, match="scores.json is damaged.*crs score"):
+        report.load(results)
+
+
+def test_a_score_without_the_store_leaves_no_table_of_the_run_with_it(tmp_path, make_store):
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7, "c": 0.4})
+    out = tmp_path / "results" / "scores"
+    with_store = score(records, n_bootstrap=OLD_B, store=store)
+    with_store.write(out)
+    assert (out / "reliability.parquet").is_file()
+    score(records, n_bootstrap=OLD_B, store=None).write(out)
+    names = {p.name for p in out.iterdir()}
+    assert "reliability.parquet" not in names and "probe_metrics.csv" not in names
+    assert scoreset.generation_of(out / "encoders.parquet") == json.loads((out / "scores.json").read_text())[
+        "generation"]
+
+
+def test_the_metric_table_beside_the_records_carries_the_generation(tmp_path, make_store):
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7})
+    scores = score(records, n_bootstrap=OLD_B, store=store)
+    scores.write(tmp_path / "scores", metric_table=tmp_path / "metric_table.parquet")
+    assert scoreset.generation_of(tmp_path / "metric_table.parquet") == scores.generation
