@@ -107,6 +107,68 @@ def test_rerun_skips_what_is_current_and_recomputes_what_changed(first, monkeypa
     write(folder, bootstrap=30)  # back to what the results hold, for the tests below
 
 
+def _stages(r):
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    return {k: (sorted(v["done"]), sorted(v["skipped"])) for k, v in out["stages"].items()}, out
+
+
+def test_the_same_store_moved_and_named_by_another_path_recomputes_nothing(first, tmp_path):
+    import shutil
+
+    folder, _, _ = first
+    cfg = write(folder, bootstrap=20)
+    _stages(invoke("run", cfg, "--json"))  # current for these settings, whatever the tests before did
+    shutil.copytree(folder / "s.zarr", tmp_path / "store-renamed.zarr")  # both moved, under new names
+    shutil.copytree(folder / "res", tmp_path / "results-renamed")
+    other = tmp_path / "elsewhere"
+    other.mkdir()  # the store named by an absolute path, the results by a relative one with '..'
+    (other / "bench.toml").write_text(
+        cfg.read_text().replace('"s.zarr"', json.dumps(str(tmp_path / "store-renamed.zarr")))
+        .replace('"res"', '"../results-renamed"'))
+    st, _ = _stages(invoke("run", other / "bench.toml", "--json"))
+    assert st["extract"][0] == [] and st["probe"][0] == [] and st["score"] == ([], ["scores"]), st
+
+
+def test_a_score_run_by_hand_makes_run_score_again(first):
+    folder, _, _ = first
+    cfg = write(folder, bootstrap=20)
+    _stages(invoke("run", cfg, "--json"))
+    r = invoke("score", "--results", folder / "res", "--store", folder / "s.zarr", "--bootstrap", 10, "--quiet")
+    assert r.exit_code == 0, r.output
+    assert json.loads((folder / "res" / "scores" / "scores.json").read_text())["settings"]["bootstrap"]["n"] == 10
+    st, out = _stages(invoke("run", cfg, "--json"))
+    assert st["probe"][0] == [] and st["score"] == (["scores"], []), st
+    assert out["settings"]["bootstrap"]["n"] == 20
+    assert json.loads((folder / "res" / "scores" / "scores.json").read_text())["settings"]["bootstrap"]["n"] == 20
+
+
+def test_a_probe_run_by_hand_makes_run_refit_that_pair_only(first, monkeypatch):
+    import polars as pl
+
+    from crs.stages import steps
+
+    folder, _, _ = first
+    cfg = write(folder, bootstrap=20)
+    _stages(invoke("run", cfg, "--json"))
+    records = folder / "res" / "run_records" / "demo-stats__demo_derm.parquet"
+    kept = records.read_bytes()
+    pl.read_parquet(records).head(5).write_parquet(records)  # what a `crs probe` of this pair alone leaves
+    asked = []
+
+    def fake_probe(store, results, pairs, **kw):  # the refit itself is not the point here
+        asked.extend(pairs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(steps, "probe", fake_probe)
+    try:
+        r = invoke("run", cfg)
+        assert r.exit_code == 130, r.output
+        assert asked == [("demo-stats", "demo_derm")]
+    finally:
+        records.write_bytes(kept)
+
+
 def test_run_prints_a_summary_table_and_quiet_prints_nothing(first):
     _, cfg, _ = first
     r = invoke("run", cfg)
