@@ -389,7 +389,8 @@ def _check_csv_rows(df: pl.DataFrame, header: Sequence[str], multi: Sequence[str
         _report(idx, df.filter(_missing(pl.col("label")).is_null()),
                 lambda r: f"label {r['label'] or ''!r} is missing; expected a class name (give the row its class, "
                           "or leave the row out)", "missing labels")
-        padded = df.filter(pl.col("label").is_not_null() & (pl.col("label") != pl.col("label").str.strip_chars()))
+        padded = df.filter(_missing(pl.col("label")).is_not_null()
+                           & (pl.col("label") != pl.col("label").str.strip_chars()))
         _report(idx, padded, lambda r: f"label {r['label']!r} has spaces around it; read as "
                                        f"{r['label'].strip()!r}", "labels with spaces around them", fatal=False)
     else:
