@@ -8,13 +8,19 @@ channel; palette, CMYK and YCbCr through PIL's own conversion; 16-bit (``I;16*``
 (``F``) stretched from its minimum to its maximum; an alpha channel (RGBA, LA, palette with
 transparency) composited onto black. EXIF orientation is not applied.
 
-A file that cannot be decoded (missing, zero bytes, truncated, not an image) raises
-``ImageError(path, reason)``; nothing is guessed or padded.
+A file that cannot be decoded (missing, zero bytes, truncated, not an image, not a regular
+file such as a FIFO, or more than ``MAX_PIXELS`` pixels) raises ``ImageError(path, reason)``;
+nothing is guessed or padded. Memory stays bounded whatever the aspect ratio: where the
+resized image would exceed ``MAX_RESIZED`` pixels (a 2000 x 1 image would become 1,024,000
+x 512), only the source region that the centre crop keeps is resampled (PIL's
+``resize(box=...)``, the same filter at the same scale, equal to resize-then-crop up to
+the rounding of the filter's fixed-point taps); ordinary images take the plain path.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
 import numpy as np
 from PIL import Image
@@ -22,6 +28,8 @@ from PIL import Image
 from crs.errors import UserError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+MAX_RESIZED = 1 << 24  # pixels of the shorter-side-resized image above which only the crop is resampled
+MAX_PIXELS = 1 << 28  # ~268 million (16384 x 16384): larger files are refused before their pixels are decoded
 
 
 class ImageError(UserError, ValueError):
@@ -59,20 +67,46 @@ def to_rgb8(im: Image.Image) -> Image.Image:
 
 
 def resize_centre_crop(im: Image.Image, size: int) -> Image.Image:
-    """Shorter side to ``size`` (bicubic), then the centre ``size`` x ``size``."""
+    """Shorter side to ``size`` (bicubic), then the centre ``size`` x ``size``.
+
+    Past ``MAX_RESIZED`` pixels the resized image is not built: the crop window (``left``,
+    ``top`` in resized pixels) is mapped back into the source (x * w / nw) and only that box
+    is resampled to ``size`` x ``size`` at the scale of the whole resize."""
     w, h = im.size
     scale = size / min(w, h)
     nw, nh = max(size, round(w * scale)), max(size, round(h * scale))
+    left, top = (nw - size) // 2, (nh - size) // 2
+    if nw * nh > MAX_RESIZED:
+        box = (left * w / nw, top * h / nh, (left + size) * w / nw, (top + size) * h / nh)
+        return im.resize((size, size), Image.Resampling.BICUBIC, box=box)
     if (nw, nh) != (w, h):
         im = im.resize((nw, nh), Image.Resampling.BICUBIC)
-    left, top = (nw - size) // 2, (nh - size) // 2
     return im.crop((left, top, left + size, top + size))
+
+
+def check_regular(path: str | os.PathLike) -> None:
+    """ImageError unless ``path`` is a regular file (a FIFO would block the reader, a folder or a
+    device is no image); ``stat`` does not open the file, so it never waits."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ImageError(path, "no such file") from None
+    except OSError as exc:
+        raise ImageError(path, f"cannot be opened ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ImageError(path, f"is {kind}; expected an image file (JPEG or PNG)")
 
 
 def decode(path: str | os.PathLike, size: int) -> np.ndarray:
     """uint8 [size, size, 3]: the image at ``path`` by the rule in the module docstring."""
+    check_regular(path)
     try:
         with Image.open(path) as im:
+            w, h = im.size
+            if w * h > MAX_PIXELS:
+                raise ImageError(path, f"{w} x {h} pixels, more than the {MAX_PIXELS:,} decoded at most; "
+                                       "expected an image of ordinary size (resize it, or leave it out of the CSV)")
             if im.format == "JPEG":
                 im.draft(im.mode, (size, size))  # decode at a reduced scale, still >= size on both sides
             im.load()
@@ -80,6 +114,8 @@ def decode(path: str | os.PathLike, size: int) -> np.ndarray:
             out = np.asarray(resize_centre_crop(rgb, size), dtype=np.uint8)
     except FileNotFoundError:
         raise ImageError(path, "no such file") from None
+    except ImageError:
+        raise
     except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError...
         reason = str(exc) or type(exc).__name__
         if os.path.isfile(path) and os.path.getsize(path) == 0:

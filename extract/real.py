@@ -44,8 +44,10 @@ Frontal; MIMIC ViewPosition PA or AP).
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
+import stat
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -74,6 +76,7 @@ ISIC_GT, ISIC_META, ISIC_IMAGES = (
 MIMIC_CHEXPERT, MIMIC_META, MIMIC_SPLIT = (
     "mimic-cxr-2.0.0-chexpert.csv.gz", "mimic-cxr-2.0.0-metadata.csv.gz", "mimic-cxr-2.0.0-split.csv.gz")
 _SHOW = 5  # problems of one kind listed before a summary line
+MISSING = ("", "na", "nan", "n/a")  # a label cell holding one of these (any case, spaces around) is missing
 
 
 class DatasetError(UserError, ValueError):
@@ -116,7 +119,8 @@ def _read(root: Path, rel: str, required: Sequence[str], idx: Index,
     """Every value as a string (codings are checked exactly), plus file and line columns."""
     path = root / rel
     if not path.is_file():
-        idx.problems.append(Problem(rel, None, f"missing; expected {path} (the file as it ships)"))
+        what = "not a regular file (a FIFO, device or folder)" if path.exists() else "missing"
+        idx.problems.append(Problem(rel, None, f"{what}; expected {path} (the file as it ships)"))
         return None
     try:
         header = pl.read_csv(path, n_rows=0, infer_schema=False).columns
@@ -324,10 +328,16 @@ def read_mimic(root: Path, *, findings: Sequence[str], uncertain: str, **_) -> I
 
 
 def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
-    """A generic CSV: ``path`` (image path, relative to --image-root or absolute), then either
-    ``label`` (one class name a row: multi-class) or ``label:NAME`` columns coded 1/0/-1/blank
-    (multi-label; blank = unknown, masked like -1); optional ``group``, ``split``
-    (train/val/test) and ``id`` (default: the path)."""
+    """A generic CSV: ``path`` (image path, relative to --image-root; one outside it only where
+    the dataset allows it), then either ``label`` (one class name a row: multi-class) or
+    ``label:NAME`` columns coded 1/0/-1/blank (multi-label; blank = unknown, masked like -1);
+    optional ``group``, ``split`` (train/val/test) and ``id`` (default: the path).
+
+    Labels are read without guessing: a class name is taken with the spaces around it removed
+    (a warning names the rows); a label cell that is blank or a missing-value mark (``NA``,
+    ``NaN``, ``N/A``, any case) is never a class: in a ``label`` column it is refused with its
+    line, in a ``label:NAME`` column it means unknown, as blank does. Blank or duplicate ids
+    are refused; at least two classes are needed."""
     idx = Index(None)
     rel = csv_path.name
     df = _read(csv_path.parent, rel, ("path",), idx, optional=())
@@ -344,10 +354,15 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
     df = df.join(pl.read_csv(csv_path, columns=extra + multi, infer_schema=False)
                  .with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64)), on="line")
     df = df.with_columns(id=pl.col("id") if "id" in header else pl.col("path"))
+    df = df.with_columns(_missing(pl.col(c)).alias(c) for c in multi)  # NA and NaN mean unknown, as blank does
     _check_csv_rows(df, header, multi, idx)
     if idx.fatal:
         return idx
     idx.classes, label_cols = _csv_labels(df, multi)
+    if not multi and len(idx.classes) < 2:
+        idx.problems.append(Problem(rel, None, f"column 'label' holds one class only ({idx.classes[0]!r}); "
+                                               "a probe needs at least two classes: add the images of the others"))
+        return idx
     idx.frame = df.select(
         id=pl.col("id"), path=pl.col("path"),
         group=pl.col("group").fill_null(pl.col("id")) if "group" in header else pl.col("id"),
@@ -358,33 +373,56 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
     return idx
 
 
+def _missing(col: pl.Expr) -> pl.Expr:
+    """``col`` with blank cells and missing-value marks (``MISSING``) as null."""
+    return pl.when(col.str.strip_chars().str.to_lowercase().is_in(list(MISSING))).then(None).otherwise(col)
+
+
 def _check_csv_rows(df: pl.DataFrame, header: Sequence[str], multi: Sequence[str], idx: Index) -> None:
-    """Blank paths and labels, split values, label codes and duplicate ids of a generic CSV."""
-    _report(idx, df.filter(pl.col("path").is_null()), lambda r: "blank path; expected an image path",
-            "blank paths")
+    """Blank paths, labels and ids, split values, label codes and duplicate ids of a generic CSV."""
+    blank = lambda c: pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "")  # noqa: E731
+    _report(idx, df.filter(blank("path")), lambda r: "blank path; expected an image path", "blank paths")
     if "split" in header:
         _report(idx, df.filter(~pl.col("split").is_in(list(SPLITS)).fill_null(False)),
                 lambda r: f"split {r['split']!r}; expected train, val or test", "split values outside train/val/test")
     if "label" in header:
-        _report(idx, df.filter(pl.col("label").is_null()), lambda r: "blank label; expected a class name",
-                "blank labels")
+        _report(idx, df.filter(_missing(pl.col("label")).is_null()),
+                lambda r: f"label {r['label'] or ''!r} is missing; expected a class name (give the row its class, "
+                          "or leave the row out)", "missing labels")
+        padded = df.filter(_missing(pl.col("label")).is_not_null()
+                           & (pl.col("label") != pl.col("label").str.strip_chars()))
+        _report(idx, padded, lambda r: f"label {r['label']!r} has spaces around it; read as "
+                                       f"{r['label'].strip()!r}", "labels with spaces around them", fatal=False)
     else:
         _check_codes(df, multi, (1.0, 0.0, -1.0), True, idx)
-    _check_unique(df.filter(pl.col("id").is_not_null()), "id", "id", idx)
+    if "id" in header:
+        _report(idx, df.filter(blank("id")), lambda r: "blank id; expected a unique id on every row (or drop the "
+                                                       "'id' column: the path is the id then)", "blank ids")
+    ids = df.filter(~blank("id")).with_columns(pl.col("id").str.strip_chars())
+    _check_unique(ids, "id", "id", idx)
 
 
 def _csv_labels(df: pl.DataFrame, multi: Sequence[str]) -> tuple[tuple[str, ...], list[pl.Expr]]:
     """(classes, label column expressions) of a generic CSV: class names in numeric order where
     they are numbers (grades), else sorted; or the ``label:NAME`` findings coded 1/0/-1/blank."""
     if not multi:
-        values = df["label"].unique().to_list()
-        try:
-            classes = tuple(str(v) for v in sorted(values, key=lambda v: (float(v), v)))  # numeric order for grades
-        except ValueError:
-            classes = tuple(sorted(values))
-        labels = pl.col("label").replace_strict({c: k for k, c in enumerate(classes)}, return_dtype=pl.Int64)
+        values = sorted(set(df["label"].str.strip_chars().to_list()))  # _check_csv_rows refused missing ones
+        numbers = [_finite(v) for v in values]
+        if all(x is not None for x in numbers):  # numeric order for grades; ties ("1", "1.0") by text
+            values = [v for _, v in sorted(zip(numbers, values))]
+        classes = tuple(values)
+        labels = pl.col("label").str.strip_chars().replace_strict({c: k for k, c in enumerate(classes)},
+                                                                  return_dtype=pl.Int64)
         return classes, [labels.alias("label")]
     return tuple(c[len("label:"):] for c in multi), _label_columns(multi, "ignore", blank=-1)
+
+
+def _finite(text: str) -> float | None:
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if np.isfinite(x) else None
 
 
 # ------------------------------------------------------------------ the registry
@@ -444,7 +482,9 @@ class FileDataset:
 
     ``shift_spec`` is the shift target as the user named it (``csv:PATH`` or a dataset
     name), which ``crs.extract.datasets.shift_target_of`` opens; ``shift_target`` is its
-    store name."""
+    store name. ``allow_absolute_paths``: image paths outside ``root`` (absolute, or climbing out
+    with ``..``) are read as given; without it they are refused, so that a dataset is what
+    lies under its root (``provenance["identity"]``)."""
 
     size = 1.0  # read as it ships: --size scales the built-in datasets only
 
@@ -452,7 +492,7 @@ class FileDataset:
                  image_size: int = DEFAULT_IMAGE_SIZE, uncertain: str = "ignore",
                  findings: Sequence[str] | None = None, csv_path: str | os.PathLike | None = None,
                  name: str | None = None, shift_target: str | None = None, modality: str | None = None,
-                 shift_spec: str | None = None):
+                 shift_spec: str | None = None, allow_absolute_paths: bool = False):
         if uncertain not in UNCERTAIN:
             raise DatasetError(f"uncertain-label policy {uncertain!r} is not one of {', '.join(UNCERTAIN)}")
         if modality is not None and modality not in MODALITIES:
@@ -477,6 +517,7 @@ class FileDataset:
         self.seed = int(seed)
         self.image_size = int(image_size)
         self.uncertain = uncertain
+        self.allow_absolute_paths = bool(allow_absolute_paths)
         if not self.root.is_dir():
             raise DatasetError(f"{self.name}: --root {str(root)!r} is not a folder; expected the folder that holds "
                                f"{layout.root_holds}")
@@ -489,6 +530,11 @@ class FileDataset:
         if idx.frame is not None and idx.frame.height == 0:
             idx.problems.append(Problem(idx.files[0] if idx.files else str(self.root), None,
                                         "no usable images are left after filtering; expected at least one row"))
+        if idx.frame is not None and idx.frame.height and not self.allow_absolute_paths:
+            outside = idx.frame.filter(_outside_root(pl.col("path")))
+            _report(idx, outside, lambda r: f"image path {r['path']!r} lies outside the image root {self.root}; "
+                                            "expected a path relative to it (or allow paths outside it: "
+                                            "allow_absolute_paths)", "image paths outside the image root")
         if idx.frame is not None and idx.frame.height and idx.frame["split"].null_count() == 0:
             # an official or given split must keep each group (patient, lesion) in one split
             straddle = (idx.frame.group_by("group")
@@ -526,9 +572,10 @@ class FileDataset:
 
     def check_args(self) -> str:
         """The `crs datasets check` arguments for this dataset."""
+        extra = " --allow-absolute-paths" if self.allow_absolute_paths else ""
         if self.csv_path is not None:
-            return f"csv:{self.csv_path} --image-root {self.root}"
-        return f"{self.name} --root {self.root}"
+            return f"csv:{self.csv_path} --image-root {self.root}{extra}"
+        return f"{self.name} --root {self.root}{extra}"
 
     def path(self, row: int) -> str:
         return str(self.root / self._built[1][row])  # an absolute path in the CSV stays as it is
@@ -550,6 +597,17 @@ class FileDataset:
             out[i] = self.load_image(r)
         return out
 
+    @functools.cached_property
+    def identity(self) -> dict:
+        """What defines this dataset's images: the resolved image root, the sha256 of every CSV file
+        read, the decoded size and whether paths outside the root are read. The store refuses to mix
+        embeddings of two datasets under one name whose identities differ."""
+        base = self.csv_path.parent if self.csv_path else self.root
+        return {"image_root": str(self.root),
+                "csv_sha256": {rel: _sha256(base / rel) for rel in self.index.files},
+                "image_size": self.image_size,
+                "allow_absolute_paths": self.allow_absolute_paths}
+
     @property
     def provenance(self) -> dict:
         """What the store records about where this dataset's table came from."""
@@ -569,6 +627,7 @@ class FileDataset:
             "split_seed": None if official else self.seed,
             "notes": list(idx.notes),
             "image_rule": "shorter side to image_size (bicubic), centre crop; RGB 8-bit (crs.extract.images)",
+            "identity": self.identity,
         }
         if self.task == "multilabel":
             out["uncertain"] = self.uncertain
@@ -603,15 +662,36 @@ CSV_LAYOUT = Layout("csv", "multiclass", (), False, "radiology", None,
 
 
 def csv_name(csv_path: str | os.PathLike) -> str:
-    """The store name of ``csv:PATH``: the file's stem, with anything but letters, digits, _ . - as _."""
-    return re.sub(r"[^A-Za-z0-9_.\-]", "_", Path(csv_path).stem) or "csv"
+    """The store name of ``csv:PATH``: the file's stem where it is made of letters, digits, _ . -
+    (not starting with '.'); otherwise those characters with the rest as _, then '-' and 8 hex
+    digits of the stem's sha256, so that ``a b.csv`` and ``a_b.csv`` get different names."""
+    stem = Path(csv_path).stem
+    safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", stem)
+    safe = "_" + safe[1:] if safe.startswith(".") else safe
+    if safe == stem and stem:
+        return stem
+    return f"{safe or 'csv'}-{hashlib.sha256(stem.encode()).hexdigest()[:8]}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _outside_root(path: pl.Expr) -> pl.Expr:
+    """A path that does not stay under the root: absolute (/x, \\x, C:x) or with a '..' component."""
+    return (path.str.contains(r"^(/|\\|[A-Za-z]:)") | path.str.contains(r"(^|[/\\])\.\.([/\\]|$)")).fill_null(False)
 
 
 def open_csv(csv_path: str | os.PathLike, *, image_root=None, modality: str | None = None,
              shift_target: str | None = None, **options) -> FileDataset:
     csv_path = Path(csv_path).expanduser()
     if not csv_path.is_file():
-        raise DatasetError(f"csv:{csv_path}: no such file; expected a CSV with a 'path' column and 'label' or "
+        what = "not a regular file (a FIFO, device or folder)" if csv_path.exists() else "no such file"
+        raise DatasetError(f"csv:{csv_path}: {what}; expected a CSV with a 'path' column and 'label' or "
                            "'label:NAME' columns")
     if modality is None:
         raise DatasetError(f"csv:{csv_path}: pass --modality (one of {', '.join(MODALITIES)}); a CSV does not "
@@ -668,19 +748,67 @@ def counts(table: Table, task: str, classes: Sequence[str]) -> pl.DataFrame:
             .agg(pl.col("positive", "negative", "unknown").sum()).sort("class", "split"))
 
 
-def _listing(root: Path, named: pl.Series) -> set[str]:
-    """Image files (relative to root) in every folder that some row's path points into."""
+def check_classes(table: Table, task: str, classes: Sequence[str], file: str) -> list[Problem]:
+    """What a probe needs of the classes, as problems naming ``file``. Refused: one class only; a
+    split the probe reads left empty (train, val and test; a dataset without training rows, a
+    shift target, is only tested); a class (multi-label: a finding's positives or negatives)
+    absent from train, which no probe could learn; a test split with one class only, where no
+    AUROC exists. A class absent from val or test is a warning: its metrics there are undefined."""
+    labels, split = np.asarray(table.labels), np.asarray(table.split)
+    needed = (0, 1, 2) if (split == 0).any() else (2,)
+    if task == "multiclass" and len(np.unique(labels)) < 2:
+        return [Problem(file, None, f"one class only ({', '.join(np.asarray(classes)[np.unique(labels)])}); a probe "
+                                    "needs at least two classes: add the images of the others")]
+    problems = []
+    for s in needed:
+        rows = split == s
+        if not rows.any():
+            problems.append(Problem(file, None, f"no {SPLITS[s]} rows; a probe needs train, val and test rows "
+                                                "(a shift target: test rows)"))
+            continue
+        for what, fatal in _absent(labels[rows], task, classes, SPLITS[s]):
+            problems.append(Problem(file, None, what + (" (give the split column, or add images, so that each "
+                                                        "split holds every class)" if fatal else ""), fatal))
+    return problems
+
+
+def _absent(y: np.ndarray, task: str, classes: Sequence[str], split: str) -> list[tuple[str, bool]]:
+    """(message, fatal) for each class ``y`` (the rows of one split) lacks; see ``check_classes``."""
+    if task == "multiclass":
+        absent = [c for k, c in enumerate(classes) if not (y == k).any()]
+        if not absent:
+            return []
+        if split == "test" and len(classes) - len(absent) < 2:
+            return [("the test split holds one class only; AUROC needs at least two", True)]
+        return [(f"the {split} split has no image of class(es) {', '.join(map(repr, absent))}"
+                 + ("; a probe cannot learn a class it never sees" if split == "train" else
+                    "; their metrics on this split are undefined"), split == "train")]
+    out = []
+    for k, c in enumerate(classes):
+        lacking = [w for w, v in (("positive", 1), ("negative", 0)) if not (y[:, k] == v).any()]
+        if lacking:
+            out.append((f"the {split} split has no {' or '.join(lacking)} image for finding {c!r}"
+                        + ("; a probe cannot learn it" if split == "train" else
+                           "; its AUROC on this split is undefined"), split in ("train", "test")))
+    return out
+
+
+def _listing(root: Path, named: pl.Series) -> tuple[set[str], set[str]]:
+    """Image files (relative to root) in every folder that some row's path points into, and the
+    names there that are not regular files (FIFOs, devices, folders) and would block or fail a read."""
     parents = named.str.replace(r"/?[^/]*$", "").unique().to_list()
     found: set[str] = set()
+    irregular: set[str] = set()
     for parent in parents:
         try:
             with os.scandir(root / parent) as it:
                 for e in it:
-                    if e.name.lower().endswith(IMAGE_SUFFIXES) and e.is_file():
-                        found.add(f"{parent}/{e.name}" if parent else e.name)
+                    if e.name.lower().endswith(IMAGE_SUFFIXES):
+                        rel = f"{parent}/{e.name}" if parent else e.name
+                        (found if e.is_file() else irregular).add(rel)
         except (FileNotFoundError, NotADirectoryError):
             continue
-    return found
+    return found, irregular
 
 
 def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | None = None,
@@ -697,6 +825,7 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
     t = ds.table()
     report.rows = len(t.ids)
     report.counts = counts(t, ds.task, ds.classes)
+    problems.extend(check_classes(t, ds.task, ds.classes, idx.files[0] if idx.files else str(ds.root)))
     exists = _check_files(ds, problems)
 
     # unreadable images: a seeded sample, or every image with all_images
@@ -717,14 +846,22 @@ def _check_files(ds: FileDataset, problems: list[Problem]) -> np.ndarray:
     idx = ds.index
     f = idx.frame
     relative = ~f["path"].str.starts_with("/")
-    found = _listing(ds.root, f["path"].filter(relative).append(idx.named.filter(~idx.named.str.starts_with("/"))))
+    found, irregular = _listing(ds.root, f["path"].filter(relative).append(
+        idx.named.filter(~idx.named.str.starts_with("/"))))
     exists = np.isin(f["path"].to_numpy().astype(str), np.array(sorted(found), dtype=str))
+    odd = np.isin(f["path"].to_numpy().astype(str), np.array(sorted(irregular), dtype=str))
     for row in np.flatnonzero(~relative.to_numpy()):  # absolute paths (csv: only): one stat each
-        exists[row] = os.path.isfile(f["path"][int(row)])
+        try:
+            mode = os.stat(f["path"][int(row)]).st_mode
+        except OSError:
+            continue
+        exists[row], odd[row] = stat.S_ISREG(mode), not stat.S_ISREG(mode)
     missing = f.filter(pl.Series(~exists))
-    for row in missing.head(_SHOW).iter_rows(named=True):
-        problems.append(Problem(row["file"], row["line"], f"image {row['path']} not found under {ds.root}; "
-                                                          "expected the file this row names"))
+    for r in np.flatnonzero(~exists)[:_SHOW].tolist():
+        row = f.row(r, named=True)
+        what = ("is not a regular file (a FIFO, device or folder); expected an image file" if odd[r]
+                else f"not found under {ds.root}; expected the file this row names")
+        problems.append(Problem(row["file"], row["line"], f"image {row['path']} {what}"))
     if missing.height > _SHOW:
         problems.append(Problem(missing["file"][0], None, f"{missing.height - _SHOW} more images not found"))
     extra = sorted(found - set(idx.named.to_list()))

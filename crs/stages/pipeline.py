@@ -5,11 +5,20 @@ What counts as current:
 * extract: the store knows which embedding chunks are complete; the extract stage
   resumes and writes only the missing ones (a complete pair costs no model load).
 * probe: ``RESULTS/run_state.json`` keeps, per (encoder, dataset), a hash of the probe
-  settings and of the embeddings it read (their conditions, and whether extract wrote to
-  them in this run); the pair is fitted again when the hash differs or its run records
-  are gone.
-* score: a hash of the score settings and of the bytes of the run-record files scored.
-* report: a hash of the score hash and the report settings, and the HTML must exist.
+  settings and of the content of what it read (``Store.content_digest`` of the dataset and
+  its shift target with that encoder, and whether extract wrote to them in this run), and
+  the digest of the files it wrote (run records, selection); the pair is fitted again when
+  the hash differs or those files are gone or differ (a ``crs probe`` run by hand). The
+  content is taken before this run's extract: when extract then writes no chunk of the
+  pair, what the probe reads is what it was, whatever extract stamps on complete arrays.
+* score: a hash of the score settings, the store's content and the bytes of the run-record
+  files scored, and the digest of the ``scores.json`` it wrote (a ``crs score`` run by hand
+  changes it, and the scores are made again).
+* report: the digest of the ``scores.json`` it was made from, and the digest of the HTML
+  it wrote, which must still be there.
+
+Every hash covers contents, never how a path is spelled: the same store or results folder
+named by another path, moved or renamed, recomputes nothing.
 
 The stage functions are the single-stage commands' own (``crs.stages.steps``), so ``crs run``
 and the single-stage commands always compute the same thing.
@@ -91,8 +100,16 @@ def write_state(results: Path, state: dict) -> None:
     atomic_write(Path(results) / STATE_FILE, lambda p: p.write_text(text, encoding="utf-8"))
 
 
-def _file_digest(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+def _file_digest(path: Path) -> str | None:
+    """sha256 of the file's bytes (16 hex digits), or None where there is no such file."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    return h.hexdigest()[:16]
 
 
 def _where(text: str, source: str, path: tuple[str, ...]):
@@ -153,11 +170,12 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, text: str = "", source
                        "set `enabled = false` under [report] (crs demo: --no-report) to run the other stages")
     state = State(Path(cfg.results), force)
     stages: dict[str, Stage] = {}
+    before = _digests_before(cfg)
     stages["extract"], (store, summaries) = _extract(cfg, progress, extra, store_hint)
     wanted = _probed_pairs(cfg, store, summaries)
-    stages["probe"], probed = _probe(cfg, progress, state, store, summaries, wanted)
-    stages["score"], scores, scores_json, score_hash = _score(cfg, progress, state, wanted)
-    stages["report"], html = _report(cfg, state, score_hash, quiet)
+    stages["probe"], probed = _probe(cfg, progress, state, store, summaries, wanted, before)
+    stages["score"], scores, scores_json, scores_digest = _score(cfg, progress, state, wanted)
+    stages["report"], html = _report(cfg, state, scores_digest, quiet)
     return RunResult(store=cfg.store, results=str(cfg.results), stages=stages, scores=scores,
                      scores_json=scores_json, probe_summaries=probed, report_html=html,
                      seconds=time.perf_counter() - t_start)
@@ -204,41 +222,88 @@ def _probed_pairs(cfg: Config, store, summaries) -> list[tuple[str, str]]:
 def _probe_settings(cfg: Config) -> dict:
     pr = cfg.probe
     out = {"seeds": pr.seeds, "fractions": list(pr.fractions), "l2": list(pr.l2), "select_by": pr.select_by,
-           "tol": pr.tol, "store": cfg.store}
+           "tol": pr.tol}
     if pr.head != "linear":  # the linear probe's hash stays what it was before heads were settings
         out.update(head=pr.head, hidden=pr.hidden)
     return out
 
 
-def _pair_hash(store, settings: dict, e: str, d: str) -> str:
-    """The probe settings and the conditions of the embeddings the pair reads (its own and its shift target's)."""
+def _read_by(store, d: str) -> list[str]:
+    """The datasets a probe of ``d`` reads: ``d`` and its shift target, where the store holds them."""
     target = store.dataset(d).attrs.get("shift_target")
-    conds = sorted((dd, c, bool(ok)) for dd in ([d, target] if target else [d]) if store.has_dataset(dd)
-                   for _, enc, c, ok in store.embeddings(dd) if enc == e)
-    return settings_hash(settings, conds)
+    return [dd for dd in ([d, target] if target else [d]) if store.has_dataset(dd)]
 
 
-def _probe(cfg: Config, progress: Progress, state: State, store, summaries, wanted):
-    from crs.probe.run import head_name, records_path
+def _digests_before(cfg: Config) -> dict[tuple[str, str], str]:
+    """{(dataset, encoder): Store.content_digest} of the config's datasets (and shift targets) as the
+    store holds them before this run's extract; empty where there is no readable store yet."""
+    from crs.extract import datasets as dsreg
+    from crs.store import Store, StoreError
+
+    if not Path(cfg.store).exists() and "://" not in str(cfg.store):
+        return {}
+    try:
+        store = Store(str(cfg.store), mode="r")
+        out = {}
+        for d in {dsreg.store_name(n) for n in cfg.datasets.names}:
+            if not store.has_dataset(d):
+                continue
+            for dd in _read_by(store, d):
+                for e in sorted({enc for _, enc, _, _ in store.embeddings(dd)}):
+                    out[(dd, e)] = store.content_digest(dd, e)
+        return out
+    except (StoreError, KeyError, OSError):  # damaged or half-written: extract repairs it, every pair is redone
+        return {}
+
+
+def _pair_hash(digest, store, settings: dict, e: str, d: str) -> str:
+    """The probe settings and the content of what the pair reads: its dataset's and its shift
+    target's tables and ``e``'s embeddings of them (``digest(dataset, encoder)``, a
+    ``Store.content_digest``, which covers the store's identity but not its path)."""
+    return settings_hash(settings, [(dd, digest(dd, e)) for dd in _read_by(store, d)])
+
+
+def _probe_outputs(results: Path, model: str, d: str) -> str | None:
+    """A digest of the files ``crs probe`` writes for one pair under RESULTS (None: its run records are gone)."""
+    from crs.probe.run import SELECTION_DIR, records_path
+
+    path = records_path(results, model, d)
+    records = _file_digest(path)
+    if records is None:
+        return None
+    return settings_hash(records, _file_digest(results / SELECTION_DIR / path.name))
+
+
+def _probe(cfg: Config, progress: Progress, state: State, store, summaries, wanted, before: dict):
+    from crs.probe.run import head_name
 
     results = Path(cfg.results)
     sp = Stage("probe", out=str(results / "run_records"))
     t0 = time.perf_counter()
     written = {(s.encoder, s.dataset) for s in summaries if s.chunks_written}
     settings = _probe_settings(cfg)
-    hashes = {p: _pair_hash(store, settings, *p) for p in wanted}
+    hashes = {p: _pair_hash(store.content_digest, store, settings, *p) for p in wanted}  # as the probe reads it
     todo = []
     for e, d in wanted:
-        target = store.dataset(d).attrs.get("shift_target")
-        fresh = (e, d) in written or (target is not None and (e, target) in written)
-        current = (not fresh and state.old.get("probe", {}).get(f"{e}__{d}") == hashes[(e, d)]
-                   and records_path(results, head_name(e, cfg.probe.head), d).exists())
-        (sp.skipped if current else todo).append(f"{e} × {d}" if current else (e, d))
+        fresh = any((e, dd) in written for dd in _read_by(store, d))
+        was = _pair_hash(lambda dd, enc: before.get((dd, enc)), store, settings, e, d)  # before this extract
+        recorded = state.old.get("probe", {}).get(f"{e}__{d}")
+        outputs = _probe_outputs(results, head_name(e, cfg.probe.head), d)
+        current = (not fresh and isinstance(recorded, dict) and recorded.get("inputs") in (was, hashes[(e, d)])
+                   and all((dd, e) in before for dd in _read_by(store, d))
+                   and outputs is not None and recorded.get("outputs") == outputs)
+        if current:  # as the store holds it now, for the next run to compare with
+            sp.skipped.append(f"{e} × {d}")
+            state.new["probe"][f"{e}__{d}"] = {"inputs": hashes[(e, d)], "outputs": outputs}
+        else:
+            todo.append((e, d))
+    state.set("probe", state.new["probe"])
     pending = iter(todo)
 
     def done_one(summary):  # pairs are probed in order: the summary is the next pending pair's
         e, d = next(pending)
-        state.new["probe"][f"{e}__{d}"] = hashes[(e, d)]
+        state.new["probe"][f"{e}__{d}"] = {"inputs": hashes[(e, d)],
+                                           "outputs": _probe_outputs(results, head_name(e, cfg.probe.head), d)}
         state.set("probe", state.new["probe"])
 
     probed = []
@@ -259,24 +324,43 @@ def _score(cfg: Config, progress: Progress, state: State, wanted):
     s_ = cfg.score
     scored = [(head_name(e, cfg.probe.head), d) for e, d in wanted]
     score_settings = {"reference": s_.reference, "weights": list(s_.weights), "bootstrap": s_.bootstrap,
-                      "bootstrap_unit": s_.bootstrap_unit, "seed": s_.seed, "store": cfg.store}
-    score_hash = settings_hash(score_settings, sorted(
+                      "bootstrap_unit": s_.bootstrap_unit, "seed": s_.seed}
+    score_hash = settings_hash(score_settings, _store_content(cfg.store, sorted({d for _, d in scored})), sorted(
         (e, d, _file_digest(records_path(results, e, d))) for e, d in scored))
     scores_json_path = results / "scores" / "scores.json"
-    if state.old.get("score") == score_hash and scores_json_path.exists():
+    before = state.old.get("score")
+    digest = _file_digest(scores_json_path)
+    if (isinstance(before, dict) and before.get("inputs") == score_hash and digest is not None
+            and before.get("scores_json") == digest):
         sc.skipped = ["scores"]
         scores_json = json.loads(scores_json_path.read_text(encoding="utf-8"))
         scores = stand_in(scores_json)
     else:
         scores = steps.score(results, s_, store=cfg.store, pairs=scored, progress=progress)
         scores_json = scores.to_json()
+        digest = _file_digest(scores_json_path)
         sc.done = ["scores"]
-    state.set("score", score_hash)
+    state.set("score", {"inputs": score_hash, "scores_json": digest})
     sc.seconds = time.perf_counter() - t0
-    return sc, scores, scores_json, score_hash
+    return sc, scores, scores_json, digest
 
 
-def _report(cfg: Config, state: State, score_hash: str, quiet: bool):
+def _store_content(store_path: str, datasets: list[str]) -> list:
+    """What scoring reads from the store (its identity and the datasets' tables), not its path;
+    empty where the store cannot be opened (scoring then works from the run records alone)."""
+    from crs.store import Store, StoreError
+
+    try:
+        store = Store(str(store_path), mode="r")
+    except StoreError:
+        return []
+    return [store.store_id] + [(d, store.content_digest(d)) for d in datasets if store.has_dataset(d)]
+
+
+def _report(cfg: Config, state: State, scores_digest: str | None, quiet: bool):
+    """The report is current when it was made from the ``scores.json`` there is now (its digest) and
+    its HTML is still the one written then; names are kept relative to the report folder, so a
+    moved results folder keeps its report."""
     rp = Stage("report", enabled=cfg.report.enabled)
     if not cfg.report.enabled:
         return rp, None
@@ -284,19 +368,22 @@ def _report(cfg: Config, state: State, score_hash: str, quiet: bool):
     results = Path(cfg.results)
     out = Path(cfg.report.out) if cfg.report.out is not None else results / "report"
     rp.out = str(out)
-    report_hash = settings_hash(score_hash, str(out))
     previous = state.old.get("report", {}) if isinstance(state.old.get("report"), dict) else {}
-    if previous.get("hash") == report_hash and previous.get("html") and Path(previous["html"]).exists():
+    name = previous.get("html_name")
+    html = out / name if isinstance(name, str) and name and Path(name).name == name else None
+    made = previous.get("html_digest")
+    current = (scores_digest is not None and previous.get("scores_json") == scores_digest
+               and html is not None and made is not None and _file_digest(html) == made)
+    if current:
         rp.skipped = ["report"]
-        html = previous["html"]
     else:
         written_report = steps.report(results, out, store=cfg.store, quiet=quiet)
-        html = str(written_report["html"])
+        html = Path(written_report["html"])
         rp.done = ["report"]
         rp.detail = json.loads(json.dumps({k: written_report.get(k) for k in ("figures", "tables")}, default=str))
-    state.set("report", {"hash": report_hash, "html": html})
+    state.set("report", {"scores_json": scores_digest, "html_name": html.name, "html_digest": _file_digest(html)})
     rp.seconds = time.perf_counter() - t0
-    return rp, html
+    return rp, str(html)
 
 
 def stand_in(scores_json: dict):

@@ -97,7 +97,9 @@ class Extracted(NamedTuple):
 def dataset_options(cfg: Config) -> dict:
     ds = cfg.datasets
     return {"roots": dict(ds.roots), "image_root": ds.image_root, "uncertain": ds.uncertain,
-            "modality": ds.modality, "shift_target": ds.shift_target, "findings": ds.findings}
+            "modality": ds.modality, "shift_target": ds.shift_target, "findings": ds.findings,
+            # image paths outside the root: read only when the config says so (crs.extract.datasets.get)
+            "allow_absolute_paths": bool(getattr(ds, "allow_absolute_paths", False))}
 
 
 def _datasets_with_shift_targets(cfg: Config) -> list:

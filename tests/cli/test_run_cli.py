@@ -107,6 +107,55 @@ def test_rerun_skips_what_is_current_and_recomputes_what_changed(first, monkeypa
     write(folder, bootstrap=30)  # back to what the results hold, for the tests below
 
 
+def _stages(r):
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    return {k: (sorted(v["done"]), sorted(v["skipped"])) for k, v in out["stages"].items()}, out
+
+
+def test_the_same_store_moved_and_named_by_another_path_recomputes_nothing(first, tmp_path):
+    import shutil
+
+    folder, _, _ = first
+    cfg = write(folder, bootstrap=20)
+    _stages(invoke("run", cfg, "--json"))  # current for these settings, whatever the tests before did
+    shutil.copytree(folder / "s.zarr", tmp_path / "store-renamed.zarr")  # both moved, under new names
+    shutil.copytree(folder / "res", tmp_path / "results-renamed")
+    other = tmp_path / "elsewhere"
+    other.mkdir()  # the store named by an absolute path, the results by a relative one with '..'
+    (other / "bench.toml").write_text(
+        cfg.read_text().replace('"s.zarr"', json.dumps(str(tmp_path / "store-renamed.zarr")))
+        .replace('"res"', '"../results-renamed"'))
+    st, _ = _stages(invoke("run", other / "bench.toml", "--json"))
+    assert st["extract"][0] == [] and st["probe"][0] == [] and st["score"] == ([], ["scores"]), st
+
+
+def test_a_probe_run_by_hand_makes_run_refit_that_pair_only(first, monkeypatch):
+    import polars as pl
+
+    from crs.stages import steps
+
+    folder, _, _ = first
+    cfg = write(folder, bootstrap=20)
+    _stages(invoke("run", cfg, "--json"))
+    records = folder / "res" / "run_records" / "demo-stats__demo_derm.parquet"
+    kept = records.read_bytes()
+    pl.read_parquet(records).head(5).write_parquet(records)  # what a `crs probe` of this pair alone leaves
+    asked = []
+
+    def fake_probe(store, results, pairs, **kw):  # the refit itself is not the point here
+        asked.extend(pairs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(steps, "probe", fake_probe)
+    try:
+        r = invoke("run", cfg)
+        assert r.exit_code == 130, r.output
+        assert asked == [("demo-stats", "demo_derm")]
+    finally:
+        records.write_bytes(kept)
+
+
 def test_run_prints_a_summary_table_and_quiet_prints_nothing(first):
     _, cfg, _ = first
     r = invoke("run", cfg)
@@ -129,6 +178,41 @@ def test_report_stage_writes_the_page_then_skips_it(first):
     assert Path(out["report"]).exists()
     r = invoke("run", cfg, "--json")
     assert json.loads(r.stdout)["stages"]["report"]["skipped"] == ["report"]
+
+
+def test_a_score_by_hand_is_redone_and_the_report_follows_scores_json(first, monkeypatch):
+    pytest.importorskip("crs.scoring.report")
+    from crs.stages import steps
+
+    folder, _, _ = first
+    cfg = write(folder, report="true")
+    _stages(invoke("run", cfg, "--json"))
+    scores = folder / "res" / "scores" / "scores.json"
+    made = []
+
+    def fake_report(results, out, **kw):  # what the report was made from is the point, not the page
+        made.append(scores.read_bytes())
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.html").write_text("made from the scores now")
+        return {"html": out / "report.html"}
+
+    monkeypatch.setattr(steps, "report", fake_report)
+    r = invoke("score", "--results", folder / "res", "--store", folder / "s.zarr", "--bootstrap", 10, "--quiet")
+    assert r.exit_code == 0, r.output
+    assert json.loads(scores.read_text())["settings"]["bootstrap"]["n"] == 10
+    st, out = _stages(invoke("run", cfg, "--json"))  # scored again as the config says: the bytes the report shows
+    assert st["probe"][0] == [] and st["score"] == (["scores"], []) and st["report"] == ([], ["report"]), st
+    assert out["settings"]["bootstrap"]["n"] == 20 == json.loads(scores.read_text())["settings"]["bootstrap"]["n"]
+    cfg = write(folder, bootstrap=30, report="true")  # other scores: the report must follow them
+    st, _ = _stages(invoke("run", cfg, "--json"))
+    assert st["score"] == (["scores"], []) and st["report"] == (["report"], []), st
+    assert made == [scores.read_bytes()]  # made from the scores.json there is now
+    st, _ = _stages(invoke("run", cfg, "--json"))
+    assert st["report"] == ([], ["report"]) and len(made) == 1
+    (folder / "res" / "report" / "report.html").write_text("edited by hand")
+    st, _ = _stages(invoke("run", cfg, "--json"))
+    assert st["report"] == (["report"], []) and len(made) == 2
+    write(folder)
 
 
 def test_missing_report_module_is_one_clear_line_before_any_work(tmp_path, monkeypatch):

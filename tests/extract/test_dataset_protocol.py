@@ -82,6 +82,9 @@ def test_every_dataset_kind_has_every_member(kind, tmp_path):
     else:
         assert ds.size == 1.0 and ds.source == ds.provenance["source"] and len(ds.paths) == len(t.ids)
         assert ds.paths[1] == ds.path(1) and ds.paths[:2] == [ds.path(0), ds.path(1)]
+        ident = ds.provenance["identity"]  # what the store compares before mixing embeddings of two datasets
+        assert ident["image_root"] == str(ds.root) and ident["image_size"] == n
+        assert ident["csv_sha256"] and all(len(v) == 64 for v in ident["csv_sha256"].values())
 
 
 def test_shift_spec_is_what_the_user_named(tmp_path):

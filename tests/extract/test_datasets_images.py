@@ -88,3 +88,54 @@ def test_unreadable_files_raise_image_error_naming_the_path(tmp_path, kind):
         assert "empty" in e.value.reason
     back = pickle.loads(pickle.dumps(e.value))
     assert (back.path, back.reason) == (e.value.path, e.value.reason)
+
+
+def test_non_regular_files_are_refused_without_waiting(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "pipe.png")  # opening it would block until a writer comes
+    (tmp_path / "folder.png").mkdir()
+    for name, kind in (("pipe.png", "a FIFO"), ("folder.png", "a folder")):
+        with pytest.raises(ImageError, match=f"is {kind}; expected an image file"):
+            decode(tmp_path / name, 16)
+
+
+def test_a_one_pixel_tall_image_decodes_within_a_fixed_memory_bound(tmp_path):
+    """A 2000 x 1 PNG (under 100 bytes) resized shorter side first would be 1,024,000 x 512 pixels
+    (1.5 GB); measured in a fresh process, the decode's peak memory stays small."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "thin.png"
+    Image.fromarray(np.full((1, 2000, 3), 200, np.uint8)).save(path, optimize=True)
+    assert path.stat().st_size < 200
+    code = ("import resource, numpy as np\nfrom crs.extract.images import decode\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            f"out = decode({str(path)!r}, 512)\n"
+            "assert out.shape == (512, 512, 3) and (out == 200).all(), out.mean()\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) < 100  # MB of peak growth (1500 before the bound)
+
+
+def test_the_bounded_path_is_the_same_rule(tmp_path, monkeypatch):
+    from crs.extract import images
+
+    rng = np.random.default_rng(1)
+    for h, w in ((40, 90), (90, 40), (7, 300)):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(tmp_path / f"{h}x{w}.png")
+    plain = {p.name: decode(p, 24).astype(int) for p in tmp_path.glob("*.png")}
+    monkeypatch.setattr(images, "MAX_RESIZED", 0)  # every image through the crop-only resample
+    for p in tmp_path.glob("*.png"):
+        bounded = decode(p, 24).astype(int)
+        assert np.abs(bounded - plain[p.name]).mean() < 1.0 and np.abs(bounded - plain[p.name]).max() <= 32, p.name
+
+
+def test_an_image_over_the_pixel_limit_is_refused_before_decoding(tmp_path, monkeypatch):
+    from crs.extract import images
+
+    Image.fromarray(np.zeros((30, 40, 3), np.uint8)).save(tmp_path / "big.png")
+    monkeypatch.setattr(images, "MAX_PIXELS", 1000)
+    with pytest.raises(ImageError, match="40 x 30 pixels, more than the 1,000"):
+        decode(tmp_path / "big.png", 16)

@@ -264,3 +264,133 @@ def test_index_scales_vectorised(tmp_path):
     t = ds.table()
     assert len(t.ids) > 10_000 and set(np.unique(t.split).tolist()) == {0, 1, 2}
     assert real.counts(t, ds.task, ds.classes).height == 15
+
+
+# ---------------------------------------------------------------- csv:PATH: labels, ids and files named, not guessed
+
+
+def _csv(tmp_path, rows, header=("path", "label"), name="x.csv"):
+    return dsreg.get(f"csv:{write_csv(tmp_path / name, list(header), rows)}", modality="dermatology")
+
+
+def _fatal(ds):
+    return {(p.line, p.message.split(";")[0]) for p in ds.index.fatal}
+
+
+def test_csv_missing_labels_are_refused_with_their_lines_and_padding_is_stripped(tmp_path):
+    ds = _csv(tmp_path, [["a.png", "cat"], ["b.png", "NaN"], ["c.png", ""], ["d.png", " dog "], ["e.png", "NA"],
+                         ["f.png", "dog"], ["g.png", " n/a"]])
+    assert _fatal(ds) == {(3, "label 'NaN' is missing"), (4, "label '' is missing"), (6, "label 'NA' is missing"),
+                          (8, "label ' n/a' is missing")}
+    with pytest.raises(DatasetError, match=r"x.csv:3: label 'NaN' is missing"):
+        ds.table()
+    ok = _csv(tmp_path, [["a.png", "cat"], ["d.png", " dog "], ["f.png", "dog"], ["g.png", "cat\t"]])
+    assert ok.classes == ("cat", "dog") and ok.table().labels.tolist() == [0, 1, 1, 0]
+    warned = [(p.line, p.fatal) for p in ok.index.problems]
+    assert warned == [(3, False), (5, False)]  # named as warnings, read with the spaces removed
+
+
+def test_csv_class_order_does_not_depend_on_row_order(tmp_path):
+    rows = [[f"{i}.png", g] for i, g in enumerate(["10", "2", "1.0", "2", "10", "1.0"])]
+    a = _csv(tmp_path, rows, name="a.csv")
+    b = _csv(tmp_path, rows[::-1], name="b.csv")
+    assert a.classes == b.classes == ("1.0", "2", "10")  # numeric order for grades
+    words = [[f"{i}.png", w] for i, w in enumerate(["b", "a", "B", "nan-ish", "a"])]
+    assert _csv(tmp_path, words, name="c.csv").classes == _csv(tmp_path, words[::-1], name="d.csv").classes \
+        == ("B", "a", "b", "nan-ish")
+
+
+def test_csv_multilabel_missing_marks_are_unknown(tmp_path):
+    ds = _csv(tmp_path, [["a.png", "1", "NA"], ["b.png", "nan", "0"], ["c.png", "0", " 1 "]],
+              header=("path", "label:Edema", "label:Effusion"))
+    assert ds.table().labels.tolist() == [[1, -1], [-1, 0], [0, 1]]
+
+
+def test_csv_one_class_blank_and_duplicate_ids_are_refused(tmp_path):
+    one = _csv(tmp_path, [["a.png", "cat"], ["b.png", " cat"]], name="one.csv")
+    with pytest.raises(DatasetError, match="one class only \\('cat'\\)"):
+        one.table()
+    ids = _csv(tmp_path, [["a.png", "cat", "x"], ["b.png", "dog", ""], ["c.png", "cat", "  "], ["d.png", "dog", " x"]],
+               header=("path", "label", "id"), name="ids.csv")
+    assert _fatal(ids) == {(3, "blank id"), (4, "blank id"), (2, "duplicate id 'x'"), (5, "duplicate id 'x'")}
+
+
+def test_csv_paths_outside_the_image_root_are_refused_unless_allowed(tmp_path):
+    outside = str(write_csv(tmp_path / "elsewhere" / "y.csv", ["q"], []).parent / "img.png")
+    rows = [["in/a.png", "cat"], ["../b.png", "dog"], [outside, "cat"], ["in/../../c.png", "dog"]]
+    ds = _csv(tmp_path, rows)
+    assert {line for line, _ in _fatal(ds)} == {3, 4, 5}
+    assert all("outside the image root" in p.message and "allow_absolute_paths" in p.message for p in ds.index.fatal)
+    allowed = dsreg.get(f"csv:{tmp_path / 'x.csv'}", modality="dermatology", allow_absolute_paths=True)
+    assert allowed.table().ids.tolist() == [r[0] for r in rows] and allowed.paths[2] == outside
+    assert allowed.identity["allow_absolute_paths"] and not ds.identity["allow_absolute_paths"]
+
+
+def test_a_fifo_is_named_not_waited_on(tmp_path):
+    import os
+
+    make_aptos(tmp_path, n=60)
+    _, rows = read_rows(tmp_path / "train.csv")
+    fifo = tmp_path / "train_images" / f"{rows[0][0]}.png"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    ds = dsreg.get("aptos2019", roots={"aptos2019": tmp_path}, image_size=16)
+    report = real.check(ds, all_images=True)
+    assert [str(p) for p in report.problems if p.fatal] == [
+        f"train.csv:2: image train_images/{rows[0][0]}.png is not a regular file (a FIFO, device or folder); "
+        "expected an image file"]
+    os.mkfifo(tmp_path / "pipe.csv")
+    with pytest.raises(DatasetError, match="not a regular file"):
+        dsreg.get(f"csv:{tmp_path / 'pipe.csv'}", modality="dermatology")
+
+
+def test_check_refuses_a_split_without_a_class_the_probe_needs():
+    from crs.extract.table import Table
+
+    def table(labels, split):
+        n = len(labels)
+        return Table(ids=np.arange(n).astype(str), labels=np.asarray(labels), split=np.asarray(split, np.int8),
+                     group=np.arange(n).astype(str))
+
+    def found(t, task="multiclass", classes=("a", "b", "c")):
+        return [(p.fatal, p.message.split(";")[0]) for p in real.check_classes(t, task, classes, "x.csv")]
+
+    assert found(table([0, 1, 2, 0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1, 2, 2, 2])) == []
+    assert found(table([0, 1, 0, 0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1, 2, 2, 2])) == [
+        (True, "the train split has no image of class(es) 'c'")]
+    assert found(table([0, 1, 2, 0, 0, 0, 0, 1, 0], [0, 0, 0, 1, 1, 1, 2, 2, 2])) == [
+        (False, "the val split has no image of class(es) 'b', 'c'"), (False, "the test split has no image of "
+                                                                             "class(es) 'c'")]
+    assert found(table([0, 1, 2, 0, 1, 2, 0, 0, 0], [0, 0, 0, 1, 1, 1, 2, 2, 2])) == [
+        (True, "the test split holds one class only")]
+    assert found(table([0, 1, 2], [0, 0, 0])) == [(True, "no val rows"), (True, "no test rows")]
+    assert found(table([1, 2], [2, 2])) == [(False, "the test split has no image of class(es) 'a'")]  # shift target
+    assert found(table([0, 0], [2, 2])) == [(True, "one class only (a)")]
+    multi = table(np.array([[1, 0], [0, 0], [1, -1], [0, 1], [1, 1], [0, 0]]), [0, 0, 1, 1, 2, 2])
+    assert found(multi, "multilabel", ("Edema", "Effusion")) == [
+        (True, "the train split has no positive image for finding 'Effusion'"),
+        (False, "the val split has no negative image for finding 'Effusion'")]
+
+
+def test_identity_is_the_image_root_and_the_csv_contents(tmp_path):
+    import hashlib
+
+    rows = [["a.png", "cat"], ["b.png", "dog"]]
+    ds = _csv(tmp_path, rows)
+    ident = ds.provenance["identity"]
+    assert ident["image_root"] == str(tmp_path.resolve())
+    assert ident["csv_sha256"] == {"x.csv": hashlib.sha256((tmp_path / "x.csv").read_bytes()).hexdigest()}
+    (tmp_path / "sub").mkdir()
+    other_root = dsreg.get(f"csv:{tmp_path / 'x.csv'}", modality="dermatology", image_root=str(tmp_path / "sub"))
+    assert other_root.identity["image_root"] != ident["image_root"]
+    write_csv(tmp_path / "x.csv", ["path", "label"], rows[::-1])
+    assert _csv(tmp_path, rows[::-1]).identity["csv_sha256"] != ident["csv_sha256"]
+    aptos = dsreg.get("aptos2019", roots={"aptos2019": make_aptos(tmp_path / "ap", n=10)}, image_size=16)
+    assert aptos.provenance["identity"]["image_size"] == 16 and set(aptos.identity["csv_sha256"]) == {"train.csv"}
+
+
+def test_csv_names_that_sanitise_alike_do_not_collide(tmp_path):
+    names = {real.csv_name(tmp_path / f) for f in ("a b.csv", "a_b.csv", "a:b.csv", "a~b.csv")}
+    assert len(names) == 4 and "a_b" in names
+    assert real.csv_name("site_a.csv") == "site_a" and dsreg.store_name("csv:dir/a b.csv") == real.csv_name("a b.csv")
+    assert not real.csv_name(".hidden.csv").startswith(".")
