@@ -3,8 +3,8 @@
 A leaf: each command parses its options (made from the settings schema, ``crs.options``),
 calls a stage of ``crs.stages`` and prints. Heavy libraries (torch, jax) are imported
 inside the stages, so ``crs --help`` is instant. Exit codes: 0 done, 1 a failure of ours,
-2 bad input (``crs.errors.UserError``), 130 interrupted (what was written is kept; re-run
-to resume).
+2 bad input (``crs.errors.UserError``, or an OSError of the user's files), 130 interrupted by
+Ctrl-C and 143 by SIGTERM (what was committed is kept; re-run to resume).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -26,7 +28,7 @@ from rich.table import Table
 
 from crs import config as cfgmod
 from crs import options
-from crs.errors import BadInput, UserError
+from crs.errors import BadInput, UserError, user_os_error
 
 __all__ = ["BadInput", "app", "main"]
 
@@ -46,9 +48,38 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so the program unwinds as on Ctrl-C: ``finally`` blocks run, locks
+    are released, what was committed stays (exit 143 instead of 130)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not break the unwinding; SIGKILL still ends it
+    raise Terminated()
+
+
+def _bug(exc: BaseException, verbose: bool) -> typer.Exit:
+    if verbose:
+        traceback.print_exc()
+    err.print(f"[red]internal error[/] ({type(exc).__name__}): {escape(str(exc))}\nthis is a bug in CRS-Bench, not a "
+              "problem with your input; " + ("please report it with the traceback above" if verbose else
+                                             "re-run with --verbose for the traceback and report it"),
+              highlight=False, soft_wrap=True)
+    return typer.Exit(1)
+
+
+def _user(exc: UserError, verbose: bool) -> typer.Exit:
+    if verbose:
+        traceback.print_exc()
+    err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
 @contextmanager
 def friendly_errors(verbose: bool):
-    """A UserError is one clear line and exit 2; anything else is our bug, exit 1; tracebacks only with --verbose."""
+    """A UserError (or an OSError of the user's files, ``crs.errors.user_os_error``) is one clear line and
+    exit 2; anything else is our bug, exit 1, saying so; tracebacks only with --verbose. Ctrl-C exits 130,
+    SIGTERM 143, each after a message."""
     try:
         yield
     except typer.Exit:
@@ -59,20 +90,19 @@ def friendly_errors(verbose: bool):
         except (OSError, ValueError, AttributeError):
             pass
         raise typer.Exit(0)
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]: everything written so far is kept; run the same command again to resume")
-        raise typer.Exit(130)
+    except KeyboardInterrupt as exc:
+        what, code = ("terminated (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        err.print(f"[yellow]{what}[/]: everything committed so far is kept; run the same command again to resume")
+        raise typer.Exit(code)
     except UserError as exc:
-        if verbose:
-            traceback.print_exc()
-        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise _user(exc, verbose) from None
+    except OSError as exc:
+        mine = user_os_error(exc)
+        if mine is None:
+            raise _bug(exc, verbose) from None
+        raise _user(mine, verbose) from None
     except Exception as exc:
-        if verbose:
-            traceback.print_exc()
-        err.print(f"[red]internal error[/] ({type(exc).__name__}): {escape(str(exc))}\nre-run with --verbose for the traceback",
-                  highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise _bug(exc, verbose) from None
 
 
 def progress_bar(quiet: bool):
@@ -620,6 +650,8 @@ def _print_run(result, source: str, *, as_json: bool, quiet: bool, verbose: bool
 
 
 def main() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     app()
 
 
