@@ -561,6 +561,37 @@ def print_check(report, ds) -> None:
 
 
 
+store_app = typer.Typer(help="Inspect a store: `crs store verify PATH` checks every array and chunk against "
+                         "what was committed.", no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("verify")
+def store_verify_cmd(
+    path: Annotated[str, typer.Argument(help="The store: a path or an fsspec URL.", show_default=False)],
+    repair: Annotated[bool, typer.Option("--repair", help="Also repair what can be repaired in place (what "
+                                         "cannot is listed with the command that recomputes it).")] = False,
+    as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+):
+    """Check a whole store: every array, chunk and metadata file against what was committed. Exit 0 sound, 2 not."""
+    import dataclasses
+    import importlib
+
+    with friendly_errors(verbose):
+        integrity = importlib.import_module("crs.store.integrity")  # the store's own checks (numpy + zarr only)
+        findings = list(integrity.verify(path, repair=repair))
+        if as_json:
+            print(json.dumps([dataclasses.asdict(f) for f in findings]))
+        elif findings:
+            text = integrity.format_findings(findings)
+            (err if quiet else out).print(escape(text), highlight=False, soft_wrap=True)
+        elif not quiet:
+            out.print(f"{path}: every array, chunk and metadata file is as committed" + (" (nothing to repair)" if
+                      repair else ""), highlight=False, soft_wrap=True)
+        if findings:
+            raise typer.Exit(2)
+
+
 # ---------------------------------------------------------------------- run
 def _read_config(config: Path | None) -> tuple[cfgmod.Config, str]:
     if config is None:
