@@ -105,19 +105,35 @@ def friendly_errors(verbose: bool):
         raise _bug(exc, verbose) from None
 
 
-def progress_bar(quiet: bool):
-    """A rich Progress on stderr (it satisfies ``crs.progress.Progress``); hidden with --quiet."""
+def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval):
+    """The progress display (it satisfies ``crs.progress.Progress``), on stderr; nothing with --quiet.
+
+    A terminal gets a rich bar; a file or a pipe (a batch job's log) gets a plain line per running
+    task every ``interval`` seconds (``crs.progress.LineProgress``). Both show the average rate since
+    the start with the task's unit, and the time left at that rate."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+                               TimeElapsedColumn)
     from rich.text import Text
+
+    from crs import progress as prog
+
+    if not quiet and not err.is_terminal:
+        return prog.LineProgress(interval, lambda line: err.print(line, markup=False, highlight=False,
+                                                                   soft_wrap=True))
 
     class Rate(ProgressColumn):
         def render(self, task):
-            return Text(f"{task.speed:.2f}/s" if task.speed else "-/s")
+            unit = task.fields.get("unit") or prog.DEFAULT_UNIT
+            return Text(prog.rate_text(prog.average_rate(task.completed, task.elapsed or 0), unit))
+
+    class Left(ProgressColumn):
+        def render(self, task):
+            left = prog.time_left(task.completed, task.total, task.elapsed or 0)
+            return Text("-:--:--" if left is None or task.finished else prog.clock(left), style="progress.remaining")
 
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=quiet,
+        TimeElapsedColumn(), Left(), console=err, disable=quiet,
     )
 
 
@@ -167,7 +183,7 @@ EXTRACT = [("encoders", "names"), ("datasets", "names"), ("store",), ("datasets"
            ("datasets", "shift_target"), ("datasets", "split_seed"), ("datasets", "findings"),
            ("encoders", "file"), ("encoders", "weights"), ("encoders", "trust_remote_code"),
            ("extract", "workers"), ("extract", "strict"), ("extract", "severities"), ("extract", "precision"),
-           ("extract", "executor"), ("extract", "address"), ("extract", "actors")]
+           ("extract", "executor"), ("extract", "address"), ("extract", "actors"), ("log_interval",)]
 
 
 @stage_command("extract", EXTRACT)
@@ -194,7 +210,7 @@ def extract_cmd(
                   ("datasets", "roots"): stages.parse_roots(given.pop(("datasets", "roots"), None), datasets)})
     cfg = options.to_config(given)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
         store, summaries = stages.extract(cfg, progress, extra_encoders=extra)
     report = {"store": store.path, "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
@@ -212,7 +228,7 @@ def extract_cmd(
 # -------------------------------------------------------------------- probe
 PROBE = [("encoders", "names"), ("datasets", "names"), ("store",), ("results",), ("probe", "seeds"),
          ("probe", "fractions"), ("probe", "l2"), ("probe", "select_by"), ("probe", "tol"), ("probe", "head"),
-         ("probe", "hidden")]
+         ("probe", "hidden"), ("log_interval",)]
 
 
 @stage_command("probe", PROBE)
@@ -231,7 +247,7 @@ def probe_cmd(
     cfg = options.to_config(given)
     pairs = stages.probe_pairs(cfg.store, encoders, datasets, every=all_)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
         summaries = stages.probe(cfg.store, Path(cfg.results), pairs, cfg.probe, progress)
     report = {"results": str(Path(cfg.results)), "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
@@ -303,7 +319,7 @@ def print_comparisons(scores):
 
 
 SCORE = [("results",), ("score", "bootstrap"), ("score", "reference"), ("score", "weights"), ("score", "seed"),
-         ("score", "bootstrap_unit"), ("store",)]
+         ("score", "bootstrap_unit"), ("store",), ("log_interval",)]
 
 
 @stage_command("score", SCORE)
@@ -313,7 +329,7 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
 
     cfg = options.to_config(given)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
         scores = stages.score(Path(cfg.results), cfg.score, store=cfg.store, progress=progress)
     if as_json:
         print(json.dumps(scores.to_json()))
@@ -327,7 +343,7 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
 
 
 # ------------------------------------------------------------------- report
-@stage_command("report", [("results",), ("report", "out"), ("store",)])
+@stage_command("report", [("results",), ("report", "out"), ("store",), ("log_interval",)])
 def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False):
     """Write the scores as one self-contained HTML page, with its figures as PNG and tables as CSV and Parquet.
 
@@ -335,7 +351,9 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     from crs import stages
 
     cfg = options.to_config(given)
-    summary = stages.report(Path(cfg.results), cfg.report.out, store=given.get(("store",)), quiet=True)
+    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
+        progress.add_task("report", total=None)  # the stage reports no steps: the display shows the time taken
+        summary = stages.report(Path(cfg.results), cfg.report.out, store=given.get(("store",)), quiet=True)
     if as_json:
         print(json.dumps(summary))
         return
@@ -353,7 +371,7 @@ DEMO = cfgmod.parse(cfgmod.EXAMPLE, "built-in demo config")
 
 
 @stage_command("demo", [("datasets", "size"), ("probe", "seeds"), ("score", "bootstrap"), ("extract", "severities"),
-                        ("report", "enabled")], base=DEMO)
+                        ("report", "enabled"), ("log_interval",)], base=DEMO)
 def demo_cmd(
     given: dict,
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the demo's store and results.")] = Path("./crs-demo"),
@@ -644,7 +662,7 @@ def run_cmd(
 def _run_stages(cfg, *, quiet, text="", source="", force=False, store_hint=""):
     from crs import stages
 
-    with progress_bar(quiet) as progress:
+    with progress_bar(quiet, cfg.log_interval) as progress:
         return stages.run(cfg, progress, text=text, source=source, force=force, store_hint=store_hint, quiet=quiet)
 
 
