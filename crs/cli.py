@@ -505,43 +505,84 @@ def _list_datasets(as_json: bool, quiet: bool) -> None:
               "images under --image-root")
 
 
-@stage_command("check", [("datasets", "image_root"), ("datasets", "uncertain"), ("datasets", "split_seed"),
-                         ("datasets", "findings")], group=datasets_app)
+# The dataset options of `crs extract`, with the same flags, defaults and requirements (one schema).
+CHECK = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"), ("datasets", "shift_target"),
+         ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
+         ("log_interval",)]
+# A label and class check of the data stage (one class only, a split without a class the probe needs, ...):
+# ``extract.real.<LABEL_CHECK>(ds) -> list[Problem]``, called where that stage has it.
+LABEL_CHECK = "check_labels"
+
+
+@stage_command("check", CHECK, group=datasets_app)
 def datasets_check_cmd(
     given: dict,
     name: Annotated[str, typer.Argument(help="Dataset name (isic2019, aptos2019, chexpert, mimic-cxr, csv:PATH).")],
-    root: Annotated[Optional[str], typer.Option("--root", help="The dataset's folder as it ships.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Decode every image, not a sample.")] = False,
     sample: Annotated[int, typer.Option(help="Images decoded when --all is not given.")] = 200,
-    modality: Annotated[str, typer.Option(help="Modality of a csv:PATH dataset.")] = "radiology",
     as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
-    """Validate a dataset folder before a long run: files, ids, label codes, columns, images. Exit 0 usable, 2 not."""
+    """Validate a dataset, and the shift target it names, as `crs extract` would read them: files, ids, label
+    codes, columns, images. Takes every dataset option of `crs extract`. Exit 0 usable, 2 not."""
     from crs import stages
     from crs.extract import datasets as dsreg
-    from crs.extract import real
+    from crs.stages.steps import dataset_options
 
     stages.check_dataset_names([name])
     if sample < 0:
         raise BadInput(f"--sample must be at least 0, not {sample}")
-    d = options.to_config(given).datasets
-    roots = {name: root} if root is not None else {}
-    ds = dsreg.get(name, seed=0 if name in dsreg.BUILTIN else d.split_seed, roots=roots, image_root=d.image_root,
-                   uncertain=d.uncertain, modality=modality, findings=d.findings)
+    given[("datasets", "roots")] = stages.parse_roots(given.pop(("datasets", "roots"), None), [name])
+    cfg = options.to_config(given)
+    opts = dataset_options(cfg)  # what `crs extract` passes, so both read the dataset the same way
+    ds = dsreg.get(name, size=cfg.datasets.size, seed=0 if name in dsreg.BUILTIN else cfg.datasets.split_seed, **opts)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json) as progress:
-        report = real.check(ds, all_images=all_, sample=sample, progress=progress)
+    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
+        report = _check_one(ds, all_, sample, progress)
+        target, target_error, target_report = None, None, None
+        spec = getattr(ds, "shift_spec", None) or ds.shift_target
+        if spec and report.usable:
+            try:  # the target as extraction opens it; its files are checked like the dataset's
+                target = dsreg.get(spec, size=ds.size, seed=ds.seed, **{**opts, "shift_target": None})
+                target_report = _check_one(target, all_, sample, progress)
+                if target_report.usable:  # then its classes and test rows are compared with the dataset's
+                    dsreg.shift_target_of(ds, **{**opts, "shift_target": None})
+            except UserError as exc:
+                target_error = str(exc)
+    usable = report.usable and target_error is None and (target_report is None or target_report.usable)
     if as_json:
-        print(json.dumps(report.as_dict()))
-    elif quiet:  # the fatal problems alone; the exit code says usable (0) or not (2)
-        for p in report.problems:
-            if p.fatal:
-                err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
+        shift = (target_report.as_dict() if target_report is not None else
+                 {"error": target_error, "usable": False} if target_error else None)
+        print(json.dumps({**report.as_dict(), "usable": usable, "shift_target": shift}))
     else:
-        print_check(report, ds)
-        out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
-    if not report.usable:
+        for rep, d in ((report, ds), (target_report, target)):
+            if rep is None:
+                continue
+            if quiet:  # the fatal problems alone; the exit code says usable (0) or not (2)
+                for p in rep.problems:
+                    if p.fatal:
+                        err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
+            else:
+                if d is target:
+                    out.print(f"shift target of {ds.name}: {target.name}", highlight=False)
+                print_check(rep, d)
+        if target_error:
+            err.print(f"[red]error[/]: shift target of {ds.name}: {escape(target_error)}", highlight=False,
+                      soft_wrap=True)
+        if not quiet:
+            out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
+    if not usable:
         raise typer.Exit(2)
+
+
+def _check_one(ds, all_images: bool, sample: int, progress):
+    """``extract.real.check`` of one dataset, with the data stage's label and class checks where it has them."""
+    from crs.extract import real
+
+    report = real.check(ds, all_images=all_images, sample=sample, progress=progress)
+    labels = getattr(real, LABEL_CHECK, None)
+    if labels is not None and report.usable:
+        report.problems.extend(labels(ds))
+    return report
 
 
 def print_check(report, ds) -> None:

@@ -156,7 +156,8 @@ class LineProgress:
         if self._thread is not None:
             self._thread.join()
         with self._lock:  # a step without a count ends here; a counted one still open was interrupted
-            lines = [self._line(t, finished=t.total is None and exc_type is None) for t in self.tasks if not t.ended]
+            lines = [self._line(t, finished=exc_type is None if t.total is None else t.completed >= t.total)
+                     for t in self.tasks if not t.ended]
             for t in self.tasks:
                 t.ended = True
         for line in lines:
