@@ -686,10 +686,10 @@ def run_cmd(
             print(cfgmod.EXAMPLE if print_default else json.dumps(cfgmod.json_schema(), indent=2) + "\n", end="")
             return
         cfg, text = _read_config(config)
-        if check:
-            from crs import stages
+        from crs import stages
 
-            stages.check_names(cfg, text=text, source=str(config))
+        check_reference(cfg, stages.check_names(cfg, text=text, source=str(config)), text, str(config))
+        if check:
             if as_json:
                 print(json.dumps({"config": str(config), "ok": True, "settings": cfgmod.as_dict(cfg)}))
             elif not quiet:
@@ -698,6 +698,25 @@ def run_cmd(
             return
         result = _run_stages(cfg, quiet=quiet or as_json, text=text, source=str(config), force=force)
         _print_run(result, str(config), as_json=as_json, quiet=quiet, verbose=verbose)
+
+
+def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str = "") -> None:
+    """``score.reference`` must be 'auto', 'median' or an encoder the run scores (under the name its results
+    go by: the store key of a timm:/hf: id, ENCODER+mlp with the mlp head); a ConfigError naming the key and
+    its line otherwise, before any stage runs."""
+    from crs.extract import encoders as encreg
+    from crs.probe import heads
+
+    ref = cfg.score.reference
+    if ref in ("auto", "median"):
+        return
+    head = heads.get(cfg.probe.head)
+    scored = [head.result_name(encreg.resolve(e, extra).name) for e in cfg.encoders.names]
+    if ref not in scored:
+        raise cfgmod.ConfigError(f"{ref!r} is not an encoder this run scores; write \"auto\" (the registry's "
+                                 f"reference), \"median\", or one of {', '.join(map(repr, scored))}",
+                                 "score.reference", cfgmod.locate(text, ("score", "reference")) if text else None,
+                                 source)
 
 
 def _run_stages(cfg, *, quiet, text="", source="", force=False, store_hint=""):
