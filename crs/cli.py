@@ -92,7 +92,8 @@ def friendly_errors(verbose: bool):
         raise typer.Exit(0)
     except KeyboardInterrupt as exc:
         what, code = ("terminated (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
-        err.print(f"[yellow]{what}[/]: everything committed so far is kept; run the same command again to resume")
+        err.print(f"[yellow]{what}[/]: everything committed so far is kept; run the same command again to resume",
+                  soft_wrap=True)
         raise typer.Exit(code)
     except UserError as exc:
         raise _user(exc, verbose) from None

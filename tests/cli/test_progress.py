@@ -89,3 +89,26 @@ def test_a_command_whose_output_is_a_file_writes_plain_lines(tmp_path, monkeypat
     assert "score (2 encoders): running, 0:00:00 elapsed" in r.output and "\x1b[" not in r.output
     r = CliRunner().invoke(app, ["score", "--results", str(tmp_path), "--log-interval", "0"])
     assert r.exit_code == 2 and "--log-interval must be positive" in r.output
+
+
+def test_the_terminal_bar_shows_the_average_rate_with_its_unit(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from crs import cli
+
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=buf, force_terminal=True, width=160, color_system=None))
+    bar = cli.progress_bar(False)
+    assert not isinstance(bar, LineProgress)
+    t = bar.add_task("demo-stats × demo_derm", total=10, unit="chunks")
+    bar.start_task(t)
+    task = bar.tasks[0]
+    monkeypatch.setattr(type(task), "elapsed", property(lambda self: 8.0))
+    bar.update(t, completed=2)
+    row = bar.make_tasks_table(bar.tasks)
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(row)
+    text = console.file.getvalue()
+    assert "0.25 chunks/s" in text and "0:00:32" in text  # 2 in 8 s; 8 left at 0.25/s
