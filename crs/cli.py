@@ -106,26 +106,28 @@ def friendly_errors(verbose: bool):
         raise _bug(exc, verbose) from None
 
 
-def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval):
+def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval, unit: str | None = None):
     """The progress display (it satisfies ``crs.progress.Progress``), on stderr; nothing with --quiet.
 
     A terminal gets a rich bar; a file or a pipe (a batch job's log) gets a plain line per running
     task every ``interval`` seconds (``crs.progress.LineProgress``). Both show the average rate since
-    the start with the task's unit, and the time left at that rate."""
+    the start with the task's unit (``add_task(..., unit=)``, else ``unit``: what the one stage a
+    command runs counts), and the time left at that rate."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                                TimeElapsedColumn)
     from rich.text import Text
 
     from crs import progress as prog
 
+    unit = unit or prog.DEFAULT_UNIT
     if not quiet and not err.is_terminal:
         return prog.LineProgress(interval, lambda line: err.print(line, markup=False, highlight=False,
-                                                                   soft_wrap=True))
+                                                                   soft_wrap=True), unit=unit)
 
     class Rate(ProgressColumn):
         def render(self, task):
-            unit = task.fields.get("unit") or prog.DEFAULT_UNIT
-            return Text(prog.rate_text(prog.average_rate(task.completed, task.elapsed or 0), unit))
+            return Text(prog.rate_text(prog.average_rate(task.completed, task.elapsed or 0),
+                                       task.fields.get("unit") or unit))
 
     class Left(ProgressColumn):
         def render(self, task):
@@ -211,7 +213,7 @@ def extract_cmd(
                   ("datasets", "roots"): stages.parse_roots(given.pop(("datasets", "roots"), None), datasets)})
     cfg = options.to_config(given)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval, unit="chunks") as progress:  # (chunk, condition)s
         store, summaries = stages.extract(cfg, progress, extra_encoders=extra)
     report = {"store": store.path, "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
@@ -248,7 +250,7 @@ def probe_cmd(
     cfg = options.to_config(given)
     pairs = stages.probe_pairs(cfg.store, encoders, datasets, every=all_)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval, unit="pairs") as progress:  # (encoder, dataset)s
         summaries = stages.probe(cfg.store, Path(cfg.results), pairs, cfg.probe, progress)
     report = {"results": str(Path(cfg.results)), "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
@@ -537,7 +539,7 @@ def datasets_check_cmd(
     opts = dataset_options(cfg)  # what `crs extract` passes, so both read the dataset the same way
     ds = dsreg.get(name, size=cfg.datasets.size, seed=0 if name in dsreg.BUILTIN else cfg.datasets.split_seed, **opts)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval, unit="images") as progress:  # images decoded
         report = _check_one(ds, all_, sample, progress)
         target, target_error, target_report = None, None, None
         spec = getattr(ds, "shift_spec", None) or ds.shift_target

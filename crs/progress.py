@@ -93,12 +93,14 @@ class _Task:
 class LineProgress:
     """A Progress for output that is not a terminal (a batch job's log): every ``interval`` seconds one plain
     line per running task (``status_line``), one when a task completes, and at the end one for each task
-    still open. A background thread keeps the lines coming while a long step runs without advancing."""
+    still open. A background thread keeps the lines coming while a long step runs without advancing.
+    ``unit``: what a task counts when its ``add_task`` names no unit."""
 
-    def __init__(self, interval: float, write: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+    def __init__(self, interval: float, write: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+                 unit: str = DEFAULT_UNIT):
         if not interval > 0:
             raise ValueError(f"interval must be positive, not {interval!r}")
-        self.interval, self.write, self.clock = interval, write, clock
+        self.interval, self.write, self.clock, self.unit = interval, write, clock, unit
         self.tasks: list[_Task] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -106,7 +108,7 @@ class LineProgress:
 
     def add_task(self, description: str, total: float | None = None, **fields: Any) -> int:
         with self._lock:
-            self.tasks.append(_Task(description, total, self.clock(), str(fields.get("unit") or DEFAULT_UNIT)))
+            self.tasks.append(_Task(description, total, self.clock(), str(fields.get("unit") or self.unit)))
             return len(self.tasks) - 1
 
     def update(self, task: int, **fields: Any) -> None:

@@ -56,8 +56,8 @@ def test_line_progress_writes_each_running_task_per_interval_and_a_line_at_the_e
 
 def test_the_interval_thread_writes_without_any_advance():
     lines = []
-    with LineProgress(0.05, lines.append) as p:
-        p.add_task("demo-stats × demo_derm", total=185, unit="chunks")
+    with LineProgress(0.05, lines.append, unit="chunks") as p:  # the command's unit where the task names none
+        p.add_task("demo-stats × demo_derm", total=185)
         import time
         time.sleep(0.3)
     assert len(lines) >= 3 and all(ln.startswith("demo-stats × demo_derm: 0/185 chunks") for ln in lines)
