@@ -54,7 +54,8 @@ class Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not break the unwinding; SIGKILL still ends it
+    # a second SIGTERM must not break the unwinding; SIGKILL still ends it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
 
 

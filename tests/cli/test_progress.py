@@ -38,7 +38,7 @@ def test_line_progress_writes_each_running_task_per_interval_and_a_line_at_the_e
     p = LineProgress(30, lines.append, clock=t)
     assert isinstance(p, Progress)
     a = p.add_task("probes", total=4, unit="pairs")
-    b = p.add_task("score", total=None)
+    p.add_task("score", total=None)
     t.now += 30
     p.advance(a)
     assert lines == []  # an advance alone writes nothing: the interval does
@@ -81,7 +81,7 @@ def test_a_command_whose_output_is_a_file_writes_plain_lines(tmp_path, monkeypat
     from crs.cli import app
 
     def fake_score(results, settings, store=None, progress=None):
-        t = progress.add_task("score (2 encoders)", total=None, unit="steps")
+        progress.add_task("score (2 encoders)", total=None, unit="steps")
         raise KeyboardInterrupt  # stop here: the lines so far are what a log shows
     monkeypatch.setattr(stages, "score", fake_score)
     r = CliRunner().invoke(app, ["score", "--results", str(tmp_path), "--log-interval", "5"])
