@@ -542,20 +542,14 @@ def datasets_check_cmd(
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval, unit="images") as progress:  # images decoded
         report = _check_one(ds, all_, sample, progress)
-        target, target_error, target_report = None, None, None
-        spec = getattr(ds, "shift_spec", None) or ds.shift_target
-        if spec and report.usable:
-            try:  # the target as extraction opens it; its files are checked like the dataset's
-                target = dsreg.get(spec, size=ds.size, seed=ds.seed, **{**opts, "shift_target": None})
-                target_report = _check_one(target, all_, sample, progress)
-                if target_report.usable:  # then its classes and test rows are compared with the dataset's
-                    dsreg.shift_target_of(ds, **{**opts, "shift_target": None})
-            except UserError as exc:
-                target_error = str(exc)
+        # the target's classes and test rows are compared with a readable dataset's only
+        target, target_report, target_error = (_check_shift_target(ds, opts, all_, sample, progress)
+                                               if report.usable else (None, None, None))
     usable = report.usable and target_error is None and (target_report is None or target_report.usable)
     if as_json:
-        shift = (target_report.as_dict() if target_report is not None else
-                 {"error": target_error, "usable": False} if target_error else None)
+        shift = target_report.as_dict() if target_report is not None else None
+        if target_error:
+            shift = {**(shift or {}), "error": target_error, "usable": False}
         print(json.dumps({**report.as_dict(), "usable": usable, "shift_target": shift}))
     else:
         for rep, d in ((report, ds), (target_report, target)):
@@ -576,6 +570,26 @@ def datasets_check_cmd(
             out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
     if not usable:
         raise typer.Exit(2)
+
+
+def _check_shift_target(ds, opts: dict, all_images: bool, sample: int, progress):
+    """(the shift target ``ds`` names, its check report, a UserError's message or None); all None where ``ds``
+    names none. The target is opened as extraction opens it and checked like ``ds``; where its files are
+    usable, ``shift_target_of`` compares its classes and test rows with ``ds``'s."""
+    from crs.extract import datasets as dsreg
+
+    spec = getattr(ds, "shift_spec", None) or ds.shift_target
+    target = report = None
+    if not spec:
+        return None, None, None
+    try:
+        target = dsreg.get(spec, size=ds.size, seed=ds.seed, **{**opts, "shift_target": None})
+        report = _check_one(target, all_images, sample, progress)
+        if report.usable:
+            dsreg.shift_target_of(ds, **{**opts, "shift_target": None})
+    except UserError as exc:
+        return target, report, str(exc)
+    return target, report, None
 
 
 def _check_one(ds, all_images: bool, sample: int, progress):

@@ -187,6 +187,9 @@ def test_csv_check_takes_extracts_dataset_options_with_its_requirements(tmp_path
               [[f"train_images/{r[0]}.png", "9", "test"] for r in rows])
     r = invoke(*args[:-1])
     assert r.exit_code == 2 and "shift target" in r.output and "site2" in r.output
+    r = invoke(*args)
+    rep = json.loads(r.stdout)
+    assert r.exit_code == 2 and not rep["usable"] and "site2" in rep["shift_target"]["error"]
 
 
 def test_extract_refuses_a_bare_root_for_two_real_datasets_and_missing_shift_root(tmp_path):
