@@ -3,8 +3,8 @@
 A leaf: each command parses its options (made from the settings schema, ``crs.options``),
 calls a stage of ``crs.stages`` and prints. Heavy libraries (torch, jax) are imported
 inside the stages, so ``crs --help`` is instant. Exit codes: 0 done, 1 a failure of ours,
-2 bad input (``crs.errors.UserError``), 130 interrupted (what was written is kept; re-run
-to resume).
+2 bad input (``crs.errors.UserError``, or an OSError of the user's files), 130 interrupted by
+Ctrl-C and 143 by SIGTERM (what was committed is kept; re-run to resume).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -26,7 +28,7 @@ from rich.table import Table
 
 from crs import config as cfgmod
 from crs import options
-from crs.errors import BadInput, UserError
+from crs.errors import BadInput, UserError, user_os_error
 
 __all__ = ["BadInput", "app", "main"]
 
@@ -46,9 +48,39 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so the program unwinds as on Ctrl-C: ``finally`` blocks run, locks
+    are released, what was committed stays (exit 143 instead of 130)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    # a second SIGTERM must not break the unwinding; SIGKILL still ends it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
+
+
+def _bug(exc: BaseException, verbose: bool) -> typer.Exit:
+    if verbose:
+        traceback.print_exc()
+    err.print(f"[red]internal error[/] ({type(exc).__name__}): {escape(str(exc))}\nthis is a bug in CRS-Bench, not a "
+              "problem with your input; " + ("please report it with the traceback above" if verbose else
+                                             "re-run with --verbose for the traceback and report it"),
+              highlight=False, soft_wrap=True)
+    return typer.Exit(1)
+
+
+def _user(exc: UserError, verbose: bool) -> typer.Exit:
+    if verbose:
+        traceback.print_exc()
+    err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
 @contextmanager
 def friendly_errors(verbose: bool):
-    """A UserError is one clear line and exit 2; anything else is our bug, exit 1; tracebacks only with --verbose."""
+    """A UserError (or an OSError of the user's files, ``crs.errors.user_os_error``) is one clear line and
+    exit 2; anything else is our bug, exit 1, saying so; tracebacks only with --verbose. Ctrl-C exits 130,
+    SIGTERM 143, each after a message."""
     try:
         yield
     except typer.Exit:
@@ -59,35 +91,53 @@ def friendly_errors(verbose: bool):
         except (OSError, ValueError, AttributeError):
             pass
         raise typer.Exit(0)
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]: everything written so far is kept; run the same command again to resume")
-        raise typer.Exit(130)
+    except KeyboardInterrupt as exc:
+        what, code = ("terminated (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        err.print(f"[yellow]{what}[/]: everything committed so far is kept; run the same command again to resume",
+                  soft_wrap=True)
+        raise typer.Exit(code)
     except UserError as exc:
-        if verbose:
-            traceback.print_exc()
-        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise _user(exc, verbose) from None
+    except OSError as exc:
+        mine = user_os_error(exc)
+        if mine is None:
+            raise _bug(exc, verbose) from None
+        raise _user(mine, verbose) from None
     except Exception as exc:
-        if verbose:
-            traceback.print_exc()
-        err.print(f"[red]internal error[/] ({type(exc).__name__}): {escape(str(exc))}\nre-run with --verbose for the traceback",
-                  highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise _bug(exc, verbose) from None
 
 
-def progress_bar(quiet: bool):
-    """A rich Progress on stderr (it satisfies ``crs.progress.Progress``); hidden with --quiet."""
+def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval, unit: str | None = None):
+    """The progress display (it satisfies ``crs.progress.Progress``), on stderr; nothing with --quiet.
+
+    A terminal gets a rich bar; a file or a pipe (a batch job's log) gets a plain line per running
+    task every ``interval`` seconds (``crs.progress.LineProgress``). Both show the average rate since
+    the start with the task's unit (``add_task(..., unit=)``, else ``unit``: what the one stage a
+    command runs counts), and the time left at that rate."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+                               TimeElapsedColumn)
     from rich.text import Text
+
+    from crs import progress as prog
+
+    unit = unit or prog.DEFAULT_UNIT
+    if not quiet and not err.is_terminal:
+        return prog.LineProgress(interval, lambda line: err.print(line, markup=False, highlight=False,
+                                                                   soft_wrap=True), unit=unit)
 
     class Rate(ProgressColumn):
         def render(self, task):
-            return Text(f"{task.speed:.2f}/s" if task.speed else "-/s")
+            return Text(prog.rate_text(prog.average_rate(task.completed, task.elapsed or 0),
+                                       task.fields.get("unit") or unit))
+
+    class Left(ProgressColumn):
+        def render(self, task):
+            left = prog.time_left(task.completed, task.total, task.elapsed or 0)
+            return Text("-:--:--" if left is None or task.finished else prog.clock(left), style="progress.remaining")
 
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=quiet,
+        TimeElapsedColumn(), Left(), console=err, disable=quiet,
     )
 
 
@@ -137,7 +187,7 @@ EXTRACT = [("encoders", "names"), ("datasets", "names"), ("store",), ("datasets"
            ("datasets", "shift_target"), ("datasets", "split_seed"), ("datasets", "findings"),
            ("encoders", "file"), ("encoders", "weights"), ("encoders", "trust_remote_code"),
            ("extract", "workers"), ("extract", "strict"), ("extract", "severities"), ("extract", "precision"),
-           ("extract", "executor"), ("extract", "address"), ("extract", "actors")]
+           ("extract", "executor"), ("extract", "address"), ("extract", "actors"), ("log_interval",)]
 
 
 @stage_command("extract", EXTRACT)
@@ -164,7 +214,7 @@ def extract_cmd(
                   ("datasets", "roots"): stages.parse_roots(given.pop(("datasets", "roots"), None), datasets)})
     cfg = options.to_config(given)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval, unit="chunks") as progress:  # (chunk, condition)s
         store, summaries = stages.extract(cfg, progress, extra_encoders=extra)
     report = {"store": store.path, "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
@@ -182,7 +232,7 @@ def extract_cmd(
 # -------------------------------------------------------------------- probe
 PROBE = [("encoders", "names"), ("datasets", "names"), ("store",), ("results",), ("probe", "seeds"),
          ("probe", "fractions"), ("probe", "l2"), ("probe", "select_by"), ("probe", "tol"), ("probe", "head"),
-         ("probe", "hidden")]
+         ("probe", "hidden"), ("log_interval",)]
 
 
 @stage_command("probe", PROBE)
@@ -201,7 +251,7 @@ def probe_cmd(
     cfg = options.to_config(given)
     pairs = stages.probe_pairs(cfg.store, encoders, datasets, every=all_)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval, unit="pairs") as progress:  # (encoder, dataset)s
         summaries = stages.probe(cfg.store, Path(cfg.results), pairs, cfg.probe, progress)
     report = {"results": str(Path(cfg.results)), "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
@@ -273,7 +323,7 @@ def print_comparisons(scores):
 
 
 SCORE = [("results",), ("score", "bootstrap"), ("score", "reference"), ("score", "weights"), ("score", "seed"),
-         ("score", "bootstrap_unit"), ("store",)]
+         ("score", "bootstrap_unit"), ("store",), ("log_interval",)]
 
 
 @stage_command("score", SCORE)
@@ -283,7 +333,7 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
 
     cfg = options.to_config(given)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json) as progress:
+    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
         scores = stages.score(Path(cfg.results), cfg.score, store=cfg.store, progress=progress)
     if as_json:
         print(json.dumps(scores.to_json()))
@@ -297,7 +347,7 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
 
 
 # ------------------------------------------------------------------- report
-@stage_command("report", [("results",), ("report", "out"), ("store",)])
+@stage_command("report", [("results",), ("report", "out"), ("store",), ("log_interval",)])
 def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False):
     """Write the scores as one self-contained HTML page, with its figures as PNG and tables as CSV and Parquet.
 
@@ -305,7 +355,9 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     from crs import stages
 
     cfg = options.to_config(given)
-    summary = stages.report(Path(cfg.results), cfg.report.out, store=given.get(("store",)), quiet=True)
+    with progress_bar(quiet or as_json, cfg.log_interval) as progress:
+        progress.add_task("report", total=None)  # the stage reports no steps: the display shows the time taken
+        summary = stages.report(Path(cfg.results), cfg.report.out, store=given.get(("store",)), quiet=True)
     if as_json:
         print(json.dumps(summary))
         return
@@ -323,7 +375,7 @@ DEMO = cfgmod.parse(cfgmod.EXAMPLE, "built-in demo config")
 
 
 @stage_command("demo", [("datasets", "size"), ("probe", "seeds"), ("score", "bootstrap"), ("extract", "severities"),
-                        ("report", "enabled")], base=DEMO)
+                        ("report", "enabled"), ("log_interval",)], base=DEMO)
 def demo_cmd(
     given: dict,
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the demo's store and results.")] = Path("./crs-demo"),
@@ -457,43 +509,98 @@ def _list_datasets(as_json: bool, quiet: bool) -> None:
               "images under --image-root")
 
 
-@stage_command("check", [("datasets", "image_root"), ("datasets", "uncertain"), ("datasets", "split_seed"),
-                         ("datasets", "findings")], group=datasets_app)
+# The dataset options of `crs extract`, with the same flags, defaults and requirements (one schema).
+CHECK = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"), ("datasets", "shift_target"),
+         ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
+         ("log_interval",)]
+# A label and class check of the data stage (one class only, a split without a class the probe needs, ...):
+# ``extract.real.<LABEL_CHECK>(ds) -> list[Problem]``, called where that stage has it.
+LABEL_CHECK = "check_labels"
+
+
+@stage_command("check", CHECK, group=datasets_app)
 def datasets_check_cmd(
     given: dict,
     name: Annotated[str, typer.Argument(help="Dataset name (isic2019, aptos2019, chexpert, mimic-cxr, csv:PATH).")],
-    root: Annotated[Optional[str], typer.Option("--root", help="The dataset's folder as it ships.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Decode every image, not a sample.")] = False,
     sample: Annotated[int, typer.Option(help="Images decoded when --all is not given.")] = 200,
-    modality: Annotated[str, typer.Option(help="Modality of a csv:PATH dataset.")] = "radiology",
     as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
-    """Validate a dataset folder before a long run: files, ids, label codes, columns, images. Exit 0 usable, 2 not."""
+    """Validate a dataset, and the shift target it names, as `crs extract` would read them: files, ids, label
+    codes, columns, images. Takes every dataset option of `crs extract`. Exit 0 usable, 2 not."""
     from crs import stages
     from crs.extract import datasets as dsreg
-    from crs.extract import real
+    from crs.stages.steps import dataset_options
 
     stages.check_dataset_names([name])
     if sample < 0:
         raise BadInput(f"--sample must be at least 0, not {sample}")
-    d = options.to_config(given).datasets
-    roots = {name: root} if root is not None else {}
-    ds = dsreg.get(name, seed=0 if name in dsreg.BUILTIN else d.split_seed, roots=roots, image_root=d.image_root,
-                   uncertain=d.uncertain, modality=modality, findings=d.findings)
+    given[("datasets", "roots")] = stages.parse_roots(given.pop(("datasets", "roots"), None), [name])
+    cfg = options.to_config(given)
+    opts = dataset_options(cfg)  # what `crs extract` passes, so both read the dataset the same way
+    ds = dsreg.get(name, size=cfg.datasets.size, seed=0 if name in dsreg.BUILTIN else cfg.datasets.split_seed, **opts)
     t0 = time.perf_counter()
-    with progress_bar(quiet or as_json) as progress:
-        report = real.check(ds, all_images=all_, sample=sample, progress=progress)
+    with progress_bar(quiet or as_json, cfg.log_interval, unit="images") as progress:  # images decoded
+        report = _check_one(ds, all_, sample, progress)
+        # the target's classes and test rows are compared with a readable dataset's only
+        target, target_report, target_error = (_check_shift_target(ds, opts, all_, sample, progress)
+                                               if report.usable else (None, None, None))
+    usable = report.usable and target_error is None and (target_report is None or target_report.usable)
     if as_json:
-        print(json.dumps(report.as_dict()))
-    elif quiet:  # the fatal problems alone; the exit code says usable (0) or not (2)
-        for p in report.problems:
-            if p.fatal:
-                err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
+        shift = target_report.as_dict() if target_report is not None else None
+        if target_error:
+            shift = {**(shift or {}), "error": target_error, "usable": False}
+        print(json.dumps({**report.as_dict(), "usable": usable, "shift_target": shift}))
     else:
-        print_check(report, ds)
-        out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
-    if not report.usable:
+        for rep, d in ((report, ds), (target_report, target)):
+            if rep is None:
+                continue
+            if quiet:  # the fatal problems alone; the exit code says usable (0) or not (2)
+                for p in rep.problems:
+                    if p.fatal:
+                        err.print(f"[red]error[/]: {escape(str(p))}", highlight=False, soft_wrap=True)
+            else:
+                if d is target:
+                    out.print(f"shift target of {ds.name}: {target.name}", highlight=False)
+                print_check(rep, d)
+        if target_error:
+            err.print(f"[red]error[/]: shift target of {ds.name}: {escape(target_error)}", highlight=False,
+                      soft_wrap=True)
+        if not quiet:
+            out.print(f"checked in {time.perf_counter() - t0:.1f} s", highlight=False)
+    if not usable:
         raise typer.Exit(2)
+
+
+def _check_shift_target(ds, opts: dict, all_images: bool, sample: int, progress):
+    """(the shift target ``ds`` names, its check report, a UserError's message or None); all None where ``ds``
+    names none. The target is opened as extraction opens it and checked like ``ds``; where its files are
+    usable, ``shift_target_of`` compares its classes and test rows with ``ds``'s."""
+    from crs.extract import datasets as dsreg
+
+    spec = getattr(ds, "shift_spec", None) or ds.shift_target
+    target = report = None
+    if not spec:
+        return None, None, None
+    try:
+        target = dsreg.get(spec, size=ds.size, seed=ds.seed, **{**opts, "shift_target": None})
+        report = _check_one(target, all_images, sample, progress)
+        if report.usable:
+            dsreg.shift_target_of(ds, **{**opts, "shift_target": None})
+    except UserError as exc:
+        return target, report, str(exc)
+    return target, report, None
+
+
+def _check_one(ds, all_images: bool, sample: int, progress):
+    """``extract.real.check`` of one dataset, with the data stage's label and class checks where it has them."""
+    from crs.extract import real
+
+    report = real.check(ds, all_images=all_images, sample=sample, progress=progress)
+    labels = getattr(real, LABEL_CHECK, None)
+    if labels is not None and report.usable:
+        report.problems.extend(labels(ds))
+    return report
 
 
 def print_check(report, ds) -> None:
@@ -531,6 +638,37 @@ def print_check(report, ds) -> None:
 
 
 
+store_app = typer.Typer(help="Inspect a store: `crs store verify PATH` checks every array and chunk against "
+                         "what was committed.", no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("verify")
+def store_verify_cmd(
+    path: Annotated[str, typer.Argument(help="The store: a path or an fsspec URL.", show_default=False)],
+    repair: Annotated[bool, typer.Option("--repair", help="Also repair what can be repaired in place (what "
+                                         "cannot is listed with the command that recomputes it).")] = False,
+    as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
+):
+    """Check a whole store: every array, chunk and metadata file against what was committed. Exit 0 sound, 2 not."""
+    import dataclasses
+    import importlib
+
+    with friendly_errors(verbose):
+        integrity = importlib.import_module("crs.store.integrity")  # the store's own checks (numpy + zarr only)
+        findings = list(integrity.verify(path, repair=repair))
+        if as_json:
+            print(json.dumps([dataclasses.asdict(f) for f in findings]))
+        elif findings:
+            text = integrity.format_findings(findings)
+            (err if quiet else out).print(escape(text), highlight=False, soft_wrap=True)
+        elif not quiet:
+            out.print(f"{path}: every array, chunk and metadata file is as committed" + (" (nothing to repair)" if
+                      repair else ""), highlight=False, soft_wrap=True)
+        if findings:
+            raise typer.Exit(2)
+
+
 # ---------------------------------------------------------------------- run
 def _read_config(config: Path | None) -> tuple[cfgmod.Config, str]:
     if config is None:
@@ -566,10 +704,10 @@ def run_cmd(
             print(cfgmod.EXAMPLE if print_default else json.dumps(cfgmod.json_schema(), indent=2) + "\n", end="")
             return
         cfg, text = _read_config(config)
-        if check:
-            from crs import stages
+        from crs import stages
 
-            stages.check_names(cfg, text=text, source=str(config))
+        check_reference(cfg, stages.check_names(cfg, text=text, source=str(config)), text, str(config))
+        if check:
             if as_json:
                 print(json.dumps({"config": str(config), "ok": True, "settings": cfgmod.as_dict(cfg)}))
             elif not quiet:
@@ -580,10 +718,29 @@ def run_cmd(
         _print_run(result, str(config), as_json=as_json, quiet=quiet, verbose=verbose)
 
 
+def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str = "") -> None:
+    """``score.reference`` must be 'auto', 'median' or an encoder the run scores (under the name its results
+    go by: the store key of a timm:/hf: id, ENCODER+mlp with the mlp head); a ConfigError naming the key and
+    its line otherwise, before any stage runs."""
+    from crs.extract import encoders as encreg
+    from crs.probe import heads
+
+    ref = cfg.score.reference
+    if ref in ("auto", "median"):
+        return
+    head = heads.get(cfg.probe.head)
+    scored = [head.result_name(encreg.resolve(e, extra).name) for e in cfg.encoders.names]
+    if ref not in scored:
+        raise cfgmod.ConfigError(f"{ref!r} is not an encoder this run scores; write \"auto\" (the registry's "
+                                 f"reference), \"median\", or one of {', '.join(map(repr, scored))}",
+                                 "score.reference", cfgmod.locate(text, ("score", "reference")) if text else None,
+                                 source)
+
+
 def _run_stages(cfg, *, quiet, text="", source="", force=False, store_hint=""):
     from crs import stages
 
-    with progress_bar(quiet) as progress:
+    with progress_bar(quiet, cfg.log_interval) as progress:
         return stages.run(cfg, progress, text=text, source=source, force=force, store_hint=store_hint, quiet=quiet)
 
 
@@ -620,6 +777,8 @@ def _print_run(result, source: str, *, as_json: bool, quiet: bool, verbose: bool
 
 
 def main() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     app()
 
 

@@ -281,6 +281,8 @@ class Report:
 class Config:
     store: str = _opt("embedding store path or fsspec URL", flag="--store", default="./crs-store.zarr")
     results: str = _opt("folder for run records, scores and the report", flag="--results", default="./crs-results")
+    log_interval: float = _opt("seconds between the plain progress lines written when the output is not a "
+                               "terminal (a batch job's log)", _positive, flag="--log-interval", default=30.0)
     encoders: Encoders = field(default_factory=Encoders)
     datasets: Datasets = field(default_factory=Datasets)
     extract: Extract = field(default_factory=Extract)
@@ -569,7 +571,7 @@ def _key(k: str) -> str:
 
 def to_toml(cfg: Config) -> str:
     """Config -> TOML text that ``parse`` reads back to an equal Config (None fields are left out)."""
-    lines = [f"{k} = {_toml_value(getattr(cfg, k))}" for k in ("store", "results")]
+    lines = [f"{k} = {_toml_value(getattr(cfg, k))}" for k in ("store", "results", "log_interval")]
     for sec in SECTIONS:
         obj = getattr(cfg, sec)
         lines += ["", f"[{sec}]"]

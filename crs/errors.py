@@ -4,10 +4,15 @@
 input, a damaged or incompatible store, a dataset folder that is not usable, weights that
 cannot be loaded): the command line prints its message and exits 2. Any other exception
 is a bug of ours and exits 1. Stages raise a subclass of ``UserError`` for the first kind;
-nothing is ever classified by the name of its type.
+nothing is ever classified by the name of its type. ``user_os_error`` tells an OSError that
+is the user's (permission denied, a read-only file system, a file where a folder belongs, a
+full disk: exit 2 naming the path and the repair) from one that is ours.
 """
 
 from __future__ import annotations
+
+import errno
+import os
 
 
 class CrsError(Exception):
@@ -20,3 +25,33 @@ class UserError(CrsError):
 
 class BadInput(UserError, ValueError):
     """A value given on the command line, in a config file or to a stage function is not usable."""
+
+
+# errno -> (what is wrong with the path, how to repair it); only faults of the user's files or
+# environment, each naming a path the user gave or that lies under one.
+_OS_FAULTS = {
+    errno.EACCES: ("permission denied", "give your user access to it (ls -ld shows the owner and mode; chmod or "
+                   "chown fixes it) or choose a location you can write to"),
+    errno.EPERM: ("operation not permitted", "give your user access to it (ls -ld shows the owner and mode) or "
+                  "choose a location you can write to"),
+    errno.EROFS: ("is on a read-only file system", "choose a folder on a writable file system"),
+    errno.EISDIR: ("is a folder where a file is expected", "pass a file's path, or move the folder away"),
+    errno.ENOTDIR: ("has a file where a folder is expected (this path or one of its parents)",
+                    "pass a folder's path, or move the file away"),
+    errno.EEXIST: ("already exists", "remove or rename it, or choose another path"),
+    errno.ENOSPC: ("no space left on the device", "free space there or choose a folder on another device"),
+    errno.EDQUOT: ("disk quota exceeded", "free space in your quota or choose a folder elsewhere"),
+    errno.ENAMETOOLONG: ("name too long", "choose a shorter path"),
+}
+
+
+def user_os_error(exc: OSError) -> UserError | None:
+    """An OSError that is the user's files' or environment's fault, as a UserError naming the path and the
+    repair; None for any other (a bug of ours, exit 1). Told apart by errno, never by type names."""
+    if exc.errno not in _OS_FAULTS or exc.filename is None:
+        return None
+    what, fix = _OS_FAULTS[exc.errno]
+    path = os.fsdecode(exc.filename)
+    if exc.filename2 is not None:
+        path += f" -> {os.fsdecode(exc.filename2)}"
+    return UserError(f"{path}: {what}; {fix}")

@@ -36,9 +36,9 @@ EXEMPT = {
 }
 
 
-# Commands that run no stage and read no config: they list and inspect the registries and a
-# dataset folder, so their options are not benchmark settings.
-TOOLS = ("encoders", "perturbations", "datasets")
+# Commands that run no stage and read no config: they list and inspect the registries, a
+# dataset folder and a store, so their options are not benchmark settings.
+TOOLS = ("encoders", "perturbations", "datasets", "store")
 
 
 def flag(path: Path_) -> str:

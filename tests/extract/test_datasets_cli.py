@@ -33,13 +33,30 @@ def test_datasets_lists_builtin_and_real(tmp_path):
                                        (lambda p: make_chexpert(p), "chexpert"), (make_mimic, "mimic-cxr")])
 def test_clean_fake_folders_are_usable_with_counts(tmp_path, make, name):
     root = make(tmp_path / "d")
-    r = check(name, root, "--all", "--json")
+    # chexpert names mimic-cxr as its shift target: the check reads it too, as `crs extract` does
+    shift = ["--root", f"mimic-cxr={make_mimic(tmp_path / 'm', n_subjects=12)}"] if name == "chexpert" else []
+    r = check(name, root, "--all", "--json", *shift)
     assert r.exit_code == 0, r.output
     rep = json.loads(r.output)
     assert rep["usable"] and rep["rows"] > 0 and rep["images_checked"] == rep["rows"]
     assert not [p for p in rep["problems"] if p["fatal"]]
     splits = {c["split"] for c in rep["counts"]}
     assert splits == {"train", "val", "test"}
+    if name == "chexpert":
+        assert rep["shift_target"]["dataset"] == "mimic-cxr" and rep["shift_target"]["usable"]
+    else:
+        assert rep["shift_target"] is None
+
+
+def test_check_needs_the_shift_targets_folder_as_extract_does(tmp_path):
+    cx = make_chexpert(tmp_path)
+    r = check("chexpert", cx, "--sample", "0")
+    assert r.exit_code == 2 and "mimic-cxr needs its folder: pass --root mimic-cxr=DIR" in r.output
+    mm = make_mimic(tmp_path / "m", n_subjects=12)
+    (mm / "mimic-cxr-2.0.0-split.csv.gz").unlink()
+    r = check("chexpert", cx, "--root", f"mimic-cxr={mm}", "--sample", "0")
+    assert r.exit_code == 2 and "shift target of chexpert: mimic-cxr" in r.output
+    assert "mimic-cxr-2.0.0-split.csv.gz" in r.output and "NOT usable" in r.output
 
 
 def test_missing_csv_file(tmp_path):
@@ -141,11 +158,38 @@ def test_csv_check_and_unknown_columns(tmp_path):
     make_aptos(tmp_path, n=10)
     _, rows = read_rows(tmp_path / "train.csv")
     write_csv(tmp_path / "mine.csv", ["path", "label"], [[f"train_images/{r[0]}.png", r[1]] for r in rows])
-    r = invoke("datasets", "check", f"csv:{tmp_path / 'mine.csv'}", "--all")
+    r = invoke("datasets", "check", f"csv:{tmp_path / 'mine.csv'}", "--all", "--modality", "ophthalmology")
     assert r.exit_code == 0, r.output
     write_csv(tmp_path / "bad.csv", ["file", "label"], [["x.png", "1"]])
-    r = invoke("datasets", "check", f"csv:{tmp_path / 'bad.csv'}")
+    r = invoke("datasets", "check", f"csv:{tmp_path / 'bad.csv'}", "--modality", "ophthalmology")
     assert r.exit_code == 2 and "bad.csv:1: missing column(s) 'path'" in r.output
+
+
+def test_csv_check_takes_extracts_dataset_options_with_its_requirements(tmp_path):
+    """--modality is required for csv: as by `crs extract`; --shift-target is read and checked too."""
+    make_aptos(tmp_path, n=20)
+    _, rows = read_rows(tmp_path / "train.csv")
+    write_csv(tmp_path / "mine.csv", ["path", "label"], [[f"train_images/{r[0]}.png", r[1]] for r in rows])
+    r = invoke("datasets", "check", f"csv:{tmp_path / 'mine.csv'}", "--sample", "0")
+    assert r.exit_code == 2 and "pass --modality" in r.output
+    # a shift target made of the same images, all of them test rows
+    write_csv(tmp_path / "site2.csv", ["path", "label", "split"],
+              [[f"train_images/{r[0]}.png", r[1], "test"] for r in rows])
+    args = ["datasets", "check", f"csv:{tmp_path / 'mine.csv'}", "--modality", "ophthalmology", "--sample", "3",
+            "--shift-target", f"csv:{tmp_path / 'site2.csv'}", "--json"]
+    r = invoke(*args)
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    assert rep["usable"] and rep["shift_target"]["dataset"] == "site2" and rep["shift_target"]["usable"]
+    assert rep["shift_target"]["images_checked"] == 3
+    # a target whose classes differ from the dataset's is refused, naming both
+    write_csv(tmp_path / "site2.csv", ["path", "label", "split"],
+              [[f"train_images/{r[0]}.png", "9", "test"] for r in rows])
+    r = invoke(*args[:-1])
+    assert r.exit_code == 2 and "shift target" in r.output and "site2" in r.output
+    r = invoke(*args)
+    rep = json.loads(r.stdout)
+    assert r.exit_code == 2 and not rep["usable"] and "site2" in rep["shift_target"]["error"]
 
 
 def test_extract_refuses_a_bare_root_for_two_real_datasets_and_missing_shift_root(tmp_path):
