@@ -185,7 +185,7 @@ EXTRACT = [("encoders", "names"), ("datasets", "names"), ("store",), ("datasets"
            ("extract", "batch"), ("extract", "device"), ("extract", "dtype"), ("extract", "perturb"),
            ("datasets", "roots"), ("datasets", "image_root"), ("datasets", "uncertain"), ("datasets", "modality"),
            ("datasets", "shift_target"), ("datasets", "split_seed"), ("datasets", "findings"),
-           ("encoders", "file"), ("encoders", "weights"), ("encoders", "trust_remote_code"),
+           ("datasets", "allow_absolute_paths"), ("encoders", "file"), ("encoders", "weights"), ("encoders", "trust_remote_code"),
            ("extract", "workers"), ("extract", "strict"), ("extract", "severities"), ("extract", "precision"),
            ("extract", "executor"), ("extract", "address"), ("extract", "actors"), ("log_interval",)]
 
@@ -285,10 +285,14 @@ def leaderboard(scores) -> Table:
                       ("tier", "center"), ("AUROC", "right"), ("AUROC rank", "right"),
                       ("C", "right"), ("L", "right"), ("R", "right")):
         t.add_column(col, justify=just, no_wrap=True)
+    def interval(lo, hi) -> str:  # NaN or null: no interval (a test split too small for the image bootstrap)
+        return "n/a" if lo is None or hi is None or lo != lo or hi != hi else f"[{lo:.1f}, {hi:.1f}]"
+
     for row in scores.encoders.iter_rows(named=True):
+        tier = "no tier" if row["tier"] is None else "★" if row["tier"] else ""
         t.add_row(
-            f"{row['crs_rank']:g}", row["encoder"], f"{row['crs']:.1f}", f"[{row['crs_low']:.1f}, {row['crs_high']:.1f}]",
-            "★" if row["tier"] else "", f"{row['auroc']:.3f}", f"{row['auroc_rank']:g}",
+            f"{row['crs_rank']:g}", row["encoder"], f"{row['crs']:.1f}", interval(row["crs_low"], row["crs_high"]),
+            tier, f"{row['auroc']:.3f}", f"{row['auroc_rank']:g}",
             f"{row['calibration']:.3f}", f"{row['label_efficiency']:.3f}",
             f"{row['robustness']:.3f}",
         )
@@ -512,7 +516,7 @@ def _list_datasets(as_json: bool, quiet: bool) -> None:
 # The dataset options of `crs extract`, with the same flags, defaults and requirements (one schema).
 CHECK = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"), ("datasets", "shift_target"),
          ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
-         ("log_interval",)]
+         ("datasets", "allow_absolute_paths"), ("log_interval",)]
 # A label and class check of the data stage (one class only, a split without a class the probe needs, ...):
 # ``extract.real.<LABEL_CHECK>(ds) -> list[Problem]``, called where that stage has it.
 LABEL_CHECK = "check_labels"

@@ -215,6 +215,9 @@ class Datasets:
                                 default=None)
     shift_target: str | None = _opt("a csv:PATH dataset's shift target (a dataset name or csv:PATH)",
                                     flag="--shift-target", default=None)
+    allow_absolute_paths: bool = _opt("read image paths that lie outside the image root (absolute, or climbing "
+                                      "out with ..); refused by default", flag="--allow-absolute-paths",
+                                      default=False)
 
 
 @dataclass(frozen=True)
@@ -636,6 +639,7 @@ size = 1.0                        # scale of the built-in datasets
 # modality = "dermatology"        # a csv:PATH dataset's modality
 # image_root = "images"           # a csv:PATH dataset's image folder
 # shift_target = "mimic-cxr"      # a csv:PATH dataset's shift target
+# allow_absolute_paths = false   # image paths outside the image root
 
 # [datasets.roots]                # real datasets: the folder each ships in
 # isic2019 = "/data/ISIC2019"

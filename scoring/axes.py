@@ -100,7 +100,8 @@ def _robustness(x: AxisArrays) -> np.ndarray:
     dd = x.d[..., None]
     parts = [retain_array(v, dd).mean(axis=-1) for v in (x.perturbed, x.shift) if v is not None and v.shape[-1]]
     if not parts:
-        raise ValueError("robustness needs at least one perturbed or shift condition")
+        raise BadInput("robustness needs at least one perturbed or shift condition, and the run records hold none: "
+                       "extract with perturbations (drop --no-perturb) or a shift target, then `crs probe` again")
     return sum(parts) / len(parts)
 
 

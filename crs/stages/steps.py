@@ -99,7 +99,7 @@ def dataset_options(cfg: Config) -> dict:
     return {"roots": dict(ds.roots), "image_root": ds.image_root, "uncertain": ds.uncertain,
             "modality": ds.modality, "shift_target": ds.shift_target, "findings": ds.findings,
             # image paths outside the root: read only when the config says so (crs.extract.datasets.get)
-            "allow_absolute_paths": bool(getattr(ds, "allow_absolute_paths", False))}
+            "allow_absolute_paths": ds.allow_absolute_paths}
 
 
 def _datasets_with_shift_targets(cfg: Config) -> list:
@@ -186,7 +186,7 @@ def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings
 
     store = Store(store_path, mode="a")
     summaries = []
-    task = progress.add_task("probes", total=len(pairs))
+    task = progress.add_task("probes", total=len(pairs), unit="pairs")
     for enc, d in pairs:
         progress.update(task, description=f"probes {head_name(enc, settings.head)} × {d}")
         summaries.append(probe_pair(store, enc, d, results=Path(results), seeds=tuple(range(settings.seeds)),
@@ -219,11 +219,11 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
     # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
     progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap_unit} bootstrap "
                       f"B={settings.bootstrap})", total=None)
-    try:
-        scores = score_table(table, reference=ref, weights=settings.weights, n_bootstrap=settings.bootstrap,
-                             seed=settings.seed, bootstrap_unit=settings.bootstrap_unit, store=opened)
-    except ValueError as exc:  # the run records or the options do not allow a score
-        raise BadInput(str(exc)) from exc
+    # the scoring code raises BadInput for records or options that do not allow a score; any
+    # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
+    scores = score_table(table, reference=ref, weights=settings.weights, n_bootstrap=settings.bootstrap,
+                         seed=settings.seed, bootstrap_unit=settings.bootstrap_unit, store=opened,
+                         results=Path(results))
     if note:
         scores.settings["warnings"].insert(0, note)
     scores.write(Path(results) / "scores", metric_table=Path(results) / METRIC_TABLE)

@@ -115,7 +115,7 @@ def test_bad_grade_and_isic_rows_without_one_diagnosis(tmp_path):
 
 
 def test_missing_and_unreadable_images_and_extra_files(tmp_path):
-    root = make_isic(tmp_path / "i", n=20)
+    root = make_isic(tmp_path / "i", n=48)  # enough lesions that train holds every class
     images = root / "ISIC_2019_Training_Input"
     (images / "ISIC_0000003.jpg").unlink()
     (images / "ISIC_0000005.jpg").write_bytes(b"")
@@ -155,7 +155,7 @@ def test_official_split_with_a_patient_in_two_splits_is_refused(tmp_path):
 
 
 def test_csv_check_and_unknown_columns(tmp_path):
-    make_aptos(tmp_path, n=10)
+    make_aptos(tmp_path, n=60)  # every grade in train
     _, rows = read_rows(tmp_path / "train.csv")
     write_csv(tmp_path / "mine.csv", ["path", "label"], [[f"train_images/{r[0]}.png", r[1]] for r in rows])
     r = invoke("datasets", "check", f"csv:{tmp_path / 'mine.csv'}", "--all", "--modality", "ophthalmology")
@@ -182,9 +182,10 @@ def test_csv_check_takes_extracts_dataset_options_with_its_requirements(tmp_path
     rep = json.loads(r.output)
     assert rep["usable"] and rep["shift_target"]["dataset"] == "site2" and rep["shift_target"]["usable"]
     assert rep["shift_target"]["images_checked"] == 3
-    # a target whose classes differ from the dataset's is refused, naming both
+    # a target whose classes differ from the dataset's is refused, naming both (two classes: one alone is
+    # refused before the comparison)
     write_csv(tmp_path / "site2.csv", ["path", "label", "split"],
-              [[f"train_images/{r[0]}.png", "9", "test"] for r in rows])
+              [[f"train_images/{r[0]}.png", str(8 + i % 2), "test"] for i, r in enumerate(rows)])
     r = invoke(*args[:-1])
     assert r.exit_code == 2 and "shift target" in r.output and "site2" in r.output
     r = invoke(*args)

@@ -26,7 +26,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "small.toml"
 GOLDEN = HERE / "small.json"
-VOLATILE = {"written", "seconds", "timings_s", "created", "started", "finished", "elapsed_s", "time"}
+VOLATILE = {"written", "seconds", "timings_s", "created", "started", "finished", "elapsed_s", "time",
+            "generation"}  # generation: a random id per probe or score run (issue 15)
 
 
 def _strip(obj):
