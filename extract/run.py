@@ -223,10 +223,10 @@ def _is_partial(name: str) -> bool:
 
 def remove_partial_files(store: Store, dataset: str, encoder: str) -> list[str]:
     """Delete the half-written files a killed extraction of (``dataset``, ``encoder``) left in a local
-    store: under its embeddings (the caller holds their extraction lock) and in the dataset's own
-    metadata and failures table (under the dataset lock), never in other encoders' arrays or in
-    predictions, which other runs may be writing now. Object stores put whole objects: nothing to do.
-    Returns the paths removed."""
+    store: in its embedding arrays (the caller holds their extraction lock) and in what the dataset
+    lock guards (the dataset's group, its per-image arrays and its failures table); never elsewhere
+    (other encoders' arrays, predictions), where another run may be writing now. Object stores put
+    whole objects: nothing to do. Returns the paths removed."""
     if store.is_url:
         return []
     root = store.path[len("file://"):] if store.path.startswith("file://") else store.path
@@ -235,15 +235,15 @@ def remove_partial_files(store: Store, dataset: str, encoder: str) -> list[str]:
         return []
     removed = _remove_partials(os.path.join(base, "embeddings", encoder))
     with dataset_lock(store, dataset):
-        removed += _remove_partials(base, skip=("embeddings", "predictions"))
+        removed += _remove_partials(base, recurse=False)
+        for key in ("image_id", "label", "split", "group", "failures"):
+            removed += _remove_partials(os.path.join(base, key))
     return removed
 
 
-def _remove_partials(folder: str, skip: tuple[str, ...] = ()) -> list[str]:
+def _remove_partials(folder: str, recurse: bool = True) -> list[str]:
     removed = []
-    for top, dirs, files in os.walk(folder):
-        if top == folder:
-            dirs[:] = [d for d in dirs if d not in skip]
+    for top, _, files in os.walk(folder):
         for name in files:
             if _is_partial(name):
                 path = os.path.join(top, name)
@@ -252,6 +252,8 @@ def _remove_partials(folder: str, skip: tuple[str, ...] = ()) -> list[str]:
                     removed.append(path)
                 except FileNotFoundError:
                     pass
+        if not recurse:
+            break
     return removed
 
 
