@@ -259,3 +259,21 @@ def test_two_encoders_write_into_one_store_at_the_same_time(tmp_path):
         assert a.keys() == b.keys() and a
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=str(key))
+
+
+def test_partial_files_are_removed_only_where_the_extraction_holds_the_locks(tmp_path):
+    from crs.extract.run import remove_partial_files
+
+    path = tmp_path / "s.zarr"
+    store = Store(str(path))
+    extract(store, "demo-stats", "demo_fundus", size=0.05, chunk=64, perturbations=False)
+    base = path / "datasets" / "demo_fundus"
+    mine = [base / "embeddings/demo-stats/clean/x/c/0/0.5f3a.partial", base / "label/zarr.5f3a.partial",
+            base / "failures/image_id/c/0.5f3a.partial", base / "zarr.5f3a.partial"]
+    others = [base / "embeddings/demo-vit/clean/x/c/0/0.5f3a.partial",  # another encoder's run may be writing
+              base / "predictions/demo-stats/clean/c/0.5f3a.partial", base / "embeddings/zarr.5f3a.partial"]
+    for p in mine + others:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"half")
+    assert sorted(remove_partial_files(store, "demo_fundus", "demo-stats")) == sorted(map(str, mine))
+    assert all(p.exists() for p in others) and not any(p.exists() for p in mine)
