@@ -10,12 +10,22 @@ download): any registry record's architecture, or a timm architecture name. Prin
 rates and their ratio; the last line is one JSON object. Usage:
 
     python benchmarks/extract_bench.py [--encoder vit-base] [--images 256] [--batch 64]
-        [--file-size 256] [--severities 3] [--workers 2] [--device cpu] [--precision auto]
+        [--file-size 256] [--severities 3|default] [--workers 2] [--device cpu] [--precision auto]
+
+The resume unit: (b) also times every commit (a chunk of one condition with its done flag).
+A kill loses what was computed since the last commit: ``commit_gap_max_s`` now that each
+(chunk, condition) is committed as soon as it is embedded, ``unit_max_s`` when a unit (a chunk
+under every condition) was committed only once all its conditions were embedded. Test rows
+come first in the store, so the first units are all test images, each embedded under all
+``conditions``: ``unit_at_chunk_s`` and ``commit_at_chunk_s`` scale the measured cost per
+(image, condition) of those units to ``--at-chunk`` images (default 256, the CLI's --chunk).
+With ``--images 4*chunk`` units 0 and 1 are all test; unit 0 (model warm-up) is left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -121,19 +131,64 @@ def random_weights(name: str, tmp: Path):
     return spec, str(path)
 
 
+@contextlib.contextmanager
+def timed_commits():
+    """Record (time, chunk, condition) of every chunk commit (``EmbeddingArray.write_chunk``)."""
+    from crs.store.zarr_store import EmbeddingArray
+
+    out, write = [], EmbeddingArray.write_chunk
+
+    def timed(self, j, values):
+        write(self, j, values)
+        out.append((time.perf_counter(), j, self.condition, len(values)))
+
+    EmbeddingArray.write_chunk = timed
+    try:
+        yield out
+    finally:
+        EmbeddingArray.write_chunk = write
+
+
+def unit_costs(commits: list, n_cond: int, at_chunk: int) -> dict:
+    """What a kill can lose, from the commit times of the all-test units after the first: the
+    longest gap between two commits, and a unit's whole time (from its predecessor's last commit)."""
+    commits = sorted(commits)
+    last = {}
+    for t, j, _, _ in commits:
+        last[j] = t
+    full = [j for j in sorted(last) if j > 0 and sum(1 for c in commits if c[1] == j) == n_cond]
+    if not full:
+        return {}
+    gaps, spans, per_image_cond = [], [], []
+    for j in full:
+        start = last[j - 1]
+        mine = [c for c in commits if c[1] == j]
+        ts = [start] + [c[0] for c in mine]
+        gaps += [b - a for a, b in zip(ts, ts[1:])]
+        spans.append(ts[-1] - start)
+        per_image_cond.append((ts[-1] - start) / (mine[0][3] * n_cond))
+    cost = float(np.mean(per_image_cond))
+    return {"commit_gap_max_s": round(max(gaps), 3), "unit_max_s": round(max(spans), 3),
+            "seconds_per_image_condition": round(cost, 5), "at_chunk": at_chunk,
+            "commit_at_chunk_s": round(cost * at_chunk * max(gaps) / np.mean(gaps), 2),
+            "unit_at_chunk_s": round(cost * at_chunk * n_cond, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--encoder", default="vit-base", help="registry name or timm architecture (random weights)")
     ap.add_argument("--images", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--file-size", type=int, default=256, help="side of the PNG files")
-    ap.add_argument("--severities", default="3", help="comma-separated severities of the suite")
+    ap.add_argument("--severities", default="3", help="comma-separated severities of the suite, or 'default' "
+                    "(every severity, as crs extract)")
     ap.add_argument("--modality", default="dermatology")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=128)
     ap.add_argument("--device", default=None)
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--raw-batches", type=int, default=0, help="forward batches for (a); default: as many as (b) runs")
+    ap.add_argument("--at-chunk", type=int, default=256, help="chunk length the unit costs are scaled to")
     args = ap.parse_args()
 
     import torch
@@ -144,7 +199,8 @@ def main() -> None:
     from crs.store import Store
 
     device = pick_device(args.device)
-    sev = tuple(int(s) for s in args.severities.split(",") if s.strip())
+    sev = perturb.SEVERITIES if args.severities == "default" else \
+        tuple(int(s) for s in args.severities.split(",") if s.strip())
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         (tmp / "png").mkdir()
@@ -175,11 +231,13 @@ def main() -> None:
         # (b) the pipeline, files to a complete store
         store = Store(str(tmp / "store.zarr"))
         t = time.perf_counter()
-        run = extract(store, spec, "bench", ds=ds, chunk=args.chunk, batch=args.batch, device=str(device),
-                      severities=sev, workers=args.workers, weights=weights, precision=args.precision)
+        with timed_commits() as commits:
+            run = extract(store, spec, "bench", ds=ds, chunk=args.chunk, batch=args.batch, device=str(device),
+                          severities=sev, workers=args.workers, weights=weights, precision=args.precision)
         total = time.perf_counter() - t
         assert run.complete
         pipeline = run.forward_images / run.seconds
+        units = unit_costs(commits, n_cond, args.at_chunk)
     result = {
         "encoder": args.encoder, "device": str(device), "precision": args.precision, "batch": args.batch,
         "input_size": spec.input_size, "file_size": args.file_size, "workers": args.workers,
@@ -187,11 +245,15 @@ def main() -> None:
         "ratio": round(pipeline / raw, 3), "images": args.images, "conditions": n_cond,
         "forward_images": run.forward_images, "decodes": run.decodes,
         "pipeline_seconds_with_model_load": round(total, 2), "torch_threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
+        "cpus": os.cpu_count(), "chunk": args.chunk, **units,
     }
     print(f"{args.encoder} on {device} ({args.precision}, batch {args.batch}): raw forward {raw:.1f} images/s, "
           f"pipeline {pipeline:.1f} images/s (ratio {pipeline / raw:.2f}); {run.decodes} decodes for "
           f"{args.images} files x {n_cond} conditions", file=sys.stderr)
+    if "unit_at_chunk_s" in units:
+        print(f"resume unit at chunk {args.at_chunk}, {n_cond} conditions: a kill loses up to "
+              f"{units['commit_at_chunk_s']:.1f} s (one chunk x one condition; was the whole unit, "
+              f"{units['unit_at_chunk_s']:.1f} s)", file=sys.stderr)
     print(json.dumps(result))
 
 

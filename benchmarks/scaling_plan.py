@@ -3,7 +3,11 @@ registry record's architecture, GPU-hours on one H200 at a stated utilisation, s
 float16. Prints a Markdown table per section (docs/scaling.md quotes them) and, last, one JSON
 object. Nothing is downloaded or run: the numbers follow from the registry and the suites.
 
-    python benchmarks/scaling_plan.py [--utilisation 0.4] [--peak-tflops 989] [--scale 1]
+    python benchmarks/scaling_plan.py [--utilisation 0.4] [--peak-tflops 989] [--scale 1] [--chunk 256]
+
+The resume unit: extraction commits each (chunk, condition) as soon as it is embedded, so a
+kill loses at most ``--chunk`` forward passes; the "s per commit" column is their GPU time at
+the same rate (decoding and perturbing add to it; benchmarks/extract_bench.py measures both).
 
 FLOPs: a multiply-add counts as 2 FLOPs (the convention of GPU peak figures; the "17.6
 GFLOPs" often quoted for ViT-B/16 at 224 counts multiply-adds, i.e. 35 GFLOPs here).
@@ -64,6 +68,7 @@ def main() -> None:
     ap.add_argument("--utilisation", type=float, default=0.4, help="share of the bf16 dense peak reached")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="H200 SXM bf16 dense peak (no sparsity)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply images and encoders (10: ten times larger)")
+    ap.add_argument("--chunk", type=int, default=256, help="images per commit (crs extract --chunk)")
     args = ap.parse_args()
 
     specs = [s for s in encoders.ENCODERS.values() if s.family != "baseline" and not s.name.startswith("demo")]
@@ -81,8 +86,8 @@ def main() -> None:
 
     peak = args.peak_tflops * 1e12 * args.utilisation
     print(f"| encoder | input | GMACs/img | GFLOPs/img | img/s on one H200 at {args.utilisation:.0%} | "
-          "GPU-hours | store GB (fp16) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          f"GPU-hours | store GB (fp16) | s per commit ({args.chunk} images) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     total_h = total_gb = 0.0
     for s in specs:
         macs = macs_per_image(s)
@@ -93,12 +98,14 @@ def main() -> None:
         total_h += hours
         total_gb += gb
         rows.append({"encoder": s.name, "input": s.input_size, "gmacs": macs / 1e9, "gflops": flops / 1e9,
-                     "images_per_s": rate, "gpu_hours": hours, "store_gb": gb, "width": s.width})
+                     "images_per_s": rate, "gpu_hours": hours, "store_gb": gb, "width": s.width,
+                     "seconds_per_commit": args.chunk / rate})
         print(f"| {s.name} | {s.input_size} | {macs / 1e9:.1f} | {flops / 1e9:.1f} | {rate:,.0f} | {hours:.2f} | "
-              f"{gb:.1f} |")
+              f"{gb:.1f} | {args.chunk / rate:.2f} |")
     reps = args.scale  # ten times larger: ten times the encoders as well as the images
-    print(f"| **all {len(specs)} x {reps:g}** | | | | | **{total_h * reps:,.0f}** | **{total_gb * reps:,.0f}** |")
+    print(f"| **all {len(specs)} x {reps:g}** | | | | | **{total_h * reps:,.0f}** | **{total_gb * reps:,.0f}** | |")
     print(json.dumps({"utilisation": args.utilisation, "peak_tflops": args.peak_tflops, "scale": args.scale,
+                      "chunk": args.chunk,
                       "forward_passes_per_encoder": fwd_per_encoder, "encoders": len(specs) * reps,
                       "gpu_hours": total_h * reps, "store_gb": total_gb * reps, "per_encoder": rows}))
 

@@ -6,16 +6,16 @@ local executor does. Then each work unit -- chunk ``j`` of every pending array, 
 store chunk of one (dataset, encoder, condition group) -- goes to one model replica: a Ray
 actor that loaded the weights once (one GPU each where the cluster has GPUs). The replica
 decodes the unit's images, embeds them clean and under every pending perturbation with the
-same code as the local executor (``embed_unit``) and writes those chunks and their done
-flags itself. Every chunk has exactly one writer, so no lock is needed below the
-(dataset, encoder) one.
+same code as the local executor (``embed_unit``) and commits, as the local executor does,
+first the unit's decoding failures (under the dataset lock), then each chunk with its done
+flag as soon as it is embedded. Every chunk has exactly one writer, so no lock is needed
+below the (dataset, encoder) one.
 
 A unit whose replica dies (a crash, a killed worker, a pre-empted node) is sent again by Ray
 to the restarted replica (``max_restarts=-1``), up to ``retries`` more times. Writing a chunk twice
 writes the same values (the embedding of a unit does not depend on where it runs; on the
 CPU bit for bit), and a done flag is set only after its chunk, so a retried or re-run unit
-leaves the store exactly as a local run does. The driver writes the failures table (images
-that could not be decoded) and marks the arrays complete.
+leaves the store exactly as a local run does. The driver marks the arrays complete.
 
 The store must be one every node can reach: an object-store URL (s3://, gs://, az://) or a
 folder on a shared file system. Weights given with ``--weights`` must be at the same path
@@ -28,7 +28,8 @@ import threading
 from collections import deque
 
 from crs.errors import CrsError, UserError
-from crs.extract.units import DecodedUnits, Embedder, Plan, Unit, embed_unit, unit_failures
+from crs.extract.units import (DecodedUnits, Embedder, Plan, Unit, after_commit, commit_failures, embed_unit,
+                               unit_failures)
 from crs.store import Store
 
 IN_FLIGHT_PER_ACTOR = 2  # one unit decoding while the other runs on the device
@@ -75,15 +76,21 @@ class Replica:
         units = DecodedUnits(self.ds, {unit.j: unit.source_rows}, self.ds.paths)
         _, images, failures = units[unit.j]
         failed = unit_failures(unit, failures, self.strict)
-        with self.device_lock:
-            results = embed_unit(unit, images, self.embed, self.model.device)
-        forward = 0
-        for cond, values in results:
+        commit_failures(self.store, self.dataset, failed)  # before any of the unit's done flags
+        conditions = embed_unit(unit, images, self.embed, self.model.device)
+        forward = chunks = 0
+        while True:
+            with self.device_lock:  # held while one condition is embedded, not while it is written
+                cond, values = next(conditions, (None, None))
+            if cond is None:
+                break
             if cond not in self.arrays:
                 self.arrays[cond] = self.store.open_embedding(self.dataset, self.encoder, cond)
             self.arrays[cond].write_chunk(unit.j, values)  # chunk first, then its done flag
+            after_commit()
             forward += len(values)
-        return {"j": unit.j, "failures": failed, "chunks": len(results), "forward_images": forward,
+            chunks += 1
+        return {"j": unit.j, "failures": failed, "chunks": chunks, "forward_images": forward,
                 "decodes": len(images), "batch": self.embed.batch, "device": str(self.model.device)}
 
 
@@ -99,11 +106,12 @@ def connect(address: str | None = None):
     return ray
 
 
-def run_units_on_ray(store: Store, plan: Plan, ds, new_failures: list, *, device=None, workers=0, strict=False,
+def run_units_on_ray(store: Store, plan: Plan, ds, *, device=None, workers=0, strict=False,
                      weights=None, trust_remote_code=False, precision="auto", progress=None, address=None,
                      actors: int | None = None, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
                      retries: int = 3) -> None:
-    """Run ``plan.units`` on Ray replicas; fills ``plan.summary`` and ``new_failures`` as the local run does.
+    """Run ``plan.units`` on Ray replicas; fills ``plan.summary`` as the local run does (each replica
+    commits its units' decoding failures itself, before their chunks).
 
     ``actors`` defaults to one per GPU of the cluster (``gpus_per_actor`` 1) or, without GPUs
     (or with ``device='cpu'``), one per ``cpus_per_actor`` CPUs; never more than there are units.
@@ -131,7 +139,7 @@ def run_units_on_ray(store: Store, plan: Plan, ds, new_failures: list, *, device
             progress.advance(task, chunks)
 
     try:
-        batches = _drain(ray, pool, plan, new_failures, retries, advance)
+        batches = _drain(ray, pool, plan, retries, advance)
         plan.summary.batch = min(batches) if batches else plan.batch
     finally:
         for a in pool:
@@ -168,7 +176,7 @@ def _lost_errors() -> tuple:
         return (RayActorError,)
 
 
-def _drain(ray, pool: list, plan: Plan, new_failures: list, retries: int, advance) -> list[int]:
+def _drain(ray, pool: list, plan: Plan, retries: int, advance) -> list[int]:
     """Keep IN_FLIGHT_PER_ACTOR units on each replica until every unit is done; returns the
     replicas' final batch sizes. ``advance(n)`` reports n more chunks written."""
     from ray.exceptions import RayTaskError
@@ -197,7 +205,6 @@ def _drain(ray, pool: list, plan: Plan, new_failures: list, retries: int, advanc
             raise UnitFailed(f"work unit {unit.j} of {plan.spec.name} × {plan.dataset} failed {retries + 1} "
                              f"times (its replica died each time): {exc}. What was written is kept; run the "
                              "same command again to resume") from exc
-        new_failures += r["failures"]
         summary.chunks_written += r["chunks"]
         summary.forward_images += r["forward_images"]
         summary.decodes += r["decodes"]

@@ -7,6 +7,15 @@ pending perturbation of the dataset's modality suite. Units whose chunks are all
 written are skipped without decoding, so a re-run after a crash, kill -9 or Ctrl-C
 finishes only what is missing, with the same numbers an uninterrupted run writes.
 
+What is pending is what the store's ``EmbeddingArray.pending()`` says (chunks never
+committed, and committed ones found damaged), so a re-run also repairs damaged chunks.
+
+Commits, in this order within a unit: its decoding failures (into the dataset's failures
+table), then each (chunk, condition) with its done flag as soon as that condition is
+embedded. A kill therefore loses at most one (chunk, condition) of forward passes and the
+unit's decoding, never a failure whose chunk is marked done; and the half-written files a
+kill leaves (Zarr's ``*.partial``) are removed at the next start, under the locks.
+
 Throughput: units are decoded ahead by DataLoader workers (``workers``; pinned memory
 and non-blocking copies on CUDA), embeddings go to disk on a background writer thread
 so the device never waits for the store, the batch halves on out-of-memory instead of
@@ -20,6 +29,7 @@ table, so several encoders can write into one store at the same time (``crs.stor
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import queue
 import threading
 import time
@@ -34,7 +44,8 @@ from crs.extract.models import load, pick_device
 from crs.names import SPLIT_CODE
 from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_lock, store_order
 from crs.store.zarr_store import now
-from crs.extract.units import DecodedUnits, Embedder, ExtractSummary, Plan, Unit, embed_unit, unit_failures
+from crs.extract.units import (DecodedUnits, Embedder, ExtractSummary, Plan, Unit, after_commit, commit_failures,
+                               embed_unit, unit_failures)
 
 
 def library_versions() -> dict[str, str]:
@@ -86,9 +97,11 @@ def _loader(units: DecodedUnits, order: list[int], workers: int, pin: bool):
 
 # ----------------------------------------------------------------------- writing
 class _Writer:
-    """A background thread that writes chunks in order of arrival; errors surface in ``put``/``close``."""
+    """A background thread that commits, in order of arrival, a unit's decoding failures and then
+    its chunks (each with its done flag); errors surface in ``put``/``close``."""
 
-    def __init__(self, depth: int = 8):
+    def __init__(self, store: Store, dataset: str, depth: int = 8):
+        self.store, self.dataset = store, dataset
         self.q: queue.Queue = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="crs-writer", daemon=True)
@@ -101,16 +114,28 @@ class _Writer:
                 return
             if self.error is not None:
                 continue
-            array, j, values = item
             try:
-                array.write_chunk(j, values)
+                if item[0] == "failures":
+                    commit_failures(self.store, self.dataset, item[1])
+                else:
+                    _, array, j, values = item
+                    array.write_chunk(j, values)  # the chunk, then its done flag
+                    after_commit()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                 self.error = exc
 
-    def put(self, array, j, values):
+    def _put(self, item):
         if self.error is not None:
             raise self.error
-        self.q.put((array, j, values))
+        self.q.put(item)
+
+    def put_failures(self, failures: list[tuple[str, str, str]]):
+        """A unit's failures: put before its chunks, so they are committed before any of its done flags."""
+        if failures:
+            self._put(("failures", failures))
+
+    def put(self, array, j, values):
+        self._put(("chunk", array, j, values))
 
     def close(self):
         self.q.put(None)
@@ -158,41 +183,78 @@ def extract(
         ds, dataset = dataset, dataset.name
     ds = ds if ds is not None else datasets.get(dataset, size=size)
     with extraction_lock(store, dataset, spec.name) as stale:
+        remove_partial_files(store, dataset, spec.name)  # left by a killed run: nothing of ours is writing
         plan, model = prepare(store, spec, dataset, ds, chunk=chunk, batch=batch, device=device, dtype=dtype,
                               perturbations=perturbations, severities=severities, weights=weights,
                               trust_remote_code=trust_remote_code, precision=precision)
         t0 = time.perf_counter()
-        new_failures: list[tuple[str, str, str]] = []
-        try:
-            if plan.units:
-                t0 = _run_units(store, plan, ds, model, new_failures, executor=executor, device=device,
-                                workers=workers, strict=strict, weights=weights,
-                                trust_remote_code=trust_remote_code, precision=precision, progress=progress,
-                                ray_options=ray_options)
-        finally:
-            if new_failures:
-                with dataset_lock(store, dataset):
-                    store.add_failures(dataset, *zip(*new_failures))
+        if plan.units:
+            t0 = _run_units(store, plan, ds, model, executor=executor, device=device, workers=workers,
+                            strict=strict, weights=weights, trust_remote_code=trust_remote_code,
+                            precision=precision, progress=progress, ray_options=ray_options)
+            remove_partial_files(store, dataset, spec.name)  # a Ray replica that died mid-write leaves one
         return _finish(store, plan, t0, stale)
 
 
-def _run_units(store, plan, ds, model, new_failures: list, *, executor, device, workers, strict, weights,
-               trust_remote_code, precision, progress, ray_options) -> float:
+def _run_units(store, plan, ds, model, *, executor, device, workers, strict, weights, trust_remote_code,
+               precision, progress, ray_options) -> float:
     """Run the pending units of ``plan``; returns when the extraction itself began (after loading the model)."""
     if executor == "ray":
         from crs.extract.ray_executor import run_units_on_ray
 
         t0 = time.perf_counter()
-        run_units_on_ray(store, plan, ds, new_failures, device=device, workers=workers, strict=strict,
-                         weights=weights, trust_remote_code=trust_remote_code, precision=precision,
-                         progress=progress, **(ray_options or {}))
+        run_units_on_ray(store, plan, ds, device=device, workers=workers, strict=strict, weights=weights,
+                         trust_remote_code=trust_remote_code, precision=precision, progress=progress,
+                         **(ray_options or {}))
         return t0
     if model is None:
         model = load(plan.spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
                      precision=precision)
     t0 = time.perf_counter()
-    _run_units_locally(plan, ds, model, new_failures, workers=workers, strict=strict, progress=progress)
+    _run_units_locally(store, plan, ds, model, workers=workers, strict=strict, progress=progress)
     return t0
+
+
+def _is_partial(name: str) -> bool:
+    """A file a killed writer left half-written: Zarr's local store writes ``KEY.<uuid4 hex>.partial``
+    and renames it over KEY; ``crs.files.atomic_write`` writes ``.NAME.<random>.tmp``."""
+    return name.endswith(".partial") or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def remove_partial_files(store: Store, dataset: str, encoder: str) -> list[str]:
+    """Delete the half-written files a killed extraction of (``dataset``, ``encoder``) left in a local
+    store: in its embedding arrays (the caller holds their extraction lock) and in what the dataset
+    lock guards (the dataset's group, its per-image arrays and its failures table); never elsewhere
+    (other encoders' arrays, predictions), where another run may be writing now. Object stores put
+    whole objects: nothing to do. Returns the paths removed."""
+    if store.is_url:
+        return []
+    root = store.path[len("file://"):] if store.path.startswith("file://") else store.path
+    base = os.path.join(root, "datasets", dataset)
+    if not os.path.isdir(base):
+        return []
+    removed = _remove_partials(os.path.join(base, "embeddings", encoder))
+    with dataset_lock(store, dataset):
+        removed += _remove_partials(base, recurse=False)
+        for key in ("image_id", "label", "split", "group", "failures"):
+            removed += _remove_partials(os.path.join(base, key))
+    return removed
+
+
+def _remove_partials(folder: str, recurse: bool = True) -> list[str]:
+    removed = []
+    for top, _, files in os.walk(folder):
+        for name in files:
+            if _is_partial(name):
+                path = os.path.join(top, name)
+                try:
+                    os.unlink(path)
+                    removed.append(path)
+                except FileNotFoundError:
+                    pass
+        if not recurse:
+            break
+    return removed
 
 
 def _finish(store: Store, plan, t0: float, stale: str | None) -> ExtractSummary:
@@ -294,7 +356,9 @@ def _pending_units(table: DatasetTable, conds: list[str], arrays: dict) -> tuple
     return units, skipped
 
 
-def _run_units_locally(plan: Plan, ds, model, new_failures: list, *, workers, strict, progress) -> None:
+def _run_units_locally(store: Store, plan: Plan, ds, model, *, workers, strict, progress) -> None:
+    """Decode each unit once and commit it condition by condition: first the unit's decoding
+    failures, then each (chunk, condition) with its done flag as soon as it is embedded."""
     summary = plan.summary
     summary.device = str(model.device)
     task = (progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units))
@@ -303,12 +367,12 @@ def _run_units_locally(plan: Plan, ds, model, new_failures: list, *, workers, st
     units = DecodedUnits(ds, {u.j: u.source_rows for u in plan.units}, ds.paths)
     by_j = {u.j: u for u in plan.units}
     pin = model.device.type == "cuda"
-    writer = _Writer()
+    writer = _Writer(store, plan.dataset)
     try:
         for j, images, failures in _loader(units, list(by_j), workers, pin):
             unit = by_j[j]
             summary.decodes += len(images)
-            new_failures += unit_failures(unit, failures, strict)
+            writer.put_failures(unit_failures(unit, failures, strict))
             for cond, values in embed_unit(unit, images, embed, model.device):
                 writer.put(plan.arrays[cond], j, values)
                 summary.chunks_written += 1
@@ -316,5 +380,5 @@ def _run_units_locally(plan: Plan, ds, model, new_failures: list, *, workers, st
                 if task is not None:
                     progress.advance(task)
     finally:
-        writer.close()  # what was embedded is written, also on Ctrl-C
+        writer.close()  # what was embedded is committed, also on Ctrl-C (or SIGTERM, which the CLI makes one)
     summary.batch = embed.batch

@@ -1,11 +1,15 @@
 """The work units of an extraction, shared by the local run (``crs.extract.run``) and the Ray
 executor (``crs.extract.ray_executor``): what a unit is, how its images are decoded
 (``DecodedUnits``) and embedded (``Embedder``, ``embed_unit``), and how its decoding
-failures are reported (``unit_failures``).
+failures are reported (``unit_failures``) and committed (``commit_failures``, before any of the
+unit's done flags).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +20,7 @@ from crs.errors import UserError
 from crs.extract import perturb
 from crs.extract.encoders import EncoderSpec
 from crs.extract.images import ImageError
+from crs.store import Store, dataset_lock
 
 
 class StrictFailure(UserError):
@@ -128,19 +133,46 @@ class Plan:
     summary: ExtractSummary
 
 
-def embed_unit(unit: Unit, images: torch.Tensor, embed, device) -> list[tuple[str, np.ndarray]]:
-    """The per-chunk work both executors share: [(condition, embeddings [image, feature])] for
-    ``images`` (uint8 [image, S, S, 3], the unit's decoded images), clean and perturbed."""
+def embed_unit(unit: Unit, images: torch.Tensor, embed, device) -> Iterator[tuple[str, np.ndarray]]:
+    """The per-chunk work both executors share: yields (condition, embeddings [image, feature]) for
+    ``images`` (uint8 [image, S, S, 3], the unit's decoded images), clean and perturbed, one
+    condition at a time, so that each is committed as soon as it is computed: a kill loses at most
+    one (chunk, condition), not the whole unit (which is 1 + |suite| forward passes of the chunk)."""
     x = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255)  # decoded once for all
-    out = []
     for cond in unit.conds:
         if cond == CLEAN:
             xin = x
         else:
             c = parse(cond)  # the test rows of the unit come first
             xin = perturb.apply(x[: unit.n_test], c.family, c.severity, unit.ids[: unit.n_test])
-        out.append((cond, embed(xin).cpu().numpy()))
-    return out
+        yield cond, embed(xin).cpu().numpy()
+
+
+def commit_failures(store: Store, dataset: str, failures: list[tuple[str, str, str]]) -> None:
+    """Record a unit's decoding failures (image id, file, reason) in the dataset's table. Called
+    before any chunk of the unit is marked done: a unit whose chunks are done is never decoded
+    again, so a failure not yet committed then would be lost to a kill, and its blank image scored."""
+    if failures:
+        with dataset_lock(store, dataset):
+            store.add_failures(dataset, *zip(*failures))
+        after_commit()
+
+
+def after_commit() -> None:
+    """Test-only hook: with CRS_TEST_KILL_AFTER_COMMITS=k in the environment, the process kills
+    itself (SIGKILL) right after its k-th commit (a unit's failures, or one chunk with its done
+    flag), so the kill-and-resume tests can stop an extraction at exact points. Unset: nothing."""
+    global _commits
+    limit = os.environ.get(KILL_AFTER_COMMITS)
+    if not limit:
+        return
+    _commits += 1
+    if _commits >= int(limit):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+KILL_AFTER_COMMITS = "CRS_TEST_KILL_AFTER_COMMITS"
+_commits = 0  # commits of this process, counted only while the test hook is set
 
 
 def unit_failures(unit: Unit, failures, strict: bool) -> list[tuple[str, str, str]]:

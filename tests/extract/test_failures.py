@@ -128,3 +128,86 @@ def test_strict_stops_at_the_first_bad_image(tmp_path):
 def test_image_and_strict_errors_are_user_errors():
     assert issubclass(ImageError, UserError) and issubclass(ImageError, ValueError)
     assert issubclass(StrictFailure, UserError)
+
+
+# ------------------------------------------------------------------ failures survive a kill
+KILL_RUN = """
+import sys
+from crs.extract import datasets
+from crs.extract.run import extract
+from crs.store import Store
+ds = datasets.get("csv:" + sys.argv[1], modality="ophthalmology", image_size=16)
+extract(Store(sys.argv[2]), "demo-stats", ds, chunk=4, severities=(1,))
+"""
+
+
+def csv_with_broken_images(folder):
+    """12 images, 3 of them undecodable (in the first, second and third unit of 4), as a csv: dataset."""
+    import csv
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(12):
+        p = folder / f"im{i:02d}.png"
+        if i in (1, 6, 10):
+            p.write_bytes(b"" if i == 1 else b"not an image")
+        else:
+            Image.fromarray(rng.integers(0, 255, (24, 24, 3), dtype=np.uint8)).save(p)
+        split = ("test", "train", "val")[(i // 2) % 3] if i < 6 else ("test", "train")[i % 2]
+        rows.append([p.name, "ab"[i % 2], f"P{i}", split])
+    with open(folder / "data.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label", "group", "split"])
+        w.writerows(rows)
+    return folder / "data.csv"
+
+
+def store_contents(path):
+    """What later stages read: every embedding array, its done flags, and the failures table."""
+    s = Store(str(path), mode="r")
+    out = {("failures", k): v for k, v in s.failures("data").items()}
+    for d, e, c, complete in s.embeddings():
+        assert complete, (d, e, c)
+        out[(e, c)] = s.read_embedding(d, e, c)
+    return out
+
+
+def partial_files(path):
+    return sorted(str(p) for p in path.rglob("*") if p.name.endswith((".partial", ".tmp")))
+
+
+def test_a_kill_at_any_commit_keeps_the_failures_table_of_an_uninterrupted_run(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from crs.extract import datasets
+
+    (tmp_path / "img").mkdir()
+    table = csv_with_broken_images(tmp_path / "img")
+    ref = tmp_path / "ref.zarr"
+    extract(Store(str(ref)), "demo-stats", datasets.get(f"csv:{table}", modality="ophthalmology", image_size=16),
+            chunk=4, severities=(1,))
+    expected = store_contents(ref)
+    assert len(expected["failures", "image_id"]) == 3
+    killed = tmp_path / "killed.zarr"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    # commit 1: the first unit's failures alone, none of its 1 + 8 chunks done; 10 (counted afresh
+    # by the second process): the first unit's failures again, its 8 chunks left, the second unit's
+    # failures and its clean chunk
+    for k in (1, 10):
+        p = subprocess.run([sys.executable, "-c", KILL_RUN, str(table), str(killed)], timeout=300,
+                           env={**env, "CRS_TEST_KILL_AFTER_COMMITS": str(k)})
+        assert p.returncode == -signal.SIGKILL, k
+        assert len(Store(str(killed), mode="r").failures("data")["image_id"]) >= 1
+    # a half-written chunk file, as a kill inside Zarr's write leaves it: removed by the next run
+    stray = killed / "datasets" / "data" / "embeddings" / "demo-stats" / "clean" / "x" / "c" / "0" / "0.0123.partial"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"half")
+    subprocess.run([sys.executable, "-c", KILL_RUN, str(table), str(killed)], timeout=300, env=env, check=True)
+    got = store_contents(killed)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=str(key))
+    assert partial_files(killed) == []

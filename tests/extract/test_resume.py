@@ -17,7 +17,7 @@ import zarr
 
 from crs.extract import perturb
 from crs.extract.run import extract
-from crs.extract.units import Embedder
+from crs.extract.units import Embedder, Unit, embed_unit
 from crs.store import LockHeld, Store, hold_lock
 
 SIZE = "0.2"
@@ -162,13 +162,58 @@ def test_resume_after_kill_9_at_several_points_equals_an_uninterrupted_run(tmp_p
         np.testing.assert_array_equal(a[key], b[key], err_msg=str(key))
 
 
-def test_resume_after_ctrl_c(tmp_path, uninterrupted):
+def test_resume_after_ctrl_c_and_sigterm_leaves_no_partial_files(tmp_path, uninterrupted):
     killed = tmp_path / "int.zarr"
     assert _start_and_kill_at(killed, 0.3, signal.SIGINT) == 130  # "interrupted: everything written is kept"
+    # 143: the CLI turns SIGTERM into an interrupt; -SIGTERM: a CLI without that handler dies of it
+    assert _start_and_kill_at(killed, 0.6, signal.SIGTERM) in (143, -signal.SIGTERM)
+    written, total = done_flags(killed)
+    assert 0 < written < total
     subprocess.run(cli(killed), check=True, env=ENV, timeout=600)
     b = arrays(killed)
+    assert b.keys() == uninterrupted.keys()
     for key in uninterrupted:
         np.testing.assert_array_equal(uninterrupted[key], b[key], err_msg=str(key))
+    assert not [p for p in killed.rglob("*") if p.name.endswith((".partial", ".tmp"))]
+
+
+def test_a_unit_is_committed_condition_by_condition():
+    """A kill loses at most one (chunk, condition): ``embed_unit`` hands each condition over as soon as
+    it is embedded, before the next one's forward pass (a unit of 256 images x 66 conditions was an hour)."""
+    calls = []
+
+    def model(x):
+        calls.append(len(x))
+        return x.mean((2, 3))
+
+    conds = ["clean"] + perturb.conditions("dermatology", (1,))[:3]
+    unit = Unit(j=0, source_rows=np.arange(6), ids=[f"i{k}" for k in range(6)], n_test=4, conds=conds)
+    images = torch.randint(0, 255, (6, 8, 8, 3), dtype=torch.uint8)
+    it = embed_unit(unit, images, Embedder(model, 64), torch.device("cpu"))
+    cond, values = next(it)
+    assert (cond, values.shape, calls) == ("clean", (6, 3), [6])  # one forward pass so far
+    rest = list(it)
+    assert [c for c, _ in rest] == conds[1:] and calls == [6, 4, 4, 4]
+
+
+def test_a_rerun_repairs_exactly_a_damaged_chunk(tmp_path):
+    """A chunk file deleted after its commit: the store lists it as pending (store/zarr_store.py's
+    integrity checks), so the next extract re-does that chunk alone and the store is whole again."""
+    path = tmp_path / "s.zarr"
+    first = extract(Store(str(path)), "demo-stats", "demo_fundus", size=0.1, chunk=16, severities=(1,))
+    before = arrays(path)
+    chunk = path / "datasets/demo_fundus/embeddings/demo-stats/clean/x/c/1/0"
+    assert chunk.is_file()
+    chunk.unlink()
+    s = Store(str(path))
+    if not len(s.open_embedding("demo_fundus", "demo-stats", "clean").pending()):
+        pytest.skip("this store's pending() does not see a deleted chunk yet (the store's integrity records)")
+    run = extract(s, "demo-stats", "demo_fundus", size=0.1, chunk=16, severities=(1,))
+    assert run.complete and run.chunks_written == 1 and run.chunks_skipped == first.chunks_written - 1
+    assert run.decodes == 16  # the one unit, decoded once
+    after = arrays(path)
+    for key in before:
+        np.testing.assert_array_equal(before[key], after[key], err_msg=str(key))
 
 
 # ------------------------------------------------------------------ locks
@@ -214,3 +259,21 @@ def test_two_encoders_write_into_one_store_at_the_same_time(tmp_path):
         assert a.keys() == b.keys() and a
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=str(key))
+
+
+def test_partial_files_are_removed_only_where_the_extraction_holds_the_locks(tmp_path):
+    from crs.extract.run import remove_partial_files
+
+    path = tmp_path / "s.zarr"
+    store = Store(str(path))
+    extract(store, "demo-stats", "demo_fundus", size=0.05, chunk=64, perturbations=False)
+    base = path / "datasets" / "demo_fundus"
+    mine = [base / "embeddings/demo-stats/clean/x/c/0/0.5f3a.partial", base / "label/zarr.5f3a.partial",
+            base / "failures/image_id/c/0.5f3a.partial", base / "zarr.5f3a.partial"]
+    others = [base / "embeddings/demo-vit/clean/x/c/0/0.5f3a.partial",  # another encoder's run may be writing
+              base / "predictions/demo-stats/clean/c/0.5f3a.partial", base / "embeddings/zarr.5f3a.partial"]
+    for p in mine + others:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"half")
+    assert sorted(remove_partial_files(store, "demo_fundus", "demo-stats")) == sorted(map(str, mine))
+    assert all(p.exists() for p in others) and not any(p.exists() for p in mine)
