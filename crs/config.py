@@ -226,7 +226,8 @@ class Extract:
                          invert=True, flag_help="clean embeddings only", default=True)
     severities: tuple[int, ...] = _opt("perturbation severities (1..5)", _severities, flag="--severities",
                                        text=_comma_numbers(int, sort=True), default=SEVERITIES)
-    chunk: int = _opt("store chunk length in images (the resume unit)", _at_least(1), flag="--chunk", default=256)
+    chunk: int = _opt("store chunk length in images (a resume unit is one chunk of one condition)", _at_least(1),
+                      flag="--chunk", default=256)
     batch: int = _opt("images per forward pass", _at_least(1), flag="--batch", default=64)
     device: str = _opt("torch device, or auto (cuda if available, else cpu)", flag="--device", default="auto")
     dtype: str = _opt("embedding dtype in the store", _choices("float16", "float32"), flag="--dtype",
@@ -649,7 +650,7 @@ size = 1.0                        # scale of the built-in datasets
 [extract]
 perturb = true                    # the test split under the modality's perturbation suite
 severities = [2, 4]               # the demo's two; [1, 2, 3, 4, 5] for the full suites
-# chunk = 256                     # store chunk length in images (the resume unit)
+# chunk = 256                     # store chunk length in images (a resume unit is one chunk of one condition)
 # batch = 64
 # device = "auto"                 # cuda if available, else cpu
 # dtype = "float16"
