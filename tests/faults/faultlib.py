@@ -310,7 +310,7 @@ class Baseline(NamedTuple):
 
 def _make(folder: Path) -> dict:
     for stage in ("extract", "probe", "score", "report"):
-        r = crs(*stage_args(stage, folder))
+        r = crs_here(*stage_args(stage, folder))
         assert r.rc == 0, f"the baseline's {stage} failed:\n{r.message[-3000:]}"
     return outputs(folder)
 
@@ -333,7 +333,7 @@ def case(baseline: Baseline, tmp_path: Path, name: str = "run") -> Path:
 
 @pytest.fixture(scope="session")
 def probe_ref(baseline, tmp_path_factory) -> Baseline:
-    """The baseline re-probed with another L2 grid (``PROBE_CHANGE``) and re-scored, uninterrupted."""
+    """The baseline re-probed with another L2 (``PROBE_CHANGE``) and re-scored, uninterrupted."""
     folder = case(baseline, tmp_path_factory.mktemp("faults-probe-ref"))
     for args in (stage_args("probe", folder, **PROBE_CHANGE), stage_args("score", folder)):
         r = crs_here(*args)
@@ -351,14 +351,14 @@ def score_ref(baseline, tmp_path_factory) -> Baseline:
     return Baseline(folder, outputs(folder))
 
 
-PROBE_CHANGE = {"l2": "0.1,1"}
+PROBE_CHANGE = {"l2": "0.01"}  # another L2: every prediction changes, so a mix of old and new shows
 SCORE_CHANGE = {"bootstrap": "7"}
 
 
 # ------------------------------------------------------------------ a csv: dataset with one broken image
 CSV_NAME = "mine"
 CSV_ROWS = 24  # 12 train, 6 val, 6 test; two classes in each split
-BROKEN = 3  # the row whose image is a truncated PNG (a train image in the first chunk)
+BROKEN = 3  # the row whose image is a truncated PNG (a train image: store row 12 + 3, in chunk 1 of 8 rows)
 
 
 def write_images(folder: Path, n: int = CSV_ROWS) -> list[tuple[str, str, str]]:
@@ -407,7 +407,7 @@ def csv_baseline(tmp_path_factory) -> Baseline:
     folder = tmp_path_factory.mktemp("faults-csv")
     rows = write_images(folder)
     write_csv(folder / f"{CSV_NAME}.csv", rows)
-    r = crs(*csv_extract_args(folder, folder / STORE))
+    r = crs_here(*csv_extract_args(folder, folder / STORE))
     assert r.rc == 0, f"the csv baseline's extract failed:\n{r.message[-3000:]}"
     want = outputs(folder, roots=(folder,))
     assert any("/failures/" in k for k in want), f"the broken image made no failures table: {sorted(want)}"

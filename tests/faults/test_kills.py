@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlib import (BROKEN, PROBE_CHANGE, REPORT, SCORE_CHANGE, SIGNALS, STORE, case, crs_here, csv_case,
+from faultlib import (BROKEN, CSV_NAME, PROBE_CHANGE, REPORT, SCORE_CHANGE, SIGNALS, STORE, case, crs_here, csv_case,
                       csv_extract_args, differences, finish, kill, outputs, settle, stage_args, start, wait_for)
 
 
@@ -37,13 +37,14 @@ def written_since(folder: Path, t0_ns: int) -> int:
     return n
 
 
-def killed(args, folder: Path, writes: int, sig: str):
-    """Start ``crs ARGS``, send ``sig`` once it has written ``writes`` files, and return how it ended."""
+def killed(args, folder: Path, writes: int, sig: str, point=None):
+    """Start ``crs ARGS``, send ``sig`` once it has written ``writes`` files (or once ``point()`` holds),
+    and return how it ended."""
     import time
 
     t0 = time.time_ns()
     p = start(*args)
-    reached = wait_for(lambda: written_since(folder, t0) >= writes, p, timeout=240)
+    reached = wait_for(point or (lambda: written_since(folder, t0) >= writes), p, timeout=240)
     if reached:
         kill(p, SIGNALS[sig])
     r = finish(p)
@@ -88,13 +89,16 @@ def test_killed_extract_keeps_its_decode_failures(csv_baseline, tmp_path):
     folder = csv_case(csv_baseline, tmp_path)
     shutil.rmtree(folder / STORE)
     args = csv_extract_args(csv_baseline.folder, folder / STORE)
-    killed(args, folder, 12, "SIGKILL")  # past the first chunk (rows 0-7, the broken image is row BROKEN)
-    assert BROKEN < 8
+    # store rows are test (6), val (6), train (12): the broken train image BROKEN is in chunk 1 (rows 8-15);
+    # the kill comes once that chunk is committed (its done flag written)
+    done = folder / STORE / "datasets" / CSV_NAME / "embeddings" / "demo-stats" / "clean" / "done" / "c" / "1"
+    killed(args, folder, 0, "SIGKILL", point=done.exists)
+    assert 8 <= 12 + BROKEN < 16
     settle(crs_here(*args), args, folder, csv_baseline.outputs, "csv extract SIGKILL, then resumed",
            only="store/", defaults={"extract": args}, roots=(csv_baseline.folder,))
 
 
-# ------------------------------------------------------------------ probe, re-fitting with a new L2 grid
+# ------------------------------------------------------------------ probe, re-fitting with another L2
 PROBE_POINTS = [("SIGKILL", 1), ("SIGKILL", 20), ("SIGTERM", 8)]
 
 
@@ -103,7 +107,7 @@ def test_killed_probe_leaves_old_or_new_whole(baseline, probe_ref, tmp_path, sig
     folder = case(baseline, tmp_path)
     args = stage_args("probe", folder, **PROBE_CHANGE)
     killed(args, folder, writes, sig)
-    what = f"probe with a new L2 grid, {sig} after {writes} writes"
+    what = f"probe with another L2, {sig} after {writes} writes"
     read_whole(stage_args("score", folder), folder, {"old": baseline.outputs, "new": probe_ref.outputs},
                what + ", then score", only="results/")
     settle(crs_here(*args), args, folder, probe_ref.outputs, what + ", then resumed", only="store/")
