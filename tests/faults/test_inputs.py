@@ -156,7 +156,7 @@ def _wait_rss(args):
     chunks: list[str] = []
     reader = threading.Thread(target=lambda: chunks.append(p.stdout.read()), daemon=True)
     reader.start()
-    end = time.monotonic() + 60
+    end = time.monotonic() + 30
     while time.monotonic() < end:
         pid, status, usage = os.wait4(p.pid, os.WNOHANG)
         if pid:
@@ -166,7 +166,7 @@ def _wait_rss(args):
         time.sleep(0.05)
     p.kill()
     os.wait4(p.pid, 0)
-    pytest.fail(f"crs {args[0]} was still running after 60 s (waiting on a file that never ends?)")
+    pytest.fail(f"crs {args[0]} was still running after 30 s (waiting on a file that never ends?)")
 
 
 # ------------------------------------------------------------------ the failures table, damaged
