@@ -1,4 +1,4 @@
-"""Shared pieces of the fault-injection suite (see tests/faults/README.md for the rule and the case table).
+"""Shared pieces of the fault-injection suite (the rule and the case table: conftest.py).
 
 * ``crs(*args)``: ``python -m crs.cli ARGS`` in a subprocess (HF_HUB_OFFLINE=1, PYTHONPATH inherited),
   returning ``Ran(rc, stdout, stderr)``; ``start(*args)`` is the same as a ``Popen`` for the kill and
@@ -191,15 +191,27 @@ def outputs(folder: Path, roots=()) -> dict:
 def _store_arrays(path: Path, roots: tuple[str, ...] = ()) -> dict:
     import zarr
 
-    got = {}
+    got: dict = {}
     root = zarr.open_group(str(path), mode="r")
     for dname, dgroup in sorted(root["datasets"].groups()):
-        for name, arr in fp._arrays(dgroup, f"store/{dname}"):
-            try:
-                got[name] = _digest_rooted(arr, roots) if roots else fp._digest_array(arr)
-            except Exception as exc:
-                got[name] = f"unreadable: {type(exc).__name__}: {str(exc)[:200]}"
+        _walk(dgroup, f"store/{dname}", roots, got)
     return got
+
+
+def _walk(group, prefix: str, roots: tuple[str, ...], got: dict) -> None:
+    """Digest every array under ``group``; a node that cannot be read is recorded as such, the rest still are."""
+    try:
+        arrays, groups = sorted(group.arrays()), sorted(group.groups())
+    except Exception as exc:
+        got[prefix] = f"unreadable: {type(exc).__name__}: {str(exc)[:200]}"
+        return
+    for name, arr in arrays:
+        try:
+            got[f"{prefix}/{name}"] = _digest_rooted(arr, roots) if roots else fp._digest_array(arr)
+        except Exception as exc:
+            got[f"{prefix}/{name}"] = f"unreadable: {type(exc).__name__}: {str(exc)[:200]}"
+    for name, sub in groups:
+        _walk(sub, f"{prefix}/{name}", roots, got)
 
 
 def _digest_rooted(arr, roots: tuple[str, ...]) -> str:
