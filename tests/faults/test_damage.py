@@ -1,0 +1,75 @@
+"""Damaged store files of every array kind: deleted, truncated or altered chunks and zarr.json.
+
+Each case copies the baseline, damages one file, runs the stage that reads it (probe for the
+embeddings and dataset arrays, score for the predictions) and applies the rule (``settle``):
+exit 0 with outputs equal to the uninterrupted run's, or exit 2 naming the array and a repair
+that then restores them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from faultlib import DATASET, STORE, case, crs_here, settle, stage_args
+
+EMB = "embeddings/demo-stats/clean/x"
+PRED = "predictions/demo-stats/clean"
+
+
+def delete(path: Path) -> None:
+    path.unlink()
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def alter(path: Path) -> None:
+    """Flip four bytes in the middle (what a bad disk or a stray write does); JSON stays JSON: a smaller shape."""
+    if path.name == "zarr.json":
+        meta = json.loads(path.read_text())
+        meta["shape"] = [max(1, meta["shape"][0] - 26)] + meta["shape"][1:]
+        path.write_text(json.dumps(meta, indent=2))
+        return
+    data = bytearray(path.read_bytes())
+    mid = len(data) // 2
+    for i in range(mid, min(mid + 4, len(data))):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+OPS = {"delete": delete, "truncate": truncate, "alter": alter}
+
+# (array kind, file under store.zarr/datasets/demo_derm, damage, the stage that reads it, words the refusal names)
+CASES = [
+    ("embeddings", f"{EMB}/c/1/0", "delete", "probe", ("demo-stats", "clean")),
+    ("embeddings", f"{EMB}/c/1/0", "truncate", "probe", ("demo-stats", "clean")),
+    ("embeddings", f"{EMB}/c/2/0", "alter", "probe", ("demo-stats", "clean")),
+    ("embeddings", f"{EMB}/zarr.json", "truncate", "probe", ("demo-stats", "clean")),
+    ("embeddings", f"{EMB}/zarr.json", "delete", "probe", ("demo-stats", "clean")),
+    ("embeddings", f"{EMB}/zarr.json", "alter", "probe", ("demo-stats", "clean")),
+    ("labels", "label/c/0", "delete", "probe", ("label",)),
+    ("labels", "label/c/0", "alter", "probe", ("label",)),
+    ("dataset arrays", "split/c/0", "truncate", "probe", ("split",)),
+    ("dataset arrays", "image_id/c/0", "alter", "probe", ("image_id",)),
+    ("dataset arrays", "zarr.json", "truncate", "probe", (DATASET,)),
+    ("predictions", f"{PRED}/c/0/0/0/0", "delete", "score", ("demo-stats", "clean")),
+    ("predictions", f"{PRED}/c/0/0/0/0", "alter", "score", ("demo-stats", "clean")),
+    ("predictions", f"{PRED}/zarr.json", "truncate", "score", ("demo-stats", "clean")),
+]
+
+
+@pytest.mark.parametrize("kind, rel, op, reader, names", CASES,
+                         ids=[f"{k.replace(' ', '_')}-{r.replace('/', '.')}-{o}" for k, r, o, _, _ in CASES])
+def test_damaged_store_file_is_refused_and_repaired_or_read_correctly(baseline, tmp_path, kind, rel, op, reader,
+                                                                    names):
+    folder = case(baseline, tmp_path)
+    target = folder / STORE / "datasets" / DATASET / rel
+    assert target.is_file(), f"the baseline has no {rel}: the store layout changed, update CASES"
+    OPS[op](target)
+    cmd = stage_args(reader, folder)
+    settle(crs_here(*cmd), cmd, folder, baseline.outputs, f"{kind} {rel} {op}d, then crs {reader}", names=names)

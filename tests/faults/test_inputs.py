@@ -1,0 +1,184 @@
+"""Bad inputs of a ``csv:`` dataset (labels, ids, paths, a FIFO, a 2000 x 1 PNG) and a damaged failures table.
+
+The dataset is the csv baseline's: 24 tiny PNGs, one broken (so a failures table), two classes,
+explicit splits. A bad CSV is extracted into a new store: exit 0 is allowed only where the store
+equals the clean CSV's (the bad value was read as what it means); otherwise exit 2 naming the CSV
+line, and the repair (the clean CSV) gives the clean store.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from faultlib import (BROKEN, CSV_NAME, STORE, assert_same, cli_env, crs_here, csv_case, csv_extract_args,
+                      settle, write_csv)
+
+LINE = 7  # rows[5] is on line 7 of the CSV (line 1 is the header)
+
+
+def data_copy(base, tmp_path: Path) -> tuple[Path, list[list[str]]]:
+    """A folder with the csv baseline's images; the clean rows as lists."""
+    import csv
+
+    data = tmp_path / "data"
+    shutil.copytree(base.folder / "imgs", data / "imgs")
+    with open(base.folder / f"{CSV_NAME}.csv", newline="", encoding="utf-8") as f:
+        rows = [list(r) for r in csv.reader(f)][1:]
+    return data, rows
+
+
+def with_ids(rows):
+    return [r + [f"id{i:02d}"] for i, r in enumerate(rows)]
+
+
+def _set(col, value, ids=False):
+    def edit(rows, data):
+        rows = with_ids(rows) if ids else [list(r) for r in rows]
+        rows[5][col] = value
+        return rows, ("path", "label", "split", "id") if ids else ("path", "label", "split")
+    return edit
+
+
+def _duplicate_id(rows, data):
+    rows = with_ids(rows)
+    rows[5][3] = rows[4][3]
+    return rows, ("path", "label", "split", "id")
+
+
+def _outside_root(rows, data):
+    rows = [list(r) for r in rows]
+    outside = data.parent / "outside"
+    outside.mkdir()
+    shutil.copy(data / rows[5][0], outside / "im05.png")
+    rows[5][0] = "../outside/im05.png"
+    return rows, ("path", "label", "split")
+
+
+BAD_CSVS = {
+    "label NaN": _set(1, "NaN"),
+    "label NA": _set(1, "NA"),
+    "label empty": _set(1, ""),
+    "label whitespace-padded": _set(1, " b"),
+    "blank id": _set(3, "", ids=True),
+    "duplicate id": _duplicate_id,
+    "path outside the image root": _outside_root,
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CSVS))
+def test_bad_csv_is_refused_naming_its_line_or_read_as_meant(csv_baseline, tmp_path, name):
+    data, rows = data_copy(csv_baseline, tmp_path)
+    bad, header = BAD_CSVS[name](rows, data)
+    csv_path = write_csv(data / f"{CSV_NAME}.csv", bad, header)
+    args = csv_extract_args(data, tmp_path / STORE, csv_path)
+    r = crs_here(*args)
+    what = f"csv with a {name} on line {LINE}"
+    if r.rc == 0:
+        assert_same(tmp_path, csv_baseline.outputs, f"{what}: exit 0", only="store/", roots=(data,))
+        return
+    assert r.rc == 2, f"{what}: exit {r.rc}:\n{r.message[-1500:]}"
+    assert re.search(rf"{CSV_NAME}\.csv:{LINE}\b|line {LINE}\b", r.message), \
+        f"{what}: the refusal does not name {CSV_NAME}.csv:{LINE}:\n{r.message[-1500:]}"
+    write_csv(csv_path, rows)  # the repair: the clean CSV
+    r = crs_here(*args)
+    assert r.rc == 0, f"{what}: the clean CSV after the refusal: exit {r.rc}:\n{r.message[-1500:]}"
+    assert_same(tmp_path, csv_baseline.outputs, f"{what}: after the clean CSV", only="store/", roots=(data,))
+
+
+@pytest.mark.parametrize("name", ["one class", "a split without a class"])
+def test_datasets_check_refuses_a_csv_the_probe_cannot_use(csv_baseline, tmp_path, name):
+    data, rows = data_copy(csv_baseline, tmp_path)
+    shutil.copy(data / rows[BROKEN - 1][0], data / rows[BROKEN][0])  # every image readable: only the classes are wrong
+    if name == "one class":
+        rows = [[p, "a", s] for p, _, s in rows]
+    else:
+        rows = [[p, "a" if s == "test" else lab, s] for p, lab, s in rows]
+    csv_path = write_csv(data / f"{CSV_NAME}.csv", rows)
+    r = crs_here("datasets", "check", f"csv:{csv_path}", "--image-root", data, "--modality", "dermatology",
+                 "--all", "--quiet")
+    assert r.rc == 2, f"crs datasets check of a csv with {name}: exit {r.rc}:\n{r.message[-1500:]}"
+    assert "class" in r.message.lower(), f"the refusal does not say it is about the classes:\n{r.message[-1500:]}"
+
+
+def _failed_ids(store: Path) -> list[str]:
+    import zarr
+
+    g = zarr.open_group(str(store), mode="r")["datasets"][CSV_NAME]
+    if "failures" not in g:
+        return []
+    return [str(x) for x in g["failures"]["image_id"][...]]
+
+
+MEMORY_MIB = 1536  # an extract of 24 tiny images with demo-stats stays far below; the 2000 x 1 PNG took 2.1 GB
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _long_png(path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    Image.fromarray(np.full((1, 2000, 3), 128, np.uint8)).save(path)
+
+
+@pytest.mark.parametrize("name", ["FIFO", "2000x1 PNG"])
+def test_special_image_is_refused_or_recorded_within_bounds(csv_baseline, tmp_path, name):
+    data, rows = data_copy(csv_baseline, tmp_path)
+    target = data / rows[5][0]
+    (_fifo if name == "FIFO" else _long_png)(target)
+    args = csv_extract_args(data, tmp_path / STORE, write_csv(data / f"{CSV_NAME}.csv", rows))
+    rc, out, rss = _wait_rss(args)
+    what = f"an image that is a {name}"
+    assert rc in (0, 2), f"{what}: exit {rc}:\n{out[-1500:]}"
+    if rc == 2:
+        assert target.name in out, f"{what}: the refusal does not name {target.name}:\n{out[-1500:]}"
+    elif name == "FIFO":
+        assert any("05" in i for i in _failed_ids(tmp_path / STORE)), f"{what}: exit 0 and not in the failures table"
+    if name != "FIFO":
+        assert 0 < rss < MEMORY_MIB, f"{what}: peak memory {rss} MiB, the bound is {MEMORY_MIB} MiB"
+
+
+def _wait_rss(args):
+    p = subprocess.Popen([sys.executable, "-m", "crs.cli", *map(str, args)], env=cli_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.append(p.stdout.read()), daemon=True)
+    reader.start()
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            reader.join(10)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            return p.returncode, "".join(chunks), usage.ru_maxrss // 1024
+        time.sleep(0.05)
+    p.kill()
+    os.wait4(p.pid, 0)
+    pytest.fail(f"crs {args[0]} was still running after 30 s (waiting on a file that never ends?)")
+
+
+# ------------------------------------------------------------------ the failures table, damaged
+@pytest.mark.parametrize("op", ["delete", "alter"])
+def test_damaged_failures_table_is_refused_or_repaired(csv_baseline, tmp_path, op):
+    from test_damage import OPS
+
+    folder = csv_case(csv_baseline, tmp_path)
+    chunks = sorted(p for p in (folder / STORE / "datasets" / CSV_NAME / "failures").rglob("c/*") if p.is_file())
+    assert chunks, "the csv baseline's failures table has no chunk file"
+    OPS[op](chunks[0])
+    args = csv_extract_args(csv_baseline.folder, folder / STORE)
+    settle(crs_here(*args), args, folder, csv_baseline.outputs, f"failures chunk {chunks[0].name} {op}d, then extract",
+           names=("failures",), only="store/", defaults={"extract": args}, roots=(csv_baseline.folder,))
+    assert any(f"{BROKEN:02d}" in i for i in _failed_ids(folder / STORE))
