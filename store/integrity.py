@@ -1,8 +1,8 @@
 """`crs store verify`: check a whole store against what was committed, and reset what is damaged.
 
 Checked: every ``zarr.json`` parses as Zarr v3 metadata; every chunk of the dataset arrays,
-the failures table and the predictions is present (arrays written with the crc32c codec store
-every chunk) and decodes (zstd, then the crc32c of the stored bytes); every committed chunk of
+the failures table and the predictions is present (arrays written with a checksum store every
+chunk) and decodes (zstd checks each chunk's content checksum); every committed chunk of
 an embedding array is present, of its committed size, decodes, and its values have the
 committed CRC-32. Stores written before the commit records get what can be checked without
 them (decoding; presence of done embedding chunks).
