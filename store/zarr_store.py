@@ -156,7 +156,7 @@ def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
         extract = f"`crs extract --encoder {parts[3]} --dataset {d} --store {path}`"
         return f"run {verify}, then {extract}" if decoded or len(parts) < 6 else f"run {extract} (or {verify})"
     if parts[2] == "predictions":
-        return f"run {verify}, then `crs probe --encoder {parts[3]} --dataset {d} --store {path}`"
+        return f"run `crs probe --encoder {parts[3]} --dataset {d} --store {path}` (it writes them anew), or {verify}"
     if parts[2] == "failures":
         return f"run {verify} (it resets {d}'s chunks), then `crs extract --dataset {d} --encoder ... --store {path}`"
     return (f"run `crs extract --dataset {d} --encoder ... --store {path}` with an encoder of this store (it rewrites "
@@ -230,7 +230,9 @@ def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zar
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
         raise StoreError(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)") from exc
     except Exception as exc:  # zarr raises several types for a node that is an array, bad metadata, ...
-        raise StoreError(f"{path!r} cannot be opened as a CRS store: {exc}") from exc
+        raise StoreError(f"{path!r} cannot be opened as a CRS store: {exc}. If it is one, its root metadata "
+                         f"(zarr.json) is damaged: `crs store verify {path}` says so; no repair keeps the "
+                         "store's identity, so extract into a new store (pass --store with a new path)") from exc
 
 
 def _check_url(url: str, mode: str, storage_options: dict) -> None:
