@@ -105,9 +105,11 @@ def format_findings(findings: list[Finding]) -> str:
 
 # ------------------------------------------------------------------ metadata
 def _metadata(store: Store, repair: bool) -> list[Finding]:
-    out = []
+    out, removed = [], []
     for meta in store.damaged_metadata(""):
         node = meta.rsplit("/", 1)[0] if "/" in meta else ""
+        if any(node.startswith(r + "/") for r in removed):
+            continue  # went with a node removed above
         if node == "":
             out.append(Finding("", "zarr.json", "the store's root metadata is damaged",
                                "no repair keeps this store's identity: extract into a new store (--store NEW)"))
@@ -125,6 +127,7 @@ def _metadata(store: Store, repair: bool) -> list[Finding]:
         elif len(parts) >= 3 and parts[2] == "failures":
             node = "/".join(parts[:3])
         store.remove(node)
+        removed.append(node)
         if len(parts) >= 3 and parts[2] == "failures":
             _reset_dataset_chunks(store, parts[1])
         out.append(Finding(node, None, "removed (its metadata was damaged)", next_step(store.path, node)))

@@ -754,6 +754,9 @@ class Store:
                 f"`crs extract --encoder {encoder} --dataset {dataset} --store {self.path}`"
             )
         with self.reading(g.path):
+            if "x" not in g:
+                raise StoreError(f"{what} in {self.path!r} lack their array's metadata ({g.path}/x/zarr.json is "
+                                 f"missing). To repair: {repair_hint(self.path, g.path)}")
             x = g["x"]
         # A complete array has a file for every chunk (also in stores older than the commit
         # record). A truncated or altered chunk fails its checksum in the decode; comparing sizes and value

@@ -256,3 +256,12 @@ def test_every_array_the_store_writes_carries_a_checksum(store_copy):
     walk(root)
     assert len(arrays) == 11  # 4 dataset arrays, 3 failure columns, x + done + commit, predictions
     assert all(has_checksums(a) for a in arrays)
+
+
+def test_lost_array_metadata_is_refused_and_extract_recreates_the_array(store_copy, pristine):
+    (store_copy / KINDS["x"][0] / "zarr.json").unlink()
+    with pytest.raises(StoreError, match=r"lack their array's metadata .*crs extract --encoder enc --dataset toy"):
+        read(store_copy, "x")
+    s = Store(str(store_copy))
+    assert write_embeddings(s)  # what `crs extract` does: the half-gone array is made anew, every chunk redone
+    assert snapshot(store_copy) == pristine[1]
