@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from crs.store.zarr_store import (
-    CHECKED,  # noqa: F401 - re-exported for tests that build arrays the way the store does
     Store,
     StoreError,
     _read_robust,

@@ -152,16 +152,18 @@ def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
     if plain_group(key):
         return f"run {verify} (it rewrites that group's metadata, which holds nothing else)"
     if len(parts) == 2:
-        return f"run {verify} (it removes dataset {d}), then `crs extract --dataset {d} --store {path}` for each encoder"
+        return (f"run {verify} (it removes dataset {d}), then `crs extract --dataset {d} --encoder E --store {path}` "
+                "for each encoder E it had")
     if parts[2] == "embeddings":
         extract = f"`crs extract --encoder {parts[3]} --dataset {d} --store {path}`"
         return f"run {verify}, then {extract}" if decoded or len(parts) < 6 else f"run {extract} (or {verify})"
     if parts[2] == "predictions":
         return f"run `crs probe --encoder {parts[3]} --dataset {d} --store {path}` (it writes them anew), or {verify}"
     if parts[2] == "failures":
-        return f"run {verify} (it resets {d}'s chunks), then `crs extract --dataset {d} --encoder ... --store {path}`"
-    return (f"run `crs extract --dataset {d} --encoder ... --store {path}` with an encoder of this store (it rewrites "
-            f"the dataset's arrays), or {verify}")
+        return (f"run {verify} (it resets {d}'s chunks), then `crs extract --dataset {d} --encoder E --store {path}` "
+                "for each encoder E of this store")
+    return (f"run `crs extract --dataset {d} --encoder E --store {path}` with any encoder E of this store (it "
+            f"rewrites the dataset's arrays), or {verify}")
 
 
 def next_step(path: str, key: str) -> str:
@@ -173,7 +175,7 @@ def next_step(path: str, key: str) -> str:
     if len(parts) >= 4 and parts[2] == "predictions":
         return f"run `crs probe --encoder {parts[3]} --dataset {d} --store {path}`"
     if len(parts) >= 3 and parts[2] == "embeddings":
-        return f"run `crs extract --dataset {d} --store {path}` for each encoder"
+        return f"run `crs extract --dataset {d} --encoder E --store {path}` for each encoder E of this store"
     return (f"run `crs extract --dataset {d} --encoder E --store {path}` with any encoder E of this store "
             "(it rewrites the dataset's arrays)")
 
@@ -406,7 +408,8 @@ class Store:
     def damaged_metadata(self, prefix: str = "") -> list[str]:
         """Store keys of the ``zarr.json`` files under ``prefix`` that do not parse as Zarr metadata."""
         prefix = prefix.strip("/")
-        keys = (f"{prefix}/{rel}".strip("/") for rel in sorted(self.files(prefix)) if rel.rsplit("/", 1)[-1] == "zarr.json")
+        keys = (f"{prefix}/{rel}".strip("/") for rel in sorted(self.files(prefix))
+                if rel.rsplit("/", 1)[-1] == "zarr.json")
         return [k for k in keys if self.damaged_metadata_file(k)]
 
     def _read_bytes(self, key: str) -> bytes:

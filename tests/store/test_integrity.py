@@ -159,7 +159,8 @@ def test_verify_finds_each_damage_and_repair_then_the_commands_restore_equality(
     left = verify(str(store_copy), repair=True)
     assert {f.array for f in left} == {"datasets/toy/split", "datasets/toy/label",
                                        "datasets/toy/embeddings/enc/clean/x", "datasets/toy/predictions/enc/clean"}
-    assert all(f.repair.startswith("run `crs ") and "crs store verify" not in f.repair for f in left), format_findings(left)
+    assert all(f.repair.startswith("run `crs ") and "crs store verify" not in f.repair for f in left), \
+        format_findings(left)
     x_left = next(f for f in left if f.array.endswith("/x"))
     assert x_left.problem.startswith("3 of 3 chunks not written")  # c/0 altered, c/1 record lost, c/2 deleted
 
