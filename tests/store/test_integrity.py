@@ -266,3 +266,23 @@ def test_lost_array_metadata_is_refused_and_extract_recreates_the_array(store_co
     s = Store(str(store_copy))
     assert write_embeddings(s)  # what `crs extract` does: the half-gone array is made anew, every chunk redone
     assert snapshot(store_copy) == pristine[1]
+
+
+def test_extract_redoes_exactly_the_lost_chunks_of_a_real_extraction(tmp_path):
+    """Through the extract stage itself: a deleted chunk and a truncated one are what the next run writes."""
+    from crs.extract.run import extract
+
+    store = Store(str(tmp_path / "s.zarr"))
+    first = extract(store, "demo-stats", "demo_derm", size=0.1, chunk=32, perturbations=False)
+    assert first.complete
+    before = store.read_embedding("demo_derm", "demo-stats", "clean")
+    x = tmp_path / "s.zarr/datasets/demo_derm/embeddings/demo-stats/clean/x"
+    damage(x / "c/0/0", "delete")
+    damage(x / "c/1/0", "truncate")
+    with pytest.raises(StoreError, match="chunk c/0/0 of array .* is missing"):
+        Store(str(tmp_path / "s.zarr"), mode="r").read_embedding("demo_derm", "demo-stats", "clean")
+    again = extract(Store(str(tmp_path / "s.zarr")), "demo-stats", "demo_derm", size=0.1, chunk=32,
+                    perturbations=False)
+    assert again.complete and again.chunks_written == 2
+    np.testing.assert_array_equal(Store(str(tmp_path / "s.zarr"), mode="r").read_embedding(
+        "demo_derm", "demo-stats", "clean"), before)
