@@ -11,6 +11,7 @@ Layout (schema version 1)::
         embeddings/<encoder>/<condition>/
             x      [row, feature]     float16 by default, chunked along rows
             done   [chunk] bool       one flag per chunk of x, set after that chunk is written
+            commit [chunk, 2] uint64  per chunk: bytes of its stored file, CRC-32 of its values
                                       attrs: rows ('all' | 'test'), complete, provenance
         predictions/<encoder>/<condition key>/
             p      [seed, fraction, image, class] float32 test probabilities of the chosen probes
@@ -23,26 +24,43 @@ Writes go chunk by chunk. ``done[j]`` is set only after chunk ``j`` of ``x`` is 
 disk (Zarr's local store writes each chunk atomically), so a killed run loses at most
 the chunks in flight, and a re-run finishes only what is missing. ``complete`` is set
 once every flag is; readers refuse incomplete arrays and say how to resume.
+
+Integrity: every array is created with a checksum in each chunk (Zarr's zstd codec with
+its content checksum on: zstd checks it at every decode) and with every chunk written
+(also one equal to the fill value), so a truncated or altered chunk fails its checksum
+and a missing chunk file is a missing file, never a silent block of zeros. (Zarr's crc32c
+codec does the same job; benchmarks/store_verify_bench.py measured it at about +8 % of a
+read's CPU time, against about +4 % for zstd's own checksum with the presence check, and the
+checks may cost 5 %.)
+Before ``done[j]`` the writer records ``commit[j]`` = (stored bytes of chunk j, CRC-32 of
+its values): ``pending()`` re-does done chunks whose file is missing or of another size,
+``crs store verify`` decodes each and compares the CRC. Readers name the array, the chunk
+and the command that repairs it. Stores written before this (no checksum, no ``commit``)
+are read as before, best effort: a missing chunk of a done embedding chunk is still found.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import os
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
 import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from crs import __version__ as CRS_VERSION
-from crs.errors import UserError
+from crs.errors import CrsError, UserError
 from crs.names import SPLIT_CODE
 
 SCHEMA_VERSION = 1
+_WHEN = frozenset({"written", "created", "completed"})  # when a thing was written, not what it holds
 DEFAULT_STORE = "./crs-store.zarr"
 
 
@@ -94,15 +112,77 @@ def _fully_created(g: zarr.Group) -> bool:
     return "x" in g and "done" in g and "n_chunks" in g.attrs
 
 
+# Every array this store creates: zstd as before, now with its checksum of each chunk's content, and
+# every chunk stored (a chunk equal to the fill value too), so that a missing chunk file means damage.
+CHECKED = {"compressors": (ZstdCodec(level=0, checksum=True),), "config": {"write_empty_chunks": True}}
+
+
+def has_checksums(arr: zarr.Array) -> bool:
+    """Whether ``arr`` carries a checksum in each chunk (written by this version; before: best effort)."""
+    return any(isinstance(c, Crc32cCodec) or (isinstance(c, ZstdCodec) and c.checksum) for c in arr.compressors)
+
+
+def chunk_keys(arr: zarr.Array) -> list[str]:
+    """The store keys (relative to the array) of every chunk of ``arr``, in C order of chunk index."""
+    return [arr.metadata.encode_chunk_key(c) for c in np.ndindex(*arr.cdata_shape)]
+
+
+def values_crc(values: np.ndarray) -> int:
+    """CRC-32 of an array's values in C order (the commit record's digest of what was written)."""
+    return zlib.crc32(np.ascontiguousarray(values).tobytes())
+
+
+def plain_group(key: str) -> bool:
+    """Whether store key ``key`` is a group this store creates without attributes (``datasets``,
+    ``datasets/D/embeddings[/E]``, ``datasets/D/predictions[/E]``): its metadata can be written anew."""
+    parts = key.strip("/").split("/")
+    return parts == ["datasets"] or (len(parts) in (3, 4) and parts[0] == "datasets"
+                                     and parts[2] in ("embeddings", "predictions"))
+
+
+def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
+    """The command that recomputes the node at store key ``key`` (``datasets/D/...``). ``decoded``: the damage
+    was found by decoding or in metadata, which ``crs extract``'s cheap resume check does not see."""
+    parts = key.strip("/").split("/") if key.strip("/") else []
+    verify = f"`crs store verify --repair {path}`"
+    if len(parts) < 2 or parts[0] != "datasets":
+        return (f"run {verify}; if it is the store's root metadata that is damaged, extract into a new store "
+                "(pass --store with a new path)")
+    d = parts[1]
+    if plain_group(key):
+        return f"run {verify} (it rewrites that group's metadata, which holds nothing else)"
+    if len(parts) == 2:
+        return (f"run {verify} (it removes dataset {d}), then `crs extract --dataset {d} --encoder E --store {path}` "
+                "for each encoder E it had")
+    if parts[2] == "embeddings":
+        extract = f"`crs extract --encoder {parts[3]} --dataset {d} --store {path}`"
+        return f"run {verify}, then {extract}" if decoded or len(parts) < 6 else f"run {extract} (or {verify})"
+    if parts[2] == "predictions":
+        return f"run `crs probe --encoder {parts[3]} --dataset {d} --store {path}` (it writes them anew), or {verify}"
+    if parts[2] == "failures":
+        return (f"run {verify} (it resets {d}'s chunks), then `crs extract --dataset {d} --encoder E --store {path}` "
+                "for each encoder E of this store")
+    return (f"run `crs extract --dataset {d} --encoder E --store {path}` with any encoder E of this store (it "
+            f"rewrites the dataset's arrays), or {verify}")
+
+
+def next_step(path: str, key: str) -> str:
+    """The command that recomputes node ``key`` once ``crs store verify --repair`` has removed or reset it."""
+    parts = key.strip("/").split("/")
+    d = parts[1] if len(parts) > 1 else "..."
+    if len(parts) >= 4 and parts[2] == "embeddings":
+        return f"run `crs extract --encoder {parts[3]} --dataset {d} --store {path}`"
+    if len(parts) >= 4 and parts[2] == "predictions":
+        return f"run `crs probe --encoder {parts[3]} --dataset {d} --store {path}`"
+    if len(parts) >= 3 and parts[2] == "embeddings":
+        return f"run `crs extract --dataset {d} --encoder E --store {path}` for each encoder E of this store"
+    return (f"run `crs extract --dataset {d} --encoder E --store {path}` with any encoder E of this store "
+            "(it rewrites the dataset's arrays)")
+
+
 def _as_json(value: Any) -> Any:
     """A value as it reads back from JSON attributes (tuples become lists)."""
     return json.loads(json.dumps(value))
-
-
-def _strings(arr) -> np.ndarray:
-    """A Zarr string array as a fixed-width numpy unicode array (numpy's StringDType casts poorly)."""
-    values = np.asarray(arr[:]).tolist()
-    return np.array(values, dtype=str) if values else np.zeros(0, dtype=str)
 
 
 def store_order(split: np.ndarray) -> np.ndarray:
@@ -153,7 +233,9 @@ def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zar
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
         raise StoreError(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)") from exc
     except Exception as exc:  # zarr raises several types for a node that is an array, bad metadata, ...
-        raise StoreError(f"{path!r} cannot be opened as a CRS store: {exc}") from exc
+        raise StoreError(f"{path!r} cannot be opened as a CRS store: {exc}. If it is one, its root metadata "
+                         f"(zarr.json) is damaged: `crs store verify {path}` says so; no repair keeps the "
+                         "store's identity, so extract into a new store (pass --store with a new path)") from exc
 
 
 def _check_url(url: str, mode: str, storage_options: dict) -> None:
@@ -229,22 +311,28 @@ class Store:
 
     def content_digest(self, dataset: str, encoder: str | None = None) -> str:
         """A digest of what later stages read: the store's identity, the dataset's table and, with
-        ``encoder``, the commit records of its arrays. Equal digests mean the same content, however
-        the store's path is spelled."""
+        ``encoder``, the commit records of its arrays (per chunk: written or not, and the CRC-32 of
+        the values written). Equal digests mean the same content, however the store's path is
+        spelled; rewriting a chunk with other values changes it."""
         h = hashlib.sha256(self.store_id.encode())
-        g = self.root["datasets"][dataset]
-        h.update(json.dumps(_as_json(dict(g.attrs)), sort_keys=True, default=str).encode())
-        for key in ("image_id", "label", "split", "group"):
-            h.update(json.dumps(np.asarray(g[key][...]).tolist()).encode())
+        table = self.dataset(dataset)
+        attrs = {k: v for k, v in table.attrs.items() if k not in _WHEN}
+        h.update(json.dumps(_as_json(attrs), sort_keys=True, default=str).encode())
+        for values in (table.ids, table.labels, table.split, table.group):
+            h.update(json.dumps(np.asarray(values).tolist()).encode())
         h.update(json.dumps(self.failures(dataset)["image_id"].tolist()).encode())
         if encoder is not None:
             for ds, enc, cond, _ in sorted(self.embeddings(dataset)):
                 if enc != encoder:
                     continue
                 emb = self._embedding_group(ds, enc, cond)
+                what = f"the commit record of embeddings {ds}/{enc}/{cond}"
                 h.update(cond.encode())
-                h.update(np.asarray(emb["done"][:], dtype=bool).tobytes())
-                h.update(json.dumps(_as_json(dict(emb.attrs)), sort_keys=True, default=str).encode())
+                h.update(np.asarray(self.checked_read(emb["done"], what), dtype=bool).tobytes())
+                if "commit" in emb:
+                    h.update(np.asarray(self.checked_read(emb["commit"], what)[:, 1], dtype="<u8").tobytes())
+                attrs = {k: v for k, v in dict(emb.attrs).items() if k not in _WHEN}
+                h.update(json.dumps(_as_json(attrs), sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
 
     def filesystem(self):
@@ -255,49 +343,274 @@ class Store:
         fs, root = fsspec.core.url_to_fs(self.path, **url_storage_options(self.path, self.storage_options))
         return fs, root.rstrip("/")
 
+    # ------------------------------------------------------------ stored files
+    def _local_root(self) -> str | None:
+        if self.path.startswith("file://"):
+            return self.path[len("file://") :]
+        return None if is_url(self.path) else self.path
+
+    def files(self, prefix: str) -> dict[str, int]:
+        """{key relative to ``prefix``: stored bytes} of every file under store key ``prefix`` (one listing;
+        hidden names, such as a writer's temporary files, left out)."""
+        out: dict[str, int] = {}
+        root = self._local_root()
+        if root is not None:
+            base = os.path.join(root, prefix)
+            for dirpath, _, names in os.walk(base):
+                for name in names:
+                    if name.startswith("."):
+                        continue
+                    full = os.path.join(dirpath, name)
+                    try:
+                        out[os.path.relpath(full, base).replace(os.sep, "/")] = os.path.getsize(full)
+                    except FileNotFoundError:  # removed while listing
+                        pass
+            return out
+        fs, r = self.filesystem()
+        base = f"{r}/{prefix}".strip("/")
+        try:
+            found = fs.find(base, detail=True)
+        except FileNotFoundError:
+            return out
+        for name, info in found.items():
+            rel = name.strip("/")[len(base) :].lstrip("/")
+            if rel and not rel.rsplit("/", 1)[-1].startswith("."):
+                out[rel] = int(info.get("size") or 0)
+        return out
+
+    def file_size(self, key: str) -> int:
+        """Stored bytes of the file at store key ``key`` (0 when there is none)."""
+        root = self._local_root()
+        try:
+            if root is not None:
+                return os.path.getsize(os.path.join(root, key))
+            fs, r = self.filesystem()
+            return int(fs.size(f"{r}/{key}") or 0)
+        except FileNotFoundError:
+            return 0
+
+    def remove(self, key: str) -> None:
+        """Delete the file or the subtree at store key ``key`` (repairs only)."""
+        root = self._local_root()
+        if root is not None:
+            full = os.path.join(root, key)
+            if os.path.isdir(full):
+                import shutil
+
+                shutil.rmtree(full)
+            elif os.path.exists(full):
+                os.remove(full)
+            return
+        fs, r = self.filesystem()
+        if fs.exists(f"{r}/{key}"):
+            fs.rm(f"{r}/{key}", recursive=True)
+
+    def damaged_metadata(self, prefix: str = "") -> list[str]:
+        """Store keys of the ``zarr.json`` files under ``prefix`` that do not parse as Zarr metadata."""
+        prefix = prefix.strip("/")
+        keys = (f"{prefix}/{rel}".strip("/") for rel in sorted(self.files(prefix))
+                if rel.rsplit("/", 1)[-1] == "zarr.json")
+        return [k for k in keys if self.damaged_metadata_file(k)]
+
+    def _read_bytes(self, key: str) -> bytes:
+        root = self._local_root()
+        if root is not None:
+            with open(os.path.join(root, key), "rb") as f:
+                return f.read()
+        fs, r = self.filesystem()
+        return fs.cat_file(f"{r}/{key}")
+
+    def missing_files(self, prefix: str, keys: list[str]) -> list[str]:
+        """Those of ``keys`` (relative to store key ``prefix``) that have no file: a stat each on a local
+        store (cheaper than listing a folder a chunk), one listing on an object store."""
+        root = self._local_root()
+        if root is not None:
+            base = os.path.join(root, prefix)
+            return [k for k in keys if not os.path.isfile(os.path.join(base, k))]
+        present = self.files(prefix)
+        return [k for k in keys if k not in present]
+
+    def missing_chunks(self, arr: zarr.Array) -> list[str]:
+        """Chunk keys of ``arr`` with no stored file (only arrays written with every chunk stored)."""
+        return self.missing_files(arr.path, chunk_keys(arr)) if has_checksums(arr) else []
+
+    def bad_chunks(self, arr: zarr.Array) -> list[str]:
+        """Chunk keys of ``arr`` whose stored bytes do not decode (checksum mismatch, truncated, garbled)."""
+        bad = []
+        for coords, key in zip(np.ndindex(*arr.cdata_shape), chunk_keys(arr)):
+            try:
+                arr.blocks[coords]
+            except (MemoryError, OSError):
+                raise
+            except Exception:  # noqa: BLE001 - any decoder's complaint about these bytes is damage
+                bad.append(key)
+        return bad
+
+    def checked_read(self, arr: zarr.Array, what: str, *, listed: bool = False) -> np.ndarray:
+        """All of ``arr``, refused with a StoreError naming the array, the chunk and the repair when a chunk
+        is missing or does not decode. ``what`` names the array for the user; ``listed``: the caller has
+        checked already that every chunk's file is there."""
+        missing = [] if listed else self.missing_chunks(arr)
+        if missing:
+            raise self._damage(arr.path, missing, "missing (its file was deleted)", what)
+        try:
+            return np.asarray(arr[...])
+        except (MemoryError, OSError, CrsError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - confirmed below: damage only if a chunk fails on its own
+            bad = self.bad_chunks(arr)
+            if not bad:
+                raise
+            raise self._damage(arr.path, bad, f"damaged ({exc})", what, decoded=True) from exc
+
+    def _damage(self, key: str, chunks: list[str], problem: str, what: str, decoded: bool = False) -> StoreError:
+        shown = ", ".join(chunks[:5]) + (f" and {len(chunks) - 5} more" if len(chunks) > 5 else "")
+        return StoreError(
+            f"{what}: chunk {shown} of array {key!r} in {self.path!r} is {problem}. "
+            f"To repair: {repair_hint(self.path, key, decoded=decoded)}"
+        )
+
+    def metadata_error(self, exc: BaseException, key: str) -> StoreError | None:
+        """A StoreError naming the damaged ``zarr.json`` files on the way to ``key`` or under it, if any
+        (else None: the error was not damaged metadata)."""
+        parts = key.strip("/").split("/") if key.strip("/") else []
+        bad = []
+        for i in range(len(parts) + 1):  # the root, each ancestor, the node itself
+            meta = "/".join(parts[:i] + ["zarr.json"])
+            if self.file_size(meta) and self.damaged_metadata_file(meta):
+                bad.append(meta)
+        if not bad:
+            bad = self.damaged_metadata(key.strip("/"))
+        if not bad:
+            return None
+        return StoreError(
+            f"damaged Zarr metadata in {self.path!r}: {', '.join(bad)} ({type(exc).__name__}: {exc}). "
+            f"To repair: {repair_hint(self.path, bad[0].rsplit('/', 1)[0] if '/' in bad[0] else '', decoded=True)}"
+        )
+
+    def damaged_metadata_file(self, key: str) -> bool:
+        try:
+            meta = json.loads(self._read_bytes(key))
+        except FileNotFoundError:
+            return False
+        except (ValueError, UnicodeDecodeError):
+            return True
+        return not (isinstance(meta, dict) and meta.get("zarr_format") == 3
+                    and meta.get("node_type") in ("group", "array"))
+
+    def _node(self, key: str):
+        """The group or array at ``key``; damaged metadata on the way is a StoreError naming the file."""
+        with self.reading(key):
+            return self.root[key]
+
+    @contextlib.contextmanager
+    def reading(self, key: str = ""):
+        """Damaged metadata met inside the block (on the way to ``key`` or under it) becomes a StoreError
+        naming the file; other errors pass unchanged."""
+        try:
+            yield
+        except (MemoryError, OSError, CrsError, KeyError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - confirmed by parsing the metadata files themselves
+            err = self.metadata_error(exc, key)
+            if err is None:
+                raise
+            raise err from exc
+
     # ----------------------------------------------------------------- datasets
+    DATASET_ARRAYS = ("image_id", "label", "split", "group")
+
     def _datasets(self) -> zarr.Group:
-        return self.root.require_group("datasets") if not self.read_only else self.root["datasets"]
+        with self.reading("datasets"):
+            return self.root.require_group("datasets") if not self.read_only else self.root["datasets"]
 
     def datasets(self) -> list[str]:
-        if "datasets" not in self.root:
-            return []
-        return sorted(self.root["datasets"].group_keys())
+        with self.reading("datasets"):
+            if "datasets" not in self.root:
+                return []
+            return sorted(self.root["datasets"].group_keys())
 
     def has_dataset(self, name: str) -> bool:
         return name in self.datasets()
 
     def write_dataset(self, table: DatasetTable) -> None:
-        """Write a dataset's metadata; if present, check it is the same (splits never change)."""
-        if self.has_dataset(table.name) and "task" not in self.root["datasets"][table.name].attrs:
-            del self.root["datasets"][table.name]  # killed while writing it: its attrs come last
-        if self.has_dataset(table.name):
-            old = self.dataset(table.name)
-            same = (
-                np.array_equal(old.ids, table.ids)
-                and np.array_equal(old.labels, table.labels)
-                and np.array_equal(old.split, table.split)
+        """Write a dataset's metadata; if present, check it is the same (splits never change, nor the files
+        it was made from) and rewrite any of its arrays that is damaged."""
+        with self.reading(f"datasets/{table.name}"):
+            if self.has_dataset(table.name) and "task" not in self.root["datasets"][table.name].attrs:
+                del self.root["datasets"][table.name]  # killed while writing it: its attrs come last
+            if not self.has_dataset(table.name):
+                g = self._datasets().create_group(table.name)
+                self._write_table_arrays(g, table, self.DATASET_ARRAYS)
+                # attrs last: a dataset group with attrs is a complete one
+                g.attrs.update({**table.attrs, "n_images": len(table.ids), "row_order": "test, val, train",
+                                "written": now()})
+                return
+            g = self.root["datasets"][table.name]
+            old_attrs = dict(g.attrs)
+        self._check_identity(table, old_attrs.get("identity"))
+        values, damaged = {}, []
+        for key in self.DATASET_ARRAYS:
+            try:
+                values[key] = self._dataset_array(g, table.name, key)
+            except StoreError:
+                damaged.append(key)
+        new = {"image_id": np.asarray(table.ids, dtype=str), "label": np.asarray(table.labels),
+               "split": np.asarray(table.split)}
+        if not all(np.array_equal(values[k], new[k]) for k in new if k in values):
+            raise StoreError(
+                f"dataset {table.name!r} in {self.path!r} has different images, labels or splits "
+                "from the ones given now (a different --size or seed?). Splits never change inside "
+                "a store: use the same settings, or pass --store with a new path"
             )
-            if not same:
-                raise StoreError(
-                    f"dataset {table.name!r} in {self.path!r} has different images, labels or splits "
-                    "from the ones given now (a different --size or seed?). Splits never change inside "
-                    "a store: use the same settings, or pass --store with a new path"
-                )
-            return
-        g = self._datasets().create_group(table.name)
+        if damaged:  # rewritten as they were, when what is left shows the same rows in the same order
+            same_rows = (old_attrs.get("n_images") == len(table.ids) and "source_row" in old_attrs
+                         and old_attrs["source_row"] == _as_json(table.attrs.get("source_row")))
+            if not same_rows and "image_id" in damaged:
+                self._dataset_array(g, table.name, "image_id")  # raises the damage, naming array and chunk
+            self._write_table_arrays(g, table, damaged)
+
+    @staticmethod
+    def _check_identity(table: DatasetTable, old: Any) -> None:
+        """A file-based dataset's identity (image root, CSV digest, ...) must match the stored one."""
+        new = _as_json(table.attrs.get("identity"))
+        if not isinstance(old, dict) or not isinstance(new, dict):
+            return  # older stores and synthetic datasets record none: nothing more to compare
+        differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if differ:
+            what = "; ".join(f"{k}: stored {old.get(k)!r}, now {new.get(k)!r}" for k in differ)
+            raise StoreError(
+                f"dataset {table.name!r} in this store was extracted from other files ({what}). The images and "
+                "CSV of a dataset never change inside a store, or its embeddings would mix different images: "
+                "point the dataset at the files it was extracted from, or pass --store with a new path"
+            )
+
+    def _write_table_arrays(self, g: zarr.Group, table: DatasetTable, keys) -> None:
         n = len(table.ids)
         chunk = max(1, min(n, 65536))
-        for key, value in (("image_id", table.ids), ("group", table.group)):
-            arr = g.create_array(key, shape=(n,), dtype=str, chunks=(chunk,))
-            arr[:] = np.asarray(value, dtype=str)
-        lab = np.asarray(table.labels)
-        arr = g.create_array("label", shape=lab.shape, dtype=lab.dtype, chunks=(chunk,) + lab.shape[1:])
-        arr[...] = lab
-        arr = g.create_array("split", shape=(n,), dtype=np.int8, chunks=(chunk,))
-        arr[:] = table.split.astype(np.int8)
-        # attrs last: a dataset group with attrs is a complete one
-        g.attrs.update({**table.attrs, "n_images": n, "row_order": "test, val, train", "written": now()})
+        for key in keys:
+            if key in ("image_id", "group"):
+                value = np.asarray(table.ids if key == "image_id" else table.group, dtype=str)
+                arr = g.create_array(key, shape=(n,), dtype=str, chunks=(chunk,), overwrite=True, **CHECKED)
+                arr[:] = value
+            elif key == "label":
+                lab = np.asarray(table.labels)
+                arr = g.create_array("label", shape=lab.shape, dtype=lab.dtype, chunks=(chunk,) + lab.shape[1:],
+                                     overwrite=True, **CHECKED)
+                arr[...] = lab
+            else:
+                arr = g.create_array("split", shape=(n,), dtype=np.int8, chunks=(chunk,), overwrite=True, **CHECKED)
+                arr[:] = np.asarray(table.split).astype(np.int8)
+
+    def _dataset_array(self, g: zarr.Group, name: str, key: str) -> np.ndarray:
+        what = f"dataset {name!r} ({key})"
+        with self.reading(f"datasets/{name}/{key}"):
+            if key not in g:
+                raise StoreError(f"{what}: array 'datasets/{name}/{key}' is missing from {self.path!r}. "
+                                 f"To repair: {repair_hint(self.path, f'datasets/{name}/{key}')}")
+            arr = g[key]
+        values = self.checked_read(arr, what)
+        return _as_strings(values) if key in ("image_id", "group") else values
 
     def dataset(self, name: str) -> DatasetTable:
         if not self.has_dataset(name):
@@ -306,29 +619,36 @@ class Store:
                 f"dataset {name!r} is not in the store {self.path!r} (it has: {known}); "
                 f"run `crs extract --dataset {name} --encoder ...` first"
             )
-        g = self.root["datasets"][name]
+        g = self._node(f"datasets/{name}")
         if "task" not in g.attrs:
             raise StoreError(f"dataset {name!r} in {self.path!r} was not fully written; run `crs extract` again")
-        return DatasetTable(
-            name=name,
-            ids=_strings(g["image_id"]),
-            labels=np.asarray(g["label"][...]),
-            split=np.asarray(g["split"][:]),
-            group=_strings(g["group"]),
-            attrs=dict(g.attrs),
-        )
+        v = {key: self._dataset_array(g, name, key) for key in self.DATASET_ARRAYS}
+        return DatasetTable(name=name, ids=v["image_id"], labels=v["label"], split=v["split"], group=v["group"],
+                            attrs=dict(g.attrs))
 
     # ---------------------------------------------------------------- failures
+    FAILURE_COLUMNS = ("image_id", "file", "reason")
+
     def failures(self, dataset: str) -> dict[str, np.ndarray]:
         """Images of ``dataset`` that could not be decoded: {'image_id', 'file', 'reason'} (empty if none).
 
         Their rows hold the embedding of a blank image; later stages leave them out
         (``excluded_rows``)."""
-        empty = {k: np.zeros(0, dtype=str) for k in ("image_id", "file", "reason")}
-        if not self.has_dataset(dataset) or "failures" not in self.root["datasets"][dataset]:
+        empty = {k: np.zeros(0, dtype=str) for k in self.FAILURE_COLUMNS}
+        if not self.has_dataset(dataset):
             return empty
-        g = self.root["datasets"][dataset]["failures"]
-        return {k: _strings(g[k]) for k in ("image_id", "file", "reason")}
+        key = f"datasets/{dataset}/failures"
+        with self.reading(key):
+            if "failures" not in self.root["datasets"][dataset]:
+                return empty
+            g = self.root[key]
+            missing = [k for k in self.FAILURE_COLUMNS if k not in g]
+            arrays = {k: g[k] for k in self.FAILURE_COLUMNS if k in g}
+        if missing:
+            raise StoreError(f"the failures table of {dataset!r} in {self.path!r} lacks its column(s) "
+                             f"{', '.join(missing)}. To repair: {repair_hint(self.path, key)}")
+        return {k: _as_strings(self.checked_read(arrays[k], f"the failures table of {dataset!r} ({k})"))
+                for k in self.FAILURE_COLUMNS}
 
     def add_failures(self, dataset: str, image_ids, files, reasons) -> None:
         """Merge failures into the dataset's table (one row per image id; the newest reason wins)."""
@@ -340,7 +660,8 @@ class Store:
         ids = sorted(rows)
         g = self._datasets()[dataset].require_group("failures")
         for k, values in (("image_id", ids), ("file", [rows[i][0] for i in ids]), ("reason", [rows[i][1] for i in ids])):
-            arr = g.create_array(k, shape=(len(ids),), dtype=str, chunks=(max(1, len(ids)),), overwrite=True)
+            arr = g.create_array(k, shape=(len(ids),), dtype=str, chunks=(max(1, len(ids)),), overwrite=True,
+                                 **CHECKED)
             arr[:] = np.asarray(values, dtype=str)
         g.attrs["written"] = now()
 
@@ -367,12 +688,14 @@ class Store:
         attrs: dict[str, Any] | None = None,
     ) -> "EmbeddingArray":
         """Open (or create) an embedding array for writing; a mismatch with what is there is an error."""
-        base = self._datasets()[dataset].require_group("embeddings").require_group(encoder)
         key = condition_key(condition)
+        with self.reading(f"datasets/{dataset}/embeddings/{encoder}/{key}"):
+            base = self._datasets()[dataset].require_group("embeddings").require_group(encoder)
+            if key in base and not _fully_created(base[key]):
+                del base[key]  # killed while creating it: nothing in it was marked written
+            exists = key in base
         n_chunks = -(-n_rows // chunk) if n_rows else 0
-        if key in base and not _fully_created(base[key]):
-            del base[key]  # killed while creating it: nothing in it was marked written
-        if key in base:
+        if exists:
             g = base[key]
             x = g["x"]
             if x.shape != (n_rows, width) or x.chunks[0] != chunk or str(x.dtype) != dtype:
@@ -388,62 +711,78 @@ class Store:
                     f"{dataset}/{encoder}/{condition} in {self.path!r} was written by a different encoder "
                     f"spec ({old_spec}); refusing to mix. Pass --store with a new path"
                 )
-            return EmbeddingArray(g, dataset, encoder, condition)
+            return EmbeddingArray(g, dataset, encoder, condition, self)
         g = base.create_group(key)
-        g.create_array("x", shape=(n_rows, width), dtype=dtype, chunks=(chunk, width), fill_value=0)
-        done = g.create_array("done", shape=(max(n_chunks, 1),), dtype=bool, chunks=(1,), fill_value=False)
+        g.create_array("x", shape=(n_rows, width), dtype=dtype, chunks=(chunk, width), fill_value=0, **CHECKED)
+        done = g.create_array("done", shape=(max(n_chunks, 1),), dtype=bool, chunks=(1,), fill_value=False, **CHECKED)
+        g.create_array("commit", shape=(max(n_chunks, 1), 2), dtype=np.uint64, chunks=(1, 2), fill_value=0, **CHECKED)
         if n_chunks == 0:
             done[0] = True
         g.attrs.update(
             {**(attrs or {}), "condition": condition, "rows": rows, "n_chunks": n_chunks, "complete": False}
         )
-        return EmbeddingArray(g, dataset, encoder, condition)
+        return EmbeddingArray(g, dataset, encoder, condition, self)
 
     def open_embedding(self, dataset: str, encoder: str, condition: str) -> "EmbeddingArray":
         """An existing embedding array, to write chunks into (the one writer of those chunks)."""
         if self.read_only:
             raise StoreError(f"{self.path!r} is open read-only")
-        g = self.root["datasets"][dataset]["embeddings"][encoder][condition_key(condition)]
-        return EmbeddingArray(g, dataset, encoder, condition)
+        g = self._node(f"datasets/{dataset}/embeddings/{encoder}/{condition_key(condition)}")
+        return EmbeddingArray(g, dataset, encoder, condition, self)
 
     def embeddings(self, dataset: str | None = None) -> Iterator[tuple[str, str, str, bool]]:
         """Yield (dataset, encoder, condition, complete) for every embedding array."""
         for d in [dataset] if dataset else self.datasets():
             if d not in self.datasets():
                 continue
-            g = self.root["datasets"][d]
-            if "embeddings" not in g:
-                continue
-            for enc in sorted(g["embeddings"].group_keys()):
-                for key in sorted(g["embeddings"][enc].group_keys()):
-                    node = g["embeddings"][enc][key]
-                    yield d, enc, key_condition(key), bool(node.attrs.get("complete", False))
+            with self.reading(f"datasets/{d}/embeddings"):
+                g = self.root["datasets"][d]
+                found = []
+                if "embeddings" in g:
+                    for enc in sorted(g["embeddings"].group_keys()):
+                        for key in sorted(g["embeddings"][enc].group_keys()):
+                            node = g["embeddings"][enc][key]
+                            found.append((d, enc, key_condition(key), bool(node.attrs.get("complete", False))))
+            yield from found
 
     def read_embedding(self, dataset: str, encoder: str, condition: str) -> np.ndarray:
-        """The full [row, feature] array; refuses an incomplete one."""
+        """The full [row, feature] array; refuses an incomplete or damaged one (naming the chunk and the repair)."""
         g = self._embedding_group(dataset, encoder, condition)
+        what = f"embeddings {dataset}/{encoder}/{condition}"
         if not g.attrs.get("complete", False):
-            left = int((~np.asarray(g["done"][:])).sum())
+            left = int((~_read_robust(g["done"], False).astype(bool)).sum())
             raise StoreError(
-                f"embeddings {dataset}/{encoder}/{condition} in {self.path!r} are incomplete ({left} of "
+                f"{what} in {self.path!r} are incomplete ({left} of "
                 f"{g.attrs.get('n_chunks')} chunks missing): the extraction was interrupted. Resume it with "
                 f"`crs extract --encoder {encoder} --dataset {dataset} --store {self.path}`"
             )
-        return np.asarray(g["x"][...])
+        with self.reading(g.path):
+            if "x" not in g:
+                raise StoreError(f"{what} in {self.path!r} lack their array's metadata ({g.path}/x/zarr.json is "
+                                 f"missing). To repair: {repair_hint(self.path, g.path)}")
+            x = g["x"]
+        # A complete array has a file for every chunk (also in stores older than the commit
+        # record). A truncated or altered chunk fails its checksum in the decode; comparing sizes and value
+        # CRCs with the commit record as well is `crs store verify`'s (it would read one record a chunk).
+        missing = self.missing_files(x.path, chunk_keys(x))
+        if missing:
+            raise self._damage(x.path, missing, "missing (its file was deleted)", what)
+        return self.checked_read(x, what, listed=True)
 
     def embedding_attrs(self, dataset: str, encoder: str, condition: str) -> dict[str, Any]:
         return dict(self._embedding_group(dataset, encoder, condition).attrs)
 
     def _embedding_group(self, dataset: str, encoder: str, condition: str) -> zarr.Group:
-        self.dataset(dataset)  # raises the friendly error when the dataset is missing
-        g = self.root["datasets"][dataset]
-        key = condition_key(condition)
-        if "embeddings" not in g or encoder not in g["embeddings"] or key not in g["embeddings"][encoder]:
-            raise StoreError(
-                f"no embeddings for encoder {encoder!r}, dataset {dataset!r}, condition {condition!r} in "
-                f"{self.path!r}; run `crs extract --encoder {encoder} --dataset {dataset} --store {self.path}`"
-            )
-        return g["embeddings"][encoder][key]
+        key = f"datasets/{dataset}/embeddings/{encoder}/{condition_key(condition)}"
+        try:
+            return self._node(key)  # one metadata read; the friendly errors below only when it is not there
+        except KeyError:
+            pass
+        self.dataset(dataset)  # raises when the dataset is missing or not fully written
+        raise StoreError(
+            f"no embeddings for encoder {encoder!r}, dataset {dataset!r}, condition {condition!r} in "
+            f"{self.path!r}; run `crs extract --encoder {encoder} --dataset {dataset} --store {self.path}`"
+        )
 
     # ------------------------------------------------------------- predictions
     def write_predictions(
@@ -454,29 +793,63 @@ class Store:
         key = condition_key(condition)
         probs = np.asarray(probs, dtype=np.float32)
         chunks = (1,) + probs.shape[1:2] + (min(probs.shape[2], 16384) or 1, probs.shape[3])  # a seed per chunk
-        arr = base.create_array(key, shape=probs.shape, dtype=np.float32, chunks=chunks, overwrite=True)
+        arr = base.create_array(key, shape=probs.shape, dtype=np.float32, chunks=chunks, overwrite=True, **CHECKED)
         arr[...] = probs
+        # attrs last: an array with its 'condition' attribute was written whole
         arr.attrs.update({**attrs, "condition": condition, "written": now()})
 
     def read_predictions(self, dataset: str, encoder: str, condition: str) -> tuple[np.ndarray, dict[str, Any]]:
-        g = self.root["datasets"][dataset] if self.has_dataset(dataset) else None
         key = condition_key(condition)
-        if g is None or "predictions" not in g or encoder not in g["predictions"] or key not in g["predictions"][encoder]:
-            raise StoreError(
-                f"no test probabilities for {encoder}/{dataset}/{condition} in {self.path!r}; "
-                f"run `crs probe --encoder {encoder} --dataset {dataset}`"
-            )
-        arr = g["predictions"][encoder][key]
-        return np.asarray(arr[...]), dict(arr.attrs)
+        where = f"datasets/{dataset}/predictions/{encoder}/{key}"
+        what = f"test probabilities {encoder}/{dataset}/{condition}"
+        with self.reading(where):
+            g = self.root["datasets"][dataset] if self.has_dataset(dataset) else None
+            if g is None or "predictions" not in g or encoder not in g["predictions"] or key not in g["predictions"][encoder]:
+                raise StoreError(
+                    f"no {what} in {self.path!r}; run `crs probe --encoder {encoder} --dataset {dataset}`"
+                )
+            arr = g["predictions"][encoder][key]
+            attrs = dict(arr.attrs)
+        if "condition" not in attrs:
+            raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "
+                             f"interrupted). To repair: {repair_hint(self.path, where)}")
+        return self.checked_read(arr, what), attrs
+
+
+def _as_strings(values) -> np.ndarray:
+    """Stored strings as a fixed-width numpy unicode array (numpy's StringDType casts poorly)."""
+    values = np.asarray(values).tolist()
+    return np.array(values, dtype=str) if values else np.zeros(0, dtype=str)
+
+
+def _read_robust(arr: zarr.Array, fill) -> np.ndarray:
+    """All of a small record array, chunks that do not decode read as ``fill`` (i.e. not committed)."""
+    try:
+        return np.asarray(arr[...])
+    except (MemoryError, OSError):
+        raise
+    except Exception:  # noqa: BLE001 - a damaged record chunk means "not committed": that chunk is redone
+        out = np.full(arr.shape, fill, dtype=arr.dtype)
+        for coords in np.ndindex(*arr.cdata_shape):
+            sl = tuple(slice(c * n, (c + 1) * n) for c, n in zip(coords, arr.chunks))
+            try:
+                out[sl] = arr.blocks[coords]
+            except (MemoryError, OSError):
+                raise
+            except Exception:  # noqa: BLE001
+                pass
+        return out
 
 
 class EmbeddingArray:
     """One (dataset, encoder, condition) array being written chunk by chunk."""
 
-    def __init__(self, group: zarr.Group, dataset: str, encoder: str, condition: str):
+    def __init__(self, group: zarr.Group, dataset: str, encoder: str, condition: str, store: Store):
         self.group = group
-        self.x = group["x"]
+        self.x = group["x"].with_config({"write_empty_chunks": True})  # a chunk without a file is a lost one
         self.done = group["done"]
+        self.commit = group["commit"] if "commit" in group else None  # None: written before commit records
+        self.store = store
         self.dataset, self.encoder, self.condition = dataset, encoder, condition
 
     @property
@@ -492,10 +865,19 @@ class EmbeddingArray:
         return bool(self.group.attrs.get("complete", False))
 
     def pending(self) -> np.ndarray:
-        """Indices of chunks not yet written."""
+        """Indices of chunks not yet written, or written but damaged since: a done chunk whose file is
+        missing or not of its committed size (older arrays: whose file is missing). What `crs extract`
+        re-does; a full decode of every chunk is ``crs store verify``'s job."""
         if self.n_chunks == 0:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(~np.asarray(self.done[:], dtype=bool))
+        done = _read_robust(self.done, False).astype(bool)[: self.n_chunks]
+        if done.any():
+            present = self.store.files(self.x.path)
+            sizes = np.array([present.get(k, -1) for k in chunk_keys(self.x)], dtype=np.int64)
+            done &= sizes >= 0
+            if self.commit is not None:
+                done &= sizes == _read_robust(self.commit, 0)[: self.n_chunks, 0].astype(np.int64)
+        return np.flatnonzero(~done)
 
     def chunk_rows(self, j: int) -> slice:
         return slice(j * self.chunk, min((j + 1) * self.chunk, self.x.shape[0]))
@@ -514,7 +896,10 @@ class EmbeddingArray:
                 "pass --dtype float32 if the encoder's outputs exceed float16's range"
             )
         self.x[sl] = cast
-        self.done[j] = True  # only after the data is written
+        if self.commit is not None:  # the commit record, then the flag: both only after the data is written
+            nbytes = self.store.file_size(f"{self.x.path}/{self.x.metadata.encode_chunk_key((j, 0))}")
+            self.commit[j] = np.array([nbytes, values_crc(cast)], dtype=np.uint64)
+        self.done[j] = True
 
     def finalize(self) -> bool:
         """Mark complete when every chunk is written; returns whether it is."""

@@ -1,0 +1,305 @@
+"""`crs store verify`: check a whole store against what was committed, and reset what is damaged.
+
+Checked: every ``zarr.json`` parses as Zarr v3 metadata; every chunk of the dataset arrays,
+the failures table and the predictions is present (arrays written with a checksum store every
+chunk) and decodes (zstd checks each chunk's content checksum); every committed chunk of
+an embedding array is present, of its committed size, decodes, and its values have the
+committed CRC-32. Stores written before the commit records get what can be checked without
+them (decoding; presence of done embedding chunks).
+
+``repair=True`` makes each damaged part recomputable by the command named in its finding:
+an embedding chunk's commit record is reset (``crs extract`` re-does exactly it); a damaged
+dataset array is removed (``crs extract`` rewrites it); a damaged failures table is removed
+and the dataset's chunks reset (the failures are only found again by decoding every image);
+damaged predictions are removed (``crs probe``); a damaged metadata file of a group without
+attributes is rewritten, of any other node the node is removed. What remains is returned:
+findings that still need that command, or that no repair can mend (the root's metadata).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from crs.store.zarr_store import (
+    Store,
+    StoreError,
+    _read_robust,
+    chunk_keys,
+    has_checksums,
+    key_condition,
+    next_step,
+    plain_group,
+    repair_hint,
+    values_crc,
+)
+
+EMPTY_GROUP = {"zarr_format": 3, "node_type": "group", "attributes": {}}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong in a store: the node (store key), the chunk key (None: the node itself), what, and
+    the command that repairs it."""
+
+    array: str
+    chunk: str | None
+    problem: str
+    repair: str
+
+
+def verify(path: str, *, repair: bool = False, storage_options: dict | None = None) -> list[Finding]:
+    """Every problem of the store at ``path``; with ``repair``, reset what is damaged and return what remains."""
+    try:
+        store = Store(path, mode="a" if repair else "r", storage_options=storage_options)
+    except StoreError:
+        if _root_damaged(str(path), storage_options):
+            return [Finding("", "zarr.json", "the store's root metadata is damaged",
+                            "no repair keeps this store's identity: extract into a new store (--store NEW)")]
+        raise
+    findings = _metadata(store, repair)
+    if any(f.array == "datasets" and f.chunk == "zarr.json" and not repair for f in findings):
+        return findings  # nothing below can be listed until that group's metadata is rewritten
+    damaged = [f.array for f in findings if f.chunk == "zarr.json"]  # what cannot be opened (only without repair)
+
+    def readable(node: str) -> bool:
+        return not any(node == b or node.startswith(b + "/") for b in damaged)
+
+    for d in _children(store, "datasets"):
+        if readable(f"datasets/{d}"):
+            findings += _dataset(store, d, repair, readable, findings)
+    return findings
+
+
+def _root_damaged(path: str, storage_options: dict | None) -> bool:
+    """Whether ``path`` has a root ``zarr.json`` that is not Zarr v3 metadata (a damaged store, not no store)."""
+    import fsspec
+
+    from crs.store.zarr_store import url_storage_options
+
+    fs, root = fsspec.core.url_to_fs(path, **url_storage_options(path, storage_options))
+    try:
+        meta = json.loads(fs.cat_file(f"{root.rstrip('/')}/zarr.json"))
+    except FileNotFoundError:
+        return False
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return not (isinstance(meta, dict) and meta.get("zarr_format") == 3 and meta.get("node_type") == "group")
+
+
+def format_findings(findings: list[Finding]) -> str:
+    """The findings, one block each, for the terminal (or a line saying there are none)."""
+    if not findings:
+        return "store verified: every committed chunk and metadata file is intact"
+    lines = [f"{len(findings)} problem{'s' if len(findings) != 1 else ''} found:"]
+    for f in findings:
+        where = f.array or "(store root)"
+        if f.chunk:
+            where += f" chunk {f.chunk}" if f.chunk != "zarr.json" else "/zarr.json"
+        lines.append(f"- {where}: {f.problem}\n  repair: {f.repair}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ metadata
+def _metadata(store: Store, repair: bool) -> list[Finding]:
+    out, removed = [], []
+    for meta in store.damaged_metadata(""):
+        node = meta.rsplit("/", 1)[0] if "/" in meta else ""
+        if any(node.startswith(r + "/") for r in removed):
+            continue  # went with a node removed above
+        if node == "":
+            out.append(Finding("", "zarr.json", "the store's root metadata is damaged",
+                               "no repair keeps this store's identity: extract into a new store (--store NEW)"))
+            continue
+        hint = repair_hint(store.path, node, decoded=True)
+        if not repair:
+            out.append(Finding(node, "zarr.json", "damaged metadata (not Zarr v3 JSON)", hint))
+            continue
+        parts = node.split("/")
+        if plain_group(node):  # its metadata is written anew as it was
+            _write_json(store, meta, EMPTY_GROUP)
+            continue
+        if len(parts) >= 5 and parts[2] == "embeddings":
+            node = "/".join(parts[:5])  # x, done or commit: the condition's whole array goes
+        elif len(parts) >= 3 and parts[2] == "failures":
+            node = "/".join(parts[:3])
+        store.remove(node)
+        removed.append(node)
+        if len(parts) >= 3 and parts[2] == "failures":
+            _reset_dataset_chunks(store, parts[1])
+        out.append(Finding(node, None, "removed (its metadata was damaged)", next_step(store.path, node)))
+    if repair:
+        store.root = zarr_reopen(store)
+    return out
+
+
+def zarr_reopen(store: Store):
+    """The root group opened again (after files changed under it)."""
+    import zarr
+
+    kwargs = {"storage_options": store.storage_options} if store.storage_options else {}
+    path = store.path[len("file://"):] if store.path.startswith("file://") else store.path
+    return zarr.open_group(store=path, mode="r" if store.read_only else "a", **kwargs)
+
+
+def _write_json(store: Store, key: str, obj: dict) -> None:
+    data = json.dumps(obj, indent=2).encode()
+    root = store._local_root()
+    if root is not None:
+        import os
+
+        with open(os.path.join(root, key), "wb") as f:
+            f.write(data)
+    else:
+        fs, r = store.filesystem()
+        fs.pipe_file(f"{r}/{key}", data)
+
+
+# ------------------------------------------------------------------ datasets
+def _dataset(store: Store, d: str, repair: bool, readable, done_before=()) -> list[Finding]:
+    g = store.root["datasets"][d]
+    out = []
+    for key in Store.DATASET_ARRAYS:
+        node = f"datasets/{d}/{key}"
+        if not readable(node):
+            continue
+        if key not in g:
+            if not any(f.array == node for f in done_before):
+                out.append(Finding(node, None, "missing (the array is gone)", next_step(store.path, node)))
+            continue
+        found = _whole_array(store, g[key], node)
+        if found and repair:
+            store.remove(node)
+            found = [Finding(node, None, "removed (it was damaged)", next_step(store.path, node))]
+        out += found
+    node = f"datasets/{d}/failures"
+    if readable(node) and all(readable(f"{node}/{k}") for k in Store.FAILURE_COLUMNS) and "failures" in g:
+        fg = g["failures"]
+        found = [f for k in Store.FAILURE_COLUMNS
+                 for f in (_whole_array(store, fg[k], f"{node}/{k}") if k in fg
+                           else [Finding(f"{node}/{k}", None, "missing column", repair_hint(store.path, node))])]
+        if found and repair:
+            store.remove(node)
+            _reset_dataset_chunks(store, d)
+            found = [Finding(node, None, "removed (it was damaged); every chunk of the dataset was reset",
+                             next_step(store.path, f"datasets/{d}/embeddings"))]
+        out += found
+    base = f"datasets/{d}/embeddings"
+    if readable(base) and "embeddings" in g:
+        for enc in _children(store, base):
+            if not readable(f"{base}/{enc}"):
+                continue
+            for cond in _children(store, f"{base}/{enc}"):
+                if all(readable(f"{base}/{enc}/{cond}/{a}") for a in ("x", "done", "commit")):
+                    out += _embedding(store, g["embeddings"][enc][cond], d, enc, cond, repair)
+    base = f"datasets/{d}/predictions"
+    if readable(base) and "predictions" in g:
+        for enc in _children(store, base):
+            if not readable(f"{base}/{enc}"):
+                continue
+            for cond in _children(store, f"{base}/{enc}"):
+                node = f"{base}/{enc}/{cond}"
+                if not readable(node):
+                    continue
+                arr = g["predictions"][enc][cond]
+                found = _whole_array(store, arr, node)
+                if "condition" not in arr.attrs:
+                    found.append(Finding(node, None, "not written whole (its writer was interrupted)",
+                                         repair_hint(store.path, node)))
+                if found and repair:
+                    store.remove(node)
+                    found = [Finding(node, None, "removed (it was damaged)", next_step(store.path, node))]
+                out += found
+    return out
+
+
+def _children(store: Store, key: str) -> list[str]:
+    """Names of the nodes right under store key ``key`` (those with a metadata file, damaged or not)."""
+    return sorted({rel.split("/")[0] for rel in store.files(key) if rel.count("/") == 1
+                   and rel.endswith("/zarr.json")})
+
+
+def _whole_array(store: Store, arr, node: str) -> list[Finding]:
+    """An array written at once: every chunk present (where every chunk is stored) and decoding."""
+    hint = repair_hint(store.path, node, decoded=True)
+    out = [Finding(node, k, "missing (its file was deleted)", hint) for k in store.missing_chunks(arr)]
+    missing = {f.chunk for f in out}
+    out += [Finding(node, k, "does not decode (checksum mismatch, truncated or garbled)", hint)
+            for k in store.bad_chunks(arr) if k not in missing]
+    return out
+
+
+def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: bool) -> list[Finding]:
+    node = f"datasets/{d}/embeddings/{enc}/{cond}"
+    extract = (f"run `crs extract --encoder {enc} --dataset {d} --store {store.path}` "
+               f"(condition {key_condition(cond)})")
+    if "x" not in g or "done" not in g or "n_chunks" not in g.attrs:
+        return [Finding(node, None, "created but never written (its creation was interrupted)", extract)]
+    x, n = g["x"], int(g.attrs["n_chunks"])
+    keys = chunk_keys(x)[:n]
+    hint = repair_hint(store.path, f"{node}/x", decoded=True)
+    records = {"done": g["done"]} | ({"commit": g["commit"]} if "commit" in g else {})
+    out = []
+    for name, arr in records.items():  # a record chunk that does not decode reads as "not committed"
+        for k in store.bad_chunks(arr):
+            out.append(Finding(f"{node}/{name}", k, "commit record does not decode", hint))
+            if repair:
+                store.remove(f"{node}/{name}/{k}")
+    done = _read_robust(g["done"], False).astype(bool)[:n]
+    commit = _read_robust(g["commit"], 0)[:n] if "commit" in g else None
+    present = store.files(x.path)
+    damaged = []
+    for j in np.flatnonzero(done):
+        problem = _chunk_problem(x, int(j), present.get(keys[j]), None if commit is None else commit[j])
+        if problem:
+            out.append(Finding(f"{node}/x", keys[j], problem, hint))
+            damaged.append(int(j))
+    if repair:
+        for j in damaged:  # the record first, then the flag: reset, the chunk is pending for `crs extract`
+            if commit is not None:
+                g["commit"][j] = np.zeros(2, dtype=np.uint64)
+            g["done"][j] = False
+        if out:
+            g.attrs["complete"] = False
+        out = []  # what was found is reset; what remains is the chunks `crs extract` has to write
+        done = _read_robust(g["done"], False).astype(bool)[:n]
+    left = n - int(done.sum())
+    if left:
+        out.append(Finding(f"{node}/x", None, f"{left} of {n} chunks not written (extraction incomplete, "
+                           "or reset by a repair)", extract))
+    return out
+
+
+def _reset_dataset_chunks(store: Store, d: str) -> None:
+    """Every embedding chunk of dataset ``d`` uncommitted, so that `crs extract` decodes every image again."""
+    root = zarr_reopen(store)
+    g = root["datasets"][d]
+    if "embeddings" not in g:
+        return
+    for _, eg in g["embeddings"].groups():
+        for _, cg in eg.groups():
+            if "done" not in cg:
+                continue
+            if "commit" in cg:
+                cg["commit"][...] = 0
+            cg["done"][...] = False
+            cg.attrs["complete"] = False
+
+
+def _chunk_problem(x, j: int, size: int | None, record) -> str | None:
+    """What is wrong with committed chunk ``j`` of ``x`` (None: intact)."""
+    if size is None:
+        return "missing (its file was deleted)"
+    if record is not None and int(record[0]) != size:
+        return f"stored bytes {size}, committed {int(record[0])} (truncated or replaced)"
+    try:
+        values = np.asarray(x.blocks[(j,) + (0,) * (x.ndim - 1)])
+    except (MemoryError, OSError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any decoder's complaint about these bytes is damage
+        return f"does not decode ({exc})"
+    if record is not None and has_checksums(x) and int(record[1]) != values_crc(values):
+        return "its values are not the ones committed (CRC-32 differs)"
+    return None
