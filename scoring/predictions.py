@@ -82,16 +82,8 @@ class Predictions:
 
 def prediction_attrs(store: Store, dataset: str, encoder: str, condition: str) -> dict | None:
     """The attributes of a stored prediction array without reading it, or None where it is not stored."""
-    read = getattr(store, "prediction_attrs", None)  # a store that offers it
-    if read is not None:
-        try:
-            return dict(read(dataset, encoder, condition))
-        except (StoreError, KeyError):
-            return None
-    from crs.store.zarr_store import condition_key
-
-    try:
-        return dict(store.root["datasets"][dataset]["predictions"][encoder][condition_key(condition)].attrs)
+    try:  # damaged metadata is a StoreError naming the file and the repair: it is not "not stored"
+        return store.prediction_attrs(dataset, encoder, condition)
     except KeyError:
         return None
 

@@ -33,6 +33,7 @@ from crs.store.zarr_store import (
     next_step,
     plain_group,
     repair_hint,
+    shape_problem,
     values_crc,
 )
 
@@ -180,6 +181,8 @@ def _dataset(store: Store, d: str, repair: bool, readable, done_before=()) -> li
         found = [f for k in Store.FAILURE_COLUMNS
                  for f in (_whole_array(store, fg[k], f"{node}/{k}") if k in fg
                            else [Finding(f"{node}/{k}", None, "missing column", repair_hint(store.path, node))])]
+        if not found and (fg.attrs.get("writing") or len({fg[k].shape[0] for k in Store.FAILURE_COLUMNS}) > 1):
+            found = [Finding(node, None, "torn (its rewrite was interrupted)", repair_hint(store.path, node))]
         if found and repair:
             store.remove(node)
             _reset_dataset_chunks(store, d)
@@ -238,8 +241,14 @@ def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: bool) -> li
     if "x" not in g or "done" not in g or "n_chunks" not in g.attrs:
         return [Finding(node, None, "created but never written (its creation was interrupted)", extract)]
     x, n = g["x"], int(g.attrs["n_chunks"])
-    keys = chunk_keys(x)[:n]
     hint = repair_hint(store.path, f"{node}/x", decoded=True)
+    problem = shape_problem(x, n, g.attrs.get("n_rows"))
+    if problem:  # its chunks cannot be told apart any more: the condition's array goes, extract makes it anew
+        if repair:
+            store.remove(node)
+            return [Finding(node, None, f"removed ({problem})", next_step(store.path, node))]
+        return [Finding(f"{node}/x", "zarr.json", problem, hint)]
+    keys = chunk_keys(x)[:n]
     records = {"done": g["done"]} | ({"commit": g["commit"]} if "commit" in g else {})
     out = []
     for name, arr in records.items():  # a record chunk that does not decode reads as "not committed"

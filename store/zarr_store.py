@@ -140,6 +140,45 @@ def plain_group(key: str) -> bool:
                                      and parts[2] in ("embeddings", "predictions"))
 
 
+def _encoders_of(path: str, dataset: str) -> list[str]:
+    """The encoders with embeddings of ``dataset`` in the store at ``path`` (for repair commands; [] when
+    that cannot be read)."""
+    try:
+        g = zarr.open_group(store=path[len("file://"):] if path.startswith("file://") else path, mode="r",
+                            path=f"datasets/{dataset}/embeddings")
+        return sorted(g.group_keys())
+    except Exception:  # noqa: BLE001 - only a message is at stake: fall back to a placeholder
+        return []
+
+
+def _dataset_arg(path: str, dataset: str) -> str:
+    """How the command line names ``dataset``: its store key, or for a dataset read from a CSV, csv:FILE with
+    the image root and modality it was extracted with."""
+    try:
+        g = zarr.open_group(store=path[len("file://"):] if path.startswith("file://") else path, mode="r",
+                            path=f"datasets/{dataset}")
+        attrs = dict(g.attrs)
+    except Exception:  # noqa: BLE001 - only a message is at stake
+        attrs = {}
+    if not attrs.get("csv"):
+        return dataset
+    extra = "".join(f" --{flag} {attrs[key]}" for key, flag in (("root", "image-root"), ("modality", "modality"))
+                    if attrs.get(key))
+    return f"csv:{attrs['csv']}{extra}"
+
+
+def _extract_every(path: str, d: str) -> str:
+    """`crs extract` of every encoder of dataset ``d`` in the store (the placeholder ENCODER when none is known)."""
+    encs = _encoders_of(path, d) or ["ENCODER"]
+    return f"`crs extract --dataset {_dataset_arg(path, d)} {' '.join(f'--encoder {e}' for e in encs)} --store {path}`"
+
+
+def _extract_any(path: str, d: str) -> str:
+    """`crs extract` of one encoder of dataset ``d`` in the store (its dataset arrays are rewritten by any)."""
+    encs = _encoders_of(path, d) or ["ENCODER"]
+    return f"`crs extract --dataset {_dataset_arg(path, d)} --encoder {encs[0]} --store {path}`"
+
+
 def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
     """The command that recomputes the node at store key ``key`` (``datasets/D/...``). ``decoded``: the damage
     was found by decoding or in metadata, which ``crs extract``'s cheap resume check does not see."""
@@ -152,18 +191,15 @@ def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
     if plain_group(key):
         return f"run {verify} (it rewrites that group's metadata, which holds nothing else)"
     if len(parts) == 2:
-        return (f"run {verify} (it removes dataset {d}), then `crs extract --dataset {d} --encoder E --store {path}` "
-                "for each encoder E it had")
+        return f"run {verify} (it removes dataset {d}), then {_extract_every(path, d)}"
     if parts[2] == "embeddings":
-        extract = f"`crs extract --encoder {parts[3]} --dataset {d} --store {path}`"
+        extract = f"`crs extract --encoder {parts[3]} --dataset {_dataset_arg(path, d)} --store {path}`"
         return f"run {verify}, then {extract}" if decoded or len(parts) < 6 else f"run {extract} (or {verify})"
     if parts[2] == "predictions":
-        return f"run `crs probe --encoder {parts[3]} --dataset {d} --store {path}` (it writes them anew), or {verify}"
+        return f"run `crs probe --encoder {parts[3]} --dataset {_dataset_arg(path, d)} --store {path}` (it writes them anew), or {verify}"
     if parts[2] == "failures":
-        return (f"run {verify} (it resets {d}'s chunks), then `crs extract --dataset {d} --encoder E --store {path}` "
-                "for each encoder E of this store")
-    return (f"run `crs extract --dataset {d} --encoder E --store {path}` with any encoder E of this store (it "
-            f"rewrites the dataset's arrays), or {verify}")
+        return f"run {verify} (it resets {d}'s chunks), then {_extract_every(path, d)}"
+    return f"run {_extract_any(path, d)} (it rewrites the dataset's arrays), or {verify}"
 
 
 def next_step(path: str, key: str) -> str:
@@ -171,13 +207,25 @@ def next_step(path: str, key: str) -> str:
     parts = key.strip("/").split("/")
     d = parts[1] if len(parts) > 1 else "..."
     if len(parts) >= 4 and parts[2] == "embeddings":
-        return f"run `crs extract --encoder {parts[3]} --dataset {d} --store {path}`"
+        return f"run `crs extract --encoder {parts[3]} --dataset {_dataset_arg(path, d)} --store {path}`"
     if len(parts) >= 4 and parts[2] == "predictions":
-        return f"run `crs probe --encoder {parts[3]} --dataset {d} --store {path}`"
+        return f"run `crs probe --encoder {parts[3]} --dataset {_dataset_arg(path, d)} --store {path}`"
     if len(parts) >= 3 and parts[2] == "embeddings":
-        return f"run `crs extract --dataset {d} --encoder E --store {path}` for each encoder E of this store"
-    return (f"run `crs extract --dataset {d} --encoder E --store {path}` with any encoder E of this store "
-            "(it rewrites the dataset's arrays)")
+        return f"run {_extract_every(path, d)}"
+    return f"run {_extract_any(path, d)} (it rewrites the dataset's arrays)"
+
+
+def shape_problem(x, n_chunks: int, n_rows: int | None) -> str | None:
+    """What is wrong with an embedding array's metadata (``x``'s shape against the row count and chunk count
+    it was created with, kept in its group's attributes; arrays older than ``n_rows``: the chunk count
+    only), or None. An altered ``zarr.json`` that is still valid JSON is only caught this way."""
+    rows, chunk = int(x.shape[0]), int(x.chunks[0])
+    if n_rows is not None and rows != int(n_rows):
+        return f"its metadata says {rows} rows but it was created with {n_rows} (the zarr.json was altered)"
+    if rows and -(-rows // chunk) != n_chunks:
+        return (f"its metadata says {rows} rows in chunks of {chunk} but it was created with {n_chunks} chunks "
+                "(the zarr.json was altered)")
+    return None
 
 
 def _as_json(value: Any) -> Any:
@@ -647,8 +695,16 @@ class Store:
         if missing:
             raise StoreError(f"the failures table of {dataset!r} in {self.path!r} lacks its column(s) "
                              f"{', '.join(missing)}. To repair: {repair_hint(self.path, key)}")
-        return {k: _as_strings(self.checked_read(arrays[k], f"the failures table of {dataset!r} ({k})"))
-                for k in self.FAILURE_COLUMNS}
+        if g.attrs.get("writing"):
+            raise StoreError(f"the failures table of {dataset!r} in {self.path!r} was being rewritten when a run "
+                             f"was stopped, so which images failed is not known. To repair: "
+                             f"{repair_hint(self.path, key)}")
+        out = {k: _as_strings(self.checked_read(arrays[k], f"the failures table of {dataset!r} ({k})"))
+               for k in self.FAILURE_COLUMNS}
+        if len({v.size for v in out.values()}) > 1 or out["image_id"].size != g.attrs.get("rows", out["image_id"].size):
+            raise StoreError(f"the failures table of {dataset!r} in {self.path!r} has columns of different lengths "
+                             f"(a torn write). To repair: {repair_hint(self.path, key)}")
+        return out
 
     def add_failures(self, dataset: str, image_ids, files, reasons) -> None:
         """Merge failures into the dataset's table (one row per image id; the newest reason wins)."""
@@ -659,11 +715,15 @@ class Store:
             return
         ids = sorted(rows)
         g = self._datasets()[dataset].require_group("failures")
+        # the three columns are rewritten one after another: a kill between them leaves a table that
+        # ``writing`` marks as torn (refused on read, repaired by resetting the dataset's chunks), never one
+        # that reads as a shorter list of failures
+        g.attrs["writing"] = True
         for k, values in (("image_id", ids), ("file", [rows[i][0] for i in ids]), ("reason", [rows[i][1] for i in ids])):
             arr = g.create_array(k, shape=(len(ids),), dtype=str, chunks=(max(1, len(ids)),), overwrite=True,
                                  **CHECKED)
             arr[:] = np.asarray(values, dtype=str)
-        g.attrs["written"] = now()
+        g.attrs.update({"writing": False, "rows": len(ids), "written": now()})
 
     def excluded_rows(self, dataset: str) -> np.ndarray:
         """Store rows (test, val, train order) of images listed in the failures table."""
@@ -719,7 +779,8 @@ class Store:
         if n_chunks == 0:
             done[0] = True
         g.attrs.update(
-            {**(attrs or {}), "condition": condition, "rows": rows, "n_chunks": n_chunks, "complete": False}
+            {**(attrs or {}), "condition": condition, "rows": rows, "n_rows": n_rows, "n_chunks": n_chunks,
+             "complete": False}
         )
         return EmbeddingArray(g, dataset, encoder, condition, self)
 
@@ -761,6 +822,10 @@ class Store:
                 raise StoreError(f"{what} in {self.path!r} lack their array's metadata ({g.path}/x/zarr.json is "
                                  f"missing). To repair: {repair_hint(self.path, g.path)}")
             x = g["x"]
+        problem = shape_problem(x, int(g.attrs.get("n_chunks", 0)), g.attrs.get("n_rows"))
+        if problem:
+            raise StoreError(f"{what} in {self.path!r}: {problem}. To repair: "
+                             f"{repair_hint(self.path, x.path, decoded=True)}")
         # A complete array has a file for every chunk (also in stores older than the commit
         # record). A truncated or altered chunk fails its checksum in the decode; comparing sizes and value
         # CRCs with the commit record as well is `crs store verify`'s (it would read one record a chunk).
@@ -768,6 +833,12 @@ class Store:
         if missing:
             raise self._damage(x.path, missing, "missing (its file was deleted)", what)
         return self.checked_read(x, what, listed=True)
+
+    def prediction_attrs(self, dataset: str, encoder: str, condition: str) -> dict[str, Any]:
+        """The attributes of a stored prediction array without reading its values: KeyError where none is
+        stored, StoreError (naming the file and the repair) where its metadata is damaged."""
+        key = f"datasets/{dataset}/predictions/{encoder}/{condition_key(condition)}"
+        return dict(self._node(key).attrs)
 
     def embedding_attrs(self, dataset: str, encoder: str, condition: str) -> dict[str, Any]:
         return dict(self._embedding_group(dataset, encoder, condition).attrs)
@@ -902,9 +973,12 @@ class EmbeddingArray:
         self.done[j] = True
 
     def finalize(self) -> bool:
-        """Mark complete when every chunk is written; returns whether it is."""
+        """Mark complete when every chunk is written (a damaged chunk found since: not complete any more);
+        returns whether it is."""
         if len(self.pending()) == 0:
-            self.group.attrs["complete"] = True
-            self.group.attrs["completed"] = now()
+            if not self.complete:  # the time it became complete, not of every later run that found it so
+                self.group.attrs.update({"complete": True, "completed": now()})
             return True
+        if self.complete:
+            self.group.attrs["complete"] = False
         return False

@@ -286,3 +286,30 @@ def test_extract_redoes_exactly_the_lost_chunks_of_a_real_extraction(tmp_path):
     assert again.complete and again.chunks_written == 2
     np.testing.assert_array_equal(Store(str(tmp_path / "s.zarr"), mode="r").read_embedding(
         "demo_derm", "demo-stats", "clean"), before)
+
+
+def test_a_torn_failures_table_is_refused_and_verify_repair_resets_the_dataset(tmp_path):
+    """A kill between the failures table's column rewrites is refused on read (never a shorter list of
+    failures); verify names it and --repair removes it and resets the dataset's chunks for `crs extract`."""
+    s = build(tmp_path / "s.zarr")
+    g = s.root["datasets"]["toy"]["failures"]
+    g.attrs["writing"] = True  # what a kill after the first column's rewrite leaves
+    with pytest.raises(StoreError, match="being rewritten.*crs store verify --repair"):
+        Store(str(tmp_path / "s.zarr"), mode="r").failures("toy")
+    found = verify(str(tmp_path / "s.zarr"))
+    assert any(f.array == "datasets/toy/failures" and "torn" in f.problem for f in found), format_findings(found)
+    verify(str(tmp_path / "s.zarr"), repair=True)
+    s = Store(str(tmp_path / "s.zarr"))
+    assert s.failures("toy")["image_id"].size == 0
+    arr = s.open_embedding("toy", "enc", "clean")
+    assert arr.pending().tolist() == list(range(arr.n_chunks))  # every chunk is extracted anew
+
+
+def test_finalize_unmarks_an_array_whose_chunk_was_lost(tmp_path):
+    s = build(tmp_path / "s.zarr")
+    before = snapshot(tmp_path / "s.zarr")["x"]
+    (tmp_path / "s.zarr" / "datasets/toy/embeddings/enc/clean/x/c/1/0").unlink()
+    arr = Store(str(tmp_path / "s.zarr")).open_embedding("toy", "enc", "clean")
+    assert arr.pending().tolist() == [1] and not arr.finalize() and not arr.complete
+    assert write_embeddings(Store(str(tmp_path / "s.zarr")))  # rewriting the lost chunk completes it again
+    assert snapshot(tmp_path / "s.zarr")["x"] == before
