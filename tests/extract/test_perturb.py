@@ -222,5 +222,6 @@ def test_perturbations_on_cuda_match_the_cpu(family):
     ids = ["a", "b", "c"]
     cpu = perturb.apply(x, family, 3, ids)
     gpu = perturb.apply(x.cuda(), family, 3, ids).cpu()
-    tol = 0 if family == "jpeg" else 1e-4  # JPEG runs through the CPU codec on every device
-    torch.testing.assert_close(gpu, cpu, atol=tol, rtol=0)
+    # JPEG runs through the CPU codec on every device: its bytes are equal and the division by 255 differs
+    # by at most an ulp (3e-8 on an H200; nvjpeg's decode differed by up to 11/255)
+    torch.testing.assert_close(gpu, cpu, atol=1e-4, rtol=0)
