@@ -329,7 +329,7 @@ def settle(first: Ran, again: list[str], folder: Path, want: dict, what: str, na
     run = run or crs_here
     if first.rc == 0:
         assert_same(folder, want, f"{what}: exit 0", only, roots)
-        return "a"
+        return _seen(what, "a")
     assert first.rc == 2, (f"{what}: exit {first.rc}; only exit 0 with the uninterrupted run's outputs or exit 2 "
                            f"naming the fault are allowed:\n{first.message[-1500:]}")
     missing = [w for w in names if w.lower() not in first.message.lower()]
@@ -350,7 +350,16 @@ def settle(first: Ran, again: list[str], folder: Path, want: dict, what: str, na
     else:
         pytest.fail(f"{what}: still refused after {rounds} rounds of the named repairs:\n{r.message[-1500:]}")
     assert_same(folder, want, f"{what}: after the named repair", only, roots)
-    return "b"
+    return _seen(what, "b")
+
+
+def _seen(what: str, outcome: str) -> str:
+    """The outcome, also appended to the file $CRS_FAULTS_LOG names (for the table in conftest.py)."""
+    log = os.environ.get("CRS_FAULTS_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{outcome}\t{what}\n")
+    return outcome
 
 
 # ------------------------------------------------------------------ the baseline

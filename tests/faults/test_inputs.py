@@ -150,8 +150,20 @@ def test_special_image_is_refused_or_recorded_within_bounds(csv_baseline, tmp_pa
         assert 0 < rss < MEMORY_MIB, f"{what}: peak memory {rss} MiB, the bound is {MEMORY_MIB} MiB"
 
 
+# The child's own peak memory: VmHWM of its address space, printed as it exits. (wait4's ru_maxrss is no
+# use here: Linux carries the pre-exec high-water mark over exec, so a child of a large pytest process
+# reports the parent's size: 2.6 GiB late in the full suite.)
+_PEAK = ("import atexit, runpy, sys\n"
+         "def _peak():\n"
+         "    hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
+         "    sys.stderr.write(f'\\nCRS_TEST_VMHWM_KB={hwm[0] if hwm else -1}\\n'); sys.stderr.flush()\n"
+         "atexit.register(_peak)\n"
+         "sys.argv = ['crs'] + sys.argv[1:]\n"
+         "runpy.run_module('crs.cli', run_name='__main__')\n")
+
+
 def _wait_rss(args):
-    p = subprocess.Popen([sys.executable, "-m", "crs.cli", *map(str, args)], env=cli_env(), stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-c", _PEAK, *map(str, args)], env=cli_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     chunks: list[str] = []
     reader = threading.Thread(target=lambda: chunks.append(p.stdout.read()), daemon=True)
@@ -162,7 +174,10 @@ def _wait_rss(args):
         if pid:
             reader.join(10)
             p.returncode = os.waitstatus_to_exitcode(status)
-            return p.returncode, "".join(chunks), usage.ru_maxrss // 1024
+            out = "".join(chunks)
+            peak = re.findall(r"CRS_TEST_VMHWM_KB=(-?\d+)", out)
+            assert peak and int(peak[-1]) > 0, f"the child did not report its peak memory:\n{out[-1500:]}"
+            return p.returncode, out, int(peak[-1]) // 1024
         time.sleep(0.05)
     p.kill()
     os.wait4(p.pid, 0)
