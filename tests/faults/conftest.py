@@ -71,6 +71,15 @@ Cases, and how they end on main at 7bd4569 (before the issue-15 fixes are merged
 | test_inputs  | an image that is a FIFO                                | FAIL hangs (stopped at 30 s)  |
 | test_inputs  | a 2000 x 1 PNG (bound 1.5 GiB; this extract without    | FAIL peak 2.7-2.9 GiB         |
 |              | it peaks at 0.8 GiB)                                   |                               |
+
+After the issue-15 work (main of 2026-11-30, logged with CRS_FAULTS_LOG=FILE): all 42 end as the rule
+asks. Every kill (extract x3 + csv, probe x3, score x3, report x2; SIGKILL and SIGTERM) ends in (a):
+resumed, the outputs equal the uninterrupted run's. Every damaged store file (14 in test_damage, the
+failures table x2) ends in (b): exit 2 naming the array and chunk or file, and the named repair
+(`crs store verify --repair`, then `crs extract` / `crs probe`) restores equality. The bad CSVs are
+refused naming their line (a padded label is read as meant, with a warning), `datasets check` refuses
+the one-class and missing-class CSVs, the FIFO is refused without waiting, the 2000 x 1 PNG decodes
+within the bound, and the two-writer cases either both succeed or one is refused naming the holder.
 """
 
 import sys
