@@ -322,6 +322,11 @@ def print_comparisons(scores):
     if leaders.height:
         out.print(f"CRS leader over the weight simplex (step {scores.settings.get('simplex_step')}): "
                   + ", ".join(f"{r['encoder']} {100 * r['share']:.0f}%" for r in leaders.iter_rows(named=True)))
+    print_warnings(scores)
+
+
+def print_warnings(scores):
+    """The scores' warnings (ties, encoders left out, no interval, ...), on stderr."""
     for w in scores.settings.get("warnings", []):
         err.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
 
@@ -759,6 +764,8 @@ def _print_run(result, source: str, *, as_json: bool, quiet: bool, verbose: bool
     print_scores(result.scores, result.results)
     if verbose:
         print_comparisons(result.scores)
+    else:  # what could mislead a reader of the leaderboard is said also without --verbose
+        print_warnings(result.scores)
     t = Table(title=f"crs run {source}: {result.seconds:.1f} s", title_justify="left")
     for col, just in (("stage", "left"), ("done", "right"), ("already complete", "right"), ("time", "right"),
                       ("output", "left")):

@@ -303,3 +303,17 @@ def test_every_listing_command_accepts_the_flags(tmp_path, name, flag):
             json.loads(r.stdout)  # one JSON document (a list for the registries, an object otherwise)
     if flag == "--quiet" and name in ("perturbations", "run --check"):
         assert r.stdout == ""
+
+
+def test_run_says_the_scores_warnings_without_verbose(monkeypatch, capsys):
+    """What could mislead a reader of the leaderboard (ties, encoders left out) is printed by `crs run`
+    and `crs demo` too, not only with --verbose."""
+    from types import SimpleNamespace
+
+    from crs import cli
+
+    monkeypatch.setattr(cli, "print_scores", lambda scores, results: None)
+    scores = SimpleNamespace(settings={"warnings": ["demo-stats on demo_cxr: the AUROC rests mostly on ties"]})
+    result = SimpleNamespace(scores=scores, results="res", probe_summaries=[], stages={}, seconds=1.0, report=None)
+    cli._print_run(result, "cfg.toml", as_json=False, quiet=False, verbose=False)
+    assert "rests mostly on ties" in capsys.readouterr().err
