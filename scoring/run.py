@@ -214,26 +214,44 @@ def score(
     point = core.score(x, ref, w)
     warnings: list[str] = tie_warnings(records)
     used = used_rows(records)
+    reps, draw, unit = _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders,
+                                   datasets, seeds, warnings)
+    found = _from_store(store, records, encoders, datasets, warnings)
+    tables = _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found)
+    settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
+                         excluded, simplex_step, warnings)
+    auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
+    return Scores(
+        settings=settings,
+        encoders=_encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs), tables["pareto"]),
+        per_dataset=_per_dataset_table(encoders, datasets, x, point, w, means),
+        rank_comparison=compare(encoders, auroc, point.crs),
+        axes_by_seed=by_seed,
+        **tables,
+    )
+
+
+def _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders, datasets, seeds,
+                warnings):
+    """(CRS of every bootstrap replicate, the seed draw [replicate, draw], the unit resampled); says in
+    ``warnings`` where the unit fell back or a replicate had no CRS."""
     draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
     x_boot, unit = _bootstrap_means(
         x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings
     )
     reps = score_replicates(x_boot, ref, w)
     _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
+    return reps, draw, unit
+
+
+def _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found) -> dict:
+    """The Scores tables beyond the leaderboard: Pareto view, weight sensitivity, what the store's
+    probabilities gave, robustness, label-efficiency and calibration-under-shift detail, rank distribution."""
     pareto = analysis.pareto_table(encoders, datasets, point.q_dataset, point.q)
     grid, leaders = analysis.weight_sensitivity(
         encoders, point.dominance, point.balance, point.worst_axis, simplex_step
     )
-    found = _from_store(store, records, encoders, datasets, warnings)
-    settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
-                         excluded, simplex_step, warnings)
-    auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
-    return Scores(
-        settings=settings,
-        encoders=_encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs), pareto),
-        per_dataset=_per_dataset_table(encoders, datasets, x, point, w, means),
-        rank_comparison=compare(encoders, auroc, point.crs),
-        axes_by_seed=by_seed,
+    return dict(
         pareto=pareto,
         weight_grid=grid,
         weight_leaders=leaders,
