@@ -189,33 +189,34 @@ def _dataset(store: Store, d: str, repair: bool, readable, done_before=()) -> li
             found = [Finding(node, None, "removed (it was damaged); every chunk of the dataset was reset",
                              next_step(store.path, f"datasets/{d}/embeddings"))]
         out += found
-    base = f"datasets/{d}/embeddings"
-    if readable(base) and "embeddings" in g:
-        for enc in _children(store, base):
-            if not readable(f"{base}/{enc}"):
-                continue
-            for cond in _children(store, f"{base}/{enc}"):
-                if all(readable(f"{base}/{enc}/{cond}/{a}") for a in ("x", "done", "commit")):
-                    out += _embedding(store, g["embeddings"][enc][cond], d, enc, cond, repair)
-    base = f"datasets/{d}/predictions"
-    if readable(base) and "predictions" in g:
-        for enc in _children(store, base):
-            if not readable(f"{base}/{enc}"):
-                continue
-            for cond in _children(store, f"{base}/{enc}"):
-                node = f"{base}/{enc}/{cond}"
-                if not readable(node):
-                    continue
-                arr = g["predictions"][enc][cond]
-                found = _whole_array(store, arr, node)
-                if "condition" not in arr.attrs:
-                    found.append(Finding(node, None, "not written whole (its writer was interrupted)",
-                                         repair_hint(store.path, node)))
-                if found and repair:
-                    store.remove(node)
-                    found = [Finding(node, None, "removed (it was damaged)", next_step(store.path, node))]
-                out += found
+    for enc, cond, node in _leaves(store, g, d, "embeddings", readable):
+        if all(readable(f"{node}/{a}") for a in ("x", "done", "commit")):
+            out += _embedding(store, g["embeddings"][enc][cond], d, enc, cond, repair)
+    for enc, cond, node in _leaves(store, g, d, "predictions", readable):
+        if not readable(node):
+            continue
+        arr = g["predictions"][enc][cond]
+        found = _whole_array(store, arr, node)
+        if "condition" not in arr.attrs:
+            found.append(Finding(node, None, "not written whole (its writer was interrupted)",
+                                 repair_hint(store.path, node)))
+        if found and repair:
+            store.remove(node)
+            found = [Finding(node, None, "removed (it was damaged)", next_step(store.path, node))]
+        out += found
     return out
+
+
+def _leaves(store: Store, g, d: str, kind: str, readable):
+    """(encoder, condition key, store key) of each per-(encoder, condition) node under dataset ``d``'s
+    ``kind`` group (embeddings or predictions) whose parents' metadata reads."""
+    base = f"datasets/{d}/{kind}"
+    if not readable(base) or kind not in g:
+        return
+    for enc in _children(store, base):
+        if readable(f"{base}/{enc}"):
+            for cond in _children(store, f"{base}/{enc}"):
+                yield enc, cond, f"{base}/{enc}/{cond}"
 
 
 def _children(store: Store, key: str) -> list[str]:
