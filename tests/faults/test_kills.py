@@ -104,16 +104,25 @@ PROBE_POINTS = [("SIGKILL", 1), ("SIGKILL", 20), ("SIGTERM", 8)]
 
 @pytest.mark.parametrize("sig, writes", PROBE_POINTS, ids=[f"{s}-after{w}" for s, w in PROBE_POINTS])
 def test_killed_probe_leaves_old_or_new_whole(baseline, probe_ref, tmp_path, sig, writes):
+    _killed_then_read_whole(baseline, probe_ref, tmp_path, sig, writes, "probe", PROBE_CHANGE, "score",
+                            f"probe with another L2, {sig} after {writes} writes",
+                            read_only="results/", resumed_only="store/", final_only="results/")
+
+
+def _killed_then_read_whole(baseline, ref, tmp_path, sig, writes, stage, change, reader, what, *, read_only,
+                            resumed_only, final_only=None):
+    """``stage`` with ``change`` killed after ``writes`` writes: the next stage (``reader``) sees the old
+    outputs or the new ones whole; the killed command resumes to ``ref``'s outputs, and ``reader`` then
+    gives ``ref``'s outputs too."""
     folder = case(baseline, tmp_path)
-    args = stage_args("probe", folder, **PROBE_CHANGE)
+    args = stage_args(stage, folder, **change)
     killed(args, folder, writes, sig)
-    what = f"probe with another L2, {sig} after {writes} writes"
-    read_whole(stage_args("score", folder), folder, {"old": baseline.outputs, "new": probe_ref.outputs},
-               what + ", then score", only="results/")
-    settle(crs_here(*args), args, folder, probe_ref.outputs, what + ", then resumed", only="store/")
-    r = crs_here(*stage_args("score", folder))
+    read_whole(stage_args(reader, folder), folder, {"old": baseline.outputs, "new": ref.outputs},
+               f"{what}, then {reader}", only=read_only)
+    settle(crs_here(*args), args, folder, ref.outputs, what + ", then resumed", only=resumed_only)
+    r = crs_here(*stage_args(reader, folder))
     assert r.rc == 0, r.message[-1500:]
-    assert not differences(outputs(folder), probe_ref.outputs, "results/"), f"{what}: scores after the resume"
+    assert not differences(outputs(folder), ref.outputs, final_only), f"{what}: outputs after the resume and {reader}"
 
 
 # ------------------------------------------------------------------ score, with another bootstrap size
@@ -122,16 +131,9 @@ SCORE_POINTS = [("SIGKILL", 1), ("SIGKILL", 8), ("SIGTERM", 4)]
 
 @pytest.mark.parametrize("sig, writes", SCORE_POINTS, ids=[f"{s}-after{w}" for s, w in SCORE_POINTS])
 def test_killed_score_leaves_old_or_new_whole(baseline, score_ref, tmp_path, sig, writes):
-    folder = case(baseline, tmp_path)
-    args = stage_args("score", folder, **SCORE_CHANGE)
-    killed(args, folder, writes, sig)
-    what = f"score with another bootstrap, {sig} after {writes} writes"
-    read_whole(stage_args("report", folder), folder, {"old": baseline.outputs, "new": score_ref.outputs},
-               what + ", then report", only="report/")
-    settle(crs_here(*args), args, folder, score_ref.outputs, what + ", then resumed", only="results/")
-    r = crs_here(*stage_args("report", folder))
-    assert r.rc == 0, r.message[-1500:]
-    assert not differences(outputs(folder), score_ref.outputs), f"{what}: outputs after the resume and report"
+    _killed_then_read_whole(baseline, score_ref, tmp_path, sig, writes, "score", SCORE_CHANGE, "report",
+                            f"score with another bootstrap, {sig} after {writes} writes",
+                            read_only="report/", resumed_only="results/")
 
 
 # ------------------------------------------------------------------ report
