@@ -132,7 +132,8 @@ def run_units_on_ray(store: Store, plan: Plan, ds, *, device=None, workers=0, st
                     strict=strict, threads=threads)
             for _ in range(n_actors)]
     task = (progress.add_task(f"{plan.spec.name} × {plan.dataset} (ray, {n_actors} replicas)",
-                              total=sum(len(u.conds) for u in plan.units)) if progress is not None else None)
+                              total=sum(len(u.conds) for u in plan.units), unit="chunks")
+            if progress is not None else None)
 
     def advance(chunks: int) -> None:
         if task is not None:

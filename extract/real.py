@@ -883,7 +883,7 @@ def _check_images(ds: FileDataset, rows: np.ndarray, problems: list[Problem], wo
             return row, exc
         return row, None
 
-    task = progress.add_task(f"decode {ds.name}", total=len(rows)) if progress is not None else None
+    task = progress.add_task(f"decode {ds.name}", total=len(rows), unit="images") if progress is not None else None
     failures = []
     with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
         for r, e in pool.map(try_load, rows.tolist()):

@@ -361,8 +361,9 @@ def _run_units_locally(store: Store, plan: Plan, ds, model, *, workers, strict, 
     failures, then each (chunk, condition) with its done flag as soon as it is embedded."""
     summary = plan.summary
     summary.device = str(model.device)
-    task = (progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units))
-            if progress is not None else None)
+    # one step per array chunk written: a chunk of one condition
+    task = (progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units),
+                              unit="chunks") if progress is not None else None)
     embed = Embedder(model, plan.batch)
     units = DecodedUnits(ds, {u.j: u.source_rows for u in plan.units}, ds.paths)
     by_j = {u.j: u for u in plan.units}

@@ -1,5 +1,7 @@
 """The stages as library functions: no command line, no rich, and the probe head as a config key."""
 
+import re
+
 import pytest
 
 from crs import config as C
@@ -50,3 +52,16 @@ def test_name_checks_are_user_errors():
     with pytest.raises(C.ConfigError) as e:
         stages.check_names(C.parse('[encoders]\nnames = ["nope"]\n'), text='[encoders]\nnames = ["nope"]\n')
     assert isinstance(e.value, UserError) and e.value.line == 2
+
+
+def test_the_extract_stage_counts_its_steps_in_chunks(tmp_path):
+    """`crs run` logs with a progress whose default unit is a bare step; the extract stage names its own
+    (one step is one array chunk written)."""
+    from crs.progress import LineProgress
+
+    cfg = C.with_overrides(C.parse(TINY.replace('"demo-stats", "demo-resnet"', '"demo-stats"')),
+                           store=str(tmp_path / "s.zarr"))
+    lines: list[str] = []
+    with LineProgress(0.01, lines.append) as progress:
+        stages.extract(cfg, progress)
+    assert any(re.search(r"demo-stats × demo_derm: \d+/\d+ chunks .*chunks/s average", line) for line in lines), lines
