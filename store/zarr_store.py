@@ -140,26 +140,27 @@ def plain_group(key: str) -> bool:
                                      and parts[2] in ("embeddings", "predictions"))
 
 
+def _node_or_none(path: str, key: str):
+    """The node at ``key`` of the store at ``path``, read only, or None where it cannot be read (only
+    repair messages use it: a damaged store must still get its message)."""
+    try:
+        return _open_root(path, "r")[key]
+    except Exception:  # noqa: BLE001 - only a message is at stake
+        return None
+
+
 def _encoders_of(path: str, dataset: str) -> list[str]:
     """The encoders with embeddings of ``dataset`` in the store at ``path`` (for repair commands; [] when
     that cannot be read)."""
-    try:
-        g = zarr.open_group(store=path[len("file://"):] if path.startswith("file://") else path, mode="r",
-                            path=f"datasets/{dataset}/embeddings")
-        return sorted(g.group_keys())
-    except Exception:  # noqa: BLE001 - only a message is at stake: fall back to a placeholder
-        return []
+    g = _node_or_none(path, f"datasets/{dataset}/embeddings")
+    return sorted(g.group_keys()) if g is not None else []
 
 
 def _dataset_arg(path: str, dataset: str) -> str:
     """How the command line names ``dataset``: its store key, or for a dataset read from a CSV, csv:FILE with
     the image root and modality it was extracted with."""
-    try:
-        g = zarr.open_group(store=path[len("file://"):] if path.startswith("file://") else path, mode="r",
-                            path=f"datasets/{dataset}")
-        attrs = dict(g.attrs)
-    except Exception:  # noqa: BLE001 - only a message is at stake
-        attrs = {}
+    g = _node_or_none(path, f"datasets/{dataset}")
+    attrs = dict(g.attrs) if g is not None else {}
     if not attrs.get("csv"):
         return dataset
     extra = "".join(f" --{flag} {attrs[key]}" for key, flag in (("root", "image-root"), ("modality", "modality"))
