@@ -9,8 +9,8 @@ What counts as current:
   its shift target with that encoder, and whether extract wrote to them in this run), and
   the digest of the files it wrote (run records, selection); the pair is fitted again when
   the hash differs or those files are gone or differ (a ``crs probe`` run by hand). The
-  content is taken before this run's extract: when extract then writes no chunk of the
-  pair, what the probe reads is what it was, whatever extract stamps on complete arrays.
+  content digest leaves timestamps out, so an extract that writes no chunk of the pair
+  leaves it as it was.
 * score: a hash of the score settings, the store's content and the bytes of the run-record
   files scored, and the digest of the ``scores.json`` it wrote (a ``crs score`` run by hand
   changes it, and the scores are made again).
@@ -170,10 +170,9 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, text: str = "", source
                        "set `enabled = false` under [report] (crs demo: --no-report) to run the other stages")
     state = State(Path(cfg.results), force)
     stages: dict[str, Stage] = {}
-    before = _digests_before(cfg)
     stages["extract"], (store, summaries) = _extract(cfg, progress, extra, store_hint)
     wanted = _probed_pairs(cfg, store, summaries)
-    stages["probe"], probed = _probe(cfg, progress, state, store, summaries, wanted, before)
+    stages["probe"], probed = _probe(cfg, progress, state, store, summaries, wanted)
     stages["score"], scores, scores_json, scores_digest = _score(cfg, progress, state, wanted)
     stages["report"], html = _report(cfg, state, scores_digest, quiet)
     return RunResult(store=cfg.store, results=str(cfg.results), stages=stages, scores=scores,
@@ -234,28 +233,6 @@ def _read_by(store, d: str) -> list[str]:
     return [dd for dd in ([d, target] if target else [d]) if store.has_dataset(dd)]
 
 
-def _digests_before(cfg: Config) -> dict[tuple[str, str], str]:
-    """{(dataset, encoder): Store.content_digest} of the config's datasets (and shift targets) as the
-    store holds them before this run's extract; empty where there is no readable store yet."""
-    from crs.extract import datasets as dsreg
-    from crs.store import Store, StoreError
-
-    if not Path(cfg.store).exists() and "://" not in str(cfg.store):
-        return {}
-    try:
-        store = Store(str(cfg.store), mode="r")
-        out = {}
-        for d in {dsreg.store_name(n) for n in cfg.datasets.names}:
-            if not store.has_dataset(d):
-                continue
-            for dd in _read_by(store, d):
-                for e in sorted({enc for _, enc, _, _ in store.embeddings(dd)}):
-                    out[(dd, e)] = store.content_digest(dd, e)
-        return out
-    except (StoreError, KeyError, OSError):  # damaged or half-written: extract repairs it, every pair is redone
-        return {}
-
-
 def _pair_hash(digest, store, settings: dict, e: str, d: str) -> str:
     """The probe settings and the content of what the pair reads: its dataset's and its shift
     target's tables and ``e``'s embeddings of them (``digest(dataset, encoder)``, a
@@ -274,7 +251,7 @@ def _probe_outputs(results: Path, model: str, d: str) -> str | None:
     return settings_hash(records, _file_digest(results / SELECTION_DIR / path.name))
 
 
-def _probe(cfg: Config, progress: Progress, state: State, store, summaries, wanted, before: dict):
+def _probe(cfg: Config, progress: Progress, state: State, store, summaries, wanted):
     from crs.probe.run import head_name
 
     results = Path(cfg.results)
@@ -286,11 +263,10 @@ def _probe(cfg: Config, progress: Progress, state: State, store, summaries, want
     todo = []
     for e, d in wanted:
         fresh = any((e, dd) in written for dd in _read_by(store, d))
-        was = _pair_hash(lambda dd, enc: before.get((dd, enc)), store, settings, e, d)  # before this extract
         recorded = state.old.get("probe", {}).get(f"{e}__{d}")
         outputs = _probe_outputs(results, head_name(e, cfg.probe.head), d)
-        current = (not fresh and isinstance(recorded, dict) and recorded.get("inputs") in (was, hashes[(e, d)])
-                   and all((dd, e) in before for dd in _read_by(store, d))
+        # the content digests leave out timestamps, so an extract that wrote nothing leaves them as they were
+        current = (not fresh and isinstance(recorded, dict) and recorded.get("inputs") == hashes[(e, d)]
                    and outputs is not None and recorded.get("outputs") == outputs)
         if current:  # as the store holds it now, for the next run to compare with
             sp.skipped.append(f"{e} × {d}")
