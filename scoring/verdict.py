@@ -1,0 +1,274 @@
+"""The verdict: who leads, who cannot be told apart from the leader, why, and how sure.
+
+``build`` turns the scores (the encoder table, the weight-sensitivity tables and the
+settings) into data; ``sentences`` turns that data into a few plain sentences for the
+terminal and the report. The sentences never claim more than the intervals allow: an
+encoder whose paired difference to the leader has a 95 % interval holding 0 "cannot be
+separated" from it; only an interval clear of 0 says "behind".
+
+What decides a gap (docs/crs-v1.md section 3). CRS is not a sum over axes (balance is a
+geometric mean, worst axis a minimum, dominance a count), so the gap between a member m
+and the leader is attributed one axis at a time: give m the leader's q on axis a, keep
+everything else, recompute every encoder's components, and see how much of the gap
+closes. An axis that closes a positive part of the gap is one where m is behind; one
+that widens it is one where m is ahead.
+
+How far the weights can move. With the components fixed, CRS is linear in the weights
+w = (w_dom, w_bal, w_worst): CRS_L - CRS_c = 100 w . d with d = comp_L - comp_c. The
+cheapest move of weight that makes c tie the leader shifts mass from the components
+where d is largest to the one where it is smallest (a greedy transport, exact for a
+linear objective on the simplex); ``weight_margin`` is the smallest such move over all
+challengers, as the share of the total weight moved (0.1 = a tenth of the weight).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+
+from crs.scoring import crs as core
+from crs.scoring.axes import AXES, REGISTRY
+
+COMPONENTS = ("dominance", "balance", "worst_axis")
+CONFIDENCE = 0.95
+DECIDING_SHARE = 0.25  # an axis decides a gap when it closes at least this share of the gap's positive parts
+
+
+def _num(value) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    return None if math.isnan(v) else v
+
+
+def _weights(settings: dict) -> np.ndarray:
+    w = settings.get("weights") or {}
+    if isinstance(w, dict):
+        return np.asarray([float(w.get(c, 1 / 3)) for c in COMPONENTS])
+    return np.asarray([float(v) for v in w])
+
+
+def _q(encoders: pl.DataFrame) -> np.ndarray | None:
+    cols = [f"q_{a}" for a in AXES]
+    if not set(cols) <= set(encoders.columns):
+        return None
+    q = encoders.select(cols).to_numpy().astype(float)  # [encoder, axis]
+    return None if np.isnan(q).any() else q
+
+
+def axis_effects(q: np.ndarray, leader: int, member: int, weights: Sequence[float]) -> np.ndarray:
+    """[axis]: how much of CRS_leader - CRS_member closes when the member gets the leader's q on that axis."""
+    base = core.components(q, weights).crs
+    gap = base[leader] - base[member]
+    out = np.empty(q.shape[1])
+    for a in range(q.shape[1]):
+        moved = q.copy()
+        moved[member, a] = q[leader, a]
+        crs = core.components(moved, weights).crs
+        out[a] = gap - (crs[leader] - crs[member])
+    return out
+
+
+def _deciding(effects: np.ndarray, q: np.ndarray, leader: int, member: int) -> list[dict]:
+    """The axes that decide a member's gap, largest share first, and the axes where it is ahead."""
+    behind = [a for a in np.argsort(-effects) if effects[a] > 1e-9]
+    total = float(sum(effects[a] for a in behind))
+    rows = []
+    for a in range(len(AXES)):
+        e = float(effects[a])
+        deciding = e > 1e-9 and total > 0 and (e >= DECIDING_SHARE * total or a == (behind[0] if behind else -1))
+        ahead = e < -1e-9
+        if deciding or ahead:
+            rows.append({"axis": AXES[a], "symbol": REGISTRY[AXES[a]].symbol, "effect": e,
+                         "member_q": float(q[member, a]), "leader_q": float(q[leader, a]),
+                         "where": "behind" if deciding else "ahead"})
+    return sorted(rows, key=lambda r: -abs(r["effect"]))
+
+
+def weight_move(d: np.ndarray, w: np.ndarray) -> dict | None:
+    """The least weight moved (share of the total) that makes w . d <= 0, with where from and to; None if none."""
+    gap = float(w @ d)
+    if gap <= 0:
+        return {"moved": 0.0, "from": [], "to": None, "weights": w.tolist()}
+    to = int(np.argmin(d))
+    new, moved, left, taken = w.astype(float).copy(), 0.0, gap, []
+    for i in np.argsort(-d):
+        if left <= 1e-15 or d[i] <= d[to]:
+            break
+        rate = d[i] - d[to]  # gap closed per unit of weight moved from i to `to`
+        t = min(new[i], left / rate)
+        if t <= 0:
+            continue
+        new[i] -= t
+        new[to] += t
+        moved += t
+        left -= t * rate
+        taken.append(COMPONENTS[i])
+    if left > 1e-12:
+        return None
+    return {"moved": moved, "from": taken, "to": COMPONENTS[to], "weights": new.tolist()}
+
+
+def _weight_margin(enc: pl.DataFrame, leader: int, w: np.ndarray) -> dict | None:
+    if not set(COMPONENTS) <= set(enc.columns) or enc.height < 2:
+        return None
+    comp = enc.select(COMPONENTS).to_numpy().astype(float)  # [encoder, component]
+    if np.isnan(comp).any():
+        return None
+    best = None
+    for c in range(enc.height):
+        if c == leader:
+            continue
+        move = weight_move(comp[leader] - comp[c], w)
+        if move is not None and (best is None or move["moved"] < best["moved"]):
+            best = {"encoder": enc["encoder"][c], **move}
+    return best
+
+
+def _grid_shares(weight_leaders: pl.DataFrame | None) -> list[dict]:
+    if weight_leaders is None or not weight_leaders.height or "share" not in weight_leaders.columns:
+        return []
+    return [{"encoder": r["encoder"], "share": float(r["share"])}
+            for r in weight_leaders.select("encoder", "share").iter_rows(named=True)]
+
+
+def _diff(row: dict, lead: dict) -> tuple[float | None, float | None, float | None]:
+    """The paired difference (member - leader) and its interval: the table's columns, else None."""
+    d = _num(row.get("crs_diff"))
+    if d is None and _num(row.get("crs")) is not None and _num(lead.get("crs")) is not None:
+        d = _num(row["crs"]) - _num(lead["crs"])
+    return d, _num(row.get("crs_diff_low")), _num(row.get("crs_diff_high"))
+
+
+def _intervals_known(rows: list[dict]) -> bool:
+    """Whether the bootstrap gave intervals: a tier column with values, or difference intervals."""
+    if any(r.get("crs_diff_low") is not None for r in rows[1:]):
+        return all(_num(r.get("crs_diff_low")) is not None for r in rows[1:])
+    return any(r.get("tier") for r in rows) and all(r.get("tier") is not None for r in rows)
+
+
+def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
+          weight_grid: pl.DataFrame | None = None, settings: dict | None = None) -> dict:
+    """The verdict as data (JSON-able): leader, tier, P(rank 1), each tier member's gap and what decides it,
+    the encoders clear of the leader, the least weight change that changes the leader, the reference."""
+    settings = settings or {}
+    boot = settings.get("bootstrap") or {}
+    out = {"leader": None, "tier": [], "p_rank1": None, "members": [], "behind": [], "weight_margin": None,
+           "weight_shares": _grid_shares(weight_leaders), "reference": settings.get("reference"),
+           "confidence": float(boot.get("confidence", CONFIDENCE)), "unit": boot.get("unit"),
+           "intervals": False, "notes": []}
+    if encoders is None or not encoders.height or "crs" not in encoders.columns:
+        out["notes"].append("no encoder has a CRS")
+        return out
+    enc = encoders.filter(pl.col("crs").is_not_nan()).sort(["crs", "encoder"], descending=[True, False])
+    if not enc.height:
+        out["notes"].append("no encoder has a CRS")
+        return out
+    rows = enc.to_dicts()
+    lead = rows[0]
+    out.update(leader=lead["encoder"], p_rank1=_num(lead.get("p_rank1")), crs=_num(lead["crs"]),
+               intervals=len(rows) > 1 and _intervals_known(rows))
+    q, w = _q(enc), _weights(settings)
+    for i, row in enumerate(rows[1:], start=1):
+        d, lo, hi = _diff(row, lead)
+        separable = None if lo is None or hi is None else not (lo <= 0.0 <= hi)
+        if separable is None and out["intervals"] and row.get("tier") is not None:
+            separable = not bool(row["tier"])
+        entry = {"encoder": row["encoder"], "crs": _num(row["crs"]), "crs_diff": d, "crs_diff_low": lo,
+                 "crs_diff_high": hi, "separable": separable, "tie_group": row.get("tie_group")}
+        if separable is False:
+            entry["deciding_axes"] = [] if q is None else _deciding(axis_effects(q, 0, i, w), q, 0, i)
+            out["members"].append(entry)
+        else:
+            out["behind"].append(entry)
+    out["tier"] = [lead["encoder"]] + [m["encoder"] for m in out["members"]] if out["intervals"] else []
+    if len(rows) > 1:
+        out["weight_margin"] = _weight_margin(enc, 0, w)
+    if not out["intervals"] and len(rows) > 1:
+        out["notes"].append("the bootstrap gave no interval, so no encoder is called separable from the leader")
+    return out
+
+
+# ------------------------------------------------------------------ words
+def _f(v: float | None, spec: str = ".1f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _interval(m: dict) -> str:
+    if m.get("crs_diff_low") is None:
+        return f"difference {_f(m.get('crs_diff'), '+.1f')}"
+    return (f"difference {_f(m.get('crs_diff'), '+.1f')} "
+            f"[{_f(m['crs_diff_low'], '+.1f')}, {_f(m['crs_diff_high'], '+.1f')}]")
+
+
+def _axes_words(axes: list[dict]) -> str:
+    behind = [a for a in axes if a["where"] == "behind"]
+    ahead = [a for a in axes if a["where"] == "ahead"]
+    parts = []
+    if behind:
+        parts.append("the gap comes from " + " and ".join(
+            f"{a['axis'].replace('_', ' ')} (q {a['member_q']:+.2f} vs {a['leader_q']:+.2f})" for a in behind))
+    if ahead:
+        parts.append("it is ahead on " + " and ".join(a["axis"].replace("_", " ") for a in ahead))
+    return "; ".join(parts)
+
+
+def _reference_sentence(v: dict) -> str | None:
+    ref = v.get("reference")
+    if not ref:
+        return None
+    if ref == core.MEDIAN:
+        return ("CRS is relative to the median encoder: 50 is the level of an encoder at the median on every axis "
+                "that dominates as many encoders as dominate it.")
+    return (f"CRS is relative to {ref}: 50 is the level of an encoder equal to {ref} on every axis that dominates "
+            "as many encoders as dominate it.")
+
+
+def _weight_sentence(v: dict) -> str | None:
+    m, shares = v.get("weight_margin"), v.get("weight_shares") or []
+    text = ""
+    if m is None and v.get("leader") is not None and len(shares) <= 1:
+        text = f"{v['leader']} leads at every weighting of the three components."
+    elif m is not None:
+        frm = " and ".join(c.replace("_", " ") for c in m["from"]) or "the components"
+        text = (f"Moving {m['moved']:.2f} of the weight from {frm} to {str(m['to']).replace('_', ' ')} "
+                f"would make {m['encoder']} level with the leader.")
+    if len(shares) > 1:
+        text += " Across all weightings of the components, the leader is " + ", ".join(
+            f"{s['encoder']} on {100 * s['share']:.0f} %" for s in shares) + " of the grid."
+    return text.strip() or None
+
+
+def sentences(v: dict) -> list[str]:
+    """A few plain sentences that say no more than the numbers in ``v`` (from ``build``)."""
+    if not v or v.get("leader") is None:
+        return ["No verdict: " + ("; ".join(v.get("notes", [])) if v else "no scores") + "."]
+    conf = f"{100 * float(v.get('confidence') or CONFIDENCE):.0f} %"
+    leader = v["leader"]
+    p = v.get("p_rank1")
+    out = [f"{leader} has the highest CRS ({_f(v.get('crs'))})"
+           + (f" and ranks first in {100 * p:.0f} % of the bootstrap replicates." if p is not None else ".")]
+    if not v.get("intervals"):
+        if v.get("members") or v.get("behind"):
+            out.append("The bootstrap gave no intervals, so this run cannot say whether any other encoder "
+                       "is really behind it.")
+    else:
+        for m in v.get("members", []):
+            s = f"{m['encoder']} cannot be separated from {leader} at {conf} ({_interval(m)})"
+            words = _axes_words(m.get("deciding_axes") or [])
+            out.append(s + (f"; {words}." if words else "."))
+        behind = [b for b in v.get("behind", []) if b.get("separable")]
+        if behind and not v.get("members"):
+            nearest = behind[0]
+            out.append(f"{leader} is ahead of every other encoder at {conf}; the nearest, {nearest['encoder']}, "
+                       f"trails ({_interval(nearest)}).")
+        elif behind:
+            out.append(f"Behind the tier at {conf}: " + ", ".join(
+                f"{b['encoder']} ({_interval(b)})" for b in behind) + ".")
+    for s in (_weight_sentence(v), _reference_sentence(v)):
+        if s:
+            out.append(s)
+    return out
