@@ -1,0 +1,33 @@
+"""What an encoder costs to run: parameters, FLOPs per image at its input size, width.
+
+FLOPs are counted by PyTorch's own ``torch.utils.flop_counter.FlopCounterMode`` on one
+all-zero image through the encoder's full call (preprocessing and pooling included), with
+its convention: a multiply-add is 2 FLOPs, and only the operators it has formulas for are
+counted (matrix products, convolutions, attention); element-wise work (normalisation,
+activations, the resize) is not. The builtin colour/texture baseline is nearly all
+element-wise, so its count is small (its one Laplacian convolution): a lower bound, not zero
+cost. Counted on the encoder's own device; one forward pass of batch 1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def measure(encoder) -> dict:
+    """{"parameters": int, "flops_per_image": int | None (None: the counter failed on this model),
+    "width": int, "input_size": int} of a loaded ``crs.extract.models.Encoder``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    parameters = sum(p.numel() for p in encoder.model.parameters())
+    size = int(encoder.spec.input_size)
+    x = torch.zeros(1, 3, size, size, device=encoder.device)
+    counter = FlopCounterMode(display=False)
+    try:
+        with counter:
+            encoder(x)
+        flops = int(counter.get_total_flops())
+    except (RuntimeError, NotImplementedError, TypeError):  # an operator the counter cannot trace
+        flops = None
+    return {"parameters": int(parameters), "flops_per_image": flops, "width": int(encoder.width),
+            "input_size": size}
