@@ -6,12 +6,28 @@ its convention: a multiply-add is 2 FLOPs, and only the operators it has formula
 counted (matrix products, convolutions, attention); element-wise work (normalisation,
 activations, the resize) is not. The builtin colour/texture baseline is nearly all
 element-wise, so its count is small (its one Laplacian convolution): a lower bound, not zero
-cost. Counted on the encoder's own device; one forward pass of batch 1.
+cost. Counted on the encoder's own device; one forward pass of batch 1. PyTorch's fused
+attention on the CPU (``_scaled_dot_product_flash_attention_for_cpu``) has no formula in the
+counter, so it is given the one of the GPU kernels (``sdpa_flop_count``: 4 * b * h * s_q * s_k * d),
+and a ViT counts the same on either device.
 """
 
 from __future__ import annotations
 
 import torch
+
+
+def _cpu_attention() -> dict:
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is None:
+        return {}
+
+    def flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+    return {op: flops}
 
 
 def measure(encoder) -> dict:
@@ -22,7 +38,7 @@ def measure(encoder) -> dict:
     parameters = sum(p.numel() for p in encoder.model.parameters())
     size = int(encoder.spec.input_size)
     x = torch.zeros(1, 3, size, size, device=encoder.device)
-    counter = FlopCounterMode(display=False)
+    counter = FlopCounterMode(display=False, custom_mapping=_cpu_attention())
     try:
         with counter:
             encoder(x)

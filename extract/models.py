@@ -186,25 +186,30 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
     if name == "GatedRepoError" or (spec.gated and "401" in str(exc)) or "403" in str(exc):
         return WeightsError(
             f"encoder {spec.name!r}: {spec.model_id} is gated. Accept its terms at {page} while logged in, "
-            "then set HF_TOKEN to a token of that account (or run `huggingface-cli login`) and run again"
+            "then set HF_TOKEN to a token of that account (or run `hf auth login`) and run again"
         )
     offline = name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or _offline()
     if offline and spec.revision and cached_revisions(_hub_repo(spec)):
         have = cached_revisions(_hub_repo(spec))
         return WeightsError(
             f"encoder {spec.name!r}: revision {spec.revision} of {_hub_repo(spec)} is not in the local cache "
-            f"(HF_HOME={os.environ.get('HF_HOME', '~/.cache/huggingface')}; it holds {', '.join(have)}) and "
+            f"({_cache_dir()} holds {', '.join(have)}) and "
             f"HF_HUB_OFFLINE is set. Download that revision once with network access (`hf download "
             f"{_hub_repo(spec)} --revision {spec.revision}`), or pin one the cache holds with "
             f"--revision {spec.name}=COMMIT"
         )
     if offline:
         return WeightsError(
-            f"encoder {spec.name!r}: the weights of {spec.model_id} are not in the local cache (HF_HOME="
-            f"{os.environ.get('HF_HOME', '~/.cache/huggingface')}) and HF_HUB_OFFLINE is set. Download them once "
+            f"encoder {spec.name!r}: the weights of {spec.model_id}"
+            + (f" (revision {spec.revision})" if spec.revision else "")
+            + f" are not in the local cache ({_cache_dir()}, "
+            "set by HF_HOME or HF_HUB_CACHE) and HF_HUB_OFFLINE is set. Download them once "
             "with network access, or pass --weights PATH to a local copy"
         )
-    if name in ("RepositoryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError"):
+    if name == "RevisionNotFoundError":
+        return WeightsError(f"encoder {spec.name!r}: {spec.model_id} has no revision {spec.revision!r}; pick a "
+                            f"commit from {page}/commits/main and pass --revision {spec.name}=COMMIT (or drop it)")
+    if name in ("RepositoryNotFoundError", "EntryNotFoundError"):
         return WeightsError(f"encoder {spec.name!r}: {spec.model_id} (revision {spec.revision or 'main'}) has no "
                             f"such repository or file ({exc.__class__.__name__}); check the record against {page}")
     return WeightsError(f"encoder {spec.name!r}: could not fetch the weights of {spec.model_id}: {exc}")
@@ -214,6 +219,12 @@ def _offline() -> bool:
     from huggingface_hub import constants
 
     return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _cache_dir() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
 
 
 def _hub_repo(spec: EncoderSpec) -> str:
