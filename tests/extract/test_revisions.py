@@ -221,3 +221,23 @@ def test_builtin_and_random_init_record_no_revision():
     assert stats["source"].startswith("builtin") and stats["revision_loaded"] is None
     vit = load(encoders.get("demo-vit"), "cpu").weights_info
     assert vit["source"].startswith("random init, torch seed 0") and vit["weights_sha256"] is None
+
+
+@pytest.mark.parametrize("name", ["retfound", "biomedclip", "medgemma"])
+def test_checkpoint_and_vision_tower_loaders_record_the_snapshot_read(hub, name):
+    """A tiny model of the record's class saved as its hub repo ships it, in the snapshot the record pins
+    (or main's); the loader fetches its files from the cache, and weights_status sees them there."""
+    from test_encoders import save_like_the_hub, tiny
+
+    small, model = tiny(encoders.get(name))
+    commit = small.revision or COMMIT_A
+    folder = snapshot(hub, small.model_id, commit, main=small.revision is None)
+    save_like_the_hub(small, model, folder)
+    assert weights_status(small)["in_cache"] is True
+    enc = load(small, "cpu")
+    assert enc.weights_info["revision_loaded"] == commit
+    assert enc.weights_info["source"].startswith(f"hub: {small.model_id}")
+    assert enc(torch.rand(1, 3, small.input_size, small.input_size)).shape == (1, small.width)
+    if name == "medgemma":  # the vision shard gone: not in the cache, though the config and index are
+        (folder / "model-00002-of-00002.safetensors").unlink()
+        assert weights_status(small)["in_cache"] is False
