@@ -384,8 +384,9 @@ def reference_for(names: list[str]) -> tuple[str | None, str]:
     shown = ", ".join(names[:6]) + (f", ... ({len(names)} encoders)" if len(names) > 6 else "")
     return None, (
         f"reference auto: none of the encoders scored ({shown}) is a registry reference "
-        f"({' or '.join(real + demo)}), so there is no reference encoder; add {real[0] if real else demo[0]} to the "
-        "comparison or pass --reference NAME (or --reference median)"
+        f"({' or '.join(real + demo)}); falling back to the per-axis median over the encoders (an encoder at "
+        f"that median on every axis scores 50). Add {real[0] if real else demo[0]} to the comparison, or pass "
+        "--reference NAME"
     )
 
 

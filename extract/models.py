@@ -603,7 +603,7 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def weights_sha256(path: str | os.PathLike) -> str:
-    """sha256 of a --weights file; of a folder: sha256 over its sorted ``"relative/path\0<file sha256>\n"`` lines
+    r"""sha256 of a --weights file; of a folder: sha256 over its sorted ``"relative/path\0<file sha256>\n"`` lines
     (every file below it, hidden ones such as ``.cache/`` left out: they are download bookkeeping)."""
     root = Path(path)
     if not root.is_dir():
