@@ -241,3 +241,29 @@ def test_checkpoint_and_vision_tower_loaders_record_the_snapshot_read(hub, name)
     if name == "medgemma":  # the vision shard gone: not in the cache, though the config and index are
         (folder / "model-00002-of-00002.safetensors").unlink()
         assert weights_status(small)["in_cache"] is False
+
+
+def test_a_timm_hf_hub_id_is_pinned_with_at_revision(hub):
+    """``timm:hf-hub:ORG/NAME``: timm reads config.json and the weights of 'ORG/NAME@REVISION'."""
+    import json
+
+    from safetensors.torch import save_file
+    import timm
+
+    args = {"depth": 1, "embed_dim": 32, "num_heads": 2, "img_size": 32}
+    config = {"architecture": "vit_tiny_patch16_224", "num_classes": 0, "num_features": 32, "model_args": args,
+              "pretrained_cfg": {"input_size": [3, 32, 32], "mean": [0.5] * 3, "std": [0.5] * 3,
+                                 "interpolation": "bicubic", "num_classes": 0}}
+    for commit, seed in ((COMMIT_A, 0), (COMMIT_B, 1)):
+        torch.manual_seed(seed)
+        model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, **args)
+        folder = snapshot(hub, "org/tiny-vit", commit, main=commit == COMMIT_A)
+        save_file(model.state_dict(), str(folder / "model.safetensors"))
+        (folder / "config.json").write_text(json.dumps(config))
+    spec = encoders.from_id("timm:hf-hub:org/tiny-vit")
+    main, pinned = load(spec, "cpu"), load(encoders.with_revision(spec, COMMIT_B), "cpu")
+    assert main.weights_info["revision_loaded"] == COMMIT_A and main.spec.width == 32
+    assert pinned.weights_info == {"source": "hub: org/tiny-vit", "revision_requested": COMMIT_B,
+                                   "revision_loaded": COMMIT_B, "weights_sha256": None}
+    x = torch.rand(1, 3, 32, 32)
+    assert not torch.allclose(main(x), pinned(x))
