@@ -47,3 +47,18 @@ def measure(encoder) -> dict:
         flops = None
     return {"parameters": int(parameters), "flops_per_image": flops, "width": int(encoder.width),
             "input_size": size}
+
+
+def estimate(spec) -> dict:
+    """``measure`` of a registry record without its weights: the architecture is built on the meta device
+    (no memory, no download) and counted the same way (for a plan before a long run). Records whose width
+    comes from the model (``timm:``/``hf:`` ids, width 0) have no architecture to build: ValueError."""
+    from crs.extract.models import Encoder, build_random, load
+
+    if spec.source == "builtin":  # no learned weights: the real thing, moved to the meta device
+        return measure(load(spec, "meta"))
+    if spec.width == 0:
+        raise ValueError(f"encoder {spec.name!r}: a timm:/hf: id has no architecture before it is loaded")
+    with torch.device("meta"):
+        model, kind = build_random(spec)
+    return measure(Encoder(spec, model, torch.device("meta"), kind))

@@ -74,3 +74,12 @@ def test_a_tiny_transformers_vit_counts_its_attention_on_the_cpu():
                 + 2 * t * d * d + 2 * (2 * t * d * 4 * d))  # output projection; MLP
     got = cost.measure(Encoder(spec, model, torch.device("cpu"), kind="hf"))
     assert got["flops_per_image"] == expected and got["parameters"] == sum(p.numel() for p in model.parameters())
+
+
+def test_estimate_without_weights_equals_the_measure_of_the_loaded_model():
+    for name in encoders.demo_names():
+        spec = encoders.get(name)
+        assert cost.estimate(spec) == cost.measure(load(spec, "cpu")), name
+    # a registry record at full size, on the meta device: ResNet-50 at 224 px is 4.1 GMACs, 23.5 M parameters
+    resnet = cost.estimate(encoders.get("resnet50"))
+    assert resnet["parameters"] == 23_508_032 and 8.1e9 < resnet["flops_per_image"] < 8.3e9
