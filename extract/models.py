@@ -776,8 +776,9 @@ def _has_token() -> bool:
 def _hub_files_cached(spec: EncoderSpec) -> bool:
     """Whether the local cache holds, for the record's revision, every file its loader will read."""
     repo, rev = _hub_repo(spec), spec.revision
-    if spec.loader == "timm":
-        return _cached_file(repo, _HUB_FILES["timm"], rev) is not None
+    if spec.loader == "timm":  # an hf-hub: id also reads the repo's config.json
+        config_ok = not spec.model_id.startswith("hf-hub:") or _cached_file(repo, ("config.json",), rev) is not None
+        return config_ok and _cached_file(repo, _HUB_FILES["timm"], rev) is not None
     if spec.loader == "timm-checkpoint":
         return _cached_file(repo, (spec.checkpoint,), rev) is not None
     if _cached_file(repo, ("config.json",), rev) is None:

@@ -267,3 +267,6 @@ def test_a_timm_hf_hub_id_is_pinned_with_at_revision(hub):
                                    "revision_loaded": COMMIT_B, "weights_sha256": None}
     x = torch.rand(1, 3, 32, 32)
     assert not torch.allclose(main(x), pinned(x))
+    assert weights_status(spec)["in_cache"] is True
+    (hub / "models--org--tiny-vit" / "snapshots" / COMMIT_A / "config.json").unlink()
+    assert weights_status(spec)["in_cache"] is False and weights_status(spec)["problem"]
