@@ -24,9 +24,16 @@ Two kinds of record:
 ``arch`` holds the architecture numbers the width follows from (taken from the model
 cards / config files cited in the comments); tests check every record's width against
 them and build a tiny model of the same class to run the real loader offline.
-Widths, sizes and normalisation were read from the cited cards; revisions are pinned
-where a full commit id was at hand (``rad-dino``), else ``None`` (the hub's main branch;
-pinning the others needs a session with hub access to read their commit ids).
+Widths, sizes and normalisation were read from the cited cards.
+
+Revisions: every pretrained record either pins ``revision`` (a full 40-hex hub commit, its
+source cited in the comment above the record) or says in ``revision_note`` why it does not
+(the commit id was not known offline: the hub's main branch is loaded, and the commit it
+resolved to is recorded with the embeddings; ``--revision ENCODER=REV`` pins one per run,
+through ``with_revision``). No commit id here was guessed.
+
+Reference: ``resnet50`` (a supervised ImageNet-1k ResNet-50) is the reference of real
+runs, ``demo-resnet`` the demo's; ``reference_for`` picks the one a comparison set holds.
 """
 
 from __future__ import annotations
@@ -67,7 +74,8 @@ class EncoderSpec:
     pooling: str = "model"  # "model" (the model's pooled output) | "cls" | "mean" (of patch tokens)
     pretrained: bool = True
     init_seed: int | None = None  # for random-weight models: the torch seed used at creation
-    revision: str | None = None  # pinned hub revision, where the hub has one
+    revision: str | None = None  # pinned hub revision (40-hex commit, or a branch/tag name), where the hub has one
+    revision_note: str | None = None  # why a pretrained record pins no revision
     licence: str = "unknown"
     gated: bool = False
     reference: bool = False  # the default CRS reference of this registry
@@ -93,6 +101,29 @@ class EncoderSpec:
         return f"{self.source}:{where}" + (f"@{self.revision}" if self.revision else "")
 
 
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+# a branch or tag name as git allows it (no '..', no leading '-' or '/', no spaces or control characters)
+_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._\-]*(/[A-Za-z0-9_][A-Za-z0-9._\-]*)*")
+
+
+def is_commit(revision: str | None) -> bool:
+    return bool(revision) and bool(_COMMIT.fullmatch(revision))
+
+
+def revision_problem(revision: object) -> str | None:
+    """None for a full 40-hex commit id or a branch/tag name, else what is wrong with ``revision``."""
+    if not isinstance(revision, str) or not revision:
+        return f"revision {revision!r} must be a full 40-character commit id or a branch/tag name"
+    if _COMMIT.fullmatch(revision):
+        return None
+    if re.fullmatch(r"[0-9a-fA-F]{7,40}", revision):
+        return (f"revision {revision!r} looks like an abbreviated or upper-case commit id; the hub needs the full "
+                "40-character lower-case id (copy it from the model page's 'Files and versions' history)")
+    if not _REF.fullmatch(revision) or ".." in revision or revision.endswith((".", ".lock", "/")):
+        return f"revision {revision!r} must be a full 40-character commit id or a branch/tag name"
+    return None
+
+
 def check_spec(spec: EncoderSpec) -> EncoderSpec:
     """Raise BadInput (a ValueError) naming the bad field of a record (user records from --encoder-file too)."""
     problems = []
@@ -111,12 +142,21 @@ def check_spec(spec: EncoderSpec) -> EncoderSpec:
         problems.append(f"width and input_size must be positive integers (got {spec.width!r}, {spec.input_size!r})")
     if len(spec.mean) != 3 or len(spec.std) != 3 or any(s <= 0 for s in spec.std):
         problems.append(f"mean and std need three values each, std positive (got {spec.mean!r}, {spec.std!r})")
+    if spec.revision is not None and (why := revision_problem(spec.revision)):
+        problems.append(why)
+    if spec.revision is not None and (spec.source == "builtin" or not spec.pretrained):
+        problems.append(f"revision {spec.revision!r} given, but the record loads no hub weights "
+                        "(builtin or random init)")
     if spec.loader == "timm-checkpoint" and "timm" not in spec.arch:
         problems.append("loader timm-checkpoint needs arch = {timm = 'ARCHITECTURE', ...}")
     if problems:
         raise BadInput(f"encoder record {spec.name!r}: " + "; ".join(problems))
     return spec
 
+
+# why a record pins no revision (a test checks every pretrained record has a revision or a note)
+_NOT_KNOWN = ("commit id not known offline (no source at hand named one); the hub's main branch is loaded and "
+              "the commit it resolved to is recorded with the embeddings; pin one with --revision ENCODER=COMMIT")
 
 _REGISTRY: tuple[EncoderSpec, ...] = (
     # ------------------------------------------------------------------ demo (no download)
@@ -136,64 +176,71 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         licence="apache-2.0", loader="builtin",
     ),
     # ------------------------------------------------------------------ general purpose
-    # https://huggingface.co/timm/resnet50.a1_in1k (ResNet-50 A1 recipe; 2048 features, 224 train, bicubic)
+    # https://huggingface.co/timm/resnet50.a1_in1k (ResNet-50 A1 recipe, supervised on ImageNet-1k; 2048 features,
+    # 224 train, bicubic). The CRS reference of real runs: a well-known supervised ImageNet CNN.
     EncoderSpec(
         name="resnet50", family="general", source="timm", model_id="resnet50.a1_in1k", width=2048, input_size=224,
-        interpolation="bicubic", licence="apache-2.0", arch={"timm": "resnet50"},
-        page="https://huggingface.co/timm/resnet50.a1_in1k",
+        interpolation="bicubic", licence="apache-2.0", arch={"timm": "resnet50"}, reference=True,
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/timm/resnet50.a1_in1k",
     ),
     # https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k (ConvNeXt-B, 1024 features)
     EncoderSpec(
         name="convnext", family="general", source="timm", model_id="convnext_base.fb_in22k_ft_in1k", width=1024,
         input_size=224, interpolation="bicubic", licence="apache-2.0", arch={"timm": "convnext_base"},
-        page="https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k",
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k",
     ),
     # https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k (ViT-B/16, mean/std 0.5)
     EncoderSpec(
         name="vit-base", family="general", source="timm", model_id="vit_base_patch16_224.augreg2_in21k_ft_in1k",
         width=768, input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="cls",
         licence="apache-2.0", arch={"timm": "vit_base_patch16_224"},
-        page="https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
     ),
     # https://huggingface.co/timm/vit_large_patch16_224.augreg_in21k_ft_in1k (ViT-L/16, 1024 features)
     EncoderSpec(
         name="vit-large", family="general", source="timm", model_id="vit_large_patch16_224.augreg_in21k_ft_in1k",
         width=1024, input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="cls",
         licence="apache-2.0", arch={"timm": "vit_large_patch16_224"},
-        page="https://huggingface.co/timm/vit_large_patch16_224.augreg_in21k_ft_in1k",
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/timm/vit_large_patch16_224.augreg_in21k_ft_in1k",
     ),
-    # https://huggingface.co/facebook/dinov2-base (ViT-B/14, hidden 768; processor: 224 crop, bicubic, ImageNet)
+    # https://huggingface.co/facebook/dinov2-base (ViT-B/14, hidden 768; processor: 224 crop, bicubic, ImageNet).
+    # Revision: as pinned in MTEB's model list (embeddings-benchmark/mteb, docs/overview/available_models/image.md).
     EncoderSpec(
         name="dinov2", family="general", source="hf", model_id="facebook/dinov2-base", width=768, input_size=224,
         interpolation="bicubic", pooling="cls", licence="apache-2.0", loader="hf", hf_class="Dinov2Model",
+        revision="f9e44c814b77203eaa57a6bdbbd535f21ede1415",
         arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 14,
               "image_size": 518},
         page="https://huggingface.co/facebook/dinov2-base",
     ),
-    # https://huggingface.co/openai/clip-vit-base-patch16 (ViT-B/16, projection 512, CLIP normalisation)
+    # https://huggingface.co/openai/clip-vit-base-patch16 (ViT-B/16, projection 512, CLIP normalisation).
+    # Revision: as pinned in MTEB's ModelMeta (embeddings-benchmark/mteb, mteb/models/clip_models.py).
     EncoderSpec(
         name="clip", family="general", source="hf", model_id="openai/clip-vit-base-patch16", width=512,
         input_size=224, mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model", licence="mit",
-        loader="hf", hf_class="CLIPVisionModelWithProjection",
+        loader="hf", hf_class="CLIPVisionModelWithProjection", revision="57c216476eefef5ab752ec549e440a49ae4ae5f3",
         arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 16,
               "image_size": 224, "projection_dim": 512},
         page="https://huggingface.co/openai/clip-vit-base-patch16",
     ),
-    # https://huggingface.co/google/siglip-base-patch16-224 (vision hidden 768, MAP-head pooled output, 0.5 norm)
+    # https://huggingface.co/google/siglip-base-patch16-224 (vision hidden 768, MAP-head pooled output, 0.5 norm).
+    # Revision: as pinned in MTEB's SigLIP ModelMeta (embeddings-benchmark/mteb, mteb/models/siglip_models.py).
     EncoderSpec(
         name="siglip", family="general", source="hf", model_id="google/siglip-base-patch16-224", width=768,
         input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="model", licence="apache-2.0",
-        loader="hf", hf_class="SiglipVisionModel",
+        loader="hf", hf_class="SiglipVisionModel", revision="7fd15f0689c79d79e38b1c2e2e2370a7bf2761ed",
         arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 16,
               "image_size": 224, "intermediate_size": 3072},
         page="https://huggingface.co/google/siglip-base-patch16-224",
     ),
     # https://huggingface.co/google/siglip-so400m-patch14-384/blob/main/config.json
-    # (vision: hidden 1152, intermediate 4304, 27 layers, 16 heads, patch 14, image 384)
+    # (vision: hidden 1152, intermediate 4304, 27 layers, 16 heads, patch 14, image 384).
+    # Revision: as pinned in MTEB's SigLIP ModelMeta (embeddings-benchmark/mteb, mteb/models/siglip_models.py).
     EncoderSpec(
         name="siglip-so400m", family="general", source="hf", model_id="google/siglip-so400m-patch14-384",
         width=1152, input_size=384, mean=HALF, std=HALF, interpolation="bicubic", pooling="model",
         licence="apache-2.0", loader="hf", hf_class="SiglipVisionModel",
+        revision="9fdffc58afc957d1a03a25b10dba0329ab15c2a3",
         arch={"hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14,
               "image_size": 384, "intermediate_size": 4304},
         page="https://huggingface.co/google/siglip-so400m-patch14-384",
@@ -206,7 +253,7 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         licence="health-ai-developer-foundations", gated=True, loader="hf", hf_class="SiglipVisionModel",
         arch={"hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14,
               "image_size": 448, "intermediate_size": 4304},
-        page="https://huggingface.co/google/medsiglip-448",
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/google/medsiglip-448",
     ),
     # https://huggingface.co/google/medgemma-4b-it (gated; Gemma 3 with a SigLIP-400M vision tower at 896 px,
     # no pooling head in the tower: the embedding is the mean of its 4096 patch tokens)
@@ -216,15 +263,18 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         licence="health-ai-developer-foundations", gated=True, loader="hf-vision-tower",
         arch={"hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14,
               "image_size": 896, "intermediate_size": 4304},
-        page="https://huggingface.co/google/medgemma-4b-it",
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/google/medgemma-4b-it",
     ),
     # https://huggingface.co/microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224 (open_clip checkpoint:
-    # a timm vit_base_patch16_224 trunk, CLS token, linear projection 768 -> 512 without bias)
+    # a timm vit_base_patch16_224 trunk, CLS token, linear projection 768 -> 512 without bias).
+    # Revision: the snapshot a published model-selection report pinned for this repo (one source, found by
+    # code search; not re-read on the hub this session).
     EncoderSpec(
         name="biomedclip", family="medical", source="timm",
         model_id="microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224", width=512, input_size=224,
         mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model", licence="mit",
         loader="timm-checkpoint", checkpoint="open_clip_pytorch_model.bin", keymap="open_clip",
+        revision="9f341de24bfb00180f1b847274256e9b65a3a32e",
         arch={"timm": "vit_base_patch16_224", "projection_dim": 512},
         page="https://huggingface.co/microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224",
     ),
@@ -235,7 +285,7 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         licence="mit", loader="hf", hf_class="CLIPVisionModelWithProjection",
         arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 32,
               "image_size": 224, "projection_dim": 512},
-        page="https://huggingface.co/flaviagiammarino/pubmed-clip-vit-base-patch32",
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/flaviagiammarino/pubmed-clip-vit-base-patch32",
     ),
     # ------------------------------------------------------------------ specialty
     # https://huggingface.co/microsoft/rad-dino (DINOv2 ViT-B/14 on chest X-rays, 518 px, CLS 768).
@@ -257,7 +307,7 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         input_size=224, interpolation="bicubic", pooling="mean", licence="cc-by-nc-4.0", gated=True,
         loader="timm-checkpoint", checkpoint="RETFound_mae_natureCFP.pth", keymap="mae",
         arch={"timm": "vit_large_patch16_224"}, modality="ophthalmology",
-        page="https://huggingface.co/YukunZhou/RETFound_mae_natureCFP",
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/YukunZhou/RETFound_mae_natureCFP",
     ),
     # https://github.com/SiyuanYan1/PanDerm (CAE ViT-L/16 with layer scale; linear probe on the normed CLS token;
     # ImageNet normalisation with std 0.228 as in its builder.py). The weights are on Google Drive only (link in
@@ -268,6 +318,7 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         licence="cc-by-nc-nd-4.0 (see the repository)", loader="timm-checkpoint",
         checkpoint="panderm_ll_data6_checkpoint-499.pth", keymap="cae",
         arch={"timm": "vit_large_patch16_224", "init_values": 0.1, "hub": False}, modality="dermatology",
+        revision_note="not on a model hub (Google Drive only): the sha256 of the --weights file is recorded instead",
         page="https://github.com/SiyuanYan1/PanDerm",
     ),
     # https://huggingface.co/suinleelab/monet (CLIP ViT-L/14 trained on dermatology image-text pairs; proj 768)
@@ -277,7 +328,7 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         loader="hf", hf_class="CLIPVisionModelWithProjection", modality="dermatology",
         arch={"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "patch_size": 14,
               "image_size": 224, "projection_dim": 768, "intermediate_size": 4096},
-        page="https://huggingface.co/suinleelab/monet",
+        revision_note=_NOT_KNOWN, page="https://huggingface.co/suinleelab/monet",
     ),
 )
 
@@ -315,12 +366,51 @@ def get(name: str) -> EncoderSpec:
         ) from None
 
 
+def reference_for(names: list[str]) -> tuple[str | None, str]:
+    """(the reference encoder of a comparison set, or None; a one-line note saying which and why).
+
+    The registry's reference of real runs (the pretrained record marked ``reference``:
+    resnet50) when it is among ``names``; else the demo's (demo-resnet) when that is; else
+    None, and the note says so, so that the caller can print it and record its fallback."""
+    names = list(names)
+    marked = [s for s in ENCODERS.values() if s.reference]
+    real = [s.name for s in marked if s.pretrained and s.source != "builtin"]
+    demo = [s.name for s in marked if s.name not in real]
+    for pool, what in ((real, "the registry's reference (a supervised ImageNet CNN)"),
+                       (demo, "the demo's reference (random weights)")):
+        for ref in pool:
+            if ref in names:
+                return ref, f"reference auto: {ref}, {what}; CRS is scaled so that {ref} scores 50"
+    shown = ", ".join(names[:6]) + (f", ... ({len(names)} encoders)" if len(names) > 6 else "")
+    return None, (
+        f"reference auto: none of the encoders scored ({shown}) is a registry reference "
+        f"({' or '.join(real + demo)}); falling back to the per-axis median over the encoders (an encoder at "
+        f"that median on every axis scores 50). Add {real[0] if real else demo[0]} to the comparison, or pass "
+        "--reference NAME"
+    )
+
+
 def default_reference(encoders: list[str]) -> str:
-    """The registry's reference encoder if it is among ``encoders``, else 'median'."""
-    for name in encoders:
-        if name in ENCODERS and ENCODERS[name].reference:
-            return name
-    return "median"
+    """The reference ``reference_for`` picks, else 'median' (the fallback of ``--reference auto``)."""
+    ref, _ = reference_for(encoders)
+    return ref if ref is not None else "median"
+
+
+def with_revision(spec: EncoderSpec, revision: str | None) -> EncoderSpec:
+    """``spec`` pinned to ``revision`` for one run (``--revision ENCODER=REV``, or ``revision`` in an
+    encoder file / the TOML config). A full 40-hex commit id or a branch/tag name; None keeps the record's."""
+    if revision is None:
+        return spec
+    why = revision_problem(revision)
+    if why:
+        raise BadInput(f"--revision {spec.name}={revision}: {why}")
+    if spec.source == "builtin" or not spec.pretrained:
+        raise BadInput(f"--revision {spec.name}={revision}: {spec.name!r} loads no hub weights "
+                       f"({spec.weight_source}); there is nothing to pin")
+    if spec.arch.get("hub", True) is False:
+        raise BadInput(f"--revision {spec.name}={revision}: {spec.name!r} is not on a model hub; its --weights file "
+                       "is identified by its sha256 instead")
+    return dataclasses.replace(spec, revision=revision, revision_note=None)
 
 
 # ---------------------------------------------------------------- user-given encoders

@@ -6,12 +6,19 @@ with ``torch.load(..., weights_only=True)``, which refuses pickled code. Remote 
 never run unless the user passes ``--trust-remote-code``. ``HF_HOME``, ``HF_TOKEN`` and
 ``HF_HUB_OFFLINE`` are read by huggingface_hub itself. ``weights=`` points a record at a
 local file or folder instead of the hub (an air-gapped server, or the tests' tiny models).
+
+What was loaded is recorded on the Encoder (``weights_info``): for hub weights the commit
+of the cache snapshot the files were read from (``HF_HOME/hub/models--ORG--NAME/snapshots/
+<commit>/``), for a ``--weights`` file its sha256. ``weights_status`` says, without
+downloading or loading anything, whether a record's weights are in the cache.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from crs.errors import UserError
-from crs.extract.encoders import EncoderSpec
+from crs.extract.encoders import EncoderSpec, is_commit
 
 
 class WeightsError(UserError):
@@ -100,6 +107,8 @@ class Encoder:
             self.channels_last = False
         self.mean = torch.tensor(spec.mean, device=self.device).view(1, 3, 1, 1)
         self.std = torch.tensor(spec.std, device=self.device).view(1, 3, 1, 1)
+        # what was loaded: {"source", "revision_requested", "revision_loaded", "weights_sha256"} (set by load)
+        self.weights_info: dict = _info(spec.weight_source, spec.revision)
 
     @property
     def width(self) -> int:
@@ -177,18 +186,93 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
     if name == "GatedRepoError" or (spec.gated and "401" in str(exc)) or "403" in str(exc):
         return WeightsError(
             f"encoder {spec.name!r}: {spec.model_id} is gated. Accept its terms at {page} while logged in, "
-            "then set HF_TOKEN to a token of that account (or run `huggingface-cli login`) and run again"
+            "then set HF_TOKEN to a token of that account (or run `hf auth login`) and run again"
         )
-    if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or os.environ.get("HF_HUB_OFFLINE") in ("1", "true"):
+    offline = name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or _offline()
+    if offline and spec.revision and cached_revisions(_hub_repo(spec)):
+        have = cached_revisions(_hub_repo(spec))
         return WeightsError(
-            f"encoder {spec.name!r}: the weights of {spec.model_id} are not in the local cache (HF_HOME="
-            f"{os.environ.get('HF_HOME', '~/.cache/huggingface')}) and HF_HUB_OFFLINE is set. Download them once "
+            f"encoder {spec.name!r}: revision {spec.revision} of {_hub_repo(spec)} is not in the local cache "
+            f"({_cache_dir()} holds {', '.join(have)}) and "
+            f"HF_HUB_OFFLINE is set. Download that revision once with network access (`hf download "
+            f"{_hub_repo(spec)} --revision {spec.revision}`), or pin one the cache holds with "
+            f"--revision {spec.name}=COMMIT"
+        )
+    if offline:
+        return WeightsError(
+            f"encoder {spec.name!r}: the weights of {spec.model_id}"
+            + (f" (revision {spec.revision})" if spec.revision else "")
+            + f" are not in the local cache ({_cache_dir()}, "
+            "set by HF_HOME or HF_HUB_CACHE) and HF_HUB_OFFLINE is set. Download them once "
             "with network access, or pass --weights PATH to a local copy"
         )
-    if name in ("RepositoryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError"):
+    if name == "RevisionNotFoundError":
+        return WeightsError(f"encoder {spec.name!r}: {spec.model_id} has no revision {spec.revision!r}; pick a "
+                            f"commit from {page}/commits/main and pass --revision {spec.name}=COMMIT (or drop it)")
+    if name in ("RepositoryNotFoundError", "EntryNotFoundError"):
         return WeightsError(f"encoder {spec.name!r}: {spec.model_id} (revision {spec.revision or 'main'}) has no "
                             f"such repository or file ({exc.__class__.__name__}); check the record against {page}")
     return WeightsError(f"encoder {spec.name!r}: could not fetch the weights of {spec.model_id}: {exc}")
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _cache_dir() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def _hub_repo(spec: EncoderSpec) -> str:
+    """The hub repo a record's weights come from (timm ids through their pretrained config)."""
+    if spec.loader == "timm":
+        return _timm_hub_id(spec) or spec.model_id
+    return spec.model_id
+
+
+def _repo_cache(repo_id: str) -> Path:
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    return Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
+
+
+def cached_revisions(repo_id: str) -> list[str]:
+    """'REF (COMMIT)' for each ref and the bare commit of each other snapshot of ``repo_id`` in the local cache."""
+    root = _repo_cache(repo_id)
+    refs = {}
+    if (root / "refs").is_dir():
+        for ref in sorted(p for p in (root / "refs").rglob("*") if p.is_file()):
+            refs[ref.read_text().strip()] = ref.relative_to(root / "refs").as_posix()
+    snaps = sorted(p.name for p in (root / "snapshots").iterdir()) if (root / "snapshots").is_dir() else []
+    return [f"{refs[c]} ({c})" if c in refs else c for c in snaps]
+
+
+def _commit_of(path: str | os.PathLike | None) -> str | None:
+    """The commit of a hub-cache path ``.../snapshots/<commit>/<file>``, else None."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    parts = Path(path).parts
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", parts[i + 1]):
+            return parts[i + 1]
+    return None
+
+
+def _cached_file(repo_id: str, filenames, revision: str | None) -> str | None:
+    """The cache path of the first of ``filenames`` held for ``revision`` (refs resolved), else None.
+    Looks only at the local cache: never downloads."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in filenames:
+        path = try_to_load_from_cache(repo_id, name, revision=revision)
+        if isinstance(path, str):
+            return path
+    return None
 
 
 def _hub_file(spec: EncoderSpec, filename: str) -> str:
@@ -294,8 +378,17 @@ def _timm_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
     if spec.init_seed is not None:
         torch.manual_seed(spec.init_seed)
     if weights is None:
+        model_id, pin = spec.model_id, {}
+        if spec.revision and spec.pretrained:  # timm reads 'REPO@REVISION' from the hub id
+            if model_id.startswith("hf-hub:"):
+                model_id = f"{model_id.split('@')[0]}@{spec.revision}"
+            elif _timm_hub_id(spec):
+                pin = {"pretrained_cfg_overlay": {"hf_hub_id": f"{_timm_hub_id(spec)}@{spec.revision}"}}
+            else:
+                raise WeightsError(f"encoder {spec.name!r}: timm does not take the weights of {spec.model_id} from "
+                                   "the hub, so a revision cannot pin them; drop --revision for it")
         try:
-            return timm.create_model(spec.model_id, pretrained=spec.pretrained, num_classes=0, **spec.kwargs)
+            return timm.create_model(model_id, pretrained=spec.pretrained, num_classes=0, **pin, **spec.kwargs)
         except RuntimeError as exc:
             if "model" in str(exc).lower() and "unknown" in str(exc).lower():
                 raise WeightsError(f"encoder {spec.name!r}: timm has no model {spec.model_id!r}") from exc
@@ -308,6 +401,21 @@ def _timm_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
                               **_timm_arch_kwargs(spec))
     _fill(model, read_state_dict(_weights_file(weights)), spec, weights)
     return model
+
+
+def _timm_hub_id(spec: EncoderSpec) -> str | None:
+    """The hub repo timm reads a timm id's weights from (``hf-hub:ORG/NAME``, or the pretrained config's
+    ``hf_hub_id``), without a revision; None when timm takes them from a URL or has no such model."""
+    if spec.model_id.startswith("hf-hub:"):
+        return spec.model_id[len("hf-hub:"):].split("@")[0]
+    import timm
+
+    try:
+        cfg = timm.models.get_pretrained_cfg(spec.model_id)
+    except Exception:  # timm raises for an unknown name; load() says so when it builds the model
+        return None
+    hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
+    return hub_id.split("@")[0] if hub_id else None
 
 
 _NOT_TIMM_KWARGS = ("timm", "projection_dim", "hub")
@@ -471,11 +579,68 @@ def load(spec: EncoderSpec, device: torch.device | str | None = None, *, weights
     if loader is None:
         raise ValueError(f"encoder {spec.name!r}: loader {spec.loader!r} is not supported")
     model = loader.load(spec, weights, trust_remote_code)
+    info = loaded_weights_info(spec, weights, model)
     if spec.width == 0 and loader.kind != "builtin":  # a timm:/hf: id: width, size and normalisation from the model
         spec = _complete_user_spec(spec, model, loader.kind)
         if loader.kind == "hf":
             spec = _with_processor(spec, _processor_config(spec, weights))
-    return Encoder(spec, model, device, loader.kind, precision)
+    encoder = Encoder(spec, model, device, loader.kind, precision)
+    encoder.weights_info = info
+    return encoder
+
+
+# ------------------------------------------------------------------------ what was loaded
+def _info(source: str, requested: str | None = None, loaded: str | None = None, sha256: str | None = None) -> dict:
+    return {"source": source, "revision_requested": requested, "revision_loaded": loaded, "weights_sha256": sha256}
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_sha256(path: str | os.PathLike) -> str:
+    r"""sha256 of a --weights file; of a folder: sha256 over its sorted ``"relative/path\0<file sha256>\n"`` lines
+    (every file below it, hidden ones such as ``.cache/`` left out: they are download bookkeeping)."""
+    root = Path(path)
+    if not root.is_dir():
+        return file_sha256(root)
+    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    digest = hashlib.sha256()
+    for rel in files:
+        digest.update(f"{rel}\0{file_sha256(root / rel)}\n".encode())
+    return digest.hexdigest()
+
+
+# the files each loader reads from the hub, the first one found in the cache naming the snapshot used
+_HUB_FILES = {"timm": ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"),
+              "hf": ("config.json",), "hf-vision-tower": ("config.json",)}
+
+
+def loaded_weights_info(spec: EncoderSpec, weights: str | None, model: torch.nn.Module | None = None) -> dict:
+    """``Encoder.weights_info`` of a model just loaded from ``spec`` (and ``weights``, if given)."""
+    if spec.source == "builtin" or spec.loader == "builtin":
+        return _info("builtin: no learned weights")
+    if not spec.pretrained:
+        return _info(f"random init, torch seed {spec.init_seed} ({spec.model_id})")
+    if weights is not None:
+        return _info(f"local: {os.path.abspath(weights)}", spec.revision, None, weights_sha256(weights))
+    if spec.loader == "timm" and _timm_hub_id(spec) is None:  # timm's own download from a URL
+        url = (getattr(model, "pretrained_cfg", None) or {}).get("url")
+        return _info(f"timm: {spec.model_id} ({url or 'url'}; not a hub snapshot)", spec.revision)
+    repo = _hub_repo(spec)
+    commit = getattr(getattr(model, "config", None), "_commit_hash", None) if spec.loader == "hf" else None
+    if not is_commit(commit):
+        files = (spec.checkpoint,) if spec.loader == "timm-checkpoint" else _HUB_FILES.get(spec.loader, ())
+        commit = _commit_of(_cached_file(repo, files, spec.revision))
+    where = f"hub: {repo}" + (f"/{spec.checkpoint}" if spec.checkpoint else "")
+    if commit is None:
+        where += " (its snapshot was not found in the local cache: the commit loaded is unknown)"
+    return _info(where, spec.revision, commit)
 
 
 def _builtin_model(spec: EncoderSpec) -> torch.nn.Module:
@@ -599,3 +764,66 @@ for _loader in (
     Loader("builtin", "builtin", lambda spec, weights, trust: _builtin_model(spec)),
 ):
     register_loader(_loader)
+
+
+# ------------------------------------------------------------------------ before a run (crs extract --plan)
+def _has_token() -> bool:
+    from huggingface_hub import get_token
+
+    return bool(os.environ.get("HF_TOKEN")) or get_token() is not None
+
+
+def _hub_files_cached(spec: EncoderSpec) -> bool:
+    """Whether the local cache holds, for the record's revision, every file its loader will read."""
+    repo, rev = _hub_repo(spec), spec.revision
+    if spec.loader == "timm":  # an hf-hub: id also reads the repo's config.json
+        config_ok = not spec.model_id.startswith("hf-hub:") or _cached_file(repo, ("config.json",), rev) is not None
+        return config_ok and _cached_file(repo, _HUB_FILES["timm"], rev) is not None
+    if spec.loader == "timm-checkpoint":
+        return _cached_file(repo, (spec.checkpoint,), rev) is not None
+    if _cached_file(repo, ("config.json",), rev) is None:
+        return False
+    index = _cached_file(repo, ("model.safetensors.index.json",), rev)
+    if index is None:
+        return _cached_file(repo, ("model.safetensors", "pytorch_model.bin"), rev) is not None
+    try:
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    shards = {shard for key, shard in weight_map.items()
+              if spec.loader != "hf-vision-tower" or "vision_tower." in key}
+    return bool(shards) and all(_cached_file(repo, (shard,), rev) is not None for shard in shards)
+
+
+def weights_status(spec: EncoderSpec, weights: str | None = None) -> dict:
+    """Whether ``spec``'s weights can be had, looking only at local files (no download, no model built).
+
+    {"in_cache": True/False (None: nothing to fetch, a builtin, random init or --weights),
+    "gated": the repo needs accepted terms, "token": HF_TOKEN or a saved huggingface token is set,
+    "problem": None, or one line saying what will stop the load and how to fix it}."""
+    token = _has_token()
+    out = {"in_cache": None, "gated": bool(spec.gated), "token": token, "problem": None}
+    if spec.source == "builtin" or spec.loader == "builtin" or not spec.pretrained:
+        return out
+    if weights is not None:
+        if not os.path.exists(weights):
+            out["problem"] = f"encoder {spec.name!r}: --weights {weights}: no such file or folder"
+        return out
+    page = spec.page or f"https://huggingface.co/{spec.model_id}"
+    if spec.arch.get("hub", True) is False:
+        out["in_cache"] = False
+        out["problem"] = (f"encoder {spec.name!r}: its weights are not on a model hub; download {spec.checkpoint} "
+                          f"from the link on {page} and pass --weights PATH")
+        return out
+    out["in_cache"] = _hub_files_cached(spec)
+    if out["in_cache"]:
+        return out
+    what = f"{_hub_repo(spec)}" + (f" (revision {spec.revision})" if spec.revision else "")
+    if _offline():
+        out["problem"] = (f"encoder {spec.name!r}: {what} is not in the local cache and HF_HUB_OFFLINE is set; "
+                          "download it once with network access, or pass --weights PATH")
+    elif spec.gated and not token:
+        out["problem"] = (f"encoder {spec.name!r}: {spec.model_id} is gated and no token is set; accept its terms "
+                          f"at {page}, then set HF_TOKEN (or run `hf auth login`)")
+    return out

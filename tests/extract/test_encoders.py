@@ -265,10 +265,23 @@ def test_unknown_encoder_lists_valid_names():
         encoders.get("nope")
 
 
-def test_registry_has_one_reference():
-    assert sum(s.reference for s in encoders.ENCODERS.values()) == 1
+def test_one_reference_for_real_runs_and_one_for_the_demo():
+    demo = set(encoders.demo_names())
+    real_refs = [s.name for s in encoders.ENCODERS.values() if s.reference and s.name not in demo]
+    demo_refs = [s.name for s in encoders.ENCODERS.values() if s.reference and s.name in demo]
+    assert real_refs == ["resnet50"] and demo_refs == ["demo-resnet"]
+    assert encoders.get("resnet50").family == "general" and encoders.get("resnet50").pretrained
     assert encoders.default_reference(["demo-stats", "demo-resnet"]) == "demo-resnet"
     assert encoders.default_reference(["demo-stats"]) == "median"
+
+
+def test_reference_for_names_the_reference_or_says_there_is_none():
+    assert encoders.reference_for(["clip", "resnet50", "dinov2"])[0] == "resnet50"
+    assert encoders.reference_for(["demo-vit", "demo-resnet"])[0] == "demo-resnet"
+    assert encoders.reference_for(["demo-resnet", "resnet50"])[0] == "resnet50"  # a real run's reference first
+    ref, note = encoders.reference_for(["clip", "dinov2"])
+    assert ref is None and "clip, dinov2" in note and "resnet50" in note and "--reference" in note
+    assert encoders.default_reference(["clip", "dinov2"]) == "median"
 
 
 # ------------------------------------------------------------- user-given encoders
