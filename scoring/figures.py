@@ -66,7 +66,8 @@ def _marker_kw(st: dict, ms: float = 7) -> dict:
 def _grid(n: int, ncols: int, width: float = 3.4, height: float = 3.0):
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
-    fig = Figure(figsize=(width * ncols + 0.6, height * nrows + 0.7), dpi=DPI, layout="constrained")
+    # at least 6.5 in wide, so a one-panel figure still has room for its title and legend
+    fig = Figure(figsize=(max(width * ncols + 0.6, 6.5), height * nrows + 0.7), dpi=DPI, layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax in axes[n:]:
         ax.remove()
@@ -122,7 +123,8 @@ def profiles(encoders: pl.DataFrame, per_dataset: pl.DataFrame, settings: dict) 
     ref_name = settings.get("reference", "median")
     style = styles(names, ref_name)
     ref = reference_profile(encoders, per_dataset, ref_name)
-    ref_label = f"reference: {ref_name}" if ref_name != "median" else "reference: per-axis median"
+    ref_label = (f"{ref_name}{REFERENCE_TAG}: grey dash" if ref_name in names
+                 else "reference (per-axis median): grey dash")
     fig, axes = _grid(len(names), 4, 3.2, 2.9)
     x = np.arange(len(AXES))
     for ax, row in zip(axes, encoders.iter_rows(named=True), strict=True):
@@ -459,9 +461,9 @@ def robustness_grid(detail: pl.DataFrame, dataset: str, order: Sequence[str], re
         ax.set_ylabel("retention (0-1)", fontsize=8)
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], label=style[e]["label"], **_marker_kw(style[e], 6)) for e in order]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(order), 6), fontsize=9)
-    fig.suptitle(f"{dataset}: retention per perturbation family (appendix; bands where intervals are known)",
-                 fontsize=10)
+    per_row = max(1, int(fig.get_size_inches()[0] / 2.4))  # legend entries that fit across the figure
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(order), per_row), fontsize=9)
+    fig.suptitle(f"{dataset}: retention per perturbation family (bands: intervals, where known)", fontsize=10)
     return fig
 
 
