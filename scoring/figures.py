@@ -290,8 +290,11 @@ def reliability_diagrams(reliability: pl.DataFrame, dataset: str, order: Sequenc
             if not b.height:
                 continue
             colour = "#0072B2" if scaled else "#555555"  # the same two colours in every panel
-            top.plot(b["confidence"], b["accuracy"], ls=ls, marker="s" if scaled else "o", ms=4, color=colour,
-                     label=label)
+            top.plot(b["confidence"], b["accuracy"], ls=ls, lw=1, color=colour, label=label)
+            # marker area by the bin's share of images, so a near-empty bin does not catch the eye
+            share = b["count"].to_numpy() / max(int(b["count"].sum()), 1)
+            top.scatter(b["confidence"], b["accuracy"], s=8 + 240 * share, marker="s" if scaled else "o",
+                        color=colour, zorder=3)
             width = 1.0 / max(int(b["bin"].max()) + 1, 15)
             hist.bar(b["confidence"].to_numpy(), b["count"].to_numpy(), width=width * 0.9,
                      color=colour if not scaled else "none", edgecolor=colour, alpha=0.6 if not scaled else 1.0,

@@ -503,9 +503,9 @@ def _reliability(v: _View) -> Section:
     sec = Section("reliability", "Reliability diagrams",
                   "Observed accuracy against confidence in 15 equal-width bins of the top-label confidence "
                   "(multi-label: each label's max(p, 1 - p)), clean test split, probes trained on all labels; "
-                  "solid before, dashed after temperature scaling fitted on the validation split. The histogram "
-                  "under each diagram counts the images in each bin; the box gives the ECE (seed mean) before "
-                  "and after scaling.")
+                  "solid before, dashed after temperature scaling fitted on the validation split; a marker's area "
+                  "grows with its bin's share of the images. The histogram under each diagram counts the images "
+                  "in each bin; the box gives the ECE (seed mean) before and after scaling.")
     bins = v.inputs.table("reliability")
     pm = v.inputs.table("probe_metrics")
     if not bins.height:
@@ -629,6 +629,8 @@ def _e(value) -> str:
 def _num(value, spec: str) -> str:
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "n/a"
+    if spec.endswith("d"):  # a count read back as a float (a column with nulls) still prints as one
+        value = int(round(float(value)))
     return format(value, spec)
 
 
