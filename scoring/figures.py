@@ -554,7 +554,9 @@ def cost_quality(encoders: pl.DataFrame, reference: str | None = None) -> Figure
         if missing:
             ax.text(0.02, 0.02, f"{missing} encoder(s) without this cost", transform=ax.transAxes, fontsize=8)
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        span = float(np.log10(x.max() / x.min())) if x.size and x.min() > 0 else 0.0
+        # 1-2-5 ticks within two decades; decades only beyond, so the labels never run into each other
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if span < 2 else (1.0,), numticks=8))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.margins(x=0.25, y=0.15)

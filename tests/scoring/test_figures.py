@@ -131,6 +131,15 @@ def test_cost_front_and_figure(inputs):
     axes = [ax for ax in fig.axes if ax.get_xlabel()]
     assert [ax.get_xscale() for ax in axes] == ["log", "log"]
     assert all(any(line.get_label() == "cost-quality front" for line in ax.get_lines()) for ax in axes)
+    for gflops in ([17.6, 4.6, 1.3], [0.0004, 1.8, 12.0]):  # within two decades and across five
+        wide = fg.cost_quality(got.table("encoders").with_columns(gflops=pl.Series(gflops)), REF)
+        canvas = FigureCanvasAgg(wide)
+        canvas.draw()
+        ax = [a for a in wide.axes if a.get_xlabel().startswith("GFLOPs")][0]
+        lo, hi = ax.get_xlim()
+        boxes = sorted((t.get_window_extent(canvas.get_renderer()) for t in ax.get_xticklabels()
+                        if t.get_text() and lo <= t.get_position()[0] <= hi), key=lambda b: b.x0)
+        assert len(boxes) >= 2 and all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), gflops  # no overlap
     with pytest.raises(fg.Absent, match="no cost data.*re-run `crs extract`"):
         fg.cost_quality(got.table("encoders").drop("gflops", "images_per_s"), REF)
     none = got.table("encoders").with_columns(gflops=pl.lit(None, pl.Float64), images_per_s=pl.lit(None, pl.Float64))
