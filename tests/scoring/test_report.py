@@ -254,3 +254,15 @@ def test_the_leaderboard_says_when_no_tier_was_assigned(scored):
     none = board.with_columns(tier=pl.lit(None, pl.Boolean), crs_low=float("nan"))
     assert report.board_html(none).count(">no tier (no interval)</td>") == board.height
     assert "No leading tier" in report._no_tier_note(none)
+
+
+def test_results_without_run_records_still_report_and_say_what_is_missing(scored, tmp_path):
+    results, _, _ = scored
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    shutil.rmtree(records_dir(copy))
+    summary = report.write_report(copy, tmp_path / "out", quiet=True)
+    assert {p.split("/")[-1].removesuffix(".png") for p in summary["figures"]} == EXPECTED_FIGURES
+    assert any("no test-set sizes or robustness intervals" in n for n in summary["notes"])
+    text = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "id='no-test-sets'" in text and "No intervals: the results folder has no run records" in text
