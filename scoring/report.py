@@ -698,8 +698,8 @@ def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
     ]
     if _has(board, "crs_diff"):
         cols.append(("crs-diff", "CRS minus the leader's, paired 95% interval",
-                     lambda r: (f"{_num(r['crs_diff'], '+.1f')} {_iv(r.get('crs_diff_low'), r.get('crs_diff_high'), '+.1f')}",
-                                r["crs_diff"])))
+                     lambda r: (f"{_num(r['crs_diff'], '+.1f')} "
+                                f"{_iv(r.get('crs_diff_low'), r.get('crs_diff_high'), '+.1f')}", r["crs_diff"])))
     cols += [
         ("tier", "leading tier: cannot be separated from the top CRS", lambda r: (_tier_text(r), _tier_text(r))),
         ("rank-ci", "rank interval", lambda r: (f"{_num(r['rank_low'], 'g')}–{_num(r['rank_high'], 'g')}",
@@ -864,7 +864,8 @@ padding:1.2em 2em;color:#1a1a1a;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:.2em} h2{margin-top:1.8em;border-bottom:2px solid #0072B2;padding-bottom:.2em}
 div.scroll{overflow-x:auto} table.board{border-collapse:collapse;font-size:.84em;margin:.6em 0 1em}
 table.board th,table.board td{padding:.3em .42em;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
-table.board td.encoder{text-align:left;font-weight:600} table.board td.split,table.board td.dataset{text-align:left} table.board th:nth-child(2){text-align:left}
+table.board td.encoder{text-align:left;font-weight:600} table.board th:nth-child(2){text-align:left}
+table.board td.split,table.board td.dataset{text-align:left}
 table.board thead th{background:#eef4fa} td.tier{color:#0072B2;font-weight:700}
 table.sortable thead th{cursor:pointer} table.sortable th[aria-sort=ascending]::after{content:' ▲'}
 table.sortable th[aria-sort=descending]::after{content:' ▼'} tr.reference td{background:#f4f4f4}

@@ -137,8 +137,8 @@ def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
     assert all(len(alt) > 40 for _, alt in imgs)
     caps = re.findall(r"<figcaption>(.*?)</figcaption>", text)
     assert len(caps) == len(imgs) and not any(c.startswith(tuple(EXPECTED_FIGURES)) for c in caps)
-    rows = re.findall(r"<tr class='row[^']*' data-encoder='([^']*)'>.*?<td class='crs' data-sort='([^']*)'>([^<]*)</td>",
-                      text)
+    rows = re.findall(r"<tr class='row[^']*' data-encoder='([^']*)'>.*?"
+                      r"<td class='crs' data-sort='([^']*)'>([^<]*)</td>", text)
     assert rows == [(r["encoder"], str(r["crs"]), f"{r['crs']:.1f}") for r in scores.encoders.iter_rows(named=True)]
     leader = scores.encoders["encoder"][0]
     verdict = re.search(r"<section id='verdict'.*?</section>", text).group(0)
