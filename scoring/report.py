@@ -2,12 +2,17 @@
 
 Reads what ``crs score`` wrote (RESULTS/scores/*.parquet and scores.json); recomputes
 nothing the score has, except reliability bins from the store when the score was run
-without one and ``store`` is given here. The page embeds every figure as a base64 PNG
-and has no script, so it opens from disk, offline, as one file. A figure whose input is
-absent becomes a sentence in its section saying what is missing and how to get it.
+without one and ``store`` is given here, and, from the run records beside the scores, the
+test-set sizes and seed-bootstrap intervals of the robustness retentions (the score's own
+seed draw, so they pair with the CRS intervals). The page opens with the verdict, embeds
+every figure as a base64 PNG with a caption and alt text, and carries one small inline
+script that sorts tables on a header click; without it the page reads the same, offline,
+as one file. A figure whose input is absent becomes a sentence in its section saying
+what is missing and how to get it.
 
 Pure parts: ``load`` (files -> Inputs), ``leaderboard`` / ``per_dataset_board`` / ``tables``
-(Inputs -> DataFrames), ``sections`` (Inputs -> figures), ``html`` (-> text);
+(Inputs -> DataFrames), ``test_sets`` / ``retention_intervals`` (run records -> DataFrames),
+``verdict_sentences``, ``sections`` (Inputs -> figures), ``html`` (-> text);
 ``write_report`` is the thin edge that writes them.
 """
 
@@ -39,10 +44,13 @@ GENERATION_META = "crs-scores-generation"  # <meta name=...> holding the scores 
 FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
 SYMBOLS = [a.symbol for a in REGISTRY.values()]  # column heads, in AXES order
+AXIS_SYMBOL = {a.name: a.symbol for a in REGISTRY.values()}
 SCORE_TABLES = (
     "encoders", "per_dataset", "pareto", "weight_sensitivity", "weight_leaders", "reliability", "robustness",
-    "label_efficiency", "calibration_under_shift", "rank_distribution",
+    "label_efficiency", "calibration_under_shift", "rank_distribution", "probe_metrics",
 )  # fmt: skip
+COST_COLUMNS = ("parameters", "gflops", "width", "images_per_s", "device")
+MODEL_COLUMNS = ("revision", "licence", "gated")
 
 
 @dataclass
@@ -52,6 +60,8 @@ class Inputs:
     tables: dict[str, pl.DataFrame]
     notes: list[str] = field(default_factory=list)  # what the report itself found missing or did
     generation: str | None = None  # the scores set the report is made from (scores.json's generation)
+    verdict: dict | None = None  # scores.json's "verdict" (crs.scoring.verdict.build), None in older scores
+    provenance: dict | None = None  # scores.json's "provenance" (crs.provenance.collect)
 
     def table(self, name: str) -> pl.DataFrame:
         return self.tables.get(name, pl.DataFrame())
@@ -60,6 +70,15 @@ class Inputs:
     def order(self) -> list[str]:
         """Encoders in leaderboard order (best CRS first)."""
         return self.table("encoders")["encoder"].to_list()
+
+    @property
+    def reference(self) -> str | None:
+        """The reference encoder (the zero point of every q), or None for the per-axis median."""
+        enc = self.table("encoders")
+        if "reference" in enc.columns and enc["reference"].fill_null(False).any():
+            return enc.filter(pl.col("reference").fill_null(False))["encoder"][0]
+        ref = self.settings.get("reference")
+        return ref if ref in self.order else None
 
 
 def load(results: Path) -> Inputs:
@@ -83,7 +102,8 @@ def load(results: Path) -> Inputs:
     if "encoders" not in tables or not tables["encoders"].height:
         raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run `crs score --results {results}`")
     return Inputs(settings=doc.get("settings", {}), rank_comparison=doc.get("rank_comparison", {}), tables=tables,
-                  generation=doc["generation"])
+                  generation=doc["generation"], verdict=doc.get("verdict") or None,
+                  provenance=doc.get("provenance") or None)
 
 
 def add_reliability_from_store(inputs: Inputs, results: Path, store: str) -> None:
@@ -105,14 +125,41 @@ def add_reliability_from_store(inputs: Inputs, results: Path, store: str) -> Non
     except (MissingPredictions, StoreError, records.MissingRunRecords) as exc:
         inputs.notes.append(f"reliability bins could not be read from the store {store!r}: {exc}")
         return
+    if found.metrics.height and not inputs.table("probe_metrics").height:
+        inputs.tables["probe_metrics"] = found.metrics
     if found.reliability.height:
         inputs.tables["reliability"] = found.reliability
         inputs.notes.append(f"reliability bins computed by the report from the store {store!r} (the score had none)")
 
 
+def add_from_records(inputs: Inputs, results: Path) -> None:
+    """Test-set sizes and retention intervals from RESULTS' run records; a note when there are none."""
+    from crs import records
+
+    try:
+        recs = records.read(results)
+    except records.MissingRunRecords as exc:
+        inputs.notes.append(f"no test-set sizes or robustness intervals: {exc}")
+        return
+    recs = recs.filter(pl.col("encoder").is_in(inputs.order))
+    inputs.tables["test_sets"] = test_sets(recs)
+    b = inputs.settings.get("bootstrap", {})
+    seeds = inputs.settings.get("seeds") or sorted(recs["seed"].unique().to_list())
+    # the score's own intervals win when it has them
+    if b.get("n") and seeds and "retention_low" not in inputs.table("robustness").columns:
+        by_condition, by_severity = retention_intervals(recs, seeds, int(b["n"]), int(b.get("seed", 0)),
+                                                        float(b.get("confidence", 0.95)))
+        rob = inputs.table("robustness")
+        if rob.height and by_condition.height:
+            inputs.tables["robustness"] = rob.join(by_condition, on=["encoder", "dataset", "condition"], how="left")
+        inputs.tables["retention_by_severity"] = by_severity
+
+
 # ------------------------------------------------------------------ tables
-BOARD = ["encoder", "crs_rank", "crs", "crs_low", "crs_high", "tier", "rank_low", "rank_high", "p_rank1", "auroc",
-         "auroc_rank", *AXES, *[f"q_{a}" for a in AXES], "dominance", "balance", "worst_axis", "pareto"]
+BOARD = ["encoder", "reference", "crs_rank", "crs", "crs_low", "crs_high", "tier", "tie_group", "crs_diff",
+         "crs_diff_low", "crs_diff_high", "rank_low", "rank_high", "p_rank1", "auroc", "auroc_rank",
+         *[c for a in AXES for c in (a, f"{a}_low", f"{a}_high")], *[f"q_{a}" for a in AXES], "dominance",
+         "balance", "worst_axis", "pareto", *COST_COLUMNS, *MODEL_COLUMNS]
 
 
 def leaderboard(encoders: pl.DataFrame) -> pl.DataFrame:
@@ -138,6 +185,85 @@ def per_dataset_board(per_dataset: pl.DataFrame) -> pl.DataFrame:
     return out.select([c for c in cols if c in out.columns]).sort("dataset", maintain_order=True)
 
 
+def _full(recs: pl.DataFrame) -> pl.DataFrame:
+    return recs.filter(((pl.col("fraction") - 1.0).abs() < 1e-9) & (pl.col("condition") != VALIDATION))
+
+
+def test_sets(recs: pl.DataFrame) -> pl.DataFrame:
+    """Images per dataset as the run records give them: test (clean), train at 100% labels, shift target test.
+
+    One row per (dataset, split) with ``images`` the largest count over encoders and seeds and
+    ``varies`` true when they disagree (a sign of a partial or mixed run)."""
+    full = _full(recs)
+    if not full.height or "n_eval" not in full.columns:
+        return pl.DataFrame(schema={"dataset": pl.String, "split": pl.String, "images": pl.Int64,
+                                    "varies": pl.Boolean})
+    kind = (pl.when(pl.col("condition") == "clean").then(pl.lit("test"))
+            .when(pl.col("condition").str.starts_with("shift:"))
+            .then(pl.lit("shift target ") + pl.col("condition").str.strip_prefix("shift:") + pl.lit(" (test)"))
+            .otherwise(None))
+    evals = full.with_columns(split=kind, images=pl.col("n_eval")).filter(pl.col("split").is_not_null())
+    parts = [evals.select("dataset", "split", "images")]
+    if "n_train" in full.columns:
+        parts.append(full.filter(pl.col("condition") == "clean")
+                     .select("dataset", split=pl.lit("train (100% labels)"), images=pl.col("n_train")))
+    both = pl.concat([p.with_columns(pl.col("images").cast(pl.Int64)) for p in parts])
+    order = {"test": 0, "train (100% labels)": 1}
+    return (both.group_by("dataset", "split")
+            .agg(pl.col("images").max(), varies=pl.col("images").n_unique() > 1)
+            .with_columns(_o=pl.col("split").replace_strict(order, default=2, return_dtype=pl.Int64))
+            .sort("dataset", "_o", "split").drop("_o"))
+
+
+def retention_intervals(recs: pl.DataFrame, seeds: list[int], n_bootstrap: int, seed: int,
+                        confidence: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Seed-bootstrap percentile intervals of retention at 100% labels (docs/crs-v1.md retain, each seed's own D).
+
+    Returns (per condition: encoder, dataset, condition, retention_low, retention_high;
+    per severity, the mean over perturbation families: encoder, dataset, severity, retention,
+    retention_low, retention_high). The draw is ``bootstrap.draw_seeds(len(seeds), n, seed)``,
+    the score's own, so these intervals pair with the CRS intervals; a cell missing a seed
+    gets null ends."""
+    from crs.conditions import parse
+    from crs.scoring.axes import retain
+    from crs.scoring.bootstrap import draw_seeds, interval, seed_weights
+
+    full = _full(recs).filter(pl.col("seed").is_in(seeds))
+    d = full.filter(pl.col("condition") == "clean").select("encoder", "dataset", "seed", d=pl.col("auroc"))
+    rows = full.filter(pl.col("condition") != "clean").join(d, on=["encoder", "dataset", "seed"])
+    empty = (pl.DataFrame(schema={"encoder": pl.String, "dataset": pl.String, "condition": pl.String,
+                                  "retention_low": pl.Float64, "retention_high": pl.Float64}),
+             pl.DataFrame(schema={"encoder": pl.String, "dataset": pl.String, "severity": pl.Int64,
+                                  "retention": pl.Float64, "retention_low": pl.Float64,
+                                  "retention_high": pl.Float64}))
+    if not rows.height:
+        return empty
+    conds = rows["condition"].unique().to_list()
+    sev = {c: parse(c).severity for c in conds}
+    rows = rows.with_columns(retention=retain(pl.col("auroc"), pl.col("d")),
+                             severity=pl.col("condition").replace_strict(sev, return_dtype=pl.Int64))
+    w = seed_weights(draw_seeds(len(seeds), n_bootstrap, seed), len(seeds))  # [replicate, seed]
+
+    def cells(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+        keyed = frame.select(*keys).unique().sort(keys)
+        grid = keyed.join(pl.DataFrame({"seed": seeds}, schema={"seed": frame.schema["seed"]}), how="cross")
+        a = grid.join(frame, on=[*keys, "seed"], how="left", maintain_order="left")["retention"]
+        a = a.to_numpy().astype(float).reshape(keyed.height, len(seeds))  # [cell, seed]
+        low, high = interval(w @ np.nan_to_num(a).T, confidence)  # [cell]
+        bad = np.isnan(a).any(axis=1)
+        return keyed.with_columns(retention=pl.Series(np.nanmean(np.where(bad[:, None], np.nan, a), axis=1)
+                                                      if a.size else []),
+                                  retention_low=pl.Series(np.where(bad, np.nan, low)),
+                                  retention_high=pl.Series(np.where(bad, np.nan, high))).fill_nan(None)
+
+    by_condition = cells(rows.select("encoder", "dataset", "condition", "seed", "retention"),
+                         ["encoder", "dataset", "condition"]).drop("retention")
+    perturbed = rows.filter(pl.col("severity").is_not_null())
+    by_severity = (cells(perturbed.group_by("encoder", "dataset", "severity", "seed").agg(pl.col("retention").mean()),
+                         ["encoder", "dataset", "severity"]) if perturbed.height else empty[1])
+    return by_condition, by_severity
+
+
 def tables(inputs: Inputs) -> dict[str, pl.DataFrame]:
     """Every table the page shows or a figure draws, by file name."""
     from crs.scoring import figures
@@ -151,7 +277,8 @@ def tables(inputs: Inputs) -> dict[str, pl.DataFrame]:
             schema={"auroc_above": pl.String, "crs_above": pl.String},
         ),
     }
-    for name in ("rank_distribution", "weight_leaders", "label_efficiency", "robustness", "calibration_under_shift"):
+    for name in ("test_sets", "rank_distribution", "weight_leaders", "label_efficiency", "robustness",
+                 "retention_by_severity", "calibration_under_shift"):
         if inputs.table(name).height:
             out[name] = inputs.table(name)
     if inputs.table("reliability").height:
@@ -159,21 +286,89 @@ def tables(inputs: Inputs) -> dict[str, pl.DataFrame]:
     return out
 
 
+# ----------------------------------------------------------------- verdict
+def _iv(lo, hi, spec: str = ".1f") -> str:
+    return f"[{_num(lo, spec)}, {_num(hi, spec)}]"
+
+
+def fallback_sentences(inputs: Inputs) -> list[str]:
+    """The verdict from the leaderboard alone, for scores written before scores.json had a "verdict".
+
+    Says only what the tier (paired bootstrap) and P(rank 1) say: a leader that the tier
+    cannot separate from others is called tied, never ahead."""
+    board = inputs.table("encoders")
+    if not board.height:
+        return []
+    top = board.row(0, named=True)
+    leader, ref = top["encoder"], inputs.reference
+    b = inputs.settings.get("bootstrap", {})
+    conf = f"{100 * b.get('confidence', 0.95):.0f}%"
+    name = f"{leader} (the reference)" if leader == ref else leader
+    out = [f"{name} has the highest CRS, {_num(top['crs'], '.1f')}"
+           + (f" ({conf} interval {_iv(top.get('crs_low'), top.get('crs_high'))})"
+              if top.get("crs_low") is not None and leader != ref else "") + "."]
+    tier = board.filter(pl.col("tier").fill_null(False))["encoder"].to_list() if "tier" in board.columns else []
+    if "tier" in board.columns and board["tier"].is_null().all():
+        out.append("No leading tier could be assigned (the bootstrap gave no interval), so no encoder is "
+                   "shown to be ahead; see the warnings at the end of the page.")
+    elif len(tier) > 1:
+        others = ", ".join(e for e in tier if e != leader)
+        out.append(f"It is tied with {others}: the {conf} interval of the paired CRS difference contains 0 "
+                   f"({b.get('n')} {b.get('unit', 'seed')}-bootstrap replicates), so these data do not "
+                   "separate them.")
+    elif board.height > 1:
+        out.append(f"Every other encoder's paired CRS difference to {leader} has a {conf} interval that excludes "
+                   f"0 ({b.get('n')} {b.get('unit', 'seed')}-bootstrap replicates).")
+    if top.get("p_rank1") is not None:
+        out.append(f"{leader} ranks first in {100 * top['p_rank1']:.0f}% of the bootstrap replicates.")
+    wl = inputs.table("weight_leaders")
+    if wl.height > 1 and {"encoder", "share"} <= set(wl.columns):
+        shares = "; ".join(f"{r['encoder']} {100 * r['share']:.0f}%" for r in wl.iter_rows(named=True))
+        out.append(f"The leader depends on the component weights: over the weight grid, the top CRS goes to "
+                   f"{shares} of the weightings.")
+    elif wl.height == 1:
+        out.append(f"{wl['encoder'][0]} has the top CRS at every weighting of the components on the grid.")
+    return out
+
+
+def verdict_sentences(inputs: Inputs) -> tuple[list[str], bool]:
+    """(sentences, from_score): the score's verdict through ``crs.scoring.verdict.sentences`` when the
+    scores hold one and the module reads it, else ``fallback_sentences``."""
+    if inputs.verdict:
+        try:
+            from crs.scoring.verdict import sentences
+
+            said = [str(x) for x in sentences(inputs.verdict)]
+            if said:
+                return said, True
+        except (ImportError, KeyError, TypeError, ValueError) as exc:
+            inputs.notes.append(f"the score's verdict could not be read ({type(exc).__name__}: {exc}); the "
+                                "verdict above is built from the leaderboard")
+    return fallback_sentences(inputs), False
+
+
 # ----------------------------------------------------------------- figures
+class Drawn(NamedTuple):
+    stem: str  # file stem under figures/
+    figure: object  # matplotlib Figure
+    caption: str  # what to look at
+    alt: str  # what the image shows, for a reader who cannot see it
+
+
 @dataclass
 class Section:
     key: str
     title: str
     text: str  # what the figure shows, HTML-escaped when rendered
-    figures: list[tuple[str, object]] = field(default_factory=list)  # (file stem, matplotlib Figure)
+    figures: list[Drawn] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)  # why a figure is not there
 
 
-def _try(section: Section, stem: str, build) -> None:
+def _try(section: Section, stem: str, build, caption: str, alt: str) -> None:
     from crs.scoring.figures import Absent
 
     try:
-        section.figures.append((stem, build()))
+        section.figures.append(Drawn(stem, build(), caption, alt))
     except Absent as exc:
         section.absent.append(str(exc))
 
@@ -186,6 +381,7 @@ class _View(NamedTuple):
     datasets: list[str]
     conf: float  # interval confidence, percent
     unit: str  # bootstrap unit
+    reference: str | None  # the reference encoder, None for the per-axis median
 
 
 def sections(inputs: Inputs) -> list[Section]:
@@ -193,8 +389,60 @@ def sections(inputs: Inputs) -> list[Section]:
     s = inputs.settings
     datasets = list(s.get("datasets") or sorted(inputs.table("per_dataset")["dataset"].unique().to_list()))
     view = _View(inputs, inputs.order, datasets, 100 * s.get("bootstrap", {}).get("confidence", 0.95),
-                 s.get("bootstrap", {}).get("unit", "seed"))
+                 s.get("bootstrap", {}).get("unit", "seed"), inputs.reference)
     return [build(view) for build in SECTIONS]
+
+
+def _ref_words(v: _View) -> str:
+    return (f"the reference ({v.reference}) is ringed in black and labelled '(reference)'" if v.reference
+            else "the reference is the per-axis median over the encoders")
+
+
+def _cost(v: _View) -> Section:
+    from crs.scoring import figures as fg
+
+    enc = v.inputs.table("encoders")
+    sec = Section("cost", "Cost beside quality",
+                  "CRS against what each encoder costs to run: floating-point operations per image at its input "
+                  "size (counted with torch.utils.flop_counter) and the extraction throughput measured during "
+                  "`crs extract` on the device named in the leaderboard.")
+    listed = ", ".join(f"{r['encoder']} {_num(r.get('gflops'), '.3g')} GFLOPs" for r in enc.iter_rows(named=True)
+                       if r.get("gflops") is not None)
+    _try(sec, "cost_quality", lambda: fg.cost_quality(enc, v.reference),
+         "Look for encoders on the dashed front: nothing else is both cheaper and better. An encoder below the "
+         "front pays more for less; overlapping CRS bars mean the quality gap is not established.",
+         f"Scatter plot of CRS (with {v.conf:.0f}% interval bars) against cost per encoder, log cost axis, with "
+         f"the cost-quality Pareto front as a dashed step line. {listed}.")
+    return sec
+
+
+FLAT = 1e-6  # an axis interval narrower than this is zero width (float32 probabilities leave ~1e-8 of noise)
+
+
+def flat_intervals(encoders: pl.DataFrame) -> list[str]:
+    """Symbols of the axes whose bootstrap interval has zero width for every encoder (e.g. D, C and R under a
+    seed bootstrap, where every seed trains on the same images at 100% labels)."""
+    out = []
+    for a in AXES:
+        lo, hi = f"{a}_low", f"{a}_high"
+        if {lo, hi} <= set(encoders.columns) and encoders.height:
+            w = (encoders[hi] - encoders[lo]).abs().drop_nulls()
+            if w.len() and float(w.max()) < FLAT:
+                out.append(AXIS_SYMBOL[a])
+    return out
+
+
+def flat_note(encoders: pl.DataFrame, settings: dict) -> str:
+    """A sentence saying which intervals are zero-width and why, so that a missing bar is not read as exactness."""
+    flat = flat_intervals(encoders)
+    if not flat:
+        return ""
+    unit = settings.get("bootstrap", {}).get("unit", "seed")
+    return (f"The {unit}-bootstrap intervals of {', '.join(flat)} have zero width: "
+            + ("at 100% labels every seed trains the probe on the same images, so resampling seeds cannot move "
+               "them. " if unit == "seed" else "")
+            + "This does not make them exact; `crs score --bootstrap-unit image --store STORE` resamples the test "
+              "images and gives them intervals.")
 
 
 def _profiles(v: _View) -> Section:
@@ -202,20 +450,32 @@ def _profiles(v: _View) -> Section:
 
     sec = Section("profiles", "Profiles on the four axes",
                   "Each encoder's discrimination (D), calibration (C), label efficiency (L) and robustness (R), "
-                  f"seed means over the comparison set with {v.conf:.0f}% bootstrap intervals; the dashed line is "
-                  "the reference the q-scores are measured against.")
-    _try(sec, "profiles", lambda: fg.profiles(v.inputs.table("encoders"), v.inputs.table("per_dataset"),
-                                              v.inputs.settings))
+                  f"seed means over the comparison set with {v.conf:.0f}% bootstrap intervals; the grey dash "
+                  "on each axis is the reference the q-scores are measured against. "
+                  + flat_note(v.inputs.table("encoders"), v.inputs.settings))
+    enc = v.inputs.table("encoders")
+    weakest = "; ".join(f"{r['encoder']}: {AXIS_SYMBOL[min(AXES, key=lambda a: r[a])]}"
+                        for r in enc.iter_rows(named=True)) if set(AXES) <= set(enc.columns) else ""
+    _try(sec, "profiles", lambda: fg.profiles(enc, v.inputs.table("per_dataset"), v.inputs.settings),
+         "Compare each point with the grey reference dash on the same axis: a point above its dash is better than "
+         "the reference there; where the bar crosses the dash, the difference is not established. The axes are "
+         "separate scales, so nothing joins them.",
+         "Small multiples, one per encoder: four separate points with interval bars for D, C, L and R on a 0 to 1 "
+         f"scale, and a grey dash for the reference on each. Lowest axis per encoder: {weakest}.")
     return sec
 
 
 def _rank_change(v: _View) -> Section:
     from crs.scoring import figures as fg
 
+    rc = v.inputs.rank_comparison
     sec = Section("rank-change", "AUROC rank versus CRS rank",
                   "Left: rank by mean clean AUROC; right: rank by CRS. Encoders in a pair whose order the two "
                   "rankings reverse are drawn bold and coloured.")
-    _try(sec, "rank_change", lambda: fg.rank_slope(v.inputs.table("encoders"), v.inputs.rank_comparison))
+    pairs = "; ".join(f"{a} above {b} by AUROC, below by CRS" for a, b in rc.get("reversed_pairs", [])) or "none"
+    _try(sec, "rank_change", lambda: fg.rank_slope(v.inputs.table("encoders"), rc, v.reference),
+         "Bold crossing lines are the pairs that a choice by AUROC alone would order the other way round.",
+         f"Slope chart from AUROC rank to CRS rank for {len(v.order)} encoders. Reversed pairs: {pairs}.")
     return sec
 
 
@@ -223,10 +483,17 @@ def _pareto(v: _View) -> Section:
     from crs.scoring import figures as fg
 
     sec = Section("pareto", "Pareto view",
-                  "q discrimination against q calibration, coloured by q robustness. Stars mark encoders no other "
-                  "encoder dominates on all four q-axes (so a star may sit below another point on this "
-                  "two-axis view).")
-    _try(sec, "pareto", lambda: fg.pareto(v.inputs.table("encoders")))
+                  "q discrimination against q calibration with their intervals; the colour and the printed value "
+                  "give q robustness. Stars mark encoders no other encoder dominates on all four q-axes (so a "
+                  "star may sit below another point on this two-axis view).")
+    enc = v.inputs.table("encoders")
+    front = enc.filter(pl.col("pareto"))["encoder"].to_list() if "pareto" in enc.columns else []
+    _try(sec, "pareto", lambda: fg.pareto(enc, v.reference),
+         "Up and right is better than the reference (the dashed lines at 0). Stars are not dominated on the four "
+         f"axes; {_ref_words(v)}. The colour scale spans only the observed q robustness, so read the printed "
+         "value, not the shade, for its size.",
+         f"Scatter of q discrimination (x) against q calibration (y) with interval bars for {len(v.order)} "
+         f"encoders; star markers for the non-dominated encoders ({', '.join(front) or 'none'}).")
     return sec
 
 
@@ -236,13 +503,23 @@ def _reliability(v: _View) -> Section:
     sec = Section("reliability", "Reliability diagrams",
                   "Observed accuracy against confidence in 15 equal-width bins of the top-label confidence "
                   "(multi-label: each label's max(p, 1 - p)), clean test split, probes trained on all labels; "
-                  "solid before, dashed after temperature scaling fitted on the validation split.")
+                  "solid before, dashed after temperature scaling fitted on the validation split; a marker's area "
+                  "grows with its bin's share of the images. The histogram under each diagram counts the images "
+                  "in each bin; the box gives the ECE (seed mean) before and after scaling.")
     bins = v.inputs.table("reliability")
+    pm = v.inputs.table("probe_metrics")
     if not bins.height:
         sec.absent.append("no reliability bins in the results: they need the probe's stored probabilities. "
                           "Run `crs score --store STORE`, or pass --store STORE to `crs report`.")
     for d in v.datasets if bins.height else []:
-        _try(sec, f"reliability_{_stem(d)}", lambda d=d: fg.reliability_diagrams(bins, d, v.order))
+        ece = fg.ece_before_after(pm, d)
+        said = "; ".join(f"{e} ECE {b:.3f} before, {a:.3f} after" for e, (b, a) in ece.items()) or \
+            "ECE not in the results"
+        _try(sec, f"reliability_{_stem(d)}", lambda d=d: fg.reliability_diagrams(bins, d, v.order, pm, v.reference),
+             f"{d}: points below the diagonal are over-confident. Judge a point by the bar under it: bins with few "
+             "images are noise. The ECE box says how much temperature scaling repairs.",
+             f"Reliability diagrams for {d}, one per encoder, each with a histogram of images per confidence bin. "
+             f"{said}.")
     return sec
 
 
@@ -252,7 +529,12 @@ def _label_efficiency(v: _View) -> Section:
     sec = Section("label-efficiency", "Label efficiency",
                   f"Clean test AUROC against the share of training labels the probe saw; bands are {v.conf:.0f}% "
                   "seed-bootstrap intervals (the same seed draws as the CRS intervals).")
-    _try(sec, "label_efficiency", lambda: fg.label_efficiency(v.inputs.table("label_efficiency"), v.order))
+    _try(sec, "label_efficiency", lambda: fg.label_efficiency(v.inputs.table("label_efficiency"), v.order,
+                                                              v.unit, v.reference),
+         "The left end is the few-label regime a new clinical task starts in: a line that stays high there needs "
+         "fewer labelled images. Overlapping bands are not a difference.",
+         f"Line charts per dataset of AUROC against labelled share (log scale) for {len(v.order)} encoders, with "
+         "interval bands.")
     return sec
 
 
@@ -261,12 +543,27 @@ def _robustness(v: _View) -> Section:
 
     sec = Section("robustness", "Robustness",
                   "Retention (the share of the clean, full-label above-chance AUROC that survives) against "
-                  "severity, one panel per perturbation family; then the shift gap, clean AUROC against AUROC "
-                  "on the dataset's shift target.")
+                  "severity: per dataset, the mean over the perturbation families (left) and each family at the "
+                  "highest severity, families grouped (right); bands and bars are seed-bootstrap intervals. Then "
+                  "the shift gap, clean AUROC against AUROC on the dataset's shift target. Every family's own "
+                  "curve is in the appendix.")
     detail = v.inputs.table("robustness")
+    by_sev = v.inputs.table("retention_by_severity")
+    banded = "retention_low" in detail.columns
     for d in v.datasets:
-        _try(sec, f"robustness_{_stem(d)}", lambda d=d: fg.robustness(detail, d, v.order))
-    _try(sec, "shift_gap", lambda: fg.shift_gap(v.inputs.table("per_dataset"), detail, v.order))
+        _try(sec, f"robustness_{_stem(d)}", lambda d=d: fg.robustness(detail, d, v.order, v.reference, by_sev),
+             f"{d}: a flatter line keeps more of its AUROC as images degrade; on the right, the families where an "
+             "encoder drops towards 0 are the acquisitions it cannot be trusted on."
+             + ("" if banded else " (No intervals: the results folder has no run records.)")
+             + (" At 100% labels the seed bootstrap has no spread, so the bands have zero width."
+                if "R" in flat_intervals(v.inputs.table("encoders")) else ""),
+             f"Two panels for {d}: retention against severity 1 to 5 per encoder with interval bands, and a dot "
+             "plot of retention per perturbation family at the highest severity, grouped into noise, blur, "
+             "intensity, compression and artefact.")
+    _try(sec, "shift_gap", lambda: fg.shift_gap(v.inputs.table("per_dataset"), detail, v.order, v.reference),
+         "A long bar is an encoder that loses AUROC when the images come from another site.",
+         "Dumbbell chart per shifted dataset: clean AUROC (filled) and shift-target AUROC (hollow) per encoder, "
+         "with the gap printed.")
     return sec
 
 
@@ -278,14 +575,40 @@ def _uncertainty(v: _View) -> Section:
                   f"How often each encoder took each CRS rank across the {v.unit} bootstrap replicates; then, for "
                   "every weighting of the three components on a grid over the simplex, which encoder has the "
                   "top CRS.")
+    enc = v.inputs.table("encoders")
+    p1 = "; ".join(f"{r['encoder']} first in {100 * r['p_rank1']:.0f}%" for r in enc.iter_rows(named=True)
+                   if r.get("p_rank1") is not None)
     _try(sec, "rank_distribution", lambda: fg.rank_distribution(v.inputs.table("rank_distribution"), v.order,
-                                                                s.get("bootstrap", {}).get("n")))
+                                                                s.get("bootstrap", {}).get("n"), v.reference),
+         "A row spread over several ranks is a rank the data do not pin down.",
+         f"Heat map of the share of bootstrap replicates per encoder (rows) and CRS rank (columns). {p1}.")
+    wl = v.inputs.table("weight_leaders")
+    lead = "; ".join(f"{r['encoder']} leads at {100 * r['share']:.0f}% of weightings"
+                     for r in wl.iter_rows(named=True)) if {"encoder", "share"} <= set(wl.columns) else ""
     _try(sec, "weight_sensitivity",
-         lambda: fg.weight_map(v.inputs.table("weight_sensitivity"), v.order, s.get("weights")))
+         lambda: fg.weight_map(v.inputs.table("weight_sensitivity"), v.order, s.get("weights"), v.reference),
+         "The star is this run's weighting: if it sits near a colour boundary, a small change of weights changes "
+         "the leader.",
+         f"Map of the weight simplex coloured by the encoder with the top CRS. {lead}.")
     return sec
 
 
-SECTIONS = (_profiles, _rank_change, _pareto, _reliability, _label_efficiency, _robustness, _uncertainty)
+def _appendix(v: _View) -> Section:
+    from crs.scoring import figures as fg
+
+    sec = Section("appendix", "Appendix: robustness per perturbation family",
+                  "Every family's retention against severity, per dataset, with seed-bootstrap bands where the "
+                  "run records give them.")
+    detail = v.inputs.table("robustness")
+    for d in v.datasets:
+        _try(sec, f"robustness_grid_{_stem(d)}", lambda d=d: fg.robustness_grid(detail, d, v.order, v.reference),
+             f"{d}: one small panel per family, grouped; the legend below names the encoders.",
+             f"Grid of line charts for {d}: retention against severity, one panel per perturbation family.")
+    return sec
+
+
+SECTIONS = (_cost, _profiles, _rank_change, _pareto, _reliability, _label_efficiency, _robustness, _uncertainty,
+            _appendix)
 
 
 def png(fig) -> bytes:
@@ -306,10 +629,12 @@ def _e(value) -> str:
 def _num(value, spec: str) -> str:
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "n/a"
+    if spec.endswith("d"):  # a count read back as a float (a column with nulls) still prints as one
+        value = int(round(float(value)))
     return format(value, spec)
 
 
-def settings_block(s: dict) -> str:
+def settings_block(s: dict, provenance: dict | None = None) -> str:
     b = s.get("bootstrap", {})
     w = s.get("weights", {})
     rows = [
@@ -327,30 +652,112 @@ def settings_block(s: dict) -> str:
     if ex.get("encoders") or ex.get("datasets"):
         rows.append(("left out (not a full grid)", f"encoders: {', '.join(ex.get('encoders', [])) or 'none'}; "
                                                   f"datasets: {', '.join(ex.get('datasets', [])) or 'none'}"))
+    if provenance:
+        rows.append(("scored by", f"crs-bench {provenance.get('crs_bench', '?')}, git "
+                                  f"{str(provenance.get('git_commit') or 'unknown')[:12]}, "
+                                  f"{provenance.get('created', '')}, Python {provenance.get('python', '?')}"))
     return "<dl class='settings' id='settings'>" + "".join(
         f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows) + "</dl>"
 
 
-def board_html(board: pl.DataFrame) -> str:
-    head = ["rank", "encoder", "CRS", "95% interval", "tier", "rank interval", "P(rank 1)", "AUROC", "AUROC rank",
-            *SYMBOLS, *[f"q {x}" for x in SYMBOLS], "Pareto"]
-    out = ["<div class='scroll'><table id='leaderboard' class='board'><thead><tr>",
-           *[f"<th>{_e(h)}</th>" for h in head], "</tr></thead><tbody>"]
+def _td(cls: str, text, sort=None) -> str:
+    key = "" if sort is None or (isinstance(sort, float) and not np.isfinite(sort)) else sort
+    return f"<td class='{cls}' data-sort='{_e(key)}'>{_e(text)}</td>"
+
+
+def _th(head: str, title: str = "") -> str:
+    return f"<th scope='col'{f' title={chr(39)}{_e(title)}{chr(39)}' if title else ''}>{_e(head)}</th>"
+
+
+def _has(board: pl.DataFrame, col: str) -> bool:
+    return col in board.columns and board[col].is_not_null().any()
+
+
+def _tier_text(r: dict) -> str:
+    if r.get("tie_group"):
+        return str(r["tie_group"])
+    return "★ leading" if r["tier"] else "no tier (no interval)" if r["tier"] is None else ""
+
+
+def _crs_text(r: dict, reference: str | None) -> str:
+    return f"{_num(r['crs'], '.1f')} (reference)" if r["encoder"] == reference else _num(r["crs"], ".1f")
+
+
+def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
+    """The overall leaderboard as a sortable table: quality, then cost, then the model's identity."""
+    ref = reference
+    if "reference" in board.columns and board["reference"].fill_null(False).any():
+        ref = board.filter(pl.col("reference").fill_null(False))["encoder"][0]
+    cols: list[tuple[str, str, object]] = [
+        ("rank", "crs rank (1 = best)", lambda r: (_num(r["crs_rank"], "g"), r["crs_rank"])),
+        ("encoder", "", lambda r: (r["encoder"], r["encoder"])),
+        ("crs", "CRS (50 = reference level)", lambda r: (_crs_text(r, ref), r["crs"])),
+        ("ci", "95% interval (none for the reference: it is the zero point)",
+         lambda r: ("reference" if r["encoder"] == ref and r.get("crs_low") is None
+                    else _iv(r.get("crs_low"), r.get("crs_high")), r.get("crs_low"))),
+    ]
+    if _has(board, "crs_diff"):
+        cols.append(("crs-diff", "CRS minus the leader's, paired 95% interval",
+                     lambda r: (f"{_num(r['crs_diff'], '+.1f')} "
+                                f"{_iv(r.get('crs_diff_low'), r.get('crs_diff_high'), '+.1f')}", r["crs_diff"])))
+    cols += [
+        ("tier", "leading tier: cannot be separated from the top CRS", lambda r: (_tier_text(r), _tier_text(r))),
+        ("rank-ci", "rank interval", lambda r: (f"{_num(r['rank_low'], 'g')}–{_num(r['rank_high'], 'g')}",
+                                                r["rank_low"])),
+        ("p1", "P(rank 1)", lambda r: (_num(r["p_rank1"], ".2f"), r["p_rank1"])),
+        ("auroc", "AUROC", lambda r: (_num(r["auroc"], ".3f"), r["auroc"])),
+        ("auroc-rank", "AUROC rank", lambda r: (_num(r["auroc_rank"], "g"), r["auroc_rank"])),
+    ]
+    for a, sym in zip(AXES, SYMBOLS, strict=True):
+        cols.append((a, f"{sym}: {a.replace('_', ' ')}, with its interval",
+                     lambda r, a=a: (_num(r[a], ".3f") + (f" {_iv(r.get(f'{a}_low'), r.get(f'{a}_high'), '.2f')}"
+                                                         if r.get(f"{a}_low") is not None else ""), r[a])))
+    cols += [(f"q-{a}", f"q {sym}", lambda r, a=a: (_num(r[f"q_{a}"], "+.3f"), r[f"q_{a}"]))
+             for a, sym in zip(AXES, SYMBOLS, strict=True)]
+    cols.append(("pareto", "Pareto", lambda r: ("yes" if r.get("pareto") else "", int(bool(r.get("pareto"))))))
+    meta = [("parameters", "parameters (M)", lambda r: (_num(r["parameters"] / 1e6 if r["parameters"] is not None
+                                                             else None, ".1f"), r["parameters"])),
+            ("gflops", "GFLOPs / image", lambda r: (_num(r["gflops"], ".3g"), r["gflops"])),
+            ("width", "embedding width", lambda r: (_num(r["width"], "d"), r["width"])),
+            ("images_per_s", "images/s (extract)", lambda r: (_num(r["images_per_s"], ".1f"), r["images_per_s"])),
+            ("device", "device", lambda r: (r["device"] or "", r["device"] or "")),
+            ("revision", "revision", lambda r: (str(r["revision"] or "")[:12], r["revision"] or "")),
+            ("licence", "licence", lambda r: (r["licence"] or "", r["licence"] or "")),
+            ("gated", "gated", lambda r: ("n/a" if r["gated"] is None else "yes" if r["gated"] else "no",
+                                          str(r["gated"])))]
+    cols += [(c, head, f) for c, head, f in meta if _has(board, c)]
+    heads = {"rank": "rank", "encoder": "encoder", "crs": "CRS", "ci": "95% interval", "crs-diff": "CRS − leader",
+             "tier": "tier", "rank-ci": "rank interval", "p1": "P(rank 1)", "auroc": "AUROC",
+             "auroc-rank": "AUROC rank", "pareto": "Pareto",
+             **{a: sym for a, sym in zip(AXES, SYMBOLS, strict=True)},
+             **{f"q-{a}": f"q {sym}" for a, sym in zip(AXES, SYMBOLS, strict=True)},
+             **{c: head for c, head, _ in meta}}
+    out = ["<div class='scroll'><table id='leaderboard' class='board sortable'><thead><tr>",
+           *[_th(heads[c], title) for c, title, _ in cols], "</tr></thead><tbody>"]
     for r in board.iter_rows(named=True):
-        cells = [
-            ("rank", _num(r["crs_rank"], "g")), ("encoder", r["encoder"]), ("crs", _num(r["crs"], ".1f")),
-            ("ci", f"[{_num(r['crs_low'], '.1f')}, {_num(r['crs_high'], '.1f')}]"),
-            ("tier", "★ leading" if r["tier"] else "no tier (no interval)" if r["tier"] is None else ""),
-            ("rank-ci", f"{_num(r['rank_low'], 'g')}–{_num(r['rank_high'], 'g')}"),
-            ("p1", _num(r["p_rank1"], ".2f")), ("auroc", _num(r["auroc"], ".3f")),
-            ("auroc-rank", _num(r["auroc_rank"], "g")),
-            *[(a, _num(r[a], ".3f")) for a in AXES], *[(f"q-{a}", _num(r[f"q_{a}"], "+.3f")) for a in AXES],
-            ("pareto", "yes" if r.get("pareto") else ""),
-        ]
-        out.append(f"<tr class='row' data-encoder='{_e(r['encoder'])}'>"
-                   + "".join(f"<td class='{c}'>{_e(v)}</td>" for c, v in cells) + "</tr>")
+        cells = "".join(_td(c, *f(r)) for c, _, f in cols)
+        out.append(f"<tr class='row{' reference' if r['encoder'] == ref else ''}' data-encoder='{_e(r['encoder'])}'>"
+                   f"{cells}</tr>")
     out.append("</tbody></table></div>")
+    missing = [c for c, *_ in meta if not _has(board, c)]
+    if missing:
+        out.append(f"<p class='absent' id='no-metadata'>Not in these scores: {_e(', '.join(missing))}. The store "
+                   "records cost (parameters, FLOPs, width, throughput, device) and the model's revision, licence "
+                   "and gated status when it is extracted by a crs that measures them; re-run `crs extract` and "
+                   "`crs score` to show them here.</p>")
     return "".join(out)
+
+
+def scale_note(board: pl.DataFrame, settings: dict, reference: str | None) -> str:
+    """What a CRS of 50 means, with this run's reference and its own score (docs/crs-v1.md section 3)."""
+    ref_row = board.filter(pl.col("encoder") == reference) if reference else pl.DataFrame()
+    who = (f"the reference encoder {reference}" if reference else "the per-axis median over the encoders")
+    own = (f" Here {reference} itself scores {_num(ref_row['crs'][0], '.1f')}." if ref_row.height else "")
+    return ("<p id='scale'><b>Reading the scale.</b> Every q-score is measured against " + _e(who)
+            + ": q = 0 is the reference, so the reference is the zero point of the scale. An encoder equal to "
+            "the reference on every axis (q = 0), dominating as many encoders as dominate it, scores CRS 50; "
+            "above 50 is better than the reference on balance, below 50 worse. CRS is a relative score of this "
+            "comparison set, not a probability or an accuracy." + _e(own) + "</p>")
 
 
 def _no_tier_note(board: pl.DataFrame) -> str:
@@ -368,15 +775,41 @@ def per_dataset_html(board: pl.DataFrame) -> str:
     parts = []
     head = ["rank", "encoder", "CRS", "AUROC", "AUROC rank", *SYMBOLS, *[f"q {x}" for x in SYMBOLS], "seeds"]
     for (dataset,), g in board.group_by("dataset", maintain_order=True):
-        parts.append(f"<h4>{_e(dataset)}</h4><table class='board per-dataset' data-dataset='{_e(dataset)}'>"
-                     "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>")
+        parts.append(f"<h4>{_e(dataset)}</h4><table class='board per-dataset sortable' data-dataset='{_e(dataset)}'>"
+                     "<thead><tr>" + "".join(_th(h) for h in head) + "</tr></thead><tbody>")
         for r in g.iter_rows(named=True):
-            cells = [_num(r["crs_rank"], "g"), r["encoder"], _num(r["crs"], ".1f"), _num(r["auroc"], ".3f"),
-                     _num(r["auroc_rank"], "g"), *[_num(r[a], ".3f") for a in AXES],
-                     *[_num(r[f"q_{a}"], "+.3f") for a in AXES], _num(r.get("n_seeds"), "d")]
-            parts.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+            cells = [(_num(r["crs_rank"], "g"), r["crs_rank"]), (r["encoder"], r["encoder"], "encoder"),
+                     (_num(r["crs"], ".1f"), r["crs"]), (_num(r["auroc"], ".3f"), r["auroc"]),
+                     (_num(r["auroc_rank"], "g"), r["auroc_rank"]), *[(_num(r[a], ".3f"), r[a]) for a in AXES],
+                     *[(_num(r[f"q_{a}"], "+.3f"), r[f"q_{a}"]) for a in AXES],
+                     (_num(r.get("n_seeds"), "d"), r.get("n_seeds"))]
+            parts.append("<tr>" + "".join(_td(c[2] if len(c) > 2 else "c", c[0], c[1]) for c in cells) + "</tr>")
         parts.append("</tbody></table>")
     return "".join(parts)
+
+
+def test_sets_html(sizes: pl.DataFrame) -> str:
+    """Images per dataset and split, from the run records."""
+    if not sizes.height:
+        return ("<p class='absent' id='no-test-sets'>Test-set sizes are not known: the results folder has no "
+                "run records (they are written by `crs probe`).</p>")
+    out = ["<table id='test-sets' class='board sortable'><thead><tr>", _th("dataset"), _th("split"),
+           _th("images"), "</tr></thead><tbody>"]
+    for r in sizes.iter_rows(named=True):
+        flag = " (differs between runs)" if r["varies"] else ""
+        out.append("<tr>" + _td("dataset", r["dataset"], r["dataset"]) + _td("split", r["split"], r["split"])
+                   + _td("images", f"{_num(r['images'], 'd')}{flag}", r["images"]) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def verdict_html(sentences: list[str], from_score: bool) -> str:
+    if not sentences:
+        return "<section id='verdict'><p class='absent'>No verdict: the scores hold no encoders.</p></section>"
+    src = ("" if from_score else "<p class='source'>Built from the leaderboard's tier, P(rank 1) and the weight "
+           "grid (these scores carry no verdict of their own; re-run <code>crs score</code> for it).</p>")
+    return ("<section id='verdict' class='verdict'><h2>Verdict</h2><ul>"
+            + "".join(f"<li>{_e(x)}</li>" for x in sentences) + "</ul>" + src + "</section>")
 
 
 def methods(s: dict, rc: dict) -> str:
@@ -431,21 +864,62 @@ padding:1.2em 2em;color:#1a1a1a;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:.2em} h2{margin-top:1.8em;border-bottom:2px solid #0072B2;padding-bottom:.2em}
 div.scroll{overflow-x:auto} table.board{border-collapse:collapse;font-size:.84em;margin:.6em 0 1em}
 table.board th,table.board td{padding:.3em .42em;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
-table.board td:nth-child(2),table.board th:nth-child(2){text-align:left;font-weight:600}
+table.board td.encoder{text-align:left;font-weight:600} table.board th:nth-child(2){text-align:left}
+table.board td.split,table.board td.dataset{text-align:left}
 table.board thead th{background:#eef4fa} td.tier{color:#0072B2;font-weight:700}
+table.sortable thead th{cursor:pointer} table.sortable th[aria-sort=ascending]::after{content:' ▲'}
+table.sortable th[aria-sort=descending]::after{content:' ▼'} tr.reference td{background:#f4f4f4}
+section.verdict{background:#eef6ee;border-left:5px solid #009E73;padding:.2em 1.2em .6em;margin:1em 0}
+section.verdict h2{border:0;margin-top:.4em} section.verdict li{margin:.25em 0;font-size:1.04em}
+p.source{font-size:.85em;color:#555}
 dl.settings{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;background:#f6f6f6;
 padding:.8em 1em;border-radius:6px} dl.settings dt{font-weight:600} dl.settings dd{margin:0}
 figure{margin:1em 0} figure img{max-width:100%;height:auto;border:1px solid #e3e3e3}
-figcaption{font-size:.9em;color:#444} p.absent{background:#fff4e0;border-left:4px solid #E69F00;padding:.5em .8em}
-.notes li{color:#7a4b00} nav a{margin-right:1em}
+figcaption{font-size:.92em;color:#333;margin-top:.3em} p.absent{background:#fff4e0;border-left:4px solid #E69F00;
+padding:.5em .8em} .notes li{color:#7a4b00} nav a{margin-right:1em}
+"""
+
+# Sorts a table.sortable on a header click (numbers by data-sort, text otherwise; click again to reverse).
+# The page reads the same without it: every table is in the HTML in the score's order.
+SORT_SCRIPT = """
+document.querySelectorAll('table.sortable').forEach(function(t){
+ t.querySelectorAll('thead th').forEach(function(th,i){
+  th.tabIndex=0;th.title=(th.title?th.title+' ':'')+'(click to sort)';
+  var go=function(){
+   var dir=th.getAttribute('aria-sort')==='ascending'?'descending':'ascending';
+   t.querySelectorAll('thead th').forEach(function(h){h.removeAttribute('aria-sort');});
+   th.setAttribute('aria-sort',dir);
+   var key=function(r){var c=r.cells[i];if(!c)return '';var s=c.hasAttribute('data-sort')?c.getAttribute('data-sort'):
+    c.textContent.trim();var n=Number(s);return s!==''&&!isNaN(n)?n:s.toLowerCase();};
+   var rows=Array.prototype.slice.call(t.tBodies[0].rows);
+   rows.sort(function(a,b){var x=key(a),y=key(b),nx=typeof x==='number',ny=typeof y==='number';
+    var c=nx&&ny?x-y:nx?-1:ny?1:x<y?-1:x>y?1:0;if(x===''&&y!=='')return 1;if(y===''&&x!=='')return -1;
+    return dir==='ascending'?c:-c;});
+   rows.forEach(function(r){t.tBodies[0].appendChild(r);});};
+  th.addEventListener('click',go);
+  th.addEventListener('keydown',function(ev){if(ev.key==='Enter'||ev.key===' '){ev.preventDefault();go();}});
+ });
+});
 """
 
 
+def _figure_html(sec: Section, d: Drawn, data: bytes) -> str:
+    b64 = base64.b64encode(data).decode("ascii")
+    return (f"<figure id='fig-{_e(d.stem)}'><img src='data:image/png;base64,{b64}' alt='{_e(d.alt)}'>"
+            f"<figcaption><b>{_e(sec.title)}.</b> {_e(d.caption)} <span class='file'>(figures/{_e(d.stem)}.png)"
+            "</span></figcaption></figure>")
+
+
 def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: list[Section],
-         images: dict[str, bytes]) -> str:
+         images: dict[str, bytes], sizes: pl.DataFrame | None = None) -> str:
     s, rc = inputs.settings, inputs.rank_comparison
+    said, from_score = verdict_sentences(inputs)
+    main_secs = [x for x in secs if x.key != "appendix"]
+    appendix = [x for x in secs if x.key == "appendix"]
     nav = "".join(f"<a href='#{k}'>{_e(t)}</a>" for k, t in
-                  [("leaderboard-section", "Leaderboard"), *[(x.key, x.title) for x in secs], ("methods", "Methods")])
+                  [("verdict", "Verdict"), ("leaderboard-section", "Leaderboard"),
+                   *[(x.key, x.title) for x in main_secs], ("methods", "Methods"),
+                   *[(x.key, "Appendix") for x in appendix]])
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
@@ -456,34 +930,44 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         f"<p>Clinical Reliability Score (CRS v{_e(s.get('crs_version'))}) of {len(inputs.order)} encoders on "
         f"{_e(', '.join(s.get('datasets', [])))}.</p>",
         f"<nav>{nav}</nav>",
+        verdict_html(said, from_score),
         "<h2 id='leaderboard-section'>Leaderboard</h2>",
-        "<h3>Settings</h3>", settings_block(s),
-        f"<p class='generation'>Made from the scores set {_e(inputs.generation)} (<code>crs score</code>'s "
-        "scores.json, which names the set).</p>",
-        "<h3>Overall (comparison set)</h3>", board_html(board), _no_tier_note(board),
+        scale_note(board, s, inputs.reference),
+        "<h3>Overall (comparison set)</h3>", board_html(board, inputs.reference), _no_tier_note(board),
+        (f"<p class='absent' id='flat-intervals'>{_e(flat_note(board, s))}</p>" if flat_intervals(board) else ""),
         f"<p>AUROC vs CRS: {_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} pairs reversed"
         + (" (" + _e("; ".join(f"{a} above {b} by AUROC, below by CRS" for a, b in rc.get("reversed_pairs", [])))
            + ")" if rc.get("reversed_pairs") else "")
         + f"; mean |rank shift| {_e(_num(rc.get('mean_abs_rank_shift'), '.2f'))}; Kendall tau-b "
-          f"{_e(_num(rc.get('kendall_tau_b'), '.2f'))}.</p>",
+          f"{_e(_num(rc.get('kendall_tau_b'), '.2f'))}. Click a column head to sort.</p>",
+        "<h3>Test-set sizes</h3><p>Images each probe was evaluated on (and trained on at 100% labels), per "
+        "dataset; a small test split gives wide intervals.</p>",
+        test_sets_html(sizes if sizes is not None else pl.DataFrame()),
         "<h3>Per dataset</h3><p>Each dataset alone as the comparison set; ranks are within the dataset. The "
         "bootstrap intervals and the tier are computed for the overall comparison set only.</p>",
         per_dataset_html(per_board),
+        "<h3>Settings</h3>", settings_block(s, inputs.provenance),
+        f"<p class='generation'>Made from the scores set {_e(inputs.generation)} (<code>crs score</code>'s "
+        "scores.json, which names the set).</p>",
     ]
-    for sec in secs:
+
+    def render(sec: Section) -> None:
         parts.append(f"<h2 id='{_e(sec.key)}'>{_e(sec.title)}</h2><p>{_e(sec.text)}</p>")
-        for stem, _ in sec.figures:
-            data = base64.b64encode(images[stem]).decode("ascii")
-            parts.append(f"<figure><img src='data:image/png;base64,{data}' alt='{_e(sec.title)}: {_e(stem)}'>"
-                         f"<figcaption>{_e(stem)}.png</figcaption></figure>")
+        for d in sec.figures:
+            parts.append(_figure_html(sec, d, images[d.stem]))
         for why in sec.absent:
             parts.append(f"<p class='absent'>Not drawn: {_e(why)}</p>")
+
+    for sec in main_secs:
+        render(sec)
     parts.append("<h2 id='methods'>Methods</h2>" + methods(s, rc))
+    for sec in appendix:
+        render(sec)
     warnings = [*s.get("warnings", []), *inputs.notes]
     if warnings:
         parts.append("<h3>Warnings from scoring and reporting</h3><ul class='notes'>"
                      + "".join(f"<li>{_e(w)}</li>" for w in warnings) + "</ul>")
-    parts.append("</body></html>\n")
+    parts.append(f"<script>{SORT_SCRIPT}</script></body></html>\n")
     return "".join(parts)
 
 
@@ -511,13 +995,14 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
     inputs = load(results)
     if store is not None:
         add_reliability_from_store(inputs, results, store)
+    add_from_records(inputs, results)
     tabs = tables(inputs)
     secs = sections(inputs)
     (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
     (out / TABLES_DIR).mkdir(parents=True, exist_ok=True)
     images, figure_paths, table_paths = {}, [], []
     for sec in secs:
-        for stem, fig in sec.figures:
+        for stem, fig, *_ in sec.figures:
             images[stem] = png(fig)
             path = out / FIGURES_DIR / f"{stem}.png"
             atomic_write(path, lambda p, b=images[stem]: p.write_bytes(b))
@@ -531,7 +1016,8 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
             path = out / TABLES_DIR / f"{name}.{ext}"
             atomic_write(path, writer)
             table_paths.append(str(path))
-    text = html(inputs, tabs["leaderboard"], tabs["leaderboard_per_dataset"], secs, images)
+    text = html(inputs, tabs["leaderboard"], tabs["leaderboard_per_dataset"], secs, images,
+                inputs.table("test_sets"))
     page = out / HTML_NAME
     atomic_write(page, lambda p: p.write_text(text, encoding="utf-8"))
     return {

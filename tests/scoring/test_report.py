@@ -31,7 +31,8 @@ from crs.scoring.scoreset import new_generation
 
 QUALITY = {"a": 1.0, "b": 0.7, "c": 0.4}
 EXPECTED_FIGURES = {"profiles", "rank_change", "pareto", "reliability_d1", "label_efficiency", "robustness_d1",
-                    "shift_gap", "rank_distribution", "weight_sensitivity"}
+                    "shift_gap", "rank_distribution", "weight_sensitivity", "robustness_grid_d1"}
+NO_COST = {"cost"}  # the synthetic store records no cost: the cost section says so instead of a figure
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def test_summary_names_the_page_every_figure_and_table(written):
     assert summary["html"] == str(out / "report.html") and (out / "report.html").is_file()
     stems = {p.split("/")[-1].removesuffix(".png") for p in summary["figures"]}
     assert stems == EXPECTED_FIGURES
-    assert summary["absent"] == {}
+    assert set(summary["absent"]) == NO_COST and "no cost data" in summary["absent"]["cost"][0]
     for path in summary["tables"]:
         assert path.endswith((".csv", ".parquet"))
     names = {p.split("/")[-1] for p in summary["tables"]}
@@ -81,7 +82,7 @@ def test_every_png_decodes(written):
 def test_every_axes_has_both_labels(scored):
     results, _, _ = scored
     secs = report.sections(report.load(results))
-    figs = [(stem, fig) for sec in secs for stem, fig in sec.figures]
+    figs = [(d.stem, d.figure) for sec in secs for d in sec.figures]
     assert {stem for stem, _ in figs} == EXPECTED_FIGURES
     for stem, fig in figs:
         assert fig.axes, stem
@@ -128,12 +129,22 @@ def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
     _, _, scores = scored
     out, summary = written
     text = (out / "report.html").read_text(encoding="utf-8")
-    assert "<script" not in text.lower()
+    # one inline script (table sorting), nothing fetched: the tables are in the HTML without it
+    assert text.lower().count("<script") == 1 and "<script>" in text and "<script src" not in text.lower()
     assert not re.search(r"""(src|href)=['"](https?:)?//""", text)
-    imgs = re.findall(r"<img src='([^']*)'", text)
-    assert len(imgs) == len(summary["figures"]) and all(s.startswith("data:image/png;base64,") for s in imgs)
-    rows = re.findall(r"<tr class='row' data-encoder='([^']*)'>.*?<td class='crs'>([^<]*)</td>", text)
-    assert rows == [(r["encoder"], f"{r['crs']:.1f}") for r in scores.encoders.iter_rows(named=True)]
+    imgs = re.findall(r"<img src='([^']*)' alt='([^']*)'>", text)
+    assert len(imgs) == len(summary["figures"]) and all(s.startswith("data:image/png;base64,") for s, _ in imgs)
+    assert all(len(alt) > 40 for _, alt in imgs)
+    caps = re.findall(r"<figcaption>(.*?)</figcaption>", text)
+    assert len(caps) == len(imgs) and not any(c.startswith(tuple(EXPECTED_FIGURES)) for c in caps)
+    rows = re.findall(r"<tr class='row[^']*' data-encoder='([^']*)'>.*?"
+                      r"<td class='crs' data-sort='([^']*)'>([^<]*)</td>", text)
+    assert rows == [(r["encoder"], str(r["crs"]), f"{r['crs']:.1f}") for r in scores.encoders.iter_rows(named=True)]
+    leader = scores.encoders["encoder"][0]
+    verdict = re.search(r"<section id='verdict'.*?</section>", text).group(0)
+    assert f"{leader} has the highest CRS" in verdict
+    assert text.index("id='verdict'") < text.index("id='leaderboard'") < text.index("id='fig-")
+    assert "id='scale'" in text and "CRS 50" in text and "id='test-sets'" in text
     s = scores.settings
     for needle in (f"{s['bootstrap']['n']} replicates, unit {s['bootstrap']['unit']}", "per-axis median",
                    "Methods", f"CRS v{s['crs_version']}", "docs/crs-v1.md"):
@@ -241,5 +252,17 @@ def test_the_leaderboard_says_when_no_tier_was_assigned(scored):
     board = report.leaderboard(scores.encoders)
     assert "id='no-tier'" not in report._no_tier_note(board) and "no tier" not in report.board_html(board)
     none = board.with_columns(tier=pl.lit(None, pl.Boolean), crs_low=float("nan"))
-    assert report.board_html(none).count("no tier (no interval)") == board.height
+    assert report.board_html(none).count(">no tier (no interval)</td>") == board.height
     assert "No leading tier" in report._no_tier_note(none)
+
+
+def test_results_without_run_records_still_report_and_say_what_is_missing(scored, tmp_path):
+    results, _, _ = scored
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    shutil.rmtree(records_dir(copy))
+    summary = report.write_report(copy, tmp_path / "out", quiet=True)
+    assert {p.split("/")[-1].removesuffix(".png") for p in summary["figures"]} == EXPECTED_FIGURES
+    assert any("no test-set sizes or robustness intervals" in n for n in summary["notes"])
+    text = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "id='no-test-sets'" in text and "No intervals: the results folder has no run records" in text

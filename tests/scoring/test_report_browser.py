@@ -2,8 +2,11 @@
 
 extract (three demo encoders, demo_cxr with its shift target, one severity) -> probe (two
 seeds) -> score (--json) -> report, once per session; then Chromium loads the page from
-disk and the test checks the console, every image and the leaderboard against the
-score's JSON. A screenshot at desktop width is kept under tests/artifacts/.
+disk and the test reads it as a reader would: the verdict opens the page and names the
+leader, every figure has a caption and alt text, a table sorts when its header is
+clicked, and the cost section draws its figure (or, for a store without cost records,
+says so in its place). Screenshots are kept in the test's temporary folder and under
+tests/artifacts/ (CRS_REPORT_SHOTS=DIR copies them there too).
 
 Needs Debian's chromium and chromium-driver (.ci/run installs them) and selenium (the
 test extra); skipped with the reason when either is missing. selenium is given the
@@ -26,6 +29,7 @@ from crs.cli import app
 CHROMIUM = os.environ.get("CRS_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CRS_CHROMEDRIVER", "/usr/bin/chromedriver")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+SHOTS = os.environ.get("CRS_REPORT_SHOTS")  # an extra folder for the screenshots, to look at them
 WIDTH = 1400
 
 pytestmark = [
@@ -78,8 +82,25 @@ def browser():
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def test_report_in_a_browser(pipeline, browser):
+def _shot(browser, folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    assert browser.save_screenshot(str(path))
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(SHOTS) / name)
+    return path
+
+
+def _column(browser, table: str, cls: str) -> list[str]:
+    return browser.execute_script(
+        f"return Array.from(document.querySelectorAll('{table} tbody tr')).map(r => "
+        f"r.querySelector('td.{cls}').textContent);")
+
+
+def test_report_in_a_browser(pipeline, browser, tmp_path):
     page, scored, summary = pipeline
+    browser.set_window_size(WIDTH, 1000)
     browser.get(page.as_uri())
     assert browser.execute_script("return document.readyState") == "complete"
     assert browser.title.startswith("CRS-Bench report")
@@ -93,22 +114,68 @@ def test_report_in_a_browser(pipeline, browser):
     for alt, complete, w, h in images:
         assert complete and w > 0 and h > 0, f"image {alt!r} did not decode"
 
+    # the verdict comes first and names the leader
+    leader = scored["encoders"][0]["encoder"]
+    first = browser.execute_script("return document.querySelector('h2').textContent")
+    assert first == "Verdict"
+    verdict = browser.find_element("id", "verdict").text
+    assert leader in verdict, verdict
+    if not scored.get("verdict"):  # the page's own reading of the tier
+        assert f"{leader} has the highest CRS" in verdict or f"{leader} (the reference) has" in verdict, verdict
+    _shot(browser, tmp_path, "report_top.png")
+
+    # every figure has a caption that says what to look at, and alt text
+    figures = browser.execute_script(
+        "return Array.from(document.querySelectorAll('figure')).map(f => [f.querySelector('img').alt, "
+        "f.querySelector('figcaption') ? f.querySelector('figcaption').textContent : '']);")
+    assert len(figures) == len(images)
+    for alt, caption in figures:
+        assert len(alt) > 40 and len(caption) > 60, (alt, caption)
+        assert not caption.strip().endswith(".png"), caption
+
     rows = browser.execute_script(
         "return Array.from(document.querySelectorAll('#leaderboard tbody tr')).map(r => "
-        "[r.querySelector('td.encoder').textContent, r.querySelector('td.crs').textContent]);")
-    assert rows == [[e["encoder"], f"{e['crs']:.1f}"] for e in scored["encoders"]]
+        "[r.querySelector('td.encoder').textContent, r.querySelector('td.crs').getAttribute('data-sort')]);")
+    assert [(e, float(c)) for e, c in rows] == [(e["encoder"], e["crs"]) for e in scored["encoders"]]
+
+    # a click on a header sorts the table, a second click reverses it
+    head = browser.find_element("css selector", "#leaderboard thead th:nth-child(2)")  # encoder
+    head.click()
+    assert _column(browser, "#leaderboard", "encoder") == sorted(e["encoder"] for e in scored["encoders"])
+    assert head.get_attribute("aria-sort") == "ascending"
+    auroc = browser.find_element("xpath", "//table[@id='leaderboard']//th[normalize-space()='AUROC']")
+    auroc.click()
+    auroc.click()
+    by_auroc = sorted(scored["encoders"], key=lambda e: -e["auroc"])
+    assert _column(browser, "#leaderboard", "encoder") == [e["encoder"] for e in by_auroc]
+    browser.execute_script("document.getElementById('leaderboard').scrollIntoView()")
+    _shot(browser, tmp_path, "report_sorted.png")
+
+    # cost beside quality: the figure, or (a store extracted without cost records) why not
+    browser.execute_script("document.getElementById('cost').scrollIntoView()")
+    _shot(browser, tmp_path, "report_cost.png")
+    cost_fig = browser.find_elements("id", "fig-cost_quality")
+    has_cost = any(e.get("gflops") is not None or e.get("images_per_s") is not None for e in scored["encoders"])
+    if has_cost:
+        assert cost_fig and cost_fig[0].find_element("tag name", "figcaption").text
+    else:
+        assert not cost_fig
+        cost = browser.execute_script("return document.getElementById('cost').nextElementSibling.nextElementSibling"
+                                      ".textContent")
+        assert "no cost data" in cost, cost
 
     # every section either draws its figures or says why not; none is silently empty
     text = browser.find_element("tag name", "body").text
-    assert "Not drawn" not in text
-    for heading in ("Leaderboard", "Settings", "Profiles on the four axes", "AUROC rank versus CRS rank",
+    assert text.count("Not drawn") == (0 if has_cost else 1)
+    for heading in ("Verdict", "Leaderboard", "Reading the scale", "Test-set sizes", "Settings",
+                    "Cost beside quality", "Profiles on the four axes", "AUROC rank versus CRS rank",
                     "Pareto view", "Reliability diagrams", "Label efficiency", "Robustness",
-                    "Rank uncertainty and weight sensitivity", "Methods"):
+                    "Rank uncertainty and weight sensitivity", "Methods", "Appendix"):
         assert heading in text, heading
 
     height = browser.execute_script("return document.documentElement.scrollHeight")
     browser.set_window_size(WIDTH, min(int(height) + 120, 16000))
+    shot = _shot(browser, tmp_path, "report_desktop.png")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / "report_desktop.png"
-    assert browser.save_screenshot(str(shot))
-    print(f"screenshot of the report at {WIDTH} px: {shot}")
+    shutil.copyfile(shot, ARTIFACTS / "report_desktop.png")
+    print(f"screenshots of the report at {WIDTH} px: {tmp_path}")
