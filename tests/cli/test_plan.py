@@ -151,3 +151,14 @@ def test_version_prints_the_provenance_line():
 
     r = invoke("--version")
     assert r.exit_code == 0 and r.output.strip() == provenance.version_line()
+
+
+def test_run_check_expands_a_set_and_names_a_bad_one_by_line(tmp_path):
+    cfg = tmp_path / "b.toml"
+    cfg.write_text('store = "s.zarr"\n\n[encoders]\nset = "specialty"\n')
+    r = invoke("run", cfg, "--check", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["settings"]["encoders"]["names"] == stages.set_members("specialty")
+    cfg.write_text('store = "s.zarr"\n\n[encoders]\nset = ["general", "medicine"]\n')
+    r = invoke("run", cfg, "--check")
+    assert r.exit_code == 2 and "b.toml line 4: encoders.set" in r.output and "'medicine'" in r.output
