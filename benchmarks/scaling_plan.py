@@ -9,13 +9,8 @@ The resume unit: extraction commits each (chunk, condition) as soon as it is emb
 kill loses at most ``--chunk`` forward passes; the "s per commit" column is their GPU time at
 the same rate (decoding and perturbing add to it; benchmarks/extract_bench.py measures both).
 
-FLOPs: a multiply-add counts as 2 FLOPs (the convention of GPU peak figures; the "17.6
-GFLOPs" often quoted for ViT-B/16 at 224 counts multiply-adds, i.e. 35 GFLOPs here).
-A ViT block on N tokens of width D with MLP width M costs 4ND^2 (q, k, v, output
-projections) + 2N^2 D (scores and weighted sum) + 2NDM (MLP) multiply-adds; the patch
-embedding N_p * 3p^2 * D. Norms, softmax, GELU and pooling heads add about 1 % and are left
-out. The two CNNs take their published multiply-add counts (ResNet-50: 4.1 G at 224, He et
-al. 2016 / torchvision; ConvNeXt-B: 15.4 G at 224, Liu et al. 2022, Table 1).
+FLOPs and the H200 figures: ``crs.extract.plan`` (its docstring states the model), shared with
+`crs extract --plan`.
 """
 
 from __future__ import annotations
@@ -24,12 +19,7 @@ import argparse
 import json
 
 from crs.extract import encoders, perturb
-
-# timm architecture names used by the registry -> (width, depth, patch, mlp width, class token)
-TIMM_VIT = {"vit_base_patch16_224": (768, 12, 16, 3072, 1), "vit_large_patch16_224": (1024, 24, 16, 4096, 1)}
-CNN_GMACS = {"resnet50": 4.1, "convnext_base": 15.4}  # at 224, published
-# the hf records that add a class token to the patch tokens (CLIP, DINOv2 / RAD-DINO); SigLIP has none
-CLS_TOKEN = {"dinov2": 1, "clip": 1, "pubmedclip": 1, "rad-dino": 1, "monet": 1}
+from crs.extract.plan import PEAK_TFLOPS, UTILISATION, macs_per_image
 
 # (dataset, images per split as the plan assumes them, modality): the brief's round figures
 DATASETS = [
@@ -41,32 +31,10 @@ DATASETS = [
 ]
 
 
-def vit_macs(image: int, width: int, depth: int, patch: int, mlp: int, cls: int) -> float:
-    n_p = (image // patch) ** 2
-    n = n_p + cls
-    block = 4 * n * width**2 + 2 * n**2 * width + 2 * n * width * mlp
-    return depth * block + n_p * 3 * patch**2 * width
-
-
-def macs_per_image(spec) -> float:
-    """Multiply-adds of one forward pass at the record's input size (what extraction feeds it)."""
-    a = spec.arch
-    if a.get("timm") in CNN_GMACS:
-        return CNN_GMACS[a["timm"]] * 1e9 * (spec.input_size / 224) ** 2
-    if a.get("timm") in TIMM_VIT:
-        width, depth, patch, mlp, cls = TIMM_VIT[a["timm"]]
-        return vit_macs(spec.input_size, width, depth, patch, mlp, cls)
-    if "hidden_size" in a:
-        return vit_macs(spec.input_size, a["hidden_size"], a["num_hidden_layers"],
-                        a["patch_size"], a.get("intermediate_size", 4 * a["hidden_size"]),
-                        CLS_TOKEN.get(spec.name, 0))
-    raise ValueError(f"no FLOP model for {spec.name} (arch {a})")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--utilisation", type=float, default=0.4, help="share of the bf16 dense peak reached")
-    ap.add_argument("--peak-tflops", type=float, default=989.0, help="H200 SXM bf16 dense peak (no sparsity)")
+    ap.add_argument("--utilisation", type=float, default=UTILISATION, help="share of the bf16 dense peak reached")
+    ap.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS, help="H200 SXM bf16 dense peak (no sparsity)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply images and encoders (10: ten times larger)")
     ap.add_argument("--chunk", type=int, default=256, help="images per commit (crs extract --chunk)")
     args = ap.parse_args()
@@ -91,6 +59,8 @@ def main() -> None:
     total_h = total_gb = 0.0
     for s in specs:
         macs = macs_per_image(s)
+        if macs is None:
+            raise ValueError(f"no FLOP model for {s.name} (arch {s.arch}); add it to crs.extract.plan")
         flops = 2 * macs
         rate = peak / flops
         hours = fwd_per_encoder / rate / 3600

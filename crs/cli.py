@@ -181,7 +181,7 @@ def _warn_failures(summaries) -> None:
 
 
 # ------------------------------------------------------------------ extract
-EXTRACT = [("encoders", "names"), ("datasets", "names"), ("store",), ("datasets", "size"), ("extract", "chunk"),
+EXTRACT = [("encoders", "names"), ("encoders", "set"), ("encoders", "revisions"), ("datasets", "names"), ("store",), ("datasets", "size"), ("extract", "chunk"),
            ("extract", "batch"), ("extract", "device"), ("extract", "dtype"), ("extract", "perturb"),
            ("datasets", "roots"), ("datasets", "image_root"), ("datasets", "uncertain"), ("datasets", "modality"),
            ("datasets", "shift_target"), ("datasets", "split_seed"), ("datasets", "findings"),
@@ -193,26 +193,51 @@ EXTRACT = [("encoders", "names"), ("datasets", "names"), ("store",), ("datasets"
 @stage_command("extract", EXTRACT)
 def extract_cmd(
     given: dict,
-    all_: Annotated[bool, typer.Option("--all", help="Every demo encoder (no download) on every built-in "
-                                       "dataset.")] = False,
+    demo: Annotated[bool, typer.Option("--demo", help="The demo encoders (random weights, no download); without "
+                                       "--dataset, on every built-in dataset. Same as --set demo.")] = False,
+    pretrained: Annotated[bool, typer.Option("--pretrained", help="Every pretrained encoder of the registry "
+                                             "(`crs encoders`). Same as --set pretrained.")] = False,
+    family: Annotated[Optional[list[str]], typer.Option("--family", help="Every pretrained encoder of a family: "
+                                                        "general, medical or specialty (repeatable). Same as --set "
+                                                        "FAMILY.", show_default=False)] = None,
+    plan: Annotated[bool, typer.Option("--plan", help="Print what the extraction would do (pairs, images, "
+                                       "conditions, forward passes, store size, estimated GPU time) and what is "
+                                       "missing (weights not cached, a gated model without HF_TOKEN, a dataset "
+                                       "whose files cannot be read), loading no model and decoding no image. "
+                                       "Exit 0 when nothing is missing, 2 otherwise.")] = False,
+    all_: Annotated[bool, typer.Option("--all", hidden=True)] = False,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Embed datasets with encoders (clean, and the test split under every perturbation) into the store.
 
-    Encoders: registry names (`crs encoders`), timm:NAME, hf:ORG/NAME, or names from --encoder-file."""
+    Encoders: registry names (`crs encoders`), timm:NAME, hf:ORG/NAME, names from --encoder-file, or a set
+    of the registry (--demo, --pretrained, --family). Run with --plan first to see the cost."""
     from crs import stages
     from crs.extract import datasets as dsreg
-    from crs.extract import encoders as encreg
 
+    if all_:
+        raise BadInput("crs extract takes no --all (it once meant the demo encoders only); choose the encoders: "
+                       "--demo (the demo encoders, on every built-in dataset without --dataset), --pretrained "
+                       "(every pretrained encoder), --family general|medical|specialty, or --encoder NAME")
+    for f in family or []:
+        if f not in ("general", "medical", "specialty"):
+            raise BadInput(f"--family must be general, medical or specialty, not {f!r}")
+    sets = list(given.pop(("encoders", "set"), ())) + ["demo"] * demo + ["pretrained"] * pretrained + list(family or [])
     encoders = list(given.pop(("encoders", "names"), ()))
     datasets = list(given.pop(("datasets", "names"), ()))
     extra = stages.encoder_records(given.get(("encoders", "file")))
-    # the real families download weights: --all takes the demo encoders, the real ones are named one by one
-    encoders = encreg.demo_names() if all_ and not encoders else stages.check_encoders(encoders, extra)
-    datasets = dsreg.names() if all_ and not datasets else stages.check_dataset_names(datasets)
-    given.update({("encoders", "names"): tuple(encoders), ("datasets", "names"): tuple(datasets),
+    if encoders or not sets:
+        encoders = stages.check_encoders(encoders, extra)
+    if not datasets and "demo" in sets:
+        datasets = dsreg.names()
+    datasets = stages.check_dataset_names(datasets)
+    given.update({("encoders", "names"): tuple(encoders), ("encoders", "set"): tuple(dict.fromkeys(sets)),
+                  ("datasets", "names"): tuple(datasets),
                   ("datasets", "roots"): stages.parse_roots(given.pop(("datasets", "roots"), None), datasets)})
     cfg = options.to_config(given)
+    if plan:
+        _print_plan(stages.plan(cfg, extra), as_json=as_json, quiet=quiet)
+        return
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval, unit="chunks") as progress:  # (chunk, condition)s
         store, summaries = stages.extract(cfg, progress, extra_encoders=extra)
@@ -227,6 +252,51 @@ def extract_cmd(
         out.print(f"extracted {len(summaries)} (encoder, dataset) pairs into {store.path}: {written} chunks "
                   f"written, {skipped} already complete, {imgs} forward passes in {report['seconds']:.1f} s")
         _warn_failures(summaries)
+
+
+def _print_plan(p: dict, *, as_json: bool, quiet: bool) -> None:
+    """`crs extract --plan`: the pairs and their cost, then what is missing; exit 2 when anything is."""
+    def size(b):
+        return "?" if b is None else f"{b / 1e9:.2f} GB" if b >= 1e8 else f"{b / 1e6:.1f} MB"
+
+    def hours(sec):
+        return "?" if sec is None else f"{sec / 3600:.2f} h" if sec >= 360 else f"{sec:.1f} s"
+
+    def n(v):
+        return "?" if v is None else f"{v:,}"
+
+    if as_json:
+        print(json.dumps(p))
+    elif not quiet:
+        t = Table(title=f"crs extract --plan: {p['totals']['pairs']} (encoder, dataset) pairs into {p['store']}",
+                  title_justify="left")
+        for col in ("encoder", "dataset", "images", "test images", "conditions", "forward passes",
+                    f"store ({p['dtype']})", "GFLOPs/image", f"GPU time ({p['device']})"):
+            t.add_column(col, justify="left" if col in ("encoder", "dataset") else "right")
+        for r in p["pairs"]:
+            t.add_row(r["encoder"], r["dataset"], n(r["images"]), n(r["test_images"]), n(r["conditions"]),
+                      n(r["forward_passes"]), size(r["store_bytes"]),
+                      "?" if r["gflops_per_image"] is None else f"{r['gflops_per_image']:.1f}", hours(r["gpu_seconds"]))
+        out.print(t)
+        tot = p["totals"]
+        out.print(f"total: {n(tot['forward_passes'])} forward passes, store {size(tot['store_bytes'])} "
+                  f"({p['store_size_note']}), GPU time {hours(tot['gpu_seconds'])} at {p['utilisation']:.0%} of "
+                  f"{p['peak_tflops']:g} TFLOPs peak (forward passes only; decoding and perturbing add to it)",
+                  highlight=False, soft_wrap=True)
+        unknown = [e["encoder"] for e in p["encoders"] if e["in_cache"] is None]
+        if unknown:
+            out.print(f"weights of {', '.join(unknown)}: whether they are in the local cache is not known "
+                      "(this installation cannot look without downloading)", highlight=False, soft_wrap=True)
+        if p["no_gpu_time_for"]:
+            out.print(f"no FLOP figure for {', '.join(p['no_gpu_time_for'])}: their GPU time is not estimated",
+                      highlight=False, soft_wrap=True)
+    for m in p["missing"]:
+        err.print(f"[red]missing[/]: {escape(m)}", highlight=False, soft_wrap=True)
+    if not p["complete"]:
+        if not quiet and not as_json:
+            err.print(f"the plan is not complete: {len(p['missing'])} missing (above); fix them before the run",
+                      highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
 
 
 # -------------------------------------------------------------------- probe
@@ -715,35 +785,43 @@ def run_cmd(
         cfg, text = _read_config(config)
         from crs import stages
 
-        check_reference(cfg, stages.check_names(cfg, text=text, source=str(config)), text, str(config))
+        extra = stages.check_names(cfg, text=text, source=str(config))
+        cfg = stages.with_sets(cfg)
+        scored = check_reference(cfg, extra, text, str(config))
         if check:
+            reference, note = stages.resolve_reference(cfg.score.reference, scored)
             if as_json:
-                print(json.dumps({"config": str(config), "ok": True, "settings": cfgmod.as_dict(cfg)}))
+                print(json.dumps({"config": str(config), "ok": True, "settings": cfgmod.as_dict(cfg),
+                                  "reference": reference, "warnings": [note] if note else []}))
             elif not quiet:
                 out.print(f"{config}: valid ({len(cfg.encoders.names)} encoders x {len(cfg.datasets.names)} "
-                          f"datasets; store {cfg.store}, results {cfg.results})", highlight=False)
+                          f"datasets; store {cfg.store}, results {cfg.results}; reference {reference})",
+                          highlight=False)
+            if note and not as_json:
+                err.print(f"[yellow]warning[/]: {escape(note)}", highlight=False, soft_wrap=True)
             return
         result = _run_stages(cfg, quiet=quiet or as_json, text=text, source=str(config), force=force)
         _print_run(result, str(config), as_json=as_json, quiet=quiet, verbose=verbose)
 
 
-def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str = "") -> None:
+def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str = "") -> list[str]:
     """``score.reference`` must be 'auto', 'median' or an encoder the run scores (under the name its results
     go by: the store key of a timm:/hf: id, ENCODER+mlp with the mlp head); a ConfigError naming the key and
-    its line otherwise, before any stage runs."""
+    its line otherwise, before any stage runs. Returns the names the run scores."""
     from crs.extract import encoders as encreg
     from crs.probe import heads
 
     ref = cfg.score.reference
-    if ref in ("auto", "median"):
-        return
     head = heads.get(cfg.probe.head)
     scored = [head.result_name(encreg.resolve(e, extra).name) for e in cfg.encoders.names]
+    if ref in ("auto", "median"):
+        return scored
     if ref not in scored:
         raise cfgmod.ConfigError(f"{ref!r} is not an encoder this run scores; write \"auto\" (the registry's "
                                  f"reference), \"median\", or one of {', '.join(map(repr, scored))}",
                                  "score.reference", cfgmod.locate(text, ("score", "reference")) if text else None,
                                  source)
+    return scored
 
 
 def _run_stages(cfg, *, quiet, text="", source="", force=False, store_hint=""):
@@ -785,6 +863,21 @@ def _print_run(result, source: str, *, as_json: bool, quiet: bool, verbose: bool
     if failed:
         err.print("[yellow]warning[/]: images that could not be decoded (recorded in the store's failures table, "
                   "left out later): " + ", ".join(f"{d}: {n}" for d, n in failed.items()))
+
+
+def _version(value: bool) -> None:
+    if value:
+        from crs import provenance
+
+        print(provenance.version_line())
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _app(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version of CRS-Bench (with its git commit "
+                                               "when run from a checkout) and exit.")] = False) -> None:
+    """CRS-Bench: which pretrained medical image encoder to build on."""
 
 
 def main() -> None:

@@ -146,6 +146,48 @@ _weights.schema = {"type": "array", "minItems": 3, "maxItems": 3,
                                        {"type": "string", "pattern": r"^\s*[0-9.eE+-]+(\s*/\s*[0-9.eE+-]+)?\s*$"}]}}
 
 
+ENCODER_SETS = ("demo", "pretrained", "general", "medical", "specialty")
+
+
+@_check({"anyOf": [{"enum": list(ENCODER_SETS)}, {"type": "array", "items": {"enum": list(ENCODER_SETS)}}]})
+def _encoder_sets(v):
+    bad = [x for x in v if x not in ENCODER_SETS]
+    if bad:
+        raise Bad(f"must name sets among {', '.join(ENCODER_SETS)}, not {bad[0]!r}")
+
+
+def _convert_sets(v) -> tuple[str, ...]:
+    """A set name or a list of them (TOML ``set = "medical"`` or ``set = ["general", "medical"]``)."""
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
+        raise Bad(f"must be a set name or a list of them ({', '.join(ENCODER_SETS)}), not {v!r}")
+    return tuple(dict.fromkeys(items))
+
+
+@_check({"type": "object", "additionalProperties": {"type": "string"}})
+def _revisions(v):
+    for name, rev in v.items():
+        if not rev or any(c.isspace() for c in rev):
+            raise Bad(f"{name}: a revision is a commit id, branch or tag without spaces, not {rev!r}")
+
+
+def _name_values(v, form: str) -> dict[str, str]:
+    """NAME=VALUE strings (the command line) or a TOML table -> {NAME: VALUE}."""
+    if isinstance(v, dict):
+        if not all(isinstance(x, str) for x in v.values()):
+            raise Bad(f"must be a table of strings ({form.replace('=', ' = ')}), not {v!r}")
+        return dict(v)
+    if not isinstance(v, (list, tuple)):
+        raise Bad(f"must be a table of strings ({form.replace('=', ' = ')}), not {_toml_kind(v)} {v!r}")
+    out = {}
+    for item in v:
+        name, sep, value = str(item).partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise Bad(f"must look like {form}, not {item!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
 # ------------------------------------------------------------------ the command line's text forms
 def _comma_numbers(kind: type, sort: bool):
     """'0.1,0.5,1' -> (0.1, 0.5, 1.0): a list option typed on the command line (sorted, once each)."""
@@ -185,8 +227,16 @@ def _opt(help: str, check=None, parse=None, *, flag: str | tuple[str, ...] = (),
 # ------------------------------------------------------------------ schema
 @dataclass(frozen=True)
 class Encoders:
-    names: tuple[str, ...] = _opt("registry names (`crs encoders`), timm:NAME or hf:ORG/NAME (repeatable)", _non_empty,
+    names: tuple[str, ...] = _opt("registry names (`crs encoders`), timm:NAME or hf:ORG/NAME (repeatable); with "
+                                  "`set`, encoders added to the set's (default with no set: the demo set)",
                                   flag=("--encoder", "-e"), default=("demo-resnet", "demo-vit", "demo-stats"))
+    set: tuple[str, ...] = _opt("registry sets of encoders: demo (no download), pretrained (every pretrained "
+                                "record), or a family: general, medical, specialty (repeatable)", _encoder_sets,
+                                flag="--set", parse=lambda v: _convert_sets(v), default=())
+    revisions: dict[str, str] = _opt("pinned hub revision per encoder, ENCODER = \"COMMIT, branch or tag\" (on the "
+                                     "command line ENCODER=REV, repeatable); overrides the record's", _revisions,
+                                     flag="--revision", parse=lambda v: _name_values(v, "ENCODER=REV"),
+                                     default_factory=dict)
     file: str | None = _opt("TOML file of extra encoder records ([[encoder]] tables)", flag="--encoder-file",
                             default=None)
     trust_remote_code: bool = _opt("allow a hub model's own Python code to run", flag="--trust-remote-code",
@@ -269,8 +319,9 @@ class Score:
                                                "dominance,balance,worst)", parse=_weights, flag="--weights",
                                                text=_comma_weights, default=(1 / 3, 1 / 3, 1 / 3))
     bootstrap: int = _opt("bootstrap replicates", _at_least(1), flag="--bootstrap", default=1000)
-    bootstrap_unit: str = _opt("resample seed (docs/crs-v1.md section 5), test image (needs the store) or both",
-                               _choices("seed", "image", "both"), flag="--bootstrap-unit", default="seed")
+    bootstrap_unit: str = _opt("resample seed (docs/crs-v1.md section 5), test image (needs the store) or both "
+                               "(seeds and test images together, paired across encoders)",
+                               _choices("seed", "image", "both"), flag="--bootstrap-unit", default="both")
     seed: int = _opt("bootstrap seed", flag="--seed", default=0)
 
 
@@ -318,6 +369,9 @@ def cross_check(cfg: Config, name: Callable[[tuple[str, ...]], str]) -> tuple[tu
     ``name`` spells a path as the caller's user wrote it (a TOML key, or a command-line flag).
     """
     ex, pr = cfg.extract, cfg.probe
+    if not cfg.encoders.names and not cfg.encoders.set:
+        return ("encoders", "names"), (f"no encoders: give {name(('encoders', 'names'))} (at least one) or "
+                                       f"{name(('encoders', 'set'))} (one of {', '.join(ENCODER_SETS)})")
     if ex.executor != "ray" and (ex.address is not None or ex.actors is not None):
         path = ("extract", "address" if ex.address is not None else "actors")
         return path, (f"{name(('extract', 'address'))} and {name(('extract', 'actors'))} apply to "
@@ -449,6 +503,9 @@ def parse(text: str, source: str = "") -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", source=source) from None
     cfg = _build(Config, data, (), text, source)
+    enc = data.get("encoders") if isinstance(data.get("encoders"), dict) else {}
+    if "set" in enc and "names" not in enc:  # a set alone: its encoders, not the demo three besides
+        cfg = with_overrides(cfg, encoders={"names": ()})
     problem = cross_check(cfg, lambda path: ".".join(path))
     if problem:
         path, message = problem
@@ -627,9 +684,13 @@ results = "crs-demo/results"      # run records, scores; the report goes to RESU
 
 [encoders]
 names = ["demo-resnet", "demo-vit", "demo-stats"]   # `crs encoders`; also timm:NAME, hf:ORG/NAME
+# set = ["medical"]               # registry sets: demo, pretrained, general, medical, specialty
+                                  # (with a set, names lists encoders added to it)
 # file = "my-encoders.toml"       # extra [[encoder]] records
 # trust_remote_code = false
 # weights = "checkpoints/my-vit" # a local checkpoint instead of the hub (one encoder only)
+# [encoders.revisions]            # pin the hub revision per encoder (a commit id, branch or tag)
+# resnet50 = "COMMIT"
 
 [datasets]
 names = ["demo_derm", "demo_fundus", "demo_cxr"]    # `crs datasets`; shift targets come with them
@@ -674,7 +735,7 @@ l2 = [0.001, 0.01, 0.1, 1.0]
 reference = "auto"                # an encoder, "median", or "auto" (the registry's reference)
 weights = ["1/3", "1/3", "1/3"]   # dominance, balance, worst axis
 bootstrap = 1000
-# bootstrap_unit = "seed"         # seed, image or both
+# bootstrap_unit = "both"         # both (seeds and test images, paired), seed or image
 # seed = 0
 
 [report]

@@ -127,7 +127,11 @@ def check_names(cfg: Config, *, text: str = "", source: str = "") -> dict:
         extra = steps.encoder_records(cfg.encoders.file)
     except BadInput as exc:
         raise ConfigError(str(exc), **_where(text, source, ("encoders", "file"))) from exc
-    for key, check in ((("encoders", "names"), lambda: steps.check_encoders(list(cfg.encoders.names), extra)),
+    names = list(cfg.encoders.names)
+    for key, check in ((("encoders", "names"), lambda: steps.check_encoders(names, extra) if names or not
+                        cfg.encoders.set else None),
+                       (("encoders", "set"), lambda: steps.with_sets(cfg)),
+                       (("encoders", "revisions"), lambda: steps.encoder_specs(cfg, extra)),
                        (("datasets", "names"), lambda: steps.check_dataset_names(list(cfg.datasets.names)))):
         try:
             check()
@@ -165,6 +169,7 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, text: str = "", source
     """
     t_start = time.perf_counter()
     extra = check_names(cfg, text=text, source=source)
+    cfg = steps.with_sets(cfg)  # the set's encoders named: what every stage below extracts and scores
     if cfg.report.enabled and not report_available():
         raise BadInput(f"the report stage needs {REPORT_MODULE} (`crs report`), which this installation lacks; "
                        "set `enabled = false` under [report] (crs demo: --no-report) to run the other stages")

@@ -22,7 +22,8 @@ HUB_PREFIXES = ("timm:", "hf:")
 def check_names(given: list[str], valid: list[str], what: str) -> list[str]:
     """``given`` once each, in order; BadInput listing the valid names for an unknown one."""
     if not given:
-        raise BadInput(f"no {what} given; pass --{what} NAME (valid: {', '.join(valid)}) or --all")
+        raise BadInput(f"no {what} given; pass --{what} NAME (valid: {', '.join(valid)})"
+                       + (", or a set: --demo, --pretrained, --family FAMILY" if what == "encoder" else ""))
     for name in given:
         if name not in valid:
             raise BadInput(f"unknown {what} {name!r}; valid {what}s: {', '.join(valid)}")
@@ -33,7 +34,7 @@ def check_dataset_names(given: list[str]) -> list[str]:
     from crs.extract import datasets as dsreg
 
     if not given:
-        raise BadInput(f"no dataset given; pass --dataset NAME (valid: {', '.join(dsreg.all_names())}) or --all")
+        raise BadInput(f"no dataset given; pass --dataset NAME (valid: {', '.join(dsreg.all_names())})")
     for name in given:
         if not dsreg.is_known(name):
             raise BadInput(f"unknown dataset {name!r}; valid datasets: {', '.join(dsreg.all_names())}")
@@ -88,6 +89,68 @@ def parse_roots(values: list[str] | None, datasets: list[str]) -> dict[str, str]
     return roots
 
 
+def set_members(name: str) -> list[str]:
+    """The registry encoders of one set: demo (no download), pretrained (every pretrained record), or a family."""
+    from crs.extract import encoders as encreg
+
+    if name == "demo":
+        return encreg.demo_names()
+    pretrained = [s for s in encreg.ENCODERS.values() if s.pretrained and s.source != "builtin"]
+    if name == "pretrained":
+        return [s.name for s in pretrained]
+    members = [s.name for s in pretrained if s.family == name]
+    if not members:
+        raise BadInput(f"no pretrained encoder of the registry is in the set {name!r}; sets: "
+                       "demo, pretrained, general, medical, specialty")
+    return members
+
+
+def with_sets(cfg: Config) -> Config:
+    """``cfg`` with ``encoders.names`` = the names given, then every member of ``encoders.set``, once each."""
+    import dataclasses
+
+    enc = cfg.encoders
+    if not enc.set:
+        return cfg
+    names = list(enc.names) + [e for s in enc.set for e in set_members(s)]
+    return dataclasses.replace(cfg, encoders=dataclasses.replace(enc, names=tuple(dict.fromkeys(names))))
+
+
+def with_revision(spec, revision: str | None):
+    """``spec`` pinned to ``revision`` (the registry's ``with_revision`` where it has one, which checks the form)."""
+    import dataclasses
+
+    from crs.extract import encoders as encreg
+
+    if revision is None:
+        return spec
+    if spec.source not in ("timm", "hf") or not spec.pretrained:
+        raise BadInput(f"--revision {spec.name}={revision}: {spec.name} loads no hub weights (source "
+                       f"{spec.source}{'' if spec.pretrained else ', random weights'}), so it has no revision to pin")
+    pin = getattr(encreg, "with_revision", None)
+    if pin is None:  # before the registry's own check exists: the form only
+        return dataclasses.replace(spec, revision=revision)
+    try:
+        return pin(spec, revision)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
+
+
+def encoder_specs(cfg: Config, extra: dict) -> list:
+    """The records ``cfg`` extracts, each pinned to its ``encoders.revisions`` entry; BadInput for a revision
+    of an encoder the run does not extract."""
+    from crs.extract import encoders as encreg
+
+    names = with_sets(cfg).encoders.names
+    specs = [encreg.resolve(e, extra) for e in names]
+    revisions = dict(cfg.encoders.revisions)
+    unknown = [n for n in revisions if n not in names and n not in {s.name for s in specs}]
+    if unknown:
+        raise BadInput(f"--revision {unknown[0]}=...: {unknown[0]!r} is not an encoder of this run "
+                       f"({', '.join(names)}); pin the revision of an encoder you extract")
+    return [with_revision(s, revisions.get(n, revisions.get(s.name))) for n, s in zip(names, specs)]
+
+
 # ------------------------------------------------------------------ extract
 class Extracted(NamedTuple):
     store: object  # crs.store.Store, opened for appending
@@ -118,17 +181,17 @@ def _datasets_with_shift_targets(cfg: Config) -> list:
 
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
-    from crs.extract import encoders as encreg
     from crs.extract.run import extract as extract_pair
     from crs.store import Store
 
+    cfg = with_sets(cfg)
     enc, ex = cfg.encoders, cfg.extract
     if enc.weights is not None and len(enc.names) != 1:
         raise BadInput(f"--weights names one checkpoint; pass exactly one --encoder (got {len(enc.names)})")
     extra = encoder_records(enc.file) if extra_encoders is None else extra_encoders
     datasets = _datasets_with_shift_targets(cfg)
     store = Store(cfg.store, mode="a")
-    specs = [encreg.resolve(e, extra) for e in enc.names]
+    specs = encoder_specs(cfg, extra)
     ray_options = {"address": ex.address, "actors": ex.actors} if ex.executor == "ray" else None
     summaries = [
         extract_pair(store, spec, d, size=cfg.datasets.size, chunk=ex.chunk, batch=ex.batch,
@@ -138,6 +201,117 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
                      executor=ex.executor, ray_options=ray_options)
         for spec in specs for d in datasets]
     return Extracted(store, summaries)
+
+
+# ------------------------------------------------------------------ plan
+def plan(cfg: Config, extra: dict | None = None) -> dict:
+    """What ``extract(cfg)`` would do, without loading a model or decoding an image: per (encoder, dataset)
+    the images, conditions, forward passes, store size and GPU time (``crs.extract.plan``), and what is
+    missing (weights not in the cache, a gated model without a token, a dataset whose files cannot be read).
+
+    ``complete`` is False where anything is missing."""
+    import numpy as np
+
+    from crs.extract import perturb
+    from crs.extract import plan as planmod
+    from crs.names import SPLIT_CODE
+
+    cfg = with_sets(cfg)
+    extra = encoder_records(cfg.encoders.file) if extra is None else extra
+    specs = encoder_specs(cfg, extra)
+    itemsize = 2 if cfg.extract.dtype == "float16" else 4
+    encoders = [_weights_entry(s, cfg.encoders.weights) for s in specs]
+    datasets = _plan_datasets(cfg)
+    pairs = []
+    for spec in specs:
+        macs = planmod.macs_per_image(spec) if spec.pretrained else None
+        for d in datasets:
+            images = test = None
+            perturbed = 0
+            if d["table"] is not None:
+                split = np.asarray(d["table"].split)
+                images, test = int(split.size), int((split == SPLIT_CODE["test"]).sum())
+                if cfg.extract.perturb and test and (split == SPLIT_CODE["train"]).any() and d["modality"]:
+                    perturbed = len(perturb.conditions(d["modality"], tuple(cfg.extract.severities)))
+            pairs.append(planmod.pair(spec.name, d["name"], width=spec.width, macs=macs, images=images,
+                                      test_images=test, perturbed=perturbed, itemsize=itemsize))
+    def named(who, problem):
+        return problem if problem.startswith(f"{who}:") else f"{who}: {problem}"
+
+    missing = [named(e["encoder"], e["problem"]) for e in encoders if e["problem"]]
+    missing += [named(d["name"], d["problem"]) for d in datasets if d["problem"]]
+    unknown_cost = sorted({p.encoder for p in pairs if p.gpu_seconds is None and p.forward_passes is not None})
+    return {"store": cfg.store, "dtype": cfg.extract.dtype, "device": planmod.DEVICE,
+            "utilisation": planmod.UTILISATION, "peak_tflops": planmod.PEAK_TFLOPS,
+            "store_size_note": planmod.COMPRESSED_NOTE,
+            "encoders": encoders, "datasets": [{k: v for k, v in d.items() if k != "table"} for d in datasets],
+            "pairs": [p.as_dict() for p in pairs], "totals": planmod.totals(pairs),
+            "no_gpu_time_for": unknown_cost, "missing": missing, "complete": not missing}
+
+
+def _weights_entry(spec, weights: str | None) -> dict:
+    """The encoder's weights as the plan sees them: where they come from, in the cache or not, gated, a problem."""
+    import os
+
+    entry = {"encoder": spec.name, "source": spec.weight_source, "revision": spec.revision, "gated": spec.gated,
+             "in_cache": None, "problem": None}
+    if spec.source == "builtin" or not spec.pretrained:
+        entry["in_cache"] = True  # nothing to download
+        return entry
+    if weights is not None:
+        entry["source"] = f"local {weights}"
+        entry["in_cache"] = os.path.exists(weights)
+        entry["problem"] = None if entry["in_cache"] else f"--weights {weights} does not exist"
+        return entry
+    try:
+        from crs.extract.models import weights_status
+
+        status = weights_status(spec, weights)
+    except (ImportError, AttributeError):  # a registry without weights_status: the token check alone
+        status = {"in_cache": None, "gated": spec.gated, "problem": None,
+                  "token": bool(os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"))}
+        if spec.gated and not status["token"]:
+            status["problem"] = (f"gated model: accept the terms on {spec.page or 'its model page'}, then set "
+                                 "HF_TOKEN")
+    entry.update(in_cache=status.get("in_cache"), gated=status.get("gated", spec.gated), problem=status.get("problem"))
+    if entry["problem"] is None and entry["in_cache"] is False:
+        entry["problem"] = "weights not in the local cache (downloaded on the first run; HF_HOME sets where)"
+    return entry
+
+
+def _plan_datasets(cfg: Config) -> list[dict]:
+    """Each dataset of ``cfg`` and its shift target, indexed from its files (no image decoded); a dataset
+    that cannot be read carries the reason (as `crs datasets check` would give it) instead of its table."""
+    from crs.errors import UserError
+    from crs.extract import datasets as dsreg
+
+    opts, ds = dataset_options(cfg), cfg.datasets
+    out: dict[str, dict] = {}
+
+    def add(name: str, open_):
+        try:
+            dataset = open_()
+            if dataset is None:
+                return None
+            key = dataset.name
+            if key not in out:
+                out[key] = {"name": key, "modality": dataset.modality, "table": dataset.table(), "problem": None}
+            return dataset
+        except (UserError, OSError, KeyError) as exc:
+            if name not in out:
+                msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+                out[name] = {"name": name, "modality": None, "table": None,
+                             "problem": f"{msg} (`crs datasets check {name}` says more)"}
+            return None
+
+    for d in ds.names:
+        seed = 0 if d in dsreg.BUILTIN else ds.split_seed
+        dataset = add(d, lambda: dsreg.get(d, size=ds.size, seed=seed, **opts))
+        if dataset is not None:
+            target = dataset.shift_spec if getattr(dataset, "shift_spec", None) else dataset.shift_target
+            if target:
+                add(target, lambda: dsreg.shift_target_of(dataset, **{**opts, "shift_target": None}))
+    return list(out.values())
 
 
 # ------------------------------------------------------------------ probe
@@ -203,7 +377,6 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
           progress: Progress = NO_PROGRESS):
     """Score the run records under ``results`` (only ``pairs`` if given) and write RESULTS/scores."""
     from crs import records
-    from crs.extract.encoders import default_reference
     from crs.scoring.run import METRIC_TABLE
     from crs.scoring.run import score as score_table
 
@@ -214,7 +387,7 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
         keep = pl.DataFrame({"encoder": [e for e, _ in pairs], "dataset": [d for _, d in pairs]})
         table = table.join(keep, on=["encoder", "dataset"], how="semi")
     encoders = sorted(table["encoder"].unique().to_list())
-    ref = default_reference(encoders) if settings.reference == "auto" else settings.reference
+    ref, auto_note = resolve_reference(settings.reference, encoders)
     opened, note = _open_for_scoring(store)
     # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
     progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap_unit} bootstrap "
@@ -226,8 +399,35 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
                          results=Path(results))
     if note:
         scores.settings["warnings"].insert(0, note)
+    if auto_note:  # 'auto' found no registry reference among the scored encoders: said, and recorded
+        scores.settings["warnings"].insert(0, auto_note)
+    scores.settings["reference_requested"] = settings.reference
     scores.write(Path(results) / "scores", metric_table=Path(results) / METRIC_TABLE)
     return scores
+
+
+def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | None]:
+    """(the reference scoring uses, a warning or None). 'auto' is the registry's reference when it is among
+    ``encoders`` (a probe head's ENCODER+HEAD counts as ENCODER); otherwise 'median', with a warning
+    saying so. Any other value is used as given."""
+    from crs.extract import encoders as encreg
+
+    if requested != "auto":
+        return requested, None
+    base = {e.split("+", 1)[0]: e for e in reversed(encoders)}  # the first model of an encoder wins
+    try:
+        name, why = encreg.reference_for(list(base))
+    except AttributeError:  # a registry without reference_for: its default_reference
+        name = encreg.default_reference(list(base))
+        name, why = (None, "") if name == "median" else (name, "")
+    if name is not None and name in base:
+        return base[name], None
+    reference = encreg.ENCODERS.get(next((n for n, s in encreg.ENCODERS.items() if s.reference and s.pretrained),
+                                         ""), None)
+    hint = f"add {reference.name} (the registry's reference) to the encoders, or " if reference else ""
+    return "median", (f"reference 'auto': no registry reference among the scored encoders "
+                      f"({', '.join(encoders)}); fell back to 'median' (each axis scored against the median "
+                      f"encoder){'; ' + why if why else ''}; {hint}pass --reference ENCODER to choose one")
 
 
 def _open_for_scoring(store: str | None):

@@ -1,0 +1,104 @@
+"""What an extraction will cost, worked out before it runs: forward passes, store size, GPU time.
+
+Pure: numbers in, numbers out; nothing here loads a model, decodes an image or imports torch
+(``crs extract --plan`` and ``benchmarks/scaling_plan.py`` share these figures).
+
+Forward passes of one (encoder, dataset) pair: every image once clean, plus every test image
+once per perturbed condition (``extract.run.prepare``: the suite is embedded only where the
+dataset has a training split to probe and test images to perturb).
+
+FLOPs: a multiply-add counts as 2 FLOPs (the convention of GPU peak figures; the "17.6
+GFLOPs" often quoted for ViT-B/16 at 224 counts multiply-adds, i.e. 35 GFLOPs here). A ViT
+block on N tokens of width D with MLP width M costs 4ND^2 (q, k, v, output projections) +
+2N^2 D (scores and weighted sum) + 2NDM (MLP) multiply-adds; the patch embedding
+N_p * 3p^2 * D. Norms, softmax, GELU and pooling heads add about 1 % and are left out. The
+CNNs take their published multiply-add counts at 224 (ResNet-50: 4.1 G, He et al. 2016 /
+torchvision; ConvNeXt-B: 15.4 G, Liu et al. 2022, Table 1), scaled by the input area.
+
+GPU time: forward FLOPs / (peak * utilisation), by default one H200 (989 TFLOPs bf16 dense,
+no sparsity) at 40 % of peak; decoding and perturbing images add to it
+(``benchmarks/extract_bench.py`` measures both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# timm architecture names used by the registry -> (width, depth, patch, mlp width, class token)
+TIMM_VIT = {"vit_base_patch16_224": (768, 12, 16, 3072, 1), "vit_large_patch16_224": (1024, 24, 16, 4096, 1)}
+CNN_GMACS = {"resnet50": 4.1, "convnext_base": 15.4}  # at 224, published
+# the hf records that add a class token to the patch tokens (CLIP, DINOv2 / RAD-DINO); SigLIP has none
+CLS_TOKEN = {"dinov2": 1, "clip": 1, "pubmedclip": 1, "rad-dino": 1, "monet": 1}
+PEAK_TFLOPS = 989.0  # H200 SXM, bf16 dense
+UTILISATION = 0.4  # share of the peak a batched forward pass reaches
+DEVICE = "one H200"
+# zstd on float16 embeddings: the demo store's arrays took 58-100 % of their raw size (random-weight
+# encoders), so the raw size is the figure to plan disk for
+COMPRESSED_NOTE = "raw size; zstd keeps 60-100 % of it on embeddings"
+
+
+def vit_macs(image: int, width: int, depth: int, patch: int, mlp: int, cls: int) -> float:
+    n_p = (image // patch) ** 2
+    n = n_p + cls
+    block = 4 * n * width**2 + 2 * n**2 * width + 2 * n * width * mlp
+    return depth * block + n_p * 3 * patch**2 * width
+
+
+def macs_per_image(spec) -> float | None:
+    """Multiply-adds of one forward pass at the record's input size; None where no figure is known."""
+    a = spec.arch
+    if a.get("timm") in CNN_GMACS:
+        return CNN_GMACS[a["timm"]] * 1e9 * (spec.input_size / 224) ** 2
+    if a.get("timm") in TIMM_VIT:
+        width, depth, patch, mlp, cls = TIMM_VIT[a["timm"]]
+        return vit_macs(spec.input_size, width, depth, patch, mlp, cls)
+    if "hidden_size" in a:
+        return vit_macs(spec.input_size, a["hidden_size"], a["num_hidden_layers"],
+                        a["patch_size"], a.get("intermediate_size", 4 * a["hidden_size"]),
+                        CLS_TOKEN.get(spec.name, 0))
+    return None
+
+
+def images_per_second(macs: float | None, peak_tflops: float = PEAK_TFLOPS,
+                      utilisation: float = UTILISATION) -> float | None:
+    return None if not macs else peak_tflops * 1e12 * utilisation / (2 * macs)
+
+
+@dataclass
+class Pair:
+    """The plan of one (encoder, dataset) pair."""
+
+    encoder: str
+    dataset: str
+    images: int | None  # rows of the dataset (None: its files could not be read)
+    test_images: int | None
+    conditions: int | None  # clean + perturbed
+    forward_passes: int | None
+    store_bytes: int | None  # raw (uncompressed) size of the embeddings written
+    gflops_per_image: float | None
+    gpu_seconds: float | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def pair(encoder: str, dataset: str, *, width: int, macs: float | None, images: int | None,
+         test_images: int | None, perturbed: int, itemsize: int, peak_tflops: float = PEAK_TFLOPS, utilisation: float = UTILISATION) -> Pair:
+    """Forward passes = images + test_images * perturbed; store bytes = width * itemsize * forward passes."""
+    if images is None or test_images is None:
+        return Pair(encoder, dataset, None, None, None, None, None,
+                    None if not macs else 2 * macs / 1e9, None)
+    forward = images + test_images * perturbed
+    rate = images_per_second(macs, peak_tflops, utilisation)
+    return Pair(encoder, dataset, images, test_images, 1 + perturbed, forward,
+                width * itemsize * forward if width else None, None if not macs else 2 * macs / 1e9,
+                None if rate is None else forward / rate)
+
+
+def totals(pairs: list[Pair]) -> dict:
+    """Sums over the pairs; a total is None where a pair's figure is unknown (so it is never understated)."""
+    def add(key):
+        vals = [getattr(p, key) for p in pairs]
+        return None if any(v is None for v in vals) else sum(vals)
+    return {"pairs": len(pairs), "forward_passes": add("forward_passes"), "store_bytes": add("store_bytes"),
+            "gpu_seconds": add("gpu_seconds")}

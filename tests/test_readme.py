@@ -1,0 +1,133 @@
+"""README.md cannot drift from the code: every `crs` command in its command blocks is parsed by the
+command line as typed (an unknown option or a bad value fails), and the ones that can run in a second
+are run: `crs extract` with --plan, `crs run` with --check (the blocks in order, redirections
+written to files), `crs datasets check` against the README's folders (absent here, so refused with
+the folder named). Every option named in running text (`crs score --bootstrap-unit ...`) must exist.
+"""
+
+import json
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from crs.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+CLI = typer.main.get_command(app)
+
+
+def command_lines(block: str) -> list[str]:
+    """The `crs ...` commands of a fenced block: continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    out = []
+    for line in joined.splitlines():
+        line = re.sub(r"\s+#.*$", "", line).strip()
+        if line.startswith("crs "):
+            out.append(line)
+    return out
+
+
+BLOCKS = [lines for lines in (command_lines(b) for b in re.findall(r"^```\n(.*?)^```", README, re.S | re.M))
+          if lines]
+
+
+def resolve(words: list[str]):
+    """(the click command, its name path, the arguments after it) of `crs WORDS...`."""
+    cmd, path, rest = CLI, [], list(words)
+    while rest and rest[0] in getattr(cmd, "commands", {}):  # typer ships its own click: told by attributes
+        path.append(rest[0])
+        cmd = cmd.commands[rest.pop(0)]
+    return cmd, path, rest
+
+
+def parse(line: str) -> None:
+    """What the shell would pass: parsed and converted by the command's own options (no callback runs)."""
+    words = shlex.split(line)[1:]
+    if ">" in words:
+        words = words[: words.index(">")]
+    cmd, path, rest = resolve(words)
+    assert path, f"README: {line!r} names no crs command"
+    try:
+        cmd.make_context(" ".join(["crs", *path]), rest)
+    except Exception as exc:  # typer's click.UsageError: an unknown option, a bad value, a missing argument
+        if not hasattr(exc, "format_message"):
+            raise
+        pytest.fail(f"README command {line!r} does not parse: {exc.format_message()}")
+
+
+def execute(line: str, tmp_path: Path):
+    """Run what can run in a second; None where the command is parsed only (it would run a whole stage)."""
+    words = shlex.split(line)[1:]
+    target = None
+    if ">" in words:
+        i = words.index(">")
+        words, target = words[:i], words[i + 1]
+    cmd, path, rest = resolve(words)
+    runner = CliRunner()
+    if path == ["extract"]:
+        args = [*words, *(["--plan"] if "--plan" not in words else []), "--json"]
+        r = runner.invoke(app, args)
+        assert r.exit_code in (0, 2), f"{line!r} --plan: exit {r.exit_code}\n{r.output}"
+        plan = json.loads(r.stdout)
+        real = "--root" in words
+        assert (r.exit_code == 0) == plan["complete"] and (real or plan["complete"]), (line, plan["missing"])
+        assert plan["pairs"], line
+        return r
+    if path == ["run"]:
+        args = words if any(w in words for w in ("--check", "--print-default", "--schema")) else [*words, "--check"]
+        config = next((w for w in rest if not w.startswith("-")), None)
+        if config and not (tmp_path / config).exists():  # a block that names a config it does not write
+            (tmp_path / config).write_text(runner.invoke(app, ["run", "--print-default"]).stdout, encoding="utf-8")
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, f"{line!r}: exit {r.exit_code}\n{r.output}"
+        if target:
+            (tmp_path / target).write_text(r.stdout, encoding="utf-8")
+        return r
+    if path == ["datasets", "check"]:
+        r = runner.invoke(app, words)
+        root = next(w for w in rest if w.startswith("/"))
+        assert r.exit_code == 2 and root in r.output, f"{line!r}: exit {r.exit_code}\n{r.output}"
+        return r
+    return None
+
+
+def test_the_title_and_the_two_set_up_commands_come_first():
+    lines = [ln for ln in README.splitlines()[:5] if ln.strip()]
+    assert lines[0] == "# CRS-Bench"
+    demo, tests = (ln.strip() for ln in lines[1:3])
+    setup = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && "
+    assert demo == setup + ".venv/bin/crs demo" and tests == setup + ".venv/bin/python -m pytest -q"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert "test" in project["optional-dependencies"] and project["scripts"]["crs"] == "crs.cli:main"
+    parse("crs demo")
+
+
+def test_the_readme_has_command_blocks_to_check():
+    commands = [c for b in BLOCKS for c in b]
+    assert len(commands) >= 15, commands
+    assert any(c.startswith("crs extract --pretrained") and "--plan" in c for c in commands)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b[0][:40] for b in BLOCKS])
+def test_every_command_block_parses_and_runs_where_it_can(block, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # what a block writes (bench.toml, a schema) lands here
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for line in block:
+        parse(line)
+        execute(line, tmp_path)
+
+
+def test_every_option_named_in_the_text_exists():
+    spans = re.findall(r"`(crs [^`]+)`", README)
+    assert spans
+    for span in spans:
+        cmd, path, rest = resolve(span.split()[1:])
+        known = {o for p in cmd.params for o in p.opts + p.secondary_opts}
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", " ".join(rest)):
+            assert flag in known, f"README: `{span}`: crs {' '.join(path)} has no option {flag}"
