@@ -479,17 +479,25 @@ def _metadata_of(p: dict) -> dict:
     weights, cost, spec = part("weights"), part("cost"), part("encoder_spec")
     sha = weights.get("weights_sha256")
     revision = weights.get("revision_loaded") or (f"sha256:{sha}" if sha else None) or p.get("revision")
-    flops = cost.get("flops_per_image")
+    flops = _as(float, cost.get("flops_per_image"))
     return {
-        "revision": None if revision is None else str(revision),
-        "licence": spec.get("licence"),
-        "gated": spec.get("gated"),
-        "parameters": cost.get("parameters"),
-        "gflops": None if flops is None else float(flops) / 1e9,
-        "width": cost.get("width", spec.get("width")),
-        "images_per_s": cost.get("images_per_s"),
-        "device": cost.get("device"),
+        "revision": _as(str, revision),
+        "licence": _as(str, spec.get("licence")),
+        "gated": _as(bool, spec.get("gated")),
+        "parameters": _as(int, cost.get("parameters")),
+        "gflops": None if flops is None else flops / 1e9,
+        "width": _as(int, cost.get("width", spec.get("width"))),
+        "images_per_s": _as(float, cost.get("images_per_s")),
+        "device": _as(str, cost.get("device")),
     }
+
+
+def _as(kind, value):
+    """``value`` as ``kind`` (str, bool, int or float), None where absent or not of a fitting JSON type."""
+    fits = {str: (str,), bool: (bool,), int: (int,), float: (int, float)}[kind]
+    if value is None or not isinstance(value, fits) or (kind is not bool and isinstance(value, bool)):
+        return None
+    return kind(value)
 
 
 def _verdict(encoders: pl.DataFrame, weight_leaders: pl.DataFrame, weight_grid: pl.DataFrame,

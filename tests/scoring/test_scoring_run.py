@@ -67,6 +67,15 @@ def test_named_reference(records):
     assert [c[f"q_{a}"] for a in AXES] == [0.0] * 4
     assert (c["balance"], c["worst_axis"]) == pytest.approx((0.5, 0.5))
     assert s.settings["reference"] == "enc_c"
+    # the reference is the zero point of the scale: no CRS or q interval, its difference to the leader kept
+    assert s.encoders["reference"].to_list() == [e == "enc_c" for e in s.encoders["encoder"]]
+    assert c["crs_low"] is None and c["crs_high"] is None and c["q_robustness_low"] is None
+    assert c["crs_diff_low"] <= c["crs_diff"] <= c["crs_diff_high"] < 0  # clearly behind the leader
+    out = s.to_json()["encoders"]
+    assert [e["crs_low"] is None for e in out] == [e["encoder"] == "enc_c" for e in out]
+    for r in s.encoders.iter_rows(named=True):  # the tier: the difference interval contains 0
+        assert r["tier"] == (r["crs_diff_low"] <= 0 <= r["crs_diff_high"])
+        assert r["tie_group"] in ("1st", "2nd", "3rd") or r["tie_group"].startswith("tied ")
 
 
 def test_settings_and_json(scores, tmp_path):

@@ -215,6 +215,8 @@ def test_encoder_metadata_revision_falls_back_to_the_weights_digest_then_the_req
     assert _metadata_of({"weights": {"revision_loaded": None, "weights_sha256": "ff00"}})["revision"] == "sha256:ff00"
     assert _metadata_of({"revision": "v1.0", "weights": {}})["revision"] == "v1.0"  # a store older than "weights"
     assert _metadata_of({}) == dict.fromkeys(_metadata_of({}), None)
+    odd = _metadata_of({"cost": {"parameters": "many", "width": True, "images_per_s": 3, "device": 0}})
+    assert (odd["parameters"], odd["width"], odd["images_per_s"], odd["device"]) == (None, None, 3.0, None)
 
 
 def test_scores_without_embeddings_in_the_store_have_null_metadata(built):
