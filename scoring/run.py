@@ -229,7 +229,8 @@ def score(
                          excluded, simplex_step, warnings)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     boot = summarise(reps, encoders, point.crs, reference=ref)
-    table = _encoder_table(encoders, x, point, auroc, boot, tables["pareto"], encoder_metadata(store, encoders, datasets))
+    metadata = encoder_metadata(store, encoders, datasets)
+    table = _encoder_table(encoders, x, point, auroc, boot, tables["pareto"], metadata)
     return Scores(
         settings=settings,
         encoders=table,

@@ -191,7 +191,8 @@ class _Provenanced:
         p = {
             "encoder_spec": {"name": "a", "licence": "apache-2.0", "gated": True, "width": 768},
             "revision": "main",
-            "weights": {"source": "hf", "revision_requested": None, "revision_loaded": "abc123", "weights_sha256": None},
+            "weights": {"source": "hf", "revision_requested": None, "revision_loaded": "abc123",
+                        "weights_sha256": None},
             "cost": {"parameters": 86_000_000, "flops_per_image": 17_500_000_000, "width": 768, "input_size": 224,
                      "images_per_s": 410.5, "device": "cuda:0 NVIDIA H200"},
         }  # fmt: skip
