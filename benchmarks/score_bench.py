@@ -13,6 +13,13 @@
    on --loop-replicates replicates and scaled linearly to B (each replicate costs the same).
 3. The cumulative sum inside ``crs.scoring.metrics.weighted_auroc``: row by row down the
    [image, replicate] counts against ``np.cumsum(axis=0)``, which walks them with a stride.
+5. The default unit ('both': seeds and test images together) at the published benchmark's
+   scale: ``resample.run_axes`` (every axis of one (encoder, dataset, seed) under B image
+   draws: 6 fractions below 1, 68 perturbed conditions and a shift target, each a macro
+   AUROC) timed once per dataset shape given by --test-sets (images x classes; default
+   ISIC 2019-, APTOS 2019- and CheXpert-like test splits), scaled by encoders x seeds (every
+   run costs the same), plus the seed-paired scoring; store reads are not counted.
+   ``--default-only`` runs this part alone.
 4. Writing the scores as one set (``Scores.write``: a fresh folder, fsync, swapped in by
    two renames; ``crs.scoring.scoreset``) against writing each file in place by its own
    atomic rename, as crs score did before (``--write-only`` runs this part alone).
@@ -22,6 +29,7 @@ run would take on a machine it had to itself, where wall time counts other proce
 share of the cores); the last line is one JSON object. Usage:
 
     python benchmarks/score_bench.py [--bootstrap 1000] [--images 5000] [--loop-replicates 10] [--write-only]
+                                     [--default-only] [--test-sets 5000x8,730x5,500x5]
 """
 
 from __future__ import annotations
@@ -142,6 +150,39 @@ def write_cost(scores, repeats: int = 5) -> tuple[float, float]:
     return float(np.median(times["set"])), float(np.median(times["files"]))
 
 
+def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds: int, n_bootstrap: int,
+                      n_perturbed: int = 68, n_low: int = 6) -> dict:
+    """CPU and wall seconds of the image part of the 'both' bootstrap, per dataset and in all (part 5)."""
+    from crs.scoring import resample
+
+    rng = np.random.default_rng(3)
+    out = {}
+    for n, k in test_sets:
+        y = rng.integers(0, k, n)
+        y[:k] = np.arange(k)
+        target = np.eye(k, dtype=np.int8)[y]
+        known = np.ones_like(target, dtype=bool)
+
+        def probs(noise: float) -> np.ndarray:
+            z = 1.5 * target + noise * rng.normal(size=(n, k))
+            p = np.exp(z - z.max(-1, keepdims=True))
+            return (p / p.sum(-1, keepdims=True)).astype(np.float32)
+
+        clean = np.stack([probs(1.0 + 0.2 * f) for f in range(n_low + 1)])  # [fraction, image, class]
+        perturbed = [probs(1.2 + 0.01 * c) for c in range(n_perturbed)]
+        test = resample.Draw(target, known, resample.image_counts(n, n_bootstrap, np.random.default_rng(4)))
+        shift = resample.Draw(target, known, resample.image_counts(n, n_bootstrap, np.random.default_rng(5)))
+        t0, c0 = time.perf_counter(), time.process_time()
+        resample.run_axes(clean, perturbed, [probs(1.3)], test, [shift], "multiclass")
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        runs = n_encoders * n_seeds
+        out[f"{n}x{k}"] = {"run_wall_s": round(wall, 2), "run_cpu_s": round(cpu, 2),
+                           "dataset_cpu_s": round(cpu * runs, 1), "dataset_wall_s": round(wall * runs, 1)}
+    out["total_cpu_s"] = round(sum(v["dataset_cpu_s"] for v in out.values()), 1)
+    out["total_wall_s"] = round(sum(v["dataset_wall_s"] for k, v in out.items() if k != "total_cpu_s"), 1)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", type=int, default=1000)
@@ -151,7 +192,12 @@ def main() -> None:
     ap.add_argument("--classes", type=int, default=8)
     ap.add_argument("--loop-replicates", type=int, default=10)
     ap.add_argument("--write-only", action="store_true", help="time only the writing of the scores (part 4)")
+    ap.add_argument("--default-only", action="store_true", help="time only the default unit's image part (part 5)")
+    ap.add_argument("--test-sets", default="5000x8,730x5,500x5", help="part 5: test images x classes per dataset")
     args = ap.parse_args()
+    if args.default_only:
+        _default_part(args)
+        return
 
     from crs.scoring import metrics, resample, score
     from crs.scoring.axes import axes_by_seed
@@ -161,7 +207,7 @@ def main() -> None:
     records = run_table(args.encoders, args.seeds)
     score(records.filter(pl.col("encoder") <= "enc01"), n_bootstrap=10)  # warm-up: imports, first plans
     t0, c0 = time.perf_counter(), time.process_time()
-    scores = score(records, n_bootstrap=args.bootstrap, seed=0)
+    scores = score(records, n_bootstrap=args.bootstrap, seed=0, bootstrap_unit="seed")
     seed_s, seed_cpu = time.perf_counter() - t0, time.process_time() - c0
     set_s, files_s = write_cost(scores)
     print(f"writing the scores ({len(scores.written_tables())} tables as Parquet and CSV, scores.json, the metric "
@@ -257,6 +303,21 @@ def main() -> None:
         "image_loop_replicates_timed": r,
         "cumsum_rows_speedup": round(cumsum_ratio, 2),
     }))
+    _default_part(args, seed_cpu)
+
+
+def _default_part(args, seed_cpu: float | None = None) -> None:
+    sets = [tuple(int(v) for v in part.split("x")) for part in args.test_sets.split(",")]
+    cost = default_unit_cost(sets, args.encoders, args.seeds, args.bootstrap)
+    for name, c in cost.items():
+        if isinstance(c, dict):
+            print(f"default unit 'both', test set {name}: one (encoder, seed) {c['run_cpu_s']:.2f} s CPU "
+                  f"({c['run_wall_s']:.2f} s wall); x {args.encoders} encoders x {args.seeds} seeds = "
+                  f"{c['dataset_cpu_s']:.0f} s CPU")
+    print(f"default unit 'both' at this scale (B={args.bootstrap}): image draws {cost['total_cpu_s']:.0f} s CPU "
+          f"({cost['total_wall_s']:.0f} s wall at this load)"
+          + ("" if seed_cpu is None else f" + seed-paired scoring {seed_cpu:.1f} s CPU"))
+    print(json.dumps({"default_unit": cost}))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from crs.errors import BadInput
 
 from crs.scoring.axes import AXES
 from crs.scoring.crs import DEFAULT_WEIGHTS, MEDIAN, score
-from crs.scoring.ranks import rank_desc
+from crs.scoring.ranks import rank_desc, tie_group
 
 CONFIDENCE = 0.95
 
@@ -135,45 +135,69 @@ def interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[np.nda
 
 
 def summarise(
-    reps: Replicates, encoders: Sequence[str], point_crs: np.ndarray, confidence: float = CONFIDENCE
+    reps: Replicates,
+    encoders: Sequence[str],
+    point_crs: np.ndarray,
+    confidence: float = CONFIDENCE,
+    reference: int | str = MEDIAN,
 ) -> pl.DataFrame:
-    """One row per encoder: CRS, rank and axis intervals, P(rank 1) and the leading tier.
+    """One row per encoder: CRS, difference, rank and axis intervals, tie group, P(rank 1), the leading tier.
 
     Rank intervals use the observed ranks at the tails (numpy's 'lower' and 'higher'
-    quantile methods), so their ends are ranks some replicate gave. P(rank 1) shares a
-    replicate's first place equally among encoders tied for the top CRS. The leader is
-    the top point estimate (the first encoder given, on a tie); the tier is the leader
-    and every encoder whose paired difference CRS_leader - CRS_e has an interval
-    containing 0.
+    quantile methods), so their ends are ranks some replicate gave; ``tie_group`` says
+    which places they cover (``ranks.tie_group``). P(rank 1) shares a replicate's first
+    place equally among encoders tied for the top CRS. The leader is the top point
+    estimate (the first encoder given, on a tie). ``crs_diff`` is the point
+    CRS_e - CRS_leader, ``crs_diff_low`` and ``crs_diff_high`` the percentile interval of
+    that paired difference over the replicates (0, 0, 0 for the leader); the tier is the
+    leader and every encoder whose difference interval contains 0.
+
+    ``reference`` (an encoder index, or 'median') marks the reference row
+    (``reference`` column). Its CRS is the zero point of the scale, and its q is 0 by
+    definition, so its ``crs_low``/``crs_high`` and q intervals are null rather than an
+    interval that pretends precision; its difference, rank and axis intervals are kept.
 
     A replicate without a CRS (``incomplete``: the image bootstrap drew a test split with
     no class left to score, see ``metrics.weighted_macro_auroc``) leaves no interval:
-    the CRS and rank intervals and P(rank 1) are NaN and the tier is null for every
-    encoder, never a tier of the leader alone.
+    the CRS, difference and rank intervals and P(rank 1) are NaN, the tie group and the
+    tier null for every encoder, never a tier of the leader alone.
     """
+    point_crs = np.asarray(point_crs, dtype=float)
+    leader = int(np.argmax(point_crs))
     if incomplete(reps).any():
-        return _without_intervals(reps, encoders, confidence)
+        columns = _without_intervals(reps, encoders, point_crs - point_crs[leader], leader)
+    else:
+        columns = _intervals(reps, encoders, point_crs, leader, confidence)
+    return _mark_reference(pl.DataFrame(_with_axis_intervals(columns, reps, confidence)), reference)
+
+
+def _intervals(reps: Replicates, encoders: Sequence[str], point_crs: np.ndarray, leader: int,
+               confidence: float) -> dict:
     crs_low, crs_high = interval(reps.crs, confidence)
     tail = 100.0 * (1.0 - confidence) / 2.0
-    rank_low = np.percentile(reps.rank, tail, axis=0, method="lower")
-    rank_high = np.percentile(reps.rank, 100.0 - tail, axis=0, method="higher")
+    rank_low = np.percentile(reps.rank, tail, axis=0, method="lower").astype(float)
+    rank_high = np.percentile(reps.rank, 100.0 - tail, axis=0, method="higher").astype(float)
     top = reps.crs == reps.crs.max(axis=1, keepdims=True)  # [replicate, encoder]
     p_rank1 = (top / top.sum(axis=1, keepdims=True)).mean(axis=0)
-    leader = int(np.argmax(np.asarray(point_crs)))
-    diff = reps.crs[:, [leader]] - reps.crs  # [replicate, encoder]
+    diff = reps.crs - reps.crs[:, [leader]]  # [replicate, encoder], encoder minus leader
     diff_low, diff_high = interval(diff, confidence)
+    diff_low[leader] = diff_high[leader] = 0.0  # exactly, not a rounding of x - x
     tier = (diff_low <= 0.0) & (diff_high >= 0.0)
     tier[leader] = True
-    columns: dict[str, object] = {
+    return {
         "encoder": list(encoders),
         "crs_low": crs_low,
         "crs_high": crs_high,
-        "rank_low": rank_low.astype(float),
-        "rank_high": rank_high.astype(float),
+        "crs_diff": point_crs - point_crs[leader],
+        "crs_diff_low": diff_low,
+        "crs_diff_high": diff_high,
+        "rank_low": rank_low,
+        "rank_high": rank_high,
+        "tie_group": pl.Series("tie_group", [tie_group(lo, hi) for lo, hi in zip(rank_low, rank_high, strict=True)],
+                               dtype=pl.String),
         "p_rank1": p_rank1,
         "tier": tier,
     }
-    return pl.DataFrame(_with_axis_intervals(columns, reps, confidence))
 
 
 def incomplete(reps: Replicates) -> np.ndarray:
@@ -181,14 +205,30 @@ def incomplete(reps: Replicates) -> np.ndarray:
     return ~np.isfinite(reps.crs).all(axis=1)
 
 
-def _without_intervals(reps: Replicates, encoders: Sequence[str], confidence: float) -> pl.DataFrame:
+def _without_intervals(reps: Replicates, encoders: Sequence[str], crs_diff: np.ndarray, leader: int) -> dict:
     n = len(encoders)
     nan = np.full(n, np.nan)
-    columns: dict[str, object] = {
-        "encoder": list(encoders), "crs_low": nan, "crs_high": nan, "rank_low": nan, "rank_high": nan,
+    diff_bound = nan.copy()
+    diff_bound[leader] = 0.0
+    return {
+        "encoder": list(encoders), "crs_low": nan, "crs_high": nan, "crs_diff": crs_diff,
+        "crs_diff_low": diff_bound, "crs_diff_high": diff_bound, "rank_low": nan, "rank_high": nan,
+        "tie_group": pl.Series("tie_group", [None] * n, dtype=pl.String),
         "p_rank1": nan, "tier": pl.Series("tier", [None] * n, dtype=pl.Boolean),
-    }
-    return pl.DataFrame(_with_axis_intervals(columns, reps, confidence))
+    }  # fmt: skip
+
+
+def _mark_reference(table: pl.DataFrame, reference: int | str) -> pl.DataFrame:
+    """Add the ``reference`` column and null the reference's CRS and q intervals (see ``summarise``)."""
+    n = table.height
+    is_ref = np.zeros(n, dtype=bool)
+    if not isinstance(reference, str):
+        is_ref[int(reference)] = True
+    blank = ["crs_low", "crs_high", *[f"q_{a}_{end}" for a in AXES for end in ("low", "high")]]
+    return table.with_columns(
+        pl.Series("reference", is_ref), *[pl.when(pl.Series(is_ref)).then(None).otherwise(pl.col(c)).alias(c)
+                                          for c in blank]
+    ).select("encoder", "reference", pl.exclude("encoder", "reference"))
 
 
 def _with_axis_intervals(columns: dict, reps: Replicates, confidence: float) -> dict:
@@ -215,4 +255,4 @@ def paired_bootstrap(
 ) -> pl.DataFrame:
     """``summarise`` of ``n_bootstrap`` paired seed replicates; one seed always gives one frame."""
     draw = draw_seeds(np.asarray(x_seed).shape[2], n_bootstrap, seed)
-    return summarise(replicates(x_seed, draw, reference, weights), encoders, point_crs, confidence)
+    return summarise(replicates(x_seed, draw, reference, weights), encoders, point_crs, confidence, reference)

@@ -77,3 +77,27 @@ def compare(names: Sequence[str], auroc: Sequence[float], crs: Sequence[float]) 
         "kendall_tau_b": kendall_tau_b(a, c),
         "reversed_pairs": [pair for *_, pair in sorted(pairs)],
     }
+
+
+def ordinal(place: int) -> str:
+    """1 -> '1st', 2 -> '2nd', 3 -> '3rd', 11 -> '11th', 22 -> '22nd'."""
+    n = int(place)
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def tie_group(rank_low: float, rank_high: float) -> str | None:
+    """The places an encoder's rank interval covers, in words (docs/crs-v1.md section 5).
+
+    Places are whole positions 1, 2, ...; a replicate rank of 1.5 (two encoders tied for
+    the top) covers places 1 and 2, so the interval covers places floor(rank_low) to
+    ceil(rank_high). One place gives its ordinal ('1st'), several 'tied 1st-2nd': the
+    encoder cannot be told apart from those holding the other places of the range.
+    None where there is no interval (NaN).
+    """
+    if not (math.isfinite(rank_low) and math.isfinite(rank_high)):
+        return None
+    lo, hi = math.floor(rank_low), math.ceil(rank_high)
+    if lo > hi:
+        raise ValueError(f"rank interval [{rank_low}, {rank_high}] is empty")
+    return ordinal(lo) if lo == hi else f"tied {ordinal(lo)}-{ordinal(hi)}"

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from crs.errors import BadInput
+from crs import provenance
+from crs.errors import BadInput, CrsError
 from crs.names import VALIDATION
 from crs.scoring import crs as core
 from crs.scoring import analysis, scoreset
@@ -62,6 +63,8 @@ class Scores:
     rank_distribution: pl.DataFrame = field(default_factory=pl.DataFrame)
     # the id of the set these scores are written as (crs.scoring.scoreset)
     generation: str = field(default_factory=scoreset.new_generation)
+    provenance: dict = field(default_factory=dict)  # crs.provenance.collect(settings)
+    verdict: dict | None = None  # crs.scoring.verdict.build(...), None where that module is absent
 
     def to_json(self) -> dict:
         """Settings, rank comparison, the encoder and per-dataset tables and the comparisons (NaN -> None)."""
@@ -73,7 +76,9 @@ class Scores:
             {
                 "generation": self.generation,
                 "tables": sorted(self.written_tables()),
+                "provenance": self.provenance,
                 "settings": self.settings,
+                "verdict": self.verdict,
                 "rank_comparison": self.rank_comparison,
                 "encoders": self.encoders.to_dicts(),
                 "per_dataset": self.per_dataset.to_dicts(),
@@ -179,7 +184,7 @@ def score(
     weights: Sequence[float] = core.DEFAULT_WEIGHTS,
     n_bootstrap: int = 1000,
     seed: int = 0,
-    bootstrap_unit: str = "seed",
+    bootstrap_unit: str = "both",
     store=None,
     simplex_step: float = analysis.SIMPLEX_STEP,
     results=None,
@@ -190,13 +195,15 @@ def score(
     worst_axis), non-negative and summing to 1. Encoders or datasets outside the
     comparison set are dropped and listed in ``settings['excluded']``.
 
-    ``bootstrap_unit``: 'seed' resamples seeds (docs/crs-v1.md section 5), 'image' the test
-    images of every dataset (the same draw for every encoder; needs ``store``, a
-    ``crs.store.Store`` with the probe's test probabilities), 'both' the two at once.
+    ``bootstrap_unit`` (docs/crs-v1.md section 5): 'both' (the default) resamples seeds and
+    the test images of every dataset at once, 'seed' seeds alone, 'image' test images
+    alone (the same draw for every encoder). 'image' and 'both' need ``store``, a
+    ``crs.store.Store`` with the probe's test probabilities.
     With a store, the metrics that need probabilities (balanced accuracy, kappa,
-    classwise ECE, AURC, temperature scaling, reliability bins) are computed too. What
-    the store lacks is said in ``settings['warnings']``, and the image bootstrap then
-    falls back to seeds.
+    classwise ECE, AURC, temperature scaling, reliability bins) are computed too, and
+    each encoder's metadata (revision, licence, cost) is read from its embeddings'
+    provenance (``encoder_metadata``). What the store lacks is said in
+    ``settings['warnings']``, and the image bootstrap then falls back to seeds.
 
     ``results``: the folder the run records were read from. With a store, each
     (encoder, dataset)'s run records and stored probabilities (validation included) must
@@ -221,12 +228,17 @@ def score(
     settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
                          excluded, simplex_step, warnings)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
+    boot = summarise(reps, encoders, point.crs, reference=ref)
+    metadata = encoder_metadata(store, encoders, datasets)
+    table = _encoder_table(encoders, x, point, auroc, boot, tables["pareto"], metadata)
     return Scores(
         settings=settings,
-        encoders=_encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs), tables["pareto"]),
+        encoders=table,
         per_dataset=_per_dataset_table(encoders, datasets, x, point, w, means),
         rank_comparison=compare(encoders, auroc, point.crs),
         axes_by_seed=by_seed,
+        provenance=provenance.collect(settings),
+        verdict=_verdict(table, tables["weight_leaders"], tables["weight_grid"], settings),
         **tables,
     )
 
@@ -390,8 +402,10 @@ def _say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit:
     )
 
 
-def _encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.DataFrame) -> pl.DataFrame:
-    """One row per encoder, best CRS first: CRS and AUROC ranks, intervals, axes, q, components, Pareto."""
+def _encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.DataFrame,
+                   metadata: pl.DataFrame) -> pl.DataFrame:
+    """One row per encoder, best CRS first: CRS and AUROC ranks, intervals, difference to the leader, tie
+    group, axes, q, components, Pareto, then the encoder's metadata from the store."""
     table = pl.DataFrame(
         {
             "encoder": encoders,
@@ -412,7 +426,8 @@ def _encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.Dat
             "worst_axis": point.worst_axis,
         }
     )
-    head = ["crs_low", "crs_high", "rank_low", "rank_high", "p_rank1", "tier"]
+    head = ["reference", "crs_low", "crs_high", "crs_diff", "crs_diff_low", "crs_diff_high", "rank_low",
+            "rank_high", "tie_group", "p_rank1", "tier"]
     front = pareto.filter(pl.col("scope") == "overall").select("encoder", "pareto")
     return (
         table.join(boot.select("encoder", *head), on="encoder", maintain_order="left")
@@ -420,7 +435,80 @@ def _encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.Dat
         .join(boot.drop(head), on="encoder", maintain_order="left")
         .sort(["crs", "encoder"], descending=[True, False])
         .join(front, on="encoder", maintain_order="left")
+        .join(metadata, on="encoder", maintain_order="left")
     )
+
+
+METADATA = {  # column: its Polars type; what encoder_metadata reads from an embedding array's provenance
+    "revision": pl.String, "licence": pl.String, "gated": pl.Boolean, "parameters": pl.Int64,
+    "gflops": pl.Float64, "width": pl.Int64, "images_per_s": pl.Float64, "device": pl.String,
+}  # fmt: skip
+
+
+def encoder_metadata(store, encoders: Sequence[str], datasets: Sequence[str]) -> pl.DataFrame:
+    """One row per encoder: the ``METADATA`` columns, read from the provenance of its clean embeddings.
+
+    The provenance of (encoder, first dataset of the comparison set)'s clean array: the
+    array's attrs["provenance"] where present, else the attrs themselves (stores that
+    spread it there). revision = the hub commit actually loaded (``weights.revision_loaded``),
+    else 'sha256:<digest>' of a local weights file, else the revision the extraction
+    asked for; licence and gated from the encoder spec; parameters, width, images_per_s,
+    device and gflops = flops_per_image / 1e9 from ``cost``. Whatever is absent (no store,
+    an old store, embeddings not in the store) is null, never an error.
+    """
+    rows = [{"encoder": e, **_metadata_of(_clean_provenance(store, e, datasets))} for e in encoders]
+    return pl.DataFrame(rows, schema={"encoder": pl.String, **METADATA})
+
+
+def _clean_provenance(store, encoder: str, datasets: Sequence[str]) -> dict:
+    read = getattr(store, "embedding_attrs", None)
+    if read is None or not datasets:
+        return {}
+    try:
+        attrs = read(datasets[0], encoder, "clean")
+    except (KeyError, CrsError):  # absent, or metadata unreadable: decoration only, never a refusal
+        return {}
+    inner = attrs.get("provenance")
+    return inner if isinstance(inner, dict) else dict(attrs)
+
+
+def _metadata_of(p: dict) -> dict:
+    def part(key: str) -> dict:
+        value = p.get(key)
+        return value if isinstance(value, dict) else {}
+
+    weights, cost, spec = part("weights"), part("cost"), part("encoder_spec")
+    sha = weights.get("weights_sha256")
+    revision = weights.get("revision_loaded") or (f"sha256:{sha}" if sha else None) or p.get("revision")
+    flops = _as(float, cost.get("flops_per_image"))
+    return {
+        "revision": _as(str, revision),
+        "licence": _as(str, spec.get("licence")),
+        "gated": _as(bool, spec.get("gated")),
+        "parameters": _as(int, cost.get("parameters")),
+        "gflops": None if flops is None else flops / 1e9,
+        "width": _as(int, cost.get("width", spec.get("width"))),
+        "images_per_s": _as(float, cost.get("images_per_s")),
+        "device": _as(str, cost.get("device")),
+    }
+
+
+def _as(kind, value):
+    """``value`` as ``kind`` (str, bool, int or float), None where absent or not of a fitting JSON type."""
+    fits = {str: (str,), bool: (bool,), int: (int,), float: (int, float)}[kind]
+    if value is None or not isinstance(value, fits) or (kind is not bool and isinstance(value, bool)):
+        return None
+    return kind(value)
+
+
+def _verdict(encoders: pl.DataFrame, weight_leaders: pl.DataFrame, weight_grid: pl.DataFrame,
+             settings: dict) -> dict | None:
+    """``crs.scoring.verdict.build`` where that module exists (it is written on another branch)."""
+    try:
+        from crs.scoring import verdict
+    except ImportError:
+        return None
+    return verdict.build(encoders, weight_leaders, weight_grid, settings)
 
 
 def _per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame) -> pl.DataFrame:

@@ -101,16 +101,22 @@ def test_vectorised_equals_per_replicate_loop(x_seed, ref):
     assert reps.crs == pytest.approx(crs)
     assert np.array_equal(reps.rank, rank)
 
+    # the reference's CRS and q intervals are null (its CRS is the scale's zero point), the rest kept
+    others = [e for e in range(4) if e != ref]
+    assert got["reference"].to_list() == [e == ref for e in range(4)]
+    if ref != "median":
+        assert got["crs_low"][ref] is None and got["crs_high"][ref] is None
+        assert all(got[f"q_{a}_{end}"][ref] is None for a in AXES for end in ("low", "high"))
     low, high = np.percentile(crs, [2.5, 97.5], axis=0)
-    assert got["crs_low"].to_numpy() == pytest.approx(low)
-    assert got["crs_high"].to_numpy() == pytest.approx(high)
+    assert got["crs_low"].to_numpy()[others] == pytest.approx(low[others])
+    assert got["crs_high"].to_numpy()[others] == pytest.approx(high[others])
     for k, a in enumerate(AXES):
         lo, hi = np.percentile(axis[:, :, k], [2.5, 97.5], axis=0)
         assert got[f"{a}_low"].to_numpy() == pytest.approx(lo)
         assert got[f"{a}_high"].to_numpy() == pytest.approx(hi)
         lo, hi = np.percentile(q[:, :, k], [2.5, 97.5], axis=0)
-        assert got[f"q_{a}_low"].to_numpy() == pytest.approx(lo)
-        assert got[f"q_{a}_high"].to_numpy() == pytest.approx(hi)
+        assert got[f"q_{a}_low"].to_numpy()[others] == pytest.approx(lo[others])
+        assert got[f"q_{a}_high"].to_numpy()[others] == pytest.approx(hi[others])
     for e in range(4):
         ranks = sorted(rank[:, e])
         assert got["rank_low"][e] == ranks[math.floor(0.025 * 19)]
@@ -121,6 +127,17 @@ def test_vectorised_equals_per_replicate_loop(x_seed, ref):
     lo, hi = np.percentile(diff, [2.5, 97.5], axis=0)
     assert got["tier"].to_list() == [bool(lo[e] <= 0 <= hi[e]) for e in range(4)]
     assert got["tier"][leader]
+    # the paired difference encoder minus leader, one replicate at a time, sorted by hand
+    for e in range(4):
+        d = sorted(float(crs[b, e] - crs[b, leader]) for b in range(20))
+        pos = 0.025 * 19  # numpy's linear percentile: between the sorted values at floor and ceil of pos
+        want_lo = d[math.floor(pos)] + (pos - math.floor(pos)) * (d[math.ceil(pos)] - d[math.floor(pos)])
+        pos = 0.975 * 19
+        want_hi = d[math.floor(pos)] + (pos - math.floor(pos)) * (d[math.ceil(pos)] - d[math.floor(pos)])
+        assert got["crs_diff"][e] == pytest.approx(point[e] - point[leader])
+        assert (got["crs_diff_low"][e], got["crs_diff_high"][e]) == pytest.approx((want_lo, want_hi))
+        assert got["tier"][e] == (want_lo <= 0 <= want_hi or e == leader)
+    assert (got["crs_diff"][leader], got["crs_diff_low"][leader], got["crs_diff_high"][leader]) == (0, 0, 0)
 
 
 def test_same_seed_same_output_other_seed_differs(x_seed):
@@ -211,7 +228,21 @@ def test_summarise_leaves_no_interval_when_a_replicate_has_no_crs():
     crs[7, 1] = np.nan
     from crs.scoring.bootstrap import summarise
 
-    out = summarise(reps._replace(crs=crs), ["a", "b", "c"], reps.crs.mean(axis=0))
-    assert out["tier"].to_list() == [None, None, None]
+    point = reps.crs.mean(axis=0)
+    out = summarise(reps._replace(crs=crs), ["a", "b", "c"], point)
+    assert out["tier"].to_list() == [None, None, None] and out["tie_group"].to_list() == [None, None, None]
     assert out["crs_low"].is_nan().all() and out["rank_high"].is_nan().all()
+    lead = int(np.argmax(point))
+    assert out["crs_diff"].to_numpy() == pytest.approx(point - point[lead])  # the point difference stays
+    assert [v != v for v in out["crs_diff_low"]] == [e != lead for e in range(3)]  # no interval but the leader's 0
     assert out["discrimination_low"].is_finite().all()  # the axes' intervals do not depend on the CRS
+
+
+def test_tie_groups_say_the_places_of_the_rank_intervals():
+    # a and b swap first place by seed; c is always third
+    per_seed = np.array([[0.8, 0.8, 0.7, 0.7], [0.7, 0.7, 0.8, 0.8], [0.5, 0.5, 0.5, 0.5]])
+    x_seed = np.broadcast_to(per_seed[:, None, :, None], (3, 2, 4, 4)).copy()
+    point = slow_crs(slow_q(x_seed.mean(axis=2), "median").mean(axis=1), W)
+    out = paired_bootstrap(x_seed, ["a", "b", "c"], point, weights=W, n_bootstrap=200, seed=0)
+    assert out["tie_group"].to_list() == ["tied 1st-2nd", "tied 1st-2nd", "3rd"]
+    assert out["reference"].to_list() == [False, False, False]  # the median is no encoder

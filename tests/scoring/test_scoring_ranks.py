@@ -81,3 +81,39 @@ def test_compare_ties_are_not_discordant():
 def test_compare_length_mismatch():
     with pytest.raises(ValueError, match="names"):
         compare(["a", "b"], [0.1, 0.2, 0.3], [1.0, 2.0])
+
+
+def test_ordinal_english_suffixes():
+    from crs.scoring.ranks import ordinal
+
+    got = [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)]
+    assert got == ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th",
+                   "112th"]
+
+
+def _slow_tie_group(lo, hi):
+    """The places 1..n a replicate rank in [lo, hi] can be read as, by enumeration."""
+    if lo != lo or hi != hi:
+        return None
+    places = [p for p in range(1, 20) if p - 1 < hi and p + 1 > lo]  # place p covers ranks (p-1, p+1)
+    names = {1: "1st", 2: "2nd", 3: "3rd"}
+    name = [names.get(p, f"{p}th") for p in places]
+    return name[0] if len(places) == 1 else f"tied {name[0]}-{name[-1]}"
+
+
+@given(st.integers(2, 18).flatmap(lambda hi2: st.tuples(st.integers(2, hi2), st.just(hi2))))
+def test_tie_group_matches_enumeration(halves):
+    from crs.scoring.ranks import tie_group
+
+    lo, hi = halves[0] / 2, halves[1] / 2  # ranks are whole or halves (average ranks of ties)
+    assert tie_group(lo, hi) == _slow_tie_group(lo, hi)
+
+
+def test_tie_group_examples_and_no_interval():
+    from crs.scoring.ranks import tie_group
+
+    assert tie_group(1.0, 1.0) == "1st"
+    assert tie_group(1.0, 2.0) == "tied 1st-2nd"
+    assert tie_group(1.5, 1.5) == "tied 1st-2nd"  # every replicate ties two encoders for the top
+    assert tie_group(2.0, 4.0) == "tied 2nd-4th"
+    assert tie_group(float("nan"), float("nan")) is None

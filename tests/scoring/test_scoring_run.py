@@ -13,14 +13,15 @@ from crs.scoring.axes import AXES
 
 QUALITY = {"enc_a": 0.92, "enc_b": 0.85, "enc_c": 0.78}
 ENCODER_COLUMNS = [
-    "encoder", "auroc", "auroc_rank", "crs", "crs_rank", "crs_low", "crs_high",
-    "rank_low", "rank_high", "p_rank1", "tier",
+    "encoder", "auroc", "auroc_rank", "crs", "crs_rank", "reference", "crs_low", "crs_high",
+    "crs_diff", "crs_diff_low", "crs_diff_high", "rank_low", "rank_high", "tie_group", "p_rank1", "tier",
     "discrimination", "calibration", "label_efficiency", "robustness",
     "q_discrimination", "q_calibration", "q_label_efficiency", "q_robustness",
     "dominance", "balance", "worst_axis",
     *[f"{a}_{end}" for a in AXES for end in ("low", "high")],
     *[f"q_{a}_{end}" for a in AXES for end in ("low", "high")],
     "pareto",
+    "revision", "licence", "gated", "parameters", "gflops", "width", "images_per_s", "device",
 ]  # fmt: skip
 
 
@@ -66,6 +67,15 @@ def test_named_reference(records):
     assert [c[f"q_{a}"] for a in AXES] == [0.0] * 4
     assert (c["balance"], c["worst_axis"]) == pytest.approx((0.5, 0.5))
     assert s.settings["reference"] == "enc_c"
+    # the reference is the zero point of the scale: no CRS or q interval, its difference to the leader kept
+    assert s.encoders["reference"].to_list() == [e == "enc_c" for e in s.encoders["encoder"]]
+    assert c["crs_low"] is None and c["crs_high"] is None and c["q_robustness_low"] is None
+    assert c["crs_diff_low"] <= c["crs_diff"] <= c["crs_diff_high"] < 0  # clearly behind the leader
+    out = s.to_json()["encoders"]
+    assert [e["crs_low"] is None for e in out] == [e["encoder"] == "enc_c" for e in out]
+    for r in s.encoders.iter_rows(named=True):  # the tier: the difference interval contains 0
+        assert r["tier"] == (r["crs_diff_low"] <= 0 <= r["crs_diff_high"])
+        assert r["tie_group"] in ("1st", "2nd", "3rd") or r["tie_group"].startswith("tied ")
 
 
 def test_settings_and_json(scores, tmp_path):
@@ -75,16 +85,20 @@ def test_settings_and_json(scores, tmp_path):
     assert st["weights"] == pytest.approx(
         {"dominance": 1 / 3, "balance": 1 / 3, "worst_axis": 1 / 3}
     )
-    assert st["bootstrap"] == {"n": 200, "unit": "seed", "seed": 1, "confidence": 0.95}
+    # the default unit is 'both'; without a store it falls back to seeds and says so
+    assert st["bootstrap"] == {"n": 200, "unit": "seed", "seed": 1, "confidence": 0.95, "requested_unit": "both"}
+    assert any("bootstrap unit 'both' needs the stored test probabilities" in w for w in st["warnings"])
     assert st["seeds"] == [0, 1, 2]
     assert st["fractions"] == [0.1, 0.5, 1.0]
     assert st["datasets"] == ["d1", "d2"]
     assert st["excluded"] == {"encoders": [], "datasets": []}
     out = scores.to_json()
     assert set(out) == {
-        "generation", "tables", "settings", "rank_comparison", "encoders", "per_dataset", "pareto",
-        "weight_sensitivity", "calibration_under_shift",
+        "generation", "tables", "provenance", "settings", "verdict", "rank_comparison", "encoders", "per_dataset",
+        "pareto", "weight_sensitivity", "calibration_under_shift",
     }  # fmt: skip
+    assert out["provenance"]["settings"] == out["settings"]
+    assert {"crs_bench", "git_commit", "created", "python", "libraries"} <= set(out["provenance"])
     assert out["pareto"]["overall"] == ["enc_a"]  # enc_a is best on every axis here
     assert out["weight_sensitivity"][0]["encoder"] == "enc_a"
     assert out["weight_sensitivity"][0]["share"] == 1.0
@@ -103,7 +117,8 @@ def test_same_seed_same_scores(records):
     b = score(records, n_bootstrap=50, seed=4)
     assert a.encoders.equals(b.encoders)
     assert a.generation != b.generation  # two runs are two sets, even with equal numbers
-    assert {**a.to_json(), "generation": None} == {**b.to_json(), "generation": None}
+    same = [{**s.to_json(), "generation": None, "provenance": {**s.provenance, "created": None}} for s in (a, b)]
+    assert same[0] == same[1]
 
 
 def test_write(scores, tmp_path):

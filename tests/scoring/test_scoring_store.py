@@ -61,6 +61,9 @@ def test_image_draw_is_paired_across_encoders(make_store, tmp_path):
     row = {r["encoder"]: r for r in s.encoders.iter_rows(named=True)}
     assert row["a"]["crs_low"] == row["twin"]["crs_low"]
     assert row["a"]["crs_high"] == row["twin"]["crs_high"]
+    lead, other = sorted(("a", "twin"), key=lambda e: -row[e]["crs_diff"])  # the leader's difference is 0
+    assert row[lead]["crs_diff"] == 0 and row[other]["crs_diff"] == 0
+    assert row[other]["crs_diff_low"] == row[other]["crs_diff_high"] == 0.0  # equal in every replicate
 
 
 def test_falls_back_to_seeds_without_store(built):
@@ -167,3 +170,58 @@ def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, m
     labels[0] = 7
     with pytest.raises(UserError, match="stored labels of dataset 'd1'.*damaged.*crs store verify"):
         score(records, n_bootstrap=5, store=store)
+
+
+def test_default_unit_is_both(built):
+    store, records = built
+    s = score(records, store=store, n_bootstrap=20)
+    assert s.settings["bootstrap"]["unit"] == "both"
+    assert "requested_unit" not in s.settings["bootstrap"]
+
+
+class _Provenanced:
+    """A store stand-in whose clean embeddings of 'a' carry the extraction's provenance (contract keys)."""
+
+    def __init__(self, nested: bool):
+        self.nested = nested
+
+    def embedding_attrs(self, dataset, encoder, condition):
+        if (dataset, encoder, condition) != ("d1", "a", "clean"):
+            raise KeyError(f"{dataset}/{encoder}/{condition}")
+        p = {
+            "encoder_spec": {"name": "a", "licence": "apache-2.0", "gated": True, "width": 768},
+            "revision": "main",
+            "weights": {"source": "hf", "revision_requested": None, "revision_loaded": "abc123",
+                        "weights_sha256": None},
+            "cost": {"parameters": 86_000_000, "flops_per_image": 17_500_000_000, "width": 768, "input_size": 224,
+                     "images_per_s": 410.5, "device": "cuda:0 NVIDIA H200"},
+        }  # fmt: skip
+        return {"provenance": p, "complete": True} if self.nested else {**p, "complete": True}
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_encoder_metadata_from_the_clean_embeddings(nested):
+    from crs.scoring.run import encoder_metadata
+
+    got = {r["encoder"]: r for r in encoder_metadata(_Provenanced(nested), ["a", "b"], ["d1"]).iter_rows(named=True)}
+    assert got["a"] == {"encoder": "a", "revision": "abc123", "licence": "apache-2.0", "gated": True,
+                        "parameters": 86_000_000, "gflops": pytest.approx(17.5), "width": 768,
+                        "images_per_s": 410.5, "device": "cuda:0 NVIDIA H200"}  # fmt: skip
+    assert all(v is None for k, v in got["b"].items() if k != "encoder")  # none stored: nulls, no error
+
+
+def test_encoder_metadata_revision_falls_back_to_the_weights_digest_then_the_requested_revision():
+    from crs.scoring.run import _metadata_of
+
+    assert _metadata_of({"weights": {"revision_loaded": None, "weights_sha256": "ff00"}})["revision"] == "sha256:ff00"
+    assert _metadata_of({"revision": "v1.0", "weights": {}})["revision"] == "v1.0"  # a store older than "weights"
+    assert _metadata_of({}) == dict.fromkeys(_metadata_of({}), None)
+    odd = _metadata_of({"cost": {"parameters": "many", "width": True, "images_per_s": 3, "device": 0}})
+    assert (odd["parameters"], odd["width"], odd["images_per_s"], odd["device"]) == (None, None, 3.0, None)
+
+
+def test_scores_without_embeddings_in_the_store_have_null_metadata(built):
+    store, records = built  # probabilities only, no embeddings
+    enc = score(records, store=store, bootstrap_unit="seed", n_bootstrap=5).encoders
+    assert enc.select("revision", "licence", "gated", "parameters", "gflops", "width", "images_per_s",
+                      "device").null_count().row(0) == (enc.height,) * 8
