@@ -341,7 +341,7 @@ def verdict_sentences(inputs: Inputs) -> tuple[list[str], bool]:
             said = [str(x) for x in sentences(inputs.verdict)]
             if said:
                 return said, True
-        except (ImportError, KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             inputs.notes.append(f"the score's verdict could not be read ({type(exc).__name__}: {exc}); the "
                                 "verdict above is built from the leaderboard")
     return fallback_sentences(inputs), False

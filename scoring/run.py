@@ -18,7 +18,7 @@ from crs import provenance
 from crs.errors import BadInput, CrsError
 from crs.names import VALIDATION
 from crs.scoring import crs as core
-from crs.scoring import analysis, scoreset
+from crs.scoring import analysis, scoreset, verdict
 from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
 from crs.scoring.bootstrap import (
     CONFIDENCE,
@@ -64,7 +64,7 @@ class Scores:
     # the id of the set these scores are written as (crs.scoring.scoreset)
     generation: str = field(default_factory=scoreset.new_generation)
     provenance: dict = field(default_factory=dict)  # crs.provenance.collect(settings)
-    verdict: dict | None = None  # crs.scoring.verdict.build(...), None where that module is absent
+    verdict: dict | None = None  # crs.scoring.verdict.build(...)
 
     def to_json(self) -> dict:
         """Settings, rank comparison, the encoder and per-dataset tables and the comparisons (NaN -> None)."""
@@ -238,7 +238,7 @@ def score(
         rank_comparison=compare(encoders, auroc, point.crs),
         axes_by_seed=by_seed,
         provenance=provenance.collect(settings),
-        verdict=_verdict(table, tables["weight_leaders"], tables["weight_grid"], settings),
+        verdict=verdict.build(table, tables["weight_leaders"], tables["weight_grid"], settings),
         **tables,
     )
 
@@ -499,16 +499,6 @@ def _as(kind, value):
     if value is None or not isinstance(value, fits) or (kind is not bool and isinstance(value, bool)):
         return None
     return kind(value)
-
-
-def _verdict(encoders: pl.DataFrame, weight_leaders: pl.DataFrame, weight_grid: pl.DataFrame,
-             settings: dict) -> dict | None:
-    """``crs.scoring.verdict.build`` where that module exists (it is written on another branch)."""
-    try:
-        from crs.scoring import verdict
-    except ImportError:
-        return None
-    return verdict.build(encoders, weight_leaders, weight_grid, settings)
 
 
 def _per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame) -> pl.DataFrame:
