@@ -33,7 +33,7 @@ from crs.errors import BadInput, UserError, user_os_error
 __all__ = ["BadInput", "app", "main"]
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=False, rich_markup_mode=None,
     no_args_is_help=True,
     help="CRS-Bench: which pretrained medical image encoder to build on. "
     "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs run CONFIG.toml` runs them all (and the report) "
@@ -248,6 +248,7 @@ def probe_cmd(
 
     encoders = list(given.pop(("encoders", "names"), ()))
     datasets = list(given.pop(("datasets", "names"), ()))
+    _note(locate_outputs(given, "store"), quiet or as_json)
     cfg = options.to_config(given)
     pairs = stages.probe_pairs(cfg.store, encoders, datasets, every=all_)
     t0 = time.perf_counter()
@@ -276,6 +277,62 @@ def warn_not_converged(summaries) -> None:
         where = ", ".join(f"{e} × {d}: {n}" for e, d, n in mlp)
         err.print(f"[yellow]warning[/]: chosen MLP probes that used every step without their largest gradient "
                   f"component reaching the tolerance ({where}); their rows have converged = false in the run records", soft_wrap=True)
+
+
+# ------------------------------------------------- where the outputs are
+def _has_records(results: Path) -> bool:
+    return any((results / "run_records").glob("*.parquet"))
+
+
+def _is_store(path: Path) -> bool:
+    return (path / "zarr.json").is_file()
+
+
+def demo_folders(here: Path) -> list[Path]:
+    """The folders directly under ``here`` laid out as `crs demo --out` lays them out: store.zarr, results
+    (with run records) and report side by side."""
+    try:
+        subs = sorted(p for p in here.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    return [p for p in subs if _is_store(p / "store.zarr") or _has_records(p / "results")]
+
+
+def locate_outputs(given: dict, need: str, here: Path = Path(".")) -> str | None:
+    """Fill in --store and --results from a demo folder in ``here`` when the command needs what the defaults
+    do not hold (``need``: "store" for probe, "results" for score and report) and the user named neither.
+
+    Returns a note naming the folder used (None when the defaults or the given paths stand). Where no
+    folder or several qualify, the defaults stand and the stage's own error says what is missing; the
+    message of `records.read` names where `crs demo` keeps its outputs."""
+    defaults = cfgmod.Config()
+    if need == "store":
+        if ("store",) in given or _is_store(Path(defaults.store)):
+            return None
+        found = [f for f in demo_folders(here) if _is_store(f / "store.zarr")]
+    else:
+        if ("results",) in given or _has_records(Path(defaults.results)):
+            return None
+        found = [f for f in demo_folders(here) if _has_records(f / "results")]
+    if len(found) != 1:
+        if len(found) > 1:
+            raise BadInput(f"{defaults.store if need == 'store' else defaults.results} holds no {need} and "
+                           f"several folders here hold one: {', '.join(str(f) for f in found)}; pick one with "
+                           f"--store DIR/store.zarr --results DIR/results")
+        return None
+    folder = found[0]
+    given.setdefault(("results",), str(folder / "results"))
+    if _is_store(folder / "store.zarr"):
+        given.setdefault(("store",), str(folder / "store.zarr"))
+    what = f"store {defaults.store}" if need == "store" else f"results folder {defaults.results}"
+    return (f"using the `crs demo` outputs in {folder} (store {given.get(('store',), defaults.store)}, results "
+            f"{given[('results',)]}): the default {what} holds no {'store' if need == 'store' else 'run records'}; "
+            "pass --store and --results to choose")
+
+
+def _note(text: str | None, quiet: bool) -> None:
+    if text and not quiet:
+        err.print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)
 
 
 # -------------------------------------------------------------------- score
@@ -340,6 +397,7 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
     """Compute the four axes, CRS v1, AUROC-vs-CRS ranks and the paired bootstrap from the run records."""
     from crs import stages
 
+    _note(locate_outputs(given, "results"), quiet or as_json)
     cfg = options.to_config(given)
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
@@ -363,6 +421,10 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     --store: the store to read reliability bins from when `crs score` ran without one."""
     from crs import stages
 
+    note = locate_outputs(given, "results")
+    if note and ("report", "out") not in given:  # beside the demo's store and results, where the demo put its own
+        given[("report", "out")] = str(Path(given[("results",)]).parent / "report")
+    _note(note, quiet or as_json)
     cfg = options.to_config(given)
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
         progress.add_task("report", total=None)  # the stage reports no steps: the display shows the time taken
@@ -399,6 +461,26 @@ def demo_cmd(
     result = _run_stages(cfg, quiet=quiet or as_json, source="built-in demo config",
                          store_hint="for `crs demo`: pass a new --out folder, or the --size it was made with")
     _print_run(result, "built-in demo config", as_json=as_json, quiet=quiet, verbose=verbose)
+    if not (quiet or as_json):
+        out.print(demo_next(out_dir, cfg.report.enabled), highlight=False, soft_wrap=True)
+
+
+def demo_next(out_dir: Path, report: bool = True) -> str:
+    """Where `crs demo --out OUT_DIR` put its outputs, and the commands to run next in the same folder."""
+    store, results = out_dir / "store.zarr", out_dir / "results"
+    paths = f"store {store}, results {results}" + (f", report {out_dir / 'report'}" if report else "")
+    default = Path("./crs-demo")
+    # `crs probe`, `crs score` and `crs report` find the demo's folder in the current one (``locate_outputs``);
+    # a folder of another name is named explicitly
+    where = "" if out_dir == default else f" --store {store} --results {results}"
+    there = "" if out_dir == default else f" --results {results} --store {store}"
+    return (f"the demo's outputs: {paths}\n"
+            "next, from this folder:\n"
+            f"  crs score{there} --bootstrap 2000      # score again (other settings: crs score --help)\n"
+            f"  crs probe --all{where} --head mlp       # MLP probes beside the linear ones\n"
+            f"  crs report{there}" + ("" if out_dir == default else f" --out {out_dir / 'report'}")
+            + "                    # the HTML page again\n"
+            "  crs run --print-default > bench.toml   # a config of your own to edit, then: crs run bench.toml")
 
 
 @app.command("encoders")
@@ -530,7 +612,8 @@ LABEL_CHECK = "check_labels"
 @stage_command("check", CHECK, group=datasets_app)
 def datasets_check_cmd(
     given: dict,
-    name: Annotated[str, typer.Argument(help="Dataset name (isic2019, aptos2019, chexpert, mimic-cxr, csv:PATH).")],
+    name: Annotated[str, typer.Argument(help="Dataset name (isic2019, aptos2019, chexpert, mimic-cxr, csv:PATH).",
+                                        metavar="NAME")],
     all_: Annotated[bool, typer.Option("--all", help="Decode every image, not a sample.")] = False,
     sample: Annotated[int, typer.Option(help="Images decoded when --all is not given.")] = 200,
     as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
@@ -654,7 +737,8 @@ app.add_typer(store_app, name="store")
 
 @store_app.command("verify")
 def store_verify_cmd(
-    path: Annotated[str, typer.Argument(help="The store: a path or an fsspec URL.", show_default=False)],
+    path: Annotated[str, typer.Argument(help="The store: a path or an fsspec URL.", show_default=False,
+                                        metavar="PATH")],
     repair: Annotated[bool, typer.Option("--repair", help="Also repair what can be repaired in place (what "
                                          "cannot is listed with the command that recomputes it).")] = False,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,

@@ -82,7 +82,9 @@ def read(results):
 
     files = sorted(records_dir(results).glob("*.parquet"))
     if not files:
-        raise MissingRunRecords(f"no run records under {records_dir(results)}; run `crs probe --all` first")
+        raise MissingRunRecords(f"no run records under {records_dir(results)}; run `crs probe --all` first, or "
+                                "pass --results with the folder that holds them (`crs demo` keeps its own in "
+                                "crs-demo/results, or OUT/results with --out OUT)")
     return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
 
 
