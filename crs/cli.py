@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -336,36 +337,108 @@ def _note(text: str | None, quiet: bool) -> None:
 
 
 # -------------------------------------------------------------------- score
+def _is_reference(row: dict, reference: str | None) -> bool:
+    """The scores' ``reference`` column where the scoring writes one, else the settings' reference name."""
+    flag = row.get("reference")
+    return bool(flag) if flag is not None else row["encoder"] == reference
+
+
+def _number(x) -> bool:
+    return x is not None and x == x  # NaN or null: no number (a test split too small for the image bootstrap)
+
+
+def interval_text(lo, hi, signed: bool = False) -> str:
+    if not (_number(lo) and _number(hi)):
+        return "n/a"
+    f = "{:+.1f}" if signed else "{:.1f}"
+    return f"[{f.format(lo)}, {f.format(hi)}]"
+
+
+def leaderboard_rows(encoders: list[dict], reference: str | None) -> list[dict]:
+    """The leaderboard's cells (strings) for each row of the scores' encoders table, in its order.
+
+    The reference scores 50 by construction (the zero point of the scale): "50.0 (reference)", no
+    interval. Rank: the tie group where the scoring gives one ("tied 1st-2nd"), else the rank. Against
+    the leader: the paired CRS difference and its 95 % interval, where the scoring gives them."""
+    rows = []
+    for r in encoders:
+        ref = _is_reference(r, reference)
+        diff = r.get("crs_diff")
+        if not _number(diff):
+            versus = ""
+        elif diff == 0 and r.get("crs_diff_low") == 0 and r.get("crs_diff_high") == 0:
+            versus = "leader"
+        else:
+            versus = f"{diff:+.1f} {interval_text(r.get('crs_diff_low'), r.get('crs_diff_high'), signed=True)}"
+        rows.append({
+            "rank": r.get("tie_group") or f"{r['crs_rank']:g}",
+            "encoder": r["encoder"],
+            "CRS": f"{r['crs']:.1f} (reference)" if ref else f"{r['crs']:.1f}",
+            "95% interval": "" if ref else interval_text(r.get("crs_low"), r.get("crs_high")),
+            "tier": "no tier" if r.get("tier") is None else "★" if r["tier"] else "",
+            "vs leader": versus,
+            "AUROC": f"{r['auroc']:.3f}", "AUROC rank": f"{r['auroc_rank']:g}",
+            "C": f"{r['calibration']:.3f}", "L": f"{r['label_efficiency']:.3f}", "R": f"{r['robustness']:.3f}",
+            "GFLOPs": f"{r['gflops']:.3g}" if _number(r.get("gflops")) else "",
+            "images/s": f"{r['images_per_s']:.0f}" if _number(r.get("images_per_s")) else "",
+        })
+    return rows
+
+
+LEFT = {"encoder"}
+CENTER = {"95% interval", "tier"}
+
+
 def leaderboard(scores) -> Table:
     t = Table(title="CRS leaderboard (overall, comparison set)", title_justify="left")
-    for col, just in (("rank", "right"), ("encoder", "left"), ("CRS", "right"), ("95% interval", "center"),
-                      ("tier", "center"), ("AUROC", "right"), ("AUROC rank", "right"),
-                      ("C", "right"), ("L", "right"), ("R", "right")):
-        t.add_column(col, justify=just, no_wrap=True)
-    def interval(lo, hi) -> str:  # NaN or null: no interval (a test split too small for the image bootstrap)
-        return "n/a" if lo is None or hi is None or lo != lo or hi != hi else f"[{lo:.1f}, {hi:.1f}]"
-
-    for row in scores.encoders.iter_rows(named=True):
-        tier = "no tier" if row["tier"] is None else "★" if row["tier"] else ""
-        t.add_row(
-            f"{row['crs_rank']:g}", row["encoder"], f"{row['crs']:.1f}", interval(row["crs_low"], row["crs_high"]),
-            tier, f"{row['auroc']:.3f}", f"{row['auroc_rank']:g}",
-            f"{row['calibration']:.3f}", f"{row['label_efficiency']:.3f}",
-            f"{row['robustness']:.3f}",
-        )
+    rows = leaderboard_rows(scores.encoders.to_dicts(), scores.settings.get("reference"))
+    # a column the scores do not fill (no leader difference or cost recorded) is left out, not shown empty
+    cols = [c for c in (rows[0] if rows else {}) if c not in ("vs leader", "GFLOPs", "images/s")
+            or any(r[c] for r in rows)]
+    for col in cols:
+        t.add_column(col, justify="left" if col in LEFT else "center" if col in CENTER else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*(r[c] for c in cols))
     return t
+
+
+def scale_note(reference: str | None) -> str:
+    return (f"CRS 50 = the reference encoder ({reference}), by construction: an encoder equal to it on every axis "
+            "scores 50, one better on balance scores above, one worse below.")
+
+
+def verdict_lines(scores_json: dict) -> list[str]:
+    """The verdict in sentences (``crs.scoring.verdict.sentences``), where the scoring has one."""
+    try:
+        from crs.scoring import verdict
+    except ImportError:
+        return []
+    v = scores_json.get("verdict")
+    if not v:
+        return []
+    try:
+        return list(verdict.sentences(v))
+    except (KeyError, AttributeError):  # a verdict of another shape than this sentences() reads (before merge)
+        return []
 
 
 def print_scores(scores, results):
     s = scores.settings
     rc = scores.rank_comparison
     out.print(leaderboard(scores))
+    out.print(scale_note(s.get("reference")), highlight=False, soft_wrap=True)
     w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
     out.print(f"AUROC = D (discrimination); C calibration, L label efficiency, R robustness (seed means over "
               f"{', '.join(s['datasets'])}).\n★ = leading tier (paired {s['bootstrap']['unit']} bootstrap, "
-              f"B={s['bootstrap']['n']}); reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")
+              f"B={s['bootstrap']['n']}); "
+              + ("vs leader: paired CRS difference to the leader [95% interval]; "
+                 if "crs_diff" in scores.encoders.columns else "")
+              + f"reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")
     out.print(f"AUROC vs CRS: {rc['discordant_pairs']} of {rc['pairs']} pairs reversed, mean |rank shift| "
               f"{rc['mean_abs_rank_shift']:.2f}, Kendall tau-b {rc['kendall_tau_b']:.2f}")
+    lines = verdict_lines(scores.to_json())
+    if lines:
+        out.print("Verdict: " + " ".join(lines), markup=False, highlight=False, soft_wrap=True)
     out.print(f"scores written to {Path(results) / 'scores'} (Parquet, CSV, JSON)")
 
 
@@ -470,15 +543,16 @@ def demo_next(out_dir: Path, report: bool = True) -> str:
     store, results = out_dir / "store.zarr", out_dir / "results"
     paths = f"store {store}, results {results}" + (f", report {out_dir / 'report'}" if report else "")
     default = Path("./crs-demo")
+    q = shlex.quote
     # `crs probe`, `crs score` and `crs report` find the demo's folder in the current one (``locate_outputs``);
     # a folder of another name is named explicitly
-    where = "" if out_dir == default else f" --store {store} --results {results}"
-    there = "" if out_dir == default else f" --results {results} --store {store}"
+    where = "" if out_dir == default else f" --store {q(str(store))} --results {q(str(results))}"
+    there = "" if out_dir == default else f" --results {q(str(results))} --store {q(str(store))}"
     return (f"the demo's outputs: {paths}\n"
             "next, from this folder:\n"
             f"  crs score{there} --bootstrap 2000      # score again (other settings: crs score --help)\n"
             f"  crs probe --all{where} --head mlp       # MLP probes beside the linear ones\n"
-            f"  crs report{there}" + ("" if out_dir == default else f" --out {out_dir / 'report'}")
+            f"  crs report{there}" + ("" if out_dir == default else f" --out {q(str(out_dir / 'report'))}")
             + "                    # the HTML page again\n"
             "  crs run --print-default > bench.toml   # a config of your own to edit, then: crs run bench.toml")
 
@@ -511,9 +585,15 @@ def encoders_cmd(
                   "terms on the model page, then set HF_TOKEN.")
 
 
-@app.command("perturbations")
+PERTURBATIONS = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"),
+                 ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
+                 ("datasets", "allow_absolute_paths")]
+
+
 def perturbations_cmd(
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset whose modality suite to draw.")] = None,
+    given: dict,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset whose modality suite to draw "
+                                                   "(`crs datasets`; a real one with --root DIR).")] = None,
     out_path: Annotated[Optional[Path], typer.Option("--out", help="PNG to write the grid to.")] = None,
     row: Annotated[int, typer.Option(help="Which image of the dataset to draw (row of its table).")] = 0,
     table: Annotated[bool, typer.Option("--table", help="Print the severity table (Markdown) and exit.")] = False,
@@ -522,43 +602,51 @@ def perturbations_cmd(
     """Draw every perturbation of a dataset's suite at every severity on one image (a PNG grid)."""
     from crs.extract import perturb
 
-    with friendly_errors(verbose):
-        if table:
-            if as_json:
-                print(json.dumps({"severity": {k: {"parameter": p, "values": list(v), "meaning": m}
-                                               for k, (p, v, m) in perturb.SEVERITY.items()},
-                                  "suites": {k: list(v) for k, v in perturb.SUITES.items()}}))
-            else:
-                print(perturb.table_markdown())
-            return
-        if dataset is None or out_path is None:
-            raise BadInput("pass --dataset NAME and --out grid.png (or --table)")
-        from crs.extract import datasets as dsreg
-
-        if dataset not in dsreg.names():
-            raise BadInput(f"unknown dataset {dataset!r}; valid datasets: {', '.join(dsreg.names())}")
-        import numpy as np
-        import torch
-
-        ds = dsreg.get(dataset)
-        n = len(ds.table().ids)
-        if not 0 <= row < n:
-            raise BadInput(f"--row must be in 0..{n - 1}, not {row}")
-        modality = ds.modality
-        if modality is None:
-            raise BadInput(f"dataset {dataset!r} has no modality, so no perturbation suite")
-        img = ds.load_image(row)
-        x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div(255)
-        canvas = perturb.grid(x, str(ds.table().ids[row]), modality)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        canvas.save(out_path)
-        families = perturb.suite(modality)
+    if table:
         if as_json:
-            print(json.dumps({"out": str(out_path), "dataset": dataset, "modality": modality,
-                              "families": list(families), "severities": list(perturb.SEVERITIES)}))
-        elif not quiet:
-            out.print(f"{dataset} ({modality}): {len(families)} families x {len(perturb.SEVERITIES)} severities "
-                      f"drawn on image {ds.table().ids[row]} -> {out_path}")
+            print(json.dumps({"severity": {k: {"parameter": p, "values": list(v), "meaning": m}
+                                           for k, (p, v, m) in perturb.SEVERITY.items()},
+                              "suites": {k: list(v) for k, v in perturb.SUITES.items()}}))
+        else:
+            print(perturb.table_markdown())
+        return
+    if dataset is None or out_path is None:
+        raise BadInput("pass --dataset NAME and --out grid.png (or --table); a real dataset also needs --root DIR")
+    from crs import stages
+    from crs.extract import datasets as dsreg
+    from crs.stages.steps import dataset_options
+
+    stages.check_dataset_names([dataset])
+    given[("datasets", "roots")] = stages.parse_roots(given.pop(("datasets", "roots"), None), [dataset])
+    cfg = options.to_config(given)
+    # read as `crs extract` reads it (its options, its split), so the image drawn is the one extraction embeds
+    ds = dsreg.get(dataset, size=cfg.datasets.size, seed=0 if dataset in dsreg.BUILTIN else cfg.datasets.split_seed,
+                   **dataset_options(cfg))
+    ids = ds.table().ids
+    if not 0 <= row < len(ids):
+        raise BadInput(f"--row must be in 0..{len(ids) - 1}, not {row}")
+    modality = ds.modality
+    if modality is None:
+        raise BadInput(f"dataset {dataset!r} has no modality, so no perturbation suite; pass --modality")
+    import numpy as np
+    import torch
+
+    img = ds.load_image(row)
+    x = torch.from_numpy(np.array(img, copy=True)).permute(2, 0, 1).float().div(255)  # a writable copy
+    canvas = perturb.grid(x, str(ids[row]), modality)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    canvas.save(out_path)
+    families = perturb.suite(modality)
+    if as_json:
+        print(json.dumps({"out": str(out_path), "dataset": dataset, "modality": modality,
+                          "families": list(families), "severities": list(perturb.SEVERITIES)}))
+    elif not quiet:
+        out.print(f"{dataset} ({modality}): {len(families)} families x {len(perturb.SEVERITIES)} severities "
+                  f"drawn on image {ids[row]} -> {out_path}", highlight=False)
+
+
+# a tool with the dataset options of `crs extract` (one schema), not a stage of the pipeline
+stage_command("perturbations", PERTURBATIONS, group=app)(perturbations_cmd)
 
 
 datasets_app = typer.Typer(help="List the datasets; `crs datasets check NAME --root DIR` validates a folder.")
