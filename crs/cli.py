@@ -497,6 +497,12 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     note = locate_outputs(given, "results")
     if note and ("report", "out") not in given:  # beside the demo's store and results, where the demo put its own
         given[("report", "out")] = str(Path(given[("results",)]).parent / "report")
+    default = Path(cfgmod.Config().results)
+    if ("results",) not in given and not (default / "scores" / "scores.json").is_file():
+        from crs.records import ELSEWHERE
+
+        raise BadInput(f"no scores under {default / 'scores'} (the default --results); run `crs score` first, or "
+                       f"{ELSEWHERE}")
     _note(note, quiet or as_json)
     cfg = options.to_config(given)
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
