@@ -126,18 +126,26 @@ def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval, un
         return prog.LineProgress(interval, lambda line: err.print(line, markup=False, highlight=False,
                                                                    soft_wrap=True), unit=unit)
 
+    class Count(MofNCompleteColumn):
+        def render(self, task):  # a step without a count (scoring, the report) shows its time alone
+            return Text("") if task.total is None else super().render(task)
+
     class Rate(ProgressColumn):
         def render(self, task):
+            if task.total is None:
+                return Text("")
             return Text(prog.rate_text(prog.average_rate(task.completed, task.elapsed or 0),
                                        task.fields.get("unit") or unit))
 
     class Left(ProgressColumn):
         def render(self, task):
+            if task.total is None:
+                return Text("")
             left = prog.time_left(task.completed, task.total, task.elapsed or 0)
             return Text("-:--:--" if left is None or task.finished else prog.clock(left), style="progress.remaining")
 
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
+        TextColumn("[bold]{task.description}"), BarColumn(), Count(), Rate(),
         TimeElapsedColumn(), Left(), console=err, disable=quiet,
     )
 
