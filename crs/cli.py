@@ -308,12 +308,13 @@ def demo_folders(here: Path) -> list[Path]:
 
 
 def locate_outputs(given: dict, need: str, here: Path = Path(".")) -> str | None:
-    """Fill in --store and --results from a demo folder in ``here`` when the command needs what the defaults
-    do not hold (``need``: "store" for probe, "results" for score and report) and the user named neither.
+    """Fill in --store and --results from a `crs demo` folder in ``here`` when the command needs what the
+    defaults do not hold (``need``: "store" for probe, "results" for score and report) and the user did not
+    name it; a path the user named stands.
 
-    Returns a note naming the folder used (None when the defaults or the given paths stand). Where no
-    folder or several qualify, the defaults stand and the stage's own error says what is missing; the
-    message of `records.read` names where `crs demo` keeps its outputs."""
+    Returns a note naming the folder used, or None where the defaults or the given paths stand. Where no
+    folder qualifies the defaults stand, and the stage's own error names what is missing and where the demo
+    keeps its outputs (``records.ELSEWHERE``); where several do, BadInput lists them."""
     defaults = cfgmod.Config()
     if need == "store":
         if ("store",) in given or _is_store(Path(defaults.store)):
@@ -325,9 +326,10 @@ def locate_outputs(given: dict, need: str, here: Path = Path(".")) -> str | None
         found = [f for f in demo_folders(here) if _has_records(f / "results")]
     if len(found) != 1:
         if len(found) > 1:
-            raise BadInput(f"{defaults.store if need == 'store' else defaults.results} holds no {need} and "
-                           f"several folders here hold one: {', '.join(str(f) for f in found)}; pick one with "
-                           f"--store DIR/store.zarr --results DIR/results")
+            raise BadInput(f"{defaults.store if need == 'store' else defaults.results} holds no "
+                           f"{'store' if need == 'store' else 'run records'} and several folders here hold the "
+                           f"outputs of `crs demo`: {', '.join(str(f) for f in found)}; pick one with "
+                           "--store DIR/store.zarr --results DIR/results")
         return None
     folder = found[0]
     given.setdefault(("results",), str(folder / "results"))
@@ -374,7 +376,7 @@ def leaderboard_rows(encoders: list[dict], reference: str | None) -> list[dict]:
         diff = r.get("crs_diff")
         if not _number(diff):
             versus = ""
-        elif diff == 0 and r.get("crs_diff_low") == 0 and r.get("crs_diff_high") == 0:
+        elif diff == 0 and all(not _number(r.get(k)) or r[k] == 0 for k in ("crs_diff_low", "crs_diff_high")):
             versus = "leader"
         else:
             versus = f"{diff:+.1f} {interval_text(r.get('crs_diff_low'), r.get('crs_diff_high'), signed=True)}"

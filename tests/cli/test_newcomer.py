@@ -76,7 +76,7 @@ def test_the_defaults_win_and_two_demo_folders_are_refused(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     _demo_folder(tmp_path, "crs-demo")
     _demo_folder(tmp_path, "other", store=False)
-    with pytest.raises(BadInput, match="several folders here hold one: crs-demo, other"):
+    with pytest.raises(BadInput, match="several folders here hold the outputs of `crs demo`: crs-demo, other"):
         cli.locate_outputs({}, "results")
     assert cli.locate_outputs(given := {}, "store") is not None and given[("store",)] == "crs-demo/store.zarr"
     _demo_folder(tmp_path, "crs-results", store=False)  # not a demo layout: ./crs-results/results is absent
@@ -126,6 +126,9 @@ def test_scores_of_before_the_new_columns_still_show():
                                 reference="ref")
     assert rows[0]["CRS"] == "50.0 (reference)" and rows[0]["rank"] == "1"
     assert rows[1]["95% interval"] == "n/a" and rows[1]["vs leader"] == ""
+    rows = cli.leaderboard_rows([_row("a", 52.0, 1, crs_diff=0.0, crs_diff_low=None, crs_diff_high=float("nan")),
+                                 _row("b", 49.0, 2, crs_diff=-3.0, crs_diff_low=None, crs_diff_high=None)], "median")
+    assert [r["vs leader"] for r in rows] == ["leader", "-3.0 n/a"]  # a bootstrap without intervals
 
 
 def test_the_verdict_sentences_come_from_the_scoring(monkeypatch):
