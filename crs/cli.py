@@ -558,19 +558,20 @@ def demo_next(out_dir: Path, report: bool = True) -> str:
     """Where `crs demo --out OUT_DIR` put its outputs, and the commands to run next in the same folder."""
     store, results = out_dir / "store.zarr", out_dir / "results"
     paths = f"store {store}, results {results}" + (f", report {out_dir / 'report'}" if report else "")
-    default = Path("./crs-demo")
-    q = shlex.quote
-    # `crs probe`, `crs score` and `crs report` find the demo's folder in the current one (``locate_outputs``);
-    # a folder of another name is named explicitly
-    where = "" if out_dir == default else f" --store {q(str(store))} --results {q(str(results))}"
-    there = "" if out_dir == default else f" --results {q(str(results))} --store {q(str(store))}"
-    return (f"the demo's outputs: {paths}\n"
-            "next, from this folder:\n"
-            f"  crs score{there} --bootstrap 2000      # score again (other settings: crs score --help)\n"
-            f"  crs probe --all{where} --head mlp       # MLP probes beside the linear ones\n"
-            f"  crs report{there}" + ("" if out_dir == default else f" --out {q(str(out_dir / 'report'))}")
-            + "                    # the HTML page again\n"
-            "  crs run --print-default > bench.toml   # a config of your own to edit, then: crs run bench.toml")
+    defaults, q = cfgmod.Config(), shlex.quote
+    # `crs probe`, `crs score` and `crs report` find the demo's folder in the current one (``locate_outputs``)
+    # while the default store and results folder are absent; otherwise the paths are named
+    found = out_dir == Path("./crs-demo") and not (Path(defaults.store).exists() or Path(defaults.results).exists())
+    where = "" if found else f" --store {q(str(store))} --results {q(str(results))}"
+    there = "" if found else f" --results {q(str(results))} --store {q(str(store))}"
+    steps = [(f"crs score{there} --bootstrap 2000", "score again, other settings: crs score --help"),
+             (f"crs probe --all{where} --head mlp", "MLP probes beside the linear ones"),
+             (f"crs report{there}" + ("" if found else f" --out {q(str(out_dir / 'report'))}"),
+              "the HTML page"),
+             ("crs run --print-default > bench.toml", "a config of your own to edit, then: crs run bench.toml")]
+    width = max(len(c) for c, _ in steps)
+    return "\n".join([f"the demo's outputs: {paths}", "next, from this folder:",
+                      *(f"  {c.ljust(width)}   # {why}" for c, why in steps)])
 
 
 @app.command("encoders")

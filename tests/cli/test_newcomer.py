@@ -86,7 +86,8 @@ def test_the_defaults_win_and_two_demo_folders_are_refused(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("out", [Path("crs-demo"), Path("runs/demo 2")])
-def test_the_commands_the_demo_prints_next_parse(out):
+def test_the_commands_the_demo_prints_next_parse(out, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     text = cli.demo_next(out)
     assert f"store {out / 'store.zarr'}" in text and f"results {out / 'results'}" in text
     commands = [line.split("#")[0].strip() for line in text.splitlines() if line.startswith("  crs ")]
@@ -97,6 +98,8 @@ def test_the_commands_the_demo_prints_next_parse(out):
             assert args[args.index("--results") + 1] == str(out / "results")
         r = runner.invoke(app, [*args, "--help"])  # click parses every option before --help answers
         assert r.exit_code == 0, (c, r.output)
+    (tmp_path / "crs-results").mkdir()  # the defaults would win over the demo's folder: the paths are named
+    assert "crs score --results crs-demo/results --store crs-demo/store.zarr" in cli.demo_next(Path("crs-demo"))
 
 
 def _row(encoder, crs, rank, **kw):
