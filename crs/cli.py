@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -383,33 +384,50 @@ def leaderboard_rows(encoders: list[dict], reference: str | None) -> list[dict]:
         rows.append({
             "rank": r.get("tie_group") or f"{r['crs_rank']:g}",
             "encoder": r["encoder"],
-            "CRS": f"{r['crs']:.1f} (reference)" if ref else f"{r['crs']:.1f}",
-            "95% interval": "" if ref else interval_text(r.get("crs_low"), r.get("crs_high")),
+            "CRS [95% interval]": (f"{r['crs']:.1f} (reference)" if ref else
+                                   f"{r['crs']:.1f} {interval_text(r.get('crs_low'), r.get('crs_high'))}"),
             "tier": "no tier" if r.get("tier") is None else "★" if r["tier"] else "",
             "vs leader": versus,
-            "AUROC": f"{r['auroc']:.3f}", "AUROC rank": f"{r['auroc_rank']:g}",
+            "AUROC": f"{r['auroc']:.3f}", "AUROC\nrank": f"{r['auroc_rank']:g}",
             "C": f"{r['calibration']:.3f}", "L": f"{r['label_efficiency']:.3f}", "R": f"{r['robustness']:.3f}",
-            "GFLOPs": f"{r['gflops']:.3g}" if _number(r.get("gflops")) else "",
-            "images/s": f"{r['images_per_s']:.0f}" if _number(r.get("images_per_s")) else "",
         })
     return rows
 
 
-LEFT = {"encoder"}
-CENTER = {"95% interval", "tier"}
+COST = (("parameters", "parameters", lambda v: f"{v / 1e6:.1f} M"), ("gflops", "GFLOPs/image", "{:.3g}".format),
+        ("width", "width", str), ("images_per_s", "images/s", "{:.0f}".format), ("device", "device", str),
+        ("revision", "revision", lambda v: str(v)[:12]))
+
+
+def cost_rows(encoders: list[dict]) -> list[dict]:
+    """Per encoder what it costs to run and which weights were scored, where the store recorded it; [] where it
+    recorded none (stores written before that was recorded)."""
+    if not any(_present(r.get(k)) for r in encoders for k in ("parameters", "gflops", "images_per_s")):
+        return []
+    cols = [(k, name, fmt) for k, name, fmt in COST if any(_present(r.get(k)) for r in encoders)]
+    return [{"encoder": r["encoder"], **{name: fmt(r[k]) if _present(r.get(k)) else "" for k, name, fmt in cols}}
+            for r in encoders]
+
+
+def _present(x) -> bool:
+    return _number(x) and x != ""
+
+
+def _table(title: str, rows: list[dict], left=("encoder", "device", "revision"), center=("tier",)) -> Table:
+    # a light box: the leaderboard fits the 120 columns a log or a pipe gets
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for col in rows[0] if rows else ():
+        t.add_column(col, justify="left" if col in left else "center" if col in center else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*r.values())
+    return t
 
 
 def leaderboard(scores) -> Table:
-    t = Table(title="CRS leaderboard (overall, comparison set)", title_justify="left")
     rows = leaderboard_rows(scores.encoders.to_dicts(), scores.settings.get("reference"))
-    # a column the scores do not fill (no leader difference or cost recorded) is left out, not shown empty
-    cols = [c for c in (rows[0] if rows else {}) if c not in ("vs leader", "GFLOPs", "images/s")
-            or any(r[c] for r in rows)]
-    for col in cols:
-        t.add_column(col, justify="left" if col in LEFT else "center" if col in CENTER else "right", no_wrap=True)
-    for r in rows:
-        t.add_row(*(r[c] for c in cols))
-    return t
+    if rows and not any(r["vs leader"] for r in rows):  # scores without the paired differences
+        rows = [{k: v for k, v in r.items() if k != "vs leader"} for r in rows]
+    return _table("CRS leaderboard (overall, comparison set)", rows)
 
 
 def scale_note(reference: str | None) -> str:
@@ -437,6 +455,9 @@ def print_scores(scores, results):
     rc = scores.rank_comparison
     out.print(leaderboard(scores))
     out.print(scale_note(s.get("reference")), highlight=False, soft_wrap=True)
+    cost = cost_rows(scores.encoders.to_dicts())
+    if cost:
+        out.print(_table("Cost to run (recorded by crs extract)", cost))
     w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
     out.print(f"AUROC = D (discrimination); C calibration, L label efficiency, R robustness (seed means over "
               f"{', '.join(s['datasets'])}).\n★ = leading tier (paired {s['bootstrap']['unit']} bootstrap, "

@@ -116,19 +116,23 @@ def test_the_leaderboard_marks_the_reference_ties_and_the_gap_to_the_leader():
         _row("c", 41.0, 3, tie_group="3rd", crs_diff=-12.2, crs_diff_low=-15.0, crs_diff_high=-9.1),
     ], reference="ref")
     assert [r["rank"] for r in rows] == ["tied 1st-2nd", "tied 1st-2nd", "3rd"]
-    assert rows[1]["CRS"] == "50.0 (reference)" and rows[1]["95% interval"] == ""
-    assert rows[0]["95% interval"] == "[52.2, 54.2]"
+    assert rows[1]["CRS [95% interval]"] == "50.0 (reference)"
+    assert rows[0]["CRS [95% interval]"] == "53.2 [52.2, 54.2]"
     assert [r["vs leader"] for r in rows] == ["leader", "-3.2 [-6.5, +0.4]", "-12.2 [-15.0, -9.1]"]
     assert [r["tier"] for r in rows] == ["★", "★", ""]
-    assert rows[1]["GFLOPs"] == "4.1" and rows[1]["images/s"] == "512" and rows[0]["GFLOPs"] == ""
+    cost = cli.cost_rows([_row("a", 53.2, 1, gflops=None), _row("ref", 50, 2, gflops=4.1, images_per_s=512.3,
+                                                                 parameters=25_557_032)])
+    assert cost == [{"encoder": "a", "parameters": "", "GFLOPs/image": "", "images/s": ""},
+                    {"encoder": "ref", "parameters": "25.6 M", "GFLOPs/image": "4.1", "images/s": "512"}]
+    assert cli.cost_rows([_row("a", 53.2, 1, gflops=None, width=768)]) == []  # no cost recorded: no table
 
 
 def test_scores_of_before_the_new_columns_still_show():
     """No reference column (the settings name it), no tie groups, no differences: ranks and plain cells."""
     rows = cli.leaderboard_rows([_row("ref", 50.0, 1, tier=True), _row("b", 49.0, 2, crs_low=float("nan"))],
                                 reference="ref")
-    assert rows[0]["CRS"] == "50.0 (reference)" and rows[0]["rank"] == "1"
-    assert rows[1]["95% interval"] == "n/a" and rows[1]["vs leader"] == ""
+    assert rows[0]["CRS [95% interval]"] == "50.0 (reference)" and rows[0]["rank"] == "1"
+    assert rows[1]["CRS [95% interval]"] == "49.0 n/a" and rows[1]["vs leader"] == ""
     rows = cli.leaderboard_rows([_row("a", 52.0, 1, crs_diff=0.0, crs_diff_low=None, crs_diff_high=float("nan")),
                                  _row("b", 49.0, 2, crs_diff=-3.0, crs_diff_low=None, crs_diff_high=None)], "median")
     assert [r["vs leader"] for r in rows] == ["leader", "-3.0 n/a"]  # a bootstrap without intervals
