@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -33,7 +35,7 @@ from crs.errors import BadInput, UserError, user_os_error
 __all__ = ["BadInput", "app", "main"]
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=False, rich_markup_mode=None,
     no_args_is_help=True,
     help="CRS-Bench: which pretrained medical image encoder to build on. "
     "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs run CONFIG.toml` runs them all (and the report) "
@@ -125,18 +127,26 @@ def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval, un
         return prog.LineProgress(interval, lambda line: err.print(line, markup=False, highlight=False,
                                                                    soft_wrap=True), unit=unit)
 
+    class Count(MofNCompleteColumn):
+        def render(self, task):  # a step without a count (scoring, the report) shows its time alone
+            return Text("") if task.total is None else super().render(task)
+
     class Rate(ProgressColumn):
         def render(self, task):
+            if task.total is None:
+                return Text("")
             return Text(prog.rate_text(prog.average_rate(task.completed, task.elapsed or 0),
                                        task.fields.get("unit") or unit))
 
     class Left(ProgressColumn):
         def render(self, task):
+            if task.total is None:
+                return Text("")
             left = prog.time_left(task.completed, task.total, task.elapsed or 0)
             return Text("-:--:--" if left is None or task.finished else prog.clock(left), style="progress.remaining")
 
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
+        TextColumn("[bold]{task.description}"), BarColumn(), Count(), Rate(),
         TimeElapsedColumn(), Left(), console=err, disable=quiet,
     )
 
@@ -318,6 +328,7 @@ def probe_cmd(
 
     encoders = list(given.pop(("encoders", "names"), ()))
     datasets = list(given.pop(("datasets", "names"), ()))
+    _note(locate_outputs(given, "store"), quiet or as_json)
     cfg = options.to_config(given)
     pairs = stages.probe_pairs(cfg.store, encoders, datasets, every=all_)
     t0 = time.perf_counter()
@@ -348,37 +359,187 @@ def warn_not_converged(summaries) -> None:
                   f"component reaching the tolerance ({where}); their rows have converged = false in the run records", soft_wrap=True)
 
 
-# -------------------------------------------------------------------- score
-def leaderboard(scores) -> Table:
-    t = Table(title="CRS leaderboard (overall, comparison set)", title_justify="left")
-    for col, just in (("rank", "right"), ("encoder", "left"), ("CRS", "right"), ("95% interval", "center"),
-                      ("tier", "center"), ("AUROC", "right"), ("AUROC rank", "right"),
-                      ("C", "right"), ("L", "right"), ("R", "right")):
-        t.add_column(col, justify=just, no_wrap=True)
-    def interval(lo, hi) -> str:  # NaN or null: no interval (a test split too small for the image bootstrap)
-        return "n/a" if lo is None or hi is None or lo != lo or hi != hi else f"[{lo:.1f}, {hi:.1f}]"
+# ------------------------------------------------- where the outputs are
+def _has_records(results: Path) -> bool:
+    return any((results / "run_records").glob("*.parquet"))
 
-    for row in scores.encoders.iter_rows(named=True):
-        tier = "no tier" if row["tier"] is None else "★" if row["tier"] else ""
-        t.add_row(
-            f"{row['crs_rank']:g}", row["encoder"], f"{row['crs']:.1f}", interval(row["crs_low"], row["crs_high"]),
-            tier, f"{row['auroc']:.3f}", f"{row['auroc_rank']:g}",
-            f"{row['calibration']:.3f}", f"{row['label_efficiency']:.3f}",
-            f"{row['robustness']:.3f}",
-        )
+
+def _is_store(path: Path) -> bool:
+    return (path / "zarr.json").is_file()
+
+
+def demo_folders(here: Path) -> list[Path]:
+    """The folders directly under ``here`` laid out as `crs demo --out` lays them out: store.zarr, results
+    (with run records) and report side by side."""
+    try:
+        subs = sorted(p for p in here.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    return [p for p in subs if _is_store(p / "store.zarr") or _has_records(p / "results")]
+
+
+def locate_outputs(given: dict, need: str, here: Path = Path(".")) -> str | None:
+    """Fill in --store and --results from a `crs demo` folder in ``here`` when the command needs what the
+    defaults do not hold (``need``: "store" for probe, "results" for score and report) and the user did not
+    name it; a path the user named stands.
+
+    Returns a note naming the folder used, or None where the defaults or the given paths stand. Where no
+    folder qualifies the defaults stand, and the stage's own error names what is missing and where the demo
+    keeps its outputs (``records.ELSEWHERE``); where several do, BadInput lists them."""
+    defaults = cfgmod.Config()
+    if need == "store":
+        if ("store",) in given or _is_store(Path(defaults.store)):
+            return None
+        found = [f for f in demo_folders(here) if _is_store(f / "store.zarr")]
+    else:
+        if ("results",) in given or _has_records(Path(defaults.results)):
+            return None
+        found = [f for f in demo_folders(here) if _has_records(f / "results")]
+    if len(found) != 1:
+        if len(found) > 1:
+            raise BadInput(f"{defaults.store if need == 'store' else defaults.results} holds no "
+                           f"{'store' if need == 'store' else 'run records'} and several folders here hold the "
+                           f"outputs of `crs demo`: {', '.join(str(f) for f in found)}; pick one with "
+                           "--store DIR/store.zarr --results DIR/results")
+        return None
+    folder = found[0]
+    given.setdefault(("results",), str(folder / "results"))
+    if _is_store(folder / "store.zarr"):
+        given.setdefault(("store",), str(folder / "store.zarr"))
+    what = f"store {defaults.store}" if need == "store" else f"results folder {defaults.results}"
+    return (f"using the `crs demo` outputs in {folder} (store {given.get(('store',), defaults.store)}, results "
+            f"{given[('results',)]}): the default {what} holds no {'store' if need == 'store' else 'run records'}; "
+            "pass --store and --results to choose")
+
+
+def _note(text: str | None, quiet: bool) -> None:
+    if text and not quiet:
+        err.print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)
+
+
+# -------------------------------------------------------------------- score
+def _is_reference(row: dict, reference: str | None) -> bool:
+    """The scores' ``reference`` column where the scoring writes one, else the settings' reference name."""
+    flag = row.get("reference")
+    return bool(flag) if flag is not None else row["encoder"] == reference
+
+
+def _number(x) -> bool:
+    return x is not None and x == x  # NaN or null: no number (a test split too small for the image bootstrap)
+
+
+def interval_text(lo, hi, signed: bool = False) -> str:
+    if not (_number(lo) and _number(hi)):
+        return "n/a"
+    f = "{:+.1f}" if signed else "{:.1f}"
+    return f"[{f.format(lo)}, {f.format(hi)}]"
+
+
+def leaderboard_rows(encoders: list[dict], reference: str | None) -> list[dict]:
+    """The leaderboard's cells (strings) for each row of the scores' encoders table, in its order.
+
+    The reference scores 50 by construction (the zero point of the scale): "50.0 (reference)", no
+    interval. Rank: the tie group where the scoring gives one ("tied 1st-2nd"), else the rank. Against
+    the leader: the paired CRS difference and its 95 % interval, where the scoring gives them."""
+    rows = []
+    for r in encoders:
+        ref = _is_reference(r, reference)
+        diff = r.get("crs_diff")
+        if not _number(diff):
+            versus = ""
+        elif diff == 0 and all(not _number(r.get(k)) or r[k] == 0 for k in ("crs_diff_low", "crs_diff_high")):
+            versus = "leader"
+        else:
+            versus = f"{diff:+.1f} {interval_text(r.get('crs_diff_low'), r.get('crs_diff_high'), signed=True)}"
+        rows.append({
+            "rank": r.get("tie_group") or f"{r['crs_rank']:g}",
+            "encoder": r["encoder"],
+            "CRS [95% interval]": (f"{r['crs']:.1f} (reference)" if ref else
+                                   f"{r['crs']:.1f} {interval_text(r.get('crs_low'), r.get('crs_high'))}"),
+            "tier": "no tier" if r.get("tier") is None else "★" if r["tier"] else "",
+            "vs leader": versus,
+            "AUROC": f"{r['auroc']:.3f}", "AUROC\nrank": f"{r['auroc_rank']:g}",
+            "C": f"{r['calibration']:.3f}", "L": f"{r['label_efficiency']:.3f}", "R": f"{r['robustness']:.3f}",
+        })
+    return rows
+
+
+COST = (("parameters", "parameters", lambda v: f"{v / 1e6:.1f} M"), ("gflops", "GFLOPs/image", "{:.3g}".format),
+        ("width", "width", str), ("images_per_s", "images/s", "{:.0f}".format), ("device", "device", str),
+        ("revision", "revision", lambda v: str(v)[:12]))
+
+
+def cost_rows(encoders: list[dict]) -> list[dict]:
+    """Per encoder what it costs to run and which weights were scored, where the store recorded it; [] where it
+    recorded none (stores written before that was recorded)."""
+    if not any(_present(r.get(k)) for r in encoders for k in ("parameters", "gflops", "images_per_s")):
+        return []
+    cols = [(k, name, fmt) for k, name, fmt in COST if any(_present(r.get(k)) for r in encoders)]
+    return [{"encoder": r["encoder"], **{name: fmt(r[k]) if _present(r.get(k)) else "" for k, name, fmt in cols}}
+            for r in encoders]
+
+
+def _present(x) -> bool:
+    return _number(x) and x != ""
+
+
+def _table(title: str, rows: list[dict], left=("encoder", "device", "revision"), center=("tier",)) -> Table:
+    # a light box: the leaderboard fits the 120 columns a log or a pipe gets
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for col in rows[0] if rows else ():
+        t.add_column(col, justify="left" if col in left else "center" if col in center else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*r.values())
     return t
+
+
+def leaderboard(scores) -> Table:
+    rows = leaderboard_rows(scores.encoders.to_dicts(), scores.settings.get("reference"))
+    if rows and not any(r["vs leader"] for r in rows):  # scores without the paired differences
+        rows = [{k: v for k, v in r.items() if k != "vs leader"} for r in rows]
+    return _table("CRS leaderboard (overall, comparison set)", rows)
+
+
+def scale_note(reference: str | None) -> str:
+    return (f"CRS 50 = the reference encoder ({reference}), by construction: an encoder equal to it on every axis "
+            "scores 50, one better on balance scores above, one worse below.")
+
+
+def verdict_lines(scores_json: dict) -> list[str]:
+    """The verdict in sentences (``crs.scoring.verdict.sentences``), where the scoring has one."""
+    try:
+        from crs.scoring import verdict
+    except ImportError:
+        return []
+    v = scores_json.get("verdict")
+    if not v:
+        return []
+    try:
+        return list(verdict.sentences(v))
+    except (KeyError, AttributeError):  # a verdict of another shape than this sentences() reads (before merge)
+        return []
 
 
 def print_scores(scores, results):
     s = scores.settings
     rc = scores.rank_comparison
     out.print(leaderboard(scores))
+    out.print(scale_note(s.get("reference")), highlight=False, soft_wrap=True)
+    cost = cost_rows(scores.encoders.to_dicts())
+    if cost:
+        out.print(_table("Cost to run (recorded by crs extract)", cost))
     w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
     out.print(f"AUROC = D (discrimination); C calibration, L label efficiency, R robustness (seed means over "
               f"{', '.join(s['datasets'])}).\n★ = leading tier (paired {s['bootstrap']['unit']} bootstrap, "
-              f"B={s['bootstrap']['n']}); reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")
+              f"B={s['bootstrap']['n']}); "
+              + ("vs leader: paired CRS difference to the leader [95% interval]; "
+                 if "crs_diff" in scores.encoders.columns else "")
+              + f"reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")
     out.print(f"AUROC vs CRS: {rc['discordant_pairs']} of {rc['pairs']} pairs reversed, mean |rank shift| "
               f"{rc['mean_abs_rank_shift']:.2f}, Kendall tau-b {rc['kendall_tau_b']:.2f}")
+    lines = verdict_lines(scores.to_json())
+    if lines:
+        out.print("Verdict: " + " ".join(lines), markup=False, highlight=False, soft_wrap=True)
     out.print(f"scores written to {Path(results) / 'scores'} (Parquet, CSV, JSON)")
 
 
@@ -410,6 +571,7 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
     """Compute the four axes, CRS v1, AUROC-vs-CRS ranks and the paired bootstrap from the run records."""
     from crs import stages
 
+    _note(locate_outputs(given, "results"), quiet or as_json)
     cfg = options.to_config(given)
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
@@ -433,6 +595,16 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     --store: the store to read reliability bins from when `crs score` ran without one."""
     from crs import stages
 
+    note = locate_outputs(given, "results")
+    if note and ("report", "out") not in given:  # beside the demo's store and results, where the demo put its own
+        given[("report", "out")] = str(Path(given[("results",)]).parent / "report")
+    default = Path(cfgmod.Config().results)
+    if ("results",) not in given and not (default / "scores" / "scores.json").is_file():
+        from crs.records import ELSEWHERE
+
+        raise BadInput(f"no scores under {default / 'scores'} (the default --results); run `crs score` first, or "
+                       f"{ELSEWHERE}")
+    _note(note, quiet or as_json)
     cfg = options.to_config(given)
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
         progress.add_task("report", total=None)  # the stage reports no steps: the display shows the time taken
@@ -469,6 +641,28 @@ def demo_cmd(
     result = _run_stages(cfg, quiet=quiet or as_json, source="built-in demo config",
                          store_hint="for `crs demo`: pass a new --out folder, or the --size it was made with")
     _print_run(result, "built-in demo config", as_json=as_json, quiet=quiet, verbose=verbose)
+    if not (quiet or as_json):
+        out.print(demo_next(out_dir, cfg.report.enabled), highlight=False, soft_wrap=True)
+
+
+def demo_next(out_dir: Path, report: bool = True) -> str:
+    """Where `crs demo --out OUT_DIR` put its outputs, and the commands to run next in the same folder."""
+    store, results = out_dir / "store.zarr", out_dir / "results"
+    paths = f"store {store}, results {results}" + (f", report {out_dir / 'report'}" if report else "")
+    defaults, q = cfgmod.Config(), shlex.quote
+    # `crs probe`, `crs score` and `crs report` find the demo's folder in the current one (``locate_outputs``)
+    # while the default store and results folder are absent; otherwise the paths are named
+    found = out_dir == Path("./crs-demo") and not (Path(defaults.store).exists() or Path(defaults.results).exists())
+    where = "" if found else f" --store {q(str(store))} --results {q(str(results))}"
+    there = "" if found else f" --results {q(str(results))} --store {q(str(store))}"
+    steps = [(f"crs score{there} --bootstrap 2000", "score again, other settings: crs score --help"),
+             (f"crs probe --all{where} --head mlp", "MLP probes beside the linear ones"),
+             (f"crs report{there}" + ("" if found else f" --out {q(str(out_dir / 'report'))}"),
+              "the HTML page"),
+             ("crs run --print-default > bench.toml", "a config of your own to edit, then: crs run bench.toml")]
+    width = max(len(c) for c, _ in steps)
+    return "\n".join([f"the demo's outputs: {paths}", "next, from this folder:",
+                      *(f"  {c.ljust(width)}   # {why}" for c, why in steps)])
 
 
 @app.command("encoders")
@@ -499,9 +693,15 @@ def encoders_cmd(
                   "terms on the model page, then set HF_TOKEN.")
 
 
-@app.command("perturbations")
+PERTURBATIONS = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"),
+                 ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
+                 ("datasets", "allow_absolute_paths")]
+
+
 def perturbations_cmd(
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset whose modality suite to draw.")] = None,
+    given: dict,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset whose modality suite to draw "
+                                                   "(`crs datasets`; a real one with --root DIR).")] = None,
     out_path: Annotated[Optional[Path], typer.Option("--out", help="PNG to write the grid to.")] = None,
     row: Annotated[int, typer.Option(help="Which image of the dataset to draw (row of its table).")] = 0,
     table: Annotated[bool, typer.Option("--table", help="Print the severity table (Markdown) and exit.")] = False,
@@ -510,43 +710,51 @@ def perturbations_cmd(
     """Draw every perturbation of a dataset's suite at every severity on one image (a PNG grid)."""
     from crs.extract import perturb
 
-    with friendly_errors(verbose):
-        if table:
-            if as_json:
-                print(json.dumps({"severity": {k: {"parameter": p, "values": list(v), "meaning": m}
-                                               for k, (p, v, m) in perturb.SEVERITY.items()},
-                                  "suites": {k: list(v) for k, v in perturb.SUITES.items()}}))
-            else:
-                print(perturb.table_markdown())
-            return
-        if dataset is None or out_path is None:
-            raise BadInput("pass --dataset NAME and --out grid.png (or --table)")
-        from crs.extract import datasets as dsreg
-
-        if dataset not in dsreg.names():
-            raise BadInput(f"unknown dataset {dataset!r}; valid datasets: {', '.join(dsreg.names())}")
-        import numpy as np
-        import torch
-
-        ds = dsreg.get(dataset)
-        n = len(ds.table().ids)
-        if not 0 <= row < n:
-            raise BadInput(f"--row must be in 0..{n - 1}, not {row}")
-        modality = ds.modality
-        if modality is None:
-            raise BadInput(f"dataset {dataset!r} has no modality, so no perturbation suite")
-        img = ds.load_image(row)
-        x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div(255)
-        canvas = perturb.grid(x, str(ds.table().ids[row]), modality)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        canvas.save(out_path)
-        families = perturb.suite(modality)
+    if table:
         if as_json:
-            print(json.dumps({"out": str(out_path), "dataset": dataset, "modality": modality,
-                              "families": list(families), "severities": list(perturb.SEVERITIES)}))
-        elif not quiet:
-            out.print(f"{dataset} ({modality}): {len(families)} families x {len(perturb.SEVERITIES)} severities "
-                      f"drawn on image {ds.table().ids[row]} -> {out_path}")
+            print(json.dumps({"severity": {k: {"parameter": p, "values": list(v), "meaning": m}
+                                           for k, (p, v, m) in perturb.SEVERITY.items()},
+                              "suites": {k: list(v) for k, v in perturb.SUITES.items()}}))
+        else:
+            print(perturb.table_markdown())
+        return
+    if dataset is None or out_path is None:
+        raise BadInput("pass --dataset NAME and --out grid.png (or --table); a real dataset also needs --root DIR")
+    from crs import stages
+    from crs.extract import datasets as dsreg
+    from crs.stages.steps import dataset_options
+
+    stages.check_dataset_names([dataset])
+    given[("datasets", "roots")] = stages.parse_roots(given.pop(("datasets", "roots"), None), [dataset])
+    cfg = options.to_config(given)
+    # read as `crs extract` reads it (its options, its split), so the image drawn is the one extraction embeds
+    ds = dsreg.get(dataset, size=cfg.datasets.size, seed=0 if dataset in dsreg.BUILTIN else cfg.datasets.split_seed,
+                   **dataset_options(cfg))
+    ids = ds.table().ids
+    if not 0 <= row < len(ids):
+        raise BadInput(f"--row must be in 0..{len(ids) - 1}, not {row}")
+    modality = ds.modality
+    if modality is None:
+        raise BadInput(f"dataset {dataset!r} has no modality, so no perturbation suite; pass --modality")
+    import numpy as np
+    import torch
+
+    img = ds.load_image(row)
+    x = torch.from_numpy(np.array(img, copy=True)).permute(2, 0, 1).float().div(255)  # a writable copy
+    canvas = perturb.grid(x, str(ids[row]), modality)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    canvas.save(out_path)
+    families = perturb.suite(modality)
+    if as_json:
+        print(json.dumps({"out": str(out_path), "dataset": dataset, "modality": modality,
+                          "families": list(families), "severities": list(perturb.SEVERITIES)}))
+    elif not quiet:
+        out.print(f"{dataset} ({modality}): {len(families)} families x {len(perturb.SEVERITIES)} severities "
+                  f"drawn on image {ids[row]} -> {out_path}", highlight=False)
+
+
+# a tool with the dataset options of `crs extract` (one schema), not a stage of the pipeline
+stage_command("perturbations", PERTURBATIONS, group=app)(perturbations_cmd)
 
 
 datasets_app = typer.Typer(help="List the datasets; `crs datasets check NAME --root DIR` validates a folder.")
@@ -600,7 +808,8 @@ LABEL_CHECK = "check_labels"
 @stage_command("check", CHECK, group=datasets_app)
 def datasets_check_cmd(
     given: dict,
-    name: Annotated[str, typer.Argument(help="Dataset name (isic2019, aptos2019, chexpert, mimic-cxr, csv:PATH).")],
+    name: Annotated[str, typer.Argument(help="Dataset name (isic2019, aptos2019, chexpert, mimic-cxr, csv:PATH).",
+                                        metavar="NAME")],
     all_: Annotated[bool, typer.Option("--all", help="Decode every image, not a sample.")] = False,
     sample: Annotated[int, typer.Option(help="Images decoded when --all is not given.")] = 200,
     as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
@@ -724,7 +933,8 @@ app.add_typer(store_app, name="store")
 
 @store_app.command("verify")
 def store_verify_cmd(
-    path: Annotated[str, typer.Argument(help="The store: a path or an fsspec URL.", show_default=False)],
+    path: Annotated[str, typer.Argument(help="The store: a path or an fsspec URL.", show_default=False,
+                                        metavar="PATH")],
     repair: Annotated[bool, typer.Option("--repair", help="Also repair what can be repaired in place (what "
                                          "cannot is listed with the command that recomputes it).")] = False,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,

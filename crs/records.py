@@ -51,6 +51,11 @@ GENERATION = "crs:generation"  # Parquet key-value metadata: the probe run that 
 PREDICTION_GENERATION = "generation"  # the same id in the stored predictions' attributes
 
 
+# where else a newcomer's results may be: said wherever a command finds none in the folder it was given
+ELSEWHERE = ("pass --results with the folder that holds them (`crs demo` keeps its own in crs-demo/results, or "
+             "OUT/results with --out OUT)")
+
+
 class MissingRunRecords(UserError, FileNotFoundError):
     """RESULTS holds no run records: the probe has not been run there."""
 
@@ -82,7 +87,8 @@ def read(results):
 
     files = sorted(records_dir(results).glob("*.parquet"))
     if not files:
-        raise MissingRunRecords(f"no run records under {records_dir(results)}; run `crs probe --all` first")
+        raise MissingRunRecords(f"no run records under {records_dir(results)}; run `crs probe --all` first, or "
+                                f"{ELSEWHERE}")
     return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
 
 

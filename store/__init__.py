@@ -1,38 +1,33 @@
-"""The Zarr embedding store (numpy + zarr only): schema, read, write, locks, integrity."""
+"""The Zarr embedding store (numpy + zarr only): schema, read, write, locks, integrity.
+
+The names below load on first use (PEP 562), so a module that needs only ``crs.store.keys`` (the
+encoder registry, for `crs encoders`) does not pay for importing zarr."""
+
+import importlib
 
 from crs.names import SPLIT_CODE, SPLITS
-from crs.store.integrity import Finding, format_findings, verify
-from crs.store.keys import store_key
-from crs.store.locks import LockHeld, dataset_lock, extraction_lock, hold_lock, object_lock
-from crs.store.zarr_store import (
-    DEFAULT_STORE,
-    SCHEMA_VERSION,
-    DatasetTable,
-    EmbeddingArray,
-    Store,
-    StoreError,
-    condition_key,
-    store_order,
-)
 
-__all__ = [
-    "DEFAULT_STORE",
-    "SCHEMA_VERSION",
-    "SPLIT_CODE",
-    "SPLITS",
-    "DatasetTable",
-    "EmbeddingArray",
-    "Finding",
-    "LockHeld",
-    "Store",
-    "StoreError",
-    "condition_key",
-    "dataset_lock",
-    "extraction_lock",
-    "format_findings",
-    "hold_lock",
-    "object_lock",
-    "store_key",
-    "store_order",
-    "verify",
-]
+_WHERE = {
+    "Finding": "integrity", "format_findings": "integrity", "verify": "integrity",
+    "store_key": "keys",
+    "LockHeld": "locks", "dataset_lock": "locks", "extraction_lock": "locks", "hold_lock": "locks",
+    "object_lock": "locks",
+    "DEFAULT_STORE": "zarr_store", "SCHEMA_VERSION": "zarr_store", "DatasetTable": "zarr_store",
+    "EmbeddingArray": "zarr_store", "Store": "zarr_store", "StoreError": "zarr_store",
+    "condition_key": "zarr_store", "store_order": "zarr_store",
+}
+
+__all__ = ["SPLIT_CODE", "SPLITS", *sorted(_WHERE)]
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'crs.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"crs.store.{module}"), name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

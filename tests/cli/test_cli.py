@@ -60,9 +60,13 @@ def test_demo_into_a_folder_made_at_another_size_says_to_use_a_new_out(tmp_path)
     assert "Splits never change" in r.output and "pass a new --out folder" in r.output
 
 
-def test_score_without_records_says_what_to_run(tmp_path):
+def test_score_without_records_says_what_to_run(tmp_path, monkeypatch):
     r = invoke("score", "--results", tmp_path / "nothing")
     assert r.exit_code == 2 and "crs probe --all" in r.output
+    monkeypatch.chdir(tmp_path)  # nothing here: the defaults stand, and the message says where the demo keeps its own
+    for cmd in ("score", "report"):
+        r = invoke(cmd)
+        assert r.exit_code == 2 and "crs-results" in r.output and "crs-demo/results" in r.output, r.output
 
 
 def test_bad_size_leaves_no_store_behind(tmp_path):
@@ -82,9 +86,10 @@ def test_bad_score_options(tmp_path, args, message):
     assert r.exit_code == 2 and message in r.output
 
 
-def test_small_pipeline_end_to_end(tmp_path):
-    """extract -> probe -> score on a small built-in benchmark, two encoders."""
-    store, results = tmp_path / "s.zarr", tmp_path / "results"
+def test_small_pipeline_end_to_end(tmp_path, monkeypatch):
+    """extract -> probe -> score on a small built-in benchmark, two encoders, laid out as `crs demo` lays out its
+    folder (crs-demo/store.zarr, crs-demo/results), so the last step can run `crs score` there without paths."""
+    store, results = tmp_path / "crs-demo" / "store.zarr", tmp_path / "crs-demo" / "results"
     r = invoke("extract", "-e", "demo-stats", "-e", "demo-vit", "-d", "demo_derm", "--size", "0.25",
                "--store", store, "--chunk", "64", "--severities", "1,5", "--json")
     assert r.exit_code == 0, r.output
@@ -129,6 +134,9 @@ def test_small_pipeline_end_to_end(tmp_path):
         assert 0 <= e["crs"] <= 100
     assert any(e["tier"] for e in sc["encoders"])
     assert (results / "scores" / "encoders.parquet").exists() and (results / "scores" / "encoders.csv").exists()
+    # --json prints what scores.json holds: every top-level key (verdict and provenance where the scoring has them)
+    written = json.loads((results / "scores" / "scores.json").read_text())
+    assert set(sc) == set(written) and sc["encoders"] == written["encoders"]
 
     # probing what the store lacks names the command to run; bad options exit 2
     r = invoke("probe", "-e", "demo-resnet", "-d", "demo_derm", "--store", store, "--results", results)
@@ -140,9 +148,14 @@ def test_small_pipeline_end_to_end(tmp_path):
     r = invoke("probe", "--all", "--store", store, "--l2", "-1,1")
     assert r.exit_code == 2 and "--l2 values must be positive" in r.output
 
-    # the table view prints a leaderboard
-    r = invoke("score", "--results", results, "--bootstrap", "20")
-    assert r.exit_code == 0 and "CRS leaderboard" in r.output and "demo-vit" in r.output
+    # the table view prints a leaderboard; in the folder above crs-demo, `crs score` alone finds it (a newcomer
+    # after `crs demo`), says so, and ends with its time
+    monkeypatch.chdir(tmp_path)
+    r = invoke("score", "--bootstrap", "20")
+    assert r.exit_code == 0, r.output
+    assert "CRS leaderboard" in r.output and "demo-vit" in r.output
+    assert "using the `crs demo` outputs in crs-demo" in r.output and "scored in" in r.output
+    assert "CRS 50 = the reference" in r.output
 
 
 @pytest.mark.parametrize("args, message", [

@@ -112,3 +112,23 @@ def test_the_terminal_bar_shows_the_average_rate_with_its_unit(monkeypatch):
     console.print(row)
     text = console.file.getvalue()
     assert "0.25 chunks/s" in text and "0:00:32" in text  # 2 in 8 s; 8 left at 0.25/s
+
+
+def test_the_terminal_bar_of_a_step_without_a_count_shows_its_time_alone(monkeypatch):
+    """score and report count nothing (one vectorised step): the bar shows the time elapsed, no '0/?' or rate."""
+    import io
+
+    from rich.console import Console
+
+    from crs import cli
+
+    monkeypatch.setattr(cli, "err", Console(file=io.StringIO(), force_terminal=True, width=160, color_system=None))
+    bar = cli.progress_bar(False)
+    bar.add_task("score (3 encoders)", total=None)
+    task = bar.tasks[0]
+    monkeypatch.setattr(type(task), "elapsed", property(lambda self: 65.0))
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(bar.make_tasks_table(bar.tasks))
+    text = console.file.getvalue()
+    assert "score (3 encoders)" in text and "0:01:05" in text
+    assert "/?" not in text and "/s" not in text and "-:--:--" not in text

@@ -245,3 +245,30 @@ def test_extract_and_probe_chexpert_with_mimic_shift(tmp_path):
     assert r.exit_code == 0, r.output
     recs = pl.read_parquet(results / "run_records")
     assert set(recs["condition"]) == {"clean", "shift:mimic-cxr"}
+
+
+def test_perturbations_draws_a_real_dataset_read_from_its_root(tmp_path, monkeypatch):
+    """`crs datasets` lists isic2019; `crs perturbations` draws it from --root as extraction reads it (the
+    drawing itself, perturb.grid, is the perturbation tests' business: here it records what it was given)."""
+    from PIL import Image
+
+    from crs.extract import perturb
+
+    drawn = []
+
+    def grid(x, label, modality):
+        drawn.append((tuple(x.shape), label, modality))
+        return Image.new("RGB", (4, 4))
+    monkeypatch.setattr(perturb, "grid", grid)
+    root = make_isic(tmp_path / "isic", n=9)
+    r = invoke("perturbations", "-d", "isic2019", "--root", root, "--out", tmp_path / "grid.png", "--row", "2",
+               "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["modality"] == "dermatology" and (tmp_path / "grid.png").stat().st_size > 0
+    (shape, label, modality), = drawn
+    assert shape[0] == 3 and label.startswith("ISIC_") and modality == "dermatology"
+    r = invoke("perturbations", "-d", "isic2019", "--out", tmp_path / "grid.png")  # no folder: says which to pass
+    assert r.exit_code == 2 and "--root" in r.output
+    r = invoke("perturbations", "-d", "isic", "--out", tmp_path / "grid.png")
+    assert r.exit_code == 2 and "unknown dataset 'isic'" in r.output and "isic2019" in r.output
