@@ -506,18 +506,11 @@ def scale_note(reference: str | None) -> str:
 
 
 def verdict_lines(scores_json: dict) -> list[str]:
-    """The verdict in sentences (``crs.scoring.verdict.sentences``), where the scoring has one."""
-    try:
-        from crs.scoring import verdict
-    except ImportError:
-        return []
+    """The verdict in sentences (``crs.scoring.verdict.sentences``); none for scores from before the verdict."""
+    from crs.scoring import verdict
+
     v = scores_json.get("verdict")
-    if not v:
-        return []
-    try:
-        return list(verdict.sentences(v))
-    except (KeyError, AttributeError):  # a verdict of another shape than this sentences() reads (before merge)
-        return []
+    return list(verdict.sentences(v)) if v else []
 
 
 def print_scores(scores, results):

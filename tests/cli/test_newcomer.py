@@ -1,7 +1,6 @@
 """A new user's path: help that shows every character, `crs probe/score/report` after `crs demo` in the same
 folder, and a leaderboard that says what its numbers mean (the reference, ties, the gap to the leader)."""
 
-import json
 import re
 import shlex
 from pathlib import Path
@@ -138,13 +137,14 @@ def test_scores_of_before_the_new_columns_still_show():
     assert [r["vs leader"] for r in rows] == ["leader", "-3.0 n/a"]  # a bootstrap without intervals
 
 
-def test_the_verdict_sentences_come_from_the_scoring(monkeypatch):
-    import sys
-    import types
+def test_the_verdict_sentences_come_from_the_scoring():
+    from crs.scoring import verdict
 
-    fake = types.ModuleType("crs.scoring.verdict")
-    fake.sentences = lambda v: [f"{v['leader']} leads.", "b cannot be separated from it at 95 %."]
-    monkeypatch.setitem(sys.modules, "crs.scoring.verdict", fake)
-    assert cli.verdict_lines({"verdict": {"leader": "a"}}) == ["a leads.", "b cannot be separated from it at 95 %."]
-    assert cli.verdict_lines({}) == []  # scores without a verdict
-    assert cli.verdict_lines({"verdict": {"tier": []}}) == []  # a verdict of another shape: nothing, no crash
+    v = {"leader": "a", "crs": 61.0, "p_rank1": 0.6, "intervals": True, "confidence": 0.95, "reference": "r",
+         "members": [{"encoder": "b", "crs_diff": -1.0, "crs_diff_low": -2.5, "crs_diff_high": 0.4,
+                      "separable": False, "deciding_axes": []}], "behind": [], "weight_margin": None,
+         "weight_shares": []}
+    lines = cli.verdict_lines({"verdict": v})
+    assert lines == verdict.sentences(v)
+    assert any("b cannot be separated from a at 95 %" in s for s in lines)
+    assert cli.verdict_lines({}) == [] and cli.verdict_lines({"verdict": None}) == []  # scores without a verdict

@@ -251,7 +251,7 @@ def test_the_leaderboard_says_when_no_tier_was_assigned(scored):
     _, _, scores = scored
     board = report.leaderboard(scores.encoders)
     assert "id='no-tier'" not in report._no_tier_note(board) and "no tier" not in report.board_html(board)
-    none = board.with_columns(tier=pl.lit(None, pl.Boolean), crs_low=float("nan"))
+    none = board.with_columns(tier=pl.lit(None, pl.Boolean), crs_low=float("nan"), tie_group=pl.lit(None, pl.String))
     assert report.board_html(none).count(">no tier (no interval)</td>") == board.height
     assert "No leading tier" in report._no_tier_note(none)
 
