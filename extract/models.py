@@ -820,10 +820,12 @@ def weights_status(spec: EncoderSpec, weights: str | None = None) -> dict:
     if out["in_cache"]:
         return out
     what = f"{_hub_repo(spec)}" + (f" (revision {spec.revision})" if spec.revision else "")
+    problems = []
     if _offline():
-        out["problem"] = (f"encoder {spec.name!r}: {what} is not in the local cache and HF_HUB_OFFLINE is set; "
-                          "download it once with network access, or pass --weights PATH")
-    elif spec.gated and not token:
-        out["problem"] = (f"encoder {spec.name!r}: {spec.model_id} is gated and no token is set; accept its terms "
-                          f"at {page}, then set HF_TOKEN (or run `hf auth login`)")
+        problems.append(f"encoder {spec.name!r}: {what} is not in the local cache and HF_HUB_OFFLINE is set; "
+                        "download it once with network access, or pass --weights PATH")
+    if spec.gated and not token:  # said offline too: the download it needs will want the token
+        problems.append(("it" if problems else f"encoder {spec.name!r}: {spec.model_id}") + " is gated and no token "
+                        f"is set; accept its terms at {page}, then set HF_TOKEN (or run `hf auth login`)")
+    out["problem"] = "; ".join(problems) or None
     return out
