@@ -93,7 +93,8 @@ def run_axes(
     shift: [image, class] per shift target at fraction 1, each on its own draw in ``targets``.
     ``aurocs``: an ``AurocDraws`` of the test draw then one per target, holding these
     arrays (``add`` then ``compute`` for many runs at once); without them every AUROC
-    is the exact kernel's, and the ECE ``weighted_ece``'s rather than ``ece_draws``'.
+    is the exact kernel's. The ECE is ``ece_draws``' with them on a test split of at least
+    ``LINEAR_MIN_IMAGES`` images, else ``weighted_ece``'s (the same sums in another order).
     """
     draws = [test, *targets]
 
@@ -106,7 +107,7 @@ def run_axes(
     def stacked(values: list[np.ndarray]) -> np.ndarray | None:
         return np.stack(values, axis=-1) if values else None
 
-    if aurocs is None:
+    if aurocs is None or test.counts.shape[0] < LINEAR_MIN_IMAGES:  # small: the per-bin kernel's bits, as before
         ece = weighted_ece(clean[-1], test.target, test.known, test.counts, task)
     else:
         ece = ece_draws(clean[-1], test.target, test.known, aurocs[0].counts_t(), task)
