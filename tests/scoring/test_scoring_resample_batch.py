@@ -158,3 +158,14 @@ def test_image_bootstrap_axes_say_how_each_dataset_was_computed(make_store, tmp_
     got = methods["d1"]
     arrays = 2 * 3 * (2 + 1 + 1)  # encoders x seeds x (clean at 2 fractions, one perturbed, one shift)
     assert got["linear"] == 0 and got["exact"] + got["shared"] == arrays and got["exact"] > 0
+
+
+def test_score_records_the_image_method_per_dataset(make_store, tmp_path):
+    from crs.scoring import score
+
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.6})
+    both = score(records, store=store, n_bootstrap=20)
+    assert both.settings["bootstrap"]["unit"] == "both"
+    method = both.settings["bootstrap"]["image_method"]["d1"]
+    assert method["linear"] == 0 and method["exact"] > 0  # 40 test images: below LINEAR_MIN_IMAGES
+    assert "image_method" not in score(records, store=store, n_bootstrap=20, bootstrap_unit="seed").settings["bootstrap"]
