@@ -52,7 +52,8 @@ CHECK_DRAWS = 16  # replicates each linearised array is checked on against the e
 LINEAR_TOL = 0.1
 METHODS = ("auto", "exact")
 _EXACT_BLOCK = 128  # replicates per block of the exact fallback
-_BATCH_COLUMNS = 4096  # matrix-product columns per batch (2 per array and class)
+_BATCH_COLUMNS = 4096  # matrix-product columns per batch (2 per array and class) ...
+_BATCH_VALUES = 2**26  # ... and at most this many [image, column] values (large test sets)
 
 
 def image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
@@ -268,7 +269,8 @@ class AurocDraws:
             for key, p in pending:
                 self._values[key] = self._exact(p)
             return
-        per_batch = max(1, _BATCH_COLUMNS // (2 * self.draw.target.shape[1]))
+        columns = min(_BATCH_COLUMNS, _BATCH_VALUES // n)  # a [image, column] float32 block of at most 256 MB
+        per_batch = max(1, columns // (2 * self.draw.target.shape[1]))
         for i in range(0, len(pending), per_batch):
             batch = pending[i:i + per_batch]
             sorts = [sort_classes(p, self.draw.target, self.draw.known) for _, p in batch]

@@ -169,3 +169,27 @@ def test_score_records_the_image_method_per_dataset(make_store, tmp_path):
     method = both.settings["bootstrap"]["image_method"]["d1"]
     assert method["linear"] == 0 and method["exact"] > 0  # 40 test images: below LINEAR_MIN_IMAGES
     assert "image_method" not in score(records, store=store, n_bootstrap=20, bootstrap_unit="seed").settings["bootstrap"]
+
+
+def test_batches_of_any_size_give_the_same_values(monkeypatch):
+    rng = np.random.default_rng(6)
+    n, k = 1200, 3
+    arrays = [_case(n, k, np.random.default_rng(i))[0] for i in range(3)]
+    _, target, known = _case(n, k, np.random.default_rng(0))
+    known[rng.random((n, k)) < 0.1] = False  # some unknown entries (multi-label style): left out both ways
+    draw = resample.Draw(target, known, resample.image_counts(n, 100, rng))
+
+    def values():
+        batch = resample.AurocDraws(draw)
+        for a in arrays:
+            batch.add(a)
+        batch.compute()
+        return np.stack([batch.value(a) for a in arrays]), batch.summary()
+
+    together, summary = values()
+    monkeypatch.setattr(resample, "_BATCH_COLUMNS", 2 * k)  # one array a batch
+    alone, summary_alone = values()
+    assert summary == summary_alone and summary["linear"] == 3
+    assert np.allclose(together, alone, rtol=0, atol=1e-6)
+    exact = np.stack([metrics.weighted_macro_auroc(a, target, known, draw.counts) for a in arrays])
+    assert np.abs(together - exact).max() <= 0.3 * exact.std(axis=1).min()
