@@ -42,7 +42,10 @@ import numpy as np
 from crs.scoring.axes import AxisArrays, axes_from
 from crs.scoring.metrics import ece_draws, weighted_ece, weighted_macro_auroc
 
-LINEAR_MIN_IMAGES = 200  # below this many test images every replicate is exact
+# Below this many test images every replicate is exact: there the exact kernel costs little (score_bench
+# part 5: 5-7 ms an array at 500-730 images) and the linearisation fails its check on a fifth to
+# two fifths of the arrays, so trying it costs more than it saves.
+LINEAR_MIN_IMAGES = 1000
 CHECK_DRAWS = 16  # replicates each linearised array is checked on against the exact kernel
 # Largest |linear - exact| allowed on the check draws, as a share of the array's bootstrap
 # sd. The 2.5 % / 97.5 % percentiles of B = 1000 replicates have a Monte Carlo error of
@@ -51,7 +54,6 @@ CHECK_DRAWS = 16  # replicates each linearised array is checked on against the e
 # approximation under that noise.
 LINEAR_TOL = 0.1
 METHODS = ("auto", "exact")
-_EXACT_BLOCK = 128  # replicates per block of the exact fallback
 _BATCH_COLUMNS = 4096  # matrix-product columns per batch (2 per array and class) ...
 _BATCH_VALUES = 2**26  # ... and at most this many [image, column] values (large test sets)
 
@@ -325,10 +327,7 @@ class AurocDraws:
         if same_nan and worst <= LINEAR_TOL * sd:
             self.linear += 1
             return linear
-        self.exact += 1  # every replicate exactly, on the sort already made, a block of replicates at a time
-        counts_t = self.counts_t()
-        return np.concatenate([_macro(exact_draws(srt, counts_t[i:i + _EXACT_BLOCK]))
-                               for i in range(0, counts_t.shape[0], _EXACT_BLOCK)])
+        return self._exact(probs)  # the per-class kernel (row-wise sums over replicates) is faster here
 
     def summary(self) -> dict:
         """What was computed how: counts of arrays linearised, exact, and shared with an identical one."""
