@@ -17,9 +17,11 @@
    scale: ``resample.run_axes`` (every axis of one (encoder, dataset, seed) under B image
    draws: 6 fractions below 1, 68 perturbed conditions and a shift target, each a macro
    AUROC) timed once per dataset shape given by --test-sets (images x classes; default
-   ISIC 2019-, APTOS 2019- and CheXpert-like test splits), scaled by encoders x seeds (every
-   run costs the same), plus the seed-paired scoring; store reads are not counted.
-   ``--default-only`` runs this part alone.
+   ISIC 2019-, APTOS 2019- and CheXpert-like test splits): before, the exact kernel per array
+   (one (encoder, seed) timed, scaled by encoders x seeds); after, each encoder's arrays as one
+   ``resample.AurocDraws`` batch (linearised where its check passes, docs/crs-v1.md section 5;
+   one encoder timed, scaled by encoders), side by side, plus the seed-paired scoring; store
+   reads are not counted. ``--default-only`` runs this part alone, ``--after-only`` skips 'before'.
 4. Writing the scores as one set (``Scores.write``: a fresh folder, fsync, swapped in by
    two renames; ``crs.scoring.scoreset``) against writing each file in place by its own
    atomic rename, as crs score did before (``--write-only`` runs this part alone).
@@ -29,7 +31,7 @@ run would take on a machine it had to itself, where wall time counts other proce
 share of the cores); the last line is one JSON object. Usage:
 
     python benchmarks/score_bench.py [--bootstrap 1000] [--images 5000] [--loop-replicates 10] [--write-only]
-                                     [--default-only] [--test-sets 5000x8,730x5,500x5]
+                                     [--default-only] [--after-only] [--test-sets 5000x8,730x5,500x5]
 """
 
 from __future__ import annotations
@@ -151,8 +153,16 @@ def write_cost(scores, repeats: int = 5) -> tuple[float, float]:
 
 
 def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds: int, n_bootstrap: int,
-                      n_perturbed: int = 68, n_low: int = 6) -> dict:
-    """CPU and wall seconds of the image part of the 'both' bootstrap, per dataset and in all (part 5)."""
+                      n_perturbed: int = 68, n_low: int = 6, before: bool = True) -> dict:
+    """CPU and wall seconds of the image part of the 'both' bootstrap, per dataset and in all (part 5).
+
+    'after': what ``predictions.image_bootstrap_axes`` does, one encoder's arrays (every seed,
+    fraction and condition) as one ``resample.AurocDraws`` batch per draw, then ``run_axes``
+    per seed; timed on one encoder and scaled by encoders. As a real probe's, the seeds'
+    arrays at fraction 1 differ in the last bits (the demo's differ by ~4e-7), so no array
+    is shared. 'before': ``run_axes`` without a batch (the exact kernel per array), timed on
+    one (encoder, seed) and scaled by encoders x seeds.
+    """
     from crs.scoring import resample
 
     rng = np.random.default_rng(3)
@@ -163,23 +173,48 @@ def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds
         target = np.eye(k, dtype=np.int8)[y]
         known = np.ones_like(target, dtype=bool)
 
-        def probs(noise: float) -> np.ndarray:
-            z = 1.5 * target + noise * rng.normal(size=(n, k))
+        def probs(noise: float, z0: np.ndarray | None = None) -> np.ndarray:
+            z = 1.5 * target + noise * rng.normal(size=(n, k)) if z0 is None else z0
             p = np.exp(z - z.max(-1, keepdims=True))
             return (p / p.sum(-1, keepdims=True)).astype(np.float32)
 
-        clean = np.stack([probs(1.0 + 0.2 * f) for f in range(n_low + 1)])  # [fraction, image, class]
-        perturbed = [probs(1.2 + 0.01 * c) for c in range(n_perturbed)]
+        z_full = [1.5 * target + (1.2 + 0.01 * c) * rng.normal(size=(n, k)) for c in range(n_perturbed + 2)]
+        per_seed = []
+        for _ in range(n_seeds):
+            jitter = [probs(0, z + 1e-6 * rng.normal(size=z.shape)) for z in z_full]  # fraction 1: last bits
+            low = [probs(1.0 + 0.2 * f) for f in range(n_low)]
+            per_seed.append((np.stack([*low, jitter[0]]), jitter[1:-1], [jitter[-1]]))
         test = resample.Draw(target, known, resample.image_counts(n, n_bootstrap, np.random.default_rng(4)))
         shift = resample.Draw(target, known, resample.image_counts(n, n_bootstrap, np.random.default_rng(5)))
+        row = {}
+        if before:
+            clean, perturbed, sh = per_seed[0]
+            t0, c0 = time.perf_counter(), time.process_time()
+            resample.run_axes(clean, perturbed, sh, test, [shift], "multiclass")
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            runs = n_encoders * n_seeds
+            row.update(before_cpu_s=round(cpu * runs, 1), before_wall_s=round(wall * runs, 1))
         t0, c0 = time.perf_counter(), time.process_time()
-        resample.run_axes(clean, perturbed, [probs(1.3)], test, [shift], "multiclass")
+        aurocs = [resample.AurocDraws(test), resample.AurocDraws(shift)]
+        for clean, perturbed, sh in per_seed:
+            for p in [*clean, *perturbed]:
+                aurocs[0].add(p)
+            aurocs[1].add(sh[0])
+        for a in aurocs:
+            a.compute()
+        got = [resample.run_axes(c, p, sh, test, [shift], "multiclass", aurocs) for c, p, sh in per_seed]
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        runs = n_encoders * n_seeds
-        out[f"{n}x{k}"] = {"run_wall_s": round(wall, 2), "run_cpu_s": round(cpu, 2),
-                           "dataset_cpu_s": round(cpu * runs, 1), "dataset_wall_s": round(wall * runs, 1)}
-    out["total_cpu_s"] = round(sum(v["dataset_cpu_s"] for v in out.values()), 1)
-    out["total_wall_s"] = round(sum(v["dataset_wall_s"] for k, v in out.items() if k != "total_cpu_s"), 1)
+        row.update(after_cpu_s=round(cpu * n_encoders, 1), after_wall_s=round(wall * n_encoders, 1),
+                   arrays={key: sum(a.summary()[key] for a in aurocs) for key in ("linear", "exact", "shared")})
+        if before:  # the first seed's axes both ways: the approximation's effect on one run
+            exact = resample.run_axes(*per_seed[0], test, [shift], "multiclass")
+            row["max_axis_diff_over_sd"] = round(float(np.max(np.abs(got[0] - exact) / exact.std(axis=0))), 4)
+        out[f"{n}x{k}"] = row
+    for when in ("before", "after"):
+        for unit in ("cpu", "wall"):
+            name = f"{when}_{unit}_s"
+            if all(name in v for v in out.values() if isinstance(v, dict)):
+                out[f"total_{name}"] = round(sum(v[name] for v in list(out.values()) if isinstance(v, dict)), 1)
     return out
 
 
@@ -193,6 +228,7 @@ def main() -> None:
     ap.add_argument("--loop-replicates", type=int, default=10)
     ap.add_argument("--write-only", action="store_true", help="time only the writing of the scores (part 4)")
     ap.add_argument("--default-only", action="store_true", help="time only the default unit's image part (part 5)")
+    ap.add_argument("--after-only", action="store_true", help="part 5: leave out the exact per-run timing")
     ap.add_argument("--test-sets", default="5000x8,730x5,500x5", help="part 5: test images x classes per dataset")
     args = ap.parse_args()
     if args.default_only:
@@ -308,15 +344,23 @@ def main() -> None:
 
 def _default_part(args, seed_cpu: float | None = None) -> None:
     sets = [tuple(int(v) for v in part.split("x")) for part in args.test_sets.split(",")]
-    cost = default_unit_cost(sets, args.encoders, args.seeds, args.bootstrap)
+    cost = default_unit_cost(sets, args.encoders, args.seeds, args.bootstrap, before=not args.after_only)
     for name, c in cost.items():
         if isinstance(c, dict):
-            print(f"default unit 'both', test set {name}: one (encoder, seed) {c['run_cpu_s']:.2f} s CPU "
-                  f"({c['run_wall_s']:.2f} s wall); x {args.encoders} encoders x {args.seeds} seeds = "
-                  f"{c['dataset_cpu_s']:.0f} s CPU")
-    print(f"default unit 'both' at this scale (B={args.bootstrap}): image draws {cost['total_cpu_s']:.0f} s CPU "
-          f"({cost['total_wall_s']:.0f} s wall at this load)"
-          + ("" if seed_cpu is None else f" + seed-paired scoring {seed_cpu:.1f} s CPU"))
+            was = "" if "before_cpu_s" not in c else (
+                f"before {c['before_cpu_s']:.0f} s CPU ({c['before_wall_s']:.0f} s wall), ")
+            diff = "" if "max_axis_diff_over_sd" not in c else (
+                f"; one run's axes differ from exact by at most {c['max_axis_diff_over_sd']:.1%} of their sd")
+            print(f"default unit 'both', test set {name}, {args.encoders} encoders x {args.seeds} seeds: {was}"
+                  f"after {c['after_cpu_s']:.1f} s CPU ({c['after_wall_s']:.1f} s wall); arrays {c['arrays']}{diff}")
+    tail = "" if seed_cpu is None else f" + seed-paired scoring {seed_cpu:.1f} s CPU"
+    if "total_before_cpu_s" in cost:
+        print(f"default unit 'both' at this scale (B={args.bootstrap}), image draws: before "
+              f"{cost['total_before_cpu_s']:.0f} s CPU ({cost['total_before_wall_s']:.0f} s wall at this load), "
+              f"after {cost['total_after_cpu_s']:.1f} s CPU ({cost['total_after_wall_s']:.1f} s wall){tail}")
+    else:
+        print(f"default unit 'both' at this scale (B={args.bootstrap}), image draws: "
+              f"{cost['total_after_cpu_s']:.1f} s CPU ({cost['total_after_wall_s']:.1f} s wall){tail}")
     print(json.dumps({"default_unit": cost}))
 
 

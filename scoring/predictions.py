@@ -139,6 +139,8 @@ def image_bootstrap_axes(
     seeds: Sequence[int],
     n_bootstrap: int,
     rng: np.random.Generator,
+    methods: dict | None = None,
+    method: str = "auto",
 ) -> np.ndarray:
     """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled.
 
@@ -146,7 +148,10 @@ def image_bootstrap_axes(
     fractions and conditions each dataset's axes read. Each dataset draws its image
     multiplicities once (the same for every encoder, seed and condition), then each
     of its shift targets, in the order given; raises MissingPredictions naming the
-    first array that is not in the store.
+    first array that is not in the store. The AUROCs of each encoder's arrays are
+    computed as one batch per draw (``resample.AurocDraws``, ``method`` 'auto' or
+    'exact'); ``methods``, where given, receives per dataset how many arrays were
+    linearised, computed exactly, or shared with an identical array.
     """
     out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
     for j, dataset in enumerate(datasets):
@@ -158,15 +163,25 @@ def image_bootstrap_axes(
             t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
             counts = _image_counts(t_target.shape[0], n_bootstrap, rng, parse(cond).dataset)
             targets.append(resample.Draw(t_target, t_known, counts))
+        aurocs = [resample.AurocDraws(d, method) for d in (test, *targets)]
         for e, encoder in enumerate(encoders):
             clean = _clean_probs(store, dataset, encoder, seeds, low, target.shape[0])
             pert_p = [_fitting(Predictions(store, dataset, encoder, c), seeds, target) for c in pert]
             shift_p = [_fitting(Predictions(store, dataset, encoder, c), seeds, t.target)
                        for c, t in zip(shift, targets, strict=True)]
+            for s in range(len(seeds)):  # every array first, so each draw's batch is computed at once
+                for p in [*clean[s], *(q[s, 0] for q in pert_p)]:
+                    aurocs[0].add(p)
+                for t, q in enumerate(shift_p):
+                    aurocs[1 + t].add(q[s, 0])
+            for a in aurocs:
+                a.compute()
             for s in range(len(seeds)):
                 out[:, e, j, s] = resample.run_axes(
-                    clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], test, targets, task
+                    clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], test, targets, task, aurocs
                 )
+        if methods is not None:
+            methods[dataset] = {k: sum(a.summary()[k] for a in aurocs) for k in ("linear", "exact", "shared")}
     return out
 
 

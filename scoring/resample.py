@@ -9,18 +9,53 @@ which take such a matrix and return one value per replicate.
 
 ``run_axes`` turns one run's resampled AUROC and ECE arrays into its axis values
 (``crs.scoring.axes.REGISTRY``, docs/crs-v1.md section 1).
+
+At the published benchmark's scale a dataset has thousands of probability arrays (every
+encoder, seed, fraction and condition) under the same draw, and the exact kernel costs
+one pass over the [image, replicate] multiplicities per class and array. ``AurocDraws``
+computes them as a batch (docs/crs-v1.md section 5):
+
+* identical arrays (detected by a hash of their bytes) are computed once;
+* the linearised bootstrap (Hoeffding/DeLong placements). With placement values
+  ``V10_i`` (share of negatives below positive i, ties one half) and ``V01_j`` (share of
+  positives above negative j), the weighted AUROC of multiplicities c is exactly
+  ``sum_pos c_i V10_i / P_c + sum_neg c_j V01_j / N_c - AUC + r_c``, where r_c =
+  ``delta_pos' R delta_neg / (P_c N_c)`` is the second-order term of the doubly centred
+  residual R of the pair kernel (delta = c - 1). Dropping r_c leaves sums linear in c: one
+  matrix product for every array, class and replicate of a dataset. r_c is O(1/n) against
+  a bootstrap spread of O(1/sqrt(n)), so it is small on large test sets, not on small or
+  heavily tied ones; hence
+* a check per array: the exact kernel on the first ``CHECK_DRAWS`` replicates; the
+  linear values are kept only where their largest difference from exact there is at
+  most ``LINEAR_TOL`` times their bootstrap standard deviation, else (and below
+  ``LINEAR_MIN_IMAGES`` test images) every replicate is computed exactly.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from crs.scoring.axes import AxisArrays, axes_from
-from crs.scoring.metrics import weighted_ece, weighted_macro_auroc
+from crs.scoring.metrics import ece_draws, weighted_ece, weighted_macro_auroc
 
+# Below this many test images every replicate is exact: there the exact kernel costs little (score_bench
+# part 5: 5-7 ms an array at 500-730 images) and the linearisation fails its check on a fifth to
+# two fifths of the arrays, so trying it costs more than it saves.
+LINEAR_MIN_IMAGES = 1000
+CHECK_DRAWS = 16  # replicates each linearised array is checked on against the exact kernel
+# Largest |linear - exact| allowed on the check draws, as a share of the array's bootstrap
+# sd. The 2.5 % / 97.5 % percentiles of B = 1000 replicates have a Monte Carlo error of
+# about 0.085 sd of their own (sqrt(0.025 * 0.975 / B) / phi(1.96)); 0.1 sd on the worst of
+# the check draws (a typical replicate is off by about a third of that) keeps the
+# approximation under that noise.
+LINEAR_TOL = 0.1
+METHODS = ("auto", "exact")
+_BATCH_COLUMNS = 4096  # matrix-product columns per batch (2 per array and class) ...
+_BATCH_VALUES = 2**26  # ... and at most this many [image, column] values (large test sets)
 
 
 def image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
@@ -52,25 +87,248 @@ def run_axes(
     test: Draw,
     targets: Sequence[Draw],
     task: str,
+    aurocs: Sequence[AurocDraws] | None = None,
 ) -> np.ndarray:
     """Axis values [replicate, axis] of one (encoder, dataset, seed) under the image draws.
 
     clean [fraction, image, class]: probabilities at each fraction below 1, then at 1;
     perturbed: [image, class] per perturbed condition at fraction 1, on the test draw;
     shift: [image, class] per shift target at fraction 1, each on its own draw in ``targets``.
+    ``aurocs``: an ``AurocDraws`` of the test draw then one per target, holding these
+    arrays (``add`` then ``compute`` for many runs at once); without them every AUROC
+    is the exact kernel's. The ECE is ``ece_draws``' with them on a test split of at least
+    ``LINEAR_MIN_IMAGES`` images, else ``weighted_ece``'s (the same sums in another order).
     """
+    draws = [test, *targets]
 
-    def auc(p: np.ndarray, draw: Draw = test) -> np.ndarray:
-        return weighted_macro_auroc(p, draw.target, draw.known, draw.counts)
+    def auc(p: np.ndarray, i: int = 0) -> np.ndarray:
+        if aurocs is None:
+            d = draws[i]
+            return weighted_macro_auroc(p, d.target, d.known, d.counts)
+        return aurocs[i].value(p)
 
     def stacked(values: list[np.ndarray]) -> np.ndarray | None:
         return np.stack(values, axis=-1) if values else None
 
+    if aurocs is None or test.counts.shape[0] < LINEAR_MIN_IMAGES:  # small: the per-bin kernel's bits, as before
+        ece = weighted_ece(clean[-1], test.target, test.known, test.counts, task)
+    else:
+        ece = ece_draws(clean[-1], test.target, test.known, aurocs[0].counts_t(), task)
     x = AxisArrays(
         d=auc(clean[-1]),
-        ece=weighted_ece(clean[-1], test.target, test.known, test.counts, task),
+        ece=ece,
         low_fraction=np.stack([auc(p) for p in clean[:-1]], axis=-1),
         perturbed=stacked([auc(p) for p in perturbed]),
-        shift=stacked([auc(p, t) for p, t in zip(shift, targets, strict=True)]),
+        shift=stacked([auc(p, 1 + t) for t, p in enumerate(shift)]),
     )
     return axes_from(x)
+
+
+class Sorted(NamedTuple):
+    """One probability array sorted per class, what ``placements`` and ``exact_draws`` share."""
+
+    order: np.ndarray  # int [class, sorted position] -> image
+    start: np.ndarray  # int [class, sorted position]: first position of its run of tied scores
+    end: np.ndarray  # int [class, sorted position]: last position of its run
+    pos: np.ndarray  # bool [class, sorted position]: a known positive
+    neg: np.ndarray  # bool [class, sorted position]: a known negative
+    untied: bool  # no two scores of a class are equal
+
+
+def sort_classes(probs: np.ndarray, target: np.ndarray, known: np.ndarray) -> Sorted:
+    """``Sorted`` of probs [image, class]: one sort per class, vectorised over classes (ties in runs,
+    so the order within a run does not matter and the sort need not be stable)."""
+    s = np.ascontiguousarray(np.asarray(probs).T)  # [class, image]
+    k, n = s.shape
+    order = np.argsort(s, axis=1)
+    ss = np.take_along_axis(s, order, axis=1)
+    pos = np.take_along_axis((known & (target == 1)).T, order, axis=1)
+    neg = np.take_along_axis((known & (target != 1)).T, order, axis=1)
+    new = np.ones((k, n), dtype=bool)
+    new[:, 1:] = ss[:, 1:] != ss[:, :-1]
+    idx = np.arange(n)
+    start = np.maximum.accumulate(np.where(new, idx, 0), axis=1)
+    last = np.ones((k, n), dtype=bool)
+    last[:, :-1] = new[:, 1:]
+    end = np.minimum.accumulate(np.where(last, idx, n - 1)[:, ::-1], axis=1)[:, ::-1]
+    return Sorted(order, start, end, pos, neg, bool(new.all()))
+
+
+def _below_plus_half_tied(x: np.ndarray, srt: Sorted) -> np.ndarray:
+    """(sum of x before the position's tie run + through its run) / 2 at each sorted position,
+    x [..., class, sorted position]. Without ties that is ``cumsum(x) - x / 2``."""
+    c = np.cumsum(x, axis=-1)
+    if srt.untied:
+        return c - x / 2.0
+    k, n = srt.start.shape
+    flat = c.reshape(*c.shape[:-2], k * n)
+    rows = (np.arange(k) * n)[:, None]
+    before = np.where(srt.start > 0, flat[..., (np.maximum(srt.start - 1, 0) + rows).ravel()].reshape(c.shape), 0.0)
+    return (before + flat[..., (srt.end + rows).ravel()].reshape(c.shape)) / 2.0
+
+
+def placements(probs: np.ndarray, target: np.ndarray, known: np.ndarray, srt: Sorted | None = None):
+    """(AUROC [class], pos [image, class], neg [image, class]) of probs [image, class].
+
+    pos = ``V10 - AUC`` on each known positive (V10: share of known negatives scoring below
+    it, ties one half), neg = ``V01 - AUC`` on each known negative (V01: share of known
+    positives scoring above it), 0 elsewhere; AUROC = mean V10 (= ``weighted_auroc`` with
+    unit weights), NaN for a class without both positives and negatives (its columns 0).
+    """
+    srt = sort_classes(probs, target, known) if srt is None else srt
+    is_pos, is_neg = srt.pos.astype(np.float64), srt.neg.astype(np.float64)
+    n_pos, n_neg = is_pos.sum(axis=1), is_neg.sum(axis=1)
+    ok = (n_pos > 0) & (n_neg > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v10 = _below_plus_half_tied(is_neg, srt) / n_neg[:, None]
+        v01 = (n_pos[:, None] - _below_plus_half_tied(is_pos, srt)) / n_pos[:, None]
+        auc = np.where(ok, (is_pos * v10).sum(axis=1) / n_pos, np.nan)
+    centre = np.where(ok, auc, 0.0)[:, None]
+    pos_s = np.where(ok[:, None], is_pos * (v10 - centre), 0.0)
+    neg_s = np.where(ok[:, None], is_neg * (v01 - centre), 0.0)
+    pos, neg = np.empty_like(pos_s), np.empty_like(neg_s)
+    np.put_along_axis(pos, srt.order, pos_s, axis=1)
+    np.put_along_axis(neg, srt.order, neg_s, axis=1)
+    return auc, pos.T, neg.T
+
+
+def exact_draws(srt: Sorted, counts_t: np.ndarray) -> np.ndarray:
+    """Exact AUROC [replicate, class] for integer multiplicities counts_t [replicate, image].
+
+    The formula of ``metrics.weighted_auroc`` on the shared sort: per replicate, the sum
+    over positives of its weight times (negative weight before its tie run + through its
+    run), halved, over P x N. Only the positives' positions are gathered. Every sum is of
+    integers below 2^53, so float64 (whose cumulative sum numpy vectorises, unlike int's)
+    holds them exactly.
+    """
+    k, n = srt.order.shape
+    c = np.asarray(counts_t, dtype=np.float64)[:, srt.order]  # [replicate, class, sorted position]
+    cum = np.cumsum(np.where(srt.neg, c, 0.0), axis=-1).reshape(c.shape[0], k * n)
+    at = np.flatnonzero(srt.pos.ravel())  # flat [class, position] index of every known positive
+    start, end = srt.start.ravel()[at], srt.end.ravel()[at]
+    base = at - at % n
+    before = np.where(start > 0, cum[:, base + np.maximum(start - 1, 0)], 0)
+    cp = c.reshape(c.shape[0], k * n)[:, at]
+    per = cp * (before + cum[:, base + end])  # [replicate, positive]
+    onehot = np.zeros((at.size, k))
+    onehot[np.arange(at.size), at // n] = 1.0
+    num = (per @ onehot) / 2.0
+    den = (cp @ onehot) * cum.reshape(c.shape[0], k, n)[:, :, -1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _macro(per_class: np.ndarray) -> np.ndarray:
+    """Mean over the last axis leaving NaN classes out (NaN where none is left), as ``weighted_macro_auroc``."""
+    ok = ~np.isnan(per_class)
+    n_ok = ok.sum(axis=-1)
+    total = np.where(ok, per_class, 0.0).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_ok > 0, total / np.maximum(n_ok, 1), np.nan)
+
+
+def _key(probs: np.ndarray) -> tuple:
+    a = np.ascontiguousarray(probs)
+    return a.shape, a.dtype.str, hashlib.blake2b(a.view(np.uint8).ravel(), digest_size=16).digest()
+
+
+class AurocDraws:
+    """Macro AUROC [replicate] of many probability arrays [image, class] under one ``Draw``.
+
+    ``add`` every array, ``compute`` once, then ``value``; arrays with the same bytes are
+    computed once. ``method`` 'auto' linearises where it passes its check (module doc),
+    'exact' never does. ``linear``/``exact``/``shared`` count the arrays each way.
+    """
+
+    def __init__(self, draw: Draw, method: str = "auto"):
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+        self.draw, self.method = draw, method
+        self._pending: dict[tuple, np.ndarray] = {}
+        self._values: dict[tuple, np.ndarray] = {}
+        self.linear = self.exact = self.shared = 0
+        self._weights = None
+        self._counts_t = None
+
+    def add(self, probs: np.ndarray) -> None:
+        key = _key(probs)
+        if key in self._values or key in self._pending:
+            self.shared += 1
+        else:
+            self._pending[key] = probs
+
+    def value(self, probs: np.ndarray) -> np.ndarray:
+        key = _key(probs)
+        if key not in self._values:
+            self._pending.setdefault(key, probs)
+            self.compute()
+        return self._values[key]
+
+    def compute(self) -> None:
+        pending, self._pending = list(self._pending.items()), {}
+        n = self.draw.counts.shape[0]
+        if self.method == "exact" or n < LINEAR_MIN_IMAGES:
+            for key, p in pending:
+                self._values[key] = self._exact(p)
+            return
+        columns = min(_BATCH_COLUMNS, _BATCH_VALUES // n)  # a [image, column] float32 block of at most 256 MB
+        per_batch = max(1, columns // (2 * self.draw.target.shape[1]))
+        for i in range(0, len(pending), per_batch):
+            batch = pending[i:i + per_batch]
+            sorts = [sort_classes(p, self.draw.target, self.draw.known) for _, p in batch]
+            linear = self._linear([p for _, p in batch], sorts)  # [replicate, array]
+            for j, (key, p) in enumerate(batch):
+                self._values[key] = self._checked(p, sorts[j], linear[:, j])
+
+    def counts_t(self) -> np.ndarray:
+        """The draw's multiplicities float64 [replicate, image] (for ``metrics.ece_draws``), made once."""
+        if self._counts_t is None:
+            self._counts_t = np.ascontiguousarray(self.draw.counts.T, dtype=np.float64)
+        return self._counts_t
+
+    def _exact(self, probs: np.ndarray) -> np.ndarray:
+        d = self.draw
+        self.exact += 1
+        return weighted_macro_auroc(probs, d.target, d.known, d.counts)
+
+    def _class_weights(self):
+        """(multiplicities float32 [replicate, image], positive and negative weight [replicate, class])."""
+        if self._weights is None:
+            d = self.draw
+            mt = np.ascontiguousarray(d.counts.T, dtype=np.float32)
+            pos = (d.known & (d.target == 1)).astype(np.float64)
+            neg = (d.known & (d.target != 1)).astype(np.float64)
+            self._weights = (mt, self.counts_t() @ pos, self.counts_t() @ neg)
+        return self._weights
+
+    def _linear(self, arrays: list[np.ndarray], sorts: list[Sorted]) -> np.ndarray:
+        mt, w_pos, w_neg = self._class_weights()
+        d = self.draw
+        k = d.target.shape[1]
+        parts = [placements(p, d.target, d.known, srt) for p, srt in zip(arrays, sorts, strict=True)]
+        a = np.empty((mt.shape[1], len(arrays), 2, k), dtype=np.float32)
+        for j, (_, pos, neg) in enumerate(parts):
+            a[:, j, 0], a[:, j, 1] = pos, neg
+        s = (mt @ a.reshape(mt.shape[1], -1)).reshape(mt.shape[0], len(arrays), 2, k).astype(np.float64)
+        auc = np.stack([p[0] for p in parts])  # [array, class]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_class = auc[None] + s[:, :, 0] / w_pos[:, None] + s[:, :, 1] / w_neg[:, None]
+        both = (w_pos > 0) & (w_neg > 0)  # [replicate, class]: the class is scored in the replicate
+        per_class = np.where(both[:, None] & ~np.isnan(auc)[None], per_class, np.nan)
+        return _macro(per_class)  # [replicate, array]
+
+    def _checked(self, probs: np.ndarray, srt: Sorted, linear: np.ndarray) -> np.ndarray:
+        m = min(CHECK_DRAWS, linear.size)
+        exact = _macro(exact_draws(srt, self.counts_t()[:m]))
+        same_nan = np.array_equal(np.isnan(exact), np.isnan(linear[:m]))
+        with np.errstate(invalid="ignore"):
+            sd = float(np.nanstd(linear)) if np.isfinite(linear).any() else 0.0
+            worst = float(np.nanmax(np.abs(exact - linear[:m]))) if np.isfinite(exact).any() else 0.0
+        if same_nan and worst <= LINEAR_TOL * sd:
+            self.linear += 1
+            return linear
+        return self._exact(probs)  # the per-class kernel (row-wise sums over replicates) is faster here
+
+    def summary(self) -> dict:
+        """What was computed how: counts of arrays linearised, exact, and shared with an identical one."""
+        return {"linear": self.linear, "exact": self.exact, "shared": self.shared}

@@ -221,12 +221,15 @@ def score(
     point = core.score(x, ref, w)
     warnings: list[str] = tie_warnings(records)
     used = used_rows(records)
+    image_method: dict = {}  # per dataset: arrays linearised / exact / shared (predictions.image_bootstrap_axes)
     reps, draw, unit = _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders,
-                                   datasets, seeds, warnings)
+                                   datasets, seeds, warnings, image_method)
     found = _from_store(store, records, encoders, datasets, warnings)
     tables = _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found)
     settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
                          excluded, simplex_step, warnings)
+    if image_method and unit != "seed":
+        settings["bootstrap"]["image_method"] = image_method
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     boot = summarise(reps, encoders, point.crs, reference=ref)
     metadata = encoder_metadata(store, encoders, datasets)
@@ -244,12 +247,12 @@ def score(
 
 
 def _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders, datasets, seeds,
-                warnings):
+                warnings, image_method=None):
     """(CRS of every bootstrap replicate, the seed draw [replicate, draw], the unit resampled); says in
     ``warnings`` where the unit fell back or a replicate had no CRS."""
     draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
     x_boot, unit = _bootstrap_means(
-        x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings
+        x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings, image_method
     )
     reps = score_replicates(x_boot, ref, w)
     _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
@@ -329,7 +332,7 @@ def _check_encoders(records: pl.DataFrame, reference: str) -> None:
         )
 
 
-def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings):
+def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings, image_method=None):
     """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used).
 
     Falls back to the seed bootstrap, saying why in ``warnings``, where the image
@@ -347,6 +350,7 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
             try:
                 x_rep = image_bootstrap_axes(
                     store, used, encoders, datasets, seeds, draw.shape[0], np.random.default_rng([seed, 1]),
+                    image_method,
                 )
             except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
