@@ -311,6 +311,59 @@ def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstr
     return rows
 
 
+def debiased_ece(conf: np.ndarray, hit: np.ndarray, weights: np.ndarray, n_bins: int = 15) -> np.ndarray:
+    """A candidate fix, not crs's definition: sum_b (n_b / n) sqrt(max(g_b^2 - v_b / n_b, 0)) [replicate],
+    g_b, v_b the mean and variance of (hit - conf) in bin b (the debiased squared gap of
+    Kumar, Liang & Ma 2019, "Verified uncertainty calibration", per bin), bins as crs's."""
+    from crs.scoring.metrics import bin_index
+
+    bins, gap = bin_index(conf, n_bins), hit - conf
+    w = weights.astype(np.float64)
+    total, out = w.sum(axis=0), np.zeros(w.shape[1])
+    for k in np.unique(bins):
+        wk, gk = w[bins == k], gap[bins == k]
+        nb = wk.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = (gk @ wk) / nb
+            var = (gk**2 @ wk) / nb - mean**2
+            sq = np.where(nb > 1, mean**2 - var / np.maximum(nb - 1, 1), 0.0)
+        out += nb / total * np.sqrt(np.maximum(sq, 0.0))
+    return out
+
+
+def calibration_study(sizes: tuple[int, ...], replications: int, n_bootstrap: int, seed: int) -> list[dict]:
+    """Coverage of the population ECE (1 - C) by the image bootstrap's percentile interval, for crs's
+    binned ECE and the debiased candidate, per test-set size. C is fixed at fraction 1, so its
+    interval is the same under 'image' and 'both', and 'seed' gives it zero width."""
+    from crs.scoring.bootstrap import interval
+    from crs.scoring.metrics import binned_ece
+
+    rng, base, prevalence = np.random.default_rng([seed, 17]), 1.5, 0.1
+    rows = []
+    for n in sizes:
+        truth = np.array([population_ece(e.strength * base, prevalence, e) for e in ENCODERS])
+        hits = {"binned_ece": np.zeros(len(ENCODERS)), "debiased_ece": np.zeros(len(ENCODERS))}
+        bias = {k: np.zeros(len(ENCODERS)) for k in hits}
+        for _ in range(replications):
+            y = rng.random(n) < prevalence
+            counts = _counts(n, n_bootstrap, rng)
+            for e, enc in enumerate(ENCODERS):
+                delta = enc.strength * base
+                p = probability(delta * y + rng.standard_normal(n), delta, prevalence, enc)
+                conf, hit = np.maximum(p, 1 - p), ((p >= 0.5) == y).astype(float)
+                for name, fn in (("binned_ece", binned_ece), ("debiased_ece", debiased_ece)):
+                    v = fn(conf, hit, counts)
+                    low, high = interval(v[1:])
+                    hits[name][e] += low <= truth[e] <= high
+                    bias[name][e] += v[0] - truth[e]
+        for name in hits:
+            rows.append({"calibration_study": name, "test_images": n, "replications": replications,
+                         "bootstrap": n_bootstrap, "true_ece": [round(float(t), 4) for t in truth],
+                         "mean_bias": [round(float(b / replications), 4) for b in bias[name]],
+                         "coverage": [round(float(h / replications), 3) for h in hits[name]]})
+    return rows
+
+
 def within(c: float, target: float = 0.95, tol: float = 0.03) -> bool:
     return abs(c - target) <= tol
 
@@ -322,7 +375,14 @@ def main() -> None:
     ap.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="mixed")
     ap.add_argument("--quick", action="store_true", help="60 replications, B=100, smaller test sets: a smoke run")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--calibration", action="store_true",
+                    help="only the calibration study: binned vs debiased ECE, per test-set size")
     args = ap.parse_args()
+    if args.calibration:
+        sizes = (300, 2000) if args.quick else (300, 2000, 10000)
+        for row in calibration_study(sizes, 60 if args.quick else args.replications, args.bootstrap, args.seed):
+            print(json.dumps(row), flush=True)
+        return
     if args.quick:
         runs = dict(QUICK)
         args.replications, args.bootstrap = min(args.replications, 60), 100
