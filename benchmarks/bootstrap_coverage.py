@@ -269,9 +269,10 @@ def point_of(x: np.ndarray) -> Point:
 
 
 # ------------------------------------------------------------------------------ the study
-def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstrap: int, seed: int) -> list[dict]:
-    """One JSON-able row per unit: coverage of CRS differences and axes over the replications."""
-    from crs.scoring.axes import AXES
+def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstrap: int, seed: int,
+          every: int = 0):
+    """Yields one JSON-able row per (unit, interval): coverage of CRS differences and axes, after
+    the last replication and, with ``every``, after each ``every`` replications (``partial``)."""
     from crs.scoring.crs import score
 
     truth_x = true_axes(datasets)
@@ -287,7 +288,14 @@ def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstr
                 got = covered(reps, point, truth_x, truth_crs, means, kind == "basic")
                 for k, v in got.items():
                     hits[unit, kind][k] = hits[unit, kind].get(k, 0) + v.astype(float)
-    seconds = time.perf_counter() - t0
+        if r + 1 == replications or (every and (r + 1) % every == 0):
+            yield from _rows(name, datasets, hits, r + 1, n_bootstrap, truth_crs, time.perf_counter() - t0,
+                             partial=r + 1 < replications)
+
+
+def _rows(name, datasets, hits, replications, n_bootstrap, truth_crs, seconds, partial) -> list[dict]:
+    from crs.scoring.axes import AXES
+
     half = 1.96 * math.sqrt(0.95 * 0.05 / replications)
     rows = []
     for unit, kind in hits:
@@ -306,7 +314,7 @@ def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstr
                 a: {str(ds.n): round(float(h["axis_dataset"][:, j, k].mean()), 3) for j, ds in enumerate(datasets)}
                 for k, a in enumerate(AXES)
             },
-            "monte_carlo_half_width": round(half, 4), "seconds": round(seconds, 1),
+            "monte_carlo_half_width": round(half, 4), "seconds": round(seconds, 1), "partial": partial,
         })
     return rows
 
@@ -375,6 +383,7 @@ def main() -> None:
     ap.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="mixed")
     ap.add_argument("--quick", action="store_true", help="60 replications, B=100, smaller test sets: a smoke run")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--every", type=int, default=0, help="also print partial rows every N replications")
     ap.add_argument("--calibration", action="store_true",
                     help="only the calibration study: binned vs debiased ECE, per test-set size")
     args = ap.parse_args()
@@ -390,8 +399,10 @@ def main() -> None:
         runs = SCENARIOS if args.scenario == "all" else {args.scenario: SCENARIOS[args.scenario]}
     verdict = {}
     for name, datasets in runs.items():
-        for row in study(name, datasets, args.replications, args.bootstrap, args.seed):
+        for row in study(name, datasets, args.replications, args.bootstrap, args.seed, args.every):
             print(json.dumps(row), flush=True)
+            if row["partial"]:
+                continue
             values = [*row["crs_diff_coverage"], *row["axis_coverage"].values()]
             verdict[f"{name}/{row['unit']}/{row['interval']}"] = {"min": min(values), "max": max(values),
                                                 "within_95_pm_3": all(within(v) for v in values)}
