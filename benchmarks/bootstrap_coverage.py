@@ -42,10 +42,13 @@ of every encoder to encoder 0 (the true leader), (b) each axis averaged over dat
 ``*_low``/``*_high`` columns of scores/encoders) and (c) each axis per dataset.
 
 Monte Carlo error of a coverage near 0.95 over R replications: 1.96 sqrt(0.95 * 0.05 / R),
-+/- 1.5 % at R = 811. Usage (one JSON line per scenario and unit, then a summary line):
++/- 1.5 % at R = 811. Each row is also given for the basic interval, a candidate fix.
+``--calibration`` runs only the study of C's estimator (crs's binned ECE against a debiased
+candidate). Findings: docs/bootstrap-coverage.md. Usage (one JSON line per scenario, unit and
+interval, then a summary line):
 
     python benchmarks/bootstrap_coverage.py [--replications 800] [--bootstrap 200] [--quick]
-        [--scenario mixed|small|large] [--seed 0]
+        [--scenario mixed|small|large|all] [--seed 0] [--every N] [--calibration]
 """
 
 from __future__ import annotations
@@ -217,8 +220,8 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator) -> np.
 
 
 def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int) -> dict:
-    """(seed means [replicate, encoder, dataset, axis], Replicates) of each unit from x [1 + replicate, encoder, dataset, seed, axis], as
-    ``crs.scoring.run._bootstrap_means`` forms them (median reference, default weights)."""
+    """(seed means [replicate, encoder, dataset, axis], Replicates) of each unit from
+    x [1 + replicate, encoder, dataset, seed, axis], as ``crs.scoring.run._bootstrap_means`` forms them (median reference, default weights)."""
     from crs.scoring.bootstrap import draw_seeds, seed_means_of, seed_weights, score_replicates
 
     draw = draw_seeds(SEEDS, n_bootstrap, seed)
