@@ -221,7 +221,8 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator) -> np.
 
 def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int) -> dict:
     """(seed means [replicate, encoder, dataset, axis], Replicates) of each unit from
-    x [1 + replicate, encoder, dataset, seed, axis], as ``crs.scoring.run._bootstrap_means`` forms them (median reference, default weights)."""
+    x [1 + replicate, encoder, dataset, seed, axis], as ``crs.scoring.run._bootstrap_means``
+    forms them (median reference, default weights)."""
     from crs.scoring.bootstrap import draw_seeds, seed_means_of, seed_weights, score_replicates
 
     draw = draw_seeds(SEEDS, n_bootstrap, seed)
