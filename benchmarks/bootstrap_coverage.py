@@ -376,6 +376,37 @@ def calibration_study(sizes: tuple[int, ...], replications: int, n_bootstrap: in
     return rows
 
 
+def seed_study(replications: int, n_bootstrap: int, seed: int, n_seeds: int = SEEDS) -> list[dict]:
+    """Coverage of the true L by the seed bootstrap with an infinite test set (so only seeds vary):
+    crs's percentile interval of the resampled seed mean, and the same with each seed's deviation
+    from the seed mean scaled by sqrt(S/(S-1)) * t_{S-1,0.975} / z_0.975 (a candidate fix: the
+    resampled mean of S seeds has variance (S-1)/S of the mean's, and S = 5 is too few for z)."""
+    from scipy.stats import norm, t
+
+    from crs.scoring.bootstrap import draw_seeds, interval, seed_weights
+
+    base, rng = 1.5, np.random.default_rng([seed, 18])
+    truth = true_axes((Dataset(1, base, 0.1, 0),))[:, 0, 2]  # [encoder]
+    scale = math.sqrt(n_seeds / (n_seeds - 1)) * t.ppf(0.975, n_seeds - 1) / norm.ppf(0.975)
+    hits = {"percentile": np.zeros(len(ENCODERS)), "scaled": np.zeros(len(ENCODERS))}
+    for r in range(replications):
+        v = rng.standard_normal((len(ENCODERS[0].low), n_seeds))
+        x = np.empty((len(ENCODERS), n_seeds))
+        for e, enc in enumerate(ENCODERS):
+            delta = enc.strength * base
+            u = math.sqrt(KAPPA) * v + math.sqrt(1 - KAPPA) * rng.standard_normal(v.shape)
+            a = phi(delta * (np.array(enc.low)[:, None] + enc.seed_sd * u) / math.sqrt(2))  # [fraction, seed]
+            x[e] = np.clip((a - 0.5) / (phi(delta / math.sqrt(2)) - 0.5), 0, 1).mean(axis=0)
+        w = seed_weights(draw_seeds(n_seeds, n_bootstrap, seed * 100_003 + r), n_seeds)  # [replicate, seed]
+        mean = x.mean(axis=1, keepdims=True)
+        for name, c in (("percentile", 1.0), ("scaled", scale)):
+            low, high = interval(w @ (mean + c * (x - mean)).T)
+            hits[name] += (low <= truth) & (truth <= high)
+    return [{"seed_study": name, "seeds": n_seeds, "replications": replications, "bootstrap": n_bootstrap,
+             "scale": round(c, 3), "coverage_of_L": [round(float(h / replications), 3) for h in hits[name]]}
+            for name, c in (("percentile", 1.0), ("scaled", scale))]
+
+
 def within(c: float, target: float = 0.95, tol: float = 0.03) -> bool:
     return abs(c - target) <= tol
 
@@ -390,7 +421,13 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=0, help="also print partial rows every N replications")
     ap.add_argument("--calibration", action="store_true",
                     help="only the calibration study: binned vs debiased ECE, per test-set size")
+    ap.add_argument("--seeds-only", action="store_true",
+                    help="only the seed study: L with an infinite test set, crs's interval against a scaled one")
     args = ap.parse_args()
+    if args.seeds_only:
+        for row in seed_study(args.replications, args.bootstrap, args.seed):
+            print(json.dumps(row), flush=True)
+        return
     if args.calibration:
         sizes = (300, 2000) if args.quick else (300, 2000, 10000)
         for row in calibration_study(sizes, 60 if args.quick else args.replications, args.bootstrap, args.seed):
