@@ -219,16 +219,27 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator) -> np.
     return out
 
 
-def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int) -> dict:
+def seed_scale(n_seeds: int = SEEDS) -> float:
+    """sqrt(S/(S-1)) t_{S-1,0.975} / z_0.975 (see ``seed_study``)."""
+    from scipy.stats import norm, t
+
+    return math.sqrt(n_seeds / (n_seeds - 1)) * t.ppf(0.975, n_seeds - 1) / norm.ppf(0.975)
+
+
+def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int, scaled: bool = False) -> dict:
     """(seed means [replicate, encoder, dataset, axis], Replicates) of each unit from
     x [1 + replicate, encoder, dataset, seed, axis], as ``crs.scoring.run._bootstrap_means``
-    forms them (median reference, default weights)."""
+    forms them (median reference, default weights); with ``scaled`` also the candidate 'both_scaled'."""
     from crs.scoring.bootstrap import draw_seeds, seed_means_of, seed_weights, score_replicates
 
     draw = draw_seeds(SEEDS, n_bootstrap, seed)
     point, x_rep = x[0], x[1:]
     seed_unit = np.einsum("bs,edsa->beda", seed_weights(draw, SEEDS), point)
     means = {"seed": seed_unit, "image": seed_means_of(x_rep, None), "both": seed_means_of(x_rep, draw)}
+    if scaled:  # the candidate fix of seed_study, applied to 'both': seed deviations widened
+        mean = x_rep.mean(axis=3, keepdims=True)
+        dev = np.einsum("bs,bedsa->beda", seed_weights(draw, SEEDS), x_rep - mean)
+        means["both_scaled"] = np.clip(mean[:, :, :, 0] + seed_scale() * dev, 0.0, 1.0)
     return {unit: (m, score_replicates(m)) for unit, m in means.items()}
 
 
@@ -274,7 +285,7 @@ def point_of(x: np.ndarray) -> Point:
 
 # ------------------------------------------------------------------------------ the study
 def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstrap: int, seed: int,
-          every: int = 0):
+          every: int = 0, scaled: bool = False):
     """Yields one JSON-able row per (unit, interval): coverage of CRS differences and axes, after
     the last replication and, with ``every``, after each ``every`` replications (``partial``)."""
     from crs.scoring.crs import score
@@ -282,12 +293,13 @@ def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstr
     truth_x = true_axes(datasets)
     truth_crs = score(truth_x).crs
     rng = np.random.default_rng([seed, 16])
-    hits = {(u, i): {} for u in UNITS for i in INTERVALS}
+    units = (*UNITS, "both_scaled") if scaled else UNITS
+    hits = {(u, i): {} for u in units for i in INTERVALS}
     t0 = time.perf_counter()
     for r in range(replications):
         x = np.stack([dataset_axes(ds, n_bootstrap, rng) for ds in datasets], axis=2)
         point = point_of(x)
-        for unit, (means, reps) in unit_replicates(x, n_bootstrap, seed * 100_003 + r).items():
+        for unit, (means, reps) in unit_replicates(x, n_bootstrap, seed * 100_003 + r, scaled).items():
             for kind in INTERVALS:
                 got = covered(reps, point, truth_x, truth_crs, means, kind == "basic")
                 for k, v in got.items():
@@ -381,13 +393,11 @@ def seed_study(replications: int, n_bootstrap: int, seed: int, n_seeds: int = SE
     crs's percentile interval of the resampled seed mean, and the same with each seed's deviation
     from the seed mean scaled by sqrt(S/(S-1)) * t_{S-1,0.975} / z_0.975 (a candidate fix: the
     resampled mean of S seeds has variance (S-1)/S of the mean's, and S = 5 is too few for z)."""
-    from scipy.stats import norm, t
-
     from crs.scoring.bootstrap import draw_seeds, interval, seed_weights
 
     base, rng = 1.5, np.random.default_rng([seed, 18])
     truth = true_axes((Dataset(1, base, 0.1, 0),))[:, 0, 2]  # [encoder]
-    scale = math.sqrt(n_seeds / (n_seeds - 1)) * t.ppf(0.975, n_seeds - 1) / norm.ppf(0.975)
+    scale = seed_scale(n_seeds)
     hits = {"percentile": np.zeros(len(ENCODERS)), "scaled": np.zeros(len(ENCODERS))}
     for r in range(replications):
         v = rng.standard_normal((len(ENCODERS[0].low), n_seeds))
@@ -421,6 +431,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=0, help="also print partial rows every N replications")
     ap.add_argument("--calibration", action="store_true",
                     help="only the calibration study: binned vs debiased ECE, per test-set size")
+    ap.add_argument("--scaled", action="store_true", help="also the candidate unit 'both_scaled' (see seed_study)")
     ap.add_argument("--seeds-only", action="store_true",
                     help="only the seed study: L with an infinite test set, crs's interval against a scaled one")
     args = ap.parse_args()
@@ -440,7 +451,7 @@ def main() -> None:
         runs = SCENARIOS if args.scenario == "all" else {args.scenario: SCENARIOS[args.scenario]}
     verdict = {}
     for name, datasets in runs.items():
-        for row in study(name, datasets, args.replications, args.bootstrap, args.seed, args.every):
+        for row in study(name, datasets, args.replications, args.bootstrap, args.seed, args.every, args.scaled):
             print(json.dumps(row), flush=True)
             if row["partial"]:
                 continue
