@@ -288,3 +288,20 @@ def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
     assert all("shift:other 75%" in w for w in said)
     assert s.to_json()["settings"]["warnings"] == s.settings["warnings"]  # scores.json carries them
     assert tie_warnings(tied.with_columns(tie_share=pl.lit(0.5))) == []  # at the limit: no warning
+
+
+def test_an_axis_whose_replicates_sit_off_the_estimate_is_warned_about():
+    from crs.scoring.axes import AXES
+    from crs.scoring.run import shifted_axis_warnings
+
+    rng = np.random.default_rng(0)
+    point = np.full((2, len(AXES)), 0.8)  # [encoder, axis]
+    reps = point + rng.normal(0, 0.01, size=(400, 2, len(AXES)))  # centred on the estimate
+    warnings: list[str] = []
+    shifted_axis_warnings(reps, point, ["a", "b"], warnings)
+    assert warnings == []
+    c = AXES.index("calibration")
+    reps[:, 1, c] -= 0.02  # b's replicates one width below its estimate, as a biased ECE puts them
+    shifted_axis_warnings(reps, point, ["a", "b"], warnings)
+    assert len(warnings) == 1 and warnings[0].startswith("the calibration intervals are off-centre")
+    assert " b sit -" in warnings[0] and "bootstrap-coverage" in warnings[0]
