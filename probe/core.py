@@ -296,7 +296,8 @@ SHARED_LOOP_BELOW = 1 << 20  # rows x features under which small fractions share
 
 def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4,
         min_block_rows: int | None = None, precondition: bool = True, warm_start: bool = False,
-        devices=None, max_bytes: int | None = None, schedule: str = "auto", gap: float | None = DEFAULT_GAP) -> Fit:
+        devices=None, max_bytes: int | None = None, schedule: str = "auto", gap: float | None = DEFAULT_GAP,
+        on_loop=None) -> Fit:
     """Fit every probe at once.
 
     X [n, F] standardised training features; T, known [n, K] targets and known-label mask;
@@ -326,6 +327,9 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     multiple of the device count and the padding dropped. ``max_bytes`` (default: from
     the device's memory, ``memory_budget``) bounds the working set: when all seeds at once
     would exceed it, seeds are fitted in groups, one compiled program reused per group.
+
+    ``on_loop`` (where given) is called with no arguments as each solver loop finishes
+    (``loop_count`` of them), so a caller can report progress per loop.
     """
     sizes, schedule = _checked(sizes, schedule, X.shape)
     devices = list(devices) if devices is not None else jax.devices()
@@ -340,6 +344,9 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
         out = _fit_group(Xs, T, known, g_order, g_sizes, blocks, grid, V, devices, task, warm_start, max_iter,
                          tol, gap, budget, grid.shape[0] // len(devices), precondition)
         fits.append(jax.tree.map(lambda a: jnp.broadcast_to(a, (S,) + a.shape[1:]), out))
+        if on_loop is not None:
+            jax.block_until_ready(out)
+            on_loop()
     out = jax.tree.map(lambda *a: jnp.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
     back = np.argsort(path)  # grid order, padding dropped
     return jax.tree.map(lambda a: a[:, :, back], out)
@@ -355,6 +362,12 @@ def _checked(sizes, schedule: str, shape) -> tuple[tuple[int, ...], str]:
     if schedule == "auto":
         schedule = "fraction" if shape[0] * shape[1] >= FRACTION_SCHEDULE_FROM else "joint"
     return sizes, schedule
+
+
+def loop_count(sizes, n: int, F: int, schedule: str = "auto") -> int:
+    """How many solver loops ``fit`` runs on n x F training features (``solver_loops``)."""
+    sizes, schedule = _checked(sizes, schedule, (n, F))
+    return len(solver_loops(sizes, n, F, schedule))
 
 
 def _device_grid(l2, warm_start: bool, n_dev: int, dtype):
