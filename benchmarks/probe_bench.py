@@ -35,6 +35,12 @@ numbers are this machine's, so rerun before relying on them):
   three loops, ran about 0.4 s slower;
 * the covariance eigendecomposition in LAPACK on one thread: 0.03 s for F = 384,
   against 3.6 s with BLAS threads competing with JAX's pool and 2.3 s in XLA's eigh;
+* ``ISOTROPIC_BELOW`` (one scale for subsets of fewer rows than 0.2 x the features) and one
+  dense row block for joint loops under ``ONE_BLOCK_BELOW``, on crs demo's nine pairs
+  (``--small``, 2 cores under load 8-15, so read the ratios): iterations max 532 -> 150;
+  one pair's cold fit 38-51 s -> 17-21 s (one block: a far smaller program); the isotropic
+  scale alone: 394 -> 52 steps for the 7-row subsets of 630 x 192, but 78 -> 315 for 158
+  rows, hence the 0.2 threshold;
 * the tolerance on the preconditioned gradient: the raw gradient left test AUROC off by
   up to 0.08 against a tight scikit-learn fit; the gradient test alone (no ``gap``),
   up to 0.034.
