@@ -40,7 +40,8 @@ numbers are this machine's, so rerun before relying on them):
   (``--small``, 2 cores under load 8-15, so read the ratios): iterations max 532 -> 150;
   one pair's cold fit 38-51 s -> 17-21 s (one block: a far smaller program); the isotropic
   scale alone: 394 -> 52 steps for the 7-row subsets of 630 x 192, but 78 -> 315 for 158
-  rows, hence the 0.2 threshold;
+  rows, hence the 0.2 threshold; side by side on a quiet moment (load 2): cold 46.9 s -> 25.7 s,
+  warm 13.4 s -> 9.7 s, scikit-learn at its best 12.8 s;
 * the tolerance on the preconditioned gradient: the raw gradient left test AUROC off by
   up to 0.08 against a tight scikit-learn fit; the gradient test alone (no ``gap``),
   up to 0.034.
