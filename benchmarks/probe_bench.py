@@ -35,14 +35,31 @@ numbers are this machine's, so rerun before relying on them):
   three loops, ran about 0.4 s slower;
 * the covariance eigendecomposition in LAPACK on one thread: 0.03 s for F = 384,
   against 3.6 s with BLAS threads competing with JAX's pool and 2.3 s in XLA's eigh;
+* ``ISOTROPIC_BELOW`` (one scale for subsets of fewer rows than 0.2 x the features) and one
+  dense row block for joint loops under ``ONE_BLOCK_BELOW``, on crs demo's nine pairs
+  (``--small``, 2 cores under load 8-15, so read the ratios): iterations max 532 -> 150;
+  one pair's cold fit 38-51 s -> 17-21 s (one block: a far smaller program); the isotropic
+  scale alone: 394 -> 52 steps for the 7-row subsets of 630 x 192, but 78 -> 315 for 158
+  rows, hence the 0.2 threshold; side by side on a quiet moment (load 2): cold 46.9 s -> 25.7 s,
+  warm 13.4 s -> 9.7 s, scikit-learn at its best 12.8 s;
 * the tolerance on the preconditioned gradient: the raw gradient left test AUROC off by
   up to 0.08 against a tight scikit-learn fit; the gradient test alone (no ``gap``),
   up to 0.034.
+
+Small-data mode (``--small``): the grid of ``crs demo``'s nine (encoder, dataset) pairs
+(5 seeds x 7 fractions x 4 L2 values each; 630-770 training rows, 50-367 live features,
+4-5 classes), from a store (``--store``, e.g. the demo's) or synthetic data of the same
+shapes. Our engine runs in a fresh process with an empty compilation cache (``cold``:
+every compile included, as a first ``crs demo``), again in a fresh process on the now
+filled cache (``warm_disk``) and a second time in that process (``warm``); scikit-learn at
+its best (parallel workers, one BLAS thread each) fits the same grid on the same
+standardised features, and a tight scikit-learn fit gives the agreement.
 
 The last line of output is one JSON object (see ``main``). Usage:
 
     python benchmarks/probe_bench.py                 # 20,000 x 768, 5 classes, 280 probes, + multi-label
     python benchmarks/probe_bench.py --quick         # a small run for a smoke test
+    python benchmarks/probe_bench.py --small [--store crs-demo/store.zarr]   # the demo's nine pairs
 """
 
 from __future__ import annotations
@@ -337,6 +354,150 @@ def bench(task, n, n_test, F, K, seeds, fractions, l2, workers, max_iter, tol, l
     }
 
 
+# ----------------------------------------------------------------------------- small data (crs demo's grid)
+# (training rows, test rows, live features, classes, task) of crs demo's nine (encoder, dataset) pairs
+DEMO_SHAPES = tuple((n, nt, F, K, task) for F3 in ((353, 367, 334), (52, 54, 50), (192, 192, 192))
+                    for (n, nt, K, task), F in zip(((770, 220, 4, "multilabel"), (630, 180, 5, "multiclass"),
+                                                     (631, 179, 5, "multiclass")), F3))
+DEMO_L2 = (1e-3, 1e-2, 1e-1, 1.0)
+
+
+def small_pairs(store_path: str | None, seeds):
+    """The nine pairs: [(name, task, K, Xtr, ytr, Xte, yte, order, sizes)], standardised as crs probe does."""
+    from crs.probe import subsets
+    from crs.config import DEFAULT_FRACTIONS
+
+    out = []
+    if store_path is None:
+        for i, (n, nt, F, K, task) in enumerate(DEMO_SHAPES):
+            X, labels = embeddings(n + nt, F, K, np.random.default_rng(100 + i), multilabel=task == "multilabel")
+            Xtr, Xte = standardise(X[:n], X[n:])
+            out.append((f"synthetic{i}", task, K, Xtr, labels[:n], Xte, labels[n:]))
+    else:
+        from crs.probe.run import load_split, pairs_in_store
+        from crs.store import Store
+
+        store = Store(store_path, mode="r")
+        for enc, d in pairs_in_store(store):
+            split, table = load_split(store, enc, d), store.dataset(d)
+            labels = np.asarray(table.labels)
+            te = split.test[~np.isin(split.test, split.failed)]
+            out.append((f"{enc} x {d}", table.task, len(table.classes), split.z(split.X[split.train]),
+                        labels[split.train], split.z(split.X[te]), labels[te]))
+    pairs = []
+    for name, task, K, Xtr, ytr, Xte, yte in out:
+        order = subsets.orders(ytr, task, list(seeds))
+        pairs.append((name, task, K, Xtr, ytr, Xte, yte, order, subsets.sizes(list(DEFAULT_FRACTIONS), len(Xtr))))
+    return pairs
+
+
+def small_engine(store_path, seeds, max_iter, tol, out_path) -> None:
+    """One process: every pair's grid fitted twice (compile included, then not); W, b and times to ``out_path``."""
+    import jax
+    import jax.numpy as jnp
+
+    from crs.probe import core
+    from crs.probe.run import compile_cache, float_targets
+
+    compile_cache()  # as crs probe does: $CRS_JAX_CACHE
+    saved, times = {}, {"first": [], "second": []}
+    for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
+        T, known = float_targets(ytr, task, K)
+        args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                jnp.asarray(DEMO_L2, jnp.float32))
+        for key in ("first", "second"):
+            t0 = time.perf_counter()
+            fit = core.fit(*args, task=task, max_iter=max_iter, tol=tol)
+            jax.block_until_ready(fit.W)
+            times[key].append(time.perf_counter() - t0)
+        for k in ("W", "b", "converged", "iterations"):
+            saved[f"{p}_{k}"] = np.asarray(getattr(fit, k))
+    np.savez(out_path, **saved, first=np.array(times["first"]), second=np.array(times["second"]))
+
+
+def small(store_path, seeds, workers, max_iter, tol, log) -> dict:
+    """The small-data comparison (module docstring); the engine's runs in child processes."""
+    import subprocess
+    import sys
+    import tempfile
+
+    pairs = small_pairs(store_path, seeds)
+    L = len(DEMO_L2)
+    log(f"[small] {len(pairs)} pairs x {len(seeds)} seeds x 7 fractions x {L} L2 "
+        f"({'store ' + store_path if store_path else 'synthetic, the demo store shapes'}): "
+        + ", ".join(f"{len(p[3])}x{p[3].shape[1]} K={p[2]}" for p in pairs))
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "CRS_JAX_CACHE": os.path.join(tmp, "jax-cache")}
+        for which in ("cold", "warm_disk"):
+            out = os.path.join(tmp, f"{which}.npz")
+            cmd = [sys.executable, os.path.abspath(__file__), "--small-engine", out, "--seeds", str(len(seeds)),
+                   "--max-iter", str(max_iter), "--tol", str(tol)] + (["--store", store_path] if store_path else [])
+            t0 = time.perf_counter()
+            subprocess.run(cmd, env=env, check=True)
+            wall = time.perf_counter() - t0
+            runs[which] = dict(np.load(out))
+            log(f"  engine, {which:9s}: fits {runs[which]['first'].sum():6.2f} s (process {wall:.1f} s); "
+                f"per pair " + " ".join(f"{t:.1f}" for t in runs[which]["first"]))
+        log(f"  engine, warm (same process, second fit): {runs['warm_disk']['second'].sum():6.2f} s")
+    fits = runs["cold"]
+    jobs, where = [], []
+    for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(pairs):
+        for s in range(len(seeds)):
+            for f, m in enumerate(sizes):
+                for li, lam in enumerate(DEMO_L2):
+                    jobs.append((p, order[s, :m], lam))
+                    where.append((p, s, f, li))
+    t0 = time.perf_counter()
+    best = _sk_jobs(pairs, jobs, 1e-4, 1000, workers)
+    sklearn_best_s = time.perf_counter() - t0
+    log(f"  scikit-learn, {workers} workers x 1 BLAS thread: {sklearn_best_s:6.2f} s ({len(jobs)} probes)")
+    tight = _sk_jobs(pairs, jobs, 1e-9, 20000, workers, inits=best)
+    diffs, flagged, converged, worst = [], 0, 0, (0.0, None)
+    for (p, s, f, li), (Wr, br) in zip(where, tight):
+        name, task, K, Xtr, ytr, Xte, yte, order, sizes = pairs[p]
+        W, b = fits[f"{p}_W"][s, f, li].astype(np.float64), fits[f"{p}_b"][s, f, li].astype(np.float64)
+        ok = bool(fits[f"{p}_converged"][s, f, li])
+        converged += ok
+        flagged += not ok
+        rows = order[s, : sizes[f]]
+        if task == "multiclass":  # scikit-learn drops a class its subset lacks: another model, not a solver error
+            whole = len(np.unique(ytr[rows])) == K
+        else:
+            whole = all(len(np.unique(ytr[rows, k][ytr[rows, k] >= 0])) == 2 for k in range(K))
+        if ok and whole:
+            d = abs(test_auroc(Xte, yte, W, b, task) - test_auroc(Xte, yte, Wr, br, task))
+            diffs.append(d)
+            if d > worst[0]:
+                worst = (d, f"{name}, seed {s}, {sizes[f]} rows, l2 {DEMO_L2[li]:g}")
+    diffs = np.array(diffs)
+    log(f"  agreement with tight scikit-learn: test AUROC |diff| max {np.nanmax(diffs):.2e} ({worst[1]}) over "
+        f"the {len(diffs)} converged probes whose subset holds every class ({flagged} flagged not converged)")
+    return {"mode": "small", "pairs": len(pairs), "probes": len(jobs),
+            "cold_s": round(float(runs["cold"]["first"].sum()), 3),
+            "warm_disk_s": round(float(runs["warm_disk"]["first"].sum()), 3),
+            "warm_s": round(float(runs["warm_disk"]["second"].sum()), 3),
+            "sklearn_best_s": round(sklearn_best_s, 3), "auroc_max_abs_diff": float(np.nanmax(diffs)),
+            "auroc_compared": len(diffs), "converged": converged, "flagged": flagged,
+            "iterations_max": int(max(fits[f"{p}_iterations"].max() for p in range(len(pairs))))}
+
+
+def _sk_jobs(pairs, jobs, tol, max_iter, workers, inits=None):
+    """scikit-learn fits of (pair, rows, l2) jobs on ``workers`` processes, one BLAS thread each."""
+    from joblib import Parallel, delayed
+    from threadpoolctl import threadpool_limits
+
+    inits = inits or [None] * len(jobs)
+
+    def one(p, rows, lam, init):
+        name, task, K, Xtr, ytr = pairs[p][:5]
+        with threadpool_limits(1):
+            return sk_fit(Xtr, ytr, rows, lam, task, tol, max_iter, K, init)
+
+    return Parallel(n_jobs=workers, backend="loky", batch_size=8)(
+        delayed(one)(p, rows, lam, init) for (p, rows, lam), init in zip(jobs, inits))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20_000, help="training images")
@@ -356,7 +517,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2,000 x 128, 2 seeds: a smoke test")
     ap.add_argument("--jax-only", action="store_true",
                     help="time only our engine (compile and run), no scikit-learn: for a GPU machine")
+    ap.add_argument("--small", action="store_true", help="crs demo's nine pairs: cold, warm and scikit-learn's best")
+    ap.add_argument("--store", default=None, help="with --small: take the pairs from this store (default synthetic)")
+    ap.add_argument("--small-engine", default=None, help=argparse.SUPPRESS)  # the child process of --small
     args = ap.parse_args()
+    if args.small_engine:
+        small_engine(args.store, tuple(range(args.seeds)), args.max_iter, args.tol, args.small_engine)
+        return
+    if args.small:
+        log = lambda m: print(m, flush=True)  # noqa: E731
+        print(json.dumps(small(args.store, tuple(range(args.seeds)), args.workers, args.max_iter, args.tol, log)))
+        return
     if args.quick:
         args.n, args.test, args.features, args.seeds = 2000, 1000, 128, 2
     fractions = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)

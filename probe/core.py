@@ -291,12 +291,14 @@ def blocked_objectives(x, Xo, To, ko, sizes, l2, task, min_rows: int | None = No
 
 DEFAULT_GAP = 1e-3  # each probe's bound on (f - f*) / f, beside the gradient tolerance
 FRACTION_SCHEDULE_FROM = 1 << 22  # rows x features (about 5,500 x 768) from which a loop per fraction pays
+ONE_BLOCK_BELOW = 1 << 20  # rows x features under which a joint loop is one dense block (``solver_loops``)
 SHARED_LOOP_BELOW = 1 << 20  # rows x features under which small fractions share one loop (``solver_loops``)
 
 
 def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4,
         min_block_rows: int | None = None, precondition: bool = True, warm_start: bool = False,
-        devices=None, max_bytes: int | None = None, schedule: str = "auto", gap: float | None = DEFAULT_GAP) -> Fit:
+        devices=None, max_bytes: int | None = None, schedule: str = "auto", gap: float | None = DEFAULT_GAP,
+        on_loop=None) -> Fit:
     """Fit every probe at once.
 
     X [n, F] standardised training features; T, known [n, K] targets and known-label mask;
@@ -326,6 +328,9 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     multiple of the device count and the padding dropped. ``max_bytes`` (default: from
     the device's memory, ``memory_budget``) bounds the working set: when all seeds at once
     would exceed it, seeds are fitted in groups, one compiled program reused per group.
+
+    ``on_loop`` (where given) is called with no arguments as each solver loop finishes
+    (``loop_count`` of them), so a caller can report progress per loop.
     """
     sizes, schedule = _checked(sizes, schedule, X.shape)
     devices = list(devices) if devices is not None else jax.devices()
@@ -340,6 +345,9 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
         out = _fit_group(Xs, T, known, g_order, g_sizes, blocks, grid, V, devices, task, warm_start, max_iter,
                          tol, gap, budget, grid.shape[0] // len(devices), precondition)
         fits.append(jax.tree.map(lambda a: jnp.broadcast_to(a, (S,) + a.shape[1:]), out))
+        if on_loop is not None:
+            jax.block_until_ready(out)
+            on_loop()
     out = jax.tree.map(lambda *a: jnp.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
     back = np.argsort(path)  # grid order, padding dropped
     return jax.tree.map(lambda a: a[:, :, back], out)
@@ -355,6 +363,12 @@ def _checked(sizes, schedule: str, shape) -> tuple[tuple[int, ...], str]:
     if schedule == "auto":
         schedule = "fraction" if shape[0] * shape[1] >= FRACTION_SCHEDULE_FROM else "joint"
     return sizes, schedule
+
+
+def loop_count(sizes, n: int, F: int, schedule: str = "auto") -> int:
+    """How many solver loops ``fit`` runs on n x F training features (``solver_loops``)."""
+    sizes, schedule = _checked(sizes, schedule, (n, F))
+    return len(solver_loops(sizes, n, F, schedule))
 
 
 def _device_grid(l2, warm_start: bool, n_dev: int, dtype):
@@ -375,10 +389,15 @@ def solver_loops(sizes, n: int, F: int, schedule: str, min_block_rows: int | Non
     the smallest subsets (under ``SHARED_LOOP_BELOW`` rows x features) share one loop:
     their products cost little next to a step's fixed work, and each loop is one more
     program to compile (sharing trades a little run time, as the shared subsets no
-    longer stop one by one, for much less compile time).
+    longer stop one by one, for much less compile time). A joint loop on fewer than
+    ``ONE_BLOCK_BELOW`` training values multiplies all rows as one dense block (unless
+    ``min_block_rows`` says otherwise): each block is more code to compile, and on such data
+    compiling costs more than the products the blocks save.
     """
     sizes = tuple(sizes)
     if schedule == "joint":
+        if min_block_rows is None and n * F < ONE_BLOCK_BELOW:
+            min_block_rows = n  # one dense block: a far smaller program, for a little more run time
         return [(sizes, plan_blocks(sizes, min_block_rows))]
     small = tuple(m for m in sizes if m * F < SHARED_LOOP_BELOW and m < n)
     if len(small) < 2:
@@ -489,7 +508,10 @@ def second_moments(Xo, sizes):
     return jnp.cumsum(segments, axis=1) / jnp.asarray(sizes, Xo.dtype)[None, :, None]
 
 
-def preconditioner(m2, l2, task, K):
+ISOTROPIC_BELOW = 0.2  # subsets of fewer than this share of F rows get the isotropic scale (``preconditioner``)
+
+
+def preconditioner(m2, l2, task, K, sizes=None):
     """Per-probe diagonal scaling in the covariance eigenbasis: x = scale * u.
 
     In the rotated features Xr = X V the data term's Hessian of a probe on subset s is
@@ -499,9 +521,24 @@ def preconditioner(m2, l2, task, K):
     makes that Hessian close to the identity, which is what L-BFGS needs to take few
     steps when the feature spectrum spans orders of magnitude. The penalty is unchanged
     because V is orthogonal. The bias is scaled by 1 / sqrt(c).
+
+    A subset of m rows, fewer than the F features (``sizes``, below ``ISOTROPIC_BELOW`` * F),
+    gets one scale for every direction instead: its data Hessian c X_s^T X_s / m has rank m,
+    and its m non-zero eigenvalues, those of the Gram matrix c X_s X_s^T / m, average
+    c * sum_f m_sf / m, far above any one m_sf when m << F. Started from zero, the iterates
+    stay in the span of the subset's rows, where the diagonal would under-estimate the
+    curvature by about F / m and the solver crawl; the isotropic scale
+    1 / sqrt(c * sum_f m_sf / m + l2) fits that span.
     m2 [S, Fr, F], l2 [L] -> scale [S, Fr, L, F*K + K].
     """
     c = 1.0 / K if task == "multiclass" else 0.25
+    if sizes is not None:
+        F = m2.shape[-1]
+        m = np.asarray(sizes, np.float64)
+        iso = m < ISOTROPIC_BELOW * F  # [Fr] static
+        if iso.any():
+            mean_eig = m2.sum(-1, keepdims=True) / jnp.asarray(np.minimum(m, F), m2.dtype)[None, :, None]
+            m2 = jnp.where(jnp.asarray(iso)[None, :, None], jnp.broadcast_to(mean_eig, m2.shape), m2)
     sw = jax.lax.rsqrt(c * m2[:, :, None, :] + l2[None, None, :, None])  # [S, Fr, L, F]
     sw = jnp.repeat(sw, K, axis=-1)  # row-major (F, K) layout of W in x
     sb = jnp.full(sw.shape[:-1] + (K,), 1.0 / math.sqrt(c), m2.dtype)
@@ -642,7 +679,7 @@ def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, 
 
     def scale_for(l2v):
         if precondition:
-            return preconditioner(m2, l2v, task, K)
+            return preconditioner(m2, l2v, task, K, sizes)
         return jnp.ones((S, len(sizes), l2v.shape[0], d), Xo.dtype)
 
     if warm_start:

@@ -45,7 +45,9 @@ class Head:
     ``fit(data, **options)`` fits the whole grid; ``options`` maps the ``probe`` keyword
     arguments the head takes to a check that returns the value to use (or raises
     ``BadInput``); ``suffixed`` heads write their results under ``ENCODER+NAME``, so scoring
-    ranks them as a model of their own, the others under the encoder's name.
+    ranks them as a model of their own, the others under the encoder's name. ``loops(n, F,
+    sizes)`` is how many solver loops ``fit`` runs on n x F training features; ``fit`` calls
+    its ``on_loop`` keyword (where given) as each one finishes (progress per loop).
     """
 
     name: str
@@ -53,6 +55,7 @@ class Head:
     options: Mapping[str, Callable] = field(default_factory=dict)
     suffixed: bool = True
     recorded: tuple[str, ...] = ()  # options written into the stored predictions' attributes
+    loops: Callable[[int, int, tuple], int] = lambda n, F, sizes: len(sizes)
 
     def result_name(self, encoder: str) -> str:
         return f"{encoder}+{self.name}" if self.suffixed else encoder
@@ -87,14 +90,14 @@ def get(name: str) -> Head:
 
 
 # ------------------------------------------------------------------ linear
-def _fit_linear(data: TrainingSet, *, max_iter: int, tol: float, gap: float | None) -> Fitted:
+def _fit_linear(data: TrainingSet, *, max_iter: int, tol: float, gap: float | None, on_loop=None) -> Fitted:
     import jax.numpy as jnp
 
     from crs.probe import core
 
     fit = core.fit(jnp.asarray(data.X), jnp.asarray(data.T), jnp.asarray(data.known), jnp.asarray(data.order),
                    data.sizes, jnp.asarray(data.grid, dtype=jnp.float32), task=data.task, max_iter=max_iter,
-                   tol=tol, gap=core.DEFAULT_GAP if gap is None else gap)
+                   tol=tol, gap=core.DEFAULT_GAP if gap is None else gap, on_loop=on_loop)
 
     def predict(A, index=None):
         W, b = (fit.W, fit.b) if index is None else (fit.W[index], fit.b[index])
@@ -107,18 +110,25 @@ def _same(v):
     return v
 
 
-register(Head("linear", _fit_linear, options={"max_iter": _same, "tol": _same, "gap": _same}, suffixed=False))
+def _linear_loops(n: int, F: int, sizes) -> int:
+    from crs.probe import core
+
+    return core.loop_count(sizes, n, F)
+
+
+register(Head("linear", _fit_linear, options={"max_iter": _same, "tol": _same, "gap": _same}, suffixed=False,
+              loops=_linear_loops))
 
 
 # --------------------------------------------------------------------- mlp
-def _fit_mlp(data: TrainingSet, *, hidden: int, mlp_settings) -> Fitted:
+def _fit_mlp(data: TrainingSet, *, hidden: int, mlp_settings, on_loop=None) -> Fitted:
     import jax.numpy as jnp
 
     from crs.probe import mlp
 
     settings = mlp_settings if mlp_settings is not None else mlp.Settings()
     fit = mlp.fit(data.X, data.T, data.known, data.order, data.sizes, np.asarray(data.grid, np.float32),
-                  list(data.seeds), task=data.task, hidden=hidden, settings=settings)
+                  list(data.seeds), task=data.task, hidden=hidden, settings=settings, on_loop=on_loop)
 
     def predict(A, index=None):
         params = fit.params if index is None else mlp.take(fit.params, index)

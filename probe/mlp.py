@@ -165,13 +165,14 @@ _fraction = jax.jit(_fraction_impl, static_argnums=(8, 9, 10))
 
 
 def fit(X, T, known, order, sizes, wd, seeds, *, task: str, hidden: int = 128,
-        settings: Settings = Settings()) -> MLPFit:
+        settings: Settings = Settings(), on_loop=None) -> MLPFit:
     """Fit every MLP probe: one compiled program per label fraction.
 
     X [n, F] standardised training features; T, known [n, K] targets and known-label
     mask; order [S, n] each seed's subset order of the rows; sizes: the subset size of
     each fraction, increasing; wd [L] the weight decays; seeds [S] the integer seeds
     that key the initialisation. Returns an MLPFit with leading axes [S, Fr, L].
+    ``on_loop`` (where given) is called with no arguments as each fraction's program finishes.
     """
     sizes = tuple(int(v) for v in sizes)
     if list(sizes) != sorted(sizes) or not 0 < sizes[0] or sizes[-1] > X.shape[0]:
@@ -196,6 +197,9 @@ def fit(X, T, known, order, sizes, wd, seeds, *, task: str, hidden: int = 128,
         outs.append(MLPFit(*_fraction(X, T, known, jnp.asarray(order[:, :m]), wd, params0,
                                       jnp.int32(settings.max_steps), jnp.float32(settings.tol), task, int(hidden),
                                       int(settings.memory))))
+        if on_loop is not None:
+            jax.block_until_ready(outs[-1])
+            on_loop()
     return jax.tree.map(lambda *a: jnp.stack(a, axis=1), *outs)  # [S, Fr, L, ...]
 
 

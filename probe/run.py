@@ -22,6 +22,7 @@ as one more model beside the linear one.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ SELECT_BY = ("loss", "auroc")  # how L2 is chosen per (seed, fraction) on the va
 SELECTION_DIR = run_records.SELECTION_DIR
 SUBSETS_DIR = "subsets"
 HEADS = tuple(REGISTRY)  # the registered heads' names
+PROVENANCE_KEY = "crs_provenance"  # run-record Parquet metadata: json of crs.provenance.collect(probe settings)
 
 
 def head_name(encoder: str, head: str) -> str:
@@ -384,6 +386,8 @@ def probe(
     head: str = "linear",
     hidden: int = DEFAULT_HIDDEN,
     mlp_settings=None,
+    progress=None,
+    task=None,
 ) -> ProbeSummary:
     """Fit, select, evaluate and record every probe of one (encoder, dataset).
 
@@ -391,7 +395,12 @@ def probe(
     ``hidden`` is the MLP's width and ``mlp_settings`` its optimiser and stopping rule
     (``crs.probe.mlp.Settings``, default ``Settings()``; ``max_iter``, ``tol`` and ``gap``
     are the linear solver's). Every head reads ``encoder``'s embeddings; its results are
-    written under ``head_name(encoder, head)``."""
+    written under ``head_name(encoder, head)``.
+
+    ``progress`` (a ``crs.progress.Progress``, where given) advances ``task`` by one as each
+    solver loop finishes (``planned_loops`` of them for this pair: set the task's total from
+    it, and the progress shows the time left); without ``task``, the pair gets a task of
+    its own."""
     compile_cache()
     t0 = time.perf_counter()
     if select_by not in SELECT_BY:
@@ -405,7 +414,7 @@ def probe(
         table = store.dataset(dataset)
         split = load_split(store, encoder, dataset)
         data, drawn = training_set(split, table, seeds, fractions, grid, dataset)
-        fitted = spec.fit(data, **options)
+        fitted = spec.fit(data, **options, on_loop=_loop_reporter(progress, task, model, dataset, spec, data))
         sel = select(fitted, split, table.task, select_by)
         evals = eval_sets(store, encoder, dataset, split)
         attrs = {"seeds": list(seeds), "fractions": list(fractions), "classes": table.classes,
@@ -415,12 +424,44 @@ def probe(
         check_finite(predictions, records, model, dataset)
         path = commit(store, Path(results), model, dataset, predictions, (attrs, spec.attrs(encoder, options)),
                       selection_frame(model, dataset, seeds, fractions, grid, sel, fitted, select_by), drawn,
-                      records)
+                      records, provenance=_provenance(head, seeds, fractions, grid, select_by, options))
     return ProbeSummary(
         encoder=model, dataset=dataset, probes=int(np.prod(fitted.converged.shape)), conditions=len(evals),
         not_converged=int((~meta["converged"]).sum()), max_iterations=int(meta["iterations"].max()),
         seconds=time.perf_counter() - t0, records=str(path),
     )
+
+
+def _provenance(head: str, seeds, fractions, grid, select_by: str, options: dict) -> dict:
+    """``crs.provenance.collect`` of this probe run's settings (JSON-safe)."""
+    from crs import provenance as tool
+
+    settings = {"head": head, "seeds": list(seeds), "fractions": list(fractions), "l2": list(grid),
+                "select_by": select_by}
+    for k, v in options.items():
+        settings[k] = v if v is None or isinstance(v, (int, float, str, bool)) else repr(v)
+    return tool.collect(settings)
+
+
+def planned_loops(store: Store, encoder: str, dataset: str, fractions=DEFAULT_FRACTIONS, head: str = "linear") -> int:
+    """How many solver loops ``probe`` runs on one pair (what its progress counts): reads the clean
+    embeddings' training rows, as ``probe`` does, to know how many features it uses."""
+    split = load_split(store, encoder, dataset)
+    fractions = tuple(sorted(set(fractions)))
+    from crs.probe import subsets
+
+    return get(head).loops(len(split.train), int(split.keep.sum()), tuple(subsets.sizes(list(fractions),
+                                                                                     len(split.train))))
+
+
+def _loop_reporter(progress, task, model: str, dataset: str, spec, data: TrainingSet):
+    """The ``on_loop`` callback of a head's fit: advance ``task`` (or a task of the pair's own) by one."""
+    if progress is None:
+        return None
+    if task is None:
+        task = progress.add_task(f"solver loops {model} × {dataset}",
+                                 total=spec.loops(data.X.shape[0], data.X.shape[1], data.sizes), unit="loops")
+    return lambda: progress.advance(task)
 
 
 def evaluate(table, model: str, split: Split, fitted: Fitted, sel: Selection, evals: list[EvalSet],
@@ -467,10 +508,16 @@ def check_finite(predictions: dict[str, np.ndarray], records: pl.DataFrame, mode
 
 
 def commit(store: Store, results: Path, model: str, dataset: str, predictions: dict[str, np.ndarray],
-           attrs: tuple[dict, dict], selection: pl.DataFrame, drawn: pl.DataFrame, records: pl.DataFrame) -> Path:
+           attrs: tuple[dict, dict], selection: pl.DataFrame, drawn: pl.DataFrame, records: pl.DataFrame,
+           provenance: dict | None = None) -> Path:
     """Write one generation of the pair's outputs; the run records last, as its commit point.
 
-    attrs: (the predictions' attributes, the head's own), stored in that order with the generation."""
+    attrs: (the predictions' attributes, the head's own), stored in that order with the generation;
+    provenance: what the run records' metadata ``crs_provenance`` holds (default
+    ``crs.provenance.collect()`` without settings)."""
+    from crs import provenance as tool
+
+    provenance = tool.collect() if provenance is None else provenance
     generation = uuid.uuid4().hex
     common, head_attrs = attrs
     for condition, probs in predictions.items():
@@ -480,7 +527,8 @@ def commit(store: Store, results: Path, model: str, dataset: str, predictions: d
     run_records.write_parquet(run_records.selection_path(results, model, dataset), selection, generation)
     run_records.write_parquet(subsets_path(results, dataset), drawn, generation)
     path = records_path(results, model, dataset)
-    run_records.write_parquet(path, records, generation, {"crs:features_left_out": str(records["features_left_out"][0])})
+    run_records.write_parquet(path, records, generation, {"crs:features_left_out": str(records["features_left_out"][0]),
+                                                          PROVENANCE_KEY: json.dumps(provenance)})
     return path
 
 

@@ -112,6 +112,9 @@ def test_solver_loops_share_one_loop_among_the_small_fractions_only():
     assert loops[0][1] == core.plan_blocks((200, 400, 1000))
     assert all(blocks == ((0, g[0], 0),) for g, blocks in loops[1:])
     assert core.solver_loops(sizes, n, F, "joint") == [(sizes, core.plan_blocks(sizes))]
+    small = (7, 13, 32, 63, 158, 315, 630)  # small data: one dense block (a smaller program to compile)
+    assert core.solver_loops(small, 630, 354, "joint") == [(small, ((0, 630, 0),))]
+    assert core.solver_loops(small, 630, 354, "joint", 1) == [(small, core.plan_blocks(small, 1))]
     # a lone small fraction keeps its own loop; every fraction small but the whole set: one shared loop + the whole set
     assert [g for g, _ in core.solver_loops((200, 5000, n), n, F, "fraction")] == [(200,), (5000,), (n,)]
     assert [g for g, _ in core.solver_loops((10, 20, 40), 40, 8, "fraction")] == [(10, 20), (40,)]
@@ -267,3 +270,35 @@ def test_the_line_search_change_equals_the_objectives_difference(task, scale):
         assert np.isfinite(got).all()
         # float32 logits of size |z| carry an absolute error of about 1e-7 |z| per row
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6 * scale * scale)
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+def test_subsets_far_smaller_than_the_features_match_sklearn(task):
+    """Subsets of 6 and 12 rows on 64 features get the isotropic scale (``core.ISOTROPIC_BELOW``); the
+    whole set the diagonal one. Same minimiser as scikit-learn's either way (a tight tolerance: at the
+    default one, the nearly separable 6-row probes stop within 4e-3 of it, with either scale)."""
+    rng = np.random.default_rng(3)
+    n, F, K = 120, 64, 3
+    assert 12 < core.ISOTROPIC_BELOW * F < n
+    if task == "multiclass":
+        y = np.arange(n) % K  # every subset holds every class
+        X = (rng.normal(size=(K, F))[y] * 0.5 + rng.normal(size=(n, F))).astype(np.float32)
+        T = np.eye(K, dtype=np.float32)[y]
+    else:
+        T = np.stack([np.arange(n) % 2, np.arange(n) // 2 % 2, np.arange(n) % 3 == 0], 1).astype(np.float32)
+        X = (T @ rng.normal(size=(K, F)) * 0.5 + rng.normal(size=(n, F))).astype(np.float32)
+    l2 = [1e-2, 1.0]
+    sizes = (6, 12, n)
+    fit = fit_all(X, T, np.arange(n), sizes, l2, task, tol=1e-7)
+    assert np.asarray(fit.converged).all()
+    probs = np.asarray(core.probabilities(jnp.asarray(X), fit.W, fit.b, task))[0]  # [Fr, L, n, K]
+    for j, m in enumerate(sizes):
+        for i, lam in enumerate(l2):
+            if task == "multiclass":
+                ref = LogisticRegression(C=1 / (lam * m), tol=1e-10, max_iter=100_000).fit(X[:m], T[:m].argmax(1))
+                np.testing.assert_allclose(probs[j, i], ref.predict_proba(X), atol=2e-3, err_msg=f"{m} rows, {lam}")
+            else:
+                for k in range(K):
+                    ref = LogisticRegression(C=1 / (lam * m), tol=1e-10, max_iter=100_000).fit(X[:m], T[:m, k])
+                    np.testing.assert_allclose(probs[j, i, :, k], ref.predict_proba(X)[:, 1], atol=2e-3,
+                                               err_msg=f"{m} rows, {lam}, label {k}")

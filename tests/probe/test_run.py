@@ -9,8 +9,26 @@ from sklearn.metrics import roc_auc_score
 
 from crs.extract.run import extract
 from crs.names import VALIDATION
-from crs.probe.run import pairs_in_store, probe
+from crs.probe.run import pairs_in_store, planned_loops, probe
 from crs.store import Store, StoreError
+
+
+class _Recorder:
+    """A Progress that keeps what it was told: tasks (description, total, unit) and advances per task."""
+
+    def __init__(self):
+        self.tasks, self.advanced = [], []
+
+    def add_task(self, description, total=None, **fields):
+        self.tasks.append((description, total, fields.get("unit")))
+        self.advanced.append(0)
+        return len(self.tasks) - 1
+
+    def update(self, task, **fields):
+        pass
+
+    def advance(self, task, advance=1):
+        self.advanced[task] += advance
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +43,21 @@ def cxr_store(tmp_path_factory):
 def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
     store = cxr_store
     assert pairs_in_store(store) == [("demo-stats", "demo_cxr")]  # the test-only site is not probed
+    progress = _Recorder()
     summary = probe(store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0, 1), fractions=(0.25, 1.0),
-                    l2_grid=(1e-2, 1.0))
+                    l2_grid=(1e-2, 1.0), progress=progress)
+    # progress per solver loop, as many as planned_loops says (the task's total gives the time left)
+    ((description, total, unit),) = progress.tasks
+    assert unit == "loops" and total == planned_loops(store, "demo-stats", "demo_cxr", (0.25, 1.0)) >= 1
+    assert progress.advanced == [total] and "demo_cxr" in description
+    # the run records name the tool and the settings that made them
+    import json
+
+    from crs.records import metadata
+
+    made = json.loads(metadata(Path(summary.records))["crs_provenance"])
+    assert made["settings"]["fractions"] == [0.25, 1.0] and made["settings"]["l2"] == [1e-2, 1.0]
+    assert made["settings"]["head"] == "linear" and made["crs_bench"] and made["libraries"]
     from crs.extract import perturb
 
     assert summary.conditions == 1 + len(perturb.conditions("radiology")) + 1  # clean, the suite, the shift
