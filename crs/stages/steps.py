@@ -354,19 +354,21 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
 def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings: Probe,
           progress: Progress = NO_PROGRESS, on_done: Callable | None = None) -> list:
     """Fit and evaluate ``settings``' probes on each pair; ``on_done(summary)`` after each pair is written."""
-    from crs.probe.run import head_name
+    from crs.probe.run import head_name, planned_loops
     from crs.probe.run import probe as probe_pair
     from crs.store import Store
 
     store = Store(store_path, mode="a")
     summaries = []
-    task = progress.add_task("probes", total=len(pairs), unit="pairs")
+    # one step per solver loop (a fraction group of one pair), so the bar moves and can say the time left
+    loops = sum(planned_loops(store, enc, d, settings.fractions, settings.head) for enc, d in pairs)
+    task = progress.add_task("probes", total=loops, unit="solver loops")
     for enc, d in pairs:
         progress.update(task, description=f"probes {head_name(enc, settings.head)} × {d}")
         summaries.append(probe_pair(store, enc, d, results=Path(results), seeds=tuple(range(settings.seeds)),
                                     fractions=settings.fractions, l2_grid=settings.l2, select_by=settings.select_by,
-                                    tol=settings.tol, head=settings.head, hidden=settings.hidden))
-        progress.advance(task)
+                                    tol=settings.tol, head=settings.head, hidden=settings.hidden,
+                                    progress=progress, task=task))
         if on_done is not None:
             on_done(summaries[-1])
     return summaries
