@@ -302,3 +302,18 @@ def test_subsets_far_smaller_than_the_features_match_sklearn(task):
                     ref = LogisticRegression(C=1 / (lam * m), tol=1e-10, max_iter=100_000).fit(X[:m], T[:m, k])
                     np.testing.assert_allclose(probs[j, i, :, k], ref.predict_proba(X)[:, 1], atol=2e-3,
                                                err_msg=f"{m} rows, {lam}, label {k}")
+
+
+def test_the_whole_training_set_gives_one_probe_for_every_seed_in_every_schedule():
+    rng = np.random.default_rng(5)
+    n, F, K, S = 60, 6, 3, 3
+    X = jnp.asarray(rng.normal(size=(n, F)), jnp.float32)
+    T = jnp.asarray(np.eye(K)[rng.integers(0, K, n)], jnp.float32)
+    known = jnp.ones_like(T)
+    order = jnp.asarray(np.stack([rng.permutation(n) for _ in range(S)]))
+    for schedule in ("joint", "fraction"):
+        fit = core.fit(X, T, known, order, (10, 30, n), jnp.asarray([1e-2, 1e-1]), task="multiclass",
+                       schedule=schedule)
+        W = np.asarray(fit.W)  # [S, Fr, L, F, K]
+        assert (W[:, -1] == W[:1, -1]).all(), schedule  # bit for bit
+        assert not (W[1, 0] == W[0, 0]).all()  # the subsets below the whole set still differ by seed
