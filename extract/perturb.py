@@ -17,6 +17,11 @@ Images are float tensors [n, 3, H, W] in [0, 1], perturbed at their own resoluti
 before the encoder's resize (the acquisition happens before the model sees the image).
 Sizes in the table are fractions of the shorter side, so a severity means the same at
 64 px and at 1024 px. Grey images (all channels equal, e.g. X-rays) get grey noise.
+
+Speed: kernels wider than ``_DIRECT_MAX`` pixels (defocus, motion and Gaussian blur at large
+working sizes) are convolved through the FFT, the same sums as the direct convolution up to
+float rounding (~1e-6 on [0, 1]); ink strokes are drawn per point in the window they can reach
+(identical values). Zoom blur is one bilinear resample per zoom step, as defined.
 """
 
 from __future__ import annotations
@@ -56,10 +61,12 @@ if TYPE_CHECKING:
     import torch
     import torch.nn.functional as F
     import torchvision.io as tvio
+    import torchvision.transforms.v2.functional as TF
 else:
     torch = _Deferred("torch")
     F = _Deferred("torch.nn.functional")
     tvio = _Deferred("torchvision.io")
+    TF = _Deferred("torchvision.transforms.v2.functional")
 
 
 
@@ -202,19 +209,6 @@ def _fft_size(n: int) -> int:
         m += 1
 
 
-def _separable(x: torch.Tensor, k1d: torch.Tensor) -> torch.Tensor:
-    """Convolve [n, c, H, W] with the outer product of the symmetric ``k1d`` with itself, as two 1-D passes
-    (reflect padding, as the 2-D kernel with its 2-D padding: the same sums in another order)."""
-    n, c, h, w = x.shape
-    k = k1d.numel()
-    pad = k // 2
-    k1d = k1d.to(x.dtype)
-    y = _pad(x, pad, 0).reshape(n * c, 1, h + 2 * pad, w)
-    y = F.conv2d(y, k1d.view(1, 1, k, 1))
-    y = _pad(y.reshape(n, c, h, w), 0, pad).reshape(n * c, 1, h, w + 2 * pad)
-    return F.conv2d(y, k1d.view(1, 1, 1, k)).reshape(n, c, h, w)
-
-
 def _disc(radius: float) -> torch.Tensor:
     r = max(radius, 0.5)
     half = math.ceil(r)
@@ -316,12 +310,11 @@ def _shot_noise(x: torch.Tensor, photons: float, seeds: Seeds) -> torch.Tensor:
 def _gaussian_blur(x: torch.Tensor, sigma_fraction: float, seeds: Seeds) -> torch.Tensor:
     sigma = sigma_fraction * min(x.shape[-2:])
     k = 2 * math.ceil(3 * sigma) + 1
-    # torchvision's gaussian_blur kernel (its 2-D kernel is this one's outer product): separably while
-    # small, through the FFT when large (both the same sums as torchvision's 2-D convolution)
+    if k <= _DIRECT_MAX:  # small kernels: torchvision's own 2-D convolution
+        return TF.gaussian_blur(x, kernel_size=[k, k], sigma=[sigma, sigma]).clamp(0, 1)
+    # large ones: torchvision's kernel (its 2-D kernel is the outer product of this one) through the FFT
     lim = (k - 1) / (2.0 * math.sqrt(2.0))
     k1d = torch.softmax(torch.linspace(-lim, lim, k, dtype=torch.float32).div(sigma).pow(2).neg(), dim=0)
-    if k <= _DIRECT_MAX:
-        return _separable(x, k1d.to(x.device)).clamp(0, 1)
     return _conv_blur(x, torch.outer(k1d, k1d)[None])
 
 

@@ -1,4 +1,6 @@
-"""``crs extract``: embed one dataset with one encoder, clean and perturbed, into the store.
+"""``crs extract``: embed one dataset with one encoder (``extract``) or several (``extract_many``,
+which decodes and perturbs each image and condition once for all of them), clean and perturbed,
+into the store.
 
 The work unit is one store chunk of rows. Rows are ordered test first, so chunk j of
 the clean array and chunk j of every perturbed (test-only) array cover the same
