@@ -4,6 +4,14 @@
 (b) the whole ``crs extract`` pipeline: PNG files on disk -> decode (DataLoader workers) ->
     clean + perturbed conditions -> resize, normalise, forward -> a complete store.
 
+(c) perturbation throughput alone, per modality suite (``--suites``): perturbed images/s of every
+    family at every severity of ``--severities`` on a batch at the working size (``--work-size``), beside
+    the raw forward rate of ViT-B/16 at 224 (timm, random weights) timed in the same run (before and
+    after the suites; best of two calls per family and severity). The goal is a
+    suite rate above the ViT rate: perturbing an image costs less than embedding it. ``--compare-with
+    PATH`` times another ``perturb.py`` (e.g. main's) on the same images, for before/after ratios.
+    ``--perturb-only`` runs (c) alone.
+
 Images per second count forward passes (an image under 16 conditions counts 16 times).
 The pipeline decodes each file once (``decodes``). The model has random weights (no
 download): any registry record's architecture, or a timm architecture name. Prints both
@@ -28,6 +36,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import sys
 import tempfile
@@ -131,6 +140,94 @@ def random_weights(name: str, tmp: Path):
     return spec, str(path)
 
 
+def load_perturb_module(path: str):
+    """Another ``perturb.py`` (e.g. ``/work/main/extract/perturb.py``) as a module of its own name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("perturb_compared", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def suite_rates(mods: list, x, modality: str, severities: tuple[int, ...], ids: list[str], repeats: int = 2
+                ) -> list[tuple[float, dict]]:
+    """Per module of ``mods``: (perturbed images/s over the suite's conditions, seconds per image of each
+    family). The modules' calls alternate (family by family, severity by severity, best of ``repeats``), so a
+    change in the machine's load falls on all of them alike."""
+    per_family = [{} for _ in mods]
+    for family in mods[0].suite(modality):
+        for s in severities:
+            for i, mod in enumerate(mods):
+                best = math.inf
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    mod.apply(x, family, s, ids)
+                    best = min(best, time.perf_counter() - t)
+                per_family[i][family] = per_family[i].get(family, 0.0) + best / (len(severities) * len(x))
+    return [(1.0 / (sum(f.values()) / len(f)), f) for f in per_family]
+
+
+def vit_forward_rate(batch: int, batches: int = 3) -> float:
+    """Raw forward images/s of ViT-B/16 at 224 (timm, random weights, float32, no grad) on the CPU."""
+    import timm
+    import torch
+
+    model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0).eval()
+    x = torch.rand(batch, 3, 224, 224)
+    with torch.inference_mode():
+        model(x)  # warm-up
+        t = time.perf_counter()
+        for _ in range(batches):
+            model(x)
+    return batches * batch / (time.perf_counter() - t)
+
+
+DEMO_OF = {"dermatology": "demo_derm", "ophthalmology": "demo_fundus", "radiology": "demo_cxr"}
+
+
+def perturb_rates(args, sev: tuple[int, ...]) -> dict:
+    """(c): each suite's perturbed images/s at the working size, interleaved with ViT-B/16's forward rate
+    (timed before and after the suites: the machine's load moves both alike)."""
+    import torch
+
+    from crs.extract import perturb, synthetic
+
+    ids = [f"img{i}" for i in range(args.perturb_batch)]
+
+    def batch(modality: str):  # the demo dataset of the modality (grey X-rays for radiology), at the working size
+        ds = synthetic.get(DEMO_OF[modality], size=0.05)
+        imgs = torch.from_numpy(ds.images(np.arange(args.perturb_batch))).permute(0, 3, 1, 2).float().div(255)
+        return torch.nn.functional.interpolate(imgs, size=(args.work_size,) * 2, mode="bilinear").clamp(0, 1)
+
+    vit = [vit_forward_rate(args.perturb_batch)]
+    other = load_perturb_module(args.compare_with) if args.compare_with else None
+    out = {"work_size": args.work_size, "perturb_batch": args.perturb_batch, "severities": list(sev), "suites": {}}
+    for modality in args.suites.split(","):
+        x = batch(modality)
+        rates = suite_rates([perturb] + ([other] if other is not None else []), x, modality, sev, ids)
+        rate, fams = rates[0]
+        row = {"perturbed_images_per_s": round(rate, 2),
+               "ms_per_image": {f: round(v * 1000, 2) for f, v in sorted(fams.items(), key=lambda kv: -kv[1])}}
+        if other is not None:
+            rate_o, fams_o = rates[1]
+            row["compared_images_per_s"] = round(rate_o, 2)
+            row["speedup"] = round(rate / rate_o, 2)
+            row["compared_ms_per_image"] = {f: round(v * 1000, 2) for f, v in fams_o.items()}
+        out["suites"][modality] = row
+    vit.append(vit_forward_rate(args.perturb_batch))
+    out["vit_b16_224_images_per_s"] = round(float(np.mean(vit)), 2)
+    for modality, row in out["suites"].items():
+        row["ratio_to_vit"] = round(row["perturbed_images_per_s"] / out["vit_b16_224_images_per_s"], 2)
+        print(f"{modality} suite at {args.work_size} px: {row['perturbed_images_per_s']:.1f} perturbed images/s "
+              f"({row['ratio_to_vit']:.2f} x ViT-B/16's forward at 224, {out['vit_b16_224_images_per_s']:.1f}/s)"
+              + (f"; compared module {row['compared_images_per_s']:.1f}/s (speedup {row['speedup']:.2f})"
+                 if other is not None else ""), file=sys.stderr)
+    out["torch_threads"] = torch.get_num_threads()
+    return out
+
+
 @contextlib.contextmanager
 def timed_commits():
     """Record (time, chunk, condition) of every chunk commit (``EmbeddingArray.write_chunk``)."""
@@ -189,6 +286,12 @@ def main() -> None:
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--raw-batches", type=int, default=0, help="forward batches for (a); default: as many as (b) runs")
     ap.add_argument("--at-chunk", type=int, default=256, help="chunk length the unit costs are scaled to")
+    ap.add_argument("--suites", default="dermatology,ophthalmology,radiology", help="(c): the suites timed")
+    ap.add_argument("--work-size", type=int, default=512, help="(c): side of the images perturbed")
+    ap.add_argument("--perturb-batch", type=int, default=8, help="(c): images per perturbed batch")
+    ap.add_argument("--compare-with", default=None, metavar="PERTURB_PY",
+                    help="(c): also time this perturb.py on the same images (before/after)")
+    ap.add_argument("--perturb-only", action="store_true", help="run (c) alone")
     args = ap.parse_args()
 
     import torch
@@ -201,6 +304,10 @@ def main() -> None:
     device = pick_device(args.device)
     sev = perturb.SEVERITIES if args.severities == "default" else \
         tuple(int(s) for s in args.severities.split(",") if s.strip())
+    perturbation = perturb_rates(args, sev)
+    if args.perturb_only:
+        print(json.dumps({"perturbation": perturbation}))
+        return
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         (tmp / "png").mkdir()
@@ -245,7 +352,7 @@ def main() -> None:
         "ratio": round(pipeline / raw, 3), "images": args.images, "conditions": n_cond,
         "forward_images": run.forward_images, "decodes": run.decodes,
         "pipeline_seconds_with_model_load": round(total, 2), "torch_threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(), "chunk": args.chunk, **units,
+        "cpus": os.cpu_count(), "chunk": args.chunk, **units, "perturbation": perturbation,
     }
     print(f"{args.encoder} on {device} ({args.precision}, batch {args.batch}): raw forward {raw:.1f} images/s, "
           f"pipeline {pipeline:.1f} images/s (ratio {pipeline / raw:.2f}); {run.decodes} decodes for "

@@ -2,7 +2,10 @@
 
 One rule for every file-based dataset: decode, convert to 8-bit RGB, resize so that the
 shorter side is ``size`` pixels (bicubic, antialiased when shrinking), then crop the
-centre ``size`` x ``size``. Conversions: grayscale and bilevel to RGB by repeating the
+centre ``size`` x ``size``. With ``upscale=False`` (what extraction uses) an image whose
+shorter side is below ``size`` is not enlarged: it keeps its shorter side ``s`` and gives its
+centre ``s`` x ``s``; perturbations then run at that working size, and the encoder's own
+resize brings it to its input size. Conversions: grayscale and bilevel to RGB by repeating the
 channel; palette, CMYK and YCbCr through PIL's own conversion; 16-bit (``I;16*``, and
 ``I`` as PIL opens 16-bit PNGs) divided by 257 so that 65535 maps to 255; floating-point
 (``F``) stretched from its minimum to its maximum; an alpha channel (RGBA, LA, palette with
@@ -84,6 +87,11 @@ def resize_centre_crop(im: Image.Image, size: int) -> Image.Image:
     return im.crop((left, top, left + size, top + size))
 
 
+def working_size(w: int, h: int, size: int) -> int:
+    """The side an image of ``w`` x ``h`` pixels is decoded to without upscaling: min(size, shorter side)."""
+    return max(1, min(size, w, h))
+
+
 def check_regular(path: str | os.PathLike) -> None:
     """ImageError unless ``path`` is a regular file (a FIFO would block the reader, a folder or a
     device is no image); ``stat`` does not open the file, so it never waits."""
@@ -98,8 +106,9 @@ def check_regular(path: str | os.PathLike) -> None:
         raise ImageError(path, f"is {kind}; expected an image file (JPEG or PNG)")
 
 
-def decode(path: str | os.PathLike, size: int) -> np.ndarray:
-    """uint8 [size, size, 3]: the image at ``path`` by the rule in the module docstring."""
+def decode(path: str | os.PathLike, size: int, upscale: bool = True) -> np.ndarray:
+    """uint8 [size, size, 3]: the image at ``path`` by the rule in the module docstring; with
+    ``upscale=False``, uint8 [s, s, 3] where s = min(size, the image's shorter side)."""
     check_regular(path)
     try:
         with Image.open(path) as im:
@@ -107,6 +116,8 @@ def decode(path: str | os.PathLike, size: int) -> np.ndarray:
             if w * h > MAX_PIXELS:
                 raise ImageError(path, f"{w} x {h} pixels, more than the {MAX_PIXELS:,} decoded at most; "
                                        "expected an image of ordinary size (resize it, or leave it out of the CSV)")
+            if not upscale:
+                size = working_size(w, h, size)
             if im.format == "JPEG":
                 im.draft(im.mode, (size, size))  # decode at a reduced scale, still >= size on both sides
             im.load()

@@ -1,4 +1,6 @@
-"""``crs extract``: embed one dataset with one encoder, clean and perturbed, into the store.
+"""``crs extract``: embed one dataset with one encoder (``extract``) or several (``extract_many``,
+which decodes and perturbs each image and condition once for all of them), clean and perturbed,
+into the store.
 
 The work unit is one store chunk of rows. Rows are ordered test first, so chunk j of
 the clean array and chunk j of every perturbed (test-only) array cover the same
@@ -28,6 +30,7 @@ table, so several encoders can write into one store at the same time (``crs.stor
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as md
 import os
 import queue
@@ -45,7 +48,7 @@ from crs.names import SPLIT_CODE
 from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_lock, store_order
 from crs.store.zarr_store import now
 from crs.extract.units import (DecodedUnits, Embedder, ExtractSummary, Plan, Unit, after_commit, commit_failures,
-                               embed_unit, unit_failures)
+                               embed_groups, unit_conditions, unit_failures)
 
 
 def library_versions() -> dict[str, str]:
@@ -145,9 +148,15 @@ class _Writer:
 
 
 # ----------------------------------------------------------------------- extract
-def extract(
+def extract(store: Store, encoder: str | EncoderSpec, dataset, **kwargs) -> ExtractSummary:
+    """Embed ``dataset`` with ``encoder`` into ``store``; resumes whatever is incomplete
+    (``extract_many`` with one encoder; the same keyword arguments)."""
+    return extract_many(store, [encoder], dataset, **kwargs)[0]
+
+
+def extract_many(
     store: Store,
-    encoder: str | EncoderSpec,
+    encoders_: list[str | EncoderSpec],
     dataset,
     *,
     size: float = 1.0,
@@ -166,52 +175,95 @@ def extract(
     progress=None,
     executor: str = "local",
     ray_options: dict | None = None,
-) -> ExtractSummary:
-    """Embed ``dataset`` with ``encoder`` into ``store``; resumes whatever is incomplete.
+) -> list[ExtractSummary]:
+    """Embed ``dataset`` with each of ``encoders_`` into ``store``; resumes whatever is incomplete.
+    Returns one summary per encoder, in the order given (a name given twice runs once).
 
-    ``encoder`` is a registry name or a record (``encoders.resolve``); ``dataset`` a name
-    or an opened dataset object; ``ds`` an already opened dataset object (else
-    ``datasets.get(dataset, size=size)``). ``progress`` is an
-    optional ``rich.progress.Progress``; one task is added to it. ``executor`` 'ray'
-    spreads the work units over a Ray cluster (``crs.extract.ray_executor``; options in
-    ``ray_options``: address, actors, gpus_per_actor, cpus_per_actor, retries).
+    Locally, each image is decoded once, and perturbed once per condition, for all the encoders:
+    a work unit (chunk j) is decoded if any encoder has a chunk j pending, each of its conditions is
+    computed when any encoder needs it and embedded by every encoder that does, each (encoder, chunk,
+    condition) committed with its done flag as soon as it is embedded, as for one encoder. Every
+    encoder's model is loaded at once; the images held are one unit's decoded ones plus one
+    condition's perturbed ones. The locks of every (dataset, encoder) are held for the whole call.
+
+    ``encoders_`` are registry names or records (``encoders.resolve``); ``dataset`` a name or an
+    opened dataset object; ``ds`` an already opened dataset object (else ``datasets.get(dataset,
+    size=size)``). ``progress`` is an optional ``rich.progress.Progress``; one task per encoder is added
+    to it. ``executor`` 'ray' spreads the work units over a Ray cluster, one encoder after the other
+    (``crs.extract.ray_executor``; options in ``ray_options``: address, actors, gpus_per_actor,
+    cpus_per_actor, retries).
     """
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
-    spec = encoders.get(encoder) if isinstance(encoder, str) else encoder
+    specs = {}
+    for e in encoders_:
+        spec = encoders.get(e) if isinstance(e, str) else e
+        specs.setdefault(spec.name, spec)
     if not isinstance(dataset, str):  # an opened dataset object (a real dataset's adapter)
         ds, dataset = dataset, dataset.name
     ds = ds if ds is not None else datasets.get(dataset, size=size)
+    settings = {"chunk": chunk, "batch": batch, "device": device or "auto", "dtype": dtype,
+                "perturbations": perturbations, "severities": list(severities), "workers": workers,
+                "strict": strict, "precision": precision, "executor": executor}
+    if executor == "ray":  # one encoder after the other, each over the cluster
+        return [_extract_on_ray(store, spec, dataset, ds, settings, weights=weights,
+                                trust_remote_code=trust_remote_code, progress=progress, ray_options=ray_options)
+                for spec in specs.values()]
+    with contextlib.ExitStack() as locks:
+        stale = {}
+        for name in specs:
+            stale[name] = locks.enter_context(extraction_lock(store, dataset, name))
+            remove_partial_files(store, dataset, name)  # left by a killed run: nothing of ours is writing
+        jobs = []
+        for spec in specs.values():
+            plan, model = prepare(store, spec, dataset, ds, chunk=chunk, batch=batch, device=device, dtype=dtype,
+                                  perturbations=perturbations, severities=severities, weights=weights,
+                                  trust_remote_code=trust_remote_code, precision=precision, settings=settings)
+            jobs.append((plan, model))
+        for i, (plan, model) in enumerate(jobs):
+            if plan.units and model is None:
+                jobs[i] = (plan, load(plan.spec, pick_device(device), weights=weights,
+                                      trust_remote_code=trust_remote_code, precision=precision))
+        t0 = time.perf_counter()  # the models are loaded
+        busy = [(plan, model) for plan, model in jobs if plan.units]
+        if busy:
+            _run_units_locally(store, busy, ds, workers=workers, strict=strict, progress=progress)
+        out = []
+        for (plan, model), name in zip(jobs, specs):
+            out.append(_finish(store, plan, t0, stale[name]))
+            if plan.summary.forward_images:
+                record_cost(plan, model)
+        return out
+
+
+def _extract_on_ray(store, spec, dataset, ds, settings, *, weights, trust_remote_code, progress, ray_options):
     with extraction_lock(store, dataset, spec.name) as stale:
-        remove_partial_files(store, dataset, spec.name)  # left by a killed run: nothing of ours is writing
-        plan, model = prepare(store, spec, dataset, ds, chunk=chunk, batch=batch, device=device, dtype=dtype,
-                              perturbations=perturbations, severities=severities, weights=weights,
-                              trust_remote_code=trust_remote_code, precision=precision)
+        remove_partial_files(store, dataset, spec.name)
+        plan, model = prepare(store, spec, dataset, ds, chunk=settings["chunk"], batch=settings["batch"],
+                              device=None if settings["device"] == "auto" else settings["device"],
+                              dtype=settings["dtype"], perturbations=settings["perturbations"],
+                              severities=tuple(settings["severities"]), weights=weights,
+                              trust_remote_code=trust_remote_code, precision=settings["precision"],
+                              settings=settings)
         t0 = time.perf_counter()
         if plan.units:
-            t0 = _run_units(store, plan, ds, model, executor=executor, device=device, workers=workers,
-                            strict=strict, weights=weights, trust_remote_code=trust_remote_code,
-                            precision=precision, progress=progress, ray_options=ray_options)
+            t0 = _run_units(store, plan, ds, model, executor="ray", device=settings["device"],
+                            workers=settings["workers"], strict=settings["strict"], weights=weights,
+                            trust_remote_code=trust_remote_code, precision=settings["precision"],
+                            progress=progress, ray_options=ray_options)
             remove_partial_files(store, dataset, spec.name)  # a Ray replica that died mid-write leaves one
         return _finish(store, plan, t0, stale)
 
 
 def _run_units(store, plan, ds, model, *, executor, device, workers, strict, weights, trust_remote_code,
                precision, progress, ray_options) -> float:
-    """Run the pending units of ``plan``; returns when the extraction itself began (after loading the model)."""
-    if executor == "ray":
-        from crs.extract.ray_executor import run_units_on_ray
+    """Run the pending units of ``plan`` on Ray; returns when the extraction itself began."""
+    from crs.extract.ray_executor import run_units_on_ray
 
-        t0 = time.perf_counter()
-        run_units_on_ray(store, plan, ds, device=device, workers=workers, strict=strict, weights=weights,
-                         trust_remote_code=trust_remote_code, precision=precision, progress=progress,
-                         **(ray_options or {}))
-        return t0
-    if model is None:
-        model = load(plan.spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
-                     precision=precision)
     t0 = time.perf_counter()
-    _run_units_locally(store, plan, ds, model, workers=workers, strict=strict, progress=progress)
+    run_units_on_ray(store, plan, ds, device=None if device == "auto" else device, workers=workers, strict=strict,
+                     weights=weights, trust_remote_code=trust_remote_code, precision=precision, progress=progress,
+                     **(ray_options or {}))
     return t0
 
 
@@ -269,7 +321,7 @@ def _finish(store: Store, plan, t0: float, stale: str | None) -> ExtractSummary:
 
 
 def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbations, severities, weights,
-            trust_remote_code, precision):
+            trust_remote_code, precision, settings: dict | None = None):
     """Write the dataset's metadata, create (or check) every array and list the pending units.
 
     Returns (plan, model): the model is loaded here only when the spec does not say its width."""
@@ -286,7 +338,7 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
                      precision=precision)
         spec = model.spec
 
-    provenance = _provenance(spec, weights, modality)
+    provenance = _provenance(spec, weights, modality, settings)
     n, n_test = len(table.ids), table.n_test
     arrays = {
         cond: store.embedding(
@@ -320,8 +372,11 @@ def _perturbation(cond: str) -> dict | None:
     return perturb.parameters(c.family, c.severity)
 
 
-def _provenance(spec: EncoderSpec, weights: str | None, modality) -> dict:
-    """What every array of one extraction records about how its embeddings were made."""
+def _provenance(spec: EncoderSpec, weights: str | None, modality, settings: dict | None = None) -> dict:
+    """What every array of one extraction records about how its embeddings were made, when created
+    (``record_cost`` adds the encoder's weights and cost once it has embedded)."""
+    from crs import provenance
+
     return {
         "encoder_spec": spec.as_dict(),
         "weight_source": spec.weight_source if weights is None else f"local file {weights}",
@@ -332,12 +387,48 @@ def _provenance(spec: EncoderSpec, weights: str | None, modality) -> dict:
             "std": list(spec.std),
             "interpolation": spec.interpolation,
             "pooling": spec.pooling,
-            "order": "decode -> [0,1] float -> perturb -> resize -> normalise",
+            "order": PREPROCESSING_ORDER,
         },
         "modality": modality,
         "libraries": library_versions(),
+        "tool": provenance.collect({"extract": settings or {}}),
         "created": now(),
     }
+
+
+PREPROCESSING_ORDER = ("decode (shorter side to the dataset's image size, never upscaled) -> [0,1] float -> "
+                       "perturb at that working size -> resize to the input size -> normalise")
+
+
+def record_cost(plan: Plan, model) -> None:
+    """After a run that embedded something: write into every array of ``plan`` the encoder's weights
+    (``weights_info``) and cost (``crs.extract.cost.measure``, where it exists) with the forward rate
+    measured in this run (images/s in the forward passes, model load and decoding excluded) and the
+    device. Written after the data, as the rate is known only then; a run with nothing to do writes
+    nothing, so it keeps the store's content digests."""
+    summary = plan.summary
+    cost = {}
+    if model is not None:
+        try:
+            from crs.extract.cost import measure
+        except ImportError:  # cost.measure not there yet
+            measure = None
+        if measure is not None:
+            cost.update(measure(model))
+    rate = summary.forward_images / summary.forward_seconds if summary.forward_seconds > 0 else None
+    cost.update({"images_per_s": None if rate is None else round(rate, 3), "device": summary.device})
+    update = {"weights": getattr(model, "weights_info", None), "cost": cost}
+    for arr in plan.arrays.values():
+        arr.group.attrs.update(update)
+
+
+def _device_name(device) -> str:
+    """'cpu', or e.g. 'cuda:0 NVIDIA H200'."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return str(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} {torch.cuda.get_device_name(index)}"
 
 
 def _pending_units(table: DatasetTable, conds: list[str], arrays: dict) -> tuple[list[Unit], int]:
@@ -356,30 +447,50 @@ def _pending_units(table: DatasetTable, conds: list[str], arrays: dict) -> tuple
     return units, skipped
 
 
-def _run_units_locally(store: Store, plan: Plan, ds, model, *, workers, strict, progress) -> None:
-    """Decode each unit once and commit it condition by condition: first the unit's decoding
-    failures, then each (chunk, condition) with its done flag as soon as it is embedded."""
-    summary = plan.summary
-    summary.device = str(model.device)
+def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress) -> None:
+    """Decode each unit once and commit it condition by condition, for every (plan, model) of ``jobs``
+    (one per encoder, same dataset and chunk): first the unit's decoding failures, then each
+    condition, computed once, embedded by each encoder that has its chunk pending, each (encoder,
+    chunk, condition) committed with its done flag as soon as it is embedded."""
+    plan0 = jobs[0][0]
+    units: dict[int, list] = {}  # j -> [(job index, unit)]
+    for i, (plan, _) in enumerate(jobs):
+        if plan.arrays[CLEAN].chunk != plan0.arrays[CLEAN].chunk:  # pragma: no cover - store.embedding refuses
+            raise ValueError("extract_many: every encoder's arrays must have the same chunk length")
+        plan.summary.device = _device_name(jobs[i][1].device)
+        for u in plan.units:
+            units.setdefault(u.j, []).append((i, u))
+    embeds = [Embedder(model, plan.batch) for plan, model in jobs]
     # one step per array chunk written: a chunk of one condition
-    task = (progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units),
-                              unit="chunks") if progress is not None else None)
-    embed = Embedder(model, plan.batch)
-    units = DecodedUnits(ds, {u.j: u.source_rows for u in plan.units}, ds.paths)
-    by_j = {u.j: u for u in plan.units}
-    pin = model.device.type == "cuda"
-    writer = _Writer(store, plan.dataset)
+    tasks = [progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units),
+                               unit="chunks") if progress is not None else None for plan, _ in jobs]
+    order = sorted(units)
+    first = {j: units[j][0][1] for j in order}
+    decoded = DecodedUnits(ds, {j: first[j].source_rows for j in order}, ds.paths)
+    device = jobs[0][1].device
+    pin = device.type == "cuda"
+    writer = _Writer(store, plan0.dataset)
     try:
-        for j, images, failures in _loader(units, list(by_j), workers, pin):
-            unit = by_j[j]
-            summary.decodes += len(images)
-            writer.put_failures(unit_failures(unit, failures, strict))
-            for cond, values in embed_unit(unit, images, embed, model.device):
-                writer.put(plan.arrays[cond], j, values)
-                summary.chunks_written += 1
-                summary.forward_images += len(values)
-                if task is not None:
-                    progress.advance(task)
+        for j, images, failures in _loader(decoded, order, workers, pin):
+            writer.put_failures(unit_failures(first[j], failures, strict))
+            need = units[j]
+            for i, _ in need:
+                jobs[i][0].summary.decodes += len(images)
+            conds = [c for c in plan0.conds if any(c in u.conds for _, u in need)]
+            for cond, groups in unit_conditions(first[j], images, device, conds):
+                for i, u in need:
+                    if cond not in u.conds:
+                        continue
+                    plan, model = jobs[i]
+                    t = time.perf_counter()
+                    values = embed_groups(groups, embeds[i])
+                    plan.summary.forward_seconds += time.perf_counter() - t
+                    writer.put(plan.arrays[cond], j, values)
+                    plan.summary.chunks_written += 1
+                    plan.summary.forward_images += len(values)
+                    if tasks[i] is not None:
+                        progress.advance(tasks[i])
     finally:
         writer.close()  # what was embedded is committed, also on Ctrl-C (or SIGTERM, which the CLI makes one)
-    summary.batch = embed.batch
+    for (plan, _), embed in zip(jobs, embeds):
+        plan.summary.batch = embed.batch

@@ -7,6 +7,7 @@ unit's done flags).
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 from collections.abc import Iterator
@@ -36,7 +37,8 @@ class ExtractSummary:
     chunks_written: int = 0
     chunks_skipped: int = 0
     forward_images: int = 0
-    decodes: int = 0
+    decodes: int = 0  # images decoded for this encoder's units (shared by the encoders of one extract_many)
+    forward_seconds: float = 0.0  # in the encoder's forward passes (resize, normalise, model; no decoding)
     failures: int = 0
     batch: int = 0
     seconds: float = 0.0
@@ -50,10 +52,13 @@ class ExtractSummary:
 
 
 class DecodedUnits(torch.utils.data.Dataset):
-    """Item j: the decoded images of work unit j, as uint8 [m, S, S, 3] plus its failures."""
+    """Item j: the decoded images of work unit j, as uint8 [m, S, S, 3] plus its failures; a list of
+    uint8 [S_i, S_i, 3] where files decode to different working sizes (a dataset whose
+    ``load_image`` takes ``upscale``: images smaller than its ``image_size`` are not enlarged)."""
 
     def __init__(self, ds, unit_rows: dict[int, np.ndarray], paths: list | None):
         self.ds, self.unit_rows, self.paths = ds, unit_rows, paths
+        self.native = _takes_upscale(ds)
 
     def __len__(self):
         return len(self.unit_rows)
@@ -63,22 +68,39 @@ class DecodedUnits(torch.utils.data.Dataset):
         failures = []  # (position in the unit, file, reason)
         if self.paths is not None:  # images read from files can fail one by one
             size = self.ds.image_size
-            images = np.zeros((len(rows), size, size, 3), dtype=np.uint8)
+            images: list = [None] * len(rows)
             for k, r in enumerate(rows.tolist()):
                 try:
-                    img = np.asarray(self.ds.load_image(r))
-                    if img.shape != (size, size, 3) or img.dtype != np.uint8:
+                    img = np.asarray(self.ds.load_image(r, upscale=False) if self.native else self.ds.load_image(r))
+                    s = img.shape[0]
+                    if img.dtype != np.uint8 or img.shape != (s, s, 3) or not (s <= size if self.native
+                                                                                else s == size):
                         raise ImageError(self._path(r), f"decoded to {img.dtype} {img.shape}, not uint8 "
-                                                        f"({size}, {size}, 3)")
+                                                        f"({size}, {size}, 3)" + (" or smaller" if self.native
+                                                                                  else ""))
                     images[k] = img
                 except ImageError as exc:
                     failures.append((k, exc.path, exc.reason))
-        else:
-            images = self.ds.images(rows)
+            shapes = {img.shape for img in images if img is not None}
+            blank = np.zeros(min(shapes) if shapes else (size, size, 3), dtype=np.uint8)  # failed: not scored
+            images = [blank if img is None else img for img in images]
+            if len(shapes) <= 1:
+                return j, torch.from_numpy(np.ascontiguousarray(np.stack(images) if images else
+                                                                np.zeros((0, size, size, 3), np.uint8))), failures
+            return j, [torch.from_numpy(np.array(img, copy=True)) for img in images], failures
+        images = self.ds.images(rows)
         return j, torch.from_numpy(np.ascontiguousarray(images)), failures
 
     def _path(self, row):
         return str(self.paths[row]) if self.paths is not None else f"row {row}"
+
+
+def _takes_upscale(ds) -> bool:
+    """Whether ``ds.load_image`` takes ``upscale`` (file datasets decoded by ``crs.extract.images.decode``)."""
+    try:
+        return "upscale" in inspect.signature(ds.load_image).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -133,19 +155,61 @@ class Plan:
     summary: ExtractSummary
 
 
-def embed_unit(unit: Unit, images: torch.Tensor, embed, device) -> Iterator[tuple[str, np.ndarray]]:
+def unit_conditions(unit: Unit, images, device, conds: list[str] | None = None
+                    ) -> Iterator[tuple[str, list[tuple[np.ndarray, torch.Tensor]]]]:
+    """Yields (condition, groups) for ``conds`` (default: the unit's pending ones), one condition at a
+    time: the unit's images clean or perturbed, each condition computed once (for every encoder that
+    embeds it) and let go before the next. ``images`` is uint8 [image, S, S, 3], or a list of uint8
+    [S_i, S_i, 3] when the unit's images were decoded at different working sizes (no image is
+    upscaled for perturbing); ``groups`` are (positions in the unit, float [m, 3, S, S] in [0, 1]), one per
+    size, positions restricted to the test rows under a perturbation."""
+    groups = []
+    for pos, imgs in _by_size(images):  # decoded (and moved to the device) once for all conditions
+        groups.append((pos, imgs.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255)))
+    for cond in unit.conds if conds is None else conds:
+        if cond == CLEAN:
+            yield cond, groups
+            continue
+        c = parse(cond)  # the test rows of the unit come first
+        out = []
+        for pos, x in groups:
+            keep = pos < unit.n_test
+            if keep.any():
+                ids = [unit.ids[i] for i in pos[keep].tolist()]
+                out.append((pos[keep], perturb.apply(x[torch.from_numpy(keep).to(x.device)], c.family, c.severity,
+                                                     ids)))
+        yield cond, out
+
+
+def _by_size(images) -> list[tuple[np.ndarray, torch.Tensor]]:
+    """(positions, uint8 [m, S, S, 3]) per image size, positions ascending; one group for a tensor."""
+    if isinstance(images, torch.Tensor):
+        return [(np.arange(len(images)), images)]
+    sizes: dict[tuple, list[int]] = {}
+    for i, img in enumerate(images):
+        sizes.setdefault(tuple(img.shape), []).append(i)
+    return [(np.asarray(pos), torch.stack([torch.as_tensor(images[i]) for i in pos])) for pos in sizes.values()]
+
+
+def embed_groups(groups: list[tuple[np.ndarray, torch.Tensor]], embed) -> np.ndarray:
+    """Embeddings [image, feature] of ``groups`` (from ``unit_conditions``), rows in unit order."""
+    if len(groups) == 1 and np.array_equal(groups[0][0], np.arange(len(groups[0][0]))):
+        return embed(groups[0][1]).cpu().numpy()
+    parts = [(pos, embed(x).cpu().numpy()) for pos, x in groups]
+    n = sum(len(pos) for pos, _ in parts)
+    out = np.empty((n, parts[0][1].shape[1]), dtype=parts[0][1].dtype)
+    order = np.argsort(np.concatenate([pos for pos, _ in parts]))  # positions are 0..n-1 for clean, 0..n_test-1
+    out[:] = np.concatenate([v for _, v in parts])[order]
+    return out
+
+
+def embed_unit(unit: Unit, images, embed, device) -> Iterator[tuple[str, np.ndarray]]:
     """The per-chunk work both executors share: yields (condition, embeddings [image, feature]) for
-    ``images`` (uint8 [image, S, S, 3], the unit's decoded images), clean and perturbed, one
+    ``images`` (the unit's decoded images, see ``unit_conditions``), clean and perturbed, one
     condition at a time, so that each is committed as soon as it is computed: a kill loses at most
     one (chunk, condition), not the whole unit (which is 1 + |suite| forward passes of the chunk)."""
-    x = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255)  # decoded once for all
-    for cond in unit.conds:
-        if cond == CLEAN:
-            xin = x
-        else:
-            c = parse(cond)  # the test rows of the unit come first
-            xin = perturb.apply(x[: unit.n_test], c.family, c.severity, unit.ids[: unit.n_test])
-        yield cond, embed(xin).cpu().numpy()
+    for cond, groups in unit_conditions(unit, images, device):
+        yield cond, embed_groups(groups, embed)
 
 
 def commit_failures(store: Store, dataset: str, failures: list[tuple[str, str, str]]) -> None:
