@@ -585,9 +585,10 @@ class FileDataset:
         """The image file of each row of ``table()``, built one at a time as asked for."""
         return _RowPaths(self)
 
-    def load_image(self, row: int) -> np.ndarray:
-        """uint8 [image_size, image_size, 3] for one row of ``table()``; raises ImageError."""
-        return decode(self.path(int(row)), self.image_size)
+    def load_image(self, row: int, upscale: bool = True) -> np.ndarray:
+        """uint8 [s, s, 3] for one row of ``table()``, s = image_size, or with ``upscale=False`` at most
+        that (a smaller image keeps its own size, for perturbing); raises ImageError."""
+        return decode(self.path(int(row)), self.image_size, upscale=upscale)
 
     def images(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)

@@ -181,7 +181,7 @@ def _datasets_with_shift_targets(cfg: Config) -> list:
 
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
-    from crs.extract.run import extract as extract_pair
+    from crs.extract.run import extract_many
     from crs.store import Store
 
     cfg = with_sets(cfg)
@@ -193,13 +193,15 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
     store = Store(cfg.store, mode="a")
     specs = encoder_specs(cfg, extra)
     ray_options = {"address": ex.address, "actors": ex.actors} if ex.executor == "ray" else None
-    summaries = [
-        extract_pair(store, spec, d, size=cfg.datasets.size, chunk=ex.chunk, batch=ex.batch,
+    # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them
+    by_dataset = [
+        extract_many(store, specs, d, size=cfg.datasets.size, chunk=ex.chunk, batch=ex.batch,
                      device=None if ex.device == "auto" else ex.device, dtype=ex.dtype, perturbations=ex.perturb,
                      progress=progress, weights=enc.weights, trust_remote_code=enc.trust_remote_code,
                      workers=ex.workers, strict=ex.strict, severities=tuple(ex.severities), precision=ex.precision,
                      executor=ex.executor, ray_options=ray_options)
-        for spec in specs for d in datasets]
+        for d in datasets]
+    summaries = [s for i in range(max(map(len, by_dataset), default=0)) for run in by_dataset for s in run[i:i + 1]]
     return Extracted(store, summaries)
 
 
