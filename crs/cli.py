@@ -501,8 +501,9 @@ def leaderboard(scores) -> Table:
 
 
 def scale_note(reference: str | None) -> str:
-    return (f"CRS 50 = the reference encoder ({reference}), by construction: an encoder equal to it on every axis "
-            "scores 50, one better on balance scores above, one worse below.")
+    who = f"the reference encoder {reference}" if reference and reference != "median" else "the per-axis median"
+    return (f"CRS 50 is the level of {who}: an encoder equal to it on every axis (q = 0) that dominates as many "
+            "encoders as dominate it scores 50; above 50 is better on balance, below worse (docs/crs-v1.md).")
 
 
 def verdict_lines(scores_json: dict) -> list[str]:

@@ -204,15 +204,19 @@ def _interval(m: dict) -> str:
             f"[{_f(m['crs_diff_low'], '+.1f')}, {_f(m['crs_diff_high'], '+.1f')}]")
 
 
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _axes_words(axes: list[dict]) -> str:
     behind = [a for a in axes if a["where"] == "behind"]
     ahead = [a for a in axes if a["where"] == "ahead"]
     parts = []
     if behind:
-        parts.append("the gap comes from " + " and ".join(
-            f"{a['axis'].replace('_', ' ')} (q {a['member_q']:+.2f} vs {a['leader_q']:+.2f})" for a in behind))
+        parts.append("the gap comes from " + _listed([
+            f"{a['axis'].replace('_', ' ')} (q {a['member_q']:+.2f} vs {a['leader_q']:+.2f})" for a in behind]))
     if ahead:
-        parts.append("it is ahead on " + " and ".join(a["axis"].replace("_", " ") for a in ahead))
+        parts.append("it is ahead on " + _listed([a["axis"].replace("_", " ") for a in ahead]))
     return "; ".join(parts)
 
 

@@ -27,7 +27,9 @@ HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "small.toml"
 GOLDEN = HERE / "small.json"
 VOLATILE = {"written", "seconds", "timings_s", "created", "started", "finished", "elapsed_s", "time",
-            "generation"}  # generation: a random id per probe or score run (issue 15)
+            "generation",  # generation: a random id per probe or score run (issue 15)
+            "provenance",  # tool, git commit, library versions: the machine's, not the run's numbers
+            "images_per_s"}  # extraction throughput measured on this machine
 
 
 def _strip(obj):
