@@ -127,7 +127,9 @@ def test_multilabel_store(make_store, tmp_path):
     assert pm["kappa_quadratic"].null_count() == pm.height  # not ordinal
     assert (pm["temperature"] > 1.0).all()
     s = score(records, store=store, bootstrap_unit="image", n_bootstrap=30)
-    assert s.settings["bootstrap"]["unit"] == "image" and s.settings["warnings"] == []
+    # no fallback; the only warning a tiny test set may give is the off-centre calibration interval
+    assert s.settings["bootstrap"]["unit"] == "image"
+    assert [w for w in s.settings["warnings"] if not w.startswith("the calibration intervals are off-centre")] == []
 
 
 def test_validation_rows_in_the_records_are_not_a_condition(built):
