@@ -153,14 +153,15 @@ def write_cost(scores, repeats: int = 5) -> tuple[float, float]:
 
 
 def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds: int, n_bootstrap: int,
-                      n_perturbed: int = 68, n_low: int = 6, before: bool = True) -> dict:
+                      n_perturbed: int = 68, n_low: int = 6, before: bool = True, shared_full: bool = True) -> dict:
     """CPU and wall seconds of the image part of the 'both' bootstrap, per dataset and in all (part 5).
 
     'after': what ``predictions.image_bootstrap_axes`` does, one encoder's arrays (every seed,
     fraction and condition) as one ``resample.AurocDraws`` batch per draw, then ``run_axes``
-    per seed; timed on one encoder and scaled by encoders. As a real probe's, the seeds'
-    arrays at fraction 1 differ in the last bits (the demo's differ by ~4e-7), so no array
-    is shared. 'before': ``run_axes`` without a batch (the exact kernel per array), timed on
+    per seed; timed on one encoder and scaled by encoders. As the probe fits them, the seeds'
+    arrays at fraction 1 are one array (``shared_full``: the whole training set is one problem,
+    one probe for every seed), so the image part scores it once; ``shared_full=False`` gives
+    them different last bits (~1e-6), as the probe did before, so no array is shared. 'before': ``run_axes`` without a batch (the exact kernel per array), timed on
     one (encoder, seed) and scaled by encoders x seeds.
     """
     from crs.scoring import resample
@@ -181,7 +182,7 @@ def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds
         z_full = [1.5 * target + (1.2 + 0.01 * c) * rng.normal(size=(n, k)) for c in range(n_perturbed + 2)]
         per_seed = []
         for _ in range(n_seeds):
-            jitter = [probs(0, z + 1e-6 * rng.normal(size=z.shape)) for z in z_full]  # fraction 1: last bits
+            jitter = [probs(0, z if shared_full else z + 1e-6 * rng.normal(size=z.shape)) for z in z_full]
             low = [probs(1.0 + 0.2 * f) for f in range(n_low)]
             per_seed.append((np.stack([*low, jitter[0]]), jitter[1:-1], [jitter[-1]]))
         test = resample.Draw(target, known, resample.image_counts(n, n_bootstrap, np.random.default_rng(4)))
@@ -229,6 +230,8 @@ def main() -> None:
     ap.add_argument("--write-only", action="store_true", help="time only the writing of the scores (part 4)")
     ap.add_argument("--default-only", action="store_true", help="time only the default unit's image part (part 5)")
     ap.add_argument("--after-only", action="store_true", help="part 5: leave out the exact per-run timing")
+    ap.add_argument("--jittered-full", action="store_true",
+                    help="part 5: the seeds' fraction-1 arrays differ in the last bits (the probe before it shared them)")
     ap.add_argument("--test-sets", default="5000x8,730x5,500x5", help="part 5: test images x classes per dataset")
     args = ap.parse_args()
     if args.default_only:
@@ -344,7 +347,8 @@ def main() -> None:
 
 def _default_part(args, seed_cpu: float | None = None) -> None:
     sets = [tuple(int(v) for v in part.split("x")) for part in args.test_sets.split(",")]
-    cost = default_unit_cost(sets, args.encoders, args.seeds, args.bootstrap, before=not args.after_only)
+    cost = default_unit_cost(sets, args.encoders, args.seeds, args.bootstrap, before=not args.after_only,
+                             shared_full=not args.jittered_full)
     for name, c in cost.items():
         if isinstance(c, dict):
             was = "" if "before_cpu_s" not in c else (
