@@ -209,6 +209,15 @@ def extract_many(
         return [_extract_on_ray(store, spec, dataset, ds, settings, weights=weights,
                                 trust_remote_code=trust_remote_code, progress=progress, ray_options=ray_options)
                 for spec in specs.values()]
+    return _extract_locally(store, specs, dataset, ds, settings, device=device, weights=weights,
+                            trust_remote_code=trust_remote_code, precision=precision, workers=workers, strict=strict,
+                            progress=progress)
+
+
+def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, device, weights, trust_remote_code,
+                     precision, workers, strict, progress) -> list[ExtractSummary]:
+    """``extract_many`` in this process: every encoder's locks and models at once, each unit decoded once."""
+    s = settings
     with contextlib.ExitStack() as locks:
         stale = {}
         for name in specs:
@@ -216,8 +225,9 @@ def extract_many(
             remove_partial_files(store, dataset, name)  # left by a killed run: nothing of ours is writing
         jobs = []
         for spec in specs.values():
-            plan, model = prepare(store, spec, dataset, ds, chunk=chunk, batch=batch, device=device, dtype=dtype,
-                                  perturbations=perturbations, severities=severities, weights=weights,
+            plan, model = prepare(store, spec, dataset, ds, chunk=s["chunk"], batch=s["batch"], device=device,
+                                  dtype=s["dtype"], perturbations=s["perturbations"],
+                                  severities=tuple(s["severities"]), weights=weights,
                                   trust_remote_code=trust_remote_code, precision=precision, settings=settings)
             jobs.append((plan, model))
         for i, (plan, model) in enumerate(jobs):

@@ -144,7 +144,7 @@ def test_a_revision_not_in_the_cache_is_refused_offline_naming_it_and_the_fix(di
         load(encoders.with_revision(DINO, rev), "cpu")
     msg = str(info.value)
     assert rev in msg and "not in the local cache" in msg and "HF_HUB_OFFLINE" in msg
-    assert f"--revision tiny-dino=" in msg and COMMIT_A in msg and COMMIT_B in msg  # what the cache holds
+    assert "--revision tiny-dino=" in msg and COMMIT_A in msg and COMMIT_B in msg  # what the cache holds
 
 
 def test_weights_status_reads_the_cache_only(dino_hub, monkeypatch):
