@@ -744,7 +744,8 @@ def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
         out.append(f"<p class='absent' id='no-metadata'>Not in these scores: {_e(', '.join(missing))}. The store "
                    "records cost (parameters, FLOPs, width, throughput, device) and the model's revision, licence "
                    "and gated status when it is extracted by a crs that measures them; re-run `crs extract` and "
-                   "`crs score` to show them here.</p>")
+                   "`crs score` to show them here (random-weight and built-in encoders have no hub revision: "
+                   "theirs stays empty).</p>")
     return "".join(out)
 
 
