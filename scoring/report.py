@@ -34,7 +34,7 @@ from crs.files import atomic_write
 from crs.names import VALIDATION
 from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.scoreset import (
-    GENERATION_KEY, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder,
+    GENERATION_KEY, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder, writer_lock,
 )
 from crs.scoring.ranks import rank_desc
 
@@ -985,6 +985,40 @@ def page_generation(page: Path) -> str | None:
 
 
 # -------------------------------------------------------------------- edge
+def remove_stale_temporaries(out: Path) -> list[Path]:
+    """Delete the temporary files (``crs.files.atomic_write``'s ``.NAME.*.tmp``) a killed report left in
+    OUT, OUT/figures and OUT/tables; called under the report's writer lock, so none is another run's."""
+    gone = []
+    for folder in (out, out / FIGURES_DIR, out / TABLES_DIR):
+        for f in folder.glob(".*.tmp") if folder.is_dir() else ():
+            f.unlink(missing_ok=True)
+            gone.append(f)
+    return gone
+
+
+def _write_files(out: Path, images: dict, tabs: dict, text: str, generation: str | None, quiet: bool):
+    """Write the figures, the tables (Parquet and CSV) and the page, each file whole; (figures, tables, page)."""
+    (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
+    (out / TABLES_DIR).mkdir(parents=True, exist_ok=True)
+    figure_paths, table_paths = [], []
+    for stem, data in images.items():
+        path = out / FIGURES_DIR / f"{stem}.png"
+        atomic_write(path, lambda p, b=data: p.write_bytes(b))
+        figure_paths.append(str(path))
+        if not quiet:
+            print(f"figure {path}", file=sys.stderr)
+    for name, table in tabs.items():
+        mark = {GENERATION_KEY: generation or ""}
+        for ext, writer in (("parquet", lambda p, t=table: t.write_parquet(p, metadata=mark)),
+                            ("csv", table.write_csv)):
+            path = out / TABLES_DIR / f"{name}.{ext}"
+            atomic_write(path, writer)
+            table_paths.append(str(path))
+    page = out / HTML_NAME
+    atomic_write(page, lambda p: p.write_text(text, encoding="utf-8"))
+    return figure_paths, table_paths, page
+
+
 def write_report(results: Path, out: Path, *, store: str | None = None, quiet: bool = False) -> dict:
     """Write OUT/report.html (self-contained), OUT/figures/*.png and OUT/tables/*.{csv,parquet}.
 
@@ -999,28 +1033,13 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
     add_from_records(inputs, results)
     tabs = tables(inputs)
     secs = sections(inputs)
-    (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
-    (out / TABLES_DIR).mkdir(parents=True, exist_ok=True)
-    images, figure_paths, table_paths = {}, [], []
-    for sec in secs:
-        for stem, fig, *_ in sec.figures:
-            images[stem] = png(fig)
-            path = out / FIGURES_DIR / f"{stem}.png"
-            atomic_write(path, lambda p, b=images[stem]: p.write_bytes(b))
-            figure_paths.append(str(path))
-            if not quiet:
-                print(f"figure {path}", file=sys.stderr)
-    for name, table in tabs.items():
-        mark = {GENERATION_KEY: inputs.generation or ""}
-        for ext, writer in (("parquet", lambda p, t=table: t.write_parquet(p, metadata=mark)),
-                            ("csv", table.write_csv)):
-            path = out / TABLES_DIR / f"{name}.{ext}"
-            atomic_write(path, writer)
-            table_paths.append(str(path))
+    images = {stem: png(fig) for sec in secs for stem, fig, *_ in sec.figures}
     text = html(inputs, tabs["leaderboard"], tabs["leaderboard_per_dataset"], secs, images,
                 inputs.table("test_sets"))
-    page = out / HTML_NAME
-    atomic_write(page, lambda p: p.write_text(text, encoding="utf-8"))
+    out.mkdir(parents=True, exist_ok=True)
+    with writer_lock(out):  # two reports into one folder write one after the other
+        remove_stale_temporaries(out)
+        figure_paths, table_paths, page = _write_files(out, images, tabs, text, inputs.generation, quiet)
     return {
         "html": str(page),
         "figures": figure_paths,

@@ -117,7 +117,7 @@ def write_set(out_dir: Path, tables: Mapping[str, pl.DataFrame], doc: dict, gene
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} is a file, not a folder; move it away and re-run `crs score`")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with _writer_lock(out_dir):
+    with writer_lock(out_dir):
         settle(out_dir)
         _write_and_swap(out_dir, tables, doc, generation)
 
@@ -143,8 +143,8 @@ def _write_and_swap(out_dir: Path, tables: Mapping[str, pl.DataFrame], doc: dict
     _kill_point("done")
 
 
-def _writer_lock(out_dir: Path):
-    """Two score runs into one RESULTS write one after the other (the lock is held for the write only)."""
+def writer_lock(out_dir: Path):
+    """Two runs writing one folder (scores, a report) write one after the other (held for the write only)."""
     try:
         from filelock import FileLock
     except ModuleNotFoundError:  # pragma: no cover - filelock is a dependency

@@ -266,3 +266,19 @@ def test_results_without_run_records_still_report_and_say_what_is_missing(scored
     assert any("no test-set sizes or robustness intervals" in n for n in summary["notes"])
     text = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "id='no-test-sets'" in text and "No intervals: the results folder has no run records" in text
+
+
+def test_a_rerun_removes_the_temporaries_a_killed_report_left(scored, tmp_path):
+    results, _, _ = scored
+    out = tmp_path / "out"
+    report.write_report(results, out, quiet=True)
+    # what kill -9 leaves in the middle of crs.files.atomic_write: a temporary beside the final name
+    stale = [out / "figures" / ".profiles.png.k1ll3d.tmp", out / "tables" / ".leaderboard.csv.x.tmp",
+             out / ".report.html.y.tmp"]
+    for f in stale:
+        f.write_bytes(b"half a file")
+    keep = out / "figures" / "notes.txt"  # not ours: left alone
+    keep.write_text("mine")
+    report.write_report(results, out, quiet=True)
+    assert not any(f.exists() for f in stale) and keep.read_text() == "mine"
+    assert not list(out.rglob("*.tmp"))
