@@ -996,27 +996,33 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
     return gone
 
 
-def _write_files(out: Path, images: dict, tabs: dict, text: str, generation: str | None, quiet: bool):
-    """Write the figures, the tables (Parquet and CSV) and the page, each file whole; (figures, tables, page)."""
+def _write_figures(out: Path, secs: list, quiet: bool) -> tuple[dict, list[str]]:
+    """Render and write each figure as it comes, each file whole: (PNG bytes by stem, paths)."""
     (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
+    images, paths = {}, []
+    for sec in secs:
+        for stem, fig, *_ in sec.figures:
+            images[stem] = png(fig)
+            path = out / FIGURES_DIR / f"{stem}.png"
+            atomic_write(path, lambda p, b=images[stem]: p.write_bytes(b))
+            paths.append(str(path))
+            if not quiet:
+                print(f"figure {path}", file=sys.stderr)
+    return images, paths
+
+
+def _write_tables(out: Path, tabs: dict, generation: str | None) -> list[str]:
+    """Every table as Parquet (marked with the scores' generation) and CSV, each file whole."""
     (out / TABLES_DIR).mkdir(parents=True, exist_ok=True)
-    figure_paths, table_paths = [], []
-    for stem, data in images.items():
-        path = out / FIGURES_DIR / f"{stem}.png"
-        atomic_write(path, lambda p, b=data: p.write_bytes(b))
-        figure_paths.append(str(path))
-        if not quiet:
-            print(f"figure {path}", file=sys.stderr)
+    paths = []
     for name, table in tabs.items():
         mark = {GENERATION_KEY: generation or ""}
         for ext, writer in (("parquet", lambda p, t=table: t.write_parquet(p, metadata=mark)),
                             ("csv", table.write_csv)):
             path = out / TABLES_DIR / f"{name}.{ext}"
             atomic_write(path, writer)
-            table_paths.append(str(path))
-    page = out / HTML_NAME
-    atomic_write(page, lambda p: p.write_text(text, encoding="utf-8"))
-    return figure_paths, table_paths, page
+            paths.append(str(path))
+    return paths
 
 
 def write_report(results: Path, out: Path, *, store: str | None = None, quiet: bool = False) -> dict:
@@ -1033,13 +1039,15 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
     add_from_records(inputs, results)
     tabs = tables(inputs)
     secs = sections(inputs)
-    images = {stem: png(fig) for sec in secs for stem, fig, *_ in sec.figures}
-    text = html(inputs, tabs["leaderboard"], tabs["leaderboard_per_dataset"], secs, images,
-                inputs.table("test_sets"))
     out.mkdir(parents=True, exist_ok=True)
     with writer_lock(out):  # two reports into one folder write one after the other
         remove_stale_temporaries(out)
-        figure_paths, table_paths, page = _write_files(out, images, tabs, text, inputs.generation, quiet)
+        images, figure_paths = _write_figures(out, secs, quiet)
+        table_paths = _write_tables(out, tabs, inputs.generation)
+        text = html(inputs, tabs["leaderboard"], tabs["leaderboard_per_dataset"], secs, images,
+                    inputs.table("test_sets"))
+        page = out / HTML_NAME
+        atomic_write(page, lambda p: p.write_text(text, encoding="utf-8"))
     return {
         "html": str(page),
         "figures": figure_paths,
