@@ -31,7 +31,6 @@ table, so several encoders can write into one store at the same time (``crs.stor
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata as md
 import os
 import queue
 import threading
@@ -49,16 +48,6 @@ from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_
 from crs.store.zarr_store import now
 from crs.extract.units import (DecodedUnits, Embedder, ExtractSummary, Plan, Unit, after_commit, commit_failures,
                                embed_groups, unit_conditions, unit_failures)
-
-
-def library_versions() -> dict[str, str]:
-    out = {}
-    for lib in ("crs-bench", "torch", "torchvision", "timm", "transformers", "numpy", "zarr"):
-        try:
-            out[lib] = md.version(lib)
-        except md.PackageNotFoundError:
-            out[lib] = "not installed"
-    return out
 
 
 def dataset_table(ds) -> DatasetTable:
@@ -400,12 +389,13 @@ def _provenance(spec: EncoderSpec, weights: str | None, modality, settings: dict
             "order": PREPROCESSING_ORDER,
         },
         "modality": modality,
-        "libraries": library_versions(),
+        "libraries": provenance.library_versions(EXTRACT_LIBRARIES),
         "tool": provenance.collect({"extract": settings or {}}),
         "created": now(),
     }
 
 
+EXTRACT_LIBRARIES = ("crs-bench", "torch", "torchvision", "timm", "transformers", "numpy", "zarr")
 PREPROCESSING_ORDER = ("decode (shorter side to the dataset's image size, never upscaled) -> [0,1] float -> "
                        "perturb at that working size -> resize to the input size -> normalise")
 
