@@ -154,10 +154,6 @@ def check_spec(spec: EncoderSpec) -> EncoderSpec:
     return spec
 
 
-# why a record pins no revision (a test checks every pretrained record has a revision or a note)
-_NOT_KNOWN = ("commit id not known offline (no source at hand named one); the hub's main branch is loaded and "
-              "the commit it resolved to is recorded with the embeddings; pin one with --revision ENCODER=COMMIT")
-
 _REGISTRY: tuple[EncoderSpec, ...] = (
     # ------------------------------------------------------------------ demo (no download)
     EncoderSpec(
@@ -178,30 +174,40 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     # ------------------------------------------------------------------ general purpose
     # https://huggingface.co/timm/resnet50.a1_in1k (ResNet-50 A1 recipe, supervised on ImageNet-1k; 2048 features,
     # 224 train, bicubic). The CRS reference of real runs: a well-known supervised ImageNet CNN.
+    # Revision: the snapshot several public projects pin or hold in their hub cache (six or more, incl. a cache path; found by code search,
+    # not read on the hub this session).
     EncoderSpec(
         name="resnet50", family="general", source="timm", model_id="resnet50.a1_in1k", width=2048, input_size=224,
         interpolation="bicubic", licence="apache-2.0", arch={"timm": "resnet50"}, reference=True,
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/timm/resnet50.a1_in1k",
+        revision="767268603ca0cb0bfe326fa87277f19c419566ef", page="https://huggingface.co/timm/resnet50.a1_in1k",
     ),
     # https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k (ConvNeXt-B, 1024 features)
     EncoderSpec(
         name="convnext", family="general", source="timm", model_id="convnext_base.fb_in22k_ft_in1k", width=1024,
         input_size=224, interpolation="bicubic", licence="apache-2.0", arch={"timm": "convnext_base"},
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k",
+        revision_note=("one public source names commit 67758fc..., which the hub's own tree pages for this "
+                       "repo (bae7fe1, 5240a4d, fd76ecc) do not list, so none is pinned; the hub's main branch is "
+                       "loaded and the commit it resolved to is recorded with the embeddings; pin one with "
+                       "--revision convnext=COMMIT"),
+        page="https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k",
     ),
     # https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k (ViT-B/16, mean/std 0.5)
+    # Revision: the snapshot several public projects pin or hold in their hub cache (five or more, incl. two cache paths; found by code search,
+    # not read on the hub this session).
     EncoderSpec(
         name="vit-base", family="general", source="timm", model_id="vit_base_patch16_224.augreg2_in21k_ft_in1k",
         width=768, input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="cls",
         licence="apache-2.0", arch={"timm": "vit_base_patch16_224"},
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
+        revision="063c6c38a5d8510b2e57df480445e94b231dad2c", page="https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
     ),
     # https://huggingface.co/timm/vit_large_patch16_224.augreg_in21k_ft_in1k (ViT-L/16, 1024 features)
+    # Revision: the snapshot several public projects pin or hold in their hub cache (two projects; found by code search,
+    # not read on the hub this session).
     EncoderSpec(
         name="vit-large", family="general", source="timm", model_id="vit_large_patch16_224.augreg_in21k_ft_in1k",
         width=1024, input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="cls",
         licence="apache-2.0", arch={"timm": "vit_large_patch16_224"},
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/timm/vit_large_patch16_224.augreg_in21k_ft_in1k",
+        revision="0930ab3308b84cb2ae091a4a80703c459412a4c7", page="https://huggingface.co/timm/vit_large_patch16_224.augreg_in21k_ft_in1k",
     ),
     # https://huggingface.co/facebook/dinov2-base (ViT-B/14, hidden 768; processor: 224 crop, bicubic, ImageNet).
     # Revision: as pinned in MTEB's model list (embeddings-benchmark/mteb, docs/overview/available_models/image.md).
@@ -247,28 +253,32 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     ),
     # ------------------------------------------------------------------ broad medical
     # https://huggingface.co/google/medsiglip-448 (gated, HAI-DEF terms; 400M SigLIP vision encoder, 448 px)
+    # Revision: the snapshot several public projects pin or hold in their hub cache (about eight, incl. a cache path; found by code search,
+    # not read on the hub this session).
     EncoderSpec(
         name="medsiglip", family="medical", source="hf", model_id="google/medsiglip-448", width=1152,
         input_size=448, mean=HALF, std=HALF, interpolation="bilinear", pooling="model",
         licence="health-ai-developer-foundations", gated=True, loader="hf", hf_class="SiglipVisionModel",
         arch={"hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14,
               "image_size": 448, "intermediate_size": 4304},
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/google/medsiglip-448",
+        revision="9cea28a1a1195f665105faa6e8544c112fd960a4", page="https://huggingface.co/google/medsiglip-448",
     ),
     # https://huggingface.co/google/medgemma-4b-it (gated; Gemma 3 with a SigLIP-400M vision tower at 896 px,
     # no pooling head in the tower: the embedding is the mean of its 4096 patch tokens)
+    # Revision: the snapshot several public projects pin or hold in their hub cache (eight or more, incl. cache paths; the repo's update of 2025-10-28; found by code search,
+    # not read on the hub this session).
     EncoderSpec(
         name="medgemma", family="medical", source="hf", model_id="google/medgemma-4b-it", width=1152,
         input_size=896, mean=HALF, std=HALF, interpolation="bilinear", pooling="mean",
         licence="health-ai-developer-foundations", gated=True, loader="hf-vision-tower",
         arch={"hidden_size": 1152, "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14,
               "image_size": 896, "intermediate_size": 4304},
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/google/medgemma-4b-it",
+        revision="290cda5eeccbee130f987c4ad74a59ae6f196408", page="https://huggingface.co/google/medgemma-4b-it",
     ),
     # https://huggingface.co/microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224 (open_clip checkpoint:
     # a timm vit_base_patch16_224 trunk, CLS token, linear projection 768 -> 512 without bias).
-    # Revision: the snapshot a published model-selection report pinned for this repo (one source, found by
-    # code search; not re-read on the hub this session).
+    # Revision: the snapshot ten or more public projects pin or hold in their hub cache (found by code search,
+    # not read on the hub this session).
     EncoderSpec(
         name="biomedclip", family="medical", source="timm",
         model_id="microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224", width=512, input_size=224,
@@ -279,13 +289,15 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         page="https://huggingface.co/microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224",
     ),
     # https://huggingface.co/flaviagiammarino/pubmed-clip-vit-base-patch32 (CLIP ViT-B/32 tuned on ROCO, proj 512)
+    # Revision: the snapshot several public projects pin or hold in their hub cache (two or three authors, incl. a cache path; found by code search,
+    # not read on the hub this session).
     EncoderSpec(
         name="pubmedclip", family="medical", source="hf", model_id="flaviagiammarino/pubmed-clip-vit-base-patch32",
         width=512, input_size=224, mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model",
         licence="mit", loader="hf", hf_class="CLIPVisionModelWithProjection",
         arch={"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "patch_size": 32,
               "image_size": 224, "projection_dim": 512},
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/flaviagiammarino/pubmed-clip-vit-base-patch32",
+        revision="26c0c67f6da303ad2a38909130bd35744ea93517", page="https://huggingface.co/flaviagiammarino/pubmed-clip-vit-base-patch32",
     ),
     # ------------------------------------------------------------------ specialty
     # https://huggingface.co/microsoft/rad-dino (DINOv2 ViT-B/14 on chest X-rays, 518 px, CLS 768).
@@ -302,12 +314,14 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     ),
     # https://huggingface.co/YukunZhou/RETFound_mae_natureCFP (gated; MAE ViT-L/16 on colour fundus photographs;
     # a PyTorch checkpoint {'model': ...}: loaded with weights_only=True, decoder tensors dropped)
+    # Revision: the snapshot several public projects pin or hold in their hub cache (two, one a cache path; found by code search,
+    # not read on the hub this session).
     EncoderSpec(
         name="retfound", family="specialty", source="timm", model_id="YukunZhou/RETFound_mae_natureCFP", width=1024,
         input_size=224, interpolation="bicubic", pooling="mean", licence="cc-by-nc-4.0", gated=True,
         loader="timm-checkpoint", checkpoint="RETFound_mae_natureCFP.pth", keymap="mae",
         arch={"timm": "vit_large_patch16_224"}, modality="ophthalmology",
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/YukunZhou/RETFound_mae_natureCFP",
+        revision="556830f78214f0e8da35af965292ac5a3180ac47", page="https://huggingface.co/YukunZhou/RETFound_mae_natureCFP",
     ),
     # https://github.com/SiyuanYan1/PanDerm (CAE ViT-L/16 with layer scale; linear probe on the normed CLS token;
     # ImageNet normalisation with std 0.228 as in its builder.py). The weights are on Google Drive only (link in
@@ -322,13 +336,15 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         page="https://github.com/SiyuanYan1/PanDerm",
     ),
     # https://huggingface.co/suinleelab/monet (CLIP ViT-L/14 trained on dermatology image-text pairs; proj 768)
+    # Revision: the head of main on the hub's own tree page as stored by the library's crawl ("update bibtex";
+    # no project pins it).
     EncoderSpec(
         name="monet", family="specialty", source="hf", model_id="suinleelab/monet", width=768, input_size=224,
         mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model", licence="see the model card",
         loader="hf", hf_class="CLIPVisionModelWithProjection", modality="dermatology",
         arch={"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "patch_size": 14,
               "image_size": 224, "projection_dim": 768, "intermediate_size": 4096},
-        revision_note=_NOT_KNOWN, page="https://huggingface.co/suinleelab/monet",
+        revision="1d1efd0b8d61bde82cde22d2e93c28d73441f29e", page="https://huggingface.co/suinleelab/monet",
     ),
 )
 
