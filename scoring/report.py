@@ -36,6 +36,7 @@ from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.scoreset import (
     GENERATION_KEY, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder, writer_lock,
 )
+from crs.scoring import verdict
 from crs.scoring.ranks import rank_desc
 
 SPEC = "docs/crs-v1.md"  # the CRS v1 specification, in the repository
@@ -292,53 +293,22 @@ def _iv(lo, hi, spec: str = ".1f") -> str:
 
 
 def fallback_sentences(inputs: Inputs) -> list[str]:
-    """The verdict from the leaderboard alone, for scores written before scores.json had a "verdict".
+    """The verdict rebuilt from the stored tables, for scores written before scores.json had a "verdict".
 
-    Says only what the tier (paired bootstrap) and P(rank 1) say: a leader that the tier
-    cannot separate from others is called tied, never ahead."""
+    The same ``crs.scoring.verdict`` rules as ``crs score`` uses, so it says only what the
+    paired intervals (or, in the oldest scores, the tier column) allow."""
     board = inputs.table("encoders")
     if not board.height:
         return []
-    top = board.row(0, named=True)
-    leader, ref = top["encoder"], inputs.reference
-    b = inputs.settings.get("bootstrap", {})
-    conf = f"{100 * b.get('confidence', 0.95):.0f}%"
-    name = f"{leader} (the reference)" if leader == ref else leader
-    out = [f"{name} has the highest CRS, {_num(top['crs'], '.1f')}"
-           + (f" ({conf} interval {_iv(top.get('crs_low'), top.get('crs_high'))})"
-              if top.get("crs_low") is not None and leader != ref else "") + "."]
-    tier = board.filter(pl.col("tier").fill_null(False))["encoder"].to_list() if "tier" in board.columns else []
-    if "tier" in board.columns and board["tier"].is_null().all():
-        out.append("No leading tier could be assigned (the bootstrap gave no interval), so no encoder is "
-                   "shown to be ahead; see the warnings at the end of the page.")
-    elif len(tier) > 1:
-        others = ", ".join(e for e in tier if e != leader)
-        out.append(f"It is tied with {others}: the {conf} interval of the paired CRS difference contains 0 "
-                   f"({b.get('n')} {b.get('unit', 'seed')}-bootstrap replicates), so these data do not "
-                   "separate them.")
-    elif board.height > 1:
-        out.append(f"Every other encoder's paired CRS difference to {leader} has a {conf} interval that excludes "
-                   f"0 ({b.get('n')} {b.get('unit', 'seed')}-bootstrap replicates).")
-    if top.get("p_rank1") is not None:
-        out.append(f"{leader} ranks first in {100 * top['p_rank1']:.0f}% of the bootstrap replicates.")
-    wl = inputs.table("weight_leaders")
-    if wl.height > 1 and {"encoder", "share"} <= set(wl.columns):
-        shares = "; ".join(f"{r['encoder']} {100 * r['share']:.0f}%" for r in wl.iter_rows(named=True))
-        out.append(f"The leader depends on the component weights: over the weight grid, the top CRS goes to "
-                   f"{shares} of the weightings.")
-    elif wl.height == 1:
-        out.append(f"{wl['encoder'][0]} has the top CRS at every weighting of the components on the grid.")
-    return out
+    built = verdict.build(board, inputs.table("weight_leaders"), inputs.table("weight_grid"), inputs.settings)
+    return verdict.sentences(built)
 
 
 def verdict_sentences(inputs: Inputs) -> tuple[list[str], bool]:
-    """(sentences, from_score): the score's verdict through ``crs.scoring.verdict.sentences`` when the
-    scores hold one and the module reads it, else ``fallback_sentences``."""
+    """(sentences, from_score): the score's own verdict when the scores hold one, else ``fallback_sentences``."""
     if inputs.verdict:
         try:
-            from crs.scoring.verdict import sentences
-
-            said = [str(x) for x in sentences(inputs.verdict)]
+            said = [str(x) for x in verdict.sentences(inputs.verdict)]
             if said:
                 return said, True
         except (KeyError, TypeError, ValueError) as exc:
@@ -683,11 +653,28 @@ def _crs_text(r: dict, reference: str | None) -> str:
     return f"{_num(r['crs'], '.1f')} (reference)" if r["encoder"] == reference else _num(r["crs"], ".1f")
 
 
-def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
-    """The overall leaderboard as a sortable table: quality, then cost, then the model's identity."""
-    ref = reference
-    if "reference" in board.columns and board["reference"].fill_null(False).any():
-        ref = board.filter(pl.col("reference").fill_null(False))["encoder"][0]
+# Cost and identity columns of the leaderboard, shown when the scores carry them (the store records them).
+_BOARD_META = [
+    ("parameters", "parameters (M)", lambda r: (_num(r["parameters"] / 1e6 if r["parameters"] is not None
+                                                     else None, ".1f"), r["parameters"])),
+    ("gflops", "GFLOPs / image", lambda r: (_num(r["gflops"], ".3g"), r["gflops"])),
+    ("width", "embedding width", lambda r: (_num(r["width"], "d"), r["width"])),
+    ("images_per_s", "images/s (extract)", lambda r: (_num(r["images_per_s"], ".1f"), r["images_per_s"])),
+    ("device", "device", lambda r: (r["device"] or "", r["device"] or "")),
+    ("revision", "revision", lambda r: (str(r["revision"] or "")[:12], r["revision"] or "")),
+    ("licence", "licence", lambda r: (r["licence"] or "", r["licence"] or "")),
+    ("gated", "gated", lambda r: ("n/a" if r["gated"] is None else "yes" if r["gated"] else "no", str(r["gated"]))),
+]
+_BOARD_HEADS = {"rank": "rank", "encoder": "encoder", "crs": "CRS", "ci": "95% interval", "crs-diff": "CRS − leader",
+                "tier": "tier", "rank-ci": "rank interval", "p1": "P(rank 1)", "auroc": "AUROC",
+                "auroc-rank": "AUROC rank", "pareto": "Pareto",
+                **{a: sym for a, sym in zip(AXES, SYMBOLS, strict=True)},
+                **{f"q-{a}": f"q {sym}" for a, sym in zip(AXES, SYMBOLS, strict=True)},
+                **{c: head for c, head, _ in _BOARD_META}}
+
+
+def _board_columns(board: pl.DataFrame, ref: str | None) -> list[tuple[str, str, object]]:
+    """(key, header tooltip, row -> (text, sort value)) for each leaderboard column these scores can fill."""
     cols: list[tuple[str, str, object]] = [
         ("rank", "crs rank (1 = best)", lambda r: (_num(r["crs_rank"], "g"), r["crs_rank"])),
         ("encoder", "", lambda r: (r["encoder"], r["encoder"])),
@@ -715,31 +702,23 @@ def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
     cols += [(f"q-{a}", f"q {sym}", lambda r, a=a: (_num(r[f"q_{a}"], "+.3f"), r[f"q_{a}"]))
              for a, sym in zip(AXES, SYMBOLS, strict=True)]
     cols.append(("pareto", "Pareto", lambda r: ("yes" if r.get("pareto") else "", int(bool(r.get("pareto"))))))
-    meta = [("parameters", "parameters (M)", lambda r: (_num(r["parameters"] / 1e6 if r["parameters"] is not None
-                                                             else None, ".1f"), r["parameters"])),
-            ("gflops", "GFLOPs / image", lambda r: (_num(r["gflops"], ".3g"), r["gflops"])),
-            ("width", "embedding width", lambda r: (_num(r["width"], "d"), r["width"])),
-            ("images_per_s", "images/s (extract)", lambda r: (_num(r["images_per_s"], ".1f"), r["images_per_s"])),
-            ("device", "device", lambda r: (r["device"] or "", r["device"] or "")),
-            ("revision", "revision", lambda r: (str(r["revision"] or "")[:12], r["revision"] or "")),
-            ("licence", "licence", lambda r: (r["licence"] or "", r["licence"] or "")),
-            ("gated", "gated", lambda r: ("n/a" if r["gated"] is None else "yes" if r["gated"] else "no",
-                                          str(r["gated"])))]
-    cols += [(c, head, f) for c, head, f in meta if _has(board, c)]
-    heads = {"rank": "rank", "encoder": "encoder", "crs": "CRS", "ci": "95% interval", "crs-diff": "CRS − leader",
-             "tier": "tier", "rank-ci": "rank interval", "p1": "P(rank 1)", "auroc": "AUROC",
-             "auroc-rank": "AUROC rank", "pareto": "Pareto",
-             **{a: sym for a, sym in zip(AXES, SYMBOLS, strict=True)},
-             **{f"q-{a}": f"q {sym}" for a, sym in zip(AXES, SYMBOLS, strict=True)},
-             **{c: head for c, head, _ in meta}}
+    return cols + [(c, head, f) for c, head, f in _BOARD_META if _has(board, c)]
+
+
+def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
+    """The overall leaderboard as a sortable table: quality, then cost, then the model's identity."""
+    ref = reference
+    if "reference" in board.columns and board["reference"].fill_null(False).any():
+        ref = board.filter(pl.col("reference").fill_null(False))["encoder"][0]
+    cols = _board_columns(board, ref)
     out = ["<div class='scroll'><table id='leaderboard' class='board sortable'><thead><tr>",
-           *[_th(heads[c], title) for c, title, _ in cols], "</tr></thead><tbody>"]
+           *[_th(_BOARD_HEADS[c], title) for c, title, _ in cols], "</tr></thead><tbody>"]
     for r in board.iter_rows(named=True):
         cells = "".join(_td(c, *f(r)) for c, _, f in cols)
         out.append(f"<tr class='row{' reference' if r['encoder'] == ref else ''}' data-encoder='{_e(r['encoder'])}'>"
                    f"{cells}</tr>")
     out.append("</tbody></table></div>")
-    missing = [c for c, *_ in meta if not _has(board, c)]
+    missing = [c for c, *_ in _BOARD_META if not _has(board, c)]
     if missing:
         out.append(f"<p class='absent' id='no-metadata'>Not in these scores: {_e(', '.join(missing))}. The store "
                    "records cost (parameters, FLOPs, width, throughput, device) and the model's revision, licence "

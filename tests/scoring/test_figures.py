@@ -9,8 +9,6 @@ seed draw (checked against a slow loop), and the verdict never says more than th
 
 from __future__ import annotations
 
-import sys
-import types
 
 import numpy as np
 import polars as pl
@@ -20,7 +18,7 @@ from matplotlib.text import Text
 
 from crs.records import records_dir
 from crs.scoring import figures as fg
-from crs.scoring import report
+from crs.scoring import report, verdict
 from crs.scoring.run import METRIC_TABLE, score
 
 QUALITY = {"alpha": 1.0, "beta": 0.7, "gamma": 0.4}
@@ -192,33 +190,31 @@ def test_test_set_sizes_come_from_the_run_records(inputs, make_table):
     assert "id='no-test-sets'" in report.test_sets_html(pl.DataFrame())
 
 
-def test_the_verdict_says_no_more_than_the_tier(inputs, monkeypatch):
+def test_the_verdict_says_no_more_than_the_tier(inputs):
     got, _, _ = inputs
-    leader = got.order[0]
-    assert report.verdict_sentences(got)[1]  # these scores carry the score's verdict
+    leader, others = got.order[0], got.order[1:]
+    assert report.verdict_sentences(got) == (verdict.sentences(got.verdict), True)
     older = report.Inputs(got.settings, got.rank_comparison, got.tables)  # scores from before the verdict
     said, from_score = report.verdict_sentences(older)
-    assert not from_score and said[0].startswith(f"{leader} has the highest CRS")
-    tied = report.Inputs(got.settings, got.rank_comparison,
-                         {**got.tables, "encoders": got.table("encoders").with_columns(tier=pl.lit(True))})
-    text = " ".join(report.fallback_sentences(tied))
-    assert "tied with" in text and "do not separate" in text and "excludes 0" not in text
-    alone = report.Inputs(got.settings, got.rank_comparison, {**got.tables, "encoders": got.table("encoders")
-                          .with_columns(tier=pl.col("encoder") == leader)})
-    assert "excludes 0" in " ".join(report.fallback_sentences(alone))
-    # the score's verdict, read through crs.scoring.verdict.sentences when both exist
-    fake = types.ModuleType("crs.scoring.verdict")
-    fake.sentences = lambda v: [f"{v['leader']} leads, tied with {', '.join(v['tier'][1:])}."]
-    monkeypatch.setitem(sys.modules, "crs.scoring.verdict", fake)
-    got_v = report.Inputs(got.settings, got.rank_comparison, got.tables, verdict={"leader": "x", "tier": ["x", "y"]})
-    assert report.verdict_sentences(got_v) == (["x leads, tied with y."], True)
+    # rebuilt from the stored tables by the same rules, it says what the score's own verdict said
+    assert not from_score and said == verdict.sentences(got.verdict)
+    # the oldest scores: no paired differences, only the tier column
+    oldest = got.table("encoders").drop("crs_diff", "crs_diff_low", "crs_diff_high", strict=False)
 
-    def broken(v):
-        raise KeyError("members")
+    def with_tier(tier) -> str:
+        tables = {**got.tables, "encoders": oldest.with_columns(tier=tier)}
+        return " ".join(report.fallback_sentences(report.Inputs(got.settings, got.rank_comparison, tables)))
 
-    fake.sentences = broken
-    said, from_score = report.verdict_sentences(got_v)
-    assert not from_score and said[0].startswith(leader) and "KeyError" in got_v.notes[-1]
+    tied = with_tier(pl.lit(True))
+    assert all(f"{e} cannot be separated from {leader}" in tied for e in others)
+    assert "ahead of every other encoder" not in tied
+    alone = with_tier(pl.col("encoder") == leader)
+    assert "cannot be separated" not in alone and f"{leader} is ahead of every other encoder" in alone
+    # a verdict that cannot be read is said in the notes, and the page falls back to the tables
+    broken = report.Inputs(got.settings, got.rank_comparison, got.tables,
+                           verdict={"leader": "x", "intervals": True, "members": [{}]})
+    said, from_score = report.verdict_sentences(broken)
+    assert not from_score and said[0].startswith(leader) and "KeyError" in broken.notes[-1]
 
 
 def test_zero_width_intervals_are_said_not_hidden(inputs):
