@@ -223,6 +223,32 @@ def extract_cmd(
     Encoders: registry names (`crs encoders`), timm:NAME, hf:ORG/NAME, names from --encoder-file, or a set
     of the registry (--demo, --pretrained, --family). Run with --plan first to see the cost."""
     from crs import stages
+
+    extra = _select_encoders(given, demo=demo, pretrained=pretrained, family=family, all_=all_)
+    cfg = options.to_config(given)
+    if plan:
+        _print_plan(stages.plan(cfg, extra), as_json=as_json, quiet=quiet)
+        return
+    t0 = time.perf_counter()
+    with progress_bar(quiet or as_json, cfg.log_interval, unit="chunks") as progress:  # (chunk, condition)s
+        store, summaries = stages.extract(cfg, progress, extra_encoders=extra)
+    report = {"store": store.path, "seconds": round(time.perf_counter() - t0, 2),
+              "runs": [s.as_dict() for s in summaries]}
+    if as_json:
+        print(json.dumps(report))
+    elif not quiet:
+        written = sum(s.chunks_written for s in summaries)
+        skipped = sum(s.chunks_skipped for s in summaries)
+        imgs = sum(s.forward_images for s in summaries)
+        out.print(f"extracted {len(summaries)} (encoder, dataset) pairs into {store.path}: {written} chunks "
+                  f"written, {skipped} already complete, {imgs} forward passes in {report['seconds']:.1f} s")
+        _warn_failures(summaries)
+
+
+def _select_encoders(given: dict, *, demo: bool, pretrained: bool, family: list[str] | None, all_: bool):
+    """Resolve `crs extract`'s encoder and dataset selection into ``given`` (names, sets, roots) and return
+    the records of --encoder-file. Refuses --all and an unknown --family, naming the choices."""
+    from crs import stages
     from crs.extract import datasets as dsreg
 
     if all_:
@@ -244,24 +270,7 @@ def extract_cmd(
     given.update({("encoders", "names"): tuple(encoders), ("encoders", "set"): tuple(dict.fromkeys(sets)),
                   ("datasets", "names"): tuple(datasets),
                   ("datasets", "roots"): stages.parse_roots(given.pop(("datasets", "roots"), None), datasets)})
-    cfg = options.to_config(given)
-    if plan:
-        _print_plan(stages.plan(cfg, extra), as_json=as_json, quiet=quiet)
-        return
-    t0 = time.perf_counter()
-    with progress_bar(quiet or as_json, cfg.log_interval, unit="chunks") as progress:  # (chunk, condition)s
-        store, summaries = stages.extract(cfg, progress, extra_encoders=extra)
-    report = {"store": store.path, "seconds": round(time.perf_counter() - t0, 2),
-              "runs": [s.as_dict() for s in summaries]}
-    if as_json:
-        print(json.dumps(report))
-    elif not quiet:
-        written = sum(s.chunks_written for s in summaries)
-        skipped = sum(s.chunks_skipped for s in summaries)
-        imgs = sum(s.forward_images for s in summaries)
-        out.print(f"extracted {len(summaries)} (encoder, dataset) pairs into {store.path}: {written} chunks "
-                  f"written, {skipped} already complete, {imgs} forward passes in {report['seconds']:.1f} s")
-        _warn_failures(summaries)
+    return extra
 
 
 def _print_plan(p: dict, *, as_json: bool, quiet: bool) -> None:

@@ -394,22 +394,33 @@ def robustness(detail: pl.DataFrame, dataset: str, order: Sequence[str], referen
     summary = summary.filter(pl.col("dataset") == dataset)
     style = styles(order, reference)
     severities = sorted(rows["severity"].drop_nulls().unique().to_list())
-    top = max(severities)
     families = _grouped(rows["family"].unique().to_list())
     fig = Figure(figsize=(11.5, max(4.4, 0.3 * len(families) + 1.8)), dpi=DPI, layout="constrained")
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.25]})
+    _retention_by_severity(left, summary, order, style, severities)
+    _families_at_top(right, rows, order, style, families, max(severities))
+    fig.suptitle(f"{dataset}: share of the clean above-chance AUROC kept under perturbation", fontsize=10)
+    return fig
+
+
+def _retention_by_severity(ax, summary: pl.DataFrame, order: Sequence[str], style: dict, severities: list) -> None:
+    """The left panel of ``robustness``: mean retention over families against severity, with bands."""
     for e in order:
         r = summary.filter(pl.col("encoder") == e).sort("severity")
         if r.height:
-            _band(left, r["severity"].to_numpy(), r, style[e], style[e]["label"])
-    left.set_xticks(severities)
-    left.set_xlim(min(severities) - 0.3, max(severities) + 0.3)
-    left.set_ylim(-0.03, 1.03)
-    left.set_xlabel("severity (1 = mild, 5 = severe)")
-    left.set_ylabel("AUROC retention, mean over families (0-1)")
-    left.set_title("All perturbation families", fontsize=10)
-    left.grid(alpha=0.3)
-    left.legend(fontsize=8, loc="lower left")
+            _band(ax, r["severity"].to_numpy(), r, style[e], style[e]["label"])
+    ax.set_xticks(severities)
+    ax.set_xlim(min(severities) - 0.3, max(severities) + 0.3)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("severity (1 = mild, 5 = severe)")
+    ax.set_ylabel("AUROC retention, mean over families (0-1)")
+    ax.set_title("All perturbation families", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+
+
+def _families_at_top(ax, rows: pl.DataFrame, order: Sequence[str], style: dict, families: list[str], top) -> None:
+    """The right panel of ``robustness``: each family's retention at the highest severity, families grouped."""
     at_top = rows.filter(pl.col("severity") == top)
     y = {f: i for i, f in enumerate(families)}
     k = max(1, len(order))
@@ -420,24 +431,21 @@ def robustness(detail: pl.DataFrame, dataset: str, order: Sequence[str], referen
         yy = np.array([y[f] for f in r["family"].to_list()]) + (j - (k - 1) / 2) * min(0.6 / k, 0.18)
         v = r["retention"].to_numpy().astype(float)
         if {"retention_low", "retention_high"} <= set(r.columns):
-            right.errorbar(v, yy, xerr=_yerr(v, r["retention_low"].to_numpy(), r["retention_high"].to_numpy()),
-                           ls="none", elinewidth=1.2, capsize=2, **_marker_kw(style[e], 6))
+            ax.errorbar(v, yy, xerr=_yerr(v, r["retention_low"].to_numpy(), r["retention_high"].to_numpy()),
+                        ls="none", elinewidth=1.2, capsize=2, **_marker_kw(style[e], 6))
         else:
-            right.plot(v, yy, ls="none", **_marker_kw(style[e], 6))
+            ax.plot(v, yy, ls="none", **_marker_kw(style[e], 6))
     groups = [family_group(f) for f in families]
     for i in range(1, len(families)):
         if groups[i] != groups[i - 1]:
-            right.axhline(i - 0.5, color="#999999", lw=0.8)
-    right.set_yticks(range(len(families)), [f"{f}  [{g}]" for f, g in zip(families, groups, strict=True)],
-                     fontsize=8)
-    right.set_ylim(len(families) - 0.5, -0.5)
-    right.set_xlim(-0.03, 1.03)
-    right.set_xlabel(f"AUROC retention at severity {top} (0-1)")
-    right.set_ylabel("perturbation family [group]")
-    right.set_title(f"Each family at severity {top}", fontsize=10)
-    right.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"{dataset}: share of the clean above-chance AUROC kept under perturbation", fontsize=10)
-    return fig
+            ax.axhline(i - 0.5, color="#999999", lw=0.8)
+    ax.set_yticks(range(len(families)), [f"{f}  [{g}]" for f, g in zip(families, groups, strict=True)], fontsize=8)
+    ax.set_ylim(len(families) - 0.5, -0.5)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_xlabel(f"AUROC retention at severity {top} (0-1)")
+    ax.set_ylabel("perturbation family [group]")
+    ax.set_title(f"Each family at severity {top}", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
 
 
 def robustness_grid(detail: pl.DataFrame, dataset: str, order: Sequence[str], reference: str | None = None) -> Figure:
