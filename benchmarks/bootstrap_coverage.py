@@ -43,8 +43,8 @@ of every encoder to encoder 0 (the true leader), (b) each axis averaged over dat
 
 Monte Carlo error of a coverage near 0.95 over R replications: 1.96 sqrt(0.95 * 0.05 / R),
 +/- 1.5 % at R = 811. Each row is also given for the basic interval, a candidate fix.
-``--calibration`` runs only the study of C's estimator (crs's binned ECE against a debiased
-candidate). Findings: docs/bootstrap-coverage.md. Usage (one JSON line per scenario, unit and
+``--calibration`` runs only the study of C's estimator (crs's binned ECE against two debiased
+candidates: per bin |gap|, and the squared calibration error). Findings: docs/bootstrap-coverage.md. Usage (one JSON line per scenario, unit and
 interval, then a summary line):
 
     python benchmarks/bootstrap_coverage.py [--replications 800] [--bootstrap 200] [--quick]
@@ -133,6 +133,25 @@ def population_ece(delta: float, prevalence: float, enc: Encoder, grid: int = 20
     p_pos = f1 / (f1 + f0)
     hit = np.where(p >= 0.5, p_pos, 1.0 - p_pos)
     return float(binned_ece(np.maximum(p, 1.0 - p), hit, (f1 + f0)[:, None])[0])
+
+
+def population_sq_ce(delta: float, prevalence: float, enc: Encoder, grid: int = 200_001) -> float:
+    """The population's squared 15-bin calibration error, sum_b P(b) g_b^2 (g_b the bin's mean gap between
+    a correct prediction and its confidence): the estimand of ``debiased_sq_ce``, bins as crs's."""
+    from scipy.stats import norm
+
+    from crs.scoring.metrics import bin_index
+
+    s = np.linspace(-9.0, 9.0 + delta, grid)
+    f1, f0 = prevalence * norm.pdf(s, delta), (1 - prevalence) * norm.pdf(s, 0.0)
+    p = probability(s, delta, prevalence, enc)
+    p_pos, w = f1 / (f1 + f0), f1 + f0
+    hit, conf = np.where(p >= 0.5, p_pos, 1.0 - p_pos), np.maximum(p, 1.0 - p)
+    bins = bin_index(conf, 15)
+    mass = np.bincount(bins, weights=w, minlength=15)
+    gap = np.bincount(bins, weights=(hit - conf) * w, minlength=15)
+    seen = mass > 0
+    return float(np.sum(gap[seen] ** 2 / mass[seen]) / w.sum())
 
 
 def true_axes(datasets: tuple[Dataset, ...]) -> np.ndarray:
@@ -355,6 +374,26 @@ def debiased_ece(conf: np.ndarray, hit: np.ndarray, weights: np.ndarray, n_bins:
     return out
 
 
+def debiased_sq_ce(conf: np.ndarray, hit: np.ndarray, weights: np.ndarray, n_bins: int = 15) -> np.ndarray:
+    """A CRS v2 candidate: sum_b (n_b / n) (g_b^2 - v_b / (n_b - 1)) [replicate], the unbiased estimate of
+    the squared binned calibration error (Kumar, Liang & Ma 2019). It may be negative; its interval is
+    reported for its square root by clipping the endpoints at 0 (a monotone map keeps the coverage)."""
+    from crs.scoring.metrics import bin_index
+
+    bins, gap = bin_index(conf, n_bins), hit - conf
+    w = weights.astype(np.float64)
+    total, out = w.sum(axis=0), np.zeros(w.shape[1])
+    for k in np.unique(bins):
+        wk, gk = w[bins == k], gap[bins == k]
+        nb = wk.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = (gk @ wk) / nb
+            var = (gk**2 @ wk) / nb - mean**2
+            sq = np.where(nb > 1, mean**2 - var / np.maximum(nb - 1, 1), 0.0)
+        out += nb / total * sq
+    return out
+
+
 def calibration_study(sizes: tuple[int, ...], replications: int, n_bootstrap: int, seed: int) -> list[dict]:
     """Coverage of the population ECE (1 - C) by the image bootstrap's percentile interval, for crs's
     binned ECE and the debiased candidate, per test-set size. C is fixed at fraction 1, so its
@@ -363,11 +402,15 @@ def calibration_study(sizes: tuple[int, ...], replications: int, n_bootstrap: in
     from crs.scoring.metrics import binned_ece
 
     rng, base, prevalence = np.random.default_rng([seed, 17]), 1.5, 0.1
+    # (estimator, its population value): L1 estimators target the ECE, the squared one its own estimand
+    studies = {"binned_ece": (binned_ece, population_ece), "debiased_ece": (debiased_ece, population_ece),
+               "debiased_sq_ce": (debiased_sq_ce, population_sq_ce)}
     rows = []
     for n in sizes:
-        truth = np.array([population_ece(e.strength * base, prevalence, e) for e in ENCODERS])
-        hits = {"binned_ece": np.zeros(len(ENCODERS)), "debiased_ece": np.zeros(len(ENCODERS))}
-        bias = {k: np.zeros(len(ENCODERS)) for k in hits}
+        truth = {k: np.array([true(e.strength * base, prevalence, e) for e in ENCODERS])
+                 for k, (_, true) in studies.items()}
+        hits = {k: np.zeros(len(ENCODERS)) for k in studies}
+        bias = {k: np.zeros(len(ENCODERS)) for k in studies}
         for _ in range(replications):
             y = rng.random(n) < prevalence
             counts = _counts(n, n_bootstrap, rng)
@@ -375,15 +418,15 @@ def calibration_study(sizes: tuple[int, ...], replications: int, n_bootstrap: in
                 delta = enc.strength * base
                 p = probability(delta * y + rng.standard_normal(n), delta, prevalence, enc)
                 conf, hit = np.maximum(p, 1 - p), ((p >= 0.5) == y).astype(float)
-                for name, fn in (("binned_ece", binned_ece), ("debiased_ece", debiased_ece)):
+                for name, (fn, _) in studies.items():
                     v = fn(conf, hit, counts)
                     low, high = interval(v[1:])
-                    hits[name][e] += low <= truth[e] <= high
-                    bias[name][e] += v[0] - truth[e]
+                    hits[name][e] += low <= truth[name][e] <= high
+                    bias[name][e] += v[0] - truth[name][e]
         for name in hits:
             rows.append({"calibration_study": name, "test_images": n, "replications": replications,
-                         "bootstrap": n_bootstrap, "true_ece": [round(float(t), 4) for t in truth],
-                         "mean_bias": [round(float(b / replications), 4) for b in bias[name]],
+                         "bootstrap": n_bootstrap, "true_value": [round(float(t), 6) for t in truth[name]],
+                         "mean_bias": [round(float(b / replications), 6) for b in bias[name]],
                          "coverage": [round(float(h / replications), 3) for h in hits[name]]})
     return rows
 
