@@ -245,25 +245,30 @@ def _extract_on_ray(store, spec, dataset, ds, settings, *, weights, trust_remote
                               trust_remote_code=trust_remote_code, precision=settings["precision"],
                               settings=settings)
         t0 = time.perf_counter()
+        measured = None
         if plan.units:
-            t0 = _run_units(store, plan, ds, model, executor="ray", device=settings["device"],
-                            workers=settings["workers"], strict=settings["strict"], weights=weights,
-                            trust_remote_code=trust_remote_code, precision=settings["precision"],
-                            progress=progress, ray_options=ray_options)
+            t0, measured = _run_units(store, plan, ds, model, executor="ray", device=settings["device"],
+                                      workers=settings["workers"], strict=settings["strict"], weights=weights,
+                                      trust_remote_code=trust_remote_code, precision=settings["precision"],
+                                      progress=progress, ray_options=ray_options)
             remove_partial_files(store, dataset, spec.name)  # a Ray replica that died mid-write leaves one
-        return _finish(store, plan, t0, stale)
+        summary = _finish(store, plan, t0, stale)
+        if plan.summary.forward_images:  # as the local executor: the replicas' weights, cost and forward rate
+            record_cost(plan, measured=measured or {})
+        return summary
 
 
 def _run_units(store, plan, ds, model, *, executor, device, workers, strict, weights, trust_remote_code,
-               precision, progress, ray_options) -> float:
-    """Run the pending units of ``plan`` on Ray; returns when the extraction itself began."""
+               precision, progress, ray_options) -> tuple[float, dict | None]:
+    """Run the pending units of ``plan`` on Ray; returns (when the extraction itself began, the
+    replicas' ``model_cost``: None where none could be had)."""
     from crs.extract.ray_executor import run_units_on_ray
 
     t0 = time.perf_counter()
-    run_units_on_ray(store, plan, ds, device=None if device == "auto" else device, workers=workers, strict=strict,
-                     weights=weights, trust_remote_code=trust_remote_code, precision=precision, progress=progress,
-                     **(ray_options or {}))
-    return t0
+    measured = run_units_on_ray(store, plan, ds, device=None if device == "auto" else device, workers=workers,
+                                strict=strict, weights=weights, trust_remote_code=trust_remote_code,
+                                precision=precision, progress=progress, **(ray_options or {}))
+    return t0, measured
 
 
 def _is_partial(name: str) -> bool:
@@ -400,24 +405,30 @@ PREPROCESSING_ORDER = ("decode (shorter side to the dataset's image size, never 
                        "perturb at that working size -> resize to the input size -> normalise")
 
 
-def record_cost(plan: Plan, model) -> None:
+def model_cost(model) -> dict:
+    """{"weights": the loaded encoder's ``weights_info``, "cost": ``crs.extract.cost.measure`` of it}
+    (``{}`` where no model was loaded); the part of ``record_cost`` that needs the model, so that a Ray
+    replica can work it out where its model lives."""
+    if model is None:
+        return {"weights": None, "cost": {}}
+    from crs.extract.cost import measure
+
+    return {"weights": getattr(model, "weights_info", None), "cost": measure(model)}
+
+
+def record_cost(plan: Plan, model=None, *, measured: dict | None = None) -> None:
     """After a run that embedded something: write into every array of ``plan`` the encoder's weights
-    (``weights_info``) and cost (``crs.extract.cost.measure``, where it exists) with the forward rate
-    measured in this run (images/s in the forward passes, model load and decoding excluded) and the
-    device. Written after the data, as the rate is known only then; a run with nothing to do writes
-    nothing, so it keeps the store's content digests."""
+    (``weights_info``) and cost (``crs.extract.cost.measure``) -- ``model_cost(model)``, or ``measured``
+    when it was worked out elsewhere (a Ray replica) -- with the forward rate measured in this run
+    (images/s in the forward passes, model load, decoding and perturbing excluded) and the device.
+    Written after the data, as the rate is known only then; a run with nothing to do writes nothing,
+    so it keeps the store's content digests."""
     summary = plan.summary
-    cost = {}
-    if model is not None:
-        try:
-            from crs.extract.cost import measure
-        except ImportError:  # cost.measure not there yet
-            measure = None
-        if measure is not None:
-            cost.update(measure(model))
+    measured = model_cost(model) if measured is None else measured
+    cost = dict(measured.get("cost") or {})
     rate = summary.forward_images / summary.forward_seconds if summary.forward_seconds > 0 else None
     cost.update({"images_per_s": None if rate is None else round(rate, 3), "device": summary.device})
-    update = {"weights": getattr(model, "weights_info", None), "cost": cost}
+    update = {"weights": measured.get("weights"), "cost": cost}
     for arr in plan.arrays.values():
         arr.group.attrs.update(update)
 
