@@ -164,6 +164,7 @@ def extract_many(
     progress=None,
     executor: str = "local",
     ray_options: dict | None = None,
+    max_models: int | None = None,
 ) -> list[ExtractSummary]:
     """Embed ``dataset`` with each of ``encoders_`` into ``store``; resumes whatever is incomplete.
     Returns one summary per encoder, in the order given (a name given twice runs once).
@@ -171,9 +172,12 @@ def extract_many(
     Locally, each image is decoded once, and perturbed once per condition, for all the encoders:
     a work unit (chunk j) is decoded if any encoder has a chunk j pending, each of its conditions is
     computed when any encoder needs it and embedded by every encoder that does, each (encoder, chunk,
-    condition) committed with its done flag as soon as it is embedded, as for one encoder. Every
-    encoder's model is loaded at once; the images held are one unit's decoded ones plus one
-    condition's perturbed ones. The locks of every (dataset, encoder) are held for the whole call.
+    condition) committed with its done flag as soon as it is embedded, as for one encoder. The
+    models are loaded at once in groups (``encoder_groups``): at most ``max_models`` (None: no count
+    limit) whose float32 weights fit ``WEIGHTS_SHARE`` of a CUDA device's free memory (no memory
+    budget on the CPU); the groups run one after the other, each decoding and perturbing once for
+    its encoders. The images held are one unit's decoded ones plus one condition's perturbed ones.
+    The locks of a group's (dataset, encoder) pairs are held while it runs.
 
     ``encoders_`` are registry names or records (``encoders.resolve``); ``dataset`` a name or an
     opened dataset object; ``ds`` an already opened dataset object (else ``datasets.get(dataset,
@@ -198,9 +202,59 @@ def extract_many(
         return [_extract_on_ray(store, spec, dataset, ds, settings, weights=weights,
                                 trust_remote_code=trust_remote_code, progress=progress, ray_options=ray_options)
                 for spec in specs.values()]
-    return _extract_locally(store, specs, dataset, ds, settings, device=device, weights=weights,
-                            trust_remote_code=trust_remote_code, precision=precision, workers=workers, strict=strict,
-                            progress=progress)
+    out = {}
+    for group in encoder_groups(specs, device, max_models):
+        runs = _extract_locally(store, {n: specs[n] for n in group}, dataset, ds, settings, device=device,
+                                weights=weights, trust_remote_code=trust_remote_code, precision=precision,
+                                workers=workers, strict=strict, progress=progress)
+        out.update(zip(group, runs))
+    return [out[n] for n in specs]
+
+
+WEIGHTS_SHARE = 0.5  # of a CUDA device's free memory for the models loaded at once; the rest: a batch's activations
+BYTES_PER_PARAMETER = 4  # weights stay float32 (bf16 is autocast, crs.extract.models)
+
+
+def encoder_groups(specs: dict, device: str | None, max_models: int | None,
+                   budget: int | None = None) -> list[list[str]]:
+    """The names of ``specs`` in groups to load together (``model_groups``): the budget is ``budget``
+    bytes if given, else ``WEIGHTS_SHARE`` of the free memory of ``device`` when it is a CUDA device,
+    else none. Sizes are the records' parameter counts on the meta device (``cost.parameters``)."""
+    names = list(specs)
+    if budget is None and len(names) > 1:
+        dev = pick_device(device)
+        if dev.type == "cuda":
+            budget = int(WEIGHTS_SHARE * torch.cuda.mem_get_info(dev)[0])
+    if len(names) <= 1 or (budget is None and max_models is None):
+        return [names] if names else []
+    sizes = [0] * len(names)
+    if budget is not None:
+        from crs.extract.cost import parameters
+
+        sizes = [None if (p := parameters(specs[n])) is None else BYTES_PER_PARAMETER * p for n in names]
+    return [[names[i] for i in g] for g in model_groups(sizes, budget=budget, max_models=max_models)]
+
+
+def model_groups(sizes: list[int | None], *, budget: int | None, max_models: int | None) -> list[list[int]]:
+    """Consecutive groups of the indices of ``sizes`` (bytes of each model), in order: a group closes
+    when the next model would take it past ``budget`` bytes or ``max_models`` models (None: no such
+    limit). A model of unknown size (None), or one over the budget alone, gets a group of its own."""
+    if max_models is not None and max_models < 1:
+        raise ValueError(f"max_models must be at least 1, not {max_models}")
+    groups: list[list[int]] = []
+    total, closed = 0, True
+    for i, size in enumerate(sizes):
+        alone = budget is not None and (size is None or size > budget)
+        room = (not closed and not alone and (max_models is None or len(groups[-1]) < max_models)
+                and (budget is None or total + size <= budget))
+        if room:
+            groups[-1].append(i)
+            total += size or 0
+        else:
+            groups.append([i])
+            total = size or 0
+        closed = alone
+    return groups
 
 
 def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, device, weights, trust_remote_code,
