@@ -22,7 +22,7 @@ Speed: kernels wider than ``_DIRECT_MAX`` pixels (defocus, motion and Gaussian b
 working sizes) are convolved through the FFT, the same sums as the direct convolution up to
 float rounding (~1e-6 on [0, 1]); ink strokes are drawn per point in the window they can reach
 (identical values). Zoom blur resamples only the rows and columns up to its centre crop, at the
-same sample positions as the full resample.
+same sample positions as the full resample (identical values).
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ def _zoom_blur(x: torch.Tensor, max_zoom: float, seeds: Seeds) -> torch.Tensor:
         zh, zw = max(h, round(h * z)), max(w, round(w * z))
         top, left = (zh - h) // 2, (zw - w) // 2
         acc += _zoom_rows_cols(x, (zh, zw), (top + h, left + w))[..., top : top + h, left : left + w]
-    return acc.mul_(1 / (len(zooms) + 1)).clamp_(0, 1)
+    return acc.div_(len(zooms) + 1).clamp_(0, 1)
 
 
 def _zoom_rows_cols(x: torch.Tensor, size: tuple[int, int], upto: tuple[int, int]) -> torch.Tensor:
