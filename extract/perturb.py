@@ -341,12 +341,13 @@ def _zoom_blur(x: torch.Tensor, max_zoom: float, seeds: Seeds) -> torch.Tensor:
     """Mean of x and its zooms by 5 factors from 1 to ``max_zoom``: each zoom is x brought bilinearly
     (align_corners=False, no antialias) to (round(h z), round(w z)), centre crop (h, w)."""
     h, w = x.shape[-2:]
-    acc = x.clone()
+    acc = None
     zooms = torch.linspace(1, max_zoom, 6)[1:].tolist()
     for z in zooms:
         zh, zw = max(h, round(h * z)), max(w, round(w * z))
         top, left = (zh - h) // 2, (zw - w) // 2
-        acc += _zoom_rows_cols(x, (zh, zw), (top + h, left + w))[..., top : top + h, left : left + w]
+        crop = _zoom_rows_cols(x, (zh, zw), (top + h, left + w))[..., top : top + h, left : left + w]
+        acc = x + crop if acc is None else acc.add_(crop)  # x, then the zooms in order: the old sums
     return acc.div_(len(zooms) + 1).clamp_(0, 1)
 
 
