@@ -74,6 +74,8 @@ class Replica:
         self.device_lock = threading.Lock()  # two units in flight: one decodes while the other embeds
 
     def run(self, unit: Unit) -> dict:
+        from crs.extract.run import device_name
+
         units = DecodedUnits(self.ds, {unit.j: unit.source_rows}, self.ds.paths)
         _, images, failures = units[unit.j]
         failed = unit_failures(unit, failures, self.strict)
@@ -97,19 +99,13 @@ class Replica:
             chunks += 1
         return {"j": unit.j, "failures": failed, "chunks": chunks, "forward_images": forward,
                 "forward_seconds": seconds, "decodes": len(images), "batch": self.embed.batch,
-                "device": _device_name(self.model.device)}
+                "device": device_name(self.model.device)}
 
     def cost(self) -> dict:
         """``crs.extract.run.model_cost`` of this replica's model (its weights_info and measured cost)."""
         from crs.extract.run import model_cost
 
         return model_cost(self.model)
-
-
-def _device_name(device) -> str:
-    from crs.extract.run import _device_name as name
-
-    return name(device)
 
 
 def connect(address: str | None = None):

@@ -487,7 +487,7 @@ def record_cost(plan: Plan, model=None, *, measured: dict | None = None) -> None
         arr.group.attrs.update(update)
 
 
-def _device_name(device) -> str:
+def device_name(device) -> str:
     """'cpu', or e.g. 'cuda:0 NVIDIA H200'."""
     device = torch.device(device)
     if device.type != "cuda":
@@ -522,7 +522,7 @@ def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progres
     for i, (plan, _) in enumerate(jobs):
         if plan.arrays[CLEAN].chunk != plan0.arrays[CLEAN].chunk:  # pragma: no cover - store.embedding refuses
             raise ValueError("extract_many: every encoder's arrays must have the same chunk length")
-        plan.summary.device = _device_name(jobs[i][1].device)
+        plan.summary.device = device_name(jobs[i][1].device)
         for u in plan.units:
             units.setdefault(u.j, []).append((i, u))
     embeds = [Embedder(model, plan.batch) for plan, model in jobs]
