@@ -7,7 +7,8 @@
 (c) perturbation throughput alone, per modality suite (``--suites``): perturbed images/s of every
     family at every severity of ``--severities`` on a batch at the working size (``--work-size``), beside
     the raw forward rate of ViT-B/16 at 224 (timm, random weights) timed in the same run (before and
-    after the suites; best of two calls per family and severity). The goal is a
+    after the suites; best of ``--repeats`` calls per family and severity, default 2; ``--families``
+    times only those families, e.g. ``zoom_blur`` with ``--repeats 7`` on a busy machine). The goal is a
     suite rate above the ViT rate: perturbing an image costs less than embedding it. ``--compare-with
     PATH`` times another ``perturb.py`` (e.g. main's) on the same images, for before/after ratios.
     ``--perturb-only`` runs (c) alone.
@@ -151,13 +152,15 @@ def load_perturb_module(path: str):
     return mod
 
 
-def suite_rates(mods: list, x, modality: str, severities: tuple[int, ...], ids: list[str], repeats: int = 2
-                ) -> list[tuple[float, dict]]:
+def suite_rates(mods: list, x, modality: str, severities: tuple[int, ...], ids: list[str], repeats: int = 2,
+                families: tuple[str, ...] | None = None) -> list[tuple[float, dict]]:
     """Per module of ``mods``: (perturbed images/s over the suite's conditions, seconds per image of each
     family). The modules' calls alternate (family by family, severity by severity, best of ``repeats``), so a
     change in the machine's load falls on all of them alike."""
     per_family = [{} for _ in mods]
     for family in mods[0].suite(modality):
+        if families and family not in families:
+            continue
         for s in severities:
             for i, mod in enumerate(mods):
                 best = math.inf
@@ -206,7 +209,8 @@ def perturb_rates(args, sev: tuple[int, ...]) -> dict:
     out = {"work_size": args.work_size, "perturb_batch": args.perturb_batch, "severities": list(sev), "suites": {}}
     for modality in args.suites.split(","):
         x = batch(modality)
-        rates = suite_rates([perturb] + ([other] if other is not None else []), x, modality, sev, ids)
+        rates = suite_rates([perturb] + ([other] if other is not None else []), x, modality, sev, ids,
+                            repeats=args.repeats, families=tuple(args.families.split(",")) if args.families else None)
         rate, fams = rates[0]
         row = {"perturbed_images_per_s": round(rate, 2),
                "ms_per_image": {f: round(v * 1000, 2) for f, v in sorted(fams.items(), key=lambda kv: -kv[1])}}
@@ -292,6 +296,9 @@ def main() -> None:
     ap.add_argument("--compare-with", default=None, metavar="PERTURB_PY",
                     help="(c): also time this perturb.py on the same images (before/after)")
     ap.add_argument("--perturb-only", action="store_true", help="run (c) alone")
+    ap.add_argument("--repeats", type=int, default=2, help="(c): best of this many calls per (family, severity)")
+    ap.add_argument("--families", default=None, help="(c): time only these families (comma-separated; the rate "
+                    "is then theirs, not the suite's)")
     args = ap.parse_args()
 
     import torch

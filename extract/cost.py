@@ -62,3 +62,18 @@ def estimate(spec) -> dict:
     with torch.device("meta"):
         model, kind = build_random(spec)
     return measure(Encoder(spec, model, torch.device("meta"), kind))
+
+
+def parameters(spec) -> int | None:
+    """The parameter count of a registry record without its weights (built on the meta device, no
+    forward pass), as ``estimate`` counts it; None for a timm:/hf: id (no architecture before loading)."""
+    from crs.extract.models import build_random, load
+
+    if spec.source == "builtin":
+        model = load(spec, "meta").model
+    elif spec.width == 0:
+        return None
+    else:
+        with torch.device("meta"):
+            model, _ = build_random(spec)
+    return int(sum(p.numel() for p in model.parameters()))

@@ -1,7 +1,9 @@
 """What an extraction will cost, worked out before it runs: forward passes, store size, GPU time.
 
 Pure: numbers in, numbers out; nothing here loads a model, decodes an image or imports torch
-(``crs extract --plan`` and ``benchmarks/scaling_plan.py`` share these figures).
+(``crs extract --plan`` and ``benchmarks/scaling_plan.py`` share these figures), except
+``macs_for`` on a record that neither a formula nor ``COUNTED_FLOPS`` covers (an encoder file's
+own architecture): it counts that one on the meta device (torch, no weights, no download).
 
 Forward passes of one (encoder, dataset) pair: every image once clean, plus every test image
 once per perturbed condition (``extract.run.prepare``: the suite is embedded only where the
@@ -57,6 +59,35 @@ def macs_per_image(spec) -> float | None:
                         a["patch_size"], a.get("intermediate_size", 4 * a["hidden_size"]),
                         CLS_TOKEN.get(spec.name, 0))
     return None
+
+
+# FLOPs per image of the registry records no formula above covers, as ``crs.extract.cost.estimate``
+# counts them (the architecture on the meta device, at the record's input size): kept here so that
+# the plan needs no torch; tests/extract/test_plan_cost.py recounts each, so a record changed
+# without its count fails there
+COUNTED_FLOPS = {"demo-resnet": 179_060_736, "demo-vit": 187_868_160, "demo-stats": 207_576}
+
+
+def macs_for(spec) -> float | None:
+    """Multiply-adds per image of any record, for the plan: ``macs_per_image`` where a formula or a
+    published figure exists; else half the FLOPs ``crs.extract.cost.estimate`` counts (cached in
+    ``COUNTED_FLOPS`` for the registry's own records, counted now for others: torch, the
+    architecture built on the meta device, no weights, no download); None where the architecture
+    cannot be built without its weights (a timm:/hf: id, whose width is 0 until it is loaded)."""
+    macs = macs_per_image(spec)
+    if macs is not None:
+        return macs
+    from crs.extract import encoders
+
+    if spec.name in COUNTED_FLOPS and encoders.ENCODERS.get(spec.name) == spec:
+        return COUNTED_FLOPS[spec.name] / 2
+    from crs.extract import cost
+
+    try:
+        flops = cost.estimate(spec)["flops_per_image"]
+    except ValueError:  # no architecture to build before the weights are loaded
+        return None
+    return None if flops is None else flops / 2
 
 
 def images_per_second(macs: float | None, peak_tflops: float = PEAK_TFLOPS,

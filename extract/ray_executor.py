@@ -25,11 +25,12 @@ on every node; hub weights come from each node's HF cache (``HF_HOME``).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
 from crs.errors import CrsError, UserError
-from crs.extract.units import (DecodedUnits, Embedder, Plan, Unit, after_commit, commit_failures, embed_unit,
-                               unit_failures)
+from crs.extract.units import (DecodedUnits, Embedder, Plan, Unit, after_commit, commit_failures, embed_groups,
+                               unit_conditions, unit_failures)
 from crs.store import Store
 
 IN_FLIGHT_PER_ACTOR = 2  # one unit decoding while the other runs on the device
@@ -73,17 +74,23 @@ class Replica:
         self.device_lock = threading.Lock()  # two units in flight: one decodes while the other embeds
 
     def run(self, unit: Unit) -> dict:
+        from crs.extract.run import device_name
+
         units = DecodedUnits(self.ds, {unit.j: unit.source_rows}, self.ds.paths)
         _, images, failures = units[unit.j]
         failed = unit_failures(unit, failures, self.strict)
         commit_failures(self.store, self.dataset, failed)  # before any of the unit's done flags
-        conditions = embed_unit(unit, images, self.embed, self.model.device)
+        conditions = unit_conditions(unit, images, self.model.device)  # as embed_unit, the forward passes timed
         forward = chunks = 0
+        seconds = 0.0
         while True:
             with self.device_lock:  # held while one condition is embedded, not while it is written
-                cond, values = next(conditions, (None, None))
-            if cond is None:
-                break
+                cond, groups = next(conditions, (None, None))
+                if cond is None:
+                    break
+                t = time.perf_counter()
+                values = embed_groups(groups, self.embed)
+                seconds += time.perf_counter() - t
             if cond not in self.arrays:
                 self.arrays[cond] = self.store.open_embedding(self.dataset, self.encoder, cond)
             self.arrays[cond].write_chunk(unit.j, values)  # chunk first, then its done flag
@@ -91,7 +98,14 @@ class Replica:
             forward += len(values)
             chunks += 1
         return {"j": unit.j, "failures": failed, "chunks": chunks, "forward_images": forward,
-                "decodes": len(images), "batch": self.embed.batch, "device": str(self.model.device)}
+                "forward_seconds": seconds, "decodes": len(images), "batch": self.embed.batch,
+                "device": device_name(self.model.device)}
+
+    def cost(self) -> dict:
+        """``crs.extract.run.model_cost`` of this replica's model (its weights_info and measured cost)."""
+        from crs.extract.run import model_cost
+
+        return model_cost(self.model)
 
 
 def connect(address: str | None = None):
@@ -109,9 +123,11 @@ def connect(address: str | None = None):
 def run_units_on_ray(store: Store, plan: Plan, ds, *, device=None, workers=0, strict=False,
                      weights=None, trust_remote_code=False, precision="auto", progress=None, address=None,
                      actors: int | None = None, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
-                     retries: int = 3) -> None:
+                     retries: int = 3) -> dict | None:
     """Run ``plan.units`` on Ray replicas; fills ``plan.summary`` as the local run does (each replica
-    commits its units' decoding failures itself, before their chunks).
+    commits its units' decoding failures itself, before their chunks; the forward seconds are the
+    replicas' summed, so the rate is one replica's). Returns one replica's ``run.model_cost`` (weights
+    and cost, for ``run.record_cost``), or None where that replica could not give it.
 
     ``actors`` defaults to one per GPU of the cluster (``gpus_per_actor`` 1) or, without GPUs
     (or with ``device='cpu'``), one per ``cpus_per_actor`` CPUs; never more than there are units.
@@ -142,6 +158,10 @@ def run_units_on_ray(store: Store, plan: Plan, ds, *, device=None, workers=0, st
     try:
         batches = _drain(ray, pool, plan, retries, advance)
         plan.summary.batch = min(batches) if batches else plan.batch
+        try:  # asked after the units, so a measurement never delays or breaks them
+            return ray.get(pool[0].cost.remote())
+        except _lost_errors():  # the data is written; its cost is then not recorded (null), never a guess
+            return None
     finally:
         for a in pool:
             ray.kill(a)
@@ -208,6 +228,7 @@ def _drain(ray, pool: list, plan: Plan, retries: int, advance) -> list[int]:
                              "same command again to resume") from exc
         summary.chunks_written += r["chunks"]
         summary.forward_images += r["forward_images"]
+        summary.forward_seconds += r["forward_seconds"]
         summary.decodes += r["decodes"]
         summary.device = r["device"]
         batches.append(r["batch"])

@@ -164,6 +164,7 @@ def extract_many(
     progress=None,
     executor: str = "local",
     ray_options: dict | None = None,
+    max_models: int | None = None,
 ) -> list[ExtractSummary]:
     """Embed ``dataset`` with each of ``encoders_`` into ``store``; resumes whatever is incomplete.
     Returns one summary per encoder, in the order given (a name given twice runs once).
@@ -171,9 +172,12 @@ def extract_many(
     Locally, each image is decoded once, and perturbed once per condition, for all the encoders:
     a work unit (chunk j) is decoded if any encoder has a chunk j pending, each of its conditions is
     computed when any encoder needs it and embedded by every encoder that does, each (encoder, chunk,
-    condition) committed with its done flag as soon as it is embedded, as for one encoder. Every
-    encoder's model is loaded at once; the images held are one unit's decoded ones plus one
-    condition's perturbed ones. The locks of every (dataset, encoder) are held for the whole call.
+    condition) committed with its done flag as soon as it is embedded, as for one encoder. The
+    models are loaded at once in groups (``encoder_groups``): at most ``max_models`` (None: no count
+    limit) whose float32 weights fit ``WEIGHTS_SHARE`` of a CUDA device's free memory (no memory
+    budget on the CPU); the groups run one after the other, each decoding and perturbing once for
+    its encoders. The images held are one unit's decoded ones plus one condition's perturbed ones.
+    The locks of a group's (dataset, encoder) pairs are held while it runs.
 
     ``encoders_`` are registry names or records (``encoders.resolve``); ``dataset`` a name or an
     opened dataset object; ``ds`` an already opened dataset object (else ``datasets.get(dataset,
@@ -198,9 +202,59 @@ def extract_many(
         return [_extract_on_ray(store, spec, dataset, ds, settings, weights=weights,
                                 trust_remote_code=trust_remote_code, progress=progress, ray_options=ray_options)
                 for spec in specs.values()]
-    return _extract_locally(store, specs, dataset, ds, settings, device=device, weights=weights,
-                            trust_remote_code=trust_remote_code, precision=precision, workers=workers, strict=strict,
-                            progress=progress)
+    out = {}
+    for group in encoder_groups(specs, device, max_models):
+        runs = _extract_locally(store, {n: specs[n] for n in group}, dataset, ds, settings, device=device,
+                                weights=weights, trust_remote_code=trust_remote_code, precision=precision,
+                                workers=workers, strict=strict, progress=progress)
+        out.update(zip(group, runs))
+    return [out[n] for n in specs]
+
+
+WEIGHTS_SHARE = 0.5  # of a CUDA device's free memory for the models loaded at once; the rest: a batch's activations
+BYTES_PER_PARAMETER = 4  # weights stay float32 (bf16 is autocast, crs.extract.models)
+
+
+def encoder_groups(specs: dict, device: str | None, max_models: int | None,
+                   budget: int | None = None) -> list[list[str]]:
+    """The names of ``specs`` in groups to load together (``model_groups``): the budget is ``budget``
+    bytes if given, else ``WEIGHTS_SHARE`` of the free memory of ``device`` when it is a CUDA device,
+    else none. Sizes are the records' parameter counts on the meta device (``cost.parameters``)."""
+    names = list(specs)
+    if budget is None and len(names) > 1:
+        dev = pick_device(device)
+        if dev.type == "cuda":
+            budget = int(WEIGHTS_SHARE * torch.cuda.mem_get_info(dev)[0])
+    if len(names) <= 1 or (budget is None and max_models is None):
+        return [names] if names else []
+    sizes = [0] * len(names)
+    if budget is not None:
+        from crs.extract.cost import parameters
+
+        sizes = [None if (p := parameters(specs[n])) is None else BYTES_PER_PARAMETER * p for n in names]
+    return [[names[i] for i in g] for g in model_groups(sizes, budget=budget, max_models=max_models)]
+
+
+def model_groups(sizes: list[int | None], *, budget: int | None, max_models: int | None) -> list[list[int]]:
+    """Consecutive groups of the indices of ``sizes`` (bytes of each model), in order: a group closes
+    when the next model would take it past ``budget`` bytes or ``max_models`` models (None: no such
+    limit). A model of unknown size (None), or one over the budget alone, gets a group of its own."""
+    if max_models is not None and max_models < 1:
+        raise ValueError(f"max_models must be at least 1, not {max_models}")
+    groups: list[list[int]] = []
+    total, closed = 0, True
+    for i, size in enumerate(sizes):
+        alone = budget is not None and (size is None or size > budget)
+        room = (not closed and not alone and (max_models is None or len(groups[-1]) < max_models)
+                and (budget is None or total + size <= budget))
+        if room:
+            groups[-1].append(i)
+            total += size or 0
+        else:
+            groups.append([i])
+            total = size or 0
+        closed = alone
+    return groups
 
 
 def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, device, weights, trust_remote_code,
@@ -245,25 +299,30 @@ def _extract_on_ray(store, spec, dataset, ds, settings, *, weights, trust_remote
                               trust_remote_code=trust_remote_code, precision=settings["precision"],
                               settings=settings)
         t0 = time.perf_counter()
+        measured = None
         if plan.units:
-            t0 = _run_units(store, plan, ds, model, executor="ray", device=settings["device"],
-                            workers=settings["workers"], strict=settings["strict"], weights=weights,
-                            trust_remote_code=trust_remote_code, precision=settings["precision"],
-                            progress=progress, ray_options=ray_options)
+            t0, measured = _run_units(store, plan, ds, model, executor="ray", device=settings["device"],
+                                      workers=settings["workers"], strict=settings["strict"], weights=weights,
+                                      trust_remote_code=trust_remote_code, precision=settings["precision"],
+                                      progress=progress, ray_options=ray_options)
             remove_partial_files(store, dataset, spec.name)  # a Ray replica that died mid-write leaves one
-        return _finish(store, plan, t0, stale)
+        summary = _finish(store, plan, t0, stale)
+        if plan.summary.forward_images:  # as the local executor: the replicas' weights, cost and forward rate
+            record_cost(plan, measured=measured or {})
+        return summary
 
 
 def _run_units(store, plan, ds, model, *, executor, device, workers, strict, weights, trust_remote_code,
-               precision, progress, ray_options) -> float:
-    """Run the pending units of ``plan`` on Ray; returns when the extraction itself began."""
+               precision, progress, ray_options) -> tuple[float, dict | None]:
+    """Run the pending units of ``plan`` on Ray; returns (when the extraction itself began, the
+    replicas' ``model_cost``: None where none could be had)."""
     from crs.extract.ray_executor import run_units_on_ray
 
     t0 = time.perf_counter()
-    run_units_on_ray(store, plan, ds, device=None if device == "auto" else device, workers=workers, strict=strict,
-                     weights=weights, trust_remote_code=trust_remote_code, precision=precision, progress=progress,
-                     **(ray_options or {}))
-    return t0
+    measured = run_units_on_ray(store, plan, ds, device=None if device == "auto" else device, workers=workers,
+                                strict=strict, weights=weights, trust_remote_code=trust_remote_code,
+                                precision=precision, progress=progress, **(ray_options or {}))
+    return t0, measured
 
 
 def _is_partial(name: str) -> bool:
@@ -400,29 +459,35 @@ PREPROCESSING_ORDER = ("decode (shorter side to the dataset's image size, never 
                        "perturb at that working size -> resize to the input size -> normalise")
 
 
-def record_cost(plan: Plan, model) -> None:
+def model_cost(model) -> dict:
+    """{"weights": the loaded encoder's ``weights_info``, "cost": ``crs.extract.cost.measure`` of it}
+    (``{}`` where no model was loaded); the part of ``record_cost`` that needs the model, so that a Ray
+    replica can work it out where its model lives."""
+    if model is None:
+        return {"weights": None, "cost": {}}
+    from crs.extract.cost import measure
+
+    return {"weights": getattr(model, "weights_info", None), "cost": measure(model)}
+
+
+def record_cost(plan: Plan, model=None, *, measured: dict | None = None) -> None:
     """After a run that embedded something: write into every array of ``plan`` the encoder's weights
-    (``weights_info``) and cost (``crs.extract.cost.measure``, where it exists) with the forward rate
-    measured in this run (images/s in the forward passes, model load and decoding excluded) and the
-    device. Written after the data, as the rate is known only then; a run with nothing to do writes
-    nothing, so it keeps the store's content digests."""
+    (``weights_info``) and cost (``crs.extract.cost.measure``) -- ``model_cost(model)``, or ``measured``
+    when it was worked out elsewhere (a Ray replica) -- with the forward rate measured in this run
+    (images/s in the forward passes, model load, decoding and perturbing excluded) and the device.
+    Written after the data, as the rate is known only then; a run with nothing to do writes nothing,
+    so it keeps the store's content digests."""
     summary = plan.summary
-    cost = {}
-    if model is not None:
-        try:
-            from crs.extract.cost import measure
-        except ImportError:  # cost.measure not there yet
-            measure = None
-        if measure is not None:
-            cost.update(measure(model))
+    measured = model_cost(model) if measured is None else measured
+    cost = dict(measured.get("cost") or {})
     rate = summary.forward_images / summary.forward_seconds if summary.forward_seconds > 0 else None
     cost.update({"images_per_s": None if rate is None else round(rate, 3), "device": summary.device})
-    update = {"weights": getattr(model, "weights_info", None), "cost": cost}
+    update = {"weights": measured.get("weights"), "cost": cost}
     for arr in plan.arrays.values():
         arr.group.attrs.update(update)
 
 
-def _device_name(device) -> str:
+def device_name(device) -> str:
     """'cpu', or e.g. 'cuda:0 NVIDIA H200'."""
     device = torch.device(device)
     if device.type != "cuda":
@@ -457,7 +522,7 @@ def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progres
     for i, (plan, _) in enumerate(jobs):
         if plan.arrays[CLEAN].chunk != plan0.arrays[CLEAN].chunk:  # pragma: no cover - store.embedding refuses
             raise ValueError("extract_many: every encoder's arrays must have the same chunk length")
-        plan.summary.device = _device_name(jobs[i][1].device)
+        plan.summary.device = device_name(jobs[i][1].device)
         for u in plan.units:
             units.setdefault(u.j, []).append((i, u))
     embeds = [Embedder(model, plan.batch) for plan, model in jobs]

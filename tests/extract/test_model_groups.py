@@ -1,0 +1,67 @@
+"""extract_many loads the encoders' models in groups (at most max_models, weights within a memory
+budget), each group decoding and perturbing once; the store is the same as with every model at once."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from crs.extract import cost, encoders
+from crs.extract import run as runmod
+from crs.extract.models import load
+from crs.store import Store
+
+
+def test_groups_close_at_the_count_or_the_budget_and_unknown_or_huge_models_go_alone():
+    g = runmod.model_groups
+    assert g([1, 1, 1, 1, 1], budget=None, max_models=2) == [[0, 1], [2, 3], [4]]
+    assert g([1, 1, 1], budget=None, max_models=None) == [[0, 1, 2]]
+    assert g([4, 5, 1, 9, 2], budget=10, max_models=None) == [[0, 1, 2], [3], [4]]
+    assert g([4, 5, 1, 9, 2], budget=10, max_models=2) == [[0, 1], [2, 3], [4]]
+    assert g([3, None, 3, 30, 3, 3], budget=10, max_models=None) == [[0], [1], [2], [3], [4, 5]]
+    assert g([], budget=10, max_models=1) == []
+    with pytest.raises(ValueError, match="max_models"):
+        g([1], budget=None, max_models=0)
+
+
+def test_parameters_are_counted_without_weights():
+    spec = encoders.get("demo-vit")
+    assert cost.parameters(spec) == sum(p.numel() for p in load(spec, "cpu").model.parameters())
+    assert cost.parameters(encoders.get("demo-stats")) == 0
+    assert cost.parameters(encoders.get("vit-base")) == 85_798_656  # timm vit_base_patch16_224 without its head
+
+
+def test_encoder_groups_use_the_records_float32_sizes():
+    specs = {n: encoders.get(n) for n in ("demo-resnet", "demo-vit", "demo-stats")}
+    size = {n: 4 * cost.parameters(s) for n, s in specs.items()}
+    both = size["demo-resnet"] + size["demo-vit"]
+    assert runmod.encoder_groups(specs, "cpu", None) == [list(specs)]  # no budget on the CPU, no count limit
+    assert runmod.encoder_groups(specs, "cpu", None, budget=both) == [list(specs)]
+    assert runmod.encoder_groups(specs, "cpu", None, budget=both - 1) == [["demo-resnet"], ["demo-vit", "demo-stats"]]
+    assert runmod.encoder_groups(specs, "cpu", 1) == [["demo-resnet"], ["demo-vit"], ["demo-stats"]]
+
+
+def test_one_model_at_a_time_writes_the_store_of_all_at_once(tmp_path, monkeypatch):
+    kw = dict(size=0.05, chunk=16, perturbations=False)
+    stats = encoders.get("demo-stats")
+    names = [stats, dataclasses.replace(stats, name="demo-stats-2")]  # cheap models: the grouping is what is tested
+    together = Store(str(tmp_path / "together.zarr"))
+    runmod.extract_many(together, names, "demo_fundus", **kw)
+
+    groups = []
+    locally = runmod._extract_locally
+
+    def spy(store, specs, *args, **kwargs):
+        groups.append(list(specs))
+        return locally(store, specs, *args, **kwargs)
+
+    monkeypatch.setattr(runmod, "_extract_locally", spy)
+    apart = Store(str(tmp_path / "apart.zarr"))
+    runs = runmod.extract_many(apart, names, "demo_fundus", max_models=1, **kw)
+    assert groups == [["demo-stats"], ["demo-stats-2"]]
+    assert [r.encoder for r in runs] == ["demo-stats", "demo-stats-2"] and all(r.complete for r in runs)
+    assert all(r.decodes == r.images for r in runs)  # each group decoded every image once
+    got = {(d, e, c) for d, e, c, _ in apart.embeddings()}
+    assert got == {(d, e, c) for d, e, c, _ in together.embeddings()} and got
+    for d, e, c in got:
+        np.testing.assert_array_equal(apart.read_embedding(d, e, c), together.read_embedding(d, e, c))
