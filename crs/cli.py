@@ -196,7 +196,8 @@ EXTRACT = [("encoders", "names"), ("encoders", "set"), ("encoders", "revisions")
            ("datasets", "roots"), ("datasets", "image_root"), ("datasets", "uncertain"), ("datasets", "modality"),
            ("datasets", "shift_target"), ("datasets", "split_seed"), ("datasets", "findings"),
            ("datasets", "allow_absolute_paths"), ("encoders", "file"), ("encoders", "weights"), ("encoders", "trust_remote_code"),
-           ("extract", "workers"), ("extract", "strict"), ("extract", "severities"), ("extract", "precision"),
+           ("extract", "workers"), ("extract", "strict"), ("extract", "max_models"), ("extract", "severities"),
+           ("extract", "precision"),
            ("extract", "executor"), ("extract", "address"), ("extract", "actors"), ("log_interval",)]
 
 
@@ -279,7 +280,9 @@ def _print_plan(p: dict, *, as_json: bool, quiet: bool) -> None:
         return "?" if b is None else f"{b / 1e9:.2f} GB" if b >= 1e8 else f"{b / 1e6:.1f} MB"
 
     def hours(sec):
-        return "?" if sec is None else f"{sec / 3600:.2f} h" if sec >= 360 else f"{sec:.1f} s"
+        if sec is None:
+            return "?"
+        return f"{sec / 3600:.2f} h" if sec >= 360 else f"{sec:.1f} s" if sec >= 1 else f"{sec:.2f} s" if sec >= 0.01 else "< 0.01 s"
 
     def n(v):
         return "?" if v is None else f"{v:,}"
@@ -295,7 +298,7 @@ def _print_plan(p: dict, *, as_json: bool, quiet: bool) -> None:
         for r in p["pairs"]:
             t.add_row(r["encoder"], r["dataset"], n(r["images"]), n(r["test_images"]), n(r["conditions"]),
                       n(r["forward_passes"]), size(r["store_bytes"]),
-                      "?" if r["gflops_per_image"] is None else f"{r['gflops_per_image']:.1f}", hours(r["gpu_seconds"]))
+                      "?" if r["gflops_per_image"] is None else f"{r['gflops_per_image']:.3g}", hours(r["gpu_seconds"]))
         out.print(t)
         tot = p["totals"]
         out.print(f"total: {n(tot['forward_passes'])} forward passes, store {size(tot['store_bytes'])} "

@@ -199,7 +199,7 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
                      device=None if ex.device == "auto" else ex.device, dtype=ex.dtype, perturbations=ex.perturb,
                      progress=progress, weights=enc.weights, trust_remote_code=enc.trust_remote_code,
                      workers=ex.workers, strict=ex.strict, severities=tuple(ex.severities), precision=ex.precision,
-                     executor=ex.executor, ray_options=ray_options)
+                     executor=ex.executor, ray_options=ray_options, max_models=ex.max_models or None)
         for d in datasets]
     summaries = [s for i in range(max(map(len, by_dataset), default=0)) for run in by_dataset for s in run[i:i + 1]]
     return Extracted(store, summaries)
@@ -226,7 +226,7 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
     datasets = _plan_datasets(cfg)
     pairs = []
     for spec in specs:
-        macs = planmod.macs_per_image(spec) if spec.pretrained else None
+        macs = planmod.macs_for(spec)
         for d in datasets:
             images = test = None
             perturbed = 0

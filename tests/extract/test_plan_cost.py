@@ -4,7 +4,6 @@ count of crs.extract.cost.estimate, cached for the registry's own records so tha
 needs no torch."""
 
 import dataclasses
-import inspect
 import json
 import os
 import subprocess
@@ -42,13 +41,6 @@ def test_a_record_outside_the_cache_is_counted_now_and_a_hub_id_has_no_figure():
     assert planmod.macs_for(hub) is None  # no architecture before its weights are loaded
 
 
-def _plan_uses_macs_for() -> bool:
-    from crs.stages import steps
-
-    return "macs_for" in inspect.getsource(steps.plan)
-
-
-@pytest.mark.skipif(not _plan_uses_macs_for(), reason="crs/stages/steps.py:plan does not call plan.macs_for yet")
 def test_the_demo_plan_has_every_gpu_time_and_loads_no_weights_and_no_torch(tmp_path):
     code = ("import sys; from crs.cli import main; sys.argv = ['crs', 'extract', '--demo', '-d', 'demo_fundus', "
             f"'--size', '0.2', '--store', {str(tmp_path / 's.zarr')!r}, '--plan', '--json']\n"
