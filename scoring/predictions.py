@@ -298,7 +298,10 @@ def _full(fr: Sequence[float]) -> list[int]:
 
 
 def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, seeds, fr, temps, parts: _Parts) -> None:
-    """Every metric of one (dataset, encoder, condition) at its fractions, added to ``parts``."""
+    """Every metric of one (dataset, encoder, condition) at its fractions, added to ``parts``.
+
+    The values of ``metrics.all_metrics`` on the long table, computed by ``metrics.array_metrics``
+    once per distinct array (``_distinct_metrics``: at fraction 1 every seed's probe is one probe)."""
     from crs.scoring import temperature as ts
 
     kind = parse(condition).kind
@@ -317,17 +320,20 @@ def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, see
             f"classes, the split {c_target.shape[0]} x {c_target.shape[1]}; re-run "
             f"`crs probe --encoder {encoder} --dataset {dataset}`"
         )
-    labels = _labels_from(c_target, c_known, test.task)
-    keys, by = {"seed": seeds, "fraction": fr}, ["seed", "fraction"]
-    table = metrics.long_table(probs, labels, test.task, keys)
-    out = metrics.all_metrics(table, by, test.task, test.ordinal)
+    names = [*metrics.BASE, *(["kappa_quadratic"] if test.ordinal else [])]
+    values = _distinct_metrics(probs, c_target, c_known, test.task, names)
+    cols = {"seed": np.repeat(np.asarray(seeds, dtype=np.int64), len(fr)),
+            "fraction": np.tile(np.asarray(fr, dtype=np.float64), len(seeds)), **values}
+    out = pl.DataFrame(cols).fill_nan(None)
     scaled = None
     if temps is not None:
         val, t_all = temps
         s_idx = _index(val.seeds, seeds, "seeds", val.where)
         t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))]
-        scaled = metrics.long_table(ts.scale(probs, t, test.task), labels, test.task, keys)
-        out = _with_scaled(out, scaled, t, seeds, fr, test.task)
+        scaled = ts.scale(probs, t, test.task)
+        after = _distinct_metrics(scaled, c_target, c_known, test.task, ("ece", "brier", "nll"))
+        out = out.with_columns(pl.Series("temperature", t.reshape(-1), dtype=pl.Float64),
+                               *[pl.Series(f"{k}_ts", v, dtype=pl.Float64) for k, v in after.items()]).fill_nan(None)
     else:
         out = out.with_columns(
             temperature=pl.lit(None, pl.Float64), ece_ts=pl.lit(None, pl.Float64),
@@ -339,20 +345,23 @@ def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, see
     parts.metrics.append(out.with_columns(**head))
     full = _full(fr)[:1]
     if kind in ("clean", "shift") and full:
-        views = [(False, table)] + ([(True, scaled)] if scaled is not None else [])
+        labels = _labels_from(c_target, c_known, test.task)
+        at_full = {"seed": seeds, "fraction": [fr[full[0]]]}
+        views = [(False, metrics.long_table(probs[:, full], labels, test.task, at_full))]
+        if scaled is not None:
+            views.append((True, metrics.long_table(scaled[:, full], labels, test.task, at_full)))
         _full_label_views(test, fr[full[0]], views, head, parts)
 
 
-def _with_scaled(out: pl.DataFrame, scaled: pl.DataFrame, t: np.ndarray, seeds, fr, task: str) -> pl.DataFrame:
-    """``out`` joined with the temperatures [seed, fraction] and ECE, Brier and NLL after scaling."""
-    by = ["seed", "fraction"]
-    temps = pl.DataFrame(
-        {"seed": np.repeat(seeds, len(fr)), "fraction": np.tile(fr, len(seeds)), "temperature": t.reshape(-1)}
-    ).cast({"seed": out.schema["seed"], "fraction": pl.Float64})
-    out = out.join(temps, on=by, how="left")
-    for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
-        out = out.join(fn(scaled, by, task).rename({name: f"{name}_ts"}), on=by, how="left")
-    return out
+def _distinct_metrics(probs: np.ndarray, target, known, task: str, names) -> dict[str, np.ndarray]:
+    """``metrics.array_metrics`` of probs [seed, fraction, image, class] as {name: [seed x fraction]}, each
+    distinct array computed once (identical bytes, found by ``resample.array_key``)."""
+    flat = probs.reshape(-1, *probs.shape[2:])
+    first: dict[tuple, int] = {}
+    where = np.array([first.setdefault(resample.array_key(a), len(first)) for a in flat])
+    distinct = np.unique(where, return_index=True)[1]  # the first array of each kind
+    values = metrics.array_metrics(flat[distinct], target, known, task, names)
+    return {k: v[where] for k, v in values.items()}
 
 
 def _full_label_views(test: _TestSplit, full: float, views, head: dict, parts: _Parts) -> None:

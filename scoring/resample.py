@@ -227,7 +227,8 @@ def _macro(per_class: np.ndarray) -> np.ndarray:
         return np.where(n_ok > 0, total / np.maximum(n_ok, 1), np.nan)
 
 
-def _key(probs: np.ndarray) -> tuple:
+def array_key(probs: np.ndarray) -> tuple:
+    """(shape, dtype, a 128-bit hash of the bytes): equal for arrays with the same values and type."""
     a = np.ascontiguousarray(probs)
     return a.shape, a.dtype.str, hashlib.blake2b(a.view(np.uint8).ravel(), digest_size=16).digest()
 
@@ -251,14 +252,14 @@ class AurocDraws:
         self._counts_t = None
 
     def add(self, probs: np.ndarray) -> None:
-        key = _key(probs)
+        key = array_key(probs)
         if key in self._values or key in self._pending:
             self.shared += 1
         else:
             self._pending[key] = probs
 
     def value(self, probs: np.ndarray) -> np.ndarray:
-        key = _key(probs)
+        key = array_key(probs)
         if key not in self._values:
             self._pending.setdefault(key, probs)
             self.compute()
