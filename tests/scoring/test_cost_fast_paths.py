@@ -1,0 +1,117 @@
+"""The fast paths of ``crs score`` at paper scale, each against its slow definition.
+
+``metrics.array_metrics`` (every metric of many arrays at once) against ``metrics.all_metrics``
+on the long table: AUROC to the bit (both sum integers and halves exactly, then divide once),
+the others to 1e-12 relative (the same terms, added in another order). ``probe_metrics``, which
+computes each distinct array once, against the long-table path over every seed and fraction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from crs.labels import targets
+from crs.scoring import metrics, predictions
+from crs.scoring import temperature as ts
+from crs.scoring.axes import FRACTION_TOL
+
+REL = 1e-12
+
+
+def _close(a, b) -> bool:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return bool(np.allclose(a, b, rtol=REL, atol=1e-15, equal_nan=True))
+
+
+def _multiclass(rng, m, n, k):
+    y = rng.integers(0, k - 1, n)  # the last class is never a label: it has no positive
+    z = np.round(rng.normal(size=(m, n, k)), 1)  # rounded: ties in scores and confidences
+    p = np.exp(z)
+    return (p / p.sum(-1, keepdims=True)).astype(np.float32), y
+
+
+def _multilabel(rng, m, n, k):
+    y = rng.integers(0, 2, (n, k)).astype(np.int8)
+    y[rng.random((n, k)) < 0.2] = -1
+    y[:, 0] = -1  # a label with no known entry is left out of every mean
+    y[:, 1] = 1  # and one with no negative has no AUROC
+    p = 1.0 / (1.0 + np.exp(-np.round(rng.normal(size=(m, n, k)), 1)))
+    return p.astype(np.float32), y
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+@pytest.mark.parametrize("n", [7, 300])
+def test_array_metrics_equal_the_table_metrics(task, n):
+    rng = np.random.default_rng(n)
+    m, k = 4, 5
+    probs, labels = (_multiclass if task == "multiclass" else _multilabel)(rng, m, n, k)
+    probs[1] = probs[0]  # identical arrays give identical rows
+    ordinal = task == "multiclass"
+    table = metrics.long_table(probs, labels, task, {"probe": list(range(m))})
+    want = metrics.all_metrics(table, ["probe"], task, ordinal)
+    names = [c for c in want.columns if c != "probe"]
+    target, known = targets(labels, task, k)
+    got = metrics.array_metrics(probs, target, known, task, names)
+    for name in names:
+        assert _close(got[name], want[name].to_numpy()), name
+    assert np.array_equal(got["auroc"][0], got["auroc"][1])
+
+
+def test_auroc_rows_equal_the_kernel_to_the_bit():
+    rng = np.random.default_rng(1)
+    scores = np.round(rng.random((6, 200)), 2)  # many ties
+    pos = rng.random((6, 200)) < 0.3
+    neg = ~pos & (rng.random((6, 200)) < 0.8)  # some entries are neither (unknown)
+    pos[5] = False  # no positive: NaN
+    got = metrics.auroc_rows(scores, pos, neg)
+    for r in range(6):
+        want = metrics.weighted_auroc(scores[r], pos[r], np.ones((200, 1)), pos[r] | neg[r])[0]
+        assert got[r] == want or (np.isnan(got[r]) and np.isnan(want))
+    assert np.isnan(got[5])
+
+
+def _slow_probe_metrics(store, test, dataset, encoder, condition, seeds, fr, temps) -> pl.DataFrame:
+    """What ``_condition_metrics`` computed before: the long table of every seed and fraction."""
+    kind = predictions.parse(condition).kind
+    fr = fr if kind == "clean" else [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
+    if kind == "shift":
+        c_target, c_known, _, _ = predictions.split_targets(store, predictions.parse(condition).dataset)
+    else:
+        c_target, c_known = test.target, test.known
+    probs = predictions.Predictions(store, dataset, encoder, condition).select(seeds, fr)
+    labels = predictions._labels_from(c_target, c_known, test.task)
+    keys, by = {"seed": seeds, "fraction": fr}, ["seed", "fraction"]
+    out = metrics.all_metrics(metrics.long_table(probs, labels, test.task, keys), by, test.task, test.ordinal)
+    val, t_all = temps
+    t = t_all[np.ix_(predictions._index(val.seeds, seeds, "seeds", val.where),
+                     predictions._index(val.fractions, fr, "fractions", val.where))]
+    scaled = metrics.long_table(ts.scale(probs, t, test.task), labels, test.task, keys)
+    for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
+        out = out.join(fn(scaled, by, test.task).rename({name: f"{name}_ts"}), on=by, how="left")
+    return out
+
+
+def test_probe_metrics_equal_the_long_table_path(make_store, tmp_path):
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.5}, seeds=(0, 1, 2), fractions=(0.5, 1.0))
+    # as the probe writes them: at fraction 1 every seed's probe is one probe, so its arrays are equal
+    for cond in ("clean", "gaussian_noise@1", "shift:d1_site2", "validation"):
+        probs, attrs = store.read_predictions("d1", "a", cond)
+        probs[:, -1] = probs[0, -1]
+        store.write_predictions("d1", "a", cond, probs, attrs)
+    got = predictions.probe_metrics(store, records, ["a", "b"], ["d1"]).metrics
+    test = predictions._TestSplit(*predictions.split_targets(store, "d1"))
+    seen = 0
+    for (enc, cond), g in records.group_by("encoder", "condition"):
+        temps = predictions._temperatures(store, "d1", enc, test.task)
+        fr = sorted(g["fraction"].unique().to_list())
+        want = _slow_probe_metrics(store, test, "d1", enc, cond, [0, 1, 2], fr, temps)
+        mine = got.filter((pl.col("encoder") == enc) & (pl.col("condition") == cond)).sort("seed", "fraction")
+        assert mine.height == want.height
+        for name in [c for c in want.columns if c not in ("seed", "fraction")]:
+            assert _close(mine[name].to_numpy(), want[name].to_numpy()), (enc, cond, name)
+        seen += 1
+    assert seen == 6
+    full = got.filter((pl.col("encoder") == "a") & (pl.col("fraction") == 1.0) & (pl.col("condition") == "clean"))
+    assert full["auroc"].n_unique() == 1 and full.height == 3  # one probe, three rows
