@@ -51,7 +51,9 @@ def _index(values: Sequence, wanted: Sequence, what: str, where: str) -> list[in
 class Predictions:
     """Probabilities of one (dataset, encoder, condition), indexed by seed and fraction."""
 
-    def __init__(self, store: Store, dataset: str, encoder: str, condition: str):
+    def __init__(self, store: Store, dataset: str, encoder: str, condition: str, kept: dict | None = None):
+        """``kept``: a dict the caller keeps for one pass over the store, where the rows each split counts
+        (``counted_rows``) are remembered, so they are read once per split, not once per array."""
         where = f"{encoder}/{dataset}/{condition}"
         try:
             self.probs, attrs = store.read_predictions(dataset, encoder, condition)
@@ -61,7 +63,7 @@ class Predictions:
             raise MissingPredictions(str(exc)) from exc
         self.seeds = list(attrs.get("seeds", []))
         self.fractions = list(attrs.get("fractions", []))
-        self.where = where
+        self.where, self.dataset, self.encoder = where, dataset, encoder
         # the rows are a split of this dataset, of the shift target, or the validation split
         if condition == VALIDATION:
             rows_of, split = dataset, VAL
@@ -69,7 +71,13 @@ class Predictions:
             rows_of, split = parse(condition).dataset, TEST
         else:
             rows_of, split = dataset, TEST
-        kept = counted_rows(store, rows_of, split)
+        if kept is None or (rows_of, split) not in kept:  # ``kept``: the caller's cache of counted_rows
+            counted = counted_rows(store, rows_of, split)
+            if kept is not None:
+                kept[(rows_of, split)] = counted
+        else:
+            counted = kept[(rows_of, split)]
+        kept = counted
         if kept is not None and self.probs.ndim == 4 and self.probs.shape[2] == kept.size:
             self.probs = self.probs[:, :, kept]
 
@@ -141,6 +149,7 @@ def image_bootstrap_axes(
     rng: np.random.Generator,
     methods: dict | None = None,
     method: str = "auto",
+    found: MetricsPass | None = None,
 ) -> np.ndarray:
     """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled.
 
@@ -151,8 +160,10 @@ def image_bootstrap_axes(
     first array that is not in the store. The AUROCs of each encoder's arrays are
     computed as one batch per draw (``resample.AurocDraws``, ``method`` 'auto' or
     'exact'); ``methods``, where given, receives per dataset how many arrays were
-    linearised, computed exactly, or shared with an identical array.
+    linearised, computed exactly, or shared with an identical array. ``found``: a ``MetricsPass``
+    handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
     """
+    kept = None if found is None else found.kept
     out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
     for j, dataset in enumerate(datasets):
         target, known, task, _ = split_targets(store, dataset)
@@ -165,10 +176,10 @@ def image_bootstrap_axes(
             targets.append(resample.Draw(t_target, t_known, counts))
         aurocs = [resample.AurocDraws(d, method) for d in (test, *targets)]
         for e, encoder in enumerate(encoders):
-            clean = _clean_probs(store, dataset, encoder, seeds, low, target.shape[0])
-            pert_p = [_fitting(Predictions(store, dataset, encoder, c), seeds, target) for c in pert]
-            shift_p = [_fitting(Predictions(store, dataset, encoder, c), seeds, t.target)
-                       for c, t in zip(shift, targets, strict=True)]
+            read = {c: Predictions(store, dataset, encoder, c, kept) for c in ["clean", *pert, *shift]}
+            clean = _clean_probs(read["clean"], dataset, encoder, seeds, low, target.shape[0])
+            pert_p = [_fitting(read[c], seeds, target) for c in pert]
+            shift_p = [_fitting(read[c], seeds, t.target) for c, t in zip(shift, targets, strict=True)]
             for s in range(len(seeds)):  # every array first, so each draw's batch is computed at once
                 for p in [*clean[s], *(q[s, 0] for q in pert_p)]:
                     aurocs[0].add(p)
@@ -180,6 +191,8 @@ def image_bootstrap_axes(
                 out[:, e, j, s] = resample.run_axes(
                     clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], test, targets, task, aurocs
                 )
+            if found is not None:
+                found.add_pair(dataset, encoder, read)
         if methods is not None:
             methods[dataset] = {k: sum(a.summary()[k] for a in aurocs) for k in ("linear", "exact", "shared")}
     return out
@@ -203,11 +216,10 @@ def _fitting(pred: Predictions, seeds: Sequence[int], target: np.ndarray) -> np.
     return probs
 
 
-def _clean_probs(
-    store: Store, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float], n_images: int
-) -> np.ndarray:
+def _clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float],
+                 n_images: int) -> np.ndarray:
     """Clean test probabilities [seed, fraction, image, class] at ``low`` then 1, checked against the split."""
-    clean = Predictions(store, dataset, encoder, "clean").select(seeds, [*low, 1.0])
+    clean = pred.select(seeds, [*low, 1.0])
     if clean.shape[2] != n_images:
         raise MissingPredictions(
             f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
@@ -239,27 +251,93 @@ def probe_metrics(
     label, multi-label) there, with its name. A (dataset, encoder) without validation
     probabilities gets null temperature columns, and one warning names them all.
     """
-    parts = _Parts([], [], [])
-    no_validation = []
-    cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
+    found = MetricsPass(store, records, encoders, datasets)
     for dataset in datasets:
-        test = _TestSplit(*split_targets(store, dataset))
         for encoder in encoders:
-            mine = cells.filter((pl.col("encoder") == encoder) & (pl.col("dataset") == dataset))
-            seeds = sorted(mine["seed"].unique().to_list())
-            temps = _temperatures(store, dataset, encoder, test.task)
-            if temps is None:
-                no_validation.append(f"{encoder}/{dataset}")
-            for condition in sorted(mine["condition"].unique().to_list()):
-                fr = sorted(mine.filter(pl.col("condition") == condition)["fraction"].unique().to_list())
-                _condition_metrics(store, test, dataset, encoder, condition, seeds, fr, temps, parts)
-    warnings = []
-    if no_validation:
-        warnings.append(
-            f"no validation probabilities for {', '.join(no_validation)}: temperature-scaled "
-            "metrics left out (re-run `crs probe` with a crs that writes them)"
-        )
-    return _assemble(parts, warnings)
+            found.add_pair(dataset, encoder)
+    return found.result()
+
+
+class MetricsPass:
+    """``probe_metrics`` one (dataset, encoder) at a time, so that a reader of the same arrays
+    (``image_bootstrap_axes``) can hand over what it has read: ``add_pair`` every pair, in
+    ``datasets`` then ``encoders`` order, then ``result``. MissingPredictions met on the way is
+    raised by ``result``, as ``probe_metrics`` would raise it."""
+
+    def __init__(self, store: Store, records: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]):
+        self.store, self.encoders, self.datasets = store, list(encoders), list(datasets)
+        cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
+        self._seeds = {(e, d): sorted(set(s)) for (e, d), s in _grouped(cells, ["encoder", "dataset"], "seed")}
+        self._fractions: dict[tuple, dict[str, list[float]]] = {}
+        for (e, d, c), fr in _grouped(cells, ["encoder", "dataset", "condition"], "fraction"):
+            self._fractions.setdefault((e, d), {})[c] = sorted(set(fr))
+        self._parts = _Parts([], [], [])
+        self._no_validation: list[str] = []
+        self._tests: dict[str, _TestSplit] = {}
+        self._vals: dict[str, tuple] = {}
+        self.kept: dict = {}  # counted_rows per (dataset, split), for Predictions
+        self._missing: MissingPredictions | None = None
+        self._pairs = 0
+
+    def split(self, dataset: str) -> _TestSplit:
+        """The test split of ``dataset`` (a comparison dataset or a shift target), read once."""
+        if dataset not in self._tests:
+            self._tests[dataset] = _TestSplit(*split_targets(self.store, dataset))
+        return self._tests[dataset]
+
+    def _val_split(self, dataset: str):
+        """(target, known) of the validation split, read once; None where it cannot be read (then
+        ``_temperatures`` reads it itself and says what is wrong)."""
+        if dataset not in self._vals:
+            try:
+                self._vals[dataset] = split_targets(self.store, dataset, VAL)[:2]
+            except MissingPredictions:
+                return None
+        return self._vals[dataset]
+
+    def add_pair(self, dataset: str, encoder: str, read: dict | None = None) -> None:
+        """The metrics of one pair; ``read``: {condition: Predictions} already read for it."""
+        self._pairs += 1
+        if self._missing is not None:
+            return
+        try:
+            self._pair(dataset, encoder, dict(read or {}))
+        except MissingPredictions as exc:
+            self._missing = exc
+
+    def _pair(self, dataset: str, encoder: str, read: dict) -> None:
+        test = self.split(dataset)
+        seeds = self._seeds.get((encoder, dataset), [])
+        temps = _temperatures(self.store, dataset, encoder, test.task, self._val_split(dataset), self.kept)
+        if temps is None:
+            self._no_validation.append(f"{encoder}/{dataset}")
+        for condition, fr in sorted(self._fractions.get((encoder, dataset), {}).items()):
+            pred = read.get(condition) or Predictions(self.store, dataset, encoder, condition, self.kept)
+            _condition_metrics(self, test, pred, condition, seeds, fr, temps, self._parts)
+
+    @property
+    def complete(self) -> bool:
+        """Every pair was added (a reader that stopped early leaves the pass incomplete)."""
+        return self._pairs == len(self.encoders) * len(self.datasets)
+
+    def result(self) -> ProbeMetrics:
+        if self._missing is not None:
+            raise self._missing
+        if not self.complete:
+            raise RuntimeError(f"MetricsPass got {self._pairs} pairs of {len(self.encoders) * len(self.datasets)}")
+        warnings = []
+        if self._no_validation:
+            warnings.append(
+                f"no validation probabilities for {', '.join(self._no_validation)}: temperature-scaled "
+                "metrics left out (re-run `crs probe` with a crs that writes them)"
+            )
+        return _assemble(self._parts, warnings)
+
+
+def _grouped(cells: pl.DataFrame, keys: list[str], value: str):
+    """((key values...), [values]) per group of ``keys``, in no particular order."""
+    for row in cells.group_by(keys).agg(pl.col(value)).iter_rows():
+        yield tuple(row[:-1]), row[-1]
 
 
 class _TestSplit(NamedTuple):
@@ -281,39 +359,54 @@ class _Parts(NamedTuple):
     per_class: list[pl.DataFrame]
 
 
-def _temperatures(store: Store, dataset: str, encoder: str, task: str):
-    """(validation Predictions, temperature [stored seed, stored fraction]), or None without them."""
+def _temperatures(store: Store, dataset: str, encoder: str, task: str, val_split=None, kept: dict | None = None):
+    """(validation Predictions, temperature [stored seed, stored fraction]), or None without them.
+
+    Each distinct validation array is fitted once (``temperature.fit`` fits every array on its own,
+    so the values are those of fitting them all). ``val_split``: (target, known) of the validation
+    split where the caller has them."""
     from crs.scoring import temperature as ts
 
     try:
-        val = Predictions(store, dataset, encoder, VALIDATION)
-        v_target, v_known, _, _ = split_targets(store, dataset, VAL)
+        val = Predictions(store, dataset, encoder, VALIDATION, kept)
+        v_target, v_known = split_targets(store, dataset, VAL)[:2] if val_split is None else val_split
     except MissingPredictions:
         return None
-    return val, ts.fit(val.probs, v_target, v_known, task)
+    flat = val.probs.reshape(-1, *val.probs.shape[2:])
+    where, distinct = _distinct(flat)
+    t = ts.fit(flat[distinct], v_target, v_known, task)[where]
+    return val, t.reshape(val.probs.shape[:2])
+
+
+def _distinct(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where [array]: the index of each array's kind, distinct [kind]: the first array of each kind) of
+    flat [array, ...], arrays of one kind having the same bytes (``resample.array_key``)."""
+    first: dict[tuple, int] = {}
+    where = np.array([first.setdefault(resample.array_key(a), len(first)) for a in flat], dtype=np.int64)
+    return where, np.unique(where, return_index=True)[1]
 
 
 def _full(fr: Sequence[float]) -> list[int]:
     return [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL]
 
 
-def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, seeds, fr, temps, parts: _Parts) -> None:
+def _condition_metrics(found: MetricsPass, test: _TestSplit, pred: Predictions, condition, seeds, fr, temps,
+                       parts: _Parts) -> None:
     """Every metric of one (dataset, encoder, condition) at its fractions, added to ``parts``.
 
     The values of ``metrics.all_metrics`` on the long table, computed by ``metrics.array_metrics``
     once per distinct array (``_distinct_metrics``: at fraction 1 every seed's probe is one probe)."""
     from crs.scoring import temperature as ts
 
+    encoder, dataset = pred.encoder, pred.dataset
     kind = parse(condition).kind
     if kind != "clean":
         fr = [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
     if not fr:
         return
-    if kind == "shift":
-        c_target, c_known, _, _ = split_targets(store, parse(condition).dataset)
-    else:
-        c_target, c_known = test.target, test.known
-    probs = Predictions(store, dataset, encoder, condition).select(seeds, fr)  # [seed, fraction, image, class]
+    split = found.split(parse(condition).dataset) if kind == "shift" else test
+    c_target, c_known = split.target, split.known
+    probs = pred.select(seeds, fr)  # [seed, fraction, image, class]
     if probs.shape[2:] != c_target.shape:
         raise MissingPredictions(
             f"{encoder}/{dataset}/{condition} holds probabilities for {probs.shape[2]} images x {probs.shape[3]} "
@@ -355,11 +448,9 @@ def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, see
 
 def _distinct_metrics(probs: np.ndarray, target, known, task: str, names) -> dict[str, np.ndarray]:
     """``metrics.array_metrics`` of probs [seed, fraction, image, class] as {name: [seed x fraction]}, each
-    distinct array computed once (identical bytes, found by ``resample.array_key``)."""
+    distinct array computed once (``_distinct``)."""
     flat = probs.reshape(-1, *probs.shape[2:])
-    first: dict[tuple, int] = {}
-    where = np.array([first.setdefault(resample.array_key(a), len(first)) for a in flat])
-    distinct = np.unique(where, return_index=True)[1]  # the first array of each kind
+    where, distinct = _distinct(flat)
     values = metrics.array_metrics(flat[distinct], target, known, task, names)
     return {k: v[where] for k, v in values.items()}
 
