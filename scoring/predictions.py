@@ -352,9 +352,9 @@ class _TestSplit(NamedTuple):
 
 
 class _Parts(NamedTuple):
-    """Frames collected per (dataset, encoder, condition), concatenated at the end."""
+    """Collected per (dataset, encoder, condition), put together at the end (``_assemble``)."""
 
-    metrics: list[pl.DataFrame]
+    metrics: list[dict]  # {column: values}, the columns of the metrics table in its order
     reliability: list[pl.DataFrame]
     per_class: list[pl.DataFrame]
 
@@ -414,45 +414,41 @@ def _condition_metrics(found: MetricsPass, test: _TestSplit, pred: Predictions, 
             f"`crs probe --encoder {encoder} --dataset {dataset}`"
         )
     names = [*metrics.BASE, *(["kappa_quadratic"] if test.ordinal else [])]
-    values = _distinct_metrics(probs, c_target, c_known, test.task, names)
+    flat = probs.reshape(-1, *probs.shape[2:])  # [seed x fraction, image, class]
+    kinds, distinct = _distinct(flat)
+    values = metrics.array_metrics(flat[distinct], c_target, c_known, test.task, names)
+    n = flat.shape[0]
     cols = {"seed": np.repeat(np.asarray(seeds, dtype=np.int64), len(fr)),
-            "fraction": np.tile(np.asarray(fr, dtype=np.float64), len(seeds)), **values}
-    out = pl.DataFrame(cols).fill_nan(None)
+            "fraction": np.tile(np.asarray(fr, dtype=np.float64), len(seeds)),
+            **{k: v[kinds] for k, v in values.items()}}
     scaled = None
     if temps is not None:
         val, t_all = temps
         s_idx = _index(val.seeds, seeds, "seeds", val.where)
-        t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))]
-        scaled = ts.scale(probs, t, test.task)
-        after = _distinct_metrics(scaled, c_target, c_known, test.task, ("ece", "brier", "nll"))
-        out = out.with_columns(pl.Series("temperature", t.reshape(-1), dtype=pl.Float64),
-                               *[pl.Series(f"{k}_ts", v, dtype=pl.Float64) for k, v in after.items()]).fill_nan(None)
+        t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))].reshape(-1)
+        # an array and its temperature give its scaled metrics: each distinct pair of them is scaled once
+        pairs = {}
+        first = np.array([pairs.setdefault((int(k), float(v)), len(pairs)) for k, v in zip(kinds, t)])
+        one = np.unique(first, return_index=True)[1]
+        scaled = ts.scale(flat[one], t[one], test.task)
+        after = metrics.array_metrics(scaled, c_target, c_known, test.task, ("ece", "brier", "nll"))
+        cols.update(temperature=t, **{f"{k}_ts": v[first] for k, v in after.items()})
+        scaled = (scaled, first)
     else:
-        out = out.with_columns(
-            temperature=pl.lit(None, pl.Float64), ece_ts=pl.lit(None, pl.Float64),
-            brier_ts=pl.lit(None, pl.Float64), nll_ts=pl.lit(None, pl.Float64),
-        )
+        cols.update({c: np.full(n, np.nan) for c in ("temperature", "ece_ts", "brier_ts", "nll_ts")})
     if not test.ordinal:
-        out = out.with_columns(kappa_quadratic=pl.lit(None, pl.Float64))
+        cols["kappa_quadratic"] = np.full(n, np.nan)
+    parts.metrics.append({**cols, "encoder": [encoder] * n, "dataset": [dataset] * n, "condition": [condition] * n})
     head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
-    parts.metrics.append(out.with_columns(**head))
     full = _full(fr)[:1]
     if kind in ("clean", "shift") and full:
         labels = _labels_from(c_target, c_known, test.task)
         at_full = {"seed": seeds, "fraction": [fr[full[0]]]}
         views = [(False, metrics.long_table(probs[:, full], labels, test.task, at_full))]
-        if scaled is not None:
-            views.append((True, metrics.long_table(scaled[:, full], labels, test.task, at_full)))
+        if scaled is not None:  # the scaled arrays [seed, image, class] at fraction 1
+            at_one = scaled[0][scaled[1].reshape(len(seeds), len(fr))[:, full[0]]]
+            views.append((True, metrics.long_table(at_one[:, None], labels, test.task, at_full)))
         _full_label_views(test, fr[full[0]], views, head, parts)
-
-
-def _distinct_metrics(probs: np.ndarray, target, known, task: str, names) -> dict[str, np.ndarray]:
-    """``metrics.array_metrics`` of probs [seed, fraction, image, class] as {name: [seed x fraction]}, each
-    distinct array computed once (``_distinct``)."""
-    flat = probs.reshape(-1, *probs.shape[2:])
-    where, distinct = _distinct(flat)
-    values = metrics.array_metrics(flat[distinct], target, known, task, names)
-    return {k: v[where] for k, v in values.items()}
 
 
 def _full_label_views(test: _TestSplit, full: float, views, head: dict, parts: _Parts) -> None:
@@ -473,7 +469,7 @@ def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
     if not parts.metrics:
         return ProbeMetrics(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), warnings)
     cols = ["encoder", "dataset", "seed", "fraction", "condition"]
-    table = pl.concat(parts.metrics, how="diagonal_relaxed")
+    table = _metrics_frame(parts.metrics)
     table = table.select(*cols, pl.exclude(*cols)).sort(cols)
     rel = pl.concat(parts.reliability, how="diagonal_relaxed") if parts.reliability else pl.DataFrame()
     if rel.height:
@@ -484,6 +480,16 @@ def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
         first = ["encoder", "dataset", "condition", "seed", "class", "class_name"]
         per_class = per_class.select(*first, "auroc").sort(first[:5])
     return ProbeMetrics(table, rel, per_class, warnings)
+
+
+def _metrics_frame(parts: list[dict]) -> pl.DataFrame:
+    """One table of the parts' columns (every part has them all, the column order the first part's), NaN as null."""
+    names = list(parts[0])
+    text = {"encoder", "dataset", "condition"}
+    columns = {c: ([v for p in parts for v in p[c]] if c in text else np.concatenate([p[c] for p in parts]))
+               for c in names}
+    schema = {c: pl.String if c in text else pl.Int64 if c == "seed" else pl.Float64 for c in names}
+    return pl.DataFrame(columns, schema=schema).fill_nan(None)
 
 
 def _labels_from(target: np.ndarray, known: np.ndarray, task: str) -> np.ndarray:
