@@ -115,3 +115,22 @@ def test_probe_metrics_equal_the_long_table_path(make_store, tmp_path):
     assert seen == 6
     full = got.filter((pl.col("encoder") == "a") & (pl.col("fraction") == 1.0) & (pl.col("condition") == "clean"))
     assert full["auroc"].n_unique() == 1 and full.height == 3  # one probe, three rows
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+def test_exact_batch_equals_the_kernel_to_the_bit(task, monkeypatch):
+    from crs.scoring import resample
+
+    rng = np.random.default_rng(2)
+    n, k = 60, 4
+    probs, labels = (_multiclass if task == "multiclass" else _multilabel)(rng, 5, n, k)
+    target, known = targets(labels, task, k)
+    counts = resample.image_counts(n, 50, np.random.default_rng(3))
+    counts[:, 0] = 0
+    counts[0, 0] = n  # a replicate of one image: no class has both kinds, NaN
+    monkeypatch.setattr(resample, "_EXACT_BATCH_BYTES", 2 * k * n * 50 * 2)  # blocks of two arrays
+    got = resample.exact_batch([resample.sort_classes(p, target, known) for p in probs], resample.small_counts(counts))
+    for p, g in zip(probs, got, strict=True):
+        want = metrics.weighted_macro_auroc(p, target, known, counts)
+        assert np.array_equal(g, want, equal_nan=True)
+    assert np.isnan(got[:, 0]).all()
