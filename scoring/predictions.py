@@ -13,7 +13,9 @@ metric, bootstrap or reliability bin counts them.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -165,37 +167,74 @@ def image_bootstrap_axes(
     """
     kept = None if found is None else found.kept
     out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
-    for j, dataset in enumerate(datasets):
-        target, known, task, _ = split_targets(store, dataset)
-        low, pert, shift = conditions_of(rows, dataset)
-        test = resample.Draw(target, known, _image_counts(target.shape[0], n_bootstrap, rng, dataset))
-        targets = []
-        for cond in shift:
-            t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
-            counts = _image_counts(t_target.shape[0], n_bootstrap, rng, parse(cond).dataset)
-            targets.append(resample.Draw(t_target, t_known, counts))
-        aurocs = [resample.AurocDraws(d, method) for d in (test, *targets)]
-        for e, encoder in enumerate(encoders):
-            read = {c: Predictions(store, dataset, encoder, c, kept) for c in ["clean", *pert, *shift]}
-            clean = _clean_probs(read["clean"], dataset, encoder, seeds, low, target.shape[0])
-            pert_p = [_fitting(read[c], seeds, target) for c in pert]
-            shift_p = [_fitting(read[c], seeds, t.target) for c, t in zip(shift, targets, strict=True)]
-            for s in range(len(seeds)):  # every array first, so each draw's batch is computed at once
-                for p in [*clean[s], *(q[s, 0] for q in pert_p)]:
-                    aurocs[0].add(p)
-                for t, q in enumerate(shift_p):
-                    aurocs[1 + t].add(q[s, 0])
-            for a in aurocs:
-                a.compute()
-            for s in range(len(seeds)):
-                out[:, e, j, s] = resample.run_axes(
-                    clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], test, targets, task, aurocs
-                )
-            if found is not None:
-                found.add_pair(dataset, encoder, read)
-        if methods is not None:
-            methods[dataset] = {k: sum(a.summary()[k] for a in aurocs) for k in ("linear", "exact", "shared")}
+    # two helper threads, each working in order: one reads the next pair's arrays, one computes the
+    # metrics of pairs already bootstrapped (numpy and the store's reads release the GIL)
+    with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as worker:
+        in_flight: deque = deque()  # the metrics pass's pairs not done yet, at most 2 (their arrays stay in memory)
+        for j, dataset in enumerate(datasets):
+            d = _dataset_draws(store, rows, dataset, n_bootstrap, rng, method)
+
+            def read_pair(encoder: str, dataset: str = dataset, d: _DatasetDraws = d) -> dict:
+                return {c: Predictions(store, dataset, encoder, c, kept) for c in ["clean", *d.pert, *d.shift]}
+
+            ahead = reader.submit(read_pair, encoders[0])
+            for e, encoder in enumerate(encoders):
+                read = ahead.result()
+                if e + 1 < len(encoders):
+                    ahead = reader.submit(read_pair, encoders[e + 1])
+                out[:, e, j] = _pair_axes(read, d, seeds, dataset, encoder)
+                if found is not None:
+                    while len(in_flight) >= 2:
+                        in_flight.popleft().result()
+                    in_flight.append(worker.submit(found.add_pair, dataset, encoder, read))
+            if methods is not None:
+                methods[dataset] = {k: sum(a.summary()[k] for a in d.aurocs) for k in ("linear", "exact", "shared")}
+        while in_flight:
+            in_flight.popleft().result()
     return out
+
+
+class _DatasetDraws(NamedTuple):
+    """One dataset's image draws and what its runs read (``image_bootstrap_axes``)."""
+
+    test: resample.Draw
+    targets: list  # a resample.Draw per shift target
+    task: str
+    low: list[float]  # fractions below 1
+    pert: list[str]  # perturbed conditions
+    shift: list[str]  # shift conditions
+    aurocs: list  # a resample.AurocDraws of the test draw, then of each target's
+
+
+def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: int, rng: np.random.Generator,
+                   method: str) -> _DatasetDraws:
+    """The dataset's test draw, then each shift target's, from ``rng`` in that order."""
+    target, known, task, _ = split_targets(store, dataset)
+    low, pert, shift = conditions_of(rows, dataset)
+    test = resample.Draw(target, known, _image_counts(target.shape[0], n_bootstrap, rng, dataset))
+    targets = []
+    for cond in shift:
+        t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
+        counts = _image_counts(t_target.shape[0], n_bootstrap, rng, parse(cond).dataset)
+        targets.append(resample.Draw(t_target, t_known, counts))
+    aurocs = [resample.AurocDraws(x, method) for x in (test, *targets)]
+    return _DatasetDraws(test, targets, task, low, pert, shift, aurocs)
+
+
+def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str, encoder: str) -> np.ndarray:
+    """Axis values [replicate, seed, axis] of one (dataset, encoder) from its arrays ``read``."""
+    clean = _clean_probs(read["clean"], dataset, encoder, seeds, d.low, d.test.target.shape[0])
+    pert_p = [_fitting(read[c], seeds, d.test.target) for c in d.pert]
+    shift_p = [_fitting(read[c], seeds, t.target) for c, t in zip(d.shift, d.targets, strict=True)]
+    for s in range(len(seeds)):  # every array first, so each draw's batch is computed at once
+        for p in [*clean[s], *(q[s, 0] for q in pert_p)]:
+            d.aurocs[0].add(p)
+        for t, q in enumerate(shift_p):
+            d.aurocs[1 + t].add(q[s, 0])
+    for a in d.aurocs:
+        a.compute()
+    return np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
+                                       d.targets, d.task, d.aurocs) for s in range(len(seeds))], axis=1)
 
 
 def _image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator, dataset: str) -> np.ndarray:
