@@ -363,7 +363,9 @@ class PhaseTimer:
 
     def __enter__(self):
         for owner, name, label in self.targets:
-            fn = getattr(owner, name)
+            fn = getattr(owner, name, None)
+            if fn is None:  # an older crs (the 'before' of a side-by-side run) has no such function
+                continue
             self.saved.append((owner, name, fn))
             setattr(owner, name, self._wrap(fn, label))
         return self
@@ -398,7 +400,7 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
 
 
 def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap: int, n_perturbed: int = 68,
-               bootstrap_unit: str = "both", direct_reads: bool = False) -> dict:
+               bootstrap_unit: str = "both", direct_reads: bool = False, first_encoders: int = 0) -> dict:
     """``crs score`` (``crs.stages.steps.score``: read the run records, score with the default settings, write
     the set) on a paper-scale store (``paper_store``), timed per phase; part 6."""
     import os
@@ -419,6 +421,12 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
         run_records.records_dir(results).mkdir(parents=True, exist_ok=True)
         table.write_parquet(run_records.records_dir(results) / "bench.parquet")
         built = time.perf_counter() - t0
+    if first_encoders:  # score the first N encoders of a larger store: their own results folder
+        table = pl.read_parquet(run_records.records_dir(results) / "bench.parquet")
+        results = Path(tmp) / f"results-{first_encoders}"
+        run_records.records_dir(results).mkdir(parents=True, exist_ok=True)
+        keep = sorted(table["encoder"].unique().to_list())[:first_encoders]
+        table.filter(pl.col("encoder").is_in(keep)).write_parquet(run_records.records_dir(results) / "bench.parquet")
     phases = [
         (run_records, "read", "reading run records"),
         (Store, "read_predictions", "reading predictions"),
@@ -431,7 +439,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
         (run, "summarise", "ranks, intervals, tier"),
         (analysis, "weight_sensitivity", "weight grid"),
         (predictions, "probe_metrics", "metrics from probabilities"),
-        (predictions.MetricsPass, "add_pair", "metrics from probabilities"),
+        (getattr(predictions, "MetricsPass", None), "add_pair", "metrics from probabilities"),
         (run.verdict, "build", "verdict"),
         (scoreset, "write_set", "writing"),
         (scoreset, "write_table", "writing"),
@@ -456,6 +464,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
         "phases": {k: {"wall_s": round(timer.wall.get(k, 0.0), 2), "cpu_s": round(timer.cpu.get(k, 0.0), 2)}
                    for k in {**timer.wall, **timer.cpu}},
         "image_method": scores.settings["bootstrap"].get("image_method"), "direct_reads": direct_reads,
+        "encoders": scores.encoders.height, "scoring_from": str(Path(run.__file__).resolve().parent),
     }
 
 
@@ -479,6 +488,8 @@ def main() -> None:
                     help="part 6: build the store and run records here once and reuse them (default: a fresh temp dir)")
     ap.add_argument("--direct-reads", action="store_true",
                     help="part 6: read predictions as proposed for crs/store (direct_read_predictions)")
+    ap.add_argument("--first-encoders", type=int, default=0,
+                    help="part 6: score only the first N encoders of the store (e.g. to time an older crs beside)")
     args = ap.parse_args()
     if args.end_to_end:
         _end_to_end_part(args)
@@ -618,10 +629,11 @@ def _default_part(args, seed_cpu: float | None = None) -> None:
 
 
 def _end_to_end_part(args) -> None:
-    cost = end_to_end(args.store_dir, args.encoders, args.seeds, args.bootstrap, direct_reads=args.direct_reads)
+    cost = end_to_end(args.store_dir, args.encoders, args.seeds, args.bootstrap, direct_reads=args.direct_reads,
+                      first_encoders=args.first_encoders)
     if cost["built_s"] is not None:
         print(f"paper-scale store and run records built in {cost['built_s']:.0f} s at {cost['store']}")
-    print(f"`crs score` (default settings, unit {cost['unit']!r}, B={args.bootstrap}), {args.encoders} encoders x "
+    print(f"`crs score` (default settings, unit {cost['unit']!r}, B={args.bootstrap}), {cost['encoders']} encoders x "
           f"{args.seeds} seeds, test sets {', '.join(f'{n}x{k} {t}' for _, n, k, t in PAPER_DATASETS)} (each with "
           f"a shift target){' with the proposed direct reads' if cost['direct_reads'] else ''}: "
           f"{cost['wall_s']:.1f} s wall, {cost['cpu_s']:.1f} s CPU")
