@@ -26,12 +26,24 @@
    two renames; ``crs.scoring.scoreset``) against writing each file in place by its own
    atomic rename, as crs score did before (``--write-only`` runs this part alone).
 
+6. ``--end-to-end``: ``crs score`` itself (``crs.stages.steps.score``: read the run records, score
+   with the default settings, B = --bootstrap, write the set) on a paper-scale store built once
+   (``paper_store``, kept under --store-dir for reuse): synthetic probe predictions written in the
+   store's format, no probe fitted; test sets 5000x8 multi-class, 730x5 ordinal, 500x5 multi-label,
+   each with a shift target of as many images; --encoders x --seeds, 7 fractions, 68 perturbed
+   conditions. Timed per phase (``PhaseTimer``: reading the run records, checking the probe runs,
+   reading predictions, image draws, metrics from probabilities, seed draws, CRS replicates, ranks
+   and tier, weight grid, verdict, writing). ``--first-encoders N`` scores only the first N
+   encoders (run it with PYTHONPATH at an older checkout to time that one beside this);
+   ``--direct-reads`` reads predictions as proposed for crs/store (``direct_read_predictions``).
+
 Prints ratios measured in this one run, wall-clock and CPU time (process time: what the
 run would take on a machine it had to itself, where wall time counts other processes'
 share of the cores); the last line is one JSON object. Usage:
 
     python benchmarks/score_bench.py [--bootstrap 1000] [--images 5000] [--loop-replicates 10] [--write-only]
                                      [--default-only] [--after-only] [--test-sets 5000x8,730x5,500x5]
+                                     [--end-to-end [--store-dir DIR] [--first-encoders N] [--direct-reads]]
 """
 
 from __future__ import annotations

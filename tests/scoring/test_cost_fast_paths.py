@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from crs.labels import targets
 from crs.scoring import metrics, predictions
@@ -134,3 +135,28 @@ def test_exact_batch_equals_the_kernel_to_the_bit(task, monkeypatch):
         want = metrics.weighted_macro_auroc(p, target, known, counts)
         assert np.array_equal(g, want, equal_nan=True)
     assert np.isnan(got[:, 0]).all()
+
+
+def test_score_hands_the_bootstrap_reads_to_the_metrics(make_store, tmp_path, monkeypatch):
+    # score() computes the probe metrics from the arrays the image bootstrap read (on a helper
+    # thread): the same tables as probe_metrics reading them itself, and no array is read twice
+    from crs.scoring import score
+    from crs.store import Store
+
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.6, "c": 0.3})
+    alone = predictions.probe_metrics(store, records, ["a", "b", "c"], ["d1"])
+    reads: list[tuple] = []
+    real = Store.read_predictions
+
+    def counted(self, dataset, encoder, condition):
+        reads.append((dataset, encoder, condition))
+        return real(self, dataset, encoder, condition)
+
+    monkeypatch.setattr(Store, "read_predictions", counted)
+    s = score(records, store=store, bootstrap_unit="both", n_bootstrap=20)
+    assert s.settings["bootstrap"]["unit"] == "both"
+    assert s.probe_metrics.equals(alone.metrics)
+    # polars' group means (reliability bins) are not bit-stable from one call to the next: 1e-12
+    assert_frame_equal(s.reliability, alone.reliability, rel_tol=REL, abs_tol=1e-15)
+    assert_frame_equal(s.auroc_per_class, alone.per_class, rel_tol=REL, abs_tol=1e-15)
+    assert len(reads) == len(set(reads)) == 3 * 4  # clean, perturbed, shift and validation, once each
