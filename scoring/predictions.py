@@ -151,7 +151,7 @@ def image_bootstrap_axes(
     rng: np.random.Generator,
     methods: dict | None = None,
     method: str = "auto",
-    found: MetricsPass | None = None,
+    metrics_pass: MetricsPass | None = None,
 ) -> np.ndarray:
     """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled.
 
@@ -162,10 +162,10 @@ def image_bootstrap_axes(
     first array that is not in the store. The AUROCs of each encoder's arrays are
     computed as one batch per draw (``resample.AurocDraws``, ``method`` 'auto' or
     'exact'); ``methods``, where given, receives per dataset how many arrays were
-    linearised, computed exactly, or shared with an identical array. ``found``: a ``MetricsPass``
+    linearised, computed exactly, or shared with an identical array. ``metrics_pass``: a ``MetricsPass``
     handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
     """
-    kept = None if found is None else found.kept
+    kept = None if metrics_pass is None else metrics_pass.kept
     out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
     # two helper threads, each working in order: one reads the next pair's arrays, one computes the
     # metrics of pairs already bootstrapped (numpy and the store's reads release the GIL)
@@ -183,10 +183,10 @@ def image_bootstrap_axes(
                 if e + 1 < len(encoders):
                     ahead = reader.submit(read_pair, encoders[e + 1])
                 out[:, e, j] = _pair_axes(read, d, seeds, dataset, encoder)
-                if found is not None:
+                if metrics_pass is not None:
                     while len(in_flight) >= 2:
                         in_flight.popleft().result()
-                    in_flight.append(worker.submit(found.add_pair, dataset, encoder, read))
+                    in_flight.append(worker.submit(metrics_pass.add_pair, dataset, encoder, read))
             if methods is not None:
                 methods[dataset] = {k: sum(a.summary()[k] for a in d.aurocs) for k in ("linear", "exact", "shared")}
         while in_flight:
@@ -290,11 +290,11 @@ def probe_metrics(
     label, multi-label) there, with its name. A (dataset, encoder) without validation
     probabilities gets null temperature columns, and one warning names them all.
     """
-    found = MetricsPass(store, records, encoders, datasets)
+    metrics_pass = MetricsPass(store, records, encoders, datasets)
     for dataset in datasets:
         for encoder in encoders:
-            found.add_pair(dataset, encoder)
-    return found.result()
+            metrics_pass.add_pair(dataset, encoder)
+    return metrics_pass.result()
 
 
 class MetricsPass:
@@ -429,65 +429,69 @@ def _full(fr: Sequence[float]) -> list[int]:
     return [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL]
 
 
-def _condition_metrics(found: MetricsPass, test: _TestSplit, pred: Predictions, condition, seeds, fr, temps,
+def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predictions, condition, seeds, fr, temps,
                        parts: _Parts) -> None:
     """Every metric of one (dataset, encoder, condition) at its fractions, added to ``parts``.
 
     The values of ``metrics.all_metrics`` on the long table, computed by ``metrics.array_metrics``
-    once per distinct array (``_distinct_metrics``: at fraction 1 every seed's probe is one probe)."""
-    from crs.scoring import temperature as ts
-
+    once per distinct array (``_distinct``: at fraction 1 every seed's probe is one probe)."""
     encoder, dataset = pred.encoder, pred.dataset
     kind = parse(condition).kind
     if kind != "clean":
         fr = [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
     if not fr:
         return
-    split = found.split(parse(condition).dataset) if kind == "shift" else test
-    c_target, c_known = split.target, split.known
+    split = metrics_pass.split(parse(condition).dataset) if kind == "shift" else test
     probs = pred.select(seeds, fr)  # [seed, fraction, image, class]
-    if probs.shape[2:] != c_target.shape:
+    if probs.shape[2:] != split.target.shape:
         raise MissingPredictions(
             f"{encoder}/{dataset}/{condition} holds probabilities for {probs.shape[2]} images x {probs.shape[3]} "
-            f"classes, the split {c_target.shape[0]} x {c_target.shape[1]}; re-run "
+            f"classes, the split {split.target.shape[0]} x {split.target.shape[1]}; re-run "
             f"`crs probe --encoder {encoder} --dataset {dataset}`"
         )
     names = [*metrics.BASE, *(["kappa_quadratic"] if test.ordinal else [])]
     flat = probs.reshape(-1, *probs.shape[2:])  # [seed x fraction, image, class]
     kinds, distinct = _distinct(flat)
-    values = metrics.array_metrics(flat[distinct], c_target, c_known, test.task, names)
+    values = metrics.array_metrics(flat[distinct], split.target, split.known, test.task, names)
     n = flat.shape[0]
     cols = {"seed": np.repeat(np.asarray(seeds, dtype=np.int64), len(fr)),
             "fraction": np.tile(np.asarray(fr, dtype=np.float64), len(seeds)),
             **{k: v[kinds] for k, v in values.items()}}
     scaled = None
     if temps is not None:
-        val, t_all = temps
-        s_idx = _index(val.seeds, seeds, "seeds", val.where)
-        t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))].reshape(-1)
-        # an array and its temperature give its scaled metrics: each distinct pair of them is scaled once
-        pairs = {}
-        first = np.array([pairs.setdefault((int(k), float(v)), len(pairs)) for k, v in zip(kinds, t)])
-        one = np.unique(first, return_index=True)[1]
-        scaled = ts.scale(flat[one], t[one], test.task)
-        after = metrics.array_metrics(scaled, c_target, c_known, test.task, ("ece", "brier", "nll"))
-        cols.update(temperature=t, **{f"{k}_ts": v[first] for k, v in after.items()})
-        scaled = (scaled, first)
+        scaled, after = _scaled(flat, kinds, temps, seeds, fr, split, test.task)
+        cols.update(after)
     else:
         cols.update({c: np.full(n, np.nan) for c in ("temperature", "ece_ts", "brier_ts", "nll_ts")})
     if not test.ordinal:
         cols["kappa_quadratic"] = np.full(n, np.nan)
     parts.metrics.append({**cols, "encoder": [encoder] * n, "dataset": [dataset] * n, "condition": [condition] * n})
-    head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
     full = _full(fr)[:1]
     if kind in ("clean", "shift") and full:
-        labels = _labels_from(c_target, c_known, test.task)
+        head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
+        labels = _labels_from(split.target, split.known, test.task)
         at_full = {"seed": seeds, "fraction": [fr[full[0]]]}
         views = [(False, metrics.long_table(probs[:, full], labels, test.task, at_full))]
         if scaled is not None:  # the scaled arrays [seed, image, class] at fraction 1
-            at_one = scaled[0][scaled[1].reshape(len(seeds), len(fr))[:, full[0]]]
-            views.append((True, metrics.long_table(at_one[:, None], labels, test.task, at_full)))
+            views.append((True, metrics.long_table(scaled[:, full[0]][:, None], labels, test.task, at_full)))
         _full_label_views(test, fr[full[0]], views, head, parts)
+
+
+def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: str):
+    """(scaled probabilities [seed, fraction, image, class], {temperature, ece_ts, brier_ts, nll_ts: [seed x
+    fraction]}) of flat [seed x fraction, image, class]; each distinct (array, temperature) is scaled once."""
+    from crs.scoring import temperature as ts
+
+    val, t_all = temps
+    s_idx = _index(val.seeds, seeds, "seeds", val.where)
+    t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))].reshape(-1)
+    pairs: dict[tuple, int] = {}
+    which = np.array([pairs.setdefault((int(k), float(v)), len(pairs)) for k, v in zip(kinds, t, strict=True)])
+    one = np.unique(which, return_index=True)[1]
+    scaled = ts.scale(flat[one], t[one], task)
+    after = metrics.array_metrics(scaled, split.target, split.known, task, ("ece", "brier", "nll"))
+    columns = {"temperature": t, **{f"{k}_ts": v[which] for k, v in after.items()}}
+    return scaled[which].reshape(len(seeds), len(fr), *flat.shape[1:]), columns
 
 
 def _full_label_views(test: _TestSplit, full: float, views, head: dict, parts: _Parts) -> None:

@@ -224,10 +224,10 @@ def score(
     warnings: list[str] = tie_warnings(records)
     used = used_rows(records)
     image_method: dict = {}  # per dataset: arrays linearised / exact / shared (predictions.image_bootstrap_axes)
-    reading = _metrics_pass(store, records, encoders, datasets)
+    metrics_pass = _metrics_pass(store, records, encoders, datasets)
     reps, draw, unit = _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders,
-                                   datasets, seeds, warnings, image_method, reading)
-    found = _from_store(store, records, encoders, datasets, warnings, reading)
+                                   datasets, seeds, warnings, image_method, metrics_pass)
+    found = _from_store(store, records, encoders, datasets, warnings, metrics_pass)
     tables = _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found)
     settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
                          excluded, simplex_step, warnings)
@@ -251,12 +251,13 @@ def score(
 
 
 def _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders, datasets, seeds,
-                warnings, image_method=None, reading=None):
+                warnings, image_method=None, metrics_pass=None):
     """(CRS of every bootstrap replicate, the seed draw [replicate, draw], the unit resampled); says in
     ``warnings`` where the unit fell back or a replicate had no CRS."""
     draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
     x_boot, unit = _bootstrap_means(
-        x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings, image_method, reading
+        x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings, image_method,
+        metrics_pass,
     )
     reps = score_replicates(x_boot, ref, w)
     _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
@@ -337,11 +338,11 @@ def _check_encoders(records: pl.DataFrame, reference: str) -> None:
 
 
 def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings, image_method=None,
-                     reading=None):
+                     metrics_pass=None):
     """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used).
 
     Falls back to the seed bootstrap, saying why in ``warnings``, where the image
-    bootstrap cannot read what it needs. ``reading``: a ``predictions.MetricsPass`` the image
+    bootstrap cannot read what it needs. ``metrics_pass``: a ``predictions.MetricsPass`` the image
     bootstrap hands the arrays it reads (``_metrics_pass``)."""
     x_rep = None
     if unit != "seed":
@@ -356,7 +357,7 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
             try:
                 x_rep = image_bootstrap_axes(
                     store, used, encoders, datasets, seeds, draw.shape[0], np.random.default_rng([seed, 1]),
-                    image_method, found=reading,
+                    image_method, metrics_pass=metrics_pass,
                 )
             except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
@@ -575,8 +576,8 @@ def _metrics_pass(store, records, encoders, datasets):
     return MetricsPass(store, records, encoders, datasets)
 
 
-def _from_store(store, records, encoders, datasets, warnings: list[str], reading=None):
-    """``predictions.probe_metrics`` where a store is given and holds them, else empty tables; ``reading``'s
+def _from_store(store, records, encoders, datasets, warnings: list[str], metrics_pass=None):
+    """``predictions.probe_metrics`` where a store is given and holds them, else empty tables; ``metrics_pass``'s
     result where the image bootstrap handed it every pair."""
     from crs.scoring.predictions import MissingPredictions, ProbeMetrics, probe_metrics
 
@@ -589,7 +590,7 @@ def _from_store(store, records, encoders, datasets, warnings: list[str], reading
         )
         return empty
     try:
-        found = reading.result() if reading is not None and reading.complete else probe_metrics(
+        found = metrics_pass.result() if metrics_pass is not None and metrics_pass.complete else probe_metrics(
             store, records, encoders, datasets)
     except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
         warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
