@@ -28,7 +28,9 @@ computes them as a batch (docs/crs-v1.md section 5):
 * a check per array: the exact kernel on the first ``CHECK_DRAWS`` replicates; the
   linear values are kept only where their largest difference from exact there is at
   most ``LINEAR_TOL`` times their bootstrap standard deviation, else (and below
-  ``LINEAR_MIN_IMAGES`` test images) every replicate is computed exactly.
+  ``LINEAR_MIN_IMAGES`` test images) every replicate is computed exactly; below
+  ``LINEAR_MIN_IMAGES`` every class of an array in one integer pass (``exact_batch``,
+  the kernel's values to the bit).
 """
 
 from __future__ import annotations
@@ -335,13 +337,16 @@ class AurocDraws:
     def compute(self) -> None:
         pending, self._pending = list(self._pending.items()), {}
         n = self.draw.counts.shape[0]
-        if self.method == "exact" or n < LINEAR_MIN_IMAGES:
-            if pending:
-                values = exact_batch([sort_classes(p, self.draw.target, self.draw.known) for _, p in pending],
-                                     self._small_counts())
-                for (key, _), v in zip(pending, values, strict=True):
-                    self._values[key] = v
-                self.exact += len(pending)
+        if n < LINEAR_MIN_IMAGES and pending:  # every class of an array in one pass (a block of a few MB)
+            values = exact_batch([sort_classes(p, self.draw.target, self.draw.known) for _, p in pending],
+                                 self._small_counts())
+            for (key, _), v in zip(pending, values, strict=True):
+                self._values[key] = v
+            self.exact += len(pending)
+            return
+        if self.method == "exact":  # larger test sets: class by class (one [image, replicate] copy at a time)
+            for key, p in pending:
+                self._values[key] = self._exact(p)
             return
         columns = min(_BATCH_COLUMNS, _BATCH_VALUES // n)  # a [image, column] float32 block of at most 256 MB
         per_batch = max(1, columns // (2 * self.draw.target.shape[1]))
