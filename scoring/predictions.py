@@ -457,9 +457,9 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
     cols = {"seed": np.repeat(np.asarray(seeds, dtype=np.int64), len(fr)),
             "fraction": np.tile(np.asarray(fr, dtype=np.float64), len(seeds)),
             **{k: v[kinds] for k, v in values.items()}}
-    scaled = None
+    scaled = scaled_kinds = None
     if temps is not None:
-        scaled, after = _scaled(flat, kinds, temps, seeds, fr, split, test.task)
+        scaled, after, scaled_kinds = _scaled(flat, kinds, temps, seeds, fr, split, test.task)
         cols.update(after)
     else:
         cols.update({c: np.full(n, np.nan) for c in ("temperature", "ece_ts", "brier_ts", "nll_ts")})
@@ -470,16 +470,22 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
     if kind in ("clean", "shift") and full:
         head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
         labels = _labels_from(split.target, split.known, test.task)
-        at_full = {"seed": seeds, "fraction": [fr[full[0]]]}
-        views = [(False, metrics.long_table(probs[:, full], labels, test.task, at_full))]
-        if scaled is not None:  # the scaled arrays [seed, image, class] at fraction 1
-            views.append((True, metrics.long_table(scaled[:, full[0]][:, None], labels, test.task, at_full)))
-        _full_label_views(test, fr[full[0]], views, head, parts)
+        views = []  # (scaled, long table of the distinct seeds' arrays at fraction 1, seed -> its seed there)
+        groups = [(False, probs, kinds)] + ([] if scaled is None else [(True, scaled, scaled_kinds)])
+        for is_scaled, arrays, kind_of in groups:
+            at = np.asarray(kind_of).reshape(len(seeds), len(fr))[:, full[0]]
+            rep = [int(np.flatnonzero(at == a)[0]) for a in at]  # the first seed with the same array
+            mine = sorted(set(rep))
+            table = metrics.long_table(arrays[mine][:, full], labels, test.task,
+                                       {"seed": [seeds[i] for i in mine], "fraction": [fr[full[0]]]})
+            views.append((is_scaled, table, [seeds[i] for i in rep]))
+        _full_label_views(test, fr[full[0]], views, seeds, head, parts)
 
 
 def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: str):
     """(scaled probabilities [seed, fraction, image, class], {temperature, ece_ts, brier_ts, nll_ts: [seed x
-    fraction]}) of flat [seed x fraction, image, class]; each distinct (array, temperature) is scaled once."""
+    fraction]}, kind [seed x fraction]) of flat [seed x fraction, image, class]; each distinct (array,
+    temperature), one kind, is scaled once."""
     from crs.scoring import temperature as ts
 
     val, t_all = temps
@@ -491,21 +497,33 @@ def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: 
     scaled = ts.scale(flat[one], t[one], task)
     after = metrics.array_metrics(scaled, split.target, split.known, task, ("ece", "brier", "nll"))
     columns = {"temperature": t, **{f"{k}_ts": v[which] for k, v in after.items()}}
-    return scaled[which].reshape(len(seeds), len(fr), *flat.shape[1:]), columns
+    return scaled[which].reshape(len(seeds), len(fr), *flat.shape[1:]), columns, which
 
 
-def _full_label_views(test: _TestSplit, full: float, views, head: dict, parts: _Parts) -> None:
-    """Per-class AUROC and the reliability bins (unscaled, and scaled where fitted) at fraction 1."""
-    table = views[0][1]
+def _full_label_views(test: _TestSplit, full: float, views, seeds, head: dict, parts: _Parts) -> None:
+    """Per-class AUROC and the reliability bins (unscaled, and scaled where fitted) at fraction 1.
+
+    ``views``: (scaled, long table, rep) with the long table of the distinct seeds' arrays and
+    rep[s] the seed whose array seed s shares; every seed gets the rows of its rep."""
     names = pl.DataFrame({"class": list(range(len(test.attrs["classes"]))),
                           "class_name": [str(c) for c in test.attrs["classes"]]},
                          schema={"class": pl.Int64, "class_name": pl.String})
+    _, table, rep = views[0]
     at_full = table.filter(pl.col("fraction") == full)
     per_class = metrics.auroc_per_class(at_full, ["seed"]).join(names, on="class", how="left")
-    parts.per_class.append(per_class.with_columns(**head))
-    for is_scaled, tab in views:
+    parts.per_class.append(_for_every_seed(per_class, seeds, rep).with_columns(**head))
+    for is_scaled, tab, rep in views:
         rel = metrics.reliability(tab.filter(pl.col("fraction") == full), ["seed"], test.task)
-        parts.reliability.append(rel.with_columns(**head, scaled=pl.lit(is_scaled)))
+        parts.reliability.append(_for_every_seed(rel, seeds, rep).with_columns(**head, scaled=pl.lit(is_scaled)))
+
+
+def _for_every_seed(table: pl.DataFrame, seeds, rep) -> pl.DataFrame:
+    """``table``'s rows for every seed s, those of seed rep[s] relabelled (``table`` holds the rep seeds)."""
+    if list(rep) == list(seeds):
+        return table
+    dtype = table.schema["seed"]
+    return pl.concat([table.filter(pl.col("seed") == r).with_columns(pl.lit(s, dtype=dtype).alias("seed"))
+                      for s, r in zip(seeds, rep, strict=True)])
 
 
 def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:

@@ -91,7 +91,13 @@ def _slow_probe_metrics(store, test, dataset, encoder, condition, seeds, fr, tem
     scaled = metrics.long_table(ts.scale(probs, t, test.task), labels, test.task, keys)
     for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
         out = out.join(fn(scaled, by, test.task).rename({name: f"{name}_ts"}), on=by, how="left")
-    return out
+    if kind == "perturbed":
+        return out, None, None
+    at_one = [pl.col("fraction") == 1.0]
+    per_class = metrics.auroc_per_class(metrics.long_table(probs, labels, test.task, keys).filter(*at_one), ["seed"])
+    rel = [metrics.reliability(tab.filter(*at_one), ["seed"], test.task)
+           for tab in (metrics.long_table(probs, labels, test.task, keys), scaled)]
+    return out, per_class, rel
 
 
 def test_probe_metrics_equal_the_long_table_path(make_store, tmp_path):
@@ -101,20 +107,29 @@ def test_probe_metrics_equal_the_long_table_path(make_store, tmp_path):
         probs, attrs = store.read_predictions("d1", "a", cond)
         probs[:, -1] = probs[0, -1]
         store.write_predictions("d1", "a", cond, probs, attrs)
-    got = predictions.probe_metrics(store, records, ["a", "b"], ["d1"]).metrics
+    got = predictions.probe_metrics(store, records, ["a", "b"], ["d1"])
     test = predictions._TestSplit(*predictions.split_targets(store, "d1"))
     seen = 0
     for (enc, cond), g in records.group_by("encoder", "condition"):
         temps = predictions._temperatures(store, "d1", enc, test.task)
         fr = sorted(g["fraction"].unique().to_list())
-        want = _slow_probe_metrics(store, test, "d1", enc, cond, [0, 1, 2], fr, temps)
-        mine = got.filter((pl.col("encoder") == enc) & (pl.col("condition") == cond)).sort("seed", "fraction")
+        want, want_class, want_rel = _slow_probe_metrics(store, test, "d1", enc, cond, [0, 1, 2], fr, temps)
+        mine = got.metrics.filter((pl.col("encoder") == enc) & (pl.col("condition") == cond)).sort("seed", "fraction")
         assert mine.height == want.height
         for name in [c for c in want.columns if c not in ("seed", "fraction")]:
             assert _close(mine[name].to_numpy(), want[name].to_numpy()), (enc, cond, name)
         seen += 1
+        if want_class is None:
+            continue
+        pick = (pl.col("encoder") == enc) & (pl.col("condition") == cond)
+        assert_frame_equal(got.per_class.filter(pick).select(want_class.columns).sort("seed", "class"),
+                           want_class.sort("seed", "class"), rel_tol=REL, abs_tol=1e-15)
+        for scaled, w in zip((False, True), want_rel, strict=True):
+            g = got.reliability.filter(pick & (pl.col("scaled") == scaled)).select(w.columns).sort("seed", "bin")
+            assert_frame_equal(g, w.sort("seed", "bin"), rel_tol=REL, abs_tol=1e-15, check_dtypes=False)
     assert seen == 6
-    full = got.filter((pl.col("encoder") == "a") & (pl.col("fraction") == 1.0) & (pl.col("condition") == "clean"))
+    full = got.metrics.filter((pl.col("encoder") == "a") & (pl.col("fraction") == 1.0)
+                              & (pl.col("condition") == "clean"))
     assert full["auroc"].n_unique() == 1 and full.height == 3  # one probe, three rows
 
 
