@@ -556,14 +556,28 @@ def auroc_rows(scores: np.ndarray, positive: np.ndarray, negative: np.ndarray) -
     ``weighted_auroc`` with unit weights, vectorised over rows with one sort each. The numerator,
     sum over positives of (negatives before its tie run + negatives through its run) / 2, is a sum of
     integers and halves, so it is exact in float64, as the kernel's is: the values are the same to
-    the bit. NaN for a row without both a positive and a negative.
+    the bit. Rows without ties take the kernel's shortcut (a positive's run is itself: the negatives
+    below it). NaN for a row without both a positive and a negative.
     """
     r, n = scores.shape
     order = np.argsort(scores, axis=1)
     ss = np.take_along_axis(scores, order, axis=1)
     pos = np.take_along_axis(positive, order, axis=1)
-    neg = np.take_along_axis(negative, order, axis=1)
-    cum = np.cumsum(neg, axis=1, dtype=np.int64)  # negatives among the first i + 1
+    cum = np.cumsum(np.take_along_axis(negative, order, axis=1), axis=1, dtype=np.int64)  # negatives in the first i + 1
+    untied = (ss[:, 1:] != ss[:, :-1]).all(axis=1)
+    num = np.zeros(r)
+    num[untied] = np.where(pos[untied], cum[untied], 0).sum(axis=1)
+    tied = np.flatnonzero(~untied)
+    if tied.size:
+        num[tied] = _tied_numerator(ss[tied], pos[tied], cum[tied])
+    den = pos.sum(axis=1).astype(np.float64) * cum[:, -1].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _tied_numerator(ss: np.ndarray, pos: np.ndarray, cum: np.ndarray) -> np.ndarray:
+    """sum over positives of (negatives before its tie run + through its run) / 2, per row of sorted scores."""
+    r, n = ss.shape
     new = np.ones((r, n), dtype=bool)
     new[:, 1:] = ss[:, 1:] != ss[:, :-1]
     idx = np.arange(n)
@@ -573,10 +587,7 @@ def auroc_rows(scores: np.ndarray, positive: np.ndarray, negative: np.ndarray) -
     end = np.minimum.accumulate(np.where(last, idx, n - 1)[:, ::-1], axis=1)[:, ::-1]
     before = np.where(start > 0, np.take_along_axis(cum, np.maximum(start - 1, 0), axis=1), 0)
     through = np.take_along_axis(cum, end, axis=1)
-    num = np.where(pos, before + through, 0).sum(axis=1) / 2.0
-    den = pos.sum(axis=1).astype(np.float64) * cum[:, -1].astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    return np.where(pos, before + through, 0).sum(axis=1) / 2.0
 
 
 def _binned_rows(conf: np.ndarray, hit: np.ndarray, use: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
