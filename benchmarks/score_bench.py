@@ -258,73 +258,91 @@ def paper_store(path: str, n_encoders: int = 15, n_seeds: int = 5, n_perturbed: 
     fitted: the run records' AUROC and ECE are computed from these probabilities.
     """
     from crs.records import COLUMNS
-    from crs.scoring import metrics
-    from crs.store import SPLIT_CODE, DatasetTable, Store
+    from crs.store import Store
 
     rng = np.random.default_rng(rng_seed)
     store = Store(path, "a")
     conditions = [f"{f}@{v}" for f in FAMILIES for v in range(1, 6)][:n_perturbed]
     rows: list[dict] = []
     for name, n, k, task in datasets:
-        tests = {}
-        for ds, shift in ((name, f"{name}_site2"), (f"{name}_site2", None)):
-            n_val, n_train = n // 2, 8
-            total = n + n_val + n_train
-            if task == "multiclass":
-                labels = rng.integers(0, k, total)
-                labels[:k] = np.arange(k)
-            else:
-                labels = (rng.random((total, k)) < 0.3).astype(np.int8)
-                labels[rng.random((total, k)) < 0.05] = -1
-                labels[:2] = [[1] * k, [0] * k]
-            split = np.repeat(np.array([SPLIT_CODE["test"], SPLIT_CODE["val"], SPLIT_CODE["train"]], np.int8),
-                              [n, n_val, n_train])
-            attrs = {"task": task, "classes": [f"c{i}" for i in range(k)], "ordinal": name == "bench_fundus"}
-            if shift:
-                attrs["shift_target"] = shift
-            store.write_dataset(DatasetTable(ds, np.array([f"{ds}-{i}" for i in range(total)]), labels, split,
-                                             np.array(["g"] * total), attrs))
-            from crs.labels import targets
-
-            t, known = targets(labels, task, k)
-            tests[ds] = (t[:n], known[:n], t[n:n + n_val])
-        target, known, val_target = tests[name]
-        s_target, s_known, _ = tests[f"{name}_site2"]
-        meta = {"seeds": list(range(n_seeds)), "classes": [f"c{i}" for i in range(k)]}
+        splits = {ds: _paper_split(store, rng, ds, n, k, task, name == "bench_fundus", shift)
+                  for ds, shift in ((name, f"{name}_site2"), (f"{name}_site2", None))}
         for e in range(n_encoders):
-            enc = f"enc{e:02d}"
-            signal = 0.6 + 0.6 * rng.random()
-            scale = [signal * (1.0 - 0.5 * (1.0 - f) ** 2) for f in FRACTIONS]  # fewer labels, less signal
-            clean = np.empty((n_seeds, len(FRACTIONS), *target.shape), dtype=np.float32)
-            for j, f in enumerate(FRACTIONS):  # the fraction-1 probe is one probe for every seed
-                clean[:, j] = _paper_probs(rng, target, task, scale[j], (1 if f == 1.0 else n_seeds,))
-            store.write_predictions(name, enc, "clean", clean, {**meta, "fractions": list(FRACTIONS)})
-            val = np.stack([np.broadcast_to(_paper_probs(rng, val_target, task, scale[j], (1 if f == 1.0 else n_seeds,)),
-                                            (n_seeds, *val_target.shape)) for j, f in enumerate(FRACTIONS)], axis=1)
-            store.write_predictions(name, enc, "validation", val, {**meta, "fractions": list(FRACTIONS)})
-            arrays = {"clean": (clean, target, known)}
-            for c in [*conditions, f"shift:{name}_site2"]:
-                t, kn = (s_target, s_known) if c.startswith("shift:") else (target, known)
-                sev = 3 if c.startswith("shift:") else int(c.split("@")[1])
-                one = _paper_probs(rng, t, task, signal * (1.0 - 0.08 * sev), (1, 1))
-                probs = np.broadcast_to(one, (n_seeds, 1, *t.shape))
-                store.write_predictions(name, enc, c, probs, {**meta, "fractions": [1.0]})
-                arrays[c] = (probs, t, kn)
-            for c, (probs, t, kn) in arrays.items():
-                ones = np.ones((t.shape[0], 1))
-                for j in range(probs.shape[1]):
-                    f = FRACTIONS[j] if c == "clean" else 1.0
-                    for s in range(n_seeds):
-                        if s and (f == 1.0):  # the same probe for every seed: the same metrics
-                            rows.append({**rows[-1], "seed": s})
-                            continue
-                        p = probs[s, j]
-                        rows.append({"encoder": enc, "dataset": name, "task": task, "seed": s, "fraction": f,
-                                     "condition": c, "n_eval": t.shape[0],
-                                     "auroc": float(metrics.weighted_macro_auroc(p, t, kn, ones)[0]),
-                                     "ece": float(metrics.weighted_ece(p, t, kn, ones, task)[0])})
+            arrays = _paper_encoder(store, rng, name, f"enc{e:02d}", task, n_seeds, conditions, splits)
+            rows.extend(_paper_records(f"enc{e:02d}", name, task, n_seeds, arrays))
     full = [{c: r.get(c) for c in COLUMNS} for r in rows]
     return pl.DataFrame(full, schema={c: getattr(pl, t) for c, (t, _) in COLUMNS.items()})
+
+
+def _paper_split(store, rng, ds: str, n: int, k: int, task: str, ordinal: bool, shift: str | None):
+    """Write dataset ``ds`` (n test, n/2 validation, 8 training images); (test target, test known,
+    validation target)."""
+    from crs.labels import targets
+    from crs.store import SPLIT_CODE, DatasetTable
+
+    n_val, n_train = n // 2, 8
+    total = n + n_val + n_train
+    if task == "multiclass":
+        labels = rng.integers(0, k, total)
+        labels[:k] = np.arange(k)
+    else:
+        labels = (rng.random((total, k)) < 0.3).astype(np.int8)
+        labels[rng.random((total, k)) < 0.05] = -1
+        labels[:2] = [[1] * k, [0] * k]
+    split = np.repeat(np.array([SPLIT_CODE["test"], SPLIT_CODE["val"], SPLIT_CODE["train"]], np.int8),
+                      [n, n_val, n_train])
+    attrs = {"task": task, "classes": [f"c{i}" for i in range(k)], "ordinal": ordinal}
+    if shift:
+        attrs["shift_target"] = shift
+    store.write_dataset(DatasetTable(ds, np.array([f"{ds}-{i}" for i in range(total)]), labels, split,
+                                     np.array(["g"] * total), attrs))
+    t, known = targets(labels, task, k)
+    return t[:n], known[:n], t[n:n + n_val]
+
+
+def _paper_encoder(store, rng, name: str, enc: str, task: str, n_seeds: int, conditions, splits) -> dict:
+    """Write one encoder's predictions on dataset ``name``; {condition: (probs, target, known)} of its test arrays."""
+    (target, known, val_target), (s_target, s_known, _) = splits[name], splits[f"{name}_site2"]
+    meta = {"seeds": list(range(n_seeds)), "classes": [f"c{i}" for i in range(target.shape[1])]}
+    signal = 0.6 + 0.6 * rng.random()
+    scale = [signal * (1.0 - 0.5 * (1.0 - f) ** 2) for f in FRACTIONS]  # fewer labels, less signal
+
+    def at_fractions(t: np.ndarray) -> np.ndarray:  # [seed, fraction, image, class]; fraction 1: one probe
+        return np.stack([np.broadcast_to(_paper_probs(rng, t, task, scale[j], (1 if f == 1.0 else n_seeds,)),
+                                         (n_seeds, *t.shape)) for j, f in enumerate(FRACTIONS)], axis=1)
+
+    clean = at_fractions(target)
+    store.write_predictions(name, enc, "clean", clean, {**meta, "fractions": list(FRACTIONS)})
+    store.write_predictions(name, enc, "validation", at_fractions(val_target), {**meta, "fractions": list(FRACTIONS)})
+    arrays = {"clean": (clean, target, known)}
+    for c in [*conditions, f"shift:{name}_site2"]:
+        t, kn = (s_target, s_known) if c.startswith("shift:") else (target, known)
+        sev = 3 if c.startswith("shift:") else int(c.split("@")[1])
+        probs = np.broadcast_to(_paper_probs(rng, t, task, signal * (1.0 - 0.08 * sev), (1, 1)), (n_seeds, 1, *t.shape))
+        store.write_predictions(name, enc, c, probs, {**meta, "fractions": [1.0]})
+        arrays[c] = (probs, t, kn)
+    return arrays
+
+
+def _paper_records(enc: str, name: str, task: str, n_seeds: int, arrays: dict) -> list[dict]:
+    """Run-record rows of one encoder on one dataset, AUROC and ECE computed from its test arrays."""
+    from crs.scoring import metrics
+
+    rows: list[dict] = []
+    for c, (probs, t, kn) in arrays.items():
+        ones = np.ones((t.shape[0], 1))
+        for j in range(probs.shape[1]):
+            f = FRACTIONS[j] if c == "clean" else 1.0
+            for s in range(n_seeds):
+                if s and f == 1.0:  # the same probe for every seed: the same metrics
+                    rows.append({**rows[-1], "seed": s})
+                    continue
+                p = probs[s, j]
+                rows.append({"encoder": enc, "dataset": name, "task": task, "seed": s, "fraction": f,
+                             "condition": c, "n_eval": t.shape[0],
+                             "auroc": float(metrics.weighted_macro_auroc(p, t, kn, ones)[0]),
+                             "ece": float(metrics.weighted_ece(p, t, kn, ones, task)[0])})
+    return rows
 
 
 class PhaseTimer:
