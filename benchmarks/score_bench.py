@@ -26,12 +26,24 @@
    two renames; ``crs.scoring.scoreset``) against writing each file in place by its own
    atomic rename, as crs score did before (``--write-only`` runs this part alone).
 
+6. ``--end-to-end``: ``crs score`` itself (``crs.stages.steps.score``: read the run records, score
+   with the default settings, B = --bootstrap, write the set) on a paper-scale store built once
+   (``paper_store``, kept under --store-dir for reuse): synthetic probe predictions written in the
+   store's format, no probe fitted; test sets 5000x8 multi-class, 730x5 ordinal, 500x5 multi-label,
+   each with a shift target of as many images; --encoders x --seeds, 7 fractions, 68 perturbed
+   conditions. Timed per phase (``PhaseTimer``: reading the run records, checking the probe runs,
+   reading predictions, image draws, metrics from probabilities, seed draws, CRS replicates, ranks
+   and tier, weight grid, verdict, writing). ``--first-encoders N`` scores only the first N
+   encoders (run it with PYTHONPATH at an older checkout to time that one beside this);
+   ``--direct-reads`` reads predictions as proposed for crs/store (``direct_read_predictions``).
+
 Prints ratios measured in this one run, wall-clock and CPU time (process time: what the
 run would take on a machine it had to itself, where wall time counts other processes'
 share of the cores); the last line is one JSON object. Usage:
 
     python benchmarks/score_bench.py [--bootstrap 1000] [--images 5000] [--loop-replicates 10] [--write-only]
                                      [--default-only] [--after-only] [--test-sets 5000x8,730x5,500x5]
+                                     [--end-to-end [--store-dir DIR] [--first-encoders N] [--direct-reads]]
 """
 
 from __future__ import annotations
@@ -219,6 +231,273 @@ def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds
     return out
 
 
+# ---------------------------------------------------------------- part 6: end to end
+PAPER_DATASETS = (  # name, test images, classes, task; each with a shift target of as many test images
+    ("bench_derm", 5000, 8, "multiclass"), ("bench_fundus", 730, 5, "multiclass"), ("bench_cxr", 500, 5, "multilabel"),
+)  # fmt: skip
+
+
+def _paper_probs(rng: np.random.Generator, target: np.ndarray, task: str, signal: float, shape: tuple) -> np.ndarray:
+    """Probabilities [*shape, image, class] float32: softmax (multi-class) or sigmoid (multi-label) of noisy logits."""
+    z = signal * (2.0 * target - 1.0) + rng.normal(size=(*shape, *target.shape))
+    if task == "multilabel":
+        return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def paper_store(path: str, n_encoders: int = 15, n_seeds: int = 5, n_perturbed: int = 68,
+                datasets=PAPER_DATASETS, rng_seed: int = 0) -> pl.DataFrame:
+    """A store at the published benchmark's scale with synthetic probe predictions, and its run records.
+
+    Per dataset (``datasets``: name, test images, classes, task) a shift target ``NAME_site2`` with
+    as many test images; per (encoder, dataset): clean test probabilities [seed, fraction, image,
+    class] at the 7 ``FRACTIONS``, validation ones at the same fractions (half as many images),
+    ``n_perturbed`` perturbed conditions and the shift at fraction 1. As the probe writes them, every
+    seed's fraction-1 probe is one probe, so its arrays are the same for every seed. No probe is
+    fitted: the run records' AUROC and ECE are computed from these probabilities.
+    """
+    from crs.records import COLUMNS
+    from crs.store import Store
+
+    rng = np.random.default_rng(rng_seed)
+    store = Store(path, "a")
+    conditions = [f"{f}@{v}" for f in FAMILIES for v in range(1, 6)][:n_perturbed]
+    rows: list[dict] = []
+    for name, n, k, task in datasets:
+        splits = {ds: _paper_split(store, rng, ds, n, k, task, name == "bench_fundus", shift)
+                  for ds, shift in ((name, f"{name}_site2"), (f"{name}_site2", None))}
+        for e in range(n_encoders):
+            arrays = _paper_encoder(store, rng, name, f"enc{e:02d}", task, n_seeds, conditions, splits)
+            rows.extend(_paper_records(f"enc{e:02d}", name, task, n_seeds, arrays))
+    full = [{c: r.get(c) for c in COLUMNS} for r in rows]
+    return pl.DataFrame(full, schema={c: getattr(pl, t) for c, (t, _) in COLUMNS.items()})
+
+
+def _paper_split(store, rng, ds: str, n: int, k: int, task: str, ordinal: bool, shift: str | None):
+    """Write dataset ``ds`` (n test, n/2 validation, 8 training images); (test target, test known,
+    validation target)."""
+    from crs.labels import targets
+    from crs.store import SPLIT_CODE, DatasetTable
+
+    n_val, n_train = n // 2, 8
+    total = n + n_val + n_train
+    if task == "multiclass":
+        labels = rng.integers(0, k, total)
+        labels[:k] = np.arange(k)
+    else:
+        labels = (rng.random((total, k)) < 0.3).astype(np.int8)
+        labels[rng.random((total, k)) < 0.05] = -1
+        labels[:2] = [[1] * k, [0] * k]
+    split = np.repeat(np.array([SPLIT_CODE["test"], SPLIT_CODE["val"], SPLIT_CODE["train"]], np.int8),
+                      [n, n_val, n_train])
+    attrs = {"task": task, "classes": [f"c{i}" for i in range(k)], "ordinal": ordinal}
+    if shift:
+        attrs["shift_target"] = shift
+    store.write_dataset(DatasetTable(ds, np.array([f"{ds}-{i}" for i in range(total)]), labels, split,
+                                     np.array(["g"] * total), attrs))
+    t, known = targets(labels, task, k)
+    return t[:n], known[:n], t[n:n + n_val]
+
+
+def _paper_encoder(store, rng, name: str, enc: str, task: str, n_seeds: int, conditions, splits) -> dict:
+    """Write one encoder's predictions on dataset ``name``; {condition: (probs, target, known)} of its test arrays."""
+    (target, known, val_target), (s_target, s_known, _) = splits[name], splits[f"{name}_site2"]
+    meta = {"seeds": list(range(n_seeds)), "classes": [f"c{i}" for i in range(target.shape[1])]}
+    signal = 0.6 + 0.6 * rng.random()
+    scale = [signal * (1.0 - 0.5 * (1.0 - f) ** 2) for f in FRACTIONS]  # fewer labels, less signal
+
+    def at_fractions(t: np.ndarray) -> np.ndarray:  # [seed, fraction, image, class]; fraction 1: one probe
+        return np.stack([np.broadcast_to(_paper_probs(rng, t, task, scale[j], (1 if f == 1.0 else n_seeds,)),
+                                         (n_seeds, *t.shape)) for j, f in enumerate(FRACTIONS)], axis=1)
+
+    clean = at_fractions(target)
+    store.write_predictions(name, enc, "clean", clean, {**meta, "fractions": list(FRACTIONS)})
+    store.write_predictions(name, enc, "validation", at_fractions(val_target), {**meta, "fractions": list(FRACTIONS)})
+    arrays = {"clean": (clean, target, known)}
+    for c in [*conditions, f"shift:{name}_site2"]:
+        t, kn = (s_target, s_known) if c.startswith("shift:") else (target, known)
+        sev = 3 if c.startswith("shift:") else int(c.split("@")[1])
+        probs = np.broadcast_to(_paper_probs(rng, t, task, signal * (1.0 - 0.08 * sev), (1, 1)), (n_seeds, 1, *t.shape))
+        store.write_predictions(name, enc, c, probs, {**meta, "fractions": [1.0]})
+        arrays[c] = (probs, t, kn)
+    return arrays
+
+
+def _paper_records(enc: str, name: str, task: str, n_seeds: int, arrays: dict) -> list[dict]:
+    """Run-record rows of one encoder on one dataset, AUROC and ECE computed from its test arrays."""
+    from crs.scoring import metrics
+
+    rows: list[dict] = []
+    for c, (probs, t, kn) in arrays.items():
+        ones = np.ones((t.shape[0], 1))
+        for j in range(probs.shape[1]):
+            f = FRACTIONS[j] if c == "clean" else 1.0
+            for s in range(n_seeds):
+                if s and f == 1.0:  # the same probe for every seed: the same metrics
+                    rows.append({**rows[-1], "seed": s})
+                    continue
+                p = probs[s, j]
+                rows.append({"encoder": enc, "dataset": name, "task": task, "seed": s, "fraction": f,
+                             "condition": c, "n_eval": t.shape[0],
+                             "auroc": float(metrics.weighted_macro_auroc(p, t, kn, ones)[0]),
+                             "ece": float(metrics.weighted_ece(p, t, kn, ones, task)[0])})
+    return rows
+
+
+class PhaseTimer:
+    """Exclusive wall and CPU seconds per phase: functions wrapped in place for the duration of a ``with``.
+
+    A wrapped call's time goes to its label minus the time of wrapped calls inside it (per thread:
+    CPU is the thread's own, ``time.thread_time``). In one thread the phases add up to the time of
+    the outermost one; phases run by helper threads overlap the others, so the walls add up to more
+    than the total and 'other' (total minus the main thread's phases) is what no phase covers."""
+
+    def __init__(self, targets: list[tuple[object, str, str]]):
+        import threading
+
+        self.targets, self.saved = targets, []
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self.main_wall = self.main_cpu = 0.0  # the main thread's outermost phases
+        self._local = threading.local()
+        self._main = threading.get_ident()
+        self._lock = threading.Lock()
+
+    def _wrap(self, fn, label: str):
+        import functools
+
+        @functools.wraps(fn)
+        def timed(*a, **kw):
+            import threading
+
+            stack = self._local.__dict__.setdefault("stack", [])  # per open call: [child wall, child cpu]
+            stack.append([0.0, 0.0])
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+                child = stack.pop()
+                with self._lock:
+                    self.wall[label] = self.wall.get(label, 0.0) + wall - child[0]
+                    self.cpu[label] = self.cpu.get(label, 0.0) + cpu - child[1]
+                    if stack:
+                        stack[-1][0] += wall
+                        stack[-1][1] += cpu
+                    elif threading.get_ident() == self._main:
+                        self.main_wall += wall
+                        self.main_cpu += cpu
+
+        return timed
+
+    def __enter__(self):
+        for owner, name, label in self.targets:
+            fn = getattr(owner, name, None)
+            if fn is None:  # an older crs (the 'before' of a side-by-side run) has no such function
+                continue
+            self.saved.append((owner, name, fn))
+            setattr(owner, name, self._wrap(fn, label))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, fn in reversed(self.saved):
+            setattr(owner, name, fn)
+        self.saved = []
+
+
+def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
+    """``Store.read_predictions`` as proposed for crs/store (not this benchmark's to change): the array
+    opened by its path in one lookup, instead of listing the datasets and walking the groups one
+    ``in`` and one ``[]`` at a time (about 15 metadata round trips a read). The same errors: absent
+    -> StoreError naming the probe command; not written whole or damaged -> as before."""
+    from crs.store import StoreError
+    from crs.store.zarr_store import condition_key, repair_hint
+
+    key = condition_key(condition)
+    where = f"datasets/{dataset}/predictions/{encoder}/{key}"
+    what = f"test probabilities {encoder}/{dataset}/{condition}"
+    with self.reading(where):
+        try:
+            arr = self.root[where]
+        except KeyError:
+            raise StoreError(f"no {what} in {self.path!r}; run `crs probe --encoder {encoder} --dataset {dataset}`")
+        attrs = dict(arr.attrs)
+    if "condition" not in attrs:
+        raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "
+                         f"interrupted). To repair: {repair_hint(self.path, where)}")
+    return self.checked_read(arr, what), attrs
+
+
+def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap: int, n_perturbed: int = 68,
+               bootstrap_unit: str = "both", direct_reads: bool = False, first_encoders: int = 0) -> dict:
+    """``crs score`` (``crs.stages.steps.score``: read the run records, score with the default settings, write
+    the set) on a paper-scale store (``paper_store``), timed per phase; part 6."""
+    import os
+    from pathlib import Path
+
+    from crs import records as run_records
+    from crs.config import Score
+    from crs.scoring import analysis, predictions, run, scoreset
+    from crs.stages import steps
+    from crs.store import Store
+
+    tmp = tempfile.mkdtemp(prefix="crs-e2e-") if store_dir is None else store_dir
+    store_path, results = os.path.join(tmp, "store.zarr"), Path(tmp) / "results"
+    built = None
+    if not (results / "run_records" / "bench.parquet").exists():
+        t0 = time.perf_counter()
+        table = paper_store(store_path, n_encoders, n_seeds, n_perturbed)
+        run_records.records_dir(results).mkdir(parents=True, exist_ok=True)
+        table.write_parquet(run_records.records_dir(results) / "bench.parquet")
+        built = time.perf_counter() - t0
+    if first_encoders:  # score the first N encoders of a larger store: their own results folder
+        table = pl.read_parquet(run_records.records_dir(results) / "bench.parquet")
+        results = Path(tmp) / f"results-{first_encoders}"
+        run_records.records_dir(results).mkdir(parents=True, exist_ok=True)
+        keep = sorted(table["encoder"].unique().to_list())[:first_encoders]
+        table.filter(pl.col("encoder").is_in(keep)).write_parquet(run_records.records_dir(results) / "bench.parquet")
+    phases = [
+        (run_records, "read", "reading run records"),
+        (Store, "read_predictions", "reading predictions"),
+        (predictions, "split_targets", "reading predictions"),
+        (run, "check_probe_runs", "checking probe runs"),
+        (predictions, "image_bootstrap_axes", "image draws"),
+        (run, "draw_seeds", "seed draws"),
+        (run, "seed_means_of", "seed draws"),
+        (run, "score_replicates", "CRS replicates"),
+        (run, "summarise", "ranks, intervals, tier"),
+        (analysis, "weight_sensitivity", "weight grid"),
+        (predictions, "probe_metrics", "metrics from probabilities"),
+        (getattr(predictions, "MetricsPass", None), "add_pair", "metrics from probabilities"),
+        (run.verdict, "build", "verdict"),
+        (scoreset, "write_set", "writing"),
+        (scoreset, "write_table", "writing"),
+    ]
+    saved = Store.read_predictions
+    if direct_reads:  # the timer wraps whichever is in place: either is counted as reading
+        Store.read_predictions = direct_read_predictions
+    try:
+        with PhaseTimer(phases) as timer:
+            t0, c0 = time.perf_counter(), time.process_time()
+            scores = steps.score(results, Score(bootstrap=n_bootstrap, bootstrap_unit=bootstrap_unit),
+                                 store=store_path)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        Store.read_predictions = saved
+    timer.wall["other"] = wall - timer.main_wall
+    timer.cpu["other (all threads: total minus phases)"] = cpu - sum(timer.cpu.values())
+    return {
+        "store": tmp, "built_s": None if built is None else round(built, 1),
+        "unit": scores.settings["bootstrap"]["unit"], "leader": scores.encoders["encoder"][0],
+        "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+        "phases": {k: {"wall_s": round(timer.wall.get(k, 0.0), 2), "cpu_s": round(timer.cpu.get(k, 0.0), 2)}
+                   for k in {**timer.wall, **timer.cpu}},
+        "image_method": scores.settings["bootstrap"].get("image_method"), "direct_reads": direct_reads,
+        "encoders": scores.encoders.height, "scoring_from": str(Path(run.__file__).resolve().parent),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", type=int, default=1000)
@@ -233,7 +512,18 @@ def main() -> None:
     ap.add_argument("--jittered-full", action="store_true",
                     help="part 5: the seeds' fraction-1 arrays differ in the last bits (the probe before it shared them)")
     ap.add_argument("--test-sets", default="5000x8,730x5,500x5", help="part 5: test images x classes per dataset")
+    ap.add_argument("--end-to-end", action="store_true",
+                    help="part 6 alone: `crs score` with the default settings on a paper-scale store, per phase")
+    ap.add_argument("--store-dir", default=None,
+                    help="part 6: build the store and run records here once and reuse them (default: a fresh temp dir)")
+    ap.add_argument("--direct-reads", action="store_true",
+                    help="part 6: read predictions as proposed for crs/store (direct_read_predictions)")
+    ap.add_argument("--first-encoders", type=int, default=0,
+                    help="part 6: score only the first N encoders of the store (e.g. to time an older crs beside)")
     args = ap.parse_args()
+    if args.end_to_end:
+        _end_to_end_part(args)
+        return
     if args.default_only:
         _default_part(args)
         return
@@ -366,6 +656,20 @@ def _default_part(args, seed_cpu: float | None = None) -> None:
         print(f"default unit 'both' at this scale (B={args.bootstrap}), image draws: "
               f"{cost['total_after_cpu_s']:.1f} s CPU ({cost['total_after_wall_s']:.1f} s wall){tail}")
     print(json.dumps({"default_unit": cost}))
+
+
+def _end_to_end_part(args) -> None:
+    cost = end_to_end(args.store_dir, args.encoders, args.seeds, args.bootstrap, direct_reads=args.direct_reads,
+                      first_encoders=args.first_encoders)
+    if cost["built_s"] is not None:
+        print(f"paper-scale store and run records built in {cost['built_s']:.0f} s at {cost['store']}")
+    print(f"`crs score` (default settings, unit {cost['unit']!r}, B={args.bootstrap}), {cost['encoders']} encoders x "
+          f"{args.seeds} seeds, test sets {', '.join(f'{n}x{k} {t}' for _, n, k, t in PAPER_DATASETS)} (each with "
+          f"a shift target){' with the proposed direct reads' if cost['direct_reads'] else ''}: "
+          f"{cost['wall_s']:.1f} s wall, {cost['cpu_s']:.1f} s CPU")
+    for name, t in sorted(cost["phases"].items(), key=lambda kv: -kv[1]["wall_s"]):
+        print(f"  {name:28s} {t['wall_s']:7.2f} s wall {t['cpu_s']:7.2f} s CPU")
+    print(json.dumps({"end_to_end": cost}))
 
 
 if __name__ == "__main__":

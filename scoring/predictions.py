@@ -13,7 +13,9 @@ metric, bootstrap or reliability bin counts them.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -51,7 +53,9 @@ def _index(values: Sequence, wanted: Sequence, what: str, where: str) -> list[in
 class Predictions:
     """Probabilities of one (dataset, encoder, condition), indexed by seed and fraction."""
 
-    def __init__(self, store: Store, dataset: str, encoder: str, condition: str):
+    def __init__(self, store: Store, dataset: str, encoder: str, condition: str, kept: dict | None = None):
+        """``kept``: a dict the caller keeps for one pass over the store, where the rows each split counts
+        (``counted_rows``) are remembered, so they are read once per split, not once per array."""
         where = f"{encoder}/{dataset}/{condition}"
         try:
             self.probs, attrs = store.read_predictions(dataset, encoder, condition)
@@ -61,7 +65,7 @@ class Predictions:
             raise MissingPredictions(str(exc)) from exc
         self.seeds = list(attrs.get("seeds", []))
         self.fractions = list(attrs.get("fractions", []))
-        self.where = where
+        self.where, self.dataset, self.encoder = where, dataset, encoder
         # the rows are a split of this dataset, of the shift target, or the validation split
         if condition == VALIDATION:
             rows_of, split = dataset, VAL
@@ -69,7 +73,13 @@ class Predictions:
             rows_of, split = parse(condition).dataset, TEST
         else:
             rows_of, split = dataset, TEST
-        kept = counted_rows(store, rows_of, split)
+        if kept is None or (rows_of, split) not in kept:  # ``kept``: the caller's cache of counted_rows
+            counted = counted_rows(store, rows_of, split)
+            if kept is not None:
+                kept[(rows_of, split)] = counted
+        else:
+            counted = kept[(rows_of, split)]
+        kept = counted
         if kept is not None and self.probs.ndim == 4 and self.probs.shape[2] == kept.size:
             self.probs = self.probs[:, :, kept]
 
@@ -141,6 +151,7 @@ def image_bootstrap_axes(
     rng: np.random.Generator,
     methods: dict | None = None,
     method: str = "auto",
+    metrics_pass: MetricsPass | None = None,
 ) -> np.ndarray:
     """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled.
 
@@ -151,38 +162,79 @@ def image_bootstrap_axes(
     first array that is not in the store. The AUROCs of each encoder's arrays are
     computed as one batch per draw (``resample.AurocDraws``, ``method`` 'auto' or
     'exact'); ``methods``, where given, receives per dataset how many arrays were
-    linearised, computed exactly, or shared with an identical array.
+    linearised, computed exactly, or shared with an identical array. ``metrics_pass``: a ``MetricsPass``
+    handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
     """
+    kept = None if metrics_pass is None else metrics_pass.kept
     out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
-    for j, dataset in enumerate(datasets):
-        target, known, task, _ = split_targets(store, dataset)
-        low, pert, shift = conditions_of(rows, dataset)
-        test = resample.Draw(target, known, _image_counts(target.shape[0], n_bootstrap, rng, dataset))
-        targets = []
-        for cond in shift:
-            t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
-            counts = _image_counts(t_target.shape[0], n_bootstrap, rng, parse(cond).dataset)
-            targets.append(resample.Draw(t_target, t_known, counts))
-        aurocs = [resample.AurocDraws(d, method) for d in (test, *targets)]
-        for e, encoder in enumerate(encoders):
-            clean = _clean_probs(store, dataset, encoder, seeds, low, target.shape[0])
-            pert_p = [_fitting(Predictions(store, dataset, encoder, c), seeds, target) for c in pert]
-            shift_p = [_fitting(Predictions(store, dataset, encoder, c), seeds, t.target)
-                       for c, t in zip(shift, targets, strict=True)]
-            for s in range(len(seeds)):  # every array first, so each draw's batch is computed at once
-                for p in [*clean[s], *(q[s, 0] for q in pert_p)]:
-                    aurocs[0].add(p)
-                for t, q in enumerate(shift_p):
-                    aurocs[1 + t].add(q[s, 0])
-            for a in aurocs:
-                a.compute()
-            for s in range(len(seeds)):
-                out[:, e, j, s] = resample.run_axes(
-                    clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], test, targets, task, aurocs
-                )
-        if methods is not None:
-            methods[dataset] = {k: sum(a.summary()[k] for a in aurocs) for k in ("linear", "exact", "shared")}
+    # two helper threads, each working in order: one reads the next pair's arrays, one computes the
+    # metrics of pairs already bootstrapped (numpy and the store's reads release the GIL)
+    with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as worker:
+        in_flight: deque = deque()  # the metrics pass's pairs not done yet, at most 2 (their arrays stay in memory)
+        for j, dataset in enumerate(datasets):
+            d = _dataset_draws(store, rows, dataset, n_bootstrap, rng, method)
+
+            def read_pair(encoder: str, dataset: str = dataset, d: _DatasetDraws = d) -> dict:
+                return {c: Predictions(store, dataset, encoder, c, kept) for c in ["clean", *d.pert, *d.shift]}
+
+            ahead = reader.submit(read_pair, encoders[0])
+            for e, encoder in enumerate(encoders):
+                read = ahead.result()
+                if e + 1 < len(encoders):
+                    ahead = reader.submit(read_pair, encoders[e + 1])
+                out[:, e, j] = _pair_axes(read, d, seeds, dataset, encoder)
+                if metrics_pass is not None:
+                    while len(in_flight) >= 2:
+                        in_flight.popleft().result()
+                    in_flight.append(worker.submit(metrics_pass.add_pair, dataset, encoder, read))
+            if methods is not None:
+                methods[dataset] = {k: sum(a.summary()[k] for a in d.aurocs) for k in ("linear", "exact", "shared")}
+        while in_flight:
+            in_flight.popleft().result()
     return out
+
+
+class _DatasetDraws(NamedTuple):
+    """One dataset's image draws and what its runs read (``image_bootstrap_axes``)."""
+
+    test: resample.Draw
+    targets: list  # a resample.Draw per shift target
+    task: str
+    low: list[float]  # fractions below 1
+    pert: list[str]  # perturbed conditions
+    shift: list[str]  # shift conditions
+    aurocs: list  # a resample.AurocDraws of the test draw, then of each target's
+
+
+def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: int, rng: np.random.Generator,
+                   method: str) -> _DatasetDraws:
+    """The dataset's test draw, then each shift target's, from ``rng`` in that order."""
+    target, known, task, _ = split_targets(store, dataset)
+    low, pert, shift = conditions_of(rows, dataset)
+    test = resample.Draw(target, known, _image_counts(target.shape[0], n_bootstrap, rng, dataset))
+    targets = []
+    for cond in shift:
+        t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
+        counts = _image_counts(t_target.shape[0], n_bootstrap, rng, parse(cond).dataset)
+        targets.append(resample.Draw(t_target, t_known, counts))
+    aurocs = [resample.AurocDraws(x, method) for x in (test, *targets)]
+    return _DatasetDraws(test, targets, task, low, pert, shift, aurocs)
+
+
+def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str, encoder: str) -> np.ndarray:
+    """Axis values [replicate, seed, axis] of one (dataset, encoder) from its arrays ``read``."""
+    clean = _clean_probs(read["clean"], dataset, encoder, seeds, d.low, d.test.target.shape[0])
+    pert_p = [_fitting(read[c], seeds, d.test.target) for c in d.pert]
+    shift_p = [_fitting(read[c], seeds, t.target) for c, t in zip(d.shift, d.targets, strict=True)]
+    for s in range(len(seeds)):  # every array first, so each draw's batch is computed at once
+        for p in [*clean[s], *(q[s, 0] for q in pert_p)]:
+            d.aurocs[0].add(p)
+        for t, q in enumerate(shift_p):
+            d.aurocs[1 + t].add(q[s, 0])
+    for a in d.aurocs:
+        a.compute()
+    return np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
+                                       d.targets, d.task, d.aurocs) for s in range(len(seeds))], axis=1)
 
 
 def _image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator, dataset: str) -> np.ndarray:
@@ -203,11 +255,10 @@ def _fitting(pred: Predictions, seeds: Sequence[int], target: np.ndarray) -> np.
     return probs
 
 
-def _clean_probs(
-    store: Store, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float], n_images: int
-) -> np.ndarray:
+def _clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float],
+                 n_images: int) -> np.ndarray:
     """Clean test probabilities [seed, fraction, image, class] at ``low`` then 1, checked against the split."""
-    clean = Predictions(store, dataset, encoder, "clean").select(seeds, [*low, 1.0])
+    clean = pred.select(seeds, [*low, 1.0])
     if clean.shape[2] != n_images:
         raise MissingPredictions(
             f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
@@ -239,27 +290,93 @@ def probe_metrics(
     label, multi-label) there, with its name. A (dataset, encoder) without validation
     probabilities gets null temperature columns, and one warning names them all.
     """
-    parts = _Parts([], [], [])
-    no_validation = []
-    cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
+    metrics_pass = MetricsPass(store, records, encoders, datasets)
     for dataset in datasets:
-        test = _TestSplit(*split_targets(store, dataset))
         for encoder in encoders:
-            mine = cells.filter((pl.col("encoder") == encoder) & (pl.col("dataset") == dataset))
-            seeds = sorted(mine["seed"].unique().to_list())
-            temps = _temperatures(store, dataset, encoder, test.task)
-            if temps is None:
-                no_validation.append(f"{encoder}/{dataset}")
-            for condition in sorted(mine["condition"].unique().to_list()):
-                fr = sorted(mine.filter(pl.col("condition") == condition)["fraction"].unique().to_list())
-                _condition_metrics(store, test, dataset, encoder, condition, seeds, fr, temps, parts)
-    warnings = []
-    if no_validation:
-        warnings.append(
-            f"no validation probabilities for {', '.join(no_validation)}: temperature-scaled "
-            "metrics left out (re-run `crs probe` with a crs that writes them)"
-        )
-    return _assemble(parts, warnings)
+            metrics_pass.add_pair(dataset, encoder)
+    return metrics_pass.result()
+
+
+class MetricsPass:
+    """``probe_metrics`` one (dataset, encoder) at a time, so that a reader of the same arrays
+    (``image_bootstrap_axes``) can hand over what it has read: ``add_pair`` every pair, in
+    ``datasets`` then ``encoders`` order, then ``result``. MissingPredictions met on the way is
+    raised by ``result``, as ``probe_metrics`` would raise it."""
+
+    def __init__(self, store: Store, records: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]):
+        self.store, self.encoders, self.datasets = store, list(encoders), list(datasets)
+        cells = records.select("encoder", "dataset", "seed", "fraction", "condition")
+        self._seeds = {(e, d): sorted(set(s)) for (e, d), s in _grouped(cells, ["encoder", "dataset"], "seed")}
+        self._fractions: dict[tuple, dict[str, list[float]]] = {}
+        for (e, d, c), fr in _grouped(cells, ["encoder", "dataset", "condition"], "fraction"):
+            self._fractions.setdefault((e, d), {})[c] = sorted(set(fr))
+        self._parts = _Parts([], [], [])
+        self._no_validation: list[str] = []
+        self._tests: dict[str, _TestSplit] = {}
+        self._vals: dict[str, tuple] = {}
+        self.kept: dict = {}  # counted_rows per (dataset, split), for Predictions
+        self._missing: MissingPredictions | None = None
+        self._pairs = 0
+
+    def split(self, dataset: str) -> _TestSplit:
+        """The test split of ``dataset`` (a comparison dataset or a shift target), read once."""
+        if dataset not in self._tests:
+            self._tests[dataset] = _TestSplit(*split_targets(self.store, dataset))
+        return self._tests[dataset]
+
+    def _val_split(self, dataset: str):
+        """(target, known) of the validation split, read once; None where it cannot be read (then
+        ``_temperatures`` reads it itself and says what is wrong)."""
+        if dataset not in self._vals:
+            try:
+                self._vals[dataset] = split_targets(self.store, dataset, VAL)[:2]
+            except MissingPredictions:
+                return None
+        return self._vals[dataset]
+
+    def add_pair(self, dataset: str, encoder: str, read: dict | None = None) -> None:
+        """The metrics of one pair; ``read``: {condition: Predictions} already read for it."""
+        self._pairs += 1
+        if self._missing is not None:
+            return
+        try:
+            self._pair(dataset, encoder, dict(read or {}))
+        except MissingPredictions as exc:
+            self._missing = exc
+
+    def _pair(self, dataset: str, encoder: str, read: dict) -> None:
+        test = self.split(dataset)
+        seeds = self._seeds.get((encoder, dataset), [])
+        temps = _temperatures(self.store, dataset, encoder, test.task, self._val_split(dataset), self.kept)
+        if temps is None:
+            self._no_validation.append(f"{encoder}/{dataset}")
+        for condition, fr in sorted(self._fractions.get((encoder, dataset), {}).items()):
+            pred = read.get(condition) or Predictions(self.store, dataset, encoder, condition, self.kept)
+            _condition_metrics(self, test, pred, condition, seeds, fr, temps, self._parts)
+
+    @property
+    def complete(self) -> bool:
+        """Every pair was added (a reader that stopped early leaves the pass incomplete)."""
+        return self._pairs == len(self.encoders) * len(self.datasets)
+
+    def result(self) -> ProbeMetrics:
+        if self._missing is not None:
+            raise self._missing
+        if not self.complete:
+            raise RuntimeError(f"MetricsPass got {self._pairs} pairs of {len(self.encoders) * len(self.datasets)}")
+        warnings = []
+        if self._no_validation:
+            warnings.append(
+                f"no validation probabilities for {', '.join(self._no_validation)}: temperature-scaled "
+                "metrics left out (re-run `crs probe` with a crs that writes them)"
+            )
+        return _assemble(self._parts, warnings)
+
+
+def _grouped(cells: pl.DataFrame, keys: list[str], value: str):
+    """((key values...), [values]) per group of ``keys``, in no particular order."""
+    for row in cells.group_by(keys).agg(pl.col(value)).iter_rows():
+        yield tuple(row[:-1]), row[-1]
 
 
 class _TestSplit(NamedTuple):
@@ -274,106 +391,146 @@ class _TestSplit(NamedTuple):
 
 
 class _Parts(NamedTuple):
-    """Frames collected per (dataset, encoder, condition), concatenated at the end."""
+    """Collected per (dataset, encoder, condition), put together at the end (``_assemble``)."""
 
-    metrics: list[pl.DataFrame]
+    metrics: list[dict]  # {column: values}, the columns of the metrics table in its order
     reliability: list[pl.DataFrame]
     per_class: list[pl.DataFrame]
 
 
-def _temperatures(store: Store, dataset: str, encoder: str, task: str):
-    """(validation Predictions, temperature [stored seed, stored fraction]), or None without them."""
+def _temperatures(store: Store, dataset: str, encoder: str, task: str, val_split=None, kept: dict | None = None):
+    """(validation Predictions, temperature [stored seed, stored fraction]), or None without them.
+
+    Each distinct validation array is fitted once (``temperature.fit`` fits every array on its own,
+    so the values are those of fitting them all). ``val_split``: (target, known) of the validation
+    split where the caller has them."""
     from crs.scoring import temperature as ts
 
     try:
-        val = Predictions(store, dataset, encoder, VALIDATION)
-        v_target, v_known, _, _ = split_targets(store, dataset, VAL)
+        val = Predictions(store, dataset, encoder, VALIDATION, kept)
+        v_target, v_known = split_targets(store, dataset, VAL)[:2] if val_split is None else val_split
     except MissingPredictions:
         return None
-    return val, ts.fit(val.probs, v_target, v_known, task)
+    flat = val.probs.reshape(-1, *val.probs.shape[2:])
+    where, distinct = _distinct(flat)
+    t = ts.fit(flat[distinct], v_target, v_known, task)[where]
+    return val, t.reshape(val.probs.shape[:2])
+
+
+def _distinct(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where [array]: the index of each array's kind, distinct [kind]: the first array of each kind) of
+    flat [array, ...], arrays of one kind having the same bytes (``resample.array_key``)."""
+    first: dict[tuple, int] = {}
+    where = np.array([first.setdefault(resample.array_key(a), len(first)) for a in flat], dtype=np.int64)
+    return where, np.unique(where, return_index=True)[1]
 
 
 def _full(fr: Sequence[float]) -> list[int]:
     return [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL]
 
 
-def _condition_metrics(store, test: _TestSplit, dataset, encoder, condition, seeds, fr, temps, parts: _Parts) -> None:
-    """Every metric of one (dataset, encoder, condition) at its fractions, added to ``parts``."""
-    from crs.scoring import temperature as ts
+def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predictions, condition, seeds, fr, temps,
+                       parts: _Parts) -> None:
+    """Every metric of one (dataset, encoder, condition) at its fractions, added to ``parts``.
 
+    The values of ``metrics.all_metrics`` on the long table, computed by ``metrics.array_metrics``
+    once per distinct array (``_distinct``: at fraction 1 every seed's probe is one probe)."""
+    encoder, dataset = pred.encoder, pred.dataset
     kind = parse(condition).kind
     if kind != "clean":
         fr = [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
     if not fr:
         return
-    if kind == "shift":
-        c_target, c_known, _, _ = split_targets(store, parse(condition).dataset)
-    else:
-        c_target, c_known = test.target, test.known
-    probs = Predictions(store, dataset, encoder, condition).select(seeds, fr)  # [seed, fraction, image, class]
-    if probs.shape[2:] != c_target.shape:
+    split = metrics_pass.split(parse(condition).dataset) if kind == "shift" else test
+    probs = pred.select(seeds, fr)  # [seed, fraction, image, class]
+    if probs.shape[2:] != split.target.shape:
         raise MissingPredictions(
             f"{encoder}/{dataset}/{condition} holds probabilities for {probs.shape[2]} images x {probs.shape[3]} "
-            f"classes, the split {c_target.shape[0]} x {c_target.shape[1]}; re-run "
+            f"classes, the split {split.target.shape[0]} x {split.target.shape[1]}; re-run "
             f"`crs probe --encoder {encoder} --dataset {dataset}`"
         )
-    labels = _labels_from(c_target, c_known, test.task)
-    keys, by = {"seed": seeds, "fraction": fr}, ["seed", "fraction"]
-    table = metrics.long_table(probs, labels, test.task, keys)
-    out = metrics.all_metrics(table, by, test.task, test.ordinal)
-    scaled = None
+    names = [*metrics.BASE, *(["kappa_quadratic"] if test.ordinal else [])]
+    flat = probs.reshape(-1, *probs.shape[2:])  # [seed x fraction, image, class]
+    kinds, distinct = _distinct(flat)
+    values = metrics.array_metrics(flat[distinct], split.target, split.known, test.task, names)
+    n = flat.shape[0]
+    cols = {"seed": np.repeat(np.asarray(seeds, dtype=np.int64), len(fr)),
+            "fraction": np.tile(np.asarray(fr, dtype=np.float64), len(seeds)),
+            **{k: v[kinds] for k, v in values.items()}}
+    scaled = scaled_kinds = None
     if temps is not None:
-        val, t_all = temps
-        s_idx = _index(val.seeds, seeds, "seeds", val.where)
-        t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))]
-        scaled = metrics.long_table(ts.scale(probs, t, test.task), labels, test.task, keys)
-        out = _with_scaled(out, scaled, t, seeds, fr, test.task)
+        scaled, after, scaled_kinds = _scaled(flat, kinds, temps, seeds, fr, split, test.task)
+        cols.update(after)
     else:
-        out = out.with_columns(
-            temperature=pl.lit(None, pl.Float64), ece_ts=pl.lit(None, pl.Float64),
-            brier_ts=pl.lit(None, pl.Float64), nll_ts=pl.lit(None, pl.Float64),
-        )
+        cols.update({c: np.full(n, np.nan) for c in ("temperature", "ece_ts", "brier_ts", "nll_ts")})
     if not test.ordinal:
-        out = out.with_columns(kappa_quadratic=pl.lit(None, pl.Float64))
-    head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
-    parts.metrics.append(out.with_columns(**head))
+        cols["kappa_quadratic"] = np.full(n, np.nan)
+    parts.metrics.append({**cols, "encoder": [encoder] * n, "dataset": [dataset] * n, "condition": [condition] * n})
     full = _full(fr)[:1]
     if kind in ("clean", "shift") and full:
-        views = [(False, table)] + ([(True, scaled)] if scaled is not None else [])
-        _full_label_views(test, fr[full[0]], views, head, parts)
+        head = dict(encoder=pl.lit(encoder), dataset=pl.lit(dataset), condition=pl.lit(condition))
+        labels = _labels_from(split.target, split.known, test.task)
+        views = []  # (scaled, long table of the distinct seeds' arrays at fraction 1, seed -> its seed there)
+        groups = [(False, probs, kinds)] + ([] if scaled is None else [(True, scaled, scaled_kinds)])
+        for is_scaled, arrays, kind_of in groups:
+            at = np.asarray(kind_of).reshape(len(seeds), len(fr))[:, full[0]]
+            rep = [int(np.flatnonzero(at == a)[0]) for a in at]  # the first seed with the same array
+            mine = sorted(set(rep))
+            table = metrics.long_table(arrays[mine][:, full], labels, test.task,
+                                       {"seed": [seeds[i] for i in mine], "fraction": [fr[full[0]]]})
+            views.append((is_scaled, table, [seeds[i] for i in rep]))
+        _full_label_views(test, fr[full[0]], views, seeds, head, parts)
 
 
-def _with_scaled(out: pl.DataFrame, scaled: pl.DataFrame, t: np.ndarray, seeds, fr, task: str) -> pl.DataFrame:
-    """``out`` joined with the temperatures [seed, fraction] and ECE, Brier and NLL after scaling."""
-    by = ["seed", "fraction"]
-    temps = pl.DataFrame(
-        {"seed": np.repeat(seeds, len(fr)), "fraction": np.tile(fr, len(seeds)), "temperature": t.reshape(-1)}
-    ).cast({"seed": out.schema["seed"], "fraction": pl.Float64})
-    out = out.join(temps, on=by, how="left")
-    for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
-        out = out.join(fn(scaled, by, task).rename({name: f"{name}_ts"}), on=by, how="left")
-    return out
+def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: str):
+    """(scaled probabilities [seed, fraction, image, class], {temperature, ece_ts, brier_ts, nll_ts: [seed x
+    fraction]}, kind [seed x fraction]) of flat [seed x fraction, image, class]; each distinct (array,
+    temperature), one kind, is scaled once."""
+    from crs.scoring import temperature as ts
+
+    val, t_all = temps
+    s_idx = _index(val.seeds, seeds, "seeds", val.where)
+    t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))].reshape(-1)
+    pairs: dict[tuple, int] = {}
+    which = np.array([pairs.setdefault((int(k), float(v)), len(pairs)) for k, v in zip(kinds, t, strict=True)])
+    one = np.unique(which, return_index=True)[1]
+    scaled = ts.scale(flat[one], t[one], task)
+    after = metrics.array_metrics(scaled, split.target, split.known, task, ("ece", "brier", "nll"))
+    columns = {"temperature": t, **{f"{k}_ts": v[which] for k, v in after.items()}}
+    return scaled[which].reshape(len(seeds), len(fr), *flat.shape[1:]), columns, which
 
 
-def _full_label_views(test: _TestSplit, full: float, views, head: dict, parts: _Parts) -> None:
-    """Per-class AUROC and the reliability bins (unscaled, and scaled where fitted) at fraction 1."""
-    table = views[0][1]
+def _full_label_views(test: _TestSplit, full: float, views, seeds, head: dict, parts: _Parts) -> None:
+    """Per-class AUROC and the reliability bins (unscaled, and scaled where fitted) at fraction 1.
+
+    ``views``: (scaled, long table, rep) with the long table of the distinct seeds' arrays and
+    rep[s] the seed whose array seed s shares; every seed gets the rows of its rep."""
     names = pl.DataFrame({"class": list(range(len(test.attrs["classes"]))),
                           "class_name": [str(c) for c in test.attrs["classes"]]},
                          schema={"class": pl.Int64, "class_name": pl.String})
+    _, table, rep = views[0]
     at_full = table.filter(pl.col("fraction") == full)
     per_class = metrics.auroc_per_class(at_full, ["seed"]).join(names, on="class", how="left")
-    parts.per_class.append(per_class.with_columns(**head))
-    for is_scaled, tab in views:
+    parts.per_class.append(_for_every_seed(per_class, seeds, rep).with_columns(**head))
+    for is_scaled, tab, rep in views:
         rel = metrics.reliability(tab.filter(pl.col("fraction") == full), ["seed"], test.task)
-        parts.reliability.append(rel.with_columns(**head, scaled=pl.lit(is_scaled)))
+        parts.reliability.append(_for_every_seed(rel, seeds, rep).with_columns(**head, scaled=pl.lit(is_scaled)))
+
+
+def _for_every_seed(table: pl.DataFrame, seeds, rep) -> pl.DataFrame:
+    """``table``'s rows for every seed s, those of seed rep[s] relabelled (``table`` holds the rep seeds)."""
+    if list(rep) == list(seeds):
+        return table
+    dtype = table.schema["seed"]
+    return pl.concat([table.filter(pl.col("seed") == r).with_columns(pl.lit(s, dtype=dtype).alias("seed"))
+                      for s, r in zip(seeds, rep, strict=True)])
 
 
 def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
     if not parts.metrics:
         return ProbeMetrics(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), warnings)
     cols = ["encoder", "dataset", "seed", "fraction", "condition"]
-    table = pl.concat(parts.metrics, how="diagonal_relaxed")
+    table = _metrics_frame(parts.metrics)
     table = table.select(*cols, pl.exclude(*cols)).sort(cols)
     rel = pl.concat(parts.reliability, how="diagonal_relaxed") if parts.reliability else pl.DataFrame()
     if rel.height:
@@ -384,6 +541,16 @@ def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
         first = ["encoder", "dataset", "condition", "seed", "class", "class_name"]
         per_class = per_class.select(*first, "auroc").sort(first[:5])
     return ProbeMetrics(table, rel, per_class, warnings)
+
+
+def _metrics_frame(parts: list[dict]) -> pl.DataFrame:
+    """One table of the parts' columns (every part has them all, the column order the first part's), NaN as null."""
+    names = list(parts[0])
+    text = {"encoder", "dataset", "condition"}
+    columns = {c: ([v for p in parts for v in p[c]] if c in text else np.concatenate([p[c] for p in parts]))
+               for c in names}
+    schema = {c: pl.String if c in text else pl.Int64 if c == "seed" else pl.Float64 for c in names}
+    return pl.DataFrame(columns, schema=schema).fill_nan(None)
 
 
 def _labels_from(target: np.ndarray, known: np.ndarray, task: str) -> np.ndarray:

@@ -28,7 +28,9 @@ computes them as a batch (docs/crs-v1.md section 5):
 * a check per array: the exact kernel on the first ``CHECK_DRAWS`` replicates; the
   linear values are kept only where their largest difference from exact there is at
   most ``LINEAR_TOL`` times their bootstrap standard deviation, else (and below
-  ``LINEAR_MIN_IMAGES`` test images) every replicate is computed exactly.
+  ``LINEAR_MIN_IMAGES`` test images) every replicate is computed exactly; below
+  ``LINEAR_MIN_IMAGES`` every class of an array in one integer pass (``exact_batch``,
+  the kernel's values to the bit).
 """
 
 from __future__ import annotations
@@ -218,6 +220,67 @@ def exact_draws(srt: Sorted, counts_t: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
+_EXACT_BATCH_BYTES = 2**23  # the [class row, image, replicate] block of ``exact_batch``: at most 8 MB
+
+
+def small_counts(counts: np.ndarray) -> np.ndarray:
+    """The multiplicities [image, replicate] as int16 where ``exact_batch``'s sums fit (a replicate's
+    multiplicities sum to its image count n, a positive reads two running totals, 2n: below 2^14
+    images), else int32. Half the memory traffic of int32."""
+    return counts.astype(np.int16 if counts.shape[0] < 2**14 else np.int32)
+
+
+def exact_batch(sorts: Sequence[Sorted], counts: np.ndarray) -> np.ndarray:
+    """Exact macro AUROC [array, replicate] of several arrays' ``Sorted`` under counts [image, replicate].
+
+    ``metrics.weighted_macro_auroc``'s formula, for every class of every array at once: each class's
+    multiplicities in its sorted order, ``g [class row, sorted position, replicate]``, negatives kept,
+    summed down the positions two contiguous [row, replicate] slabs at a time (as
+    ``metrics._cumsum_rows``), then read at each positive's tie run. Every sum is of integers (and one
+    halving), exact in float64 below 2^53 and in ``counts``' integer type below its limit
+    (``small_counts``), so the values are the kernel's to the bit. Arrays go in blocks of at most
+    ``_EXACT_BATCH_BYTES``.
+    """
+    k, n = sorts[0].order.shape
+    b = counts.shape[1]
+    per_block = max(1, _EXACT_BATCH_BYTES // (k * n * b * counts.itemsize))
+    out = []
+    for i in range(0, len(sorts), per_block):
+        block = sorts[i:i + per_block]
+        per_class = _exact_rows(*(np.concatenate([getattr(srt, f) for srt in block]) for f in
+                                  ("order", "start", "end", "pos", "neg")), counts)  # [row, replicate]
+        out.append(_macro(per_class.reshape(len(block), k, b).transpose(0, 2, 1)))
+    return np.concatenate(out)
+
+
+def _exact_rows(order, start, end, pos, neg, counts: np.ndarray) -> np.ndarray:
+    """AUROC [row, replicate] of class rows given by their sort (``Sorted``'s fields stacked) under counts.
+
+    Integer arithmetic until the last division: a running total is at most the image count n and a
+    positive's (before + through) at most 2n, in ``counts``' type (``small_counts``); its product with
+    its multiplicity and a row's sum are at most 2n^2, in int32 below 2^10 images, else int64."""
+    r, n = order.shape
+    g = counts[order]  # [row, sorted position, replicate]
+    rows, at = np.nonzero(pos)  # every known positive: its row and sorted position
+    cp = g[rows, at]  # [positive, replicate]
+    g[~neg] = 0
+    for i in range(1, n):  # running total of negatives down the positions
+        np.add(g[:, i], g[:, i - 1], out=g[:, i])
+    s, e = start[rows, at], end[rows, at]
+    twice = g[rows, e]  # negatives through the positive's tie run, plus those before it:
+    twice += np.where((s > 0)[:, None], g[rows, np.maximum(s - 1, 0)], 0).astype(g.dtype)
+    per = np.multiply(cp, twice, dtype=np.int64 if n >= 2**10 else np.int32)  # [positive, replicate]
+    num, p_tot = np.zeros((r, g.shape[2])), np.zeros((r, g.shape[2]))
+    has = np.flatnonzero(np.bincount(rows, minlength=r))  # rows with a positive (np.nonzero lists them in order)
+    if has.size:
+        first = np.searchsorted(rows, has)
+        num[has] = np.add.reduceat(per, first, axis=0, dtype=np.int64)
+        p_tot[has] = np.add.reduceat(cp, first, axis=0, dtype=np.int64)
+    den = p_tot * g[:, -1].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (num / 2.0) / np.where(den > 0, den, 1.0), np.nan)
+
+
 def _macro(per_class: np.ndarray) -> np.ndarray:
     """Mean over the last axis leaving NaN classes out (NaN where none is left), as ``weighted_macro_auroc``."""
     ok = ~np.isnan(per_class)
@@ -227,7 +290,8 @@ def _macro(per_class: np.ndarray) -> np.ndarray:
         return np.where(n_ok > 0, total / np.maximum(n_ok, 1), np.nan)
 
 
-def _key(probs: np.ndarray) -> tuple:
+def array_key(probs: np.ndarray) -> tuple:
+    """(shape, dtype, a 128-bit hash of the bytes): equal for arrays with the same values and type."""
     a = np.ascontiguousarray(probs)
     return a.shape, a.dtype.str, hashlib.blake2b(a.view(np.uint8).ravel(), digest_size=16).digest()
 
@@ -249,16 +313,22 @@ class AurocDraws:
         self.linear = self.exact = self.shared = 0
         self._weights = None
         self._counts_t = None
+        self._counts_small = None
+
+    def _small_counts(self) -> np.ndarray:
+        if self._counts_small is None:
+            self._counts_small = small_counts(self.draw.counts)
+        return self._counts_small
 
     def add(self, probs: np.ndarray) -> None:
-        key = _key(probs)
+        key = array_key(probs)
         if key in self._values or key in self._pending:
             self.shared += 1
         else:
             self._pending[key] = probs
 
     def value(self, probs: np.ndarray) -> np.ndarray:
-        key = _key(probs)
+        key = array_key(probs)
         if key not in self._values:
             self._pending.setdefault(key, probs)
             self.compute()
@@ -267,7 +337,14 @@ class AurocDraws:
     def compute(self) -> None:
         pending, self._pending = list(self._pending.items()), {}
         n = self.draw.counts.shape[0]
-        if self.method == "exact" or n < LINEAR_MIN_IMAGES:
+        if n < LINEAR_MIN_IMAGES and pending:  # every class of an array in one pass (a block of a few MB)
+            values = exact_batch([sort_classes(p, self.draw.target, self.draw.known) for _, p in pending],
+                                 self._small_counts())
+            for (key, _), v in zip(pending, values, strict=True):
+                self._values[key] = v
+            self.exact += len(pending)
+            return
+        if self.method == "exact":  # larger test sets: class by class (one [image, replicate] copy at a time)
             for key, p in pending:
                 self._values[key] = self._exact(p)
             return

@@ -224,9 +224,10 @@ def score(
     warnings: list[str] = tie_warnings(records)
     used = used_rows(records)
     image_method: dict = {}  # per dataset: arrays linearised / exact / shared (predictions.image_bootstrap_axes)
+    metrics_pass = _metrics_pass(store, records, encoders, datasets)
     reps, draw, unit = _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders,
-                                   datasets, seeds, warnings, image_method)
-    found = _from_store(store, records, encoders, datasets, warnings)
+                                   datasets, seeds, warnings, image_method, metrics_pass)
+    found = _from_store(store, records, encoders, datasets, warnings, metrics_pass)
     tables = _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found)
     settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
                          excluded, simplex_step, warnings)
@@ -250,12 +251,13 @@ def score(
 
 
 def _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders, datasets, seeds,
-                warnings, image_method=None):
+                warnings, image_method=None, metrics_pass=None):
     """(CRS of every bootstrap replicate, the seed draw [replicate, draw], the unit resampled); says in
     ``warnings`` where the unit fell back or a replicate had no CRS."""
     draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
     x_boot, unit = _bootstrap_means(
-        x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings, image_method
+        x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings, image_method,
+        metrics_pass,
     )
     reps = score_replicates(x_boot, ref, w)
     _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
@@ -335,11 +337,13 @@ def _check_encoders(records: pl.DataFrame, reference: str) -> None:
         )
 
 
-def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings, image_method=None):
+def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings, image_method=None,
+                     metrics_pass=None):
     """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used).
 
     Falls back to the seed bootstrap, saying why in ``warnings``, where the image
-    bootstrap cannot read what it needs."""
+    bootstrap cannot read what it needs. ``metrics_pass``: a ``predictions.MetricsPass`` the image
+    bootstrap hands the arrays it reads (``_metrics_pass``)."""
     x_rep = None
     if unit != "seed":
         from crs.scoring.predictions import MissingPredictions, image_bootstrap_axes
@@ -353,7 +357,7 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
             try:
                 x_rep = image_bootstrap_axes(
                     store, used, encoders, datasets, seeds, draw.shape[0], np.random.default_rng([seed, 1]),
-                    image_method,
+                    image_method, metrics_pass=metrics_pass,
                 )
             except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
@@ -562,8 +566,19 @@ def _per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame) -> 
     )
 
 
-def _from_store(store, records, encoders, datasets, warnings: list[str]):
-    """``predictions.probe_metrics`` where a store is given and holds them, else empty tables."""
+def _metrics_pass(store, records, encoders, datasets):
+    """A ``predictions.MetricsPass`` where a store is given (the image bootstrap fills it as it reads each
+    array, so ``_from_store`` need not read them again), else None."""
+    if store is None:
+        return None
+    from crs.scoring.predictions import MetricsPass
+
+    return MetricsPass(store, records, encoders, datasets)
+
+
+def _from_store(store, records, encoders, datasets, warnings: list[str], metrics_pass=None):
+    """``predictions.probe_metrics`` where a store is given and holds them, else empty tables; ``metrics_pass``'s
+    result where the image bootstrap handed it every pair."""
     from crs.scoring.predictions import MissingPredictions, ProbeMetrics, probe_metrics
 
     empty = ProbeMetrics(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), [])
@@ -575,7 +590,8 @@ def _from_store(store, records, encoders, datasets, warnings: list[str]):
         )
         return empty
     try:
-        found = probe_metrics(store, records, encoders, datasets)
+        found = metrics_pass.result() if metrics_pass is not None and metrics_pass.complete else probe_metrics(
+            store, records, encoders, datasets)
     except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
         warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
         return empty
