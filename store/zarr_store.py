@@ -875,12 +875,14 @@ class Store:
         where = f"datasets/{dataset}/predictions/{encoder}/{key}"
         what = f"test probabilities {encoder}/{dataset}/{condition}"
         with self.reading(where):
-            g = self.root["datasets"][dataset] if self.has_dataset(dataset) else None
-            if g is None or "predictions" not in g or encoder not in g["predictions"] or key not in g["predictions"][encoder]:
+            try:  # one lookup by path: walking the groups cost ~15 metadata reads per array (score_bench part 6)
+                arr = self.root[where]
+            except KeyError:
+                arr = None
+            if not isinstance(arr, zarr.Array):
                 raise StoreError(
                     f"no {what} in {self.path!r}; run `crs probe --encoder {encoder} --dataset {dataset}`"
                 )
-            arr = g["predictions"][encoder][key]
             attrs = dict(arr.attrs)
         if "condition" not in attrs:
             raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "
