@@ -60,6 +60,7 @@ The last line of output is one JSON object (see ``main``). Usage:
     python benchmarks/probe_bench.py                 # 20,000 x 768, 5 classes, 280 probes, + multi-label
     python benchmarks/probe_bench.py --quick         # a small run for a smoke test
     python benchmarks/probe_bench.py --small [--store crs-demo/store.zarr]   # the demo's nine pairs
+    python benchmarks/probe_bench.py --compile-only  # compiling the 20,000 x 768 grid alone, per solver loop
 """
 
 from __future__ import annotations
@@ -502,6 +503,35 @@ def _sk_jobs(pairs, jobs, tol, max_iter, workers, inits=None, float64=False):
         delayed(one)(p, rows, lam, init) for (p, rows, lam), init in zip(jobs, inits))
 
 
+def compile_only(task, n, F, K, seeds, fractions, l2, log) -> dict:
+    """Compile time of the large grid alone: one fit with ``max_iter=1`` (compiling, plus one step
+    of each loop), timed per solver loop (``core.fit``'s ``on_loop``), with no compilation cache."""
+    import jax
+    import jax.numpy as jnp
+
+    from crs.probe import core, subsets
+    from crs.probe.run import float_targets
+
+    rng = np.random.default_rng(7 if task == "multiclass" else 8)
+    X, labels = embeddings(n, F, K, rng, multilabel=task == "multilabel")
+    Xtr, _ = standardise(X, X[:1])
+    order = subsets.orders(labels, task, list(seeds))
+    sizes = subsets.sizes(list(fractions), n)
+    T, known = float_targets(labels, task, K)
+    args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+            jnp.asarray(l2, jnp.float32))
+    marks = [time.perf_counter()]
+    fit = core.fit(*args, task=task, max_iter=1, on_loop=lambda: marks.append(time.perf_counter()))
+    jax.block_until_ready(fit.W)
+    total = time.perf_counter() - marks[0]
+    loops = [round(b - a, 2) for a, b in zip(marks[:-1], marks[1:])]
+    schedule = "fraction" if n * F >= core.FRACTION_SCHEDULE_FROM else "joint"
+    shapes = [g for g, _ in core.solver_loops(sizes, n, F, schedule)]
+    log(f"[{task}] compile (one step per loop) {total:.1f} s; per loop " +
+        ", ".join(f"{g}: {t:.1f} s" for g, t in zip(shapes, loops)))
+    return {"task": task, "compile_s": round(total, 2), "loops_s": loops}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20_000, help="training images")
@@ -524,6 +554,8 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="crs demo's nine pairs: cold, warm and scikit-learn's best")
     ap.add_argument("--store", default=None, help="with --small: take the pairs from this store (default synthetic)")
     ap.add_argument("--small-engine", default=None, help=argparse.SUPPRESS)  # the child process of --small
+    ap.add_argument("--compile-only", action="store_true",
+                    help="time compiling the grid alone (one step per solver loop), multiclass and multi-label")
     args = ap.parse_args()
     if args.small_engine:
         small_engine(args.store, tuple(range(args.seeds)), args.max_iter, args.tol, args.small_engine)
@@ -537,6 +569,11 @@ def main() -> None:
     fractions = (0.01, 0.02, 0.05, 0.10, 0.25, 0.50, 1.0)
     seeds = tuple(range(args.seeds))
     log = lambda m: print(m, flush=True)  # noqa: E731
+    if args.compile_only:
+        tasks = ("multiclass", "multilabel")[args.only_multilabel:2 - args.no_multilabel]
+        print(json.dumps([compile_only(t, args.n, args.features, args.classes, seeds, fractions, L2_GRID_8, log)
+                          for t in tasks]))
+        return
     import jax
 
     log(f"jax {jax.__version__} on {jax.devices()[0].platform} ({len(jax.devices())} device(s)), "
