@@ -152,15 +152,15 @@ def _reduce_rows(parts, x, ko, sizes, blocks, task):
 
     parts: one array per block, [S, Fr - first, L, nb] (multiclass) or
     [S, Fr - first, L, K, nb] (multilabel, already multiplied by the known-label mask).
-    ko [S, n, K].
+    ko [S, n, K]. ``sizes``: the subset sizes, static ints or an int array [Fr] (``fit``'s
+    shape buckets, where rows past the last subset are padding).
     """
     S, Fr, L, _ = x.shape
     multiclass = task == "multiclass"
     total = jnp.zeros((S, Fr, L) if multiclass else (S, Fr, L, ko.shape[-1]), x.dtype)
     for (lo, hi, first), part in zip(blocks, parts):
-        # which of the block's rows each of its fractions' subsets holds (a constant)
-        inside = np.arange(lo, hi)[None, :] < np.asarray(sizes[first:])[:, None]
-        if inside.all():  # every fraction holds the whole block (always so with a loop per fraction)
+        inside = _inside(sizes, lo, hi, first)  # which of the block's rows each of its fractions' subsets holds
+        if isinstance(inside, np.ndarray) and inside.all():  # every fraction holds the whole block
             summed = part.sum(-1)
         elif multiclass:
             summed = jnp.einsum("sjln,jn->sjl", part, jnp.asarray(inside, x.dtype))
@@ -169,8 +169,22 @@ def _reduce_rows(parts, x, ko, sizes, blocks, task):
         total = total + jnp.pad(summed, ((0, 0), (first, 0)) + ((0, 0),) * (summed.ndim - 2))
     if multiclass:
         return total / jnp.asarray(sizes, x.dtype)[None, :, None]
-    n = jnp.cumsum(ko, axis=1)[:, np.asarray(sizes) - 1]  # known labels per subset [S, Fr, K]
+    last = (np.asarray(sizes) if _static(sizes) else sizes) - 1
+    n = jnp.cumsum(ko, axis=1)[:, last]  # known labels per subset [S, Fr, K]
     return (total / jnp.maximum(n, 1.0)[:, :, None, :]).sum(-1)
+
+
+def _static(sizes) -> bool:
+    """Whether the subset sizes are static ints (a tuple) rather than an array inside the program."""
+    return isinstance(sizes, (tuple, list))
+
+
+def _inside(sizes, lo: int, hi: int, first: int):
+    """[Fr - first, hi - lo] bool: which rows lo..hi each fraction from ``first`` on holds (a numpy
+    constant for static sizes, else an array of the program)."""
+    if _static(sizes):
+        return np.arange(lo, hi)[None, :] < np.asarray(sizes[first:])[:, None]
+    return jnp.arange(lo, hi)[None, :] < sizes[first:, None]
 
 
 def _class_sum(a):
@@ -289,7 +303,7 @@ def blocked_objectives(x, Xo, To, ko, sizes, l2, task, min_rows: int | None = No
     return loss_from_logits(block_logits(x, Xo, blocks), x, To, ko, sizes, blocks, l2, task)
 
 
-DEFAULT_GAP = 1e-3  # each probe's bound on (f - f*) / f, beside the gradient tolerance
+DEFAULT_GAP = 1e-3  # each probe's bound on (f - f*) / f, beside the gradient tolerance (``fraction_gap``)
 FRACTION_SCHEDULE_FROM = 1 << 22  # rows x features (about 5,500 x 768) from which a loop per fraction pays
 ONE_BLOCK_BELOW = 1 << 20  # rows x features under which a joint loop is one dense block (``solver_loops``)
 SHARED_LOOP_BELOW = 1 << 20  # rows x features under which small fractions share one loop (``solver_loops``)
@@ -298,7 +312,7 @@ SHARED_LOOP_BELOW = 1 << 20  # rows x features under which small fractions share
 def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4,
         min_block_rows: int | None = None, precondition: bool = True, warm_start: bool = False,
         devices=None, max_bytes: int | None = None, schedule: str = "auto", gap: float | None = DEFAULT_GAP,
-        on_loop=None) -> Fit:
+        on_loop=None, buckets: bool = True) -> Fit:
     """Fit every probe at once.
 
     X [n, F] standardised training features; T, known [n, K] targets and known-label mask;
@@ -329,6 +343,11 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     the device's memory, ``memory_budget``) bounds the working set: when all seeds at once
     would exceed it, seeds are fitted in groups, one compiled program reused per group.
 
+    ``buckets``: a joint loop of one dense row block (data under ``ONE_BLOCK_BELOW``) runs on
+    rows and features padded to a shape bucket (``shape_bucket``, ``_bucketed``: inert
+    padding, the subset sizes as values of the program), so problems of nearby shapes share
+    one compiled program: on small data compiling costs more than fitting.
+
     ``on_loop`` (where given) is called with no arguments as each solver loop finishes
     (``loop_count`` of them), so a caller can report progress per loop.
     """
@@ -342,8 +361,10 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     fits = []
     for g_sizes, blocks in solver_loops(sizes, X.shape[0], X.shape[1], schedule, min_block_rows):
         g_order = order[:1] if g_sizes == (X.shape[0],) else order  # the whole set: one problem, whatever the seed
+        bucket = buckets and min_block_rows is None and blocks == ((0, g_sizes[-1], 0),) and len(g_sizes) > 1 \
+            and X.shape[0] * X.shape[1] < ONE_BLOCK_BELOW
         out = _fit_group(Xs, T, known, g_order, g_sizes, blocks, grid, V, devices, task, warm_start, max_iter,
-                         tol, gap, budget, grid.shape[0] // len(devices), precondition)
+                         tol, gap, budget, grid.shape[0] // len(devices), precondition, bucket)
         if g_sizes[-1] == X.shape[0] and len(g_sizes) > 1 and g_order.shape[0] > 1:
             # a shared loop fitted the whole set once per seed, each in its own row order: the same problem,
             # equal up to rounding. Every seed takes seed 0's, as a loop of the whole set alone does, so the
@@ -411,24 +432,71 @@ def solver_loops(sizes, n: int, F: int, schedule: str, min_block_rows: int | Non
     return loops + [((m,), ((0, m, 0),)) for m in sizes[len(small):]]
 
 
-def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_start, max_iter, tol, gap, budget,
-               L_local, precondition):
-    """The probes of the fractions ``sizes`` for the seeds of ``order``: one solver loop per seed group."""
-    S = order.shape[0]
+def shape_bucket(v: int) -> int:
+    """The smallest of 16, 24, 32, 48, 64, 96, ... (2^k and 3 * 2^(k-1)) that is at least v."""
+    b = 16
+    while b < v:
+        b = b * 3 // 2 if b & (b - 1) == 0 else b * 4 // 3
+    return b
+
+
+class _Loop(NamedTuple):
+    """One solver loop's data as its program sees it."""
+
+    Xs: jax.Array  # [rows, F'] features (in the eigenbasis when preconditioning)
+    T: jax.Array  # [rows, K]
+    known: jax.Array  # [rows, K]
+    order: jax.Array  # [S, n'] each seed's rows in subset order, the loop's n' first
+    sizes: object  # static tuple, or an int32 array [Fr] where the shapes are bucketed
+    blocks: tuple
+    n_features: object  # None, or F (an int32 scalar) where F' holds padding
+
+
+def _bucketed(Xs, T, known, order, sizes, blocks) -> _Loop:
+    """The loop's data padded to a shape bucket (``shape_bucket``), so one compiled program serves
+    every problem of the same bucket, task, class count and grid.
+
+    Padding is inert: the padded features are zero columns (their gradient is l2 W = 0 from
+    W = 0, so their weights stay 0), the padded rows come after the last subset in every seed's
+    order (no subset holds them; their targets and known-label mask are 0), and the subset
+    sizes and the feature count become values of the program instead of constants.
+    """
+    N, F = Xs.shape
     n = sizes[-1]
-    per_seed = working_set_bytes(n, Xs.shape[1], T.shape[1], 1, sizes, blocks, L_local)
-    group = int(max(1, min(S, (budget - Xs.size * Xs.dtype.itemsize * 2) // max(per_seed, 1))))
+    n_pad, F_pad = shape_bucket(n), shape_bucket(F)
+    pad = ((0, n_pad - n), (0, 0))
+    Xs = jnp.pad(Xs, ((0, n_pad - n), (0, F_pad - F)))
+    tail = jnp.broadcast_to(jnp.arange(N, N + n_pad - n, dtype=order.dtype), (order.shape[0], n_pad - n))
+    order = jnp.concatenate([jnp.asarray(order)[:, :n], tail], axis=1)
+    return _Loop(Xs, jnp.pad(T, pad), jnp.pad(known, pad), order, jnp.asarray(sizes, jnp.int32),
+                 ((0, n_pad, 0),), jnp.int32(F))
+
+
+def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_start, max_iter, tol, gap, budget,
+               L_local, precondition, bucket=False):
+    """The probes of the fractions ``sizes`` for the seeds of ``order``: one solver loop per seed group
+    (``bucket``: on data padded to a shape bucket, ``_bucketed``)."""
+    S, F = order.shape[0], Xs.shape[1]
+    lp = _bucketed(Xs, T, known, order, sizes, blocks) if bucket else _Loop(Xs, T, known, order, sizes, blocks, None)
+    n, Fr = lp.blocks[-1][1], len(sizes)
+    per_seed = working_set_bytes(n, lp.Xs.shape[1], T.shape[1], 1, sizes, lp.blocks, L_local)
+    group = int(max(1, min(S, (budget - lp.Xs.size * lp.Xs.dtype.itemsize * 2) // max(per_seed, 1))))
     # one fraction per loop: compact its L2 axis as probes finish (the joint loop stays one small program)
-    run = _sharded(devices, task, sizes, blocks, bool(warm_start), precondition, compact=len(sizes) == 1)
+    run = _sharded(devices, task, Fr if bucket else sizes, lp.blocks, bool(warm_start), precondition,
+                   compact=Fr == 1)
+    dims = (lp.sizes, lp.n_features) if bucket else ()
     parts = []
     for lo in range(0, S, group):
-        seeds = order[lo:lo + group, :n]
+        seeds = lp.order[lo:lo + group, :n]
         if seeds.shape[0] < group:  # same shapes for every group: one compiled program
             seeds = jnp.concatenate([seeds, jnp.repeat(seeds[-1:], group - seeds.shape[0], axis=0)])
-        Xo, XoT, To, ko, m2 = _prepare(Xs, T, known, seeds, sizes, blocks, precondition)
+        prepare = _prepare_dynamic if bucket else _prepare
+        Xo, XoT, To, ko, m2 = prepare(lp.Xs, lp.T, lp.known, seeds, lp.sizes, lp.blocks, precondition)
         out = run(Xo, XoT, To, ko, m2, grid, jnp.int32(max_iter), jnp.asarray(tol, Xs.dtype),
-                  jnp.asarray(np.inf if gap is None else gap, Xs.dtype))
+                  jnp.asarray(np.inf if gap is None else gap, Xs.dtype), *dims)
         del Xo, XoT
+        if lp.Xs.shape[1] != F:
+            out = out._replace(W=out.W[..., :F, :])  # the padded features' weights, all 0
         if V is not None:
             out = out._replace(W=_unrotate(V, out.W))
         parts.append(jax.tree.map(lambda a: a[: min(group, S - lo)], out))
@@ -466,10 +534,16 @@ def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int, m: 
 
 
 def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, compact=False):
+    """The compiled solver loop: ``sizes`` static (a tuple), or the number of fractions (an int),
+    where the sizes and the feature count come as arguments (``_bucketed``)."""
     key = (tuple(devices), task, sizes, blocks, warm_start, precondition, compact)
     if key not in _PROGRAMS:
-        def local(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap):
-            return _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, warm_start, compact)
+        dynamic = isinstance(sizes, int)
+
+        def local(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, *dims):
+            sz, n_features = dims if dynamic else (sizes, None)
+            return _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sz, blocks, warm_start, compact,
+                             n_features)
 
         if len(devices) == 1:
             _PROGRAMS[key] = jax.jit(local)
@@ -478,9 +552,9 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, compac
 
             mesh = Mesh(np.array(devices), ("probes",))
             spec = P(None, None, "probes")
+            specs = (P(), P(), P(), P(), P(), P("probes"), P(), P(), P()) + ((P(), P()) if dynamic else ())
             _PROGRAMS[key] = jax.jit(jax.shard_map(
-                local, mesh=mesh, in_specs=(P(), P(), P(), P(), P(), P("probes"), P(), P(), P()),
-                out_specs=Fit(spec, spec, spec, spec, spec), check_vma=False))
+                local, mesh=mesh, in_specs=specs, out_specs=Fit(spec, spec, spec, spec, spec), check_vma=False))
     return _PROGRAMS[key]
 
 
@@ -508,6 +582,9 @@ def rotation(X) -> np.ndarray:
 
 def second_moments(Xo, sizes):
     """Mean square of every feature over every subset: Xo [S, n, F] in subset order -> [S, Fr, F]."""
+    if not _static(sizes):  # sizes an array of the program: a masked sum over all rows
+        inside = _inside(sizes, 0, Xo.shape[1], 0).astype(Xo.dtype)  # [Fr, n]
+        return jnp.einsum("jn,snf->sjf", inside, Xo * Xo) / sizes.astype(Xo.dtype)[None, :, None]
     edges = (0,) + tuple(sizes)
     segments = jnp.stack([jnp.sum(Xo[:, lo:hi] ** 2, axis=1) for lo, hi in zip(edges[:-1], edges[1:])], axis=1)
     return jnp.cumsum(segments, axis=1) / jnp.asarray(sizes, Xo.dtype)[None, :, None]
@@ -516,7 +593,7 @@ def second_moments(Xo, sizes):
 ISOTROPIC_BELOW = 0.2  # subsets of fewer than this share of F rows get the isotropic scale (``preconditioner``)
 
 
-def preconditioner(m2, l2, task, K, sizes=None):
+def preconditioner(m2, l2, task, K, sizes=None, n_features=None):
     """Per-probe diagonal scaling in the covariance eigenbasis: x = scale * u.
 
     In the rotated features Xr = X V the data term's Hessian of a probe on subset s is
@@ -537,13 +614,19 @@ def preconditioner(m2, l2, task, K, sizes=None):
     m2 [S, Fr, F], l2 [L] -> scale [S, Fr, L, F*K + K].
     """
     c = 1.0 / K if task == "multiclass" else 0.25
-    if sizes is not None:
+    if sizes is not None and _static(sizes) and n_features is None:
         F = m2.shape[-1]
         m = np.asarray(sizes, np.float64)
         iso = m < ISOTROPIC_BELOW * F  # [Fr] static
         if iso.any():
             mean_eig = m2.sum(-1, keepdims=True) / jnp.asarray(np.minimum(m, F), m2.dtype)[None, :, None]
             m2 = jnp.where(jnp.asarray(iso)[None, :, None], jnp.broadcast_to(mean_eig, m2.shape), m2)
+    elif sizes is not None:  # sizes and the feature count are values of the program (``fit``'s shape buckets)
+        F = jnp.asarray(m2.shape[-1] if n_features is None else n_features, m2.dtype)
+        m = jnp.asarray(sizes).astype(m2.dtype)
+        iso = m < ISOTROPIC_BELOW * F  # [Fr]
+        mean_eig = m2.sum(-1, keepdims=True) / jnp.minimum(m, F)[None, :, None]
+        m2 = jnp.where(iso[None, :, None], jnp.broadcast_to(mean_eig, m2.shape), m2)
     sw = jax.lax.rsqrt(c * m2[:, :, None, :] + l2[None, None, :, None])  # [S, Fr, L, F]
     sw = jnp.repeat(sw, K, axis=-1)  # row-major (F, K) layout of W in x
     sb = jnp.full(sw.shape[:-1] + (K,), 1.0 / math.sqrt(c), m2.dtype)
@@ -564,7 +647,8 @@ def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, p
     (the bias, unpenalised, aside); a probe also needs that bound below ``gap`` times its
     objective. It matters for the weakly regularised probes of small subsets, which are
     nearly separable: their objectives are so flat that a small gradient still leaves
-    them far from the minimum.
+    them far from the minimum. ``gap`` is a scalar or broadcasts to [S, Fr, L]
+    (``fraction_gap``: one value per fraction).
 
     ``compact`` halves the batch along L once at most half of every (seed, fraction)'s
     probes are still going (``_solve_compacted``).
@@ -665,6 +749,7 @@ def _prepare_impl(Xs, T, known, order, sizes, blocks, precondition):
 
 
 _prepare = jax.jit(_prepare_impl, static_argnums=(4, 5, 6))
+_prepare_dynamic = jax.jit(_prepare_impl, static_argnums=(5, 6))  # the sizes an array (``_bucketed``)
 
 
 @jax.jit
@@ -677,15 +762,37 @@ def _unrotate(V, W):
     return jnp.einsum("gf,...fk->...gk", V, W)  # back from the eigenbasis
 
 
-def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, warm_start, compact=False):
+def fraction_gap(gap, sizes, F):
+    """Each fraction's bound on (f - f*) / f, [1, Fr, 1]: ``gap``, and ``TINY_GAP_SHARE`` of it for
+    subsets of fewer than ``ISOTROPIC_BELOW`` * F rows.
+
+    Such probes are nearly separable under a weak penalty: their objectives are tiny and flat
+    along the valley of separating directions, so a relative gap that is small in f still
+    leaves the weights, and the test AUROC, visibly off the minimum (up to 0.006 on crs demo's
+    8-row subsets at gap 1e-3 against scikit-learn in float64; 0.002 at 1e-4). They are also
+    the cheapest probes, and in a joint loop the slowest, so the tighter bound costs a few
+    more steps of one loop, while the large subsets keep ``gap``.
+    """
+    m = jnp.asarray(sizes).astype(jnp.float32)
+    tiny = m < ISOTROPIC_BELOW * jnp.asarray(F, jnp.float32)
+    return jnp.where(tiny, TINY_GAP_SHARE * gap, gap)[None, :, None]
+
+
+TINY_GAP_SHARE = 0.1  # ``fraction_gap``
+
+
+def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, warm_start, compact=False,
+              n_features=None):
     F, K = Xo.shape[2], To.shape[2]
     S, L, d = Xo.shape[0], l2.shape[0], F * K + K
+    Fr = len(sizes) if _static(sizes) else sizes.shape[0]
     precondition = m2 is not None
+    gap = fraction_gap(gap, sizes, F if n_features is None else n_features)
 
     def scale_for(l2v):
         if precondition:
-            return preconditioner(m2, l2v, task, K, sizes)
-        return jnp.ones((S, len(sizes), l2v.shape[0], d), Xo.dtype)
+            return preconditioner(m2, l2v, task, K, sizes, n_features)
+        return jnp.ones((S, Fr, l2v.shape[0], d), Xo.dtype)
 
     if warm_start:
         path = jnp.argsort(-l2)  # strongest penalty first
@@ -695,12 +802,12 @@ def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, 
                          tol, precondition, gap)
             return out[0], out
 
-        _, (x, converged, used, gmax) = jax.lax.scan(stage, jnp.zeros((S, len(sizes), 1, d), Xo.dtype), l2[path])
+        _, (x, converged, used, gmax) = jax.lax.scan(stage, jnp.zeros((S, Fr, 1, d), Xo.dtype), l2[path])
         back = jnp.argsort(path)  # [L, S, Fr, 1, ...] in path order -> [S, Fr, L, ...] in grid order
         x, converged, used, gmax = (jnp.moveaxis(a[back, ..., 0, :] if a.ndim == 5 else a[back, ..., 0], 0, 2)
                                     for a in (x, converged, used, gmax))
     else:
-        x, converged, used, gmax = _solve(jnp.zeros((S, len(sizes), L, d), Xo.dtype), scale_for(l2), Xo, XoT, To,
+        x, converged, used, gmax = _solve(jnp.zeros((S, Fr, L, d), Xo.dtype), scale_for(l2), Xo, XoT, To,
                                           ko, sizes, blocks, l2, task, max_iter, tol, precondition, gap, compact)
     W, b = _split(x, F, K)
     return Fit(W, b, converged, used, gmax)

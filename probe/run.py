@@ -444,14 +444,33 @@ def _provenance(head: str, seeds, fractions, grid, select_by: str, options: dict
 
 
 def planned_loops(store: Store, encoder: str, dataset: str, fractions=DEFAULT_FRACTIONS, head: str = "linear") -> int:
-    """How many solver loops ``probe`` runs on one pair (what its progress counts): reads the clean
-    embeddings' training rows, as ``probe`` does, to know how many features it uses."""
-    split = load_split(store, encoder, dataset)
-    fractions = tuple(sorted(set(fractions)))
+    """How many solver loops ``probe`` runs on one pair (what its progress counts), from the shape of
+    its training set without reading the embeddings: the training rows less the failed images, and
+    the embedding width (``embedding_width``). ``probe`` fits the live features only
+    (``live_features``), so where dead features take the data across a schedule threshold of
+    ``crs.probe.core.solver_loops`` the count is off by the loops that crossing adds or removes."""
     from crs.probe import subsets
 
-    return get(head).loops(len(split.train), int(split.keep.sum()), tuple(subsets.sizes(list(fractions),
-                                                                                     len(split.train))))
+    n = len(np.setdiff1d(store.dataset(dataset).rows("train"), store.excluded_rows(dataset)))
+    fractions = tuple(sorted(set(fractions)))
+    if n == 0:
+        return 0
+    sizes = tuple(subsets.sizes(list(fractions), n))
+    return get(head).loops(n, embedding_width(store, encoder, dataset), sizes)
+
+
+def embedding_width(store: Store, encoder: str, dataset: str) -> int:
+    """The width of the pair's clean embeddings, read from metadata where the store has it (the
+    array's shape, or the encoder record extract writes into the array's attributes), else from
+    the array itself."""
+    shape = getattr(store, "embedding_shape", None)
+    if shape is not None:
+        return int(shape(dataset, encoder, CLEAN)[1])
+    spec = store.embedding_attrs(dataset, encoder, CLEAN).get("encoder_spec")
+    width = spec.get("width") if isinstance(spec, dict) else None
+    if isinstance(width, int) and width > 0:
+        return width
+    return int(store.read_embedding(dataset, encoder, CLEAN).shape[1])
 
 
 def _loop_reporter(progress, task, model: str, dataset: str, spec, data: TrainingSet):

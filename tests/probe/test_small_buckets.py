@@ -1,0 +1,86 @@
+"""Shape buckets (``crs.probe.core._bucketed``): padding is inert, and one program serves a bucket."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from crs.probe import core
+
+
+def problem(seed, n, F, K, S, task):
+    """Correlated Gaussian features with a class signal, targets (multilabel: ~20 % unknown), S orders."""
+    rng = np.random.default_rng(seed)
+    X = (rng.normal(size=(n, F)) @ rng.normal(size=(F, F)) / np.sqrt(F)).astype(np.float32)
+    X = (X - X.mean(0)) / X.std(0)
+    score = X[:, :K] + 0.8 * rng.normal(size=(n, K))
+    if task == "multiclass":
+        T = np.eye(K, dtype=np.float32)[score.argmax(1)]
+        known = np.ones_like(T)
+    else:
+        T = (score > 0.3).astype(np.float32)
+        known = (rng.random((n, K)) > 0.2).astype(np.float32)
+    return X, T, known, np.stack([rng.permutation(n) for _ in range(S)])
+
+
+def fit(X, T, known, order, sizes, l2, task, **kw):
+    return core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                    jnp.asarray(l2, jnp.float32), task=task, **{"tol": 1e-5, **kw})
+
+
+def objective64(X, T, known, rows, lam, W, b, task):
+    """The probe objective (``crs.probe.core`` docstring) in float64."""
+    Z = X[rows].astype(np.float64) @ W + b
+    if task == "multiclass":
+        zmax = Z.max(1, keepdims=True)
+        lse = zmax[:, 0] + np.log(np.exp(Z - zmax).sum(1))
+        data = np.mean(lse - (T[rows] * Z).sum(1))
+    else:
+        k = known[rows]
+        bce = np.logaddexp(0, Z) - T[rows] * Z
+        data = ((bce * k).sum(0) / np.maximum(k.sum(0), 1)).sum()
+    return data + 0.5 * lam * np.sum(W * W)
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+def test_a_padded_fit_equals_the_unpadded_one(task):
+    """Rows 45 -> 48 and features 13 -> 16 of padding; subsets of 3 rows (isotropic scale), 9 and all.
+
+    Solved tightly, so that what is left is rounding along the solver's path (at the default
+    tolerance a 3-row, nearly separable probe may stop anywhere on its flat valley, padded or not).
+    """
+    X, T, known, order = problem(0, 45, 13, 3, 2, task)
+    sizes, l2 = (3, 9, 45), [1e-2, 1e-1]
+    assert (core.shape_bucket(45), core.shape_bucket(13)) == (48, 16)
+    padded, plain = (fit(X, T, known, order, sizes, l2, task, buckets=b, tol=1e-6, gap=1e-6) for b in (True, False))
+    assert np.asarray(plain.converged).all() and np.asarray(padded.converged).all()
+    assert padded.W.shape == plain.W.shape == (2, 3, 2, 13, 3)
+    probs = [np.asarray(core.probabilities(jnp.asarray(X), f.W, f.b, task)) for f in (padded, plain)]
+    np.testing.assert_allclose(probs[0], probs[1], atol=1e-3)
+    for s in range(2):
+        for j, m in enumerate(sizes):
+            for i, lam in enumerate(l2):
+                f = [objective64(X, T, known, order[s, :m], lam, np.asarray(o.W[s, j, i], np.float64),
+                                 np.asarray(o.b[s, j, i], np.float64), task) for o in (padded, plain)]
+                assert f[0] == pytest.approx(f[1], rel=1e-5), (s, m, lam)
+
+
+def test_problems_of_one_bucket_share_one_program():
+    """Two problems of other shapes that pad to the same bucket (48 x 16) compile one solver program."""
+    sizes_of = {40: (2, 8, 40), 47: (3, 10, 47)}
+    before = set(core._PROGRAMS)
+    for n, F in ((40, 12), (47, 15)):
+        X, T, known, order = problem(n, n, F, 3, 2, "multiclass")
+        out = fit(X, T, known, order, sizes_of[n], [1e-2, 1e-1], "multiclass")
+        assert out.W.shape == (2, 3, 2, F, 3) and np.asarray(out.converged).all()
+    used = [k for k in core._PROGRAMS if k[1] == "multiclass" and k[2] == 3 and k[3] == ((0, 48, 0),)]
+    assert len(set(core._PROGRAMS) - before) <= 1 and len(used) == 1
+    assert core._PROGRAMS[used[0]]._cache_size() == 1  # one shape, one compiled program
+
+
+def test_shape_buckets_grow_by_at_most_half():
+    got = [core.shape_bucket(v) for v in range(1, 3000)]
+    assert got[:16] == [16] * 16 and core.shape_bucket(17) == 24 and core.shape_bucket(25) == 32
+    for v, b in zip(range(1, 3000), got):
+        assert b >= v and (v <= 16 or b <= 1.5 * v)
+    assert sorted(set(got)) == [b for b in sorted(set(got)) if b in {16 * 2**k for k in range(9)}
+                                or b in {24 * 2**k for k in range(8)}]
