@@ -7,8 +7,32 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
-# Compiled probe programs are cached for the session in a temporary folder, never in the user's home.
+# Compiled probe programs are cached for the run in a temporary folder, never in the user's home. The
+# first process that loads this file (pytest-xdist's controller, or the only process with -n 0) makes
+# the folder; the workers and the CLI subprocesses the tests start inherit the variable, so a program
+# compiled by one of them is read from disk by the others. The folder is removed when that run ends.
+_OWN_CACHE = None
 if "CRS_JAX_CACHE" not in os.environ:
     import tempfile
 
-    os.environ["CRS_JAX_CACHE"] = tempfile.mkdtemp(prefix="crs-jax-cache-")
+    _OWN_CACHE = os.environ["CRS_JAX_CACHE"] = tempfile.mkdtemp(prefix="crs-jax-cache-")
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE is not None:
+        import shutil
+
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run first; the order is otherwise kept.
+
+    pyproject.toml runs pytest-xdist with ``--dist loadscope --no-loadscope-reorder``: a module's
+    tests go to one worker together (a module- or session-scoped fixture is built once per
+    worker that runs the module, not once per worker that runs one of its tests), modules are
+    handed out one at a time in this order, and a module with a slow test comes first. So the
+    long cases start at once on both workers and the run ends on short modules, not with one
+    worker idle while the other finishes a minute-long case. A module whose fixtures are costly
+    is marked ``slow`` as a whole, so that the move never splits it when run without xdist."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -11,11 +11,14 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 
 import fingerprint  # noqa: E402
 
 
+@pytest.mark.slow  # started first (tests/conftest.py)
 def test_a_small_run_gives_the_pinned_outputs_bit_for_bit(tmp_path):
     golden = json.loads(fingerprint.GOLDEN.read_text())
     fingerprint.run_small(tmp_path)

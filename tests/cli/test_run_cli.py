@@ -8,6 +8,10 @@ from typer.testing import CliRunner
 from crs.stages import pipeline
 from crs.cli import app
 
+# slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
+# one small `crs run` (the `first` fixture) for the module once
+pytestmark = pytest.mark.slow
+
 runner = CliRunner()
 
 SMALL = """\

@@ -34,6 +34,7 @@ enabled = false
 """
 
 
+@pytest.mark.slow  # started first (tests/conftest.py)
 def test_run_fits_the_head_the_config_names(tmp_path):
     cfg = C.with_overrides(C.parse(TINY), store=str(tmp_path / "s.zarr"), results=str(tmp_path / "res"))
     result = stages.run(cfg)  # the default progress shows nothing

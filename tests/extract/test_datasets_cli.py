@@ -213,6 +213,7 @@ def test_extract_of_a_broken_folder_exits_2_and_points_to_check(tmp_path):
     assert r.exit_code == 2 and "crs datasets check aptos2019" in r.output
 
 
+@pytest.mark.slow  # started first (tests/conftest.py)
 def test_extract_and_probe_end_to_end_on_fake_aptos(tmp_path):
     root = make_aptos(tmp_path / "aptos", n=60)
     store, results = tmp_path / "s.zarr", tmp_path / "res"

@@ -15,6 +15,10 @@ from crs.extract import datasets  # noqa: E402
 from crs.extract.run import extract  # noqa: E402
 from crs.store import Store  # noqa: E402
 
+# slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
+# one local Ray instance and one local-executor store for the module once
+pytestmark = pytest.mark.slow
+
 RUN = dict(size=0.05, chunk=16, severities=(2,), ray_options={"actors": 1})
 DATA = "demo_fundus"
 

@@ -20,6 +20,10 @@ from crs.extract.run import extract
 from crs.extract.units import Embedder, Unit, embed_unit
 from crs.store import LockHeld, Store, hold_lock
 
+# slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
+# one uninterrupted reference extraction (a subprocess) for the module once
+pytestmark = pytest.mark.slow
+
 SIZE = "0.2"
 ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
 

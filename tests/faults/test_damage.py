@@ -15,6 +15,10 @@ import pytest
 
 from faultlib import DATASET, STORE, case, crs_here, settle, stage_args
 
+# slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
+# the session fixtures of faultlib.py (baseline, probe_ref, score_ref, csv_baseline) once per worker
+pytestmark = pytest.mark.slow
+
 EMB = "embeddings/demo-stats/clean/x"
 PRED = "predictions/demo-stats/clean"
 

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from faultlib import STORE, assert_same, case, crs_here, finish, stage_args, start
+
+# slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
+# the session fixtures of faultlib.py (baseline, probe_ref, score_ref, csv_baseline) once per worker
+pytestmark = pytest.mark.slow
 
 
 def both(args_a, args_b):

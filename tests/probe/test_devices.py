@@ -7,6 +7,7 @@ import textwrap
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from crs.probe import core, subsets
 
@@ -48,6 +49,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # started first (tests/conftest.py)
 def test_four_cpu_devices_give_the_one_device_results():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)

@@ -211,6 +211,7 @@ def test_bad_head_options_exit_2(tmp_path, args, message):
     assert r.exit_code == 2 and message in r.output
 
 
+@pytest.mark.slow  # started first (tests/conftest.py)
 def test_probe_head_mlp_then_score_ranks_it_beside_the_linear_probe(tmp_path):
     store, results = tmp_path / "s.zarr", tmp_path / "results"
     r = invoke("extract", "-e", "demo-stats", "-d", "demo_derm", "--size", "0.25", "--store", store,

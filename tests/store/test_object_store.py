@@ -26,6 +26,10 @@ from crs.cli import app  # noqa: E402
 from crs.extract.run import extract  # noqa: E402
 from crs.store import LockHeld, Store, StoreError, object_lock  # noqa: E402
 
+# slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
+# one moto server for the module once
+pytestmark = pytest.mark.slow
+
 BUCKET = "crs-test"
 runner = CliRunner()
 
