@@ -1,6 +1,7 @@
 """The Ray executor on a local Ray instance (2 CPUs, no GPU) that the tests start: the store it
-writes equals the local executor's bit for bit, a replica killed mid-run is survived, and a
-re-run skips complete chunks and writes exactly the missing ones."""
+writes equals the local executor's bit for bit, a replica killed mid-run is survived, a
+re-run skips complete chunks and writes exactly the missing ones, and every array records the
+encoder's weights and cost as the local executor does."""
 
 import os
 import sys
@@ -11,8 +12,9 @@ import zarr
 
 ray = pytest.importorskip("ray")
 
-from crs.extract import datasets  # noqa: E402
-from crs.extract.run import extract  # noqa: E402
+from crs.extract import datasets, encoders  # noqa: E402
+from crs.extract.models import load  # noqa: E402
+from crs.extract.run import extract, model_cost  # noqa: E402
 from crs.store import Store  # noqa: E402
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
@@ -134,3 +136,26 @@ def test_crs_extract_executor_ray_through_the_cli(cluster, local, tmp_path):
     (run,) = json.loads(r.output)["runs"]
     assert run["complete"] and run["chunks_written"] == local[1].chunks_written and run["dataset"] == DATA
     assert_same_store(local[0], path)
+
+
+def test_ray_arrays_record_the_weights_and_cost_of_a_local_run(cluster, tmp_path):
+    """The replica's model measured, the forward rate from the replicas' forward seconds; a no-op
+    re-run leaves them as they were."""
+    store = Store(str(tmp_path / "ray.zarr"))
+    run = extract(store, "demo-vit", DATA, **RUN)
+    assert run.complete and run.forward_images > 0 and run.forward_seconds > 0
+
+    def attrs(cond="clean"):
+        return dict(store.open_embedding(DATA, "demo-vit", cond).group.attrs)
+
+    got = attrs()
+    want = model_cost(load(encoders.get("demo-vit"), "cpu"))  # what the local executor records (run.record_cost)
+    assert got["weights"] == want["weights"] and got["weights"]["source"]
+    cost = got["cost"]
+    assert {k: v for k, v in cost.items() if k != "images_per_s"} == {**want["cost"], "device": "cpu"}
+    assert cost["flops_per_image"] > 0 and cost["parameters"] > 0
+    assert cost["images_per_s"] == pytest.approx(run.forward_images / run.forward_seconds, rel=1e-3)
+    for cond in run.arrays:  # every array, perturbed ones too
+        assert attrs(cond)["cost"] == cost and attrs(cond)["weights"] == got["weights"]
+    again = extract(store, "demo-vit", DATA, **RUN)
+    assert again.forward_images == 0 and attrs()["cost"] == cost  # nothing embedded: nothing rewritten
