@@ -77,3 +77,21 @@ def parameters(spec) -> int | None:
         with torch.device("meta"):
             model, _ = build_random(spec)
     return int(sum(p.numel() for p in model.parameters()))
+
+
+def model_cost(model) -> dict:
+    """{"weights": the loaded encoder's ``weights_info``, "cost": ``crs.extract.cost.measure`` of it}
+    (``{}`` where no model was loaded); the part of ``crs.extract.run.record_cost`` that needs the model, so that a Ray
+    replica can work it out where its model lives."""
+    if model is None:
+        return {"weights": None, "cost": {}}
+    return {"weights": getattr(model, "weights_info", None), "cost": measure(model)}
+
+
+def device_name(device) -> str:
+    """'cpu', or e.g. 'cuda:0 NVIDIA H200'."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return str(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} {torch.cuda.get_device_name(index)}"

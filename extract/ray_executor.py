@@ -74,7 +74,7 @@ class Replica:
         self.device_lock = threading.Lock()  # two units in flight: one decodes while the other embeds
 
     def run(self, unit: Unit) -> dict:
-        from crs.extract.run import device_name
+        from crs.extract.cost import device_name
 
         units = DecodedUnits(self.ds, {unit.j: unit.source_rows}, self.ds.paths)
         _, images, failures = units[unit.j]
@@ -102,8 +102,8 @@ class Replica:
                 "device": device_name(self.model.device)}
 
     def cost(self) -> dict:
-        """``crs.extract.run.model_cost`` of this replica's model (its weights_info and measured cost)."""
-        from crs.extract.run import model_cost
+        """``crs.extract.cost.model_cost`` of this replica's model (its weights_info and measured cost)."""
+        from crs.extract.cost import model_cost
 
         return model_cost(self.model)
 
@@ -126,7 +126,7 @@ def run_units_on_ray(store: Store, plan: Plan, ds, *, device=None, workers=0, st
                      retries: int = 3) -> dict | None:
     """Run ``plan.units`` on Ray replicas; fills ``plan.summary`` as the local run does (each replica
     commits its units' decoding failures itself, before their chunks; the forward seconds are the
-    replicas' summed, so the rate is one replica's). Returns one replica's ``run.model_cost`` (weights
+    replicas' summed, so the rate is one replica's). Returns one replica's ``cost.model_cost`` (weights
     and cost, for ``run.record_cost``), or None where that replica could not give it.
 
     ``actors`` defaults to one per GPU of the cluster (``gpus_per_actor`` 1) or, without GPUs

@@ -41,6 +41,7 @@ import torch
 
 from crs.conditions import CLEAN, parse
 from crs.extract import datasets, encoders, perturb
+from crs.extract.cost import device_name, model_cost
 from crs.extract.encoders import EncoderSpec
 from crs.extract.models import load, pick_device
 from crs.names import SPLIT_CODE
@@ -459,17 +460,6 @@ PREPROCESSING_ORDER = ("decode (shorter side to the dataset's image size, never 
                        "perturb at that working size -> resize to the input size -> normalise")
 
 
-def model_cost(model) -> dict:
-    """{"weights": the loaded encoder's ``weights_info``, "cost": ``crs.extract.cost.measure`` of it}
-    (``{}`` where no model was loaded); the part of ``record_cost`` that needs the model, so that a Ray
-    replica can work it out where its model lives."""
-    if model is None:
-        return {"weights": None, "cost": {}}
-    from crs.extract.cost import measure
-
-    return {"weights": getattr(model, "weights_info", None), "cost": measure(model)}
-
-
 def record_cost(plan: Plan, model=None, *, measured: dict | None = None) -> None:
     """After a run that embedded something: write into every array of ``plan`` the encoder's weights
     (``weights_info``) and cost (``crs.extract.cost.measure``) -- ``model_cost(model)``, or ``measured``
@@ -485,15 +475,6 @@ def record_cost(plan: Plan, model=None, *, measured: dict | None = None) -> None
     update = {"weights": measured.get("weights"), "cost": cost}
     for arr in plan.arrays.values():
         arr.group.attrs.update(update)
-
-
-def device_name(device) -> str:
-    """'cpu', or e.g. 'cuda:0 NVIDIA H200'."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return str(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return f"cuda:{index} {torch.cuda.get_device_name(index)}"
 
 
 def _pending_units(table: DatasetTable, conds: list[str], arrays: dict) -> tuple[list[Unit], int]:

@@ -14,7 +14,8 @@ ray = pytest.importorskip("ray")
 
 from crs.extract import datasets, encoders  # noqa: E402
 from crs.extract.models import load  # noqa: E402
-from crs.extract.run import extract, model_cost  # noqa: E402
+from crs.extract.cost import model_cost  # noqa: E402
+from crs.extract.run import extract  # noqa: E402
 from crs.store import Store  # noqa: E402
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
