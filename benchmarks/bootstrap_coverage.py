@@ -354,44 +354,35 @@ def _rows(name, datasets, hits, replications, n_bootstrap, truth_crs, seconds, p
     return rows
 
 
-def debiased_ece(conf: np.ndarray, hit: np.ndarray, weights: np.ndarray, n_bins: int = 15) -> np.ndarray:
-    """A candidate fix, not crs's definition: sum_b (n_b / n) sqrt(max(g_b^2 - v_b / n_b, 0)) [replicate],
-    g_b, v_b the mean and variance of (hit - conf) in bin b (the debiased squared gap of
-    Kumar, Liang & Ma 2019, "Verified uncertainty calibration", per bin), bins as crs's."""
+def _debiased_bins(conf: np.ndarray, hit: np.ndarray, weights: np.ndarray, n_bins: int):
+    """Per non-empty bin b: (n_b / n, g_b^2 - v_b / (n_b - 1)) [replicate], g_b and v_b the mean and
+    variance of (hit - conf) in the bin under each replicate's weights (bins as crs's)."""
     from crs.scoring.metrics import bin_index
 
     bins, gap = bin_index(conf, n_bins), hit - conf
     w = weights.astype(np.float64)
-    total, out = w.sum(axis=0), np.zeros(w.shape[1])
+    total = w.sum(axis=0)
     for k in np.unique(bins):
         wk, gk = w[bins == k], gap[bins == k]
         nb = wk.sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = (gk @ wk) / nb
             var = (gk**2 @ wk) / nb - mean**2
-            sq = np.where(nb > 1, mean**2 - var / np.maximum(nb - 1, 1), 0.0)
-        out += nb / total * np.sqrt(np.maximum(sq, 0.0))
-    return out
+            yield nb / total, np.where(nb > 1, mean**2 - var / np.maximum(nb - 1, 1), 0.0)
+
+
+def debiased_ece(conf: np.ndarray, hit: np.ndarray, weights: np.ndarray, n_bins: int = 15) -> np.ndarray:
+    """A candidate fix, not crs's definition: sum_b (n_b / n) sqrt(max(g_b^2 - v_b / n_b, 0)) [replicate],
+    g_b, v_b the mean and variance of (hit - conf) in bin b (the debiased squared gap of
+    Kumar, Liang & Ma 2019, "Verified uncertainty calibration", per bin), bins as crs's."""
+    return sum(share * np.sqrt(np.maximum(sq, 0.0)) for share, sq in _debiased_bins(conf, hit, weights, n_bins))
 
 
 def debiased_sq_ce(conf: np.ndarray, hit: np.ndarray, weights: np.ndarray, n_bins: int = 15) -> np.ndarray:
     """A CRS v2 candidate: sum_b (n_b / n) (g_b^2 - v_b / (n_b - 1)) [replicate], the unbiased estimate of
     the squared binned calibration error (Kumar, Liang & Ma 2019). It may be negative; its interval is
     reported for its square root by clipping the endpoints at 0 (a monotone map keeps the coverage)."""
-    from crs.scoring.metrics import bin_index
-
-    bins, gap = bin_index(conf, n_bins), hit - conf
-    w = weights.astype(np.float64)
-    total, out = w.sum(axis=0), np.zeros(w.shape[1])
-    for k in np.unique(bins):
-        wk, gk = w[bins == k], gap[bins == k]
-        nb = wk.sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = (gk @ wk) / nb
-            var = (gk**2 @ wk) / nb - mean**2
-            sq = np.where(nb > 1, mean**2 - var / np.maximum(nb - 1, 1), 0.0)
-        out += nb / total * sq
-    return out
+    return sum(share * sq for share, sq in _debiased_bins(conf, hit, weights, n_bins))
 
 
 def calibration_study(sizes: tuple[int, ...], replications: int, n_bootstrap: int, seed: int) -> list[dict]:
