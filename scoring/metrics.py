@@ -575,8 +575,9 @@ def auroc_rows(scores: np.ndarray, positive: np.ndarray, negative: np.ndarray) -
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def _tied_numerator(ss: np.ndarray, pos: np.ndarray, cum: np.ndarray) -> np.ndarray:
-    """sum over positives of (negatives before its tie run + through its run) / 2, per row of sorted scores."""
+def tie_runs(ss: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, new) per row of sorted scores: the first and last index of each element's run of
+    equal scores, and whether an element opens a run."""
     r, n = ss.shape
     new = np.ones((r, n), dtype=bool)
     new[:, 1:] = ss[:, 1:] != ss[:, :-1]
@@ -585,6 +586,12 @@ def _tied_numerator(ss: np.ndarray, pos: np.ndarray, cum: np.ndarray) -> np.ndar
     last = np.ones((r, n), dtype=bool)
     last[:, :-1] = new[:, 1:]
     end = np.minimum.accumulate(np.where(last, idx, n - 1)[:, ::-1], axis=1)[:, ::-1]
+    return start, end, new
+
+
+def _tied_numerator(ss: np.ndarray, pos: np.ndarray, cum: np.ndarray) -> np.ndarray:
+    """sum over positives of (negatives before its tie run + through its run) / 2, per row of sorted scores."""
+    start, end, _ = tie_runs(ss)
     before = np.where(start > 0, np.take_along_axis(cum, np.maximum(start - 1, 0), axis=1), 0)
     through = np.take_along_axis(cum, end, axis=1)
     return np.where(pos, before + through, 0).sum(axis=1) / 2.0

@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from crs.scoring.axes import AxisArrays, axes_from
-from crs.scoring.metrics import ece_draws, weighted_ece, weighted_macro_auroc
+from crs.scoring.metrics import ece_draws, tie_runs, weighted_ece, weighted_macro_auroc
 
 # Below this many test images every replicate is exact: there the exact kernel costs little (score_bench
 # part 5: 5-7 ms an array at 500-730 images) and the linearisation fails its check on a fifth to
@@ -141,18 +141,11 @@ def sort_classes(probs: np.ndarray, target: np.ndarray, known: np.ndarray) -> So
     """``Sorted`` of probs [image, class]: one sort per class, vectorised over classes (ties in runs,
     so the order within a run does not matter and the sort need not be stable)."""
     s = np.ascontiguousarray(np.asarray(probs).T)  # [class, image]
-    k, n = s.shape
     order = np.argsort(s, axis=1)
     ss = np.take_along_axis(s, order, axis=1)
     pos = np.take_along_axis((known & (target == 1)).T, order, axis=1)
     neg = np.take_along_axis((known & (target != 1)).T, order, axis=1)
-    new = np.ones((k, n), dtype=bool)
-    new[:, 1:] = ss[:, 1:] != ss[:, :-1]
-    idx = np.arange(n)
-    start = np.maximum.accumulate(np.where(new, idx, 0), axis=1)
-    last = np.ones((k, n), dtype=bool)
-    last[:, :-1] = new[:, 1:]
-    end = np.minimum.accumulate(np.where(last, idx, n - 1)[:, ::-1], axis=1)[:, ::-1]
+    start, end, new = tie_runs(ss)
     return Sorted(order, start, end, pos, neg, bool(new.all()))
 
 
