@@ -612,19 +612,14 @@ def _aurc_rows(conf: np.ndarray, error: np.ndarray, use: np.ndarray) -> np.ndarr
     """``aurc`` [row] of the ``use`` entries of conf, error [row, image]: most confident first, risk
     (e0 + j e / m) / (n0 + j) at the j-th image of a run of m tied confidences holding e errors, n0
     images and e0 errors before it; the mean of the risks. NaN where a row uses no entry."""
-    r, n = conf.shape
+    n = conf.shape[1]
     key = np.where(use, -conf, np.inf)  # descending confidence, unused entries last
     order = np.argsort(key, axis=1)
     ks = np.take_along_axis(key, order, axis=1)
     es = np.take_along_axis(np.where(use, error, 0.0), order, axis=1)
     n_use = use.sum(axis=1)
     idx = np.arange(n)
-    new = np.ones((r, n), dtype=bool)
-    new[:, 1:] = ks[:, 1:] != ks[:, :-1]
-    start = np.maximum.accumulate(np.where(new, idx, 0), axis=1)
-    last = np.ones((r, n), dtype=bool)
-    last[:, :-1] = new[:, 1:]
-    end = np.minimum.accumulate(np.where(last, idx, n - 1)[:, ::-1], axis=1)[:, ::-1]
+    start, end, _ = tie_runs(ks)
     cum = np.cumsum(es, axis=1)
     e0 = np.where(start > 0, np.take_along_axis(cum, np.maximum(start - 1, 0), axis=1), 0.0)
     e_run = np.take_along_axis(cum, end, axis=1) - e0
