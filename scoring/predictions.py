@@ -73,15 +73,14 @@ class Predictions:
             rows_of, split = parse(condition).dataset, TEST
         else:
             rows_of, split = dataset, TEST
-        if kept is None or (rows_of, split) not in kept:  # ``kept``: the caller's cache of counted_rows
+        if kept is None:
             counted = counted_rows(store, rows_of, split)
-            if kept is not None:
-                kept[(rows_of, split)] = counted
-        else:
+        else:  # the caller's cache of counted_rows (None is a value too: no rows left out)
+            if (rows_of, split) not in kept:
+                kept[(rows_of, split)] = counted_rows(store, rows_of, split)
             counted = kept[(rows_of, split)]
-        kept = counted
-        if kept is not None and self.probs.ndim == 4 and self.probs.shape[2] == kept.size:
-            self.probs = self.probs[:, :, kept]
+        if counted is not None and self.probs.ndim == 4 and self.probs.shape[2] == counted.size:
+            self.probs = self.probs[:, :, counted]
 
     def select(self, seeds: Sequence[int], fractions: Sequence[float]) -> np.ndarray:
         """[seed, fraction, image, class] in the given order."""
