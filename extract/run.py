@@ -189,13 +189,7 @@ def extract_many(
     """
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
-    specs = {}
-    for e in encoders_:
-        spec = encoders.get(e) if isinstance(e, str) else e
-        specs.setdefault(spec.name, spec)
-    if not isinstance(dataset, str):  # an opened dataset object (a real dataset's adapter)
-        ds, dataset = dataset, dataset.name
-    ds = ds if ds is not None else datasets.get(dataset, size=size)
+    specs, dataset, ds = _resolved(encoders_, dataset, ds, size)
     settings = {"chunk": chunk, "batch": batch, "device": device or "auto", "dtype": dtype,
                 "perturbations": perturbations, "severities": list(severities), "workers": workers,
                 "strict": strict, "precision": precision, "executor": executor}
@@ -210,6 +204,18 @@ def extract_many(
                                 workers=workers, strict=strict, progress=progress)
         out.update(zip(group, runs))
     return [out[n] for n in specs]
+
+
+def _resolved(encoders_, dataset, ds, size: float) -> tuple[dict, str, object]:
+    """({name: record} of ``extract_many``'s encoders, a name given twice once; the dataset's name; the
+    opened dataset: ``ds``, or ``dataset`` itself when it is an opened object, else ``datasets.get``)."""
+    specs = {}
+    for e in encoders_:
+        spec = encoders.get(e) if isinstance(e, str) else e
+        specs.setdefault(spec.name, spec)
+    if not isinstance(dataset, str):  # an opened dataset object (a real dataset's adapter)
+        ds, dataset = dataset, dataset.name
+    return specs, dataset, ds if ds is not None else datasets.get(dataset, size=size)
 
 
 WEIGHTS_SHARE = 0.5  # of a CUDA device's free memory for the models loaded at once; the rest: a batch's activations
