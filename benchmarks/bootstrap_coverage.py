@@ -238,27 +238,19 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator) -> np.
     return out
 
 
-def seed_scale(n_seeds: int = SEEDS) -> float:
-    """sqrt(S/(S-1)) t_{S-1,0.975} / z_0.975 (see ``seed_study``)."""
-    from scipy.stats import norm, t
-
-    return math.sqrt(n_seeds / (n_seeds - 1)) * t.ppf(0.975, n_seeds - 1) / norm.ppf(0.975)
-
-
-def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int, scaled: bool = False) -> dict:
+def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int, unwidened: bool = False) -> dict:
     """(seed means [replicate, encoder, dataset, axis], Replicates) of each unit from
     x [1 + replicate, encoder, dataset, seed, axis], as ``crs.scoring.run._bootstrap_means``
-    forms them (median reference, default weights); with ``scaled`` also the candidate 'both_scaled'."""
-    from crs.scoring.bootstrap import draw_seeds, seed_means_of, seed_weights, score_replicates
+    forms them (median reference, default weights); with ``unwidened`` also 'both_unwidened',
+    the unit 'both' before its seed deviations were widened (``crs.scoring.bootstrap.seed_scale``)."""
+    from crs.scoring.bootstrap import draw_seeds, resample_seeds, seed_means_of, seed_weights, score_replicates
 
     draw = draw_seeds(SEEDS, n_bootstrap, seed)
     point, x_rep = x[0], x[1:]
-    seed_unit = np.einsum("bs,edsa->beda", seed_weights(draw, SEEDS), point)
+    seed_unit = resample_seeds(seed_weights(draw, SEEDS), np.moveaxis(point, 2, -1))
     means = {"seed": seed_unit, "image": seed_means_of(x_rep, None), "both": seed_means_of(x_rep, draw)}
-    if scaled:  # the candidate fix of seed_study, applied to 'both': seed deviations widened
-        mean = x_rep.mean(axis=3, keepdims=True)
-        dev = np.einsum("bs,bedsa->beda", seed_weights(draw, SEEDS), x_rep - mean)
-        means["both_scaled"] = np.clip(mean[:, :, :, 0] + seed_scale() * dev, 0.0, 1.0)
+    if unwidened:
+        means["both_unwidened"] = np.einsum("bs,bedsa->beda", seed_weights(draw, SEEDS), x_rep)
     return {unit: (m, score_replicates(m)) for unit, m in means.items()}
 
 
@@ -304,7 +296,7 @@ def point_of(x: np.ndarray) -> Point:
 
 # ------------------------------------------------------------------------------ the study
 def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstrap: int, seed: int,
-          every: int = 0, scaled: bool = False):
+          every: int = 0, unwidened: bool = False):
     """Yields one JSON-able row per (unit, interval): coverage of CRS differences and axes, after
     the last replication and, with ``every``, after each ``every`` replications (``partial``)."""
     from crs.scoring.crs import score
@@ -312,13 +304,13 @@ def study(name: str, datasets: tuple[Dataset, ...], replications: int, n_bootstr
     truth_x = true_axes(datasets)
     truth_crs = score(truth_x).crs
     rng = np.random.default_rng([seed, 16])
-    units = (*UNITS, "both_scaled") if scaled else UNITS
+    units = (*UNITS, "both_unwidened") if unwidened else UNITS
     hits = {(u, i): {} for u in units for i in INTERVALS}
     t0 = time.perf_counter()
     for r in range(replications):
         x = np.stack([dataset_axes(ds, n_bootstrap, rng) for ds in datasets], axis=2)
         point = point_of(x)
-        for unit, (means, reps) in unit_replicates(x, n_bootstrap, seed * 100_003 + r, scaled).items():
+        for unit, (means, reps) in unit_replicates(x, n_bootstrap, seed * 100_003 + r, unwidened).items():
             for kind in INTERVALS:
                 got = covered(reps, point, truth_x, truth_crs, means, kind == "basic")
                 for k, v in got.items():
@@ -424,15 +416,15 @@ def calibration_study(sizes: tuple[int, ...], replications: int, n_bootstrap: in
 
 def seed_study(replications: int, n_bootstrap: int, seed: int, n_seeds: int = SEEDS) -> list[dict]:
     """Coverage of the true L by the seed bootstrap with an infinite test set (so only seeds vary):
-    crs's percentile interval of the resampled seed mean, and the same with each seed's deviation
-    from the seed mean scaled by sqrt(S/(S-1)) * t_{S-1,0.975} / z_0.975 (a candidate fix: the
-    resampled mean of S seeds has variance (S-1)/S of the mean's, and S = 5 is too few for z)."""
-    from crs.scoring.bootstrap import draw_seeds, interval, seed_weights
+    the plain percentile interval of the resampled seed mean ('unwidened', crs before the change)
+    and crs's, whose seed deviations are widened by ``crs.scoring.bootstrap.seed_scale``
+    (sqrt(S/(S-1)) t_{S-1,0.975} / z_0.975: the resampled mean of S seeds has variance (S-1)/S
+    of the mean's, and S = 5 is too few for z)."""
+    from crs.scoring.bootstrap import draw_seeds, interval, resample_seeds, seed_scale, seed_weights
 
     base, rng = 1.5, np.random.default_rng([seed, 18])
     truth = true_axes((Dataset(1, base, 0.1, 0),))[:, 0, 2]  # [encoder]
-    scale = seed_scale(n_seeds)
-    hits = {"percentile": np.zeros(len(ENCODERS)), "scaled": np.zeros(len(ENCODERS))}
+    hits = {"unwidened": np.zeros(len(ENCODERS)), "crs": np.zeros(len(ENCODERS))}
     for r in range(replications):
         v = rng.standard_normal((len(ENCODERS[0].low), n_seeds))
         x = np.empty((len(ENCODERS), n_seeds))
@@ -442,13 +434,13 @@ def seed_study(replications: int, n_bootstrap: int, seed: int, n_seeds: int = SE
             a = phi(delta * (np.array(enc.low)[:, None] + enc.seed_sd * u) / math.sqrt(2))  # [fraction, seed]
             x[e] = np.clip((a - 0.5) / (phi(delta / math.sqrt(2)) - 0.5), 0, 1).mean(axis=0)
         w = seed_weights(draw_seeds(n_seeds, n_bootstrap, seed * 100_003 + r), n_seeds)  # [replicate, seed]
-        mean = x.mean(axis=1, keepdims=True)
-        for name, c in (("percentile", 1.0), ("scaled", scale)):
-            low, high = interval(w @ (mean + c * (x - mean)).T)
+        for name, reps in (("unwidened", w @ x.T), ("crs", resample_seeds(w, x))):
+            low, high = interval(reps)
             hits[name] += (low <= truth) & (truth <= high)
+    scale = {"unwidened": 1.0, "crs": seed_scale(n_seeds)}
     return [{"seed_study": name, "seeds": n_seeds, "replications": replications, "bootstrap": n_bootstrap,
-             "scale": round(c, 3), "coverage_of_L": [round(float(h / replications), 3) for h in hits[name]]}
-            for name, c in (("percentile", 1.0), ("scaled", scale))]
+             "scale": round(scale[name], 3), "coverage_of_L": [round(float(h / replications), 3) for h in hits[name]]}
+            for name in hits]
 
 
 def within(c: float, target: float = 0.95, tol: float = 0.03) -> bool:
@@ -465,7 +457,8 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=0, help="also print partial rows every N replications")
     ap.add_argument("--calibration", action="store_true",
                     help="only the calibration study: binned vs debiased ECE, per test-set size")
-    ap.add_argument("--scaled", action="store_true", help="also the candidate unit 'both_scaled' (see seed_study)")
+    ap.add_argument("--unwidened", action="store_true",
+                    help="also 'both_unwidened': 'both' without crs's widened seed deviations (see seed_study)")
     ap.add_argument("--seeds-only", action="store_true",
                     help="only the seed study: L with an infinite test set, crs's interval against a scaled one")
     args = ap.parse_args()
@@ -485,7 +478,7 @@ def main() -> None:
         runs = SCENARIOS if args.scenario == "all" else {args.scenario: SCENARIOS[args.scenario]}
     verdict = {}
     for name, datasets in runs.items():
-        for row in study(name, datasets, args.replications, args.bootstrap, args.seed, args.every, args.scaled):
+        for row in study(name, datasets, args.replications, args.bootstrap, args.seed, args.every, args.unwidened):
             print(json.dumps(row), flush=True)
             if row["partial"]:
                 continue

@@ -168,10 +168,9 @@ def label_efficiency_curve(
         clean, on=["encoder", "dataset", "fraction", "seed"], how="left", maintain_order="left"
     )
     a = grid["auroc"].to_numpy().reshape(keys.height, len(seeds))  # [cell, seed]
-    from crs.scoring.bootstrap import seed_weights
+    from crs.scoring.bootstrap import resample_seeds, seed_weights
 
-    w = seed_weights(draw, len(seeds))  # [replicate, seed]
-    reps = w @ a.T  # [replicate, cell]
+    reps = resample_seeds(seed_weights(draw, len(seeds)), a)  # [replicate, cell]
     tail = 100.0 * (1.0 - confidence) / 2.0
     low, high = np.percentile(reps, [tail, 100.0 - tail], axis=0)
     return keys.with_columns(

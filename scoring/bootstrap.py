@@ -9,6 +9,7 @@ all at once, recomputing q, dominance, balance, worst axis, CRS and ranks per re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -85,6 +86,41 @@ def seed_weights(draw: np.ndarray, n_seeds: int) -> np.ndarray:
     return counts / s
 
 
+def seed_scale(n_seeds: int, confidence: float = CONFIDENCE) -> float:
+    """The factor on each seed's deviation from the seed mean before the seeds are resampled.
+
+    The mean of S seeds drawn with replacement from S values spreads sqrt((S-1)/S) as
+    much as the seed mean does between runs, and its percentile interval has normal
+    quantiles where a mean of S seeds needs Student's t with S-1 degrees of freedom.
+    sqrt(S/(S-1)) t_{S-1} / z makes the resampled interval the t interval of the seed
+    mean: 1.58 at S = 5, 1.23 at S = 10, 1 for a single seed (nothing to widen).
+    Without it, 5 seeds gave L intervals that held the truth 82-89 % of the time
+    (docs/bootstrap-coverage.md).
+    """
+    if n_seeds < 2:
+        return 1.0
+    from scipy.stats import norm, t
+
+    p = (1.0 + confidence) / 2.0
+    return math.sqrt(n_seeds / (n_seeds - 1)) * float(t.ppf(p, n_seeds - 1) / norm.ppf(p))
+
+
+def resample_seeds(w: np.ndarray, x: np.ndarray, per_replicate: bool = False) -> np.ndarray:
+    """Replicate seed means [replicate, ...] of x [..., seed] under seed weights w [replicate, seed].
+
+    Each seed's deviation from the seed mean is widened by ``seed_scale`` first (the seed
+    mean itself is kept), and the means are clipped to [0, 1], the range of every value
+    resampled here (axes, AUROC, retention). ``per_replicate``: x is [replicate, ..., seed],
+    each replicate its own values (the image bootstrap); otherwise every replicate
+    resamples the same x. NaN in a cell's seeds gives NaN for that cell.
+    """
+    x = np.asarray(x, dtype=float)
+    mean = x.mean(axis=-1, keepdims=True)
+    wide = mean + seed_scale(x.shape[-1]) * (x - mean)
+    means = np.einsum("bs,b...s->b..." if per_replicate else "bs,...s->b...", w, wide)
+    return np.clip(means, 0.0, 1.0)
+
+
 def replicates(
     x_seed: np.ndarray,
     draw: np.ndarray,
@@ -92,9 +128,8 @@ def replicates(
     weights: Sequence[float] = DEFAULT_WEIGHTS,
 ) -> Replicates:
     """Score each replicate of a draw [replicate, draw] of x_seed [encoder, dataset, seed, axis]."""
-    x_seed = np.asarray(x_seed, dtype=float)
-    w = seed_weights(draw, x_seed.shape[2])
-    x = np.einsum("bs,edsa->beda", w, x_seed)  # [replicate, encoder, dataset, axis] seed means
+    x_seed = np.moveaxis(np.asarray(x_seed, dtype=float), 2, -1)  # [encoder, dataset, axis, seed]
+    x = resample_seeds(seed_weights(draw, x_seed.shape[-1]), x_seed)  # [replicate, encoder, dataset, axis]
     return score_replicates(x, reference, weights)
 
 
@@ -108,7 +143,7 @@ def seed_means_of(x_seed_rep: np.ndarray, draw: np.ndarray | None) -> np.ndarray
     if draw is None:
         return x_seed_rep.mean(axis=3)
     w = seed_weights(draw, x_seed_rep.shape[3])
-    return np.einsum("bs,bedsa->beda", w, x_seed_rep)
+    return resample_seeds(w, np.moveaxis(x_seed_rep, 3, -1), per_replicate=True)
 
 
 def score_replicates(

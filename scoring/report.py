@@ -227,7 +227,7 @@ def retention_intervals(recs: pl.DataFrame, seeds: list[int], n_bootstrap: int, 
     gets null ends."""
     from crs.conditions import parse
     from crs.scoring.axes import retain
-    from crs.scoring.bootstrap import draw_seeds, interval, seed_weights
+    from crs.scoring.bootstrap import draw_seeds, interval, resample_seeds, seed_weights
 
     full = _full(recs).filter(pl.col("seed").is_in(seeds))
     d = full.filter(pl.col("condition") == "clean").select("encoder", "dataset", "seed", d=pl.col("auroc"))
@@ -250,7 +250,7 @@ def retention_intervals(recs: pl.DataFrame, seeds: list[int], n_bootstrap: int, 
         grid = keyed.join(pl.DataFrame({"seed": seeds}, schema={"seed": frame.schema["seed"]}), how="cross")
         a = grid.join(frame, on=[*keys, "seed"], how="left", maintain_order="left")["retention"]
         a = a.to_numpy().astype(float).reshape(keyed.height, len(seeds))  # [cell, seed]
-        low, high = interval(w @ np.nan_to_num(a).T, confidence)  # [cell]
+        low, high = interval(resample_seeds(w, np.nan_to_num(a)), confidence)  # [cell]
         bad = np.isnan(a).any(axis=1)
         return keyed.with_columns(retention=pl.Series(np.nanmean(np.where(bad[:, None], np.nan, a), axis=1)
                                                       if a.size else []),

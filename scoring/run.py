@@ -25,6 +25,7 @@ from crs.scoring.bootstrap import (
     draw_seeds,
     incomplete,
     interval,
+    resample_seeds,
     score_replicates,
     seed_means_of,
     seed_tensor,
@@ -362,7 +363,7 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
             except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
     if x_rep is None:
-        return np.einsum("bs,edsa->beda", seed_weights(draw, len(seeds)), x_seed), "seed"
+        return resample_seeds(seed_weights(draw, len(seeds)), np.moveaxis(x_seed, 2, -1)), "seed"
     return seed_means_of(x_rep, draw if unit == "both" else None), unit
 
 

@@ -147,7 +147,7 @@ def test_cost_front_and_figure(inputs):
 
 def test_retention_intervals_are_the_scores_seed_draw(inputs):
     from crs.scoring.axes import retain_array
-    from crs.scoring.bootstrap import draw_seeds
+    from crs.scoring.bootstrap import draw_seeds, seed_scale
 
     got, records, scores = inputs
     s = got.settings["bootstrap"]
@@ -164,7 +164,8 @@ def test_retention_intervals_are_the_scores_seed_draw(inputs):
         a = mine.filter(pl.col("condition") == r["condition"])["auroc"].to_numpy()
         per_seed = retain_array(a, d)
         assert per_seed.mean() == pytest.approx(r["retention"])
-        reps = [per_seed[row].mean() for row in draw]
+        wide = seed_scale(len(seeds))  # each seed's deviation widened (docs/crs-v1.md section 5)
+        reps = [min(max(per_seed.mean() + wide * (per_seed[row].mean() - per_seed.mean()), 0), 1) for row in draw]
         assert r["retention_low"] == pytest.approx(np.percentile(reps, tail))
         assert r["retention_high"] == pytest.approx(np.percentile(reps, 100 - tail))
         assert r["retention_low"] <= r["retention"] <= r["retention_high"]

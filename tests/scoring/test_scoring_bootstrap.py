@@ -8,7 +8,8 @@ import statistics
 import numpy as np
 import polars as pl
 import pytest
-from scipy.stats import rankdata
+from scipy.stats import norm, rankdata
+from scipy.stats import t as t_dist
 
 from crs.scoring.axes import AXES
 from crs.scoring.bootstrap import (
@@ -60,7 +61,10 @@ def slow_crs(q, weights):
 
 
 def slow_replicate(x_seed, idx, ref, weights):
-    x = x_seed[:, :, idx, :].mean(axis=2)  # seed means of the drawn seeds
+    s = x_seed.shape[2]  # the drawn seeds' deviations from the seed mean, widened to a t interval's
+    wide = np.sqrt(s / (s - 1)) * t_dist.ppf(0.975, s - 1) / norm.ppf(0.975)
+    mean = x_seed.mean(axis=2)
+    x = np.clip(mean + wide * (x_seed[:, :, idx, :].mean(axis=2) - mean), 0, 1)  # seed means of the drawn seeds
     q = slow_q(x, ref).mean(axis=1)
     crs = slow_crs(q, weights)
     return x.mean(axis=1), q, crs, rankdata(-crs, method="average")
