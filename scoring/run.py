@@ -27,6 +27,7 @@ from crs.scoring.bootstrap import (
     interval,
     resample_seeds,
     score_replicates,
+    seed_scale,
     seed_means_of,
     seed_tensor,
     seed_weights,
@@ -262,7 +263,23 @@ def _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, 
     )
     reps = score_replicates(x_boot, ref, w)
     _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
+    _say_if_few_seeds(len(seeds), unit, warnings)
     return reps, draw, unit
+
+
+FEW_SEEDS = 5  # below this the seed part of an interval is widened more than 1.6 times
+
+
+def _say_if_few_seeds(n_seeds: int, unit: str, warnings: list[str]) -> None:
+    """A warning when the seed draw has so few seeds that its widening (``bootstrap.seed_scale``) dominates."""
+    if unit == "image" or not 1 < n_seeds < FEW_SEEDS:
+        return
+    warnings.append(
+        f"only {n_seeds} seeds: the seed part of every interval is widened {seed_scale(n_seeds):.2f} times "
+        f"(Student's t with {n_seeds - 1} degrees of freedom, docs/crs-v1.md section 5), so label "
+        f"efficiency and the CRS intervals are wide; probe with at least {FEW_SEEDS} seeds "
+        f"(`crs probe --seeds {FEW_SEEDS}`) to narrow them"
+    )
 
 
 def _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found) -> dict:
