@@ -227,7 +227,7 @@ def exact_batch(sorts: Sequence[Sorted], counts: np.ndarray) -> np.ndarray:
     """Exact macro AUROC [array, replicate] of several arrays' ``Sorted`` under counts [image, replicate].
 
     ``metrics.weighted_macro_auroc``'s formula, for every class of every array at once: each class's
-    multiplicities in its sorted order, ``g [class row, sorted position, replicate]``, negatives kept,
+    multiplicities in its sorted order, ``g [sorted position, class row, replicate]``, negatives kept,
     summed down the positions two contiguous [row, replicate] slabs at a time (as
     ``metrics._cumsum_rows``), then read at each positive's tie run. Every sum is of integers (and one
     halving), exact in float64 below 2^53 and in ``counts``' integer type below its limit
@@ -249,27 +249,29 @@ def exact_batch(sorts: Sequence[Sorted], counts: np.ndarray) -> np.ndarray:
 def _exact_rows(order, start, end, pos, neg, counts: np.ndarray) -> np.ndarray:
     """AUROC [row, replicate] of class rows given by their sort (``Sorted``'s fields stacked) under counts.
 
-    Integer arithmetic until the last division: a running total is at most the image count n and a
-    positive's (before + through) at most 2n, in ``counts``' type (``small_counts``); its product with
-    its multiplicity and a row's sum are at most 2n^2, in int32 below 2^10 images, else int64."""
+    The multiplicities go position-major, ``g [sorted position, row, replicate]``, so each step of the
+    running total of negatives adds two contiguous [row, replicate] slabs. Integer arithmetic until the
+    last division: a running total is at most the image count n and a positive's (before + through) at
+    most 2n, in ``counts``' type (``small_counts``); a positive's product with its multiplicity, and a
+    row's sum of them, at most 2n^2 (the multiplicities sum to n), in int32 below 2^15 images, else int64."""
     r, n = order.shape
-    g = counts[order]  # [row, sorted position, replicate]
-    rows, at = np.nonzero(pos)  # every known positive: its row and sorted position
-    cp = g[rows, at]  # [positive, replicate]
-    g[~neg] = 0
+    g = counts[order.T]  # [sorted position, row, replicate]
+    rows, at = np.nonzero(pos)  # every known positive, row by row
+    cp = g[at, rows]  # [positive, replicate]
+    g[~neg.T] = 0
     for i in range(1, n):  # running total of negatives down the positions
-        np.add(g[:, i], g[:, i - 1], out=g[:, i])
+        np.add(g[i], g[i - 1], out=g[i])
     s, e = start[rows, at], end[rows, at]
-    twice = g[rows, e]  # negatives through the positive's tie run, plus those before it:
-    twice += np.where((s > 0)[:, None], g[rows, np.maximum(s - 1, 0)], 0).astype(g.dtype)
-    per = np.multiply(cp, twice, dtype=np.int64 if n >= 2**10 else np.int32)  # [positive, replicate]
+    twice = g[e, rows]  # negatives through the positive's tie run, plus those before it:
+    twice += np.where((s > 0)[:, None], g[np.maximum(s - 1, 0), rows], 0).astype(g.dtype)
+    wide = np.int32 if 2 * n * n < 2**31 else np.int64
+    per = np.multiply(cp, twice, dtype=wide)  # [positive, replicate]
     num, p_tot = np.zeros((r, g.shape[2])), np.zeros((r, g.shape[2]))
-    has = np.flatnonzero(np.bincount(rows, minlength=r))  # rows with a positive (np.nonzero lists them in order)
-    if has.size:
-        first = np.searchsorted(rows, has)
-        num[has] = np.add.reduceat(per, first, axis=0, dtype=np.int64)
-        p_tot[has] = np.add.reduceat(cp, first, axis=0, dtype=np.int64)
-    den = p_tot * g[:, -1].astype(np.float64)
+    bounds = np.searchsorted(rows, np.arange(r + 1))  # each row's positives: one contiguous run of ``rows``
+    for j in np.flatnonzero(bounds[1:] > bounds[:-1]):
+        num[j] = np.add.reduce(per[bounds[j]:bounds[j + 1]], axis=0)
+        p_tot[j] = np.add.reduce(cp[bounds[j]:bounds[j + 1]], axis=0, dtype=wide)
+    den = p_tot * g[-1].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, (num / 2.0) / np.where(den > 0, den, 1.0), np.nan)
 
