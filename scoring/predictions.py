@@ -232,8 +232,11 @@ def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str,
             d.aurocs[1 + t].add(q[s, 0])
     for a in d.aurocs:
         a.compute()
-    return np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
-                                       d.targets, d.task, d.aurocs) for s in range(len(seeds))], axis=1)
+    out = np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
+                                      d.targets, d.task, d.aurocs) for s in range(len(seeds))], axis=1)
+    for a in d.aurocs:
+        a.release()
+    return out
 
 
 def _image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator, dataset: str) -> np.ndarray:
