@@ -193,17 +193,23 @@ def exact_draws(srt: Sorted, counts_t: np.ndarray) -> np.ndarray:
     The formula of ``metrics.weighted_auroc`` on the shared sort: per replicate, the sum
     over positives of its weight times (negative weight before its tie run + through its
     run), halved, over P x N. Only the positives' positions are gathered. Every sum is of
-    integers below 2^53, so float64 (whose cumulative sum numpy vectorises, unlike int's)
-    holds them exactly.
+    integers: in counts_t's integer type widened to int32 (int64 from 2^15 images: a
+    positive's product is at most 2n^2), or in float64 for float multiplicities, which holds
+    integers below 2^53 exactly; the same integers either way, so the same values.
     """
     k, n = srt.order.shape
-    c = np.asarray(counts_t, dtype=np.float64)[:, srt.order]  # [replicate, class, sorted position]
-    cum = np.cumsum(np.where(srt.neg, c, 0.0), axis=-1).reshape(c.shape[0], k * n)
+    counts_t = np.asarray(counts_t)
+    c = counts_t[:, srt.order]  # [replicate, class, sorted position]
+    if np.issubdtype(c.dtype, np.integer):
+        wide = np.int32 if 2 * n * n < 2**31 else np.int64
+    else:
+        c, wide = c.astype(np.float64, copy=False), np.float64
+    cum = np.cumsum(np.where(srt.neg, c, 0), axis=-1, dtype=wide).reshape(c.shape[0], k * n)
     at = np.flatnonzero(srt.pos.ravel())  # flat [class, position] index of every known positive
     start, end = srt.start.ravel()[at], srt.end.ravel()[at]
     base = at - at % n
     before = np.where(start > 0, cum[:, base + np.maximum(start - 1, 0)], 0)
-    cp = c.reshape(c.shape[0], k * n)[:, at]
+    cp = c.reshape(c.shape[0], k * n)[:, at].astype(wide)
     per = cp * (before + cum[:, base + end])  # [replicate, positive]
     onehot = np.zeros((at.size, k))
     onehot[np.arange(at.size), at // n] = 1.0
@@ -312,6 +318,7 @@ class AurocDraws:
         self._weights = None
         self._counts_t = None
         self._counts_small = None
+        self._check = None
         self._held: dict[tuple, tuple] = {}  # (address, shape, strides, dtype) -> (key, the array), see ``release``
 
     def _small_counts(self) -> np.ndarray:
@@ -369,6 +376,12 @@ class AurocDraws:
             for j, (key, p) in enumerate(batch):
                 self._values[key] = self._checked(p, sorts[j], linear[:, j])
 
+    def _check_counts(self, m: int) -> np.ndarray:
+        """The first m replicates' multiplicities [replicate, image] in ``small_counts``' type, made once."""
+        if self._check is None or self._check.shape[0] != m:
+            self._check = np.ascontiguousarray(self._small_counts()[:, :m].T)
+        return self._check
+
     def counts_t(self) -> np.ndarray:
         """The draw's multiplicities float64 [replicate, image] (for ``metrics.ece_draws``), made once."""
         if self._counts_t is None:
@@ -408,7 +421,7 @@ class AurocDraws:
 
     def _checked(self, probs: np.ndarray, srt: Sorted, linear: np.ndarray) -> np.ndarray:
         m = min(CHECK_DRAWS, linear.size)
-        exact = _macro(exact_draws(srt, self.counts_t()[:m]))
+        exact = _macro(exact_draws(srt, self._check_counts(m)))
         same_nan = np.array_equal(np.isnan(exact), np.isnan(linear[:m]))
         with np.errstate(invalid="ignore"):
             sd = float(np.nanstd(linear)) if np.isfinite(linear).any() else 0.0
