@@ -98,8 +98,9 @@ def run_axes(
     shift: [image, class] per shift target at fraction 1, each on its own draw in ``targets``.
     ``aurocs``: an ``AurocDraws`` of the test draw then one per target, holding these
     arrays (``add`` then ``compute`` for many runs at once); without them every AUROC
-    is the exact kernel's. The ECE is ``ece_draws``' with them on a test split of at least
-    ``LINEAR_MIN_IMAGES`` images, else ``weighted_ece``'s (the same sums in another order).
+    is the exact kernel's. The ECE is ``AurocDraws.ece`` with them (``ece_draws``' on a test split of
+    at least ``LINEAR_MIN_IMAGES`` images, else ``weighted_ece``'s: the same sums in another order;
+    once per distinct array), else ``weighted_ece``'s.
     """
     draws = [test, *targets]
 
@@ -112,10 +113,10 @@ def run_axes(
     def stacked(values: list[np.ndarray]) -> np.ndarray | None:
         return np.stack(values, axis=-1) if values else None
 
-    if aurocs is None or test.counts.shape[0] < LINEAR_MIN_IMAGES:  # small: the per-bin kernel's bits, as before
+    if aurocs is None:
         ece = weighted_ece(clean[-1], test.target, test.known, test.counts, task)
     else:
-        ece = ece_draws(clean[-1], test.target, test.known, aurocs[0].counts_t(), task)
+        ece = aurocs[0].ece(clean[-1], task)
     x = AxisArrays(
         d=auc(clean[-1]),
         ece=ece,
@@ -319,6 +320,7 @@ class AurocDraws:
         self._counts_t = None
         self._counts_small = None
         self._check = None
+        self._eces: dict[tuple, np.ndarray] = {}  # (array key, task) -> ECE [replicate]
         self._held: dict[tuple, tuple] = {}  # (address, shape, strides, dtype) -> (key, the array), see ``release``
 
     def _small_counts(self) -> np.ndarray:
@@ -381,6 +383,19 @@ class AurocDraws:
         if self._check is None or self._check.shape[0] != m:
             self._check = np.ascontiguousarray(self._small_counts()[:, :m].T)
         return self._check
+
+    def ece(self, probs: np.ndarray, task: str) -> np.ndarray:
+        """Top-label ECE [replicate] of probs [image, class] under the draw, once per distinct array: below
+        ``LINEAR_MIN_IMAGES`` images ``metrics.weighted_ece`` (the per-bin kernel's bits), else
+        ``metrics.ece_draws`` (one matrix product)."""
+        key = (self._key(probs), task)
+        if key not in self._eces:
+            d = self.draw
+            if d.counts.shape[0] < LINEAR_MIN_IMAGES:
+                self._eces[key] = weighted_ece(probs, d.target, d.known, d.counts, task)
+            else:
+                self._eces[key] = ece_draws(probs, d.target, d.known, self.counts_t(), task)
+        return self._eces[key]
 
     def counts_t(self) -> np.ndarray:
         """The draw's multiplicities float64 [replicate, image] (for ``metrics.ece_draws``), made once."""

@@ -55,3 +55,22 @@ def test_an_added_array_is_looked_up_by_memory_only_until_release():
     buffer[0] = np.roll(p, 7, axis=0)  # other values in the same memory: hashed again, not the old key
     assert np.array_equal(batch.value(buffer[0]), fresh(buffer[0]), equal_nan=True)
     assert not np.array_equal(batch.value(buffer[0]), batch.value(buffer[1].copy()), equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [200, 1100])
+def test_run_axes_ece_is_computed_once_per_distinct_array_with_the_kernels_values(n, monkeypatch):
+    rng = np.random.default_rng(n)
+    p, target, known = _case(n, 3, rng, False, 1.0)
+    draw = resample.Draw(target, known, resample.image_counts(n, 30, rng))
+    kernel = "weighted_ece" if n < resample.LINEAR_MIN_IMAGES else "ece_draws"
+    want = (metrics.weighted_ece(p, target, known, draw.counts, "multiclass") if kernel == "weighted_ece" else
+            metrics.ece_draws(p, target, known, np.ascontiguousarray(draw.counts.T, dtype=np.float64), "multiclass"))
+    calls = []
+    real = getattr(resample, kernel)
+    monkeypatch.setattr(resample, kernel, lambda *a, **k: calls.append(1) or real(*a, **k))
+    batch = resample.AurocDraws(draw)
+    seeds = [p, p.copy(), np.roll(p, 1, axis=0)]  # the first two: one probe for both seeds
+    got = [batch.ece(s, "multiclass") for s in seeds]
+    assert np.array_equal(got[0], want, equal_nan=True) and np.array_equal(got[1], want, equal_nan=True)
+    assert not np.array_equal(got[2], want)
+    assert len(calls) == 2
