@@ -33,7 +33,9 @@
    each with a shift target of as many images; --encoders x --seeds, 7 fractions, 68 perturbed
    conditions. Timed per phase (``PhaseTimer``: reading the run records, checking the probe runs,
    reading predictions, image draws, metrics from probabilities, seed draws, CRS replicates, ranks
-   and tier, weight grid, verdict, writing). ``--first-encoders N`` scores only the first N
+   and tier, weight grid, verdict, writing; inside the image draws the exact small-set AUROC, the
+   linearised AUROC, its check and the sorts, inside the metrics the temperature fits and the array
+   metrics, each exclusive of the others). ``--first-encoders N`` scores only the first N
    encoders (run it with PYTHONPATH at an older checkout to time that one beside this);
    ``--direct-reads`` reads predictions as proposed for crs/store (``direct_read_predictions``).
 
@@ -438,7 +440,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
 
     from crs import records as run_records
     from crs.config import Score
-    from crs.scoring import analysis, predictions, run, scoreset
+    from crs.scoring import analysis, metrics, predictions, resample, run, scoreset, temperature
     from crs.stages import steps
     from crs.store import Store
 
@@ -463,6 +465,12 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
         (predictions, "split_targets", "reading predictions"),
         (run, "check_probe_runs", "checking probe runs"),
         (predictions, "image_bootstrap_axes", "image draws"),
+        (resample, "exact_batch", "image draws: exact AUROC (< 1000 images)"),
+        (resample.AurocDraws, "_linear", "image draws: linearised AUROC"),
+        (resample.AurocDraws, "_checked", "image draws: check of the linearised"),
+        (resample, "sort_classes", "image draws: sorts"),
+        (temperature, "fit", "metrics: temperature fits"),
+        (metrics, "array_metrics", "metrics: array metrics"),
         (run, "draw_seeds", "seed draws"),
         (run, "seed_means_of", "seed draws"),
         (run, "score_replicates", "CRS replicates"),

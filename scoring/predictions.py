@@ -164,11 +164,14 @@ def image_bootstrap_axes(
     linearised, computed exactly, or shared with an identical array. ``metrics_pass``: a ``MetricsPass``
     handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
     """
+    from threadpoolctl import threadpool_limits
+
     kept = None if metrics_pass is None else metrics_pass.kept
     out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
     # two helper threads, each working in order: one reads the next pair's arrays, one computes the
-    # metrics of pairs already bootstrapped (numpy and the store's reads release the GIL)
-    with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as worker:
+    # metrics of pairs already bootstrapped (numpy and the store's reads release the GIL); these three
+    # threads keep the cores busy, so BLAS gets one thread (its own pool would spin against them)
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as worker:
         in_flight: deque = deque()  # the metrics pass's pairs not done yet, at most 2 (their arrays stay in memory)
         for j, dataset in enumerate(datasets):
             d = _dataset_draws(store, rows, dataset, n_bootstrap, rng, method)
@@ -232,8 +235,11 @@ def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str,
             d.aurocs[1 + t].add(q[s, 0])
     for a in d.aurocs:
         a.compute()
-    return np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
-                                       d.targets, d.task, d.aurocs) for s in range(len(seeds))], axis=1)
+    out = np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
+                                      d.targets, d.task, d.aurocs) for s in range(len(seeds))], axis=1)
+    for a in d.aurocs:
+        a.release()
+    return out
 
 
 def _image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator, dataset: str) -> np.ndarray:

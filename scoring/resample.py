@@ -98,8 +98,9 @@ def run_axes(
     shift: [image, class] per shift target at fraction 1, each on its own draw in ``targets``.
     ``aurocs``: an ``AurocDraws`` of the test draw then one per target, holding these
     arrays (``add`` then ``compute`` for many runs at once); without them every AUROC
-    is the exact kernel's. The ECE is ``ece_draws``' with them on a test split of at least
-    ``LINEAR_MIN_IMAGES`` images, else ``weighted_ece``'s (the same sums in another order).
+    is the exact kernel's. The ECE is ``AurocDraws.ece`` with them (``ece_draws``' on a test split of
+    at least ``LINEAR_MIN_IMAGES`` images, else ``weighted_ece``'s: the same sums in another order;
+    once per distinct array), else ``weighted_ece``'s.
     """
     draws = [test, *targets]
 
@@ -112,10 +113,10 @@ def run_axes(
     def stacked(values: list[np.ndarray]) -> np.ndarray | None:
         return np.stack(values, axis=-1) if values else None
 
-    if aurocs is None or test.counts.shape[0] < LINEAR_MIN_IMAGES:  # small: the per-bin kernel's bits, as before
+    if aurocs is None:
         ece = weighted_ece(clean[-1], test.target, test.known, test.counts, task)
     else:
-        ece = ece_draws(clean[-1], test.target, test.known, aurocs[0].counts_t(), task)
+        ece = aurocs[0].ece(clean[-1], task)
     x = AxisArrays(
         d=auc(clean[-1]),
         ece=ece,
@@ -193,17 +194,23 @@ def exact_draws(srt: Sorted, counts_t: np.ndarray) -> np.ndarray:
     The formula of ``metrics.weighted_auroc`` on the shared sort: per replicate, the sum
     over positives of its weight times (negative weight before its tie run + through its
     run), halved, over P x N. Only the positives' positions are gathered. Every sum is of
-    integers below 2^53, so float64 (whose cumulative sum numpy vectorises, unlike int's)
-    holds them exactly.
+    integers: in counts_t's integer type widened to int32 (int64 from 2^15 images: a
+    positive's product is at most 2n^2), or in float64 for float multiplicities, which holds
+    integers below 2^53 exactly; the same integers either way, so the same values.
     """
     k, n = srt.order.shape
-    c = np.asarray(counts_t, dtype=np.float64)[:, srt.order]  # [replicate, class, sorted position]
-    cum = np.cumsum(np.where(srt.neg, c, 0.0), axis=-1).reshape(c.shape[0], k * n)
+    counts_t = np.asarray(counts_t)
+    c = counts_t[:, srt.order]  # [replicate, class, sorted position]
+    if np.issubdtype(c.dtype, np.integer):
+        wide = np.int32 if 2 * n * n < 2**31 else np.int64
+    else:
+        c, wide = c.astype(np.float64, copy=False), np.float64
+    cum = np.cumsum(np.where(srt.neg, c, 0), axis=-1, dtype=wide).reshape(c.shape[0], k * n)
     at = np.flatnonzero(srt.pos.ravel())  # flat [class, position] index of every known positive
     start, end = srt.start.ravel()[at], srt.end.ravel()[at]
     base = at - at % n
     before = np.where(start > 0, cum[:, base + np.maximum(start - 1, 0)], 0)
-    cp = c.reshape(c.shape[0], k * n)[:, at]
+    cp = c.reshape(c.shape[0], k * n)[:, at].astype(wide)
     per = cp * (before + cum[:, base + end])  # [replicate, positive]
     onehot = np.zeros((at.size, k))
     onehot[np.arange(at.size), at // n] = 1.0
@@ -227,7 +234,7 @@ def exact_batch(sorts: Sequence[Sorted], counts: np.ndarray) -> np.ndarray:
     """Exact macro AUROC [array, replicate] of several arrays' ``Sorted`` under counts [image, replicate].
 
     ``metrics.weighted_macro_auroc``'s formula, for every class of every array at once: each class's
-    multiplicities in its sorted order, ``g [class row, sorted position, replicate]``, negatives kept,
+    multiplicities in its sorted order, ``g [sorted position, class row, replicate]``, negatives kept,
     summed down the positions two contiguous [row, replicate] slabs at a time (as
     ``metrics._cumsum_rows``), then read at each positive's tie run. Every sum is of integers (and one
     halving), exact in float64 below 2^53 and in ``counts``' integer type below its limit
@@ -249,27 +256,29 @@ def exact_batch(sorts: Sequence[Sorted], counts: np.ndarray) -> np.ndarray:
 def _exact_rows(order, start, end, pos, neg, counts: np.ndarray) -> np.ndarray:
     """AUROC [row, replicate] of class rows given by their sort (``Sorted``'s fields stacked) under counts.
 
-    Integer arithmetic until the last division: a running total is at most the image count n and a
-    positive's (before + through) at most 2n, in ``counts``' type (``small_counts``); its product with
-    its multiplicity and a row's sum are at most 2n^2, in int32 below 2^10 images, else int64."""
+    The multiplicities go position-major, ``g [sorted position, row, replicate]``, so each step of the
+    running total of negatives adds two contiguous [row, replicate] slabs. Integer arithmetic until the
+    last division: a running total is at most the image count n and a positive's (before + through) at
+    most 2n, in ``counts``' type (``small_counts``); a positive's product with its multiplicity, and a
+    row's sum of them, at most 2n^2 (the multiplicities sum to n), in int32 below 2^15 images, else int64."""
     r, n = order.shape
-    g = counts[order]  # [row, sorted position, replicate]
-    rows, at = np.nonzero(pos)  # every known positive: its row and sorted position
-    cp = g[rows, at]  # [positive, replicate]
-    g[~neg] = 0
+    g = counts[order.T]  # [sorted position, row, replicate]
+    rows, at = np.nonzero(pos)  # every known positive, row by row
+    cp = g[at, rows]  # [positive, replicate]
+    g[~neg.T] = 0
     for i in range(1, n):  # running total of negatives down the positions
-        np.add(g[:, i], g[:, i - 1], out=g[:, i])
+        np.add(g[i], g[i - 1], out=g[i])
     s, e = start[rows, at], end[rows, at]
-    twice = g[rows, e]  # negatives through the positive's tie run, plus those before it:
-    twice += np.where((s > 0)[:, None], g[rows, np.maximum(s - 1, 0)], 0).astype(g.dtype)
-    per = np.multiply(cp, twice, dtype=np.int64 if n >= 2**10 else np.int32)  # [positive, replicate]
+    twice = g[e, rows]  # negatives through the positive's tie run, plus those before it:
+    twice += np.where((s > 0)[:, None], g[np.maximum(s - 1, 0), rows], 0).astype(g.dtype)
+    wide = np.int32 if 2 * n * n < 2**31 else np.int64
+    per = np.multiply(cp, twice, dtype=wide)  # [positive, replicate]
     num, p_tot = np.zeros((r, g.shape[2])), np.zeros((r, g.shape[2]))
-    has = np.flatnonzero(np.bincount(rows, minlength=r))  # rows with a positive (np.nonzero lists them in order)
-    if has.size:
-        first = np.searchsorted(rows, has)
-        num[has] = np.add.reduceat(per, first, axis=0, dtype=np.int64)
-        p_tot[has] = np.add.reduceat(cp, first, axis=0, dtype=np.int64)
-    den = p_tot * g[:, -1].astype(np.float64)
+    bounds = np.searchsorted(rows, np.arange(r + 1))  # each row's positives: one contiguous run of ``rows``
+    for j in np.flatnonzero(bounds[1:] > bounds[:-1]):
+        num[j] = np.add.reduce(per[bounds[j]:bounds[j + 1]], axis=0)
+        p_tot[j] = np.add.reduce(cp[bounds[j]:bounds[j + 1]], axis=0, dtype=wide)
+    den = p_tot * g[-1].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, (num / 2.0) / np.where(den > 0, den, 1.0), np.nan)
 
@@ -284,9 +293,12 @@ def _macro(per_class: np.ndarray) -> np.ndarray:
 
 
 def array_key(probs: np.ndarray) -> tuple:
-    """(shape, dtype, a 128-bit hash of the bytes): equal for arrays with the same values and type."""
+    """(shape, dtype, a 160-bit hash of the bytes): equal for arrays with the same values and type.
+
+    SHA-1 for speed (about twice blake2b's on CPUs with SHA instructions): it tells apart arrays
+    that differ by accident, which is all this needs; nobody crafts probabilities to collide."""
     a = np.ascontiguousarray(probs)
-    return a.shape, a.dtype.str, hashlib.blake2b(a.view(np.uint8).ravel(), digest_size=16).digest()
+    return a.shape, a.dtype.str, hashlib.sha1(a.view(np.uint8).ravel()).digest()
 
 
 class AurocDraws:
@@ -307,21 +319,37 @@ class AurocDraws:
         self._weights = None
         self._counts_t = None
         self._counts_small = None
+        self._check = None
+        self._eces: dict[tuple, np.ndarray] = {}  # (array key, task) -> ECE [replicate]
+        self._held: dict[tuple, tuple] = {}  # (address, shape, strides, dtype) -> (key, the array), see ``release``
 
     def _small_counts(self) -> np.ndarray:
         if self._counts_small is None:
             self._counts_small = small_counts(self.draw.counts)
         return self._counts_small
 
+    def _key(self, probs: np.ndarray) -> tuple:
+        """``array_key``, hashed once per array until ``release``: an array added is looked up again by
+        its memory (held here, so the memory cannot be reused for other values in between)."""
+        a = np.asarray(probs)
+        where = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+        if where not in self._held:
+            self._held[where] = (array_key(a), a)
+        return self._held[where][0]
+
+    def release(self) -> None:
+        """Forget the arrays held since the last release (their values stay, by content)."""
+        self._held.clear()
+
     def add(self, probs: np.ndarray) -> None:
-        key = array_key(probs)
+        key = self._key(probs)
         if key in self._values or key in self._pending:
             self.shared += 1
         else:
             self._pending[key] = probs
 
     def value(self, probs: np.ndarray) -> np.ndarray:
-        key = array_key(probs)
+        key = self._key(probs)
         if key not in self._values:
             self._pending.setdefault(key, probs)
             self.compute()
@@ -349,6 +377,25 @@ class AurocDraws:
             linear = self._linear([p for _, p in batch], sorts)  # [replicate, array]
             for j, (key, p) in enumerate(batch):
                 self._values[key] = self._checked(p, sorts[j], linear[:, j])
+
+    def _check_counts(self, m: int) -> np.ndarray:
+        """The first m replicates' multiplicities [replicate, image] in ``small_counts``' type, made once."""
+        if self._check is None or self._check.shape[0] != m:
+            self._check = np.ascontiguousarray(self._small_counts()[:, :m].T)
+        return self._check
+
+    def ece(self, probs: np.ndarray, task: str) -> np.ndarray:
+        """Top-label ECE [replicate] of probs [image, class] under the draw, once per distinct array: below
+        ``LINEAR_MIN_IMAGES`` images ``metrics.weighted_ece`` (the per-bin kernel's bits), else
+        ``metrics.ece_draws`` (one matrix product)."""
+        key = (self._key(probs), task)
+        if key not in self._eces:
+            d = self.draw
+            if d.counts.shape[0] < LINEAR_MIN_IMAGES:
+                self._eces[key] = weighted_ece(probs, d.target, d.known, d.counts, task)
+            else:
+                self._eces[key] = ece_draws(probs, d.target, d.known, self.counts_t(), task)
+        return self._eces[key]
 
     def counts_t(self) -> np.ndarray:
         """The draw's multiplicities float64 [replicate, image] (for ``metrics.ece_draws``), made once."""
@@ -389,7 +436,7 @@ class AurocDraws:
 
     def _checked(self, probs: np.ndarray, srt: Sorted, linear: np.ndarray) -> np.ndarray:
         m = min(CHECK_DRAWS, linear.size)
-        exact = _macro(exact_draws(srt, self.counts_t()[:m]))
+        exact = _macro(exact_draws(srt, self._check_counts(m)))
         same_nan = np.array_equal(np.isnan(exact), np.isnan(linear[:m]))
         with np.errstate(invalid="ignore"):
             sd = float(np.nanstd(linear)) if np.isfinite(linear).any() else 0.0
