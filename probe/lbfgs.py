@@ -19,6 +19,11 @@ others go on. The variants are explicit arguments:
   otherwise);
 * the loop condition: a function of the ``State`` (``within``, ``while_more_than``), so a
   caller can stop a loop early and ``resume`` it from the state it returned.
+
+Compiling costs more than solving on small problems, and XLA's time goes into each fused
+kernel, so the program is kept small: the two-loop recursion is a rolled loop over the
+history, and the objective and its gradient appear once, in the loop body (``start``
+leaves them to the loop's first pass).
 """
 
 from __future__ import annotations
