@@ -56,6 +56,22 @@ numbers are this machine's, so rerun before relying on them):
   nine), side by side, one after the other at load 5-8: cold 132.3 s -> 103.7 s, warm in
   the same process 47.0 s -> 45.2 s (the padded rows and features and ``fraction_gap``'s
   extra steps included).
+* compiling, where XLA's time goes (``jax.jit(...).lower(...).compile()`` per solver loop,
+  compiled HLO's fusions attributed to source lines by their stack frames): the unrolled
+  two-loop recursion was 100 of a 176-fusion loop body; rolled, plus the objective's
+  gradient once (``lbfgs.start``'s priming pass), the 20,000 x 768 loops hold 280-317 fused
+  kernels instead of 436-503, but compiling the five multiclass loops took 19.3 CPU s
+  against 20.9 (XLA's time is not proportional to the kernel count; ``compiler_options``
+  ``xla_llvm_disable_expensive_passes`` saved 5 %, ``xla_backend_optimization_level`` 0 cut
+  compiling 2.5x and made the loop run 3.5x slower). ``--small-engine`` cold, one after the
+  other under load 5-6, CPU seconds of the fits: main 31.3 / 31.8, rolled + priming 28.6,
+  + results and padding in numpy between programs (each eager jnp operation compiled a
+  program per shape) 24.5 / 24.6 / 24.7; warm 8.1 either way.
+* the compacted second loop of one-fraction loops (``core._solve_compacted``) costs about
+  half of each such program's compiling (20,000 x 768 multiclass: 23 CPU s of compiling
+  with it, 11 without) and saves 15-20 % of the run (13.7 against 16.4 CPU s); running the
+  L2 grid's two halves one after the other through one program instead compiled in 15 s
+  and ran in 16.2 (each half reads the rows again).
 
 Small-data mode (``--small``): the grid of ``crs demo``'s nine (encoder, dataset) pairs
 (5 seeds x 7 fractions x 4 L2 values each; 630-770 training rows, 50-367 live features,
@@ -416,19 +432,20 @@ def small_engine(store_path, seeds, max_iter, tol, out_path) -> None:
     from crs.probe.run import compile_cache, float_targets
 
     compile_cache()  # as crs probe does: $CRS_JAX_CACHE
-    saved, times = {}, {"first": [], "second": []}
+    saved, times = {}, {"first": [], "second": [], "first_cpu": [], "second_cpu": []}
     for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
         T, known = float_targets(ytr, task, K)
         args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
                 jnp.asarray(DEMO_L2, jnp.float32))
         for key in ("first", "second"):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fit = core.fit(*args, task=task, max_iter=max_iter, tol=tol)
             jax.block_until_ready(fit.W)
             times[key].append(time.perf_counter() - t0)
+            times[key + "_cpu"].append(time.process_time() - c0)  # all threads: steadier than wall time under load
         for k in ("W", "b", "converged", "iterations"):
             saved[f"{p}_{k}"] = np.asarray(getattr(fit, k))
-    np.savez(out_path, **saved, first=np.array(times["first"]), second=np.array(times["second"]))
+    np.savez(out_path, **saved, **{k: np.array(v) for k, v in times.items()})
 
 
 def small(store_path, seeds, workers, max_iter, tol, log) -> dict:

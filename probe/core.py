@@ -353,8 +353,11 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     """
     sizes, schedule = _checked(sizes, schedule, X.shape)
     devices = list(devices) if devices is not None else jax.devices()
-    V = jnp.asarray(rotation(X), X.dtype) if precondition else None
-    Xs = _rotate(X, V) if V is not None else X  # the penalty is rotation-invariant
+    V = rotation(X) if precondition else None
+    Xs = _rotate(X, jnp.asarray(V, X.dtype)) if V is not None else X  # the penalty is rotation-invariant
+    # what passes between the compiled programs (orders, results) is handled on the host in numpy:
+    # an eager jnp operation compiles a program of its own for every new shape
+    order = np.asarray(order)
     S = order.shape[0]
     path, grid = _device_grid(l2, warm_start, len(devices), X.dtype)
     budget = memory_budget(devices[0]) if max_bytes is None else max_bytes
@@ -369,14 +372,23 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
             # a shared loop fitted the whole set once per seed, each in its own row order: the same problem,
             # equal up to rounding. Every seed takes seed 0's, as a loop of the whole set alone does, so the
             # seeds' full-label probes are one probe, bit for bit (the image bootstrap scores it once)
-            out = jax.tree.map(lambda a: a.at[:, -1].set(a[0, -1]), out)
-        fits.append(jax.tree.map(lambda a: jnp.broadcast_to(a, (S,) + a.shape[1:]), out))
+            for a in out:
+                a[:, -1] = a[0, -1]
+        fits.append(jax.tree.map(lambda a: np.broadcast_to(a, (S,) + a.shape[1:]), out))
         if on_loop is not None:
-            jax.block_until_ready(out)
             on_loop()
-    out = jax.tree.map(lambda *a: jnp.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
+    out = jax.tree.map(lambda *a: np.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
     back = np.argsort(path)  # grid order, padding dropped
-    return jax.tree.map(lambda a: a[:, :, back], out)
+    return jax.tree.map(lambda a: jax.device_put(a[:, :, back], _placement(devices)), out)
+
+
+def _placement(devices):
+    """Where ``fit`` leaves its results: the device, or every device of a shared fit (replicated)."""
+    if len(devices) == 1:
+        return devices[0]
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    return NamedSharding(Mesh(np.array(devices), ("probes",)), P())
 
 
 def _checked(sizes, schedule: str, shape) -> tuple[tuple[int, ...], str]:
@@ -465,11 +477,11 @@ def _bucketed(Xs, T, known, order, sizes, blocks) -> _Loop:
     n = sizes[-1]
     n_pad, F_pad = shape_bucket(n), shape_bucket(F)
     pad = ((0, n_pad - n), (0, 0))
-    Xs = jnp.pad(Xs, ((0, n_pad - n), (0, F_pad - F)))
-    tail = jnp.broadcast_to(jnp.arange(N, N + n_pad - n, dtype=order.dtype), (order.shape[0], n_pad - n))
-    order = jnp.concatenate([jnp.asarray(order)[:, :n], tail], axis=1)
-    return _Loop(Xs, jnp.pad(T, pad), jnp.pad(known, pad), order, jnp.asarray(sizes, jnp.int32),
-                 ((0, n_pad, 0),), jnp.int32(F))
+    Xs = np.pad(np.asarray(Xs), ((0, n_pad - n), (0, F_pad - F)))  # on the host: see ``fit``
+    tail = np.broadcast_to(np.arange(N, N + n_pad - n, dtype=order.dtype), (order.shape[0], n_pad - n))
+    order = np.concatenate([np.asarray(order)[:, :n], tail], axis=1)
+    return _Loop(Xs, np.pad(np.asarray(T), pad), np.pad(np.asarray(known), pad), order, np.asarray(sizes, np.int32),
+                 ((0, n_pad, 0),), np.int32(F))
 
 
 def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_start, max_iter, tol, gap, budget,
@@ -487,20 +499,21 @@ def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_
     dims = (lp.sizes, lp.n_features) if bucket else ()
     parts = []
     for lo in range(0, S, group):
-        seeds = lp.order[lo:lo + group, :n]
+        seeds = np.asarray(lp.order)[lo:lo + group, :n]
         if seeds.shape[0] < group:  # same shapes for every group: one compiled program
-            seeds = jnp.concatenate([seeds, jnp.repeat(seeds[-1:], group - seeds.shape[0], axis=0)])
+            seeds = np.concatenate([seeds, np.repeat(seeds[-1:], group - seeds.shape[0], axis=0)])
         prepare = _prepare_dynamic if bucket else _prepare
         Xo, XoT, To, ko, m2 = prepare(lp.Xs, lp.T, lp.known, seeds, lp.sizes, lp.blocks, precondition)
         out = run(Xo, XoT, To, ko, m2, grid, jnp.int32(max_iter), jnp.asarray(tol, Xs.dtype),
                   jnp.asarray(np.inf if gap is None else gap, Xs.dtype), *dims)
         del Xo, XoT
+        out = jax.tree.map(np.array, out)  # on the host (``fit``), writable
         if lp.Xs.shape[1] != F:
             out = out._replace(W=out.W[..., :F, :])  # the padded features' weights, all 0
         if V is not None:
-            out = out._replace(W=_unrotate(V, out.W))
+            out = out._replace(W=unrotate(V, out.W))
         parts.append(jax.tree.map(lambda a: a[: min(group, S - lo)], out))
-    return jax.tree.map(lambda *a: jnp.concatenate(a, axis=0), *parts) if len(parts) > 1 else parts[0]
+    return jax.tree.map(lambda *a: np.concatenate(a, axis=0), *parts) if len(parts) > 1 else parts[0]
 
 
 def memory_budget(device) -> int:
@@ -757,9 +770,12 @@ def _rotate(X, V):
     return X @ V
 
 
-@jax.jit
-def _unrotate(V, W):
-    return jnp.einsum("gf,...fk->...gk", V, W)  # back from the eigenbasis
+def unrotate(V, W) -> np.ndarray:
+    """Weights W [..., F, K] in the eigenbasis back to the features: V W (float32, on the host, one BLAS thread)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # BLAS threads would fight JAX's pool for the cores
+        return np.matmul(V, W)
 
 
 def fraction_gap(gap, sizes, F):

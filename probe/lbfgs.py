@@ -19,6 +19,11 @@ others go on. The variants are explicit arguments:
   otherwise);
 * the loop condition: a function of the ``State`` (``within``, ``while_more_than``), so a
   caller can stop a loop early and ``resume`` it from the state it returned.
+
+Compiling costs more than solving on small problems, and XLA's time goes into each fused
+kernel, so the program is kept small: the two-loop recursion is a rolled loop over the
+history, and the objective and its gradient appear once, in the loop body (``start``
+leaves them to the loop's first pass).
 """
 
 from __future__ import annotations
@@ -152,7 +157,7 @@ def direction(g, S, Y, rho, it, m):
         a = rho[j] * dot(S[j], q)
         return q - a[..., None] * Y[j], alpha.at[j].set(a)
 
-    q, alpha = jax.lax.fori_loop(0, m, back, (g, jnp.zeros(rho.shape, g.dtype)), unroll=True)
+    q, alpha = jax.lax.fori_loop(0, m, back, (g, jnp.zeros(rho.shape, g.dtype)))
     sy, yy = dot(S[newest], Y[newest]), dot(Y[newest], Y[newest])
     gamma = jnp.where((rho[newest] > 0) & (yy > 0), sy / jnp.where(yy > 0, yy, 1.0), 1.0)
     r = gamma[..., None] * q
@@ -162,19 +167,22 @@ def direction(g, S, Y, rho, it, m):
         beta = rho[j] * dot(Y[j], r)
         return r + S[j] * (alpha[j] - beta)[..., None]
 
-    return -jax.lax.fori_loop(0, m, forward, r, unroll=True)
+    return -jax.lax.fori_loop(0, m, forward, r)
 
 
 def start(obj: Objective, converged: Callable, x0, m: int = 10) -> State:
-    """The state before the first step from x0 [..., d]."""
+    """The state before the first step from x0 [..., d], to be primed by ``run``'s first pass.
+
+    Its objective and gradient are not evaluated here: the loop's first pass (``it == -1``)
+    takes a step of length zero and evaluates them at x0 with the loop body's own code, so a
+    compiled program holds the objective's gradient once, not twice.
+    """
     batch, d = x0.shape[:-1], x0.shape[-1]
-    Z0 = obj.lin(x0)
-    f0, g0 = obj.value_and_grad(Z0, x0)
-    gmax0 = jnp.abs(g0).max(-1)
+    Z0 = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(obj.lin, x0))  # remade by the first pass
     zeros = jnp.zeros((m,) + batch + (d,), x0.dtype)
-    return State(x=x0, Z=Z0, f=f0, g=g0, S=zeros, Y=jnp.zeros((m,) + batch + (d,), x0.dtype),
-                 rho=jnp.zeros((m,) + batch, x0.dtype), gmax=gmax0, active=~converged(x0, g0, f0),
-                 used=jnp.zeros(batch, jnp.int32), it=jnp.int32(0))
+    return State(x=x0, Z=Z0, f=jnp.zeros(batch, x0.dtype), g=jnp.zeros_like(x0), S=zeros, Y=zeros,
+                 rho=jnp.zeros((m,) + batch, x0.dtype), gmax=jnp.zeros(batch, x0.dtype),
+                 active=jnp.ones(batch, bool), used=jnp.zeros(batch, jnp.int32), it=jnp.int32(-1))
 
 
 def resume(obj: Objective, state: State) -> State:
@@ -205,17 +213,23 @@ def _descent(s: State, m: int):
 
 
 def step(obj: Objective, converged: Callable, search: Backtracking, s: State, m: int) -> State:
-    """One L-BFGS iteration of every active problem; frozen problems stay where they are."""
+    """One L-BFGS iteration of every active problem; frozen problems stay where they are.
+
+    The priming pass (``it == -1``, from ``start``: g = 0, so p = 0 and every trial change is
+    0) stays at x0, remakes the logits there and evaluates f and g; its history pair has
+    <s, y> = 0 and is never used.
+    """
+    first = s.it < 0
     p, slope = _descent(s, m)
     Zp = obj.lin(p)
     t0 = search.t0(s.g, s.it, s.x.shape[:-1], s.x.dtype)
     links = obj.links(s.Z)  # once per iteration, not per trial
     t, f_try, ok = search.search(lambda t: obj.change(links, Zp, t, s.x, p), t0, slope, s.active)
-    moved = s.active & ok & (f_try <= 0)
+    moved = s.active & ((ok & (f_try <= 0)) | first)
     t = jnp.where(moved, t, 0.0)
     x = s.x + t[..., None] * p
     # the logits are carried (Z + t Zp) between products; float32 rounding accumulates along the
-    # path, so every REFRESH steps they are remade from x
+    # path, so every REFRESH steps they are remade from x (and on the priming pass, it = -1)
     Z = jax.lax.cond((s.it + 1) % REFRESH == 0, lambda: obj.lin(x), lambda: obj.along(s.Z, t, Zp))
     f, g = obj.value_and_grad(Z, x)
     sv, yv = x - s.x, g - s.g
@@ -228,5 +242,5 @@ def step(obj: Objective, converged: Callable, search: Backtracking, s: State, m:
         S=s.S.at[slot].set(sv), Y=s.Y.at[slot].set(yv),
         rho=s.rho.at[slot].set(jnp.where(keep, 1.0 / jnp.where(keep, sy, 1.0), 0.0)),
         gmax=jnp.where(moved, gmax, s.gmax), active=moved & ~converged(x, g, f),
-        used=s.used + s.active.astype(jnp.int32), it=s.it + 1,
+        used=s.used + (s.active & ~first).astype(jnp.int32), it=s.it + 1,
     )
