@@ -205,9 +205,12 @@ def exact_draws(srt: Sorted, counts_t: np.ndarray) -> np.ndarray:
     c = counts_t[:, srt.order]  # [replicate, class, sorted position]
     if np.issubdtype(c.dtype, np.integer):
         wide = np.int32 if 2 * n * n < 2**31 else np.int64
+        cum = np.multiply(c, srt.neg, dtype=wide)  # negatives' multiplicities, the others 0, already wide:
+        np.cumsum(cum, axis=-1, out=cum)  # an in-place running total (np.where(.., 0) went through int64)
     else:
         c, wide = c.astype(np.float64, copy=False), np.float64
-    cum = np.cumsum(np.where(srt.neg, c, 0), axis=-1, dtype=wide).reshape(c.shape[0], k * n)
+        cum = np.cumsum(np.where(srt.neg, c, 0), axis=-1, dtype=wide)
+    cum = cum.reshape(c.shape[0], k * n)
     at = np.flatnonzero(srt.pos.ravel())  # flat [class, position] index of every known positive
     start, end = srt.start.ravel()[at], srt.end.ravel()[at]
     base = at - at % n
