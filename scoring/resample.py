@@ -206,7 +206,7 @@ def exact_draws(srt: Sorted, counts_t: np.ndarray) -> np.ndarray:
     if np.issubdtype(c.dtype, np.integer):
         wide = np.int32 if 2 * n * n < 2**31 else np.int64
         cum = np.multiply(c, srt.neg, dtype=wide)  # negatives' multiplicities, the others 0, already wide:
-        np.cumsum(cum, axis=-1, out=cum)  # an in-place running total (np.where(.., 0) went through int64)
+        np.cumsum(cum, axis=-1, out=cum)  # in place (a cumsum that casts as it adds was the slow part)
     else:
         c, wide = c.astype(np.float64, copy=False), np.float64
         cum = np.cumsum(np.where(srt.neg, c, 0), axis=-1, dtype=wide)
