@@ -24,7 +24,9 @@ computes them as a batch (docs/crs-v1.md section 5):
   residual R of the pair kernel (delta = c - 1). Dropping r_c leaves sums linear in c: one
   matrix product for every array, class and replicate of a dataset. r_c is O(1/n) against
   a bootstrap spread of O(1/sqrt(n)), so it is small on large test sets, not on small or
-  heavily tied ones; hence
+  heavily tied ones. Where no image is a known positive of two classes (multi-class), the
+  positive sums of class c run over class c's images only (``_positive_groups``): about
+  half the product at k classes, the same sums up to float32 rounding; hence
 * a check per array: the exact kernel on the first ``CHECK_DRAWS`` replicates; the
   linear values are kept only where their largest difference from exact there is at
   most ``LINEAR_TOL`` times their bootstrap standard deviation, else (and below
@@ -203,9 +205,12 @@ def exact_draws(srt: Sorted, counts_t: np.ndarray) -> np.ndarray:
     c = counts_t[:, srt.order]  # [replicate, class, sorted position]
     if np.issubdtype(c.dtype, np.integer):
         wide = np.int32 if 2 * n * n < 2**31 else np.int64
+        cum = np.multiply(c, srt.neg, dtype=wide)  # negatives' multiplicities, the others 0, already wide:
+        np.cumsum(cum, axis=-1, out=cum)  # in place (a cumsum that casts as it adds was the slow part)
     else:
         c, wide = c.astype(np.float64, copy=False), np.float64
-    cum = np.cumsum(np.where(srt.neg, c, 0), axis=-1, dtype=wide).reshape(c.shape[0], k * n)
+        cum = np.cumsum(np.where(srt.neg, c, 0), axis=-1, dtype=wide)
+    cum = cum.reshape(c.shape[0], k * n)
     at = np.flatnonzero(srt.pos.ravel())  # flat [class, position] index of every known positive
     start, end = srt.start.ravel()[at], srt.end.ravel()[at]
     base = at - at % n
@@ -320,6 +325,8 @@ class AurocDraws:
         self._counts_t = None
         self._counts_small = None
         self._check = None
+        self._groups = None
+        self._mt_sorted = None
         self._eces: dict[tuple, np.ndarray] = {}  # (array key, task) -> ECE [replicate]
         self._held: dict[tuple, tuple] = {}  # (address, shape, strides, dtype) -> (key, the array), see ``release``
 
@@ -418,15 +425,54 @@ class AurocDraws:
             self._weights = (mt, self.counts_t() @ pos, self.counts_t() @ neg)
         return self._weights
 
+    def _positive_groups(self):
+        """(images ordered by their known positive class, class bounds in that order) where no image is a
+        known positive of two classes (multi-class), else None. ``placements``' positive part of class c
+        is 0 outside class c's positives, so its sums need only their columns of the multiplicities."""
+        if self._groups is None:
+            d = self.draw
+            pos = d.known & (d.target == 1)
+            if (pos.sum(axis=1) > 1).any():
+                self._groups = (None,)
+            else:
+                cls = np.where(pos.any(axis=1), pos.argmax(axis=1), pos.shape[1])  # no positive: after the last
+                order = np.argsort(cls, kind="stable")
+                self._groups = (order, np.searchsorted(cls[order], np.arange(pos.shape[1] + 1)))
+        return None if self._groups[0] is None else self._groups
+
+    def _mt_by_class(self) -> np.ndarray:
+        """The float32 multiplicities [replicate, image] in ``_positive_groups``' image order, made once."""
+        if self._mt_sorted is None:
+            self._mt_sorted = np.ascontiguousarray(self._class_weights()[0][:, self._positive_groups()[0]])
+        return self._mt_sorted
+
     def _linear(self, arrays: list[np.ndarray], sorts: list[Sorted]) -> np.ndarray:
         mt, w_pos, w_neg = self._class_weights()
         d = self.draw
         k = d.target.shape[1]
         parts = [placements(p, d.target, d.known, srt) for p, srt in zip(arrays, sorts, strict=True)]
-        a = np.empty((mt.shape[1], len(arrays), 2, k), dtype=np.float32)
-        for j, (_, pos, neg) in enumerate(parts):
-            a[:, j, 0], a[:, j, 1] = pos, neg
-        s = (mt @ a.reshape(mt.shape[1], -1)).reshape(mt.shape[0], len(arrays), 2, k).astype(np.float64)
+        groups = self._positive_groups()
+        if groups is None:  # an image positive in several classes (multi-label): one dense product
+            a = np.empty((mt.shape[1], len(arrays), 2, k), dtype=np.float32)
+            for j, (_, pos, neg) in enumerate(parts):
+                a[:, j, 0], a[:, j, 1] = pos, neg
+            s = (mt @ a.reshape(mt.shape[1], -1)).reshape(mt.shape[0], len(arrays), 2, k).astype(np.float64)
+        else:  # the positives' sums per class over its own images only: half the matrix product at k classes
+            order, bounds = groups
+            a = np.empty((mt.shape[1], len(arrays), k), dtype=np.float32)
+            for j, (_, _, neg) in enumerate(parts):
+                a[:, j] = neg
+            s = np.empty((mt.shape[0], len(arrays), 2, k))
+            s[:, :, 1] = (mt @ a.reshape(mt.shape[1], -1)).reshape(mt.shape[0], len(arrays), k)
+            for c in range(k):
+                rows = order[bounds[c]:bounds[c + 1]]
+                if rows.size == 0:
+                    s[:, :, 0, c] = 0.0
+                    continue
+                pc = np.empty((rows.size, len(arrays)), dtype=np.float32)
+                for j, (_, pos, _) in enumerate(parts):
+                    pc[:, j] = pos[rows, c]
+                s[:, :, 0, c] = self._mt_by_class()[:, bounds[c]:bounds[c + 1]] @ pc
         auc = np.stack([p[0] for p in parts])  # [array, class]
         with np.errstate(invalid="ignore", divide="ignore"):
             per_class = auc[None] + s[:, :, 0] / w_pos[:, None] + s[:, :, 1] / w_neg[:, None]

@@ -117,6 +117,21 @@ def _fully_created(g: zarr.Group) -> bool:
 CHECKED = {"compressors": (ZstdCodec(level=0, checksum=True),), "config": {"write_empty_chunks": True}}
 
 
+PREDICTION_CHUNK_BYTES = 64 << 20  # the most one chunk of test probabilities holds (float32)
+
+
+def prediction_chunks(shape: tuple[int, ...], cap: int | None = None) -> tuple[int, ...]:
+    """The chunks of a prediction array [seed, fraction, image, class]: the whole array in one chunk where it
+    fits in ``cap`` bytes (scoring reads every array whole: one chunk halves zarr's cost of a read against a
+    chunk per seed), else as many whole seeds as fit, and a seed's images split where one seed alone does
+    not. Stores written with a chunk per seed read the same (zarr reads the layout from the metadata)."""
+    cap = PREDICTION_CHUNK_BYTES if cap is None else cap
+    seeds, fractions, images, classes = (max(int(d), 1) for d in shape)
+    row = fractions * classes * 4  # bytes of one image of one seed
+    rows = images if row * images <= cap else max(cap // row, 1)
+    return (min(seeds, max(cap // (row * rows), 1)), fractions, rows, classes)
+
+
 def has_checksums(arr: zarr.Array) -> bool:
     """Whether ``arr`` carries a checksum in each chunk (written by this version; before: best effort)."""
     return any(isinstance(c, Crc32cCodec) or (isinstance(c, ZstdCodec) and c.checksum) for c in arr.compressors)
@@ -864,8 +879,8 @@ class Store:
         base = self._datasets()[dataset].require_group("predictions").require_group(encoder)
         key = condition_key(condition)
         probs = np.asarray(probs, dtype=np.float32)
-        chunks = (1,) + probs.shape[1:2] + (min(probs.shape[2], 16384) or 1, probs.shape[3])  # a seed per chunk
-        arr = base.create_array(key, shape=probs.shape, dtype=np.float32, chunks=chunks, overwrite=True, **CHECKED)
+        arr = base.create_array(key, shape=probs.shape, dtype=np.float32, chunks=prediction_chunks(probs.shape),
+                                overwrite=True, **CHECKED)
         arr[...] = probs
         # attrs last: an array with its 'condition' attribute was written whole
         arr.attrs.update({**attrs, "condition": condition, "written": now()})

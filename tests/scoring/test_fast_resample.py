@@ -21,7 +21,8 @@ def _case(n, k, rng, ties, known_share):
     return (np.round(p * 4) / 4 if ties else p).astype(np.float32), target, known
 
 
-@pytest.mark.parametrize("n,ties,known_share", [(60, True, 0.7), (400, False, 1.0)])
+# 33,000 images: the sums are int64 (2n^2 >= 2^31)
+@pytest.mark.parametrize("n,ties,known_share", [(60, True, 0.7), (400, False, 1.0), (33000, True, 0.9)])
 def test_exact_draws_on_integer_counts_equal_float_counts_and_the_kernel(n, ties, known_share):
     rng = np.random.default_rng(n)
     p, target, known = _case(n, 4, rng, ties, known_share)
