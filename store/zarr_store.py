@@ -13,8 +13,9 @@ Layout (schema version 1)::
             done   [chunk] bool       one flag per chunk of x, set after that chunk is written
             commit [chunk, 2] uint64  per chunk: bytes of its stored file, CRC-32 of its values
                                       attrs: rows ('all' | 'test'), complete, provenance
-        predictions/<encoder>/<condition key>/
-            p      [seed, fraction, image, class] float32 test probabilities of the chosen probes
+        predictions/<encoder>/<condition key>
+                   [seed, fraction, image, class] float32 test probabilities of the chosen probes,
+                                      one chunk up to 64 MB (``prediction_chunks``)
 
 Rows are ordered test first (then val, then train), so that chunk j of a test-only
 (perturbed) array and chunk j of the clean array cover the same images, and
