@@ -7,18 +7,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
-# The probe tests are bound by XLA compiling their many small programs, not by running them: without
-# LLVM's optimisation passes (XLA's backend level 0) they compile in about 40 % less CPU time
-# (tests/probe/test_core.py's loop tests: 64 -> 39 CPU s). The code is the same HLO, but the machine code
-# rounds a little differently, so whatever the suite compares is compared between runs made alike: the
-# workers and the CLI subprocesses they start inherit the flag, and the persistent cache keys on XLA_FLAGS.
-# The one comparison with numbers pinned by a default build, tests/test_golden_run.py, runs its `crs run`
-# without the flag (``fingerprint.default_xla_env``). CRS_TESTS_XLA_OPTIMISE=1 runs everything at the
-# default level.
-TEST_XLA_FLAG = "--xla_backend_optimization_level=0"
-if os.environ.get("CRS_TESTS_XLA_OPTIMISE") != "1" and TEST_XLA_FLAG not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + TEST_XLA_FLAG).strip()
-
 # Compiled probe programs are cached for the run in a temporary folder, never in the user's home. The
 # first process that loads this file (pytest-xdist's controller, or the only process with -n 0) makes
 # the folder; the workers and the CLI subprocesses the tests start inherit the variable, so a program
