@@ -21,10 +21,12 @@ from crs.extract.units import Embedder, Unit, embed_unit
 from crs.store import LockHeld, Store, hold_lock
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
-# one uninterrupted reference extraction (a subprocess) for the module once
+# one uninterrupted reference extraction for the module once
 pytestmark = pytest.mark.slow
 
-SIZE = "0.2"
+# demo_derm at 0.1: 90 images, 38 chunks of 16 over the 17 arrays (clean + 16 perturbed), so the kill points
+# 5 %, 40 % and 75 % fall on different chunks and a killed run still has several left to write
+SIZE = "0.1"
 ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
 
 
@@ -58,8 +60,8 @@ def cli(store, *extra, encoder="demo-resnet", size=SIZE):
 
 
 def test_extract_writes_complete_arrays_and_reruns_write_nothing(tmp_path):
-    store = Store(str(tmp_path / "s.zarr"))
-    first = extract(store, "demo-stats", "demo_derm", size=0.1, chunk=32)
+    store = Store(str(tmp_path / "s.zarr"))  # every condition of every severity: a small dataset
+    first = extract(store, "demo-stats", "demo_derm", size=0.05, chunk=32)
     assert first.complete and first.chunks_skipped == 0
     assert first.conditions == 1 + len(perturb.conditions("dermatology"))
     assert first.decodes == first.images  # every image decoded once for all 76 conditions
@@ -73,7 +75,7 @@ def test_extract_writes_complete_arrays_and_reruns_write_nothing(tmp_path):
     assert attrs["perturbation"] == {"family": "jpeg", "severity": 3, "quality": 40}
     assert attrs["encoder_spec"]["name"] == "demo-stats" and "torch" in attrs["libraries"]
     assert attrs["preprocessing"]["input_size"] == 64 and attrs["modality"] == "dermatology"
-    second = extract(store, "demo-stats", "demo_derm", size=0.1, chunk=32)
+    second = extract(store, "demo-stats", "demo_derm", size=0.05, chunk=32)
     assert second.chunks_written == 0 and second.chunks_skipped == first.chunks_written and second.decodes == 0
     np.testing.assert_array_equal(store.read_embedding("demo_derm", "demo-stats", "clean"), x)
 
@@ -124,9 +126,11 @@ def test_out_of_memory_halves_the_batch_and_keeps_going():
 # ------------------------------------------------------------------ kill -9 and resume
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """The arrays of an extraction that ran to the end, in a separate process."""
+    """The arrays of an extraction that ran to the end (in this process: the same function and model as the
+    CLI's, one interpreter start fewer; test_object_store compares the two ways the same)."""
     path = tmp_path_factory.mktemp("reference") / "ref.zarr"
-    subprocess.run(cli(path), check=True, env=ENV, timeout=600)
+    run = extract(Store(str(path)), "demo-resnet", "demo_derm", size=float(SIZE), chunk=16, severities=(2,))
+    assert run.complete
     return arrays(path)
 
 
@@ -233,7 +237,7 @@ def test_a_second_run_on_the_same_pair_refuses_naming_the_holder(tmp_path):
                 break
             time.sleep(0.02)
         with pytest.raises(LockHeld, match=f"pid {proc.pid} on host {socket.gethostname()}"):
-            extract(Store(str(path)), "demo-resnet", "demo_derm", size=0.2, chunk=16, severities=(2,))
+            extract(Store(str(path)), "demo-resnet", "demo_derm", size=float(SIZE), chunk=16, severities=(2,))
     finally:
         proc.kill()
         proc.wait()
@@ -256,9 +260,9 @@ def test_two_encoders_write_into_one_store_at_the_same_time(tmp_path):
     shared = tmp_path / "shared.zarr"
     procs = [subprocess.Popen(cli(shared, encoder=e, size="0.1"), env=ENV) for e in ("demo-vit", "demo-stats")]
     assert [p.wait(timeout=600) for p in procs] == [0, 0]
-    for e in ("demo-vit", "demo-stats"):
+    for e in ("demo-vit", "demo-stats"):  # each alone, in this process (the same extraction as the CLI's)
         alone = tmp_path / f"{e}.zarr"
-        subprocess.run(cli(alone, encoder=e, size="0.1"), check=True, env=ENV, timeout=600)
+        assert extract(Store(str(alone)), e, "demo_derm", size=0.1, chunk=16, severities=(2,)).complete
         a, b = arrays(alone), arrays(shared, e)
         assert a.keys() == b.keys() and a
         for key in a:

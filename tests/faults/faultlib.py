@@ -375,13 +375,42 @@ def _make(folder: Path) -> dict:
     return outputs(folder)
 
 
-@pytest.fixture(scope="session")
-def baseline(tmp_path_factory) -> Baseline:
-    """The uninterrupted small run every case is compared with (made once, never changed)."""
-    folder = tmp_path_factory.mktemp("faults-baseline")
+def once_per_run(tmp_path_factory, name: str, build) -> Baseline:
+    """``Baseline(folder, build(folder))``, built once for the whole run, whatever the number of workers.
+
+    Under pytest-xdist each worker has its own session, so a session fixture alone is built once per
+    worker that runs one of its modules. The workers of one run share the parent of their base
+    temporary folders (pytest-xdist's documented pattern): the first worker builds the folder under a
+    file lock and pickles the outputs next to it; the others wait on the lock, then read them. Cases
+    only ever copy the folder. Without xdist the parent is shared by every run of the user, so the
+    folder is made in this run's own temporary folder instead."""
+    import pickle
+
+    from filelock import FileLock
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp(name)
+        return Baseline(folder, build(folder))
+    root = tmp_path_factory.getbasetemp().parent
+    folder, made = root / name, root / f"{name}.pickle"
+    with FileLock(str(root / f"{name}.lock")):
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed in another worker
+            folder.mkdir()
+            made.write_bytes(pickle.dumps(build(folder)))
+    return Baseline(folder, pickle.loads(made.read_bytes()))
+
+
+def _make_baseline(folder: Path) -> dict:
     want = _make(folder)
     assert any(k.startswith("store/") for k in want) and "results/scores/scores.json" in want
-    return Baseline(folder, want)
+    return want
+
+
+@pytest.fixture(scope="session")
+def baseline(tmp_path_factory) -> Baseline:
+    """The uninterrupted small run every case is compared with (made once a run, never changed)."""
+    return once_per_run(tmp_path_factory, "faults-baseline", _make_baseline)
 
 
 def case(baseline: Baseline, tmp_path: Path, name: str = "run") -> Path:
@@ -394,21 +423,29 @@ def case(baseline: Baseline, tmp_path: Path, name: str = "run") -> Path:
 @pytest.fixture(scope="session")
 def probe_ref(baseline, tmp_path_factory) -> Baseline:
     """The baseline re-probed with another L2 (``PROBE_CHANGE``) and re-scored, uninterrupted."""
-    folder = case(baseline, tmp_path_factory.mktemp("faults-probe-ref"))
-    for args in (stage_args("probe", folder, **PROBE_CHANGE), stage_args("score", folder)):
-        r = crs_here(*args)
-        assert r.rc == 0, f"the probe reference's {args[0]} failed:\n{r.message[-3000:]}"
-    return Baseline(folder, outputs(folder))
+    def build(parent: Path) -> dict:
+        folder = case(baseline, parent)
+        for args in (stage_args("probe", folder, **PROBE_CHANGE), stage_args("score", folder)):
+            r = crs_here(*args)
+            assert r.rc == 0, f"the probe reference's {args[0]} failed:\n{r.message[-3000:]}"
+        return outputs(folder)
+
+    ref = once_per_run(tmp_path_factory, "faults-probe-ref", build)
+    return Baseline(ref.folder / "run", ref.outputs)
 
 
 @pytest.fixture(scope="session")
 def score_ref(baseline, tmp_path_factory) -> Baseline:
     """The baseline re-scored with another bootstrap size (``SCORE_CHANGE``) and reported, uninterrupted."""
-    folder = case(baseline, tmp_path_factory.mktemp("faults-score-ref"))
-    for args in (stage_args("score", folder, **SCORE_CHANGE), stage_args("report", folder)):
-        r = crs_here(*args)
-        assert r.rc == 0, f"the score reference's {args[0]} failed:\n{r.message[-3000:]}"
-    return Baseline(folder, outputs(folder))
+    def build(parent: Path) -> dict:
+        folder = case(baseline, parent)
+        for args in (stage_args("score", folder, **SCORE_CHANGE), stage_args("report", folder)):
+            r = crs_here(*args)
+            assert r.rc == 0, f"the score reference's {args[0]} failed:\n{r.message[-3000:]}"
+        return outputs(folder)
+
+    ref = once_per_run(tmp_path_factory, "faults-score-ref", build)
+    return Baseline(ref.folder / "run", ref.outputs)
 
 
 PROBE_CHANGE = {"l2": "0.01"}  # another L2: every prediction changes, so a mix of old and new shows
@@ -464,14 +501,16 @@ def csv_baseline(tmp_path_factory) -> Baseline:
 
     Cases copy its store only: the CSV and images stay where they are, as the dataset's identity
     (image root, CSV) is part of what the store checks."""
-    folder = tmp_path_factory.mktemp("faults-csv")
-    rows = write_images(folder)
-    write_csv(folder / f"{CSV_NAME}.csv", rows)
-    r = crs_here(*csv_extract_args(folder, folder / STORE))
-    assert r.rc == 0, f"the csv baseline's extract failed:\n{r.message[-3000:]}"
-    want = outputs(folder, roots=(folder,))
-    assert any("/failures/" in k for k in want), f"the broken image made no failures table: {sorted(want)}"
-    return Baseline(folder, want)
+    def build(folder: Path) -> dict:
+        rows = write_images(folder)
+        write_csv(folder / f"{CSV_NAME}.csv", rows)
+        r = crs_here(*csv_extract_args(folder, folder / STORE))
+        assert r.rc == 0, f"the csv baseline's extract failed:\n{r.message[-3000:]}"
+        want = outputs(folder, roots=(folder,))
+        assert any("/failures/" in k for k in want), f"the broken image made no failures table: {sorted(want)}"
+        return want
+
+    return once_per_run(tmp_path_factory, "faults-csv", build)
 
 
 def csv_case(base: Baseline, tmp_path: Path) -> Path:
