@@ -587,7 +587,7 @@ class Store:
 
     def _datasets(self) -> zarr.Group:
         with self.reading("datasets"):
-            return self.root.require_group("datasets") if not self.read_only else self.root["datasets"]
+            return require_group(self.root, "datasets") if not self.read_only else self.root["datasets"]
 
     def datasets(self) -> list[str]:
         with self.reading("datasets"):
@@ -731,7 +731,7 @@ class Store:
         if not rows:
             return
         ids = sorted(rows)
-        g = self._datasets()[dataset].require_group("failures")
+        g = require_group(self._datasets()[dataset], "failures")
         # the three columns are rewritten one after another: a kill between them leaves a table that
         # ``writing`` marks as torn (refused on read, repaired by resetting the dataset's chunks), never one
         # that reads as a shorter list of failures
@@ -767,7 +767,7 @@ class Store:
         """Open (or create) an embedding array for writing; a mismatch with what is there is an error."""
         key = condition_key(condition)
         with self.reading(f"datasets/{dataset}/embeddings/{encoder}/{key}"):
-            base = self._datasets()[dataset].require_group("embeddings").require_group(encoder)
+            base = require_group(require_group(self._datasets()[dataset], "embeddings"), encoder)
             if key in base and not _fully_created(base[key]):
                 del base[key]  # killed while creating it: nothing in it was marked written
             exists = key in base
@@ -877,7 +877,7 @@ class Store:
         self, dataset: str, encoder: str, condition: str, probs: np.ndarray, attrs: dict[str, Any]
     ) -> None:
         """Test probabilities [seed, fraction, image, class] of the chosen probes (overwrites)."""
-        base = self._datasets()[dataset].require_group("predictions").require_group(encoder)
+        base = require_group(require_group(self._datasets()[dataset], "predictions"), encoder)
         key = condition_key(condition)
         probs = np.asarray(probs, dtype=np.float32)
         arr = base.create_array(key, shape=probs.shape, dtype=np.float32, chunks=prediction_chunks(probs.shape),
@@ -904,6 +904,19 @@ class Store:
             raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "
                              f"interrupted). To repair: {repair_hint(self.path, where)}")
         return self.checked_read(arr, what), attrs
+
+
+def require_group(parent: zarr.Group, name: str) -> zarr.Group:
+    """``parent``'s group ``name``, created if absent.
+
+    Two writers creating the same group at once (two ``crs extract`` runs of different encoders into a
+    new store both create ``datasets/<d>/embeddings``) make zarr's ``require_group`` raise
+    ContainsGroupError in the slower one: the group it found is the one it asked for, so it is used.
+    """
+    try:
+        return parent.require_group(name)
+    except zarr.errors.ContainsGroupError:
+        return parent[name]
 
 
 def _as_strings(values) -> np.ndarray:
