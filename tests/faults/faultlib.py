@@ -420,32 +420,30 @@ def case(baseline: Baseline, tmp_path: Path, name: str = "run") -> Path:
     return dest
 
 
+def _rerun(baseline: Baseline, tmp_path_factory, name: str, stages: tuple[tuple[str, dict], ...]) -> Baseline:
+    """A copy of the baseline with ``stages`` ((stage, changed settings), ...) run on it uninterrupted,
+    made once a run."""
+    def build(parent: Path) -> dict:
+        folder = case(baseline, parent)
+        for stage, change in stages:
+            r = crs_here(*stage_args(stage, folder, **change))
+            assert r.rc == 0, f"the {name} reference's {stage} failed:\n{r.message[-3000:]}"
+        return outputs(folder)
+
+    ref = once_per_run(tmp_path_factory, f"faults-{name}-ref", build)
+    return Baseline(ref.folder / "run", ref.outputs)
+
+
 @pytest.fixture(scope="session")
 def probe_ref(baseline, tmp_path_factory) -> Baseline:
     """The baseline re-probed with another L2 (``PROBE_CHANGE``) and re-scored, uninterrupted."""
-    def build(parent: Path) -> dict:
-        folder = case(baseline, parent)
-        for args in (stage_args("probe", folder, **PROBE_CHANGE), stage_args("score", folder)):
-            r = crs_here(*args)
-            assert r.rc == 0, f"the probe reference's {args[0]} failed:\n{r.message[-3000:]}"
-        return outputs(folder)
-
-    ref = once_per_run(tmp_path_factory, "faults-probe-ref", build)
-    return Baseline(ref.folder / "run", ref.outputs)
+    return _rerun(baseline, tmp_path_factory, "probe", (("probe", PROBE_CHANGE), ("score", {})))
 
 
 @pytest.fixture(scope="session")
 def score_ref(baseline, tmp_path_factory) -> Baseline:
     """The baseline re-scored with another bootstrap size (``SCORE_CHANGE``) and reported, uninterrupted."""
-    def build(parent: Path) -> dict:
-        folder = case(baseline, parent)
-        for args in (stage_args("score", folder, **SCORE_CHANGE), stage_args("report", folder)):
-            r = crs_here(*args)
-            assert r.rc == 0, f"the score reference's {args[0]} failed:\n{r.message[-3000:]}"
-        return outputs(folder)
-
-    ref = once_per_run(tmp_path_factory, "faults-score-ref", build)
-    return Baseline(ref.folder / "run", ref.outputs)
+    return _rerun(baseline, tmp_path_factory, "score", (("score", SCORE_CHANGE), ("report", {})))
 
 
 PROBE_CHANGE = {"l2": "0.01"}  # another L2: every prediction changes, so a mix of old and new shows
