@@ -321,14 +321,11 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
 
     ``schedule`` "fraction" gives each label fraction its own solver loop over all its
     seeds and L2 values, so the large subsets, which cost the most per step and converge
-    in the fewest, stop as soon as they are done instead of riding along with the slowest
-    small-subset probes (the smallest subsets share one loop, ``solver_loops``); a
-    fraction whose subset is the whole training set is the same problem for every seed
-    and is solved once. "joint" runs every probe in one loop, the
-    rows multiplied block by block (``plan_blocks``, ``min_block_rows``): one compiled
-    program instead of one per fraction, which wins when the data are small enough that
-    compiling costs more than the products. "auto" (the default) picks "fraction" from
-    ``FRACTION_SCHEDULE_FROM`` training values (rows x features) up.
+    in the fewest, stop as soon as they are done; a whole-training-set fraction is one
+    problem for every seed and is solved once. "joint" runs every probe in one loop (one
+    compiled program, rows multiplied block by block: ``min_block_rows``), which wins when
+    compiling costs more than the products. ``solver_loops`` gives the loops of each; "auto"
+    (the default) picks "fraction" from ``FRACTION_SCHEDULE_FROM`` rows x features up.
 
     ``precondition`` solves in the coordinates of ``preconditioner`` (same minimiser, far
     fewer iterations on the anisotropic features encoders produce). ``warm_start`` walks
@@ -343,10 +340,8 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     the device's memory, ``memory_budget``) bounds the working set: when all seeds at once
     would exceed it, seeds are fitted in groups, one compiled program reused per group.
 
-    ``buckets``: a joint loop of one dense row block (data under ``ONE_BLOCK_BELOW``) runs on
-    rows and features padded to a shape bucket (``shape_bucket``, ``_bucketed``: inert
-    padding, the subset sizes as values of the program), so problems of nearby shapes share
-    one compiled program: on small data compiling costs more than fitting.
+    ``buckets``: small joint loops run padded to a shape bucket (``_bucketed``), so problems of
+    nearby shapes share one compiled program: on small data compiling costs more than fitting.
 
     ``on_loop`` (where given) is called with no arguments as each solver loop finishes
     (``loop_count`` of them), so a caller can report progress per loop.
@@ -364,16 +359,10 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     fits = []
     for g_sizes, blocks in solver_loops(sizes, X.shape[0], X.shape[1], schedule, min_block_rows):
         g_order = order[:1] if g_sizes == (X.shape[0],) else order  # the whole set: one problem, whatever the seed
-        bucket = buckets and min_block_rows is None and blocks == ((0, g_sizes[-1], 0),) and len(g_sizes) > 1 \
-            and X.shape[0] * X.shape[1] < ONE_BLOCK_BELOW
+        bucket = buckets and min_block_rows is None and _one_dense_block(g_sizes, blocks, X.shape)
         out = _fit_group(Xs, T, known, g_order, g_sizes, blocks, grid, V, devices, task, warm_start, max_iter,
                          tol, gap, budget, grid.shape[0] // len(devices), precondition, bucket)
-        if g_sizes[-1] == X.shape[0] and len(g_sizes) > 1 and g_order.shape[0] > 1:
-            # a shared loop fitted the whole set once per seed, each in its own row order: the same problem,
-            # equal up to rounding. Every seed takes seed 0's, as a loop of the whole set alone does, so the
-            # seeds' full-label probes are one probe, bit for bit (the image bootstrap scores it once)
-            for a in out:
-                a[:, -1] = a[0, -1]
+        _one_full_set_probe(out, g_sizes, X.shape[0])
         fits.append(jax.tree.map(lambda a: np.broadcast_to(a, (S,) + a.shape[1:]), out))
         if on_loop is not None:
             on_loop()
@@ -482,6 +471,24 @@ def _bucketed(Xs, T, known, order, sizes, blocks) -> _Loop:
     order = np.concatenate([np.asarray(order)[:, :n], tail], axis=1)
     return _Loop(Xs, np.pad(np.asarray(T), pad), np.pad(np.asarray(known), pad), order, np.asarray(sizes, np.int32),
                  ((0, n_pad, 0),), np.int32(F))
+
+
+def _one_dense_block(sizes, blocks, shape) -> bool:
+    """Whether a loop is the one-dense-block joint loop of small data (``solver_loops``), the loop that
+    shape buckets serve: several fractions, all rows one block, under ``ONE_BLOCK_BELOW`` training values."""
+    return len(sizes) > 1 and blocks == ((0, sizes[-1], 0),) and shape[0] * shape[1] < ONE_BLOCK_BELOW
+
+
+def _one_full_set_probe(out, sizes, n_rows: int) -> None:
+    """Give every seed seed 0's whole-training-set probe, in place, where a shared loop fitted it per seed.
+
+    Each seed fitted the whole set in its own row order: the same problem, equal up to rounding. Every
+    seed takes seed 0's, as a loop of the whole set alone does, so the seeds' full-label probes are one
+    probe, bit for bit (the image bootstrap scores it once). ``out``: the loop's result arrays
+    [seed, fraction, ...]; ``sizes``: its fractions' subset sizes."""
+    if sizes[-1] == n_rows and len(sizes) > 1:
+        for a in out:
+            a[:, -1] = a[0, -1]
 
 
 def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_start, max_iter, tol, gap, budget,
