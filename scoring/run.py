@@ -181,18 +181,9 @@ def comparison_set(
     return encoders, datasets, excluded
 
 
-def score(
-    records: pl.DataFrame,
-    *,
-    reference: str = MEDIAN,
-    weights: Sequence[float] = core.DEFAULT_WEIGHTS,
-    n_bootstrap: int = 1000,
-    seed: int = 0,
-    bootstrap_unit: str = "both",
-    store=None,
-    simplex_step: float = analysis.SIMPLEX_STEP,
-    results=None,
-) -> Scores:
+def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[float] = core.DEFAULT_WEIGHTS,
+          n_bootstrap: int = 1000, seed: int = 0, bootstrap_unit: str = "both", store=None,
+          simplex_step: float = analysis.SIMPLEX_STEP, results=None) -> Scores:
     """Score run records by docs/crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
 
     ``reference`` is an encoder name or 'median'; ``weights`` are (dominance, balance,
@@ -232,14 +223,11 @@ def score(
     found = _from_store(store, records, encoders, datasets, warnings, metrics_pass)
     tables = _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found)
     settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
-                         excluded, simplex_step, warnings)
-    if image_method and unit != "seed":
-        settings["bootstrap"]["image_method"] = image_method
+                         excluded, simplex_step, warnings, image_method)
     shifted_axis_warnings(reps.axis, x.mean(axis=1), encoders, warnings)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
-    boot = summarise(reps, encoders, point.crs, reference=ref)
-    metadata = encoder_metadata(store, encoders, datasets)
-    table = _encoder_table(encoders, x, point, auroc, boot, tables["pareto"], metadata)
+    table = _encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs, reference=ref),
+                           tables["pareto"], encoder_metadata(store, encoders, datasets))
     return Scores(
         settings=settings,
         encoders=table,
@@ -632,7 +620,9 @@ def _metric_table(records: pl.DataFrame, probe_metrics: pl.DataFrame) -> pl.Data
 
 
 def _settings(reference, w, n_bootstrap, unit, requested, seed, seeds, used, datasets, excluded, simplex_step,
-              warnings) -> dict:
+              warnings, image_method=None) -> dict:
+    """The score's settings; ``image_method`` (per dataset: arrays linearised, exact, shared) is recorded
+    where the image bootstrap ran."""
     settings = {
         "crs_version": CRS_VERSION,
         "reference": reference,
@@ -647,6 +637,8 @@ def _settings(reference, w, n_bootstrap, unit, requested, seed, seeds, used, dat
     }
     if unit != requested:
         settings["bootstrap"]["requested_unit"] = requested
+    if image_method and unit != "seed":
+        settings["bootstrap"]["image_method"] = image_method
     return settings
 
 
