@@ -473,6 +473,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
         (metrics, "array_metrics", "metrics: array metrics"),
         (run, "draw_seeds", "seed draws"),
         (run, "seed_means_of", "seed draws"),
+        (run, "resample_seeds", "seed draws"),
         (run, "score_replicates", "CRS replicates"),
         (run, "summarise", "ranks, intervals, tier"),
         (analysis, "weight_sensitivity", "weight grid"),
