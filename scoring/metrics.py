@@ -631,7 +631,7 @@ def _aurc_rows(conf: np.ndarray, error: np.ndarray, use: np.ndarray) -> np.ndarr
         return np.where(n_use > 0, np.where(kept, risk, 0.0).sum(axis=1) / np.maximum(n_use, 1), np.nan)
 
 
-def _nanmean_last(x: np.ndarray) -> np.ndarray:
+def nanmean_last(x: np.ndarray) -> np.ndarray:
     """Mean over the last axis leaving NaN out (NaN where nothing is left), as polars' mean of a column with nulls."""
     ok = ~np.isnan(x)
     n_ok = ok.sum(axis=-1)
@@ -659,11 +659,11 @@ def array_metrics(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task
     if "auroc" in want:
         per_class = auroc_rows(np.swapaxes(p, 1, 2).reshape(m * k, n), np.tile((tgt & kn).T, (m, 1)),
                                np.tile((~tgt & kn).T, (m, 1))).reshape(m, k)
-        out["auroc"] = _nanmean_last(per_class)
+        out["auroc"] = nanmean_last(per_class)
     if "classwise_ece" in want:
         pk = np.swapaxes(p, 1, 2).reshape(m * k, n)
         per_class = _binned_rows(pk, np.tile(tgt.T, (m, 1)).astype(np.float64), np.tile(kn.T, (m, 1)))
-        out["classwise_ece"] = _nanmean_last(per_class.reshape(m, k))
+        out["classwise_ece"] = nanmean_last(per_class.reshape(m, k))
     if check_task(task) == "multiclass":
         out.update(_multiclass_arrays(p, tgt, want))
     else:
@@ -717,7 +717,7 @@ def _multilabel_arrays(p: np.ndarray, tgt: np.ndarray, kn: np.ndarray, want: set
     has = n_use > 0
 
     def per_label(values: np.ndarray) -> np.ndarray:  # [array x label] -> [array], labels without entries left out
-        return _nanmean_last(np.where(has, values, np.nan).reshape(m, k))
+        return nanmean_last(np.where(has, values, np.nan).reshape(m, k))
 
     def mean_used(x: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -733,7 +733,7 @@ def _multilabel_arrays(p: np.ndarray, tgt: np.ndarray, kn: np.ndarray, want: set
             with np.errstate(invalid="ignore", divide="ignore"):
                 recalls.append(np.where(sel.any(axis=1), np.where(sel, correct, 0.0).sum(axis=1)
                                         / np.maximum(sel.sum(axis=1), 1), np.nan))
-        out["balanced_accuracy"] = per_label(_nanmean_last(np.stack(recalls[::-1], axis=1)))
+        out["balanced_accuracy"] = per_label(nanmean_last(np.stack(recalls[::-1], axis=1)))
     if "ece" in want:
         out["ece"] = per_label(_binned_rows(conf, correct, use))
     if "brier" in want:

@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from crs.scoring.axes import AxisArrays, axes_from
-from crs.scoring.metrics import ece_draws, tie_runs, weighted_ece, weighted_macro_auroc
+from crs.scoring.metrics import ece_draws, nanmean_last, tie_runs, weighted_ece, weighted_macro_auroc
 
 # Below this many test images every replicate is exact: there the exact kernel costs little (score_bench
 # part 5: 5-7 ms an array at 500-730 images) and the linearisation fails its check on a fifth to
@@ -254,7 +254,7 @@ def exact_batch(sorts: Sequence[Sorted], counts: np.ndarray) -> np.ndarray:
         block = sorts[i:i + per_block]
         per_class = _exact_rows(*(np.concatenate([getattr(srt, f) for srt in block]) for f in
                                   ("order", "start", "end", "pos", "neg")), counts)  # [row, replicate]
-        out.append(_macro(per_class.reshape(len(block), k, b).transpose(0, 2, 1)))
+        out.append(nanmean_last(per_class.reshape(len(block), k, b).transpose(0, 2, 1)))
     return np.concatenate(out)
 
 
@@ -286,15 +286,6 @@ def _exact_rows(order, start, end, pos, neg, counts: np.ndarray) -> np.ndarray:
     den = p_tot * g[-1].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, (num / 2.0) / np.where(den > 0, den, 1.0), np.nan)
-
-
-def _macro(per_class: np.ndarray) -> np.ndarray:
-    """Mean over the last axis leaving NaN classes out (NaN where none is left), as ``weighted_macro_auroc``."""
-    ok = ~np.isnan(per_class)
-    n_ok = ok.sum(axis=-1)
-    total = np.where(ok, per_class, 0.0).sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n_ok > 0, total / np.maximum(n_ok, 1), np.nan)
 
 
 def array_key(probs: np.ndarray) -> tuple:
@@ -478,11 +469,11 @@ class AurocDraws:
             per_class = auc[None] + s[:, :, 0] / w_pos[:, None] + s[:, :, 1] / w_neg[:, None]
         both = (w_pos > 0) & (w_neg > 0)  # [replicate, class]: the class is scored in the replicate
         per_class = np.where(both[:, None] & ~np.isnan(auc)[None], per_class, np.nan)
-        return _macro(per_class)  # [replicate, array]
+        return nanmean_last(per_class)  # [replicate, array]
 
     def _checked(self, probs: np.ndarray, srt: Sorted, linear: np.ndarray) -> np.ndarray:
         m = min(CHECK_DRAWS, linear.size)
-        exact = _macro(exact_draws(srt, self._check_counts(m)))
+        exact = nanmean_last(exact_draws(srt, self._check_counts(m)))
         same_nan = np.array_equal(np.isnan(exact), np.isnan(linear[:m]))
         with np.errstate(invalid="ignore"):
             sd = float(np.nanstd(linear)) if np.isfinite(linear).any() else 0.0
