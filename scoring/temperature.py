@@ -96,7 +96,7 @@ def fit(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str) -> 
     out = np.where(g_lo >= 0, lo_end, hi_end)  # flat or rising at the low end: T = 20; falling at the top: 1/20
     inner = np.flatnonzero((g_lo < 0) & (g_hi > 0))
     lo, hi = np.full(inner.size, lo_end), np.full(inner.size, hi_end)
-    b = np.clip(np.ones(inner.size), lo_end, hi_end)
+    b = np.ones(inner.size)  # T = 1, inside the range
     for _ in range(MAX_STEPS):
         if not inner.size:
             break
@@ -105,8 +105,8 @@ def fit(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str) -> 
         with np.errstate(invalid="ignore", divide="ignore"):
             step = np.where(h > 0, g / h, np.inf)
         done = (np.abs(step) <= _TOL * b) | (hi - lo <= _TOL * b)
-        out[inner[done]] = np.clip(b - step, lo, hi)[done]
         nxt = b - step
+        out[inner[done]] = np.clip(nxt, lo, hi)[done]
         nxt = np.where((nxt > lo) & (nxt < hi), nxt, (lo + hi) / 2.0)  # bisect where Newton leaves the bracket
         keep = ~done
         inner, lo, hi, b = inner[keep], lo[keep], hi[keep], nxt[keep]
