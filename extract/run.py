@@ -46,7 +46,7 @@ from crs.extract.encoders import EncoderSpec
 from crs.extract.models import load, pick_device
 from crs.names import SPLIT_CODE
 from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_lock, store_order
-from crs.store.zarr_store import now
+from crs.store.zarr_store import now, set_attrs
 from crs.extract.units import (DecodedUnits, Embedder, ExtractSummary, Plan, Unit, after_commit, commit_failures,
                                embed_groups, unit_conditions, unit_failures)
 
@@ -480,7 +480,7 @@ def record_cost(plan: Plan, model=None, *, measured: dict | None = None) -> None
     cost.update({"images_per_s": None if rate is None else round(rate, 3), "device": summary.device})
     update = {"weights": measured.get("weights"), "cost": cost}
     for arr in plan.arrays.values():
-        arr.group.attrs.update(update)
+        set_attrs(arr.group, update)
 
 
 def _pending_units(table: DatasetTable, conds: list[str], arrays: dict) -> tuple[list[Unit], int]:

@@ -602,14 +602,14 @@ class Store:
         """Write a dataset's metadata; if present, check it is the same (splits never change, nor the files
         it was made from) and rewrite any of its arrays that is damaged."""
         with self.reading(f"datasets/{table.name}"):
-            if self.has_dataset(table.name) and "task" not in self.root["datasets"][table.name].attrs:
-                del self.root["datasets"][table.name]  # killed while writing it: its attrs come last
+            if self.has_dataset(table.name) and not _dataset_written(self.root["datasets"][table.name]):
+                self._drop_unwritten_dataset(table.name)  # killed while writing it: its attrs come last
             if not self.has_dataset(table.name):
                 g = self._datasets().create_group(table.name)
                 self._write_table_arrays(g, table, self.DATASET_ARRAYS)
                 # attrs last: a dataset group with attrs is a complete one
-                g.attrs.update({**table.attrs, "n_images": len(table.ids), "row_order": "test, val, train",
-                                "written": now()})
+                set_attrs(g, {**table.attrs, "n_images": len(table.ids), "row_order": "test, val, train",
+                              "written": now()})
                 return
             g = self.root["datasets"][table.name]
             old_attrs = dict(g.attrs)
@@ -634,6 +634,20 @@ class Store:
             if not same_rows and "image_id" in damaged:
                 self._dataset_array(g, table.name, "image_id")  # raises the damage, naming array and chunk
             self._write_table_arrays(g, table, damaged)
+
+    def _drop_unwritten_dataset(self, name: str) -> None:
+        """Delete a dataset group whose metadata a killed run left half-written (the caller holds its
+        dataset lock). Its embeddings are created only after the metadata is whole, so such a group holds
+        none; if it does, it is not ours to guess about: refuse rather than delete them."""
+        g = self.root["datasets"][name]
+        kept = sorted(k for k in g.group_keys() if k in ("embeddings", "predictions"))
+        if kept:
+            raise StoreError(
+                f"dataset {name!r} in {self.path!r} holds {' and '.join(kept)} but its metadata was not fully "
+                f"written, so its row order is unknown and nothing in it can be trusted. To repair: extract "
+                f"into a new store (--store NEW_PATH), or delete 'datasets/{name}' from this one and run "
+                f"`crs extract --dataset {name} ...` again")
+        del self.root["datasets"][name]
 
     @staticmethod
     def _check_identity(table: DatasetTable, old: Any) -> None:
@@ -685,8 +699,10 @@ class Store:
                 f"run `crs extract --dataset {name} --encoder ...` first"
             )
         g = self._node(f"datasets/{name}")
-        if "task" not in g.attrs:
-            raise StoreError(f"dataset {name!r} in {self.path!r} was not fully written; run `crs extract` again")
+        if not _dataset_written(g):
+            raise StoreError(f"dataset {name!r} in {self.path!r} was not fully written (a run was stopped while "
+                             f"writing its metadata). To repair: run the same `crs extract --dataset {name} ...` "
+                             "again; it rewrites the dataset's metadata before embedding anything")
         v = {key: self._dataset_array(g, name, key) for key in self.DATASET_ARRAYS}
         return DatasetTable(name=name, ids=v["image_id"], labels=v["label"], split=v["split"], group=v["group"],
                             attrs=dict(g.attrs))
@@ -740,7 +756,7 @@ class Store:
             arr = g.create_array(k, shape=(len(ids),), dtype=str, chunks=(max(1, len(ids)),), overwrite=True,
                                  **CHECKED)
             arr[:] = np.asarray(values, dtype=str)
-        g.attrs.update({"writing": False, "rows": len(ids), "written": now()})
+        set_attrs(g, {"writing": False, "rows": len(ids), "written": now()})
 
     def excluded_rows(self, dataset: str) -> np.ndarray:
         """Store rows (test, val, train order) of images listed in the failures table."""
@@ -795,8 +811,8 @@ class Store:
         g.create_array("commit", shape=(max(n_chunks, 1), 2), dtype=np.uint64, chunks=(1, 2), fill_value=0, **CHECKED)
         if n_chunks == 0:
             done[0] = True
-        g.attrs.update(
-            {**(attrs or {}), "condition": condition, "rows": rows, "n_rows": n_rows, "n_chunks": n_chunks,
+        set_attrs(
+            g, {**(attrs or {}), "condition": condition, "rows": rows, "n_rows": n_rows, "n_chunks": n_chunks,
              "complete": False}
         )
         return EmbeddingArray(g, dataset, encoder, condition, self)
@@ -884,7 +900,7 @@ class Store:
                                 overwrite=True, **CHECKED)
         arr[...] = probs
         # attrs last: an array with its 'condition' attribute was written whole
-        arr.attrs.update({**attrs, "condition": condition, "written": now()})
+        set_attrs(arr, {**attrs, "condition": condition, "written": now()})
 
     def read_predictions(self, dataset: str, encoder: str, condition: str) -> tuple[np.ndarray, dict[str, Any]]:
         key = condition_key(condition)
@@ -904,6 +920,22 @@ class Store:
             raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "
                              f"interrupted). To repair: {repair_hint(self.path, where)}")
         return self.checked_read(arr, what), attrs
+
+
+def set_attrs(node: zarr.Group | zarr.Array, values: dict[str, Any]) -> None:
+    """Merge ``values`` into ``node``'s attributes in one write of its metadata file.
+
+    zarr 3's ``node.attrs.update(d)`` is MutableMapping's: it rewrites the whole ``zarr.json`` once per
+    key, so a kill between two keys leaves only the first ones written (a dataset with its task and
+    classes but no row order, which a resumed run then read as complete). ``update_attributes``
+    writes them all at once; every write of more than one attribute in this store goes through here."""
+    node.update_attributes(dict(values))
+
+
+def _dataset_written(g: zarr.Group) -> bool:
+    """Whether a dataset group's metadata was written whole: 'written' is the last of its attributes
+    (stores written key by key, before ``set_attrs``, wrote it last too)."""
+    return "written" in g.attrs
 
 
 def require_group(parent: zarr.Group, name: str) -> zarr.Group:
@@ -1009,7 +1041,7 @@ class EmbeddingArray:
         returns whether it is."""
         if len(self.pending()) == 0:
             if not self.complete:  # the time it became complete, not of every later run that found it so
-                self.group.attrs.update({"complete": True, "completed": now()})
+                set_attrs(self.group, {"complete": True, "completed": now()})
             return True
         if self.complete:
             self.group.attrs["complete"] = False

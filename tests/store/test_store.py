@@ -248,3 +248,63 @@ def test_processes_that_create_one_new_store_at_once_all_open_it(tmp_path):
             t.join()
         assert errors == [], f"round {trial}: {errors[0]!r}"
         assert Store(path, mode="r").root.attrs["crs_store"]["schema_version"] == SCHEMA_VERSION
+
+
+def _metadata_writes(monkeypatch) -> list[str]:
+    """The zarr.json files written from now on, one entry per write."""
+    import zarr.storage
+
+    seen: list[str] = []
+    real = zarr.storage.LocalStore.set
+
+    async def counting(self, key, value):
+        if key.endswith("zarr.json"):
+            seen.append(key)
+        return await real(self, key, value)
+
+    monkeypatch.setattr(zarr.storage.LocalStore, "set", counting)
+    return seen
+
+
+def test_set_attrs_writes_the_metadata_once_where_attrs_update_writes_it_per_key(tmp_path, monkeypatch):
+    from crs.store.zarr_store import set_attrs
+
+    s = Store(str(tmp_path / "s.zarr"))
+    g = s.root.require_group("g")
+    seen = _metadata_writes(monkeypatch)
+    g.attrs.update({"a": 1, "b": 2, "c": 3})  # zarr's own: why a kill could leave a half-written dataset
+    assert len(seen) == 3
+    seen.clear()
+    set_attrs(g, {"d": 4, "e": 5, "f": 6})
+    assert seen == ["g/zarr.json"]
+    assert dict(s.root["g"].attrs) == {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6}
+
+
+def _half_written(s: Store, keys: int) -> None:
+    """The dataset as a run killed while zarr wrote its attributes one key at a time left it."""
+    t = table()
+    s.write_dataset(t)
+    g = s.root["datasets/toy"]
+    whole = dict(g.attrs)
+    g.attrs.put({k: whole[k] for k in list(whole)[:keys]})
+
+
+@pytest.mark.parametrize("keys", [1, 4, 6])
+def test_a_dataset_killed_between_two_of_its_attributes_is_refused_then_rewritten(tmp_path, keys):
+    s = Store(str(tmp_path / "s.zarr"))
+    _half_written(s, keys)
+    assert "task" in s.root["datasets/toy"].attrs  # the old test of completeness would pass it
+    with pytest.raises(StoreError, match=r"not fully written.*crs extract --dataset toy"):
+        s.dataset("toy")
+    s.write_dataset(table())  # what the resumed `crs extract` does first
+    got = s.dataset("toy")
+    assert got.ids.tolist() == table().ids.tolist() and got.attrs["row_order"] == "test, val, train"
+
+
+def test_a_half_written_dataset_holding_embeddings_is_refused_not_deleted(tmp_path):
+    s = Store(str(tmp_path / "s.zarr"))
+    _half_written(s, 2)
+    s.root["datasets/toy"].require_group("embeddings").require_group("enc")
+    with pytest.raises(StoreError, match=r"holds embeddings.*--store NEW_PATH"):
+        s.write_dataset(table())
+    assert "embeddings" in s.root["datasets/toy"]
