@@ -7,6 +7,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
+# Property tests check values, never time: Hypothesis's default 200 ms deadline per example is a timed
+# assertion, and it failed test_kendall_tau_b_matches_scipy_with_ties on a loaded 2-core machine.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("crs", deadline=None)
+_hypothesis_settings.load_profile("crs")
+
 # Compiled probe programs are cached for the run in a temporary folder, never in the user's home. The
 # first process that loads this file (pytest-xdist's controller, or the only process with -n 0) makes
 # the folder; the workers and the CLI subprocesses the tests start inherit the variable, so a program
