@@ -48,6 +48,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
 RUN_RECORDS_DIR = "run_records"
 SELECTION_DIR = "probe_selection"
 GENERATION = "crs:generation"  # Parquet key-value metadata: the probe run that wrote the file
+PROVENANCE = "crs_provenance"  # run-record Parquet metadata: json of crs.provenance.collect(probe settings)
 PREDICTION_GENERATION = "generation"  # the same id in the stored predictions' attributes
 
 
@@ -62,6 +63,10 @@ class MissingRunRecords(UserError, FileNotFoundError):
 
 class MixedGeneration(UserError):
     """The pieces of one (encoder, dataset)'s probe output come from different probe runs."""
+
+
+class MixedSettings(UserError):
+    """The encoders compared on one dataset were probed with different settings."""
 
 
 def records_dir(results) -> Path:
@@ -148,3 +153,79 @@ def check_pair(results, encoder: str, dataset: str,
             f"run {_repair(results, encoder, dataset)} to write them again as one"
         )
     return expected
+
+
+# settings crs probe takes on its command line: (settings key, flag, how its value is written there)
+_FLAGS = (("head", "--head", str), ("seeds", "--seeds", len), ("fractions", "--fractions", None),
+          ("l2", "--l2", None), ("select_by", "--select-by", str), ("tol", "--tol", None), ("hidden", "--hidden", str))
+
+
+def probe_settings(target: Path) -> tuple[dict, str] | None:
+    """(the probe settings, when they were recorded) of a run-record file; None for files that record none."""
+    import json
+
+    raw = metadata(target).get(PROVENANCE)
+    if raw is None:
+        return None
+    try:
+        block = json.loads(raw)
+        return dict(block["settings"]), str(block.get("created", ""))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{target}: its probe provenance ({PROVENANCE}) does not read ({exc}); write it again with "
+                        f"{_repair(target.parent.parent, *_pair_of(target))}") from exc
+
+
+def _pair_of(target: Path) -> tuple[str, str]:
+    encoder, _, dataset = Path(target).stem.partition("__")
+    return encoder, dataset
+
+
+def check_same_settings(results, pairs, store: str | None = None) -> None:
+    """Refuse (``MixedSettings``, exit 2) where two encoders compared on one dataset were probed with
+    different settings (seeds, fractions, L2 grid, stopping rule, ...) under the same head.
+
+    A ``crs probe --all`` with new settings stopped part-way leaves exactly that: the pairs it reached
+    hold the new settings, the others the old, and a score of the mix would compare encoders under
+    two protocols with exit 0. ``pairs``: the comparison set's (result name, dataset). Files that
+    record no settings (older results) are not compared. The repair named is the newest run's settings."""
+    groups: dict[tuple[str, str], dict[str, tuple[dict, str]]] = {}
+    for encoder, dataset in pairs:
+        found = probe_settings(path(results, encoder, dataset))
+        if found is not None:
+            groups.setdefault((str(found[0].get("head")), dataset), {})[encoder] = found
+    for (head, dataset), by_encoder in sorted(groups.items()):
+        kinds: dict[str, list[str]] = {}
+        for encoder, (settings, _) in sorted(by_encoder.items()):
+            kinds.setdefault(_canonical(settings), []).append(encoder)
+        if len(kinds) < 2:
+            continue
+        newest = max(by_encoder.values(), key=lambda found: found[1])[0]
+        differ = sorted({k for s, _ in by_encoder.values() for k in s if s.get(k) != newest.get(k)}
+                        | {k for s, _ in by_encoder.values() for k in newest if k not in s})
+        described = "; ".join(
+            f"{', '.join(names)}: " + ", ".join(f"{k} {by_encoder[names[0]][0].get(k)}" for k in differ)
+            for names in kinds.values())
+        raise MixedSettings(
+            f"the encoders compared on {dataset} were probed with different settings ({described}); scores "
+            "compare encoders only under one probe protocol (a `crs probe` stopped part-way leaves such a mix). "
+            f"To repair, probe them alike, e.g. with the newest run's settings: {_probe_again(results, store, newest, differ)}")
+
+
+def _canonical(settings: dict) -> str:
+    import json
+
+    return json.dumps(settings, sort_keys=True, default=str)
+
+
+def _probe_again(results, store: str | None, settings: dict, differ: list[str]) -> str:
+    flags = []
+    for key, flag, shown in _FLAGS:
+        value = settings.get(key)
+        if value is None or value == []:
+            continue
+        text = (shown(value) if shown is not None else
+                ",".join(format(v, "g") for v in value) if isinstance(value, list) else format(value, "g"))
+        flags.append(f"{flag} {text}")
+    others = sorted(set(differ) - {k for k, _, _ in _FLAGS})  # settings a config file gives (crs run)
+    tail = f", with {', '.join(f'{k} {settings.get(k)}' for k in others)} as in that run's config" if others else ""
+    return f"`crs probe --all --store {store or 'STORE'} --results {results} {' '.join(flags)}`{tail}"

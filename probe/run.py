@@ -48,7 +48,7 @@ SELECT_BY = ("loss", "auroc")  # how L2 is chosen per (seed, fraction) on the va
 SELECTION_DIR = run_records.SELECTION_DIR
 SUBSETS_DIR = "subsets"
 HEADS = tuple(REGISTRY)  # the registered heads' names
-PROVENANCE_KEY = "crs_provenance"  # run-record Parquet metadata: json of crs.provenance.collect(probe settings)
+PROVENANCE_KEY = run_records.PROVENANCE  # run-record Parquet metadata: json of crs.provenance.collect(probe settings)
 
 
 def head_name(encoder: str, head: str) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from crs import provenance
+from crs import records as run_records
 from crs.errors import BadInput, CrsError
 from crs.names import VALIDATION
 from crs.scoring import crs as core
@@ -206,6 +207,9 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
     """
     w = _check_options(records, reference, weights, n_bootstrap, bootstrap_unit)
     records, encoders, datasets, excluded = _comparison_records(records, reference)
+    if results is not None:
+        run_records.check_same_settings(results, records.select("encoder", "dataset").unique().rows(),
+                                        None if store is None else store.path)
     if store is not None and results is not None:
         check_probe_runs(store, results, records)
     by_seed = axes_by_seed(records)
