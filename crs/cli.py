@@ -1097,9 +1097,18 @@ def _app(version: Annotated[bool, typer.Option("--version", callback=_version, i
 
 
 def main() -> None:
-    if threading.current_thread() is threading.main_thread():
+    ours = threading.current_thread() is threading.main_thread()
+    if ours:
         signal.signal(signal.SIGTERM, _on_sigterm)
-    app()
+    try:
+        app()
+    finally:
+        if ours:
+            # The command has ended and its exit code is set. Python's shutdown (threads joined, modules
+            # freed: up to a second after `crs score`) puts back the default action of a signal with a
+            # handler of ours, so a SIGTERM then killed a finished command (exit -15, 3 in 30 late
+            # SIGTERMs). An ignored signal stays ignored through it; SIGKILL still ends a stuck exit.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -96,3 +96,35 @@ def test_sigterm_unwinds_like_ctrl_c_with_a_message(sig, code, words):
     assert p.returncode == code, err
     assert "unwound" in out  # finally blocks ran: what they commit is kept
     assert words in err and "run the same command again to resume" in err
+
+
+DONE = textwrap.dedent("""
+    import threading, time
+    from crs import cli
+
+    @cli.app.command("done")
+    def done():
+        with cli.friendly_errors(False):
+            threading.Thread(target=time.sleep, args=(1.5,)).start()  # Python's shutdown waits for it
+            print("finished", flush=True)
+
+    cli.main()
+""")
+
+
+def test_a_sigterm_after_the_command_finished_leaves_its_exit_code():
+    """Once the command has ended, Python's shutdown (threads joined, modules freed) can take a second;
+    a SIGTERM then must not turn a finished command's exit 0 into death by signal (-15) or a traceback."""
+    p = subprocess.Popen([sys.executable, "-c", DONE, "done"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "finished"
+        import time
+
+        time.sleep(0.3)  # past main()'s return: the non-daemon thread holds the shutdown
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert "Traceback" not in err
