@@ -1,16 +1,26 @@
-"""Fingerprints of every output of a small ``crs run``, to show that a change left them bit for bit alone.
+"""Fingerprints of every output of a small ``crs run``, to show that a change left them alone.
 
-``fingerprint(folder)`` maps each output (run records, probe selection, subsets, every
-stored embedding and prediction array with its attributes) to a SHA-256 of its canonical
-content: tables by column values in a fixed row order, JSON with its keys sorted. Only
-what records when or how long is left out (``written``/``seconds``/timing keys).
+Two checks, because floating point is the machine's as much as the code's:
 
-The scores tables and scores.json are kept as their values instead and compared to a
-relative 1e-12 (``same``): the scoring code sums some floats in an order that varies
-between runs (``ece_ts`` of two identical runs differs by about 1e-17), so those outputs
-were never bit-stable, even before any refactor. ``python tests/golden/fingerprint.py --write``
-runs ``crs run small.toml`` in a temporary folder and rewrites ``small.json``: do that
-only when a change is meant to alter the outputs, and say so in the commit.
+* ``fingerprint(folder)`` maps each output (run records, probe selection, subsets, every
+  stored embedding and prediction array with its attributes) to a SHA-256 of its canonical
+  content: tables by column values in a fixed row order, JSON with its keys sorted. Only
+  what records when or how long is left out (``written``/``seconds``/timing keys). The scores
+  tables and scores.json are kept as their values and compared to a relative 1e-12 (``same``):
+  scoring sums some floats in an order that varies between runs (about 1e-17). These
+  digests hold bit for bit only on the platform that pinned them: torch's kernels, XLA's
+  generated code and OpenBLAS each pick instructions by CPU (AVX-512 or AVX2 rounds the same
+  sum differently), so ``small.json`` keeps them under its platform key (``platform()``).
+* ``values(folder)`` keeps what a different CPU must reproduce to within its rounding, and
+  ``compare`` checks it with tolerances (``_tol``): subsets and every integer, string and flag
+  exactly; the probe's smooth outputs (losses, Brier, NLL, L2, and the stored probabilities and
+  embeddings as sketches) to a relative 2e-3; what counts discrete events (AUROC, accuracy,
+  binned ECE, ties: one pair of images, one bin edge or one argmax moves them by 1/n) and the
+  solver's step counts to what a few such events move; the scores to 0.05 plus 5 %.
+
+``python tests/golden/fingerprint.py --write`` runs ``crs run small.toml`` in a temporary folder
+and rewrites ``small.json`` (the values, and the digests of this platform only): do that only
+when a change is meant to alter the outputs, and say so in the commit.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -140,6 +151,205 @@ def run_small(folder: Path) -> None:
         raise RuntimeError(f"crs run small.toml exited {result.exit_code}:\n{result.output}\n{result.exception!r}")
 
 
+# ------------------------------------------------------------------ across platforms
+class Tol(NamedTuple):
+    atol: float
+    rtol: float
+
+
+SMOOTH = Tol(1e-6, 2e-3)  # continuous functions of the probe's solution: losses, Brier, NLL, temperature
+SOLVED = Tol(1e-6, 1e-2)  # validation loss of every probe of the grid: a weak-L2 one stops at a 1e-3 objective gap
+COUNTED = Tol(0.02, 0.0)  # ranks, bins and ties: one pair, one edge or one argmax moves them by up to 1/n
+STEPS = Tol(5, 0.25)  # L-BFGS steps to the same tolerance from a differently rounded path
+SCORES = Tol(0.05, 0.05)  # the scores combine counted metrics through the bootstrap: a sanity bound
+SKETCH = 5e-3  # a stored array's sketch, in units of its RMS (a chosen probe's probabilities: as SMOOTH)
+COUNTED_NAMES = {"auroc", "val_auroc", "accuracy", "balanced_accuracy", "ece", "classwise_ece", "ece_ts",
+                 "tie_share", "aurc", "kappa_quadratic"}
+
+
+def _tol(group: str, name: str) -> Tol | None:
+    """The tolerance of column or key ``name`` of an output of ``group``; None: exact."""
+    if group == "exact":
+        return None
+    if group == "scores":
+        return SCORES
+    if name == "iterations":
+        return STEPS
+    if name == "val_loss":
+        return SOLVED
+    return COUNTED if name in COUNTED_NAMES else SMOOTH
+
+
+def platform() -> str:
+    """What decides the bits of a run: CPU model, vector extensions, cores and the numeric libraries."""
+    import os
+    import platform as pf
+    from importlib import metadata
+
+    cpu, flags = pf.processor() or pf.machine(), ""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        ids = [ln.split(":", 1)[1].strip() for ln in text.splitlines()[:12]
+               if ln.split(":", 1)[0].strip() in ("vendor_id", "cpu family", "model", "model name", "CPU part")]
+        cpu = " ".join(ids) or cpu
+        line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
+        flags = " ".join(sorted(f for f in line.split(":", 1)[-1].split()
+                                if f.startswith(("avx", "fma", "sse", "f16c", "amx", "asimd", "sve", "neon"))))
+    except OSError:
+        pass
+    libs = []
+    for lib in ("numpy", "scipy", "jax", "jaxlib", "torch", "torchvision", "timm", "polars", "zarr", "pillow"):
+        try:
+            libs.append(f"{lib}=={metadata.version(lib)}")
+        except metadata.PackageNotFoundError:
+            libs.append(f"{lib}: none")
+    text = f"{pf.machine()}|{cpu}|{flags}|{os.cpu_count()}|{' '.join(libs)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _signs(n: int, k: int) -> np.ndarray:
+    """A fixed pseudo-random +-1 vector (a multiplicative hash of the index: no RNG whose stream may change)."""
+    i = np.arange(n, dtype=np.uint64) + np.uint64(1)
+    h = (i * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(((k + 1) * 0xBF58476D1CE4E5B9) % 2**64)
+    h = (h ^ (h >> np.uint64(31))) * np.uint64(0x94D049BB133111EB)
+    return 1.0 - 2.0 * ((h >> np.uint64(40)) & np.uint64(1)).astype(np.float64)
+
+
+def _sketch(values: np.ndarray) -> dict:
+    """A float array as its NaN count, mean, RMS, extremes and 8 random-sign projections (each / sqrt(n)).
+
+    Rounding that moves elements by d moves each projection by at most rms(d); any real change to
+    the array (another probe, another row order, another perturbation) moves them by O(rms(x))."""
+    x = values.astype(np.float64).ravel()
+    nan = np.isnan(x)
+    x = np.where(nan, 0.0, x)
+    n = max(x.size, 1)
+    stats = [x.mean() if x.size else 0.0, float(np.sqrt((x * x).mean())) if x.size else 0.0,
+             x.min() if x.size else 0.0, x.max() if x.size else 0.0]
+    stats += [float(x @ _signs(x.size, k)) / math.sqrt(n) for k in range(8)]
+    return {"nan": int(nan.sum()), "stats": [float(v) for v in stats]}
+
+
+def _array_value(arr) -> dict:
+    values = np.asarray(arr[...])
+    out = {"dtype": str(values.dtype), "shape": list(values.shape), "attrs": _strip(dict(arr.attrs))}
+    if arr.name.rsplit("/", 1)[-1] == "commit":
+        # (stored bytes, CRC-32) per chunk: digests of float values, so only which chunks are committed
+        out["committed"] = (values[..., 0] != 0).astype(int).tolist() if values.size else []
+    elif values.dtype.kind == "f":
+        out["sketch"] = _sketch(values)
+    else:
+        out["sha256"] = hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest()
+    return out
+
+
+def _rows(path: Path) -> dict:
+    """A table as its values, rows sorted by its exact columns (strings, integers but step counts, flags)."""
+    import polars as pl
+
+    df = pl.read_parquet(path)
+    df = df.select(sorted(c for c in df.columns if c not in VOLATILE))
+    keys = [c for c in df.columns if c != "iterations" and (df[c].dtype in (pl.String, pl.Boolean)
+                                                           or df[c].dtype.is_integer())]
+    df = df.sort(keys, nulls_last=True, maintain_order=True) if df.height and keys else df
+    return {"columns": df.columns, "dtypes": [str(t) for t in df.dtypes],
+            "rows": json.loads(json.dumps(df.rows(), default=str))}
+
+
+def values(folder: Path) -> dict:
+    """``{output name: value}`` of ``small.toml`` run in ``folder``, for ``compare`` on any platform."""
+    import zarr
+
+    folder = Path(folder)
+    out: dict = {}
+    results = folder / "results"
+    for sub in ("run_records", "probe_selection", "subsets", "scores"):
+        for f in sorted((results / sub).glob("*.parquet")):
+            out[f"results/{sub}/{f.name}"] = _rows(f)
+    out["results/scores/scores.json"] = _strip(json.loads((results / "scores" / "scores.json").read_text()))
+    root = zarr.open_group(str(folder / "store.zarr"), mode="r")
+    for dname, dgroup in sorted(root["datasets"].groups()):
+        out[f"store/{dname}"] = {"attrs": _strip(dict(dgroup.attrs))}
+        for path, arr in _arrays(dgroup, f"store/{dname}"):
+            out[path] = _array_value(arr)
+    return out
+
+
+def _close(a, b, tol: Tol | None) -> bool:
+    if tol is None or isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, int) and isinstance(b, int) and tol is not STEPS and tol is not SCORES:
+        return a == b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= tol.atol + tol.rtol * max(abs(a), abs(b))
+
+
+def _diff(want, got, where: str, group: str, name: str, out: list[str]) -> None:
+    """Append to ``out`` where ``got`` differs from ``want`` beyond the tolerance of ``group``/``name``."""
+    if len(out) >= 40:
+        return
+    if isinstance(want, dict) and isinstance(got, dict):
+        if set(want) != set(got):
+            out.append(f"{where}: keys {sorted(set(want) ^ set(got))} are in one run only")
+        for k in sorted(set(want) & set(got)):
+            _diff(want[k], got[k], f"{where}/{k}", group, k if not k.isdigit() else name, out)
+    elif isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            out.append(f"{where}: {len(want)} entries pinned, {len(got)} now")
+        for i, (w, g) in enumerate(zip(want, got)):
+            _diff(w, g, f"{where}[{i}]", group, name, out)
+    elif group == "scores" and isinstance(want, str) and isinstance(got, str) and any(ch.isdigit() for ch in want):
+        return  # a number formatted into a sentence: its value is compared where it is a number
+    elif not _close(want, got, _tol(group, name)):
+        out.append(f"{where}: pinned {want!r}, now {got!r}")
+
+
+def _table_diff(want: dict, got: dict, where: str, group: str, out: list[str]) -> None:
+    if want["columns"] != got["columns"] or want["dtypes"] != got["dtypes"]:
+        out.append(f"{where}: columns {want['columns']} pinned, {got['columns']} now")
+        return
+    if len(want["rows"]) != len(got["rows"]):
+        out.append(f"{where}: {len(want['rows'])} rows pinned, {len(got['rows'])} now")
+        return
+    for i, (w, g) in enumerate(zip(want["rows"], got["rows"])):
+        for c, a, b in zip(want["columns"], w, g):
+            _diff(a, b, f"{where} row {i} {c}", group, c, out)
+
+
+def compare(want: dict, got: dict) -> list[str]:
+    """Every difference between pinned and new ``values`` beyond what another CPU's rounding explains."""
+    out = [f"{k}: pinned, not written now" for k in sorted(set(want) - set(got))]
+    out += [f"{k}: written now, not pinned" for k in sorted(set(got) - set(want))]
+    for k in sorted(set(want) & set(got)):
+        group = "scores" if k.startswith("results/scores/") else "probe"
+        if k.startswith("results/subsets/"):
+            group = "exact"
+        if isinstance(want[k], dict) and "rows" in want[k]:
+            _table_diff(want[k], got[k], k, group, out)
+        elif isinstance(want[k], dict) and "sketch" in want[k] and "sketch" in got[k]:
+            _diff({**want[k], "sketch": None}, {**got[k], "sketch": None}, k, group, "", out)
+            _sketch_diff(want[k]["sketch"], got[k]["sketch"], k, out)
+        else:
+            _diff(want[k], got[k], k, group, "", out)
+    return out
+
+
+def _sketch_diff(want: dict, got: dict, where: str, out: list[str]) -> None:
+    scale = SKETCH * max(want["stats"][1], 1e-6)
+    if want["nan"] != got["nan"]:
+        out.append(f"{where}: {want['nan']} NaN pinned, {got['nan']} now")
+    gap = max(abs(a - b) for a, b in zip(want["stats"], got["stats"]))
+    if gap > scale:
+        out.append(f"{where}: its sketch moved by {gap:.3g}, more than {SKETCH:g} of its RMS ({scale:.3g})")
+
+
+def pin(folder: Path) -> dict:
+    """What ``small.json`` holds: the values, and this platform's digests."""
+    digests = fingerprint(folder)
+    return {"values": values(folder), "exact": {platform(): digests}}
+
+
 if __name__ == "__main__":
     import tempfile
 
@@ -147,6 +357,6 @@ if __name__ == "__main__":
         sys.exit("usage: python tests/golden/fingerprint.py --write  (re-pins the outputs of small.toml)")
     with tempfile.TemporaryDirectory() as tmp:
         run_small(Path(tmp))
-        prints = fingerprint(Path(tmp))
-    GOLDEN.write_text(json.dumps(prints, sort_keys=True, separators=(",", ":")) + "\n")
-    print(f"wrote {len(prints)} fingerprints to {GOLDEN}")
+        pinned = pin(Path(tmp))
+    GOLDEN.write_text(json.dumps(pinned, sort_keys=True, separators=(",", ":")) + "\n")
+    print(f"wrote {len(pinned['values'])} values and the digests of platform {platform()} to {GOLDEN}")
