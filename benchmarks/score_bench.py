@@ -19,8 +19,8 @@
    AUROC) timed once per dataset shape given by --test-sets (images x classes; default
    ISIC 2019-, APTOS 2019- and CheXpert-like test splits): before, the exact kernel per array
    (one (encoder, seed) timed, scaled by encoders x seeds); after, each encoder's arrays as one
-   ``resample.AurocDraws`` batch (linearised where its check passes, docs/crs-v1.md section 5;
-   one encoder timed, scaled by encoders), side by side, plus the seed-paired scoring; store
+   ``resample.AurocDraws`` batch (identical arrays once, each exact in one compiled pass per class,
+   docs/crs-v1.md section 5; one encoder timed, scaled by encoders), side by side, plus the seed-paired scoring; store
    reads are not counted. ``--default-only`` runs this part alone, ``--after-only`` skips 'before'.
 4. Writing the scores as one set (``Scores.write``: a fresh folder, fsync, swapped in by
    two renames; ``crs.scoring.scoreset``) against writing each file in place by its own
@@ -33,9 +33,8 @@
    each with a shift target of as many images; --encoders x --seeds, 7 fractions, 68 perturbed
    conditions. Timed per phase (``PhaseTimer``: reading the run records, checking the probe runs,
    reading predictions, image draws, metrics from probabilities, seed draws, CRS replicates, ranks
-   and tier, weight grid, verdict, writing; inside the image draws the exact small-set AUROC, the
-   linearised AUROC, its check and the sorts, inside the metrics the temperature fits and the array
-   metrics, each exclusive of the others). ``--first-encoders N`` scores only the first N
+   and tier, weight grid, verdict, writing; inside the image draws the exact AUROC and the sorts,
+   inside the metrics the temperature fits and the array metrics, each exclusive of the others). ``--first-encoders N`` scores only the first N
    encoders (run it with PYTHONPATH at an older checkout to time that one beside this);
    ``--direct-reads`` reads predictions as proposed for crs/store (``direct_read_predictions``).
 
@@ -220,8 +219,8 @@ def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds
         got = [resample.run_axes(c, p, sh, test, [shift], "multiclass", aurocs) for c, p, sh in per_seed]
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         row.update(after_cpu_s=round(cpu * n_encoders, 1), after_wall_s=round(wall * n_encoders, 1),
-                   arrays={key: sum(a.summary()[key] for a in aurocs) for key in ("linear", "exact", "shared")})
-        if before:  # the first seed's axes both ways: the approximation's effect on one run
+                   arrays={key: sum(a.summary()[key] for a in aurocs) for key in ("exact", "shared")})
+        if before:  # the first seed's axes both ways: the batch must equal the per-array kernel
             exact = resample.run_axes(*per_seed[0], test, [shift], "multiclass")
             row["max_axis_diff_over_sd"] = round(float(np.max(np.abs(got[0] - exact) / exact.std(axis=0))), 4)
         out[f"{n}x{k}"] = row
@@ -465,9 +464,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
         (predictions, "split_targets", "reading predictions"),
         (run, "check_probe_runs", "checking probe runs"),
         (predictions, "image_bootstrap_axes", "image draws"),
-        (resample, "exact_batch", "image draws: exact AUROC (< 1000 images)"),
-        (resample.AurocDraws, "_linear", "image draws: linearised AUROC"),
-        (resample.AurocDraws, "_checked", "image draws: check of the linearised"),
+        (resample, "exact_batch", "image draws: exact AUROC"),
         (resample, "sort_classes", "image draws: sorts"),
         (temperature, "fit", "metrics: temperature fits"),
         (metrics, "array_metrics", "metrics: array metrics"),

@@ -149,7 +149,6 @@ def image_bootstrap_axes(
     n_bootstrap: int,
     rng: np.random.Generator,
     methods: dict | None = None,
-    method: str = "auto",
     metrics_pass: MetricsPass | None = None,
 ) -> np.ndarray:
     """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled.
@@ -159,9 +158,8 @@ def image_bootstrap_axes(
     multiplicities once (the same for every encoder, seed and condition), then each
     of its shift targets, in the order given; raises MissingPredictions naming the
     first array that is not in the store. The AUROCs of each encoder's arrays are
-    computed as one batch per draw (``resample.AurocDraws``, ``method`` 'auto' or
-    'exact'); ``methods``, where given, receives per dataset how many arrays were
-    linearised, computed exactly, or shared with an identical array. ``metrics_pass``: a ``MetricsPass``
+    computed as one batch per draw (``resample.AurocDraws``); ``methods``, where given,
+    receives per dataset how many arrays were computed exactly or shared with an identical array. ``metrics_pass``: a ``MetricsPass``
     handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
     """
     from threadpoolctl import threadpool_limits
@@ -174,7 +172,7 @@ def image_bootstrap_axes(
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as worker:
         in_flight: deque = deque()  # the metrics pass's pairs not done yet, at most 2 (their arrays stay in memory)
         for j, dataset in enumerate(datasets):
-            d = _dataset_draws(store, rows, dataset, n_bootstrap, rng, method)
+            d = _dataset_draws(store, rows, dataset, n_bootstrap, rng)
 
             def read_pair(encoder: str, dataset: str = dataset, d: _DatasetDraws = d) -> dict:
                 return {c: Predictions(store, dataset, encoder, c, kept) for c in ["clean", *d.pert, *d.shift]}
@@ -190,7 +188,7 @@ def image_bootstrap_axes(
                         in_flight.popleft().result()
                     in_flight.append(worker.submit(metrics_pass.add_pair, dataset, encoder, read))
             if methods is not None:
-                methods[dataset] = {k: sum(a.summary()[k] for a in d.aurocs) for k in ("linear", "exact", "shared")}
+                methods[dataset] = {k: sum(a.summary()[k] for a in d.aurocs) for k in ("exact", "shared")}
         while in_flight:
             in_flight.popleft().result()
     return out
@@ -208,8 +206,8 @@ class _DatasetDraws(NamedTuple):
     aurocs: list  # a resample.AurocDraws of the test draw, then of each target's
 
 
-def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: int, rng: np.random.Generator,
-                   method: str) -> _DatasetDraws:
+def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: int,
+                   rng: np.random.Generator) -> _DatasetDraws:
     """The dataset's test draw, then each shift target's, from ``rng`` in that order."""
     target, known, task, _ = split_targets(store, dataset)
     low, pert, shift = conditions_of(rows, dataset)
@@ -219,7 +217,7 @@ def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: 
         t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
         counts = _image_counts(t_target.shape[0], n_bootstrap, rng, parse(cond).dataset)
         targets.append(resample.Draw(t_target, t_known, counts))
-    aurocs = [resample.AurocDraws(x, method) for x in (test, *targets)]
+    aurocs = [resample.AurocDraws(x) for x in (test, *targets)]
     return _DatasetDraws(test, targets, task, low, pert, shift, aurocs)
 
 

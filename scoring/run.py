@@ -220,7 +220,7 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
     point = core.score(x, ref, w)
     warnings: list[str] = tie_warnings(records)
     used = used_rows(records)
-    image_method: dict = {}  # per dataset: arrays linearised / exact / shared (predictions.image_bootstrap_axes)
+    image_method: dict = {}  # per dataset: arrays exact / shared (predictions.image_bootstrap_axes)
     metrics_pass = _metrics_pass(store, records, encoders, datasets)
     reps, draw, unit = _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders,
                                    datasets, seeds, warnings, image_method, metrics_pass)
@@ -633,7 +633,7 @@ def _metric_table(records: pl.DataFrame, probe_metrics: pl.DataFrame) -> pl.Data
 
 def _settings(reference, w, n_bootstrap, unit, requested, seed, seeds, used, datasets, excluded, simplex_step,
               warnings, image_method=None) -> dict:
-    """The score's settings; ``image_method`` (per dataset: arrays linearised, exact, shared) is recorded
+    """The score's settings; ``image_method`` (per dataset: arrays computed exactly, shared) is recorded
     where the image bootstrap ran."""
     settings = {
         "crs_version": CRS_VERSION,

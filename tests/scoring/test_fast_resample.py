@@ -1,5 +1,5 @@
-"""The image bootstrap's faster kernels against their slow definitions: ``exact_draws`` on integer
-multiplicities (the check draws) to the bit against float64 ones and ``metrics.weighted_auroc``, and
+"""The image bootstrap's faster kernels against their slow definitions: the compiled exact AUROC on
+integer multiplicities of each width to the bit against ``metrics.weighted_auroc``, and
 ``AurocDraws``' hash-once lookup of an added array, which must never answer for other values."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crs.scoring import metrics, resample
+from crs.scoring import kernels, metrics, resample
 
 
 def _case(n, k, rng, ties, known_share):
@@ -21,19 +21,19 @@ def _case(n, k, rng, ties, known_share):
     return (np.round(p * 4) / 4 if ties else p).astype(np.float32), target, known
 
 
-# 33,000 images: the sums are int64 (2n^2 >= 2^31)
+# 33,000 images: int32 multiplicities (``small_counts``), and sums past 2^31 (2n^2)
 @pytest.mark.parametrize("n,ties,known_share", [(60, True, 0.7), (400, False, 1.0), (33000, True, 0.9)])
-def test_exact_draws_on_integer_counts_equal_float_counts_and_the_kernel(n, ties, known_share):
+def test_the_compiled_pass_on_integer_counts_of_each_width_equals_the_kernel(n, ties, known_share):
     rng = np.random.default_rng(n)
     p, target, known = _case(n, 4, rng, ties, known_share)
     counts = resample.image_counts(n, 16, rng)
-    srt = resample.sort_classes(p, target, known)
-    as_float = resample.exact_draws(srt, counts.T.astype(np.float64))
-    for small in (resample.small_counts(counts).T, counts.T.astype(np.int64)):
-        assert np.array_equal(resample.exact_draws(srt, np.ascontiguousarray(small)), as_float, equal_nan=True)
-    kernel = np.stack([metrics.weighted_auroc(p[:, j], target[:, j] == 1, counts, known[:, j]) for j in range(4)],
-                      axis=1)
-    assert np.array_equal(as_float, kernel, equal_nan=True)
+    srt = resample.sort_classes(p)
+    masks = resample.class_masks(target, known)
+    kernel = np.stack([metrics.weighted_auroc(p[:, j], target[:, j] == 1, counts, known[:, j]) for j in range(4)])
+    small = resample.small_counts(counts)
+    assert small.dtype == (np.int16 if n < 2**15 else np.int32)
+    for c in (small, counts.astype(np.int64), counts.astype(np.float64)):
+        assert np.array_equal(kernels.auroc_rows(srt.scores, srt.order, *masks, c), kernel, equal_nan=True)
 
 
 def test_an_added_array_is_looked_up_by_memory_only_until_release():
@@ -63,7 +63,7 @@ def test_run_axes_ece_is_computed_once_per_distinct_array_with_the_kernels_value
     rng = np.random.default_rng(n)
     p, target, known = _case(n, 3, rng, False, 1.0)
     draw = resample.Draw(target, known, resample.image_counts(n, 30, rng))
-    kernel = "weighted_ece" if n < resample.LINEAR_MIN_IMAGES else "ece_draws"
+    kernel = "weighted_ece" if n < resample.ECE_PRODUCT_FROM else "ece_draws"
     want = (metrics.weighted_ece(p, target, known, draw.counts, "multiclass") if kernel == "weighted_ece" else
             metrics.ece_draws(p, target, known, np.ascontiguousarray(draw.counts.T, dtype=np.float64), "multiclass"))
     calls = []

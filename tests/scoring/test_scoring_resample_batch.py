@@ -1,5 +1,6 @@
-"""The image bootstrap's batch (resample.AurocDraws): shared arrays, the linearised AUROC and its
-check, the exact fallback, and the ECE as one matrix product, each against the plain kernels."""
+"""The image bootstrap's batch (resample.AurocDraws): shared arrays, the compiled exact AUROC on small
+and large test sets, batches of any size, and the ECE as one matrix product, each against the plain
+kernels (``metrics.weighted_auroc``, ``weighted_macro_auroc``, ``weighted_ece``) to the bit."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from crs.labels import targets
-from crs.scoring import metrics, resample
+from crs.scoring import kernels, metrics, resample
 from crs.scoring.axes import used_rows
 from crs.scoring.predictions import image_bootstrap_axes
 
@@ -31,38 +32,38 @@ def _plain(p, target, known, counts):
                      for j in range(p.shape[1])], axis=1)  # [replicate, class]
 
 
-@pytest.mark.parametrize("n,k,ties,known_share", [(40, 3, True, 0.8), (300, 4, False, 1.0), (25, 2, True, 0.6)])
-def test_exact_draws_and_placements_equal_weighted_auroc(n, k, ties, known_share):
+@pytest.mark.parametrize("n,k,ties,known_share", [(40, 3, True, 0.8), (300, 4, False, 1.0), (25, 2, True, 0.6),
+                                               (200, 9, True, 0.9)])
+def test_the_compiled_pass_equals_weighted_auroc_class_by_class(n, k, ties, known_share):
     rng = np.random.default_rng(n)
     p, target, known = _case(n, k, rng, ties, known_share)
     target[:, -1] = 0  # a class without positives: NaN everywhere, both ways
     counts = resample.image_counts(n, 9, rng)
-    srt = resample.sort_classes(p, target, known)
-    got = resample.exact_draws(srt, counts.T)
+    counts[:, 0] = 0
+    counts[0, 0] = n  # a replicate of one image: no class has both kinds, NaN
+    srt = resample.sort_classes(p)
+    pos, neg = resample.class_masks(target, known)
     want = _plain(p, target, known, counts)
-    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got[:, -1]).all()
-    assert np.allclose(got, want, rtol=0, atol=1e-14, equal_nan=True)
-    auc, _, _ = resample.placements(p, target, known, srt)
-    assert np.allclose(auc, _plain(p, target, known, np.ones((n, 1)))[0], atol=1e-14, equal_nan=True)
+    for c in (counts, resample.small_counts(counts), counts.astype(np.int64)):
+        got = kernels.auroc_rows(srt.scores, srt.order, pos, neg, c).T
+        assert np.array_equal(got, want, equal_nan=True)
+    assert np.isnan(got[:, -1]).all() and np.isnan(got[0]).all()
+    macro = resample.exact_batch([srt], (pos, neg), resample.small_counts(counts))[0]
+    assert np.array_equal(macro, metrics.weighted_macro_auroc(p, target, known, counts), equal_nan=True)
 
 
-def test_linear_plus_the_second_order_term_is_the_exact_auroc():
-    """The identity behind the linearisation (resample module doc): exact = linear + r_c, with
-    r_c = delta_pos' R delta_neg / (P N) from the doubly centred residual R of the pair kernel."""
-    rng = np.random.default_rng(1)
-    n = 30
-    s = np.round(rng.random(n) * 5) / 5  # ties
-    pos = rng.random(n) < 0.4
-    auc, a_pos, a_neg = resample.placements(s[:, None], pos[:, None].astype(np.int8), np.ones((n, 1), bool))
-    counts = resample.image_counts(n, 6, rng)
-    h = (s[pos][:, None] > s[~pos][None, :]) + 0.5 * (s[pos][:, None] == s[~pos][None, :])
-    r = h - h.mean(1, keepdims=True) - h.mean(0, keepdims=True) + h.mean()
-    for b in range(counts.shape[1]):
-        c = counts[:, b].astype(float)
-        big_p, big_n = c[pos].sum(), c[~pos].sum()
-        linear = auc[0] + c @ a_pos[:, 0] / big_p + c @ a_neg[:, 0] / big_n
-        remainder = (c[pos] - 1) @ r @ (c[~pos] - 1) / (big_p * big_n)
-        assert linear + remainder == pytest.approx(metrics.weighted_auroc(s, pos, counts[:, [b]])[0], abs=1e-12)
+def test_a_tie_run_of_positives_and_negatives_counts_each_pair_half():
+    """By hand: scores 0.1 (neg), 0.5 (pos, neg, pos tied), 0.9 (pos); every image drawn once.
+    Pairs (pos above neg = 1, tied = 1/2): each 0.5 positive beats 0.1 and ties one 0.5 negative:
+    1.5 each; 0.9 beats both negatives: 2. (1.5 + 1.5 + 2) / (3 x 2) = 5/6."""
+    s = np.array([[0.1], [0.5], [0.5], [0.5], [0.9]], dtype=np.float32)
+    target = np.array([[0], [1], [0], [1], [1]], dtype=np.int8)
+    srt = resample.sort_classes(s)
+    masks = resample.class_masks(target, np.ones_like(target, dtype=bool))
+    got = kernels.auroc_rows(srt.scores, srt.order, *masks, np.ones((5, 1), np.int16))
+    assert got[0, 0] == 5 / 6
+    twice = np.array([[1], [2], [1], [1], [1]], np.int16)  # the first tied positive drawn twice: (3 + 1.5 + 2) / 8
+    assert kernels.auroc_rows(srt.scores, srt.order, *masks, twice)[0, 0] == 6.5 / 8
 
 
 def test_identical_arrays_are_computed_once_and_a_last_bit_is_not_identical():
@@ -74,54 +75,26 @@ def test_identical_arrays_are_computed_once_and_a_last_bit_is_not_identical():
     for a in (p, twin, other):
         batch.add(a)
     batch.compute()
-    assert batch.summary() == {"linear": 0, "exact": 2, "shared": 1}
+    assert batch.summary() == {"exact": 2, "shared": 1}
     assert batch.value(twin).tobytes() == batch.value(p).tobytes()
     assert batch.value(p).tobytes() == metrics.weighted_macro_auroc(p, target, known, batch.draw.counts).tobytes()
 
 
-def test_linearised_auroc_on_a_large_test_set_is_within_its_tolerance():
+@pytest.mark.parametrize("sparse", [False, True])
+def test_large_test_sets_are_exact_to_the_bit(sparse):
+    """3,000 images (what was linearised before); ``sparse``: 40 known labels a class and scores on 4 levels."""
     rng = np.random.default_rng(3)
     n, k, b = 3000, 4, 300
     p, target, known = _case(n, k, rng, signal=1.0)
+    if sparse:
+        known = np.zeros((n, k), dtype=bool)
+        known[:40] = True
+        p = np.round(p * 3) / 3
     draw = resample.Draw(target, known, resample.image_counts(n, b, rng))
     batch = resample.AurocDraws(draw)
     got = batch.value(p)
-    assert batch.summary()["linear"] == 1
-    exact = metrics.weighted_macro_auroc(p, target, known, draw.counts)
-    sd = exact.std()
-    m = resample.CHECK_DRAWS
-    assert np.abs(got[:m] - exact[:m]).max() <= resample.LINEAR_TOL * sd  # what the check passed on
-    assert np.abs(got - exact).max() <= 0.25 * sd  # every replicate, not only the checked ones
-    for q in (2.5, 97.5):  # the interval ends move far less than the bootstrap's own Monte Carlo error
-        assert abs(np.percentile(got, q) - np.percentile(exact, q)) <= 0.05 * sd
-    assert np.array_equal(batch.value(p), got)
-
-
-def test_the_check_falls_back_to_exact_where_few_labels_are_known_and_scores_tie(monkeypatch):
-    rng = np.random.default_rng(4)
-    n = resample.LINEAR_MIN_IMAGES + 20  # big enough to try the linearisation ...
-    target = (rng.random((n, 2)) < 0.5).astype(np.int8)
-    known = np.zeros((n, 2), dtype=bool)
-    known[:40] = True  # ... but 40 known labels each (a sparse multi-label set), scores on 4 levels
-    p = np.round((0.3 * target + rng.random((n, 2))) * 3) / 3
-    draw = resample.Draw(target, known, resample.image_counts(n, 200, rng))
-    batch = resample.AurocDraws(draw)
-    got = batch.value(p)
-    assert batch.summary() == {"linear": 0, "exact": 1, "shared": 0}
-    want = metrics.weighted_macro_auroc(p, target, known, draw.counts)
-    assert np.array_equal(np.isnan(got), np.isnan(want))
-    assert np.allclose(got, want, rtol=0, atol=1e-14, equal_nan=True)
-    # the same array passes nowhere when asked for exact, and small sets never try
-    exact = resample.AurocDraws(draw, "exact")
-    assert np.allclose(exact.value(p), want, atol=1e-14, equal_nan=True) and exact.summary()["linear"] == 0
-    with pytest.raises(ValueError, match="method"):
-        resample.AurocDraws(draw, "fast")
-    # without the check the linear values would have been kept, and they are off
-    monkeypatch.setattr(resample, "LINEAR_TOL", np.inf)
-    unchecked = resample.AurocDraws(draw)
-    off = unchecked.value(p)
-    assert unchecked.summary()["linear"] == 1
-    assert np.nanmax(np.abs(off - want)) > 0.1 * np.nanstd(want)
+    assert batch.summary() == {"exact": 1, "shared": 0}
+    assert np.array_equal(got, metrics.weighted_macro_auroc(p, target, known, draw.counts), equal_nan=True)
 
 
 @pytest.mark.parametrize("task", ["multiclass", "multilabel"])
@@ -150,13 +123,11 @@ def test_image_bootstrap_axes_say_how_each_dataset_was_computed(make_store, tmp_
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.6})
     methods: dict = {}
     args = (store, used_rows(records), ["a", "b"], ["d1"], [0, 1, 2], 20)
-    auto = image_bootstrap_axes(*args, np.random.default_rng(0), methods)
-    exact = image_bootstrap_axes(*args, np.random.default_rng(0), method="exact")
-    # the tiny store's test split is below LINEAR_MIN_IMAGES: every array exact, the same bits
-    assert auto.tobytes() == exact.tobytes()
+    first = image_bootstrap_axes(*args, np.random.default_rng(0), methods)
+    assert first.tobytes() == image_bootstrap_axes(*args, np.random.default_rng(0)).tobytes()
     got = methods["d1"]
     arrays = 2 * 3 * (2 + 1 + 1)  # encoders x seeds x (clean at 2 fractions, one perturbed, one shift)
-    assert got["linear"] == 0 and got["exact"] + got["shared"] == arrays and got["exact"] > 0
+    assert set(got) == {"exact", "shared"} and got["exact"] + got["shared"] == arrays and got["exact"] > 0
 
 
 def test_score_records_the_image_method_per_dataset(make_store, tmp_path):
@@ -166,7 +137,7 @@ def test_score_records_the_image_method_per_dataset(make_store, tmp_path):
     both = score(records, store=store, n_bootstrap=20)
     assert both.settings["bootstrap"]["unit"] == "both"
     method = both.settings["bootstrap"]["image_method"]["d1"]
-    assert method["linear"] == 0 and method["exact"] > 0  # 40 test images: below LINEAR_MIN_IMAGES
+    assert set(method) == {"exact", "shared"} and method["exact"] > 0
     assert "image_method" not in score(records, store=store, n_bootstrap=20, bootstrap_unit="seed").settings["bootstrap"]
 
 
@@ -186,9 +157,9 @@ def test_batches_of_any_size_give_the_same_values(monkeypatch):
         return np.stack([batch.value(a) for a in arrays]), batch.summary()
 
     together, summary = values()
-    monkeypatch.setattr(resample, "_BATCH_COLUMNS", 2 * k)  # one array a batch
+    monkeypatch.setattr(resample, "_SORT_BLOCK", 1)  # one array a block
     alone, summary_alone = values()
-    assert summary == summary_alone and summary["linear"] == 3
-    assert np.allclose(together, alone, rtol=0, atol=1e-6)
+    assert summary == summary_alone == {"exact": 3, "shared": 0}
+    assert together.tobytes() == alone.tobytes()
     exact = np.stack([metrics.weighted_macro_auroc(a, target, known, draw.counts) for a in arrays])
-    assert np.abs(together - exact).max() <= 0.3 * exact.std(axis=1).min()
+    assert np.array_equal(together, exact, equal_nan=True)
