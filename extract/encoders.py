@@ -399,10 +399,10 @@ def reference_for(names: list[str]) -> tuple[str | None, str]:
                 return ref, f"reference auto: {ref}, {what}; CRS is scaled so that {ref} scores 50"
     shown = ", ".join(names[:6]) + (f", ... ({len(names)} encoders)" if len(names) > 6 else "")
     return None, (
-        f"reference auto: none of the encoders scored ({shown}) is a registry reference "
-        f"({' or '.join(real + demo)}); falling back to the per-axis median over the encoders (an encoder at "
-        f"that median on every axis scores 50). Add {real[0] if real else demo[0]} to the comparison, or pass "
-        "--reference NAME"
+        f"reference 'auto': none of the scored encoders ({shown}) is a registry reference "
+        f"({' or '.join(real + demo)}); fell back to 'median' (each axis scored against the median over the "
+        f"encoders: an encoder at that median on every axis scores 50); add {real[0] if real else demo[0]} to "
+        "the encoders, or pass --reference ENCODER to choose one"
     )
 
 

@@ -419,19 +419,8 @@ def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | N
     if requested != "auto":
         return requested, None
     base = {e.split("+", 1)[0]: e for e in reversed(encoders)}  # the first model of an encoder wins
-    try:
-        name, why = encreg.reference_for(list(base))
-    except AttributeError:  # a registry without reference_for: its default_reference
-        name = encreg.default_reference(list(base))
-        name, why = (None, "") if name == "median" else (name, "")
-    if name is not None and name in base:
-        return base[name], None
-    reference = encreg.ENCODERS.get(next((n for n, s in encreg.ENCODERS.items() if s.reference and s.pretrained),
-                                         ""), None)
-    hint = f"add {reference.name} (the registry's reference) to the encoders, or " if reference else ""
-    return "median", (f"reference 'auto': no registry reference among the scored encoders "
-                      f"({', '.join(encoders)}); fell back to 'median' (each axis scored against the median "
-                      f"encoder){'; ' + why if why else ''}; {hint}pass --reference ENCODER to choose one")
+    name, why = encreg.reference_for(list(base))
+    return (base[name], None) if name is not None else ("median", why)
 
 
 def _open_for_scoring(store: str | None):
