@@ -12,17 +12,45 @@ other stages never load it); ``cache=True`` keeps the machine code beside this f
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 _KERNELS: dict = {}
 
 
-def _compiled():
-    if "runs" not in _KERNELS:
-        import numba
+def _jit(cache: bool):
+    import numba
 
-        _KERNELS["runs"] = numba.njit(cache=True, nogil=True, boundscheck=False)(_auroc_rows)
-    return _KERNELS["runs"]
+    return numba.njit(cache=cache, nogil=True, boundscheck=False)(_auroc_rows)
+
+
+def _run(*args) -> None:
+    """``_auroc_rows`` compiled (from the cache where it holds this signature), run on ``args``.
+
+    A cache file that cannot be read (damaged on disk, cut short) makes numba raise while loading
+    it: the loop is then compiled afresh without the cache, the cache's index is emptied so that the
+    next process writes it anew, and a warning says so. An error that is not the cache's is raised
+    again by the fresh compile, as it would be without a cache."""
+    if "runs" not in _KERNELS:
+        _KERNELS["runs"] = _jit(cache=True)
+    kernel = _KERNELS["runs"]
+    try:
+        kernel(*args)
+        return
+    except Exception as exc:  # noqa: BLE001 - the cache's, or ours: the compile below tells them apart
+        fresh = _jit(cache=False)
+        fresh(*args)
+        _KERNELS["runs"] = fresh
+        cache = getattr(kernel, "_cache", None)
+        try:
+            cache.flush()
+            where = f" ({cache.cache_path})"
+        except Exception:  # noqa: BLE001 - an unwritable cache: this process still runs on the fresh compile
+            where = ""
+        warnings.warn(f"the compiled code cache of crs.scoring.kernels{where} could not be read "
+                      f"({type(exc).__name__}: {str(exc)[:120]}); compiled afresh for this run, and the cache "
+                      "is rewritten by the next one", RuntimeWarning, stacklevel=3)
 
 
 def auroc_rows(scores, order, pos, neg, counts) -> np.ndarray:
@@ -43,7 +71,7 @@ def auroc_rows(scores, order, pos, neg, counts) -> np.ndarray:
     if counts.dtype not in (np.int16, np.int32, np.int64):
         counts = counts.astype(np.int64)
     out = np.empty((order.shape[0], counts.shape[1]))
-    _compiled()(scores, order, pos, neg, counts, out)
+    _run(scores, order, pos, neg, counts, out)
     return out
 
 
