@@ -28,14 +28,14 @@ def _jit(cache: bool):
 def _run(*args) -> None:
     """``_auroc_rows`` compiled (from the cache where it holds this signature), run on ``args``.
 
-    A cache file that cannot be read (damaged on disk, cut short) makes numba raise while loading
-    it: the loop is then compiled afresh without the cache, the cache's index is emptied so that the
+    A cache file that cannot be read (damaged on disk, cut short), or no writable cache folder, makes
+    numba raise: the loop is then compiled afresh without the cache, the cache's index is emptied so that the
     next process writes it anew, and a warning says so. An error that is not the cache's is raised
     again by the fresh compile, as it would be without a cache."""
-    if "runs" not in _KERNELS:
-        _KERNELS["runs"] = _jit(cache=True)
-    kernel = _KERNELS["runs"]
+    kernel = _KERNELS.get("runs")
     try:
+        if kernel is None:  # numba refuses cache=True where no cache folder is writable: handled below
+            kernel = _KERNELS["runs"] = _jit(cache=True)
         kernel(*args)
         return
     except Exception as exc:  # noqa: BLE001 - the cache's, or ours: the compile below tells them apart
