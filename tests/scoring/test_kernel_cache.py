@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 SCRIPT = """
 import numpy as np
 from crs.scoring import kernels, metrics, resample
@@ -32,18 +30,20 @@ def _run(cache_dir) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage index"])
-def test_a_damaged_kernel_cache_gives_the_right_values_a_warning_and_is_rewritten(tmp_path, damage):
+def test_a_damaged_kernel_cache_gives_the_right_values_a_warning_and_is_rewritten(tmp_path):
     first = _run(tmp_path)
     assert first.returncode == 0 and "values ok" in first.stdout, first.stderr
-    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
-    data = [p for p in files if p.suffix == ".nbc"]
-    index = [p for p in files if p.suffix == ".nbi"]
-    assert data and index, f"numba wrote no cache under {tmp_path}: {files}"
-    for p in (data if damage == "truncate" else index):
-        p.write_bytes(p.read_bytes()[:64] if damage == "truncate" else b"not a pickle")
-    second = _run(tmp_path)
-    assert second.returncode == 0 and "values ok" in second.stdout, second.stderr
-    assert "compiled code cache of crs.scoring.kernels" in second.stderr and "could not be read" in second.stderr
-    third = _run(tmp_path)  # the cache was rewritten: read without complaint
-    assert third.returncode == 0 and "values ok" in third.stdout and "could not be read" not in third.stderr
+    for damage in ("truncated machine code", "a garbage index"):
+        files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+        data = [p for p in files if p.suffix == ".nbc"]
+        index = [p for p in files if p.suffix == ".nbi"]
+        assert data and index, f"numba wrote no cache under {tmp_path}: {files}"
+        for p in (data if damage.startswith("truncated") else index):
+            p.write_bytes(p.read_bytes()[:64] if damage.startswith("truncated") else b"not a pickle")
+        second = _run(tmp_path)
+        assert second.returncode == 0 and "values ok" in second.stdout, (damage, second.stderr)
+        assert "compiled code cache of crs.scoring.kernels" in second.stderr, damage
+        assert "could not be read" in second.stderr, damage
+        third = _run(tmp_path)  # the cache was rewritten: read without complaint
+        assert third.returncode == 0 and "values ok" in third.stdout, (damage, third.stderr)
+        assert "could not be read" not in third.stderr, damage
