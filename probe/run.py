@@ -62,9 +62,10 @@ CACHE_ENV = "CRS_JAX_CACHE"  # folder for compiled probe programs; "off" disable
 
 
 def compile_cache() -> str | None:
-    """Keep compiled probe programs on disk (JAX's persistent compilation cache), so a second
-    ``crs probe`` on data of the same shapes (another encoder of the same width, a re-run) does
-    not compile again. The folder: $CRS_JAX_CACHE, else $XDG_CACHE_HOME/crs-bench/jax (default
+    """Keep compiled probe programs on disk (JAX's persistent compilation cache), every one however
+    quickly it compiles, so a second ``crs probe`` on data of the same shapes (another encoder of
+    the same width, a re-run) does not compile again: on small data the many small programs
+    (staging, prediction, metrics) cost as much to compile as the solver loops. The folder: $CRS_JAX_CACHE, else $XDG_CACHE_HOME/crs-bench/jax (default
     ~/.cache/crs-bench/jax); left alone when JAX's own cache folder is already set."""
     import os
 
@@ -80,7 +81,7 @@ def compile_cache() -> str | None:
     except OSError:  # a read-only home: compile every time, as without the cache
         return None
     jax.config.update("jax_compilation_cache_dir", where)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     return where
 
 

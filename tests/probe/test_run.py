@@ -1,5 +1,6 @@
 """The probe stage on a multi-label dataset with unknown labels and a shift target."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -187,6 +188,21 @@ def test_images_extract_could_not_decode_are_not_scored(cxr_store, tmp_path, mon
     assert Predictions(cxr_store, "demo_cxr", "demo-stats", "clean").select([0], [1.0]).shape[2] == len(test) - 3
     assert Predictions(cxr_store, "demo_cxr", "demo-stats", "shift:demo_cxr_site2").probs.shape[2] == len(s_test) - 2
     assert split_targets(cxr_store, "demo_cxr_site2")[0].shape[0] == len(s_test) - 2
+
+
+def test_every_compiled_program_is_kept_however_quickly_it_compiles(tmp_path):
+    """A re-run loads even the small programs (prediction, metrics, data staging), not only the solver
+    loops: at the default threshold of 0.5 s a warm crs demo probe stage recompiled 174 of 180."""
+    import subprocess
+    import sys
+
+    code = ("import jax, jax.numpy as jnp\n"
+            "from crs.probe.run import compile_cache\n"
+            "compile_cache()\n"
+            "jax.jit(lambda x: x * 2.0 + 1.0)(jnp.ones(3)).block_until_ready()\n")
+    env = {**os.environ, "CRS_JAX_CACHE": str(tmp_path / "jax")}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    assert [p.name for p in (tmp_path / "jax").iterdir() if "lambda" in p.name], list((tmp_path / "jax").iterdir())
 
 
 def test_compiled_programs_are_cached_in_the_folder_the_environment_names(tmp_path):
