@@ -56,14 +56,23 @@ def _digest_json(obj) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _canonical(path: Path):
-    """A Parquet table without volatile columns, columns sorted by name, rows by key columns then values."""
+def _canonical(path: Path, loose: bool = False):
+    """A Parquet table without volatile columns, columns sorted by name, rows by key columns then values.
+
+    ``loose`` (``values``): rows by the columns another CPU reproduces exactly (strings, flags,
+    integers but the solver's step counts), in a stable sort, so that no rounding reorders them."""
     import polars as pl
 
     df = pl.read_parquet(path)
     df = df.select(sorted(c for c in df.columns if c not in VOLATILE))
+    if not df.height:
+        return df
+    if loose:
+        keys = [c for c in df.columns if c != "iterations" and (df[c].dtype in (pl.String, pl.Boolean)
+                                                               or df[c].dtype.is_integer())]
+        return df.sort(keys, nulls_last=True, maintain_order=True) if keys else df
     keys = [c for c in df.columns if df[c].dtype in (pl.String, pl.Int64, pl.Int32, pl.Boolean)]
-    return df.sort(keys + [c for c in df.columns if c not in keys], nulls_last=True) if df.height else df
+    return df.sort(keys + [c for c in df.columns if c not in keys], nulls_last=True)
 
 
 def _digest_table(path: Path) -> str:
@@ -79,8 +88,8 @@ def _digest_table(path: Path) -> str:
     return h.hexdigest()
 
 
-def _table_values(path: Path) -> dict:
-    df = _canonical(path)
+def _table_values(path: Path, loose: bool = False) -> dict:
+    df = _canonical(path, loose)
     return {"columns": df.columns, "dtypes": [str(t) for t in df.dtypes],
             "rows": json.loads(json.dumps(df.rows(), default=str))}
 
@@ -243,19 +252,6 @@ def _array_value(arr) -> dict:
     return out
 
 
-def _rows(path: Path) -> dict:
-    """A table as its values, rows sorted by its exact columns (strings, integers but step counts, flags)."""
-    import polars as pl
-
-    df = pl.read_parquet(path)
-    df = df.select(sorted(c for c in df.columns if c not in VOLATILE))
-    keys = [c for c in df.columns if c != "iterations" and (df[c].dtype in (pl.String, pl.Boolean)
-                                                           or df[c].dtype.is_integer())]
-    df = df.sort(keys, nulls_last=True, maintain_order=True) if df.height and keys else df
-    return {"columns": df.columns, "dtypes": [str(t) for t in df.dtypes],
-            "rows": json.loads(json.dumps(df.rows(), default=str))}
-
-
 def values(folder: Path) -> dict:
     """``{output name: value}`` of ``small.toml`` run in ``folder``, for ``compare`` on any platform."""
     import zarr
@@ -265,7 +261,7 @@ def values(folder: Path) -> dict:
     results = folder / "results"
     for sub in ("run_records", "probe_selection", "subsets", "scores"):
         for f in sorted((results / sub).glob("*.parquet")):
-            out[f"results/{sub}/{f.name}"] = _rows(f)
+            out[f"results/{sub}/{f.name}"] = _table_values(f, loose=True)
     out["results/scores/scores.json"] = _strip(json.loads((results / "scores" / "scores.json").read_text()))
     root = zarr.open_group(str(folder / "store.zarr"), mode="r")
     for dname, dgroup in sorted(root["datasets"].groups()):
