@@ -34,8 +34,9 @@
    conditions. Timed per phase (``PhaseTimer``: reading the run records, checking the probe runs,
    reading predictions, image draws, metrics from probabilities, seed draws, CRS replicates, ranks
    and tier, weight grid, verdict, writing; inside the image draws the exact AUROC and the sorts,
-   inside the metrics the temperature fits and the array metrics, each exclusive of the others). ``--first-encoders N`` scores only the first N
-   encoders (run it with PYTHONPATH at an older checkout to time that one beside this);
+   inside the metrics the temperature fits and the array metrics, each exclusive of the others).
+   ``--first-encoders N`` scores only the first N encoders (run it with PYTHONPATH at an older
+   checkout to time that one beside this);
    ``--direct-reads`` reads predictions as proposed for crs/store (``direct_read_predictions``).
 
 Prints ratios measured in this one run, wall-clock and CPU time (process time: what the

@@ -65,8 +65,9 @@ def compile_cache() -> str | None:
     """Keep compiled probe programs on disk (JAX's persistent compilation cache), every one however
     quickly it compiles, so a second ``crs probe`` on data of the same shapes (another encoder of
     the same width, a re-run) does not compile again: on small data the many small programs
-    (staging, prediction, metrics) cost as much to compile as the solver loops. The folder: $CRS_JAX_CACHE, else $XDG_CACHE_HOME/crs-bench/jax (default
-    ~/.cache/crs-bench/jax); left alone when JAX's own cache folder is already set."""
+    (staging, prediction, metrics) cost as much to compile as the solver loops. The folder:
+    $CRS_JAX_CACHE, else $XDG_CACHE_HOME/crs-bench/jax (default ~/.cache/crs-bench/jax); left
+    alone when JAX's own cache folder is already set."""
     import os
 
     import jax

@@ -54,7 +54,8 @@ def _run(*args) -> None:
 
 
 def auroc_rows(scores, order, pos, neg, counts) -> np.ndarray:
-    """Exact AUROC float64 [class, replicate] of one array's classes under integer multiplicities counts [image, replicate].
+    """Exact AUROC float64 [class, replicate] of one array's classes under integer multiplicities
+    counts [image, replicate].
 
     ``scores`` [class, image] the array's scores, ``order`` [class, position] each class's images
     in ascending order of score (any order within a tie), ``pos``/``neg`` [class, image] whether

@@ -159,8 +159,8 @@ def image_bootstrap_axes(
     of its shift targets, in the order given; raises MissingPredictions naming the
     first array that is not in the store. The AUROCs of each encoder's arrays are
     computed as one batch per draw (``resample.AurocDraws``); ``methods``, where given,
-    receives per dataset how many arrays were computed exactly or shared with an identical array. ``metrics_pass``: a ``MetricsPass``
-    handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
+    receives per dataset how many arrays were computed exactly or shared with an identical
+    array. ``metrics_pass``: a ``MetricsPass`` handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
     """
     from threadpoolctl import threadpool_limits
 

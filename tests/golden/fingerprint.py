@@ -271,10 +271,15 @@ def values(folder: Path) -> dict:
     return out
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def _close(a, b, tol: Tol | None) -> bool:
-    if tol is None or isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+    """Equal, or numbers within ``tol`` (None: exact; integers exact but step counts and scores)."""
+    if tol is None or not (_number(a) and _number(b)):
         return a == b
-    if isinstance(a, int) and isinstance(b, int) and tol is not STEPS and tol is not SCORES:
+    if isinstance(a, int) and isinstance(b, int) and tol not in (STEPS, SCORES):
         return a == b
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
