@@ -426,7 +426,6 @@ def small_pairs(store_path: str | None, seeds):
 def small_engine(store_path, seeds, max_iter, tol, out_path) -> None:
     """One process: every pair's grid fitted twice (compile included, then not); W, b and times to ``out_path``."""
     import jax
-    import jax.numpy as jnp
 
     from crs.probe import core
     from crs.probe.run import compile_cache, float_targets
@@ -435,8 +434,9 @@ def small_engine(store_path, seeds, max_iter, tol, out_path) -> None:
     saved, times = {}, {"first": [], "second": [], "first_cpu": [], "second_cpu": []}
     for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
         T, known = float_targets(ytr, task, K)
-        args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
-                jnp.asarray(DEMO_L2, jnp.float32))
+        # numpy in, as ``crs.probe.heads`` passes them (a jnp.asarray of each new shape compiles a program)
+        args = (np.asarray(Xtr, np.float32), np.asarray(T, np.float32), np.asarray(known, np.float32),
+                np.asarray(order), sizes, np.asarray(DEMO_L2, np.float32))
         for key in ("first", "second"):
             t0, c0 = time.perf_counter(), time.process_time()
             fit = core.fit(*args, task=task, max_iter=max_iter, tol=tol)

@@ -38,8 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from crs.probe import lbfgs
+from crs.probe import lbfgs, padded
 from crs.probe.lbfgs import dot as _dot
+from crs.probe.padded import shape_bucket
 
 
 class Fit(NamedTuple):
@@ -348,8 +349,10 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     """
     sizes, schedule = _checked(sizes, schedule, X.shape)
     devices = list(devices) if devices is not None else jax.devices()
-    V = rotation(X) if precondition else None
-    Xs = _rotate(X, jnp.asarray(V, X.dtype)) if V is not None else X  # the penalty is rotation-invariant
+    host = X.shape[0] * X.shape[1] < ONE_BLOCK_BELOW  # small data: its few products on the host (``rotation``)
+    V = rotation(X, host) if precondition else None
+    # the penalty is rotation-invariant
+    Xs = X if V is None else _host_rotate(X, V) if host else _rotate(X, np.asarray(V, X.dtype))
     # what passes between the compiled programs (orders, results) is handled on the host in numpy:
     # an eager jnp operation compiles a program of its own for every new shape
     order = np.asarray(order)
@@ -405,7 +408,7 @@ def _device_grid(l2, warm_start: bool, n_dev: int, dtype):
     L = l2.shape[0]
     L_pad = -(-L // n_dev) * n_dev
     path = np.argsort(-np.asarray(l2), kind="stable") if warm_start else np.arange(L)
-    grid = jnp.asarray(np.concatenate([np.asarray(l2)[path], np.repeat(np.asarray(l2)[path][-1:], L_pad - L)]), dtype)
+    grid = np.asarray(np.concatenate([np.asarray(l2)[path], np.repeat(np.asarray(l2)[path][-1:], L_pad - L)]), dtype)
     return path, grid
 
 
@@ -431,14 +434,6 @@ def solver_loops(sizes, n: int, F: int, schedule: str, min_block_rows: int | Non
         small = ()
     loops = [(small, plan_blocks(small, min_block_rows))] if small else []
     return loops + [((m,), ((0, m, 0),)) for m in sizes[len(small):]]
-
-
-def shape_bucket(v: int) -> int:
-    """The smallest of 16, 24, 32, 48, 64, 96, ... (2^k and 3 * 2^(k-1)) that is at least v."""
-    b = 16
-    while b < v:
-        b = b * 3 // 2 if b & (b - 1) == 0 else b * 4 // 3
-    return b
 
 
 class _Loop(NamedTuple):
@@ -509,10 +504,10 @@ def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_
         seeds = np.asarray(lp.order)[lo:lo + group, :n]
         if seeds.shape[0] < group:  # same shapes for every group: one compiled program
             seeds = np.concatenate([seeds, np.repeat(seeds[-1:], group - seeds.shape[0], axis=0)])
-        prepare = _prepare_dynamic if bucket else _prepare
+        prepare = _prepare_host if bucket else _prepare
         Xo, XoT, To, ko, m2 = prepare(lp.Xs, lp.T, lp.known, seeds, lp.sizes, lp.blocks, precondition)
-        out = run(Xo, XoT, To, ko, m2, grid, jnp.int32(max_iter), jnp.asarray(tol, Xs.dtype),
-                  jnp.asarray(np.inf if gap is None else gap, Xs.dtype), *dims)
+        out = run(Xo, XoT, To, ko, m2, grid, np.int32(max_iter), np.asarray(tol, Xs.dtype),
+                  np.asarray(np.inf if gap is None else gap, Xs.dtype), *dims)  # numpy: jnp.asarray compiles per shape
         del Xo, XoT
         out = jax.tree.map(np.array, out)  # on the host (``fit``), writable
         if lp.Xs.shape[1] != F:
@@ -586,18 +581,31 @@ def _covariance(X):
     return X.T @ X / X.shape[0]
 
 
-def rotation(X) -> np.ndarray:
+def rotation(X, host: bool = False) -> np.ndarray:
     """Eigenvectors V [F, F] of the feature covariance X^T X / n, largest variance first.
 
-    The product runs on the device; the small F x F eigendecomposition runs in LAPACK on
-    the host (float64, one thread), because XLA's CPU eigh is orders of magnitude slower.
+    The product runs on the device (``host``: in numpy, float64, as small data's is one more
+    program to compile for a few milliseconds of work); the small F x F eigendecomposition runs
+    in LAPACK on the host (float64, one thread), because XLA's CPU eigh is orders of magnitude slower.
     """
     from threadpoolctl import threadpool_limits
 
-    C = np.asarray(_covariance(X), np.float64)
     with threadpool_limits(1):  # BLAS threads would fight JAX's pool for the cores
+        if host:
+            X64 = np.asarray(X, np.float64)
+            C = X64.T @ X64 / X64.shape[0]
+        else:
+            C = np.asarray(_covariance(X), np.float64)
         _, V = np.linalg.eigh(C)
     return V[:, ::-1].astype(np.float32)
+
+
+def _host_rotate(X, V) -> np.ndarray:
+    """X V on the host (float32, one BLAS thread): small data's rotation (``fit``)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return np.asarray(X, np.float32) @ V
 
 
 def second_moments(Xo, sizes):
@@ -769,7 +777,22 @@ def _prepare_impl(Xs, T, known, order, sizes, blocks, precondition):
 
 
 _prepare = jax.jit(_prepare_impl, static_argnums=(4, 5, 6))
-_prepare_dynamic = jax.jit(_prepare_impl, static_argnums=(5, 6))  # the sizes an array (``_bucketed``)
+
+
+def _prepare_host(Xs, T, known, order, sizes, blocks, precondition):
+    """``_prepare_impl`` in numpy, for the small loops of shape buckets (``_bucketed``: ``sizes`` an
+    int array [Fr]): a few milliseconds of gathers there, against a program to compile per bucket."""
+    from threadpoolctl import threadpool_limits
+
+    Xs = np.asarray(Xs, np.float32)
+    Xo, To, ko = Xs[order], np.asarray(T)[order], np.asarray(known)[order]
+    XoT = tuple(np.ascontiguousarray(np.swapaxes(Xo[:, lo:hi], 1, 2)) for lo, hi, _ in blocks)
+    m2 = None
+    if precondition:  # ``second_moments``: the mean square of every feature over every subset
+        inside = (np.arange(Xo.shape[1])[None, :] < np.asarray(sizes)[:, None]).astype(np.float32)  # [Fr, n]
+        with threadpool_limits(1):
+            m2 = np.matmul(inside, Xo * Xo) / np.asarray(sizes, np.float32)[None, :, None]  # [S, Fr, F]
+    return Xo, XoT, To, ko, m2
 
 
 @jax.jit
@@ -842,12 +865,47 @@ def probabilities(X, W, b, task: str):
     return jax.nn.softmax(logits, -1) if task == "multiclass" else jax.nn.sigmoid(logits)
 
 
+_probabilities = jax.jit(probabilities, static_argnums=3)
+
+
+def predict(X, W, b, task: str) -> np.ndarray:
+    """``probabilities`` in few compiled shapes: the features padded to a shape bucket (zero columns
+    of X, zero rows of W: the logits are unchanged), so encoders of nearby widths share one program,
+    and the probes taken ``padded.PROBE_BATCH`` at a time (the last batch padded with zero weights).
+    X [n, F], W [..., F, K], b [..., K] (host or device) -> [..., n, K] on the host."""
+    X, W, b = np.asarray(X, np.float32), np.asarray(W, np.float32), np.asarray(b, np.float32)
+    lead, (F, K) = W.shape[:-2], W.shape[-2:]
+    F_pad, B = shape_bucket(F), padded.PROBE_BATCH
+    X = np.pad(X, ((0, 0), (0, F_pad - F)))
+    W, b = W.reshape((-1, F, K)), b.reshape((-1, K))
+    out = np.empty((W.shape[0], X.shape[0], K), np.float32)
+    for lo in range(0, W.shape[0], B):
+        Wb, bb = np.zeros((B, F_pad, K), np.float32), np.zeros((B, K), np.float32)
+        part = W[lo:lo + B]
+        Wb[:len(part), :F], bb[:len(part)] = part, b[lo:lo + B]
+        out[lo:lo + B] = np.asarray(_probabilities(X, Wb, bb, task))[:len(part)]
+    return out.reshape(lead + out.shape[1:])
+
+
 def validation_loss(probs, T, known, task: str):
-    """Mean NLL on the validation split. probs [..., n, K]; T, known [n, K] -> [...]."""
+    """Mean NLL on the validation split. probs [..., n, K]; T, known [n, K] -> [...].
+
+    Multiclass: over the rows where known[:, 0] is 1 (padding has 0); multilabel: per label
+    over its known entries, then the mean over labels."""
     eps = 1e-7
     p = jnp.clip(probs, eps, 1 - eps)
     if task == "multiclass":
-        return -(T * jnp.log(p)).sum(-1).mean(-1)
+        w = known[..., 0]
+        return -((T * jnp.log(p)).sum(-1) * w).sum(-1) / jnp.maximum(w.sum(-1), 1.0)
     ll = T * jnp.log(p) + (1 - T) * jnp.log1p(-p)
     per_label = -(known * ll).sum(-2) / jnp.maximum(known.sum(-2), 1.0)
     return per_label.mean(-1)
+
+
+_validation_loss = jax.jit(jax.vmap(validation_loss, in_axes=(0, None, None, None)), static_argnums=3)
+
+
+def validation_losses(probs, T, known, task: str) -> np.ndarray:
+    """``validation_loss`` of every probe of probs [..., n, K] (numpy), shapes padded as
+    ``crs.probe.padded.per_probe`` says."""
+    return padded.per_probe(_validation_loss, probs, T, known, task)

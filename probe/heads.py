@@ -36,6 +36,7 @@ class Fitted(NamedTuple):
     converged: np.ndarray  # [S, Fr, L] bool
     iterations: np.ndarray  # [S, Fr, L] solver steps taken
     predict: Callable  # (A [n, F] standardised, index=None) -> probabilities [..., n, K]; index picks probes
+    # (``crs.probe.run`` calls it on chunks of ``crs.probe.padded.PREDICT_ROWS`` rows: one shape)
 
 
 @dataclass(frozen=True)
@@ -91,17 +92,19 @@ def get(name: str) -> Head:
 
 # ------------------------------------------------------------------ linear
 def _fit_linear(data: TrainingSet, *, max_iter: int, tol: float, gap: float | None, on_loop=None) -> Fitted:
-    import jax.numpy as jnp
-
     from crs.probe import core
 
-    fit = core.fit(jnp.asarray(data.X), jnp.asarray(data.T), jnp.asarray(data.known), jnp.asarray(data.order),
-                   data.sizes, jnp.asarray(data.grid, dtype=jnp.float32), task=data.task, max_iter=max_iter,
-                   tol=tol, gap=core.DEFAULT_GAP if gap is None else gap, on_loop=on_loop)
+    # numpy in: each jnp.asarray of a new shape compiles a small program of its own
+    X, T, known = (np.asarray(a, np.float32) for a in (data.X, data.T, data.known))
+    fit = core.fit(X, T, known, np.asarray(data.order), data.sizes, np.asarray(data.grid, np.float32),
+                   task=data.task, max_iter=max_iter, tol=tol, gap=core.DEFAULT_GAP if gap is None else gap,
+                   on_loop=on_loop)
+
+    W_all, b_all = np.asarray(fit.W), np.asarray(fit.b)  # on the host: an index taken on the device compiles per shape
 
     def predict(A, index=None):
-        W, b = (fit.W, fit.b) if index is None else (fit.W[index], fit.b[index])
-        return core.probabilities(jnp.asarray(A), W, b, data.task)
+        W, b = (W_all, b_all) if index is None else (W_all[index], b_all[index])
+        return core.predict(A, W, b, data.task)
 
     return Fitted(fit.converged, fit.iterations, predict)
 

@@ -1,8 +1,10 @@
 """Run-record metrics in JAX, vectorised over probes.
 
 Every function takes probabilities ``p [n, K]``, targets ``T [n, K]`` in {0, 1} and a
-mask ``known [n, K]`` (all ones for multiclass; 0 where a multilabel entry is unknown)
-and returns a scalar; ``all_metrics`` vmaps them over leading probe axes.
+mask ``known [n, K]`` (0 where a multilabel entry is unknown; for multiclass, a row counts
+where ``known[:, 0]`` is 1, the same for every class) and returns a scalar over the rows that
+count; ``all_metrics`` vmaps them over leading probe axes, on rows padded to a shape bucket
+(``crs.probe.padded``: the padded rows, and rows left out, have known 0).
 
 * AUROC: Mann-Whitney U with average ranks for ties (= sklearn ``roc_auc_score``);
   multiclass: macro one-vs-rest; multilabel: mean over labels. Classes or labels
@@ -22,6 +24,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from crs.probe import padded
 
 N_BINS = 15
 EPS = float(jnp.finfo(jnp.float32).eps)
@@ -54,11 +59,22 @@ def _ece_from(conf, correct, valid):
     return jnp.abs(per_bin).sum() / jnp.maximum(valid.sum(), 1)
 
 
+def _rows(known):
+    """Multiclass: which rows count, [n] float (``known[:, 0]``)."""
+    return known[:, 0]
+
+
+def _row_mean(v, known):
+    """The mean of v [n] over the rows that count (multiclass)."""
+    w = _rows(known)
+    return (w * v).sum() / jnp.maximum(w.sum(), 1.0)
+
+
 def ece(p, T, known, task: str):
     if task == "multiclass":
         conf = p.max(-1)
         correct = p.argmax(-1) == T.argmax(-1)
-        return _ece_from(conf, correct, jnp.ones_like(conf, dtype=bool))
+        return _ece_from(conf, correct, _rows(known) > 0)
     conf = jnp.maximum(p, 1 - p)
     correct = (p >= 0.5) == (T > 0.5)
     per_label = jax.vmap(_ece_from, in_axes=(1, 1, 1))(conf, correct, known > 0)
@@ -68,7 +84,7 @@ def ece(p, T, known, task: str):
 def brier(p, T, known, task: str):
     sq = (p - T) ** 2
     if task == "multiclass":
-        return sq.sum(-1).mean()
+        return _row_mean(sq.sum(-1), known)
     return ((known * sq).sum(0) / jnp.maximum(known.sum(0), 1)).mean()
 
 
@@ -76,14 +92,14 @@ def nll(p, T, known, task: str):
     q = jnp.clip(p, EPS, 1 - EPS)
     if task == "multiclass":
         q = q / q.sum(-1, keepdims=True)  # as sklearn log_loss renormalises after clipping
-        return -(T * jnp.log(q)).sum(-1).mean()
+        return _row_mean(-(T * jnp.log(q)).sum(-1), known)
     ll = T * jnp.log(q) + (1 - T) * jnp.log(1 - q)
     return (-(known * ll).sum(0) / jnp.maximum(known.sum(0), 1)).mean()
 
 
 def accuracy(p, T, known, task: str):
     if task == "multiclass":
-        return (p.argmax(-1) == T.argmax(-1)).mean()
+        return _row_mean((p.argmax(-1) == T.argmax(-1)).astype(p.dtype), known)
     hit = ((p >= 0.5) == (T > 0.5)) & (known > 0)
     return (hit.sum(0) / jnp.maximum(known.sum(0), 1)).mean()
 
@@ -98,12 +114,10 @@ def _one(p, T, known, task):
     )
 
 
-def all_metrics(probs, T, known, task: str):
-    """probs [..., n, K] -> [..., 5] in the order of ``NAMES``."""
-    lead = probs.shape[:-2]
-    flat = probs.reshape((-1,) + probs.shape[-2:])
-    out = _all_jit(flat, T, known, task)
-    return out.reshape(lead + (len(NAMES),))
+def all_metrics(probs, T, known, task: str, counted=None) -> np.ndarray:
+    """probs [..., n, K] -> [..., 5] in the order of ``NAMES`` (numpy), over the rows ``counted``
+    ([n] bool, default all); shapes padded as ``crs.probe.padded.per_probe`` says."""
+    return padded.per_probe(_all_jit, probs, T, known, task, counted)
 
 
 _all_jit = jax.jit(jax.vmap(_one, in_axes=(0, None, None, None)), static_argnums=3)

@@ -252,11 +252,12 @@ def eval_sets(store: Store, encoder: str, dataset: str, split: Split) -> list[Ev
     to resume), and the shift target's test split."""
     te = split.test
     keep = ~np.isin(te, split.failed)
-    out = [EvalSet(CLEAN, split.X[te], split.T[te], split.known[te], keep)]
+    T, known = split.T[te], split.known[te]  # one copy, shared by every condition of the test split
+    out = [EvalSet(CLEAN, split.X[te], T, known, keep)]
     for d, enc, cond, _ in store.embeddings(dataset):
         if enc == encoder and cond != CLEAN:
             X = finite_embeddings(store.read_embedding(dataset, encoder, cond), store, encoder, dataset, cond)
-            out.append(EvalSet(cond, X, split.T[te], split.known[te], keep))
+            out.append(EvalSet(cond, X, T, known, keep))
     table = store.dataset(dataset)
     target = table.attrs.get("shift_target")
     if target:
@@ -287,21 +288,27 @@ class Selection(NamedTuple):
 def select(fitted: Fitted, split: Split, task: str, select_by: str) -> Selection:
     """Lowest validation loss, or highest validation AUROC with ties to the stronger penalty
     (the later grid value); a non-finite figure is never chosen over a finite one."""
-    import jax.numpy as jnp
-
     from crs.probe import core, metrics
 
     va = split.val
-    pv = fitted.predict(split.z(split.X[va]))  # [S, Fr, L, n_va, K]
-    vloss = np.asarray(core.validation_loss(pv, jnp.asarray(split.T[va]), jnp.asarray(split.known[va]), task))
-    vauroc = np.asarray(metrics.all_metrics(pv, jnp.asarray(split.T[va]), jnp.asarray(split.known[va]), task))[
-        ..., metrics.NAMES.index("auroc")]  # [S, Fr, L]
+    pv = predictions(fitted, split, [split.X[va]])[0]  # [S, Fr, L, n_va, K]
+    vloss = core.validation_losses(pv, split.T[va], split.known[va], task)
+    auroc = metrics.NAMES.index("auroc")
+    vauroc = metrics.all_metrics(pv, split.T[va], split.known[va], task)[..., auroc]  # [S, Fr, L]
     if select_by == "loss":
         best = np.nanargmin(np.where(np.isfinite(vloss), vloss, np.inf), axis=-1)  # [S, Fr]
     else:
         score = np.where(np.isfinite(vauroc), vauroc, -np.inf)[..., ::-1]
         best = score.shape[-1] - 1 - np.argmax(score, axis=-1)
     return Selection(best, vloss, vauroc, pv)
+
+
+def predictions(fitted: Fitted, split: Split, arrays: list[np.ndarray], index=None) -> list[np.ndarray]:
+    """The probes' probabilities [..., m_i, K] on the rows of each embedding array [m_i, F] (as stored),
+    standardised chunk by chunk and predicted ``crs.probe.padded.PREDICT_ROWS`` rows at a time."""
+    from crs.probe import padded
+
+    return padded.chunked_rows(fitted.predict, arrays, index, prepare=split.z)
 
 
 def _chosen(best: np.ndarray) -> tuple:
@@ -311,18 +318,16 @@ def _chosen(best: np.ndarray) -> tuple:
     return si, fi, best
 
 
-def condition_records(ev: EvalSet, probs, meta: dict, task: str) -> pl.DataFrame:
-    """One run record per (seed, fraction) of the chosen probes on one evaluation set.
+def condition_records(ev: EvalSet, probs, m: np.ndarray, meta: dict) -> pl.DataFrame:
+    """One run record per (seed, fraction) of the chosen probes on one evaluation set, with its
+    metrics m [S, Fr, 5] (``metrics.NAMES``, over the counted rows).
 
     ``meta`` holds the columns every condition shares (encoder, dataset, task, seed, fraction,
     l2, n_train, classes_missing, converged, iterations), each [S * Fr] or one value."""
-    import jax.numpy as jnp
-
     from crs.probe import metrics
 
     kept = ev.counted
     counted = probs if kept.all() else probs[:, :, kept]
-    m = np.asarray(metrics.all_metrics(counted, jnp.asarray(ev.T[kept]), jnp.asarray(ev.known[kept]), task))
     frame = {k: meta[k] for k in ("encoder", "dataset", "task", "seed", "fraction")}
     frame["condition"] = ev.condition
     for i, name in enumerate(metrics.NAMES):
@@ -334,6 +339,24 @@ def condition_records(ev: EvalSet, probs, meta: dict, task: str) -> pl.DataFrame
     frame["features_left_out"] = meta["features_left_out"]
     n_rows = len(frame["seed"])
     return pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()})
+
+
+def set_metrics(evals: list[EvalSet], probs: list[np.ndarray], task: str) -> list[np.ndarray]:
+    """``metrics.all_metrics`` of each evaluation set's probabilities [S, Fr, n, K] -> [S, Fr, 5];
+    sets that share their labels and counted rows (the clean test split and its perturbed
+    copies) in one batch."""
+    from crs.probe import metrics
+
+    out: list = [None] * len(evals)
+    groups: dict = {}
+    for i, ev in enumerate(evals):
+        groups.setdefault((id(ev.T), id(ev.known), id(ev.counted)), []).append(i)
+    for members in groups.values():
+        ev = evals[members[0]]
+        m = metrics.all_metrics(np.stack([probs[i] for i in members]), ev.T, ev.known, task, ev.counted)
+        for j, i in enumerate(members):
+            out[i] = m[j]
+    return out
 
 
 def tie_share(probs, known) -> np.ndarray:
@@ -492,16 +515,17 @@ def evaluate(table, model: str, split: Split, fitted: Fitted, sel: Selection, ev
     Returns ({condition: probabilities [S, Fr, n, K]}, the run records)."""
     chosen = _chosen(sel.best)
     # every validation row, aligned with the split: scoring fits temperature scaling on them
-    val_probs = sel.val_probs[chosen] if len(split.failed) == 0 else fitted.predict(
-        split.z(split.X[table.rows("val")]), chosen)
-    predictions = {VALIDATION: np.asarray(val_probs)}
+    val_probs = sel.val_probs[chosen] if len(split.failed) == 0 else predictions(
+        fitted, split, [split.X[table.rows("val")]], chosen)[0]
+    stored = {VALIDATION: np.asarray(val_probs)}
+    probs = predictions(fitted, split, [ev.X for ev in evals], chosen)  # [S, Fr, n, K] each, in one pass
+    m = set_metrics(evals, probs, table.task)
     frames = []
-    for ev in evals:
-        probs = np.asarray(fitted.predict(split.z(ev.X), chosen))  # [S, Fr, n, K]
-        frames.append(condition_records(ev, probs, meta, table.task))
-        predictions[ev.condition] = probs
+    for ev, p, mi in zip(evals, probs, m):
+        frames.append(condition_records(ev, p, mi, meta))
+        stored[ev.condition] = p
     records = pl.concat(frames).select(list(COLUMNS)).cast({k: getattr(pl, v[0]) for k, v in COLUMNS.items()})
-    return predictions, records
+    return stored, records
 
 
 METRICS_CHECKED = ("auroc", "ece", "brier", "nll", "accuracy")
