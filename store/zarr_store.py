@@ -824,19 +824,25 @@ class Store:
         g = self._node(f"datasets/{dataset}/embeddings/{encoder}/{condition_key(condition)}")
         return EmbeddingArray(g, dataset, encoder, condition, self)
 
-    def embeddings(self, dataset: str | None = None) -> Iterator[tuple[str, str, str, bool]]:
-        """Yield (dataset, encoder, condition, complete) for every embedding array."""
-        for d in [dataset] if dataset else self.datasets():
-            if d not in self.datasets():
+    def embeddings(self, dataset: str | None = None,
+                   encoder: str | None = None) -> Iterator[tuple[str, str, str, bool]]:
+        """Yield (dataset, encoder, condition, complete) for every embedding array (of ``dataset`` and
+        ``encoder`` only, where given)."""
+        held = self.datasets()
+        for d in [dataset] if dataset else held:
+            if d not in held:
                 continue
             with self.reading(f"datasets/{d}/embeddings"):
                 g = self.root["datasets"][d]
                 found = []
                 if "embeddings" in g:
-                    for enc in sorted(g["embeddings"].group_keys()):
-                        for key in sorted(g["embeddings"][enc].group_keys()):
-                            node = g["embeddings"][enc][key]
-                            found.append((d, enc, key_condition(key), bool(node.attrs.get("complete", False))))
+                    groups = g["embeddings"]
+                    for enc in sorted(groups.group_keys()):
+                        if encoder is not None and enc != encoder:
+                            continue
+                        nodes = dict(groups[enc].groups())  # one listing, not a lookup per condition
+                        for key in sorted(nodes):
+                            found.append((d, enc, key_condition(key), bool(nodes[key].attrs.get("complete", False))))
             yield from found
 
     def read_embedding(self, dataset: str, encoder: str, condition: str) -> np.ndarray:

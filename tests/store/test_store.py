@@ -51,6 +51,11 @@ def test_round_trip(tmp_path):
     attrs = s.embedding_attrs("toy", "enc", "clean")
     assert attrs["complete"] and attrs["encoder_spec"] == {"name": "enc"} and attrs["rows"] == "all"
     assert list(s.embeddings()) == [("toy", "enc", "clean", True)]
+    s.embedding("toy", "other", "blur@1", rows="test", n_rows=10, width=4, chunk=4, attrs={})  # not finalized
+    assert list(s.embeddings("toy")) == [("toy", "enc", "clean", True), ("toy", "other", "blur@1", False)]
+    assert list(s.embeddings("toy", "other")) == [("toy", "other", "blur@1", False)]
+    assert list(s.embeddings(encoder="enc")) == [("toy", "enc", "clean", True)]
+    assert list(s.embeddings("toy", "nobody")) == [] and list(s.embeddings("no_such_dataset")) == []
 
 
 def test_incomplete_array_is_refused_with_resume_hint(tmp_path):
