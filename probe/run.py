@@ -476,12 +476,26 @@ def planned_loops(store: Store, encoder: str, dataset: str, fractions=DEFAULT_FR
     ``crs.probe.core.solver_loops`` the count is off by the loops that crossing adds or removes."""
     from crs.probe import subsets
 
-    n = len(np.setdiff1d(store.dataset(dataset).rows("train"), store.excluded_rows(dataset)))
+    n = training_rows(store, dataset)
     fractions = tuple(sorted(set(fractions)))
     if n == 0:
         return 0
     sizes = tuple(subsets.sizes(list(fractions), n))
     return get(head).loops(n, embedding_width(store, encoder, dataset), sizes)
+
+
+def training_rows(store: Store, dataset: str) -> int:
+    """The training rows a pair's probes fit: the training split less the failed images."""
+    return len(np.setdiff1d(store.dataset(dataset).rows("train"), store.excluded_rows(dataset)))
+
+
+def small_pair(store: Store, encoder: str, dataset: str) -> bool:
+    """Whether a pair's training set is small data: under ``crs.probe.core.ONE_BLOCK_BELOW`` values
+    (rows x embedding width), where compiling and the work around the fit cost more than the solver
+    loops, so pairs can be probed side by side (``crs.stages.steps.probe``) in little memory."""
+    from crs.probe.core import ONE_BLOCK_BELOW
+
+    return training_rows(store, dataset) * embedding_width(store, encoder, dataset) < ONE_BLOCK_BELOW
 
 
 def embedding_width(store: Store, encoder: str, dataset: str) -> int:

@@ -48,6 +48,7 @@ import hashlib
 import json
 import os
 import uuid
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -63,6 +64,13 @@ from crs.names import SPLIT_CODE
 SCHEMA_VERSION = 1
 _WHEN = frozenset({"written", "created", "completed"})  # when a thing was written, not what it holds
 DEFAULT_STORE = "./crs-store.zarr"
+
+# zarr writes each metadata file through a temporary "<name>.<hex>.partial" beside it (also to check
+# that a parent group exists, on every array it creates), so a listing of that folder by another
+# thread (``crs.stages.steps.probe`` runs small pairs side by side) can meet one and warns that it is
+# not part of the hierarchy; it never is, and the listing is right without it. Other strays still warn.
+warnings.filterwarnings("ignore", message=r"Object at .*\.partial is not recognized as a component",
+                        category=zarr.errors.ZarrUserWarning)
 
 
 class StoreError(UserError):

@@ -355,25 +355,81 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
 
 def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings: Probe,
           progress: Progress = NO_PROGRESS, on_done: Callable | None = None) -> list:
-    """Fit and evaluate ``settings``' probes on each pair; ``on_done(summary)`` after each pair is written."""
-    from crs.probe.run import head_name, planned_loops
+    """Fit and evaluate ``settings``' probes on each pair; ``on_done(summary)`` after each pair is written.
+
+    Where every pair is small (``crs.probe.run.small_pair``), ``PAIR_WORKERS`` pairs are probed at
+    a time, each pair still fitted, evaluated and committed whole on its own: one pair's compiling,
+    reading and writing overlap another's solver loop. The results are the same bits as one at a
+    time (each pair's programs run as they would alone); ``on_done`` is called in ``pairs`` order."""
+    from crs.probe.run import compile_cache, head_name, planned_loops, small_pair
     from crs.probe.run import probe as probe_pair
     from crs.store import Store
 
     store = Store(store_path, mode="a")
-    summaries = []
+    compile_cache()  # once, before any worker thread
     # one step per solver loop (a fraction group of one pair), so the bar moves and can say the time left
     loops = sum(planned_loops(store, enc, d, settings.fractions, settings.head) for enc, d in pairs)
     task = progress.add_task("probes", total=loops, unit="solver loops")
-    for enc, d in pairs:
+
+    def one(pair):
+        enc, d = pair
         progress.update(task, description=f"probes {head_name(enc, settings.head)} × {d}")
-        summaries.append(probe_pair(store, enc, d, results=Path(results), seeds=tuple(range(settings.seeds)),
-                                    fractions=settings.fractions, l2_grid=settings.l2, select_by=settings.select_by,
-                                    tol=settings.tol, head=settings.head, hidden=settings.hidden,
-                                    progress=progress, task=task))
-        if on_done is not None:
-            on_done(summaries[-1])
+        return probe_pair(store, enc, d, results=Path(results), seeds=tuple(range(settings.seeds)),
+                          fractions=settings.fractions, l2_grid=settings.l2, select_by=settings.select_by,
+                          tol=settings.tol, head=settings.head, hidden=settings.hidden,
+                          progress=progress, task=task)
+
+    workers = PAIR_WORKERS if len(pairs) > 1 and all(small_pair(store, enc, d) for enc, d in pairs) else 1
+    summaries = []
+    from threadpoolctl import threadpool_limits
+
+    # One BLAS thread for the whole stage, set before any worker starts. The probes' host products
+    # (crs.probe.core) each run under threadpool_limits(1), which is process-wide: from two threads,
+    # one's exit put back two BLAS threads under the other's product, and the pair's bits then
+    # depended on the timing (1 of 3 side-by-side runs differed). Nested in this one, each limit
+    # finds 1 and puts back 1.
+    with threadpool_limits(1):
+        for summary in _in_order(one, pairs, workers):
+            summaries.append(summary)
+            if on_done is not None:
+                on_done(summary)
     return summaries
+
+
+PAIR_WORKERS = 2  # small pairs probed at a time (``probe``; crs demo's probe stage: benchmarks/probe_bench.py)
+
+
+def _in_order(fn, items: list, workers: int):
+    """Yield fn(item) for each item in order, ``workers`` items running at a time (threads). Once an
+    item fails, or the caller stops (an error, Ctrl-C, SIGTERM), no item starts any more; the ones
+    running are let finish (a pair is committed whole or not at all) and the first error in order
+    goes on."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    stop = threading.Event()
+
+    def guarded(item):
+        if stop.is_set():
+            return None  # never yielded: the caller is past an error by then
+        try:
+            return fn(item)
+        except BaseException:
+            stop.set()
+            raise
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="crs-probe") as pool:
+        futures = [pool.submit(guarded, item) for item in items]
+        try:
+            for f in futures:
+                yield f.result()
+        finally:  # also when the caller stops early
+            stop.set()
+            for f in futures:
+                f.cancel()
 
 
 # ------------------------------------------------------------------ score

@@ -1,0 +1,118 @@
+"""Small pairs probed side by side (``crs.stages.steps.probe``): the same bits as one at a time,
+summaries in order, and an error that stops what has not started."""
+
+import threading
+import time
+
+import numpy as np
+import polars as pl
+import pytest
+
+from crs.config import Probe
+from crs.extract.run import extract
+from crs.stages import steps
+from crs.store import Store
+
+
+def test_in_order_keeps_the_order_when_a_later_item_finishes_first():
+    started = []
+
+    def fn(x):
+        started.append(x)
+        time.sleep(0.2 if x == 0 else 0.0)  # the first item is the slowest
+        return x * 10
+
+    assert list(steps._in_order(fn, [0, 1, 2, 3], 2)) == [0, 10, 20, 30]
+    assert sorted(started) == [0, 1, 2, 3]
+
+
+def test_in_order_stops_what_has_not_started_and_lets_the_running_item_finish():
+    """Item 1 fails while item 0 runs: 0's result comes first, then the error; 0 ran to its end, and
+    none of the items queued after them started (the freed worker skips them)."""
+    finished, started, gate = [], [], threading.Event()
+
+    def fn(x):
+        started.append(x)
+        if x == 1:
+            gate.set()
+            raise ValueError("pair 1 is broken")
+        if x == 0:
+            gate.wait(5)
+            time.sleep(0.1)
+        finished.append(x)
+        return x
+
+    got = []
+    with pytest.raises(ValueError, match="pair 1 is broken"):
+        for r in steps._in_order(fn, list(range(8)), 2):
+            got.append(r)
+    assert got == [0] and 0 in finished
+    assert sorted(started) == [0, 1]
+
+
+def test_in_order_one_worker_is_plain_map():
+    assert list(steps._in_order(lambda x: -x, [1, 2], 1)) == [-1, -2]
+
+
+@pytest.fixture(scope="module")
+def two_pair_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pairs") / "s.zarr"
+    store = Store(str(path))
+    for d in ("demo_derm", "demo_fundus"):
+        extract(store, "demo-stats", d, size=0.3, chunk=64)
+    return str(path)
+
+
+def _records(results):
+    files = sorted((results / "run_records").glob("*.parquet"))
+    return pl.concat([pl.read_parquet(f).drop("seconds", strict=False) for f in files])
+
+
+def test_pairs_side_by_side_give_the_bits_of_one_at_a_time(two_pair_store, tmp_path, monkeypatch):
+    from crs.probe.run import small_pair
+
+    settings = Probe(seeds=2, fractions=(0.25, 1.0), l2=(1e-2, 1.0))
+    pairs = [("demo-stats", "demo_derm"), ("demo-stats", "demo_fundus")]
+    store = Store(two_pair_store, mode="r")
+    assert all(small_pair(store, e, d) for e, d in pairs)  # so the side-by-side path is the one taken
+    used = []
+    real = steps._in_order
+    monkeypatch.setattr(steps, "_in_order", lambda fn, items, n: used.append(n) or real(fn, items, n))
+    out = {}
+    for workers in (1, 2):
+        monkeypatch.setattr(steps, "PAIR_WORKERS", workers)
+        results = tmp_path / f"w{workers}"
+        done = []
+        summaries = steps.probe(two_pair_store, results, pairs, settings, on_done=done.append)
+        assert [(s.encoder, s.dataset) for s in summaries] == pairs == [(s.encoder, s.dataset) for s in done]
+        held = Store(two_pair_store, mode="r")
+        out[workers] = (_records(results), [held.read_predictions(d, e, "clean")[0] for e, d in pairs])
+    assert used == [1, 2]
+    assert out[1][0].equals(out[2][0])
+    for a, b in zip(out[1][1], out[2][1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_pairs_run_with_one_blas_thread_set_before_any_starts(two_pair_store, tmp_path, monkeypatch):
+    """threadpool_limits is process-wide: the inner limits of two pairs side by side put back each
+    other's BLAS threads mid-product (a pair's bits then varied from run to run) unless the stage
+    holds one thread for its whole length."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import crs.probe.run as run
+
+    seen = []
+
+    def fake_probe(store, enc, d, **kw):
+        with threadpool_limits(1):  # as crs.probe.core's host products do
+            time.sleep(0.05)
+        seen.append([p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])
+        return type("S", (), {"encoder": enc, "dataset": d})()
+
+    monkeypatch.setattr(run, "probe", fake_probe)
+    pairs = [("demo-stats", "demo_derm"), ("demo-stats", "demo_fundus")] * 3
+    with threadpool_limits(2):  # as on a machine of two cores or more
+        steps.probe(two_pair_store, tmp_path, pairs, Probe(seeds=1, fractions=(1.0,), l2=(1.0,)))
+        after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    assert len(seen) == 6 and all(n == [1] * len(n) for n in seen), seen
+    assert after and all(n == 2 for n in after)  # and put back once the stage is over
