@@ -72,6 +72,16 @@ numbers are this machine's, so rerun before relying on them):
   with it, 11 without) and saves 15-20 % of the run (13.7 against 16.4 CPU s); running the
   L2 grid's two halves one after the other through one program instead compiled in 15 s
   and ran in 16.2 (each half reads the rows again).
+* the probe stage's few compiled shapes (``crs.probe.padded``; 180 programs -> 17 in a cold
+  ``crs probe --all`` of the demo store: 6 solver loops, 3 metrics, 6 predictions, 2 validation
+  losses) and small pairs two at a time (``crs.stages.steps.PAIR_WORKERS``), side by side on a
+  quiet machine, two rounds: ``crs probe --all`` cold 40.8 / 40.2 s -> 26.9 / 27.9 s (CPU 57 -> 47
+  s), ``crs demo`` 115.1 s -> 99.5 s. ``--small`` afterwards: engine cold 21.0 s, warm 13.3 s,
+  scikit-learn at its best 14.0 s, the stage 26.1 s cold and 18.1 s on a filled cache (each pair's
+  solver programs are still compiled: 6 of about 1-1.6 s). Tried and dropped: two row blocks
+  in the bucketed loops (a quarter of the products; the same run time, as the loop's per-step
+  work, not its products, dominates at these sizes) and ``xla_backend_optimization_level`` 1 for
+  them (cold 21.9 / 22.6 s against 22.2 / 21.5 s, interleaved).
 
 Small-data mode (``--small``): the grid of ``crs demo``'s nine (encoder, dataset) pairs
 (5 seeds x 7 fractions x 4 L2 values each; 630-770 training rows, 50-367 live features,
@@ -81,6 +91,8 @@ every compile included, as a first ``crs demo``), again in a fresh process on th
 filled cache (``warm_disk``) and a second time in that process (``warm``); scikit-learn at
 its best (parallel workers, one BLAS thread each) fits the same grid on the same
 standardised features, and a tight scikit-learn fit (float64, started cold) gives the agreement.
+With ``--store``, ``crs probe --all`` itself on a copy of the store without its predictions, as a
+first ``crs demo`` runs it: ``stage_cold_s`` (an empty compilation cache) and ``stage_warm_disk_s``.
 
 The last line of output is one JSON object (see ``main``). Usage:
 
@@ -473,6 +485,7 @@ def small(store_path, seeds, workers, max_iter, tol, log) -> dict:
             log(f"  engine, {which:9s}: fits {runs[which]['first'].sum():6.2f} s (process {wall:.1f} s); "
                 f"per pair " + " ".join(f"{t:.1f}" for t in runs[which]["first"]))
         log(f"  engine, warm (same process, second fit): {runs['warm_disk']['second'].sum():6.2f} s")
+        stage = _stage_times(store_path, tmp, log) if store_path else {}
     fits = runs["cold"]
     jobs, where = [], []
     for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(pairs):
@@ -512,7 +525,30 @@ def small(store_path, seeds, workers, max_iter, tol, log) -> dict:
             "warm_s": round(float(runs["warm_disk"]["second"].sum()), 3),
             "sklearn_best_s": round(sklearn_best_s, 3), "auroc_max_abs_diff": float(np.nanmax(diffs)),
             "auroc_compared": len(diffs), "converged": converged, "flagged": flagged,
-            "iterations_max": int(max(fits[f"{p}_iterations"].max() for p in range(len(pairs))))}
+            "iterations_max": int(max(fits[f"{p}_iterations"].max() for p in range(len(pairs)))), **stage}
+
+
+def _stage_times(store_path: str, tmp: str, log) -> dict:
+    """``crs probe --all`` on a copy of the store without its predictions: wall seconds with an empty
+    compilation cache (``stage_cold_s``, a first crs demo's probe stage) and again on the filled one."""
+    import shutil
+    import subprocess
+    import sys
+
+    out = {}
+    for which in ("cold", "warm_disk"):
+        copy = os.path.join(tmp, f"stage-{which}.zarr")
+        shutil.copytree(store_path, copy)
+        for d in os.listdir(os.path.join(copy, "datasets")):
+            shutil.rmtree(os.path.join(copy, "datasets", d, "predictions"), ignore_errors=True)
+        env = {**os.environ, "CRS_JAX_CACHE": os.path.join(tmp, "stage-jax-cache")}
+        cmd = [sys.executable, "-m", "crs.cli", "probe", "--all", "--store", copy,
+               "--results", os.path.join(tmp, f"stage-{which}-results"), "-q"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, check=True)
+        out[f"stage_{which}_s"] = round(time.perf_counter() - t0, 3)
+        log(f"  crs probe --all (the whole stage, {which}): {out[f'stage_{which}_s']:6.2f} s")
+    return out
 
 
 def _sk_jobs(pairs, jobs, tol, max_iter, workers, inits=None, float64=False):
