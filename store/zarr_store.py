@@ -47,6 +47,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import uuid
 import warnings
 import zlib
@@ -279,6 +280,9 @@ def url_storage_options(path: str, storage_options: dict | None = None) -> dict:
     return {"use_listings_cache": False, **(storage_options or {})}
 
 
+_ZARR_TEMPORARY = re.compile(r"zarr\.[0-9a-f]{32}\.partial")  # zarr's atomic write of a zarr.json
+
+
 def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zarr.Group:
     if path.startswith("file://"):
         path = path[len("file://") :]  # a local path: the local store writes chunks atomically
@@ -287,7 +291,10 @@ def _open_root(path: str, mode: str, storage_options: dict | None = None) -> zar
     if not is_url:
         if os.path.isfile(path):
             raise StoreError(f"{path!r} is a file, not a CRS store; pass --store with a directory path")
-        if os.path.isdir(path) and os.listdir(path) and not os.path.exists(os.path.join(path, "zarr.json")):
+        # another process creating this store at the same moment has only its zarr.json's temporary
+        # file there yet ("zarr.<hex>.partial"): that directory is a store being made, not a stranger's
+        held = [e for e in os.listdir(path) if not _ZARR_TEMPORARY.fullmatch(e)] if os.path.isdir(path) else []
+        if held and not os.path.exists(os.path.join(path, "zarr.json")):
             raise StoreError(
                 f"{path!r} is a non-empty directory that is not a Zarr store; refusing to write into it. "
                 "Pass --store with a new or existing CRS store path"

@@ -313,3 +313,21 @@ def test_a_half_written_dataset_holding_embeddings_is_refused_not_deleted(tmp_pa
     with pytest.raises(StoreError, match=r"holds embeddings.*--store NEW_PATH"):
         s.write_dataset(table())
     assert "embeddings" in s.root["datasets/toy"]
+
+
+def test_a_folder_holding_only_zarrs_temporary_file_is_a_store_being_made(tmp_path):
+    """What a second process sees while the first one's zarr.json is still being written: the
+    folder holds zarr's temporary 'zarr.<hex>.partial' alone. That is a store being created (it
+    opens), where another stray file still makes the folder a stranger's (refused)."""
+    import uuid
+
+    making = tmp_path / "making.zarr"
+    making.mkdir()
+    (making / f"zarr.{uuid.uuid4().hex}.partial").write_bytes(b"{")
+    Store(str(making), mode="a")
+    assert Store(str(making), mode="r").root.attrs["crs_store"]["schema_version"] == SCHEMA_VERSION
+    stranger = tmp_path / "stranger.zarr"
+    stranger.mkdir()
+    (stranger / "notes.partial").write_text("mine")
+    with pytest.raises(StoreError, match="non-empty directory that is not a Zarr store"):
+        Store(str(stranger), mode="a")
