@@ -228,6 +228,11 @@ def load_split(store: Store, encoder: str, dataset: str) -> Split:
     # predictions stay aligned with the test split, but no metric counts them
     failed = store.excluded_rows(dataset)
     tr, va = np.setdiff1d(tr, failed), np.setdiff1d(va, failed)
+    for split_name, rows in (("train", tr), ("val", va)):
+        if len(rows) == 0:  # nothing to fit, or nothing to choose the L2 and the temperature on
+            raise StoreError(f"every {split_name} image of dataset {dataset!r} is one extract could not decode "
+                             f"({len(failed)} such images, listed in the dataset's failures table in "
+                             f"{store.path!r}): repair or replace those files, then re-extract into a new store")
     T, known = checked_targets(table, store)
     keep = live_features(X[tr])
     if not keep.any():
@@ -353,10 +358,26 @@ def set_metrics(evals: list[EvalSet], probs: list[np.ndarray], task: str) -> lis
         groups.setdefault((id(ev.T), id(ev.known), id(ev.counted)), []).append(i)
     for members in groups.values():
         ev = evals[members[0]]
-        m = metrics.all_metrics(np.stack([probs[i] for i in members]), ev.T, ev.known, task, ev.counted)
-        for j, i in enumerate(members):
-            out[i] = m[j]
+        for part in _batches(members, probs, STACK_BYTES):  # a bounded copy, however many the sets
+            m = metrics.all_metrics(np.stack([probs[i] for i in part]), ev.T, ev.known, task, ev.counted)
+            for j, i in enumerate(part):
+                out[i] = m[j]
     return out
+
+
+STACK_BYTES = 64 << 20  # the most ``set_metrics`` copies into one batch of sets
+
+
+def _batches(members: list[int], arrays: list[np.ndarray], limit: int) -> list[list[int]]:
+    """``members`` in order, cut into runs whose arrays add up to at most ``limit`` bytes (one at least)."""
+    runs, run, size = [], [], 0
+    for i in members:
+        if run and size + arrays[i].nbytes > limit:
+            runs.append(run)
+            run, size = [], 0
+        run.append(i)
+        size += arrays[i].nbytes
+    return runs + [run] if run else runs
 
 
 def tie_share(probs, known) -> np.ndarray:

@@ -365,6 +365,7 @@ def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings
     from crs.probe.run import probe as probe_pair
     from crs.store import Store
 
+    pairs = list(dict.fromkeys(pairs))  # a pair named twice is probed once (side by side, its lock would refuse it)
     store = Store(store_path, mode="a")
     compile_cache()  # once, before any worker thread
     # one step per solver loop (a fraction group of one pair), so the bar moves and can say the time left
@@ -422,8 +423,9 @@ def _in_order(fn, items: list, workers: int):
             raise
 
     with ThreadPoolExecutor(workers, thread_name_prefix="crs-probe") as pool:
-        futures = [pool.submit(guarded, item) for item in items]
+        futures = []
         try:
+            futures.extend(pool.submit(guarded, item) for item in items)  # inside: an interrupt here cancels too
             for f in futures:
                 yield f.result()
         finally:  # also when the caller stops early

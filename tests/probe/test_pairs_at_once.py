@@ -110,9 +110,38 @@ def test_pairs_run_with_one_blas_thread_set_before_any_starts(two_pair_store, tm
         return type("S", (), {"encoder": enc, "dataset": d})()
 
     monkeypatch.setattr(run, "probe", fake_probe)
-    pairs = [("demo-stats", "demo_derm"), ("demo-stats", "demo_fundus")] * 3
+    pairs = [("demo-stats", "demo_derm"), ("demo-stats", "demo_fundus")]
     with threadpool_limits(2):  # as on a machine of two cores or more
         steps.probe(two_pair_store, tmp_path, pairs, Probe(seeds=1, fractions=(1.0,), l2=(1.0,)))
         after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
-    assert len(seen) == 6 and all(n == [1] * len(n) for n in seen), seen
+    assert len(seen) == 2 and all(n == [1] * len(n) for n in seen), seen
     assert after and all(n == 2 for n in after)  # and put back once the stage is over
+
+
+def test_a_pair_named_twice_is_probed_once(two_pair_store, tmp_path, monkeypatch):
+    """Side by side, the second copy of a pair would meet the first one's lock and fail the stage."""
+    import crs.probe.run as run
+
+    calls = []
+    monkeypatch.setattr(run, "probe", lambda store, enc, d, **kw: calls.append((enc, d)) or
+                        type("S", (), {"encoder": enc, "dataset": d})())
+    pairs = [("demo-stats", "demo_derm"), ("demo-stats", "demo_fundus"), ("demo-stats", "demo_derm")]
+    got = steps.probe(two_pair_store, tmp_path, pairs, Probe(seeds=1, fractions=(1.0,), l2=(1.0,)))
+    assert sorted(calls) == sorted(set(pairs)) and [(s.encoder, s.dataset) for s in got] == pairs[:2]
+
+
+def test_set_metrics_in_bounded_batches_equals_one_batch(monkeypatch):
+    import crs.probe.run as run
+    from crs.probe import metrics
+
+    rng = np.random.default_rng(0)
+    n, K = 50, 3
+    T = np.eye(K, dtype=np.float32)[rng.integers(0, K, n)]
+    known, counted = np.ones_like(T), rng.random(n) > 0.1
+    evals = [run.EvalSet(f"c{i}", None, T, known, counted) for i in range(5)]
+    probs = [rng.dirichlet(np.ones(K), size=(2, 3, n)).astype(np.float32) for _ in evals]
+    whole = run.set_metrics(evals, probs, "multiclass")
+    monkeypatch.setattr(run, "STACK_BYTES", probs[0].nbytes * 2)  # batches of two sets
+    for a, b, p in zip(run.set_metrics(evals, probs, "multiclass"), whole, probs):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, metrics.all_metrics(p, T, known, "multiclass", counted), rtol=0, atol=0)

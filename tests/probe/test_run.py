@@ -158,6 +158,14 @@ def test_images_extract_could_not_decode_never_train_a_probe(cxr_store, tmp_path
     assert not set(drawn["image_id"].to_list()) & set(table.ids[failed].astype(str).tolist())
 
 
+@pytest.mark.parametrize("split", ["val", "train"])
+def test_a_split_whose_every_image_failed_to_decode_is_refused_by_name(cxr_store, tmp_path, monkeypatch, split):
+    """Nothing to fit on, or nothing to choose the L2 on: a clear refusal, not an internal error."""
+    monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: cxr_store.dataset(dataset).rows(split))
+    with pytest.raises(StoreError, match=f"every {split} image of dataset 'demo_cxr' is one extract could not"):
+        probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0,), fractions=(1.0,), l2_grid=(1e-1,))
+
+
 def test_images_extract_could_not_decode_are_not_scored(cxr_store, tmp_path, monkeypatch):
     """Failed test images keep their rows in the stored probabilities, but neither the run records'
     metrics nor the scoring stage's targets and probabilities count them (clean, perturbed, shift)."""
