@@ -349,10 +349,7 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     """
     sizes, schedule = _checked(sizes, schedule, X.shape)
     devices = list(devices) if devices is not None else jax.devices()
-    host = X.shape[0] * X.shape[1] < ONE_BLOCK_BELOW  # small data: its few products on the host (``rotation``)
-    V = rotation(X, host) if precondition else None
-    # the penalty is rotation-invariant
-    Xs = X if V is None else _host_rotate(X, V) if host else _rotate(X, np.asarray(V, X.dtype))
+    V, Xs = _rotated(X, precondition)
     # what passes between the compiled programs (orders, results) is handled on the host in numpy:
     # an eager jnp operation compiles a program of its own for every new shape
     order = np.asarray(order)
@@ -372,6 +369,17 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     out = jax.tree.map(lambda *a: np.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
     back = np.argsort(path)  # grid order, padding dropped
     return jax.tree.map(lambda a: jax.device_put(a[:, :, back], _placement(devices)), out)
+
+
+def _rotated(X, precondition: bool):
+    """(V, X V): the feature covariance's eigenvectors and the features in that basis (``rotation``),
+    or (None, X) without preconditioning; the penalty is rotation-invariant. Small data (under
+    ``ONE_BLOCK_BELOW`` values) has its few products on the host."""
+    if not precondition:
+        return None, X
+    host = X.shape[0] * X.shape[1] < ONE_BLOCK_BELOW
+    V = rotation(X, host)
+    return V, _host_rotate(X, V) if host else _rotate(X, np.asarray(V, X.dtype))
 
 
 def _placement(devices):
