@@ -599,9 +599,9 @@ def locate(text: str, path: tuple[str, ...]) -> int | None:
         if not k:
             continue
         full = table + _parts(k.group(1))
-        rest = line[k.end():]
-        for q in ('"""', "'''"):
-            if rest.count(q) % 2 == 1:
+        value = line[k.end():].lstrip()
+        for q in ('"""', "'''"):  # a value that opens a multi-line string and does not close it here
+            if value.startswith(q) and q not in value[3:]:  # (a quoted "'''" is a one-line string)
                 in_multiline = q
         if full == path:
             return n

@@ -78,6 +78,16 @@ def test_locate_skips_multiline_strings():
     assert C.locate(text, ("probe", "seeds")) == 6
 
 
+def test_a_one_line_string_holding_triple_quotes_opens_no_multiline_string():
+    """image_root = "'''" (found by the wrong-type property test) hid every later key's line."""
+    for value in ('"\'\'\'"', "'\"\"\"'", '"""a"""', "'''b'''"):
+        text = f"[datasets]\nimage_root = {value}\nallow_absolute_paths = 1\n"
+        assert C.locate(text, ("datasets", "allow_absolute_paths")) == 3, value
+        with pytest.raises(C.ConfigError) as e:
+            C.parse(text, "b.toml")
+        assert e.value.line == 3, value
+
+
 def test_resolve_takes_relative_paths_from_the_config_folder():
     cfg = C.parse('store = "s.zarr"\nresults = "/abs/r"\n[datasets]\nnames = ["csv:data/x.csv"]\n'
                   '[datasets.roots]\nisic2019 = "isic"\n[report]\nout = "rep"\n')
