@@ -883,16 +883,11 @@ def predict(X, W, b, task: str) -> np.ndarray:
     X [n, F], W [..., F, K], b [..., K] (host or device) -> [..., n, K] on the host."""
     X, W, b = np.asarray(X, np.float32), np.asarray(W, np.float32), np.asarray(b, np.float32)
     lead, (F, K) = W.shape[:-2], W.shape[-2:]
-    F_pad, B = shape_bucket(F), padded.PROBE_BATCH
+    F_pad = shape_bucket(F)
     X = np.pad(X, ((0, 0), (0, F_pad - F)))
-    W, b = W.reshape((-1, F, K)), b.reshape((-1, K))
-    out = np.empty((W.shape[0], X.shape[0], K), np.float32)
-    for lo in range(0, W.shape[0], B):
-        Wb, bb = np.zeros((B, F_pad, K), np.float32), np.zeros((B, K), np.float32)
-        part = W[lo:lo + B]
-        Wb[:len(part), :F], bb[:len(part)] = part, b[lo:lo + B]
-        out[lo:lo + B] = np.asarray(_probabilities(X, Wb, bb, task))[:len(part)]
-    return out.reshape(lead + out.shape[1:])
+    out = padded.in_batches(lambda Wb, bb: _probabilities(X, Wb, bb, task), W.reshape((-1, F, K)),
+                            b.reshape((-1, K)), pad_to=((F_pad, K), (K,)))
+    return out.reshape(lead + (X.shape[0], K))
 
 
 def validation_loss(probs, T, known, task: str):

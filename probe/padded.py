@@ -43,19 +43,30 @@ def per_probe(fn, probs, T, known, task: str, counted=None) -> np.ndarray:
     """
     probs = np.asarray(probs, np.float32)
     lead, (n, K) = probs.shape[:-2], probs.shape[-2:]
-    flat = probs.reshape((-1, n, K))
     n_pad = shape_bucket(max(n, MIN_ROWS))
     Tp = np.zeros((n_pad, K), np.float32)
     kp = np.zeros((n_pad, K), np.float32)
     Tp[:n], kp[:n] = T, row_mask(known, counted)
-    outs = []
-    for lo in range(0, flat.shape[0], PROBE_BATCH):
-        batch = np.zeros((PROBE_BATCH, n_pad, K), np.float32)
-        part = flat[lo:lo + PROBE_BATCH]
-        batch[:len(part), :n] = part
-        outs.append(np.asarray(fn(batch, Tp, kp, task))[:len(part)])
-    out = np.concatenate(outs) if outs else np.zeros((0,), np.float32)
+    out = in_batches(lambda P: fn(P, Tp, kp, task), probs.reshape((-1, n, K)), pad_to=((n_pad, K),))
     return out.reshape(lead + out.shape[1:])
+
+
+def in_batches(fn, *arrays, pad_to=None) -> np.ndarray:
+    """fn over the probes of ``arrays`` (each [P, ...], float32), ``PROBE_BATCH`` at a time: each batch
+    zero-padded to PROBE_BATCH probes (and each array's trailing axes to its shape in ``pad_to``, a
+    shape per array, where given), so every call has one shape; fn's outputs [PROBE_BATCH, ...] for
+    the real probes, concatenated: [P, ...] on the host."""
+    P = arrays[0].shape[0]
+    outs = []
+    for lo in range(0, P, PROBE_BATCH):
+        batch = []
+        for i, a in enumerate(arrays):
+            part = a[lo:lo + PROBE_BATCH]
+            full = np.zeros((PROBE_BATCH,) + (a.shape[1:] if pad_to is None else pad_to[i]), np.float32)
+            full[(slice(0, len(part)),) + tuple(slice(0, m) for m in part.shape[1:])] = part
+            batch.append(full)
+        outs.append(np.asarray(fn(*batch))[:min(PROBE_BATCH, P - lo)])
+    return np.concatenate(outs) if outs else np.zeros((0,), np.float32)
 
 
 PREDICT_ROWS = 2048  # rows per call of a head's prediction (``chunked_rows``)
