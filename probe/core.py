@@ -311,7 +311,7 @@ SHARED_LOOP_BELOW = 1 << 20  # rows x features under which small fractions share
 
 
 def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4,
-        min_block_rows: int | None = None, precondition: bool = True, warm_start: bool = False,
+        min_block_rows: int | None = None, precondition: bool = True, warm_start: bool | str = "auto",
         devices=None, max_bytes: int | None = None, schedule: str = "auto", gap: float | None = DEFAULT_GAP,
         on_loop=None, buckets: bool = True) -> Fit:
     """Fit every probe at once.
@@ -333,7 +333,9 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     the L2 path from the strongest penalty to the weakest, each L2 value's probes (every
     seed and fraction at once) starting from the previous value's solution; without it,
     every probe starts from zero and all L2 values run side by side. Either way, each
-    probe runs to its own gradient tolerance.
+    probe runs to its own gradient tolerance. "auto" (the default) walks the path on small data
+    (``warm_path``), where a step's fixed work outweighs its products, and runs side by side
+    otherwise.
 
     ``devices`` (default: every device JAX sees) share the probes along the L2 axis, each
     running its own solver loop on its share (``jax.shard_map``); the grid is padded to a
@@ -348,6 +350,8 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     (``loop_count`` of them), so a caller can report progress per loop.
     """
     sizes, schedule = _checked(sizes, schedule, X.shape)
+    if warm_start == "auto":
+        warm_start = warm_path(X.shape, schedule, buckets and min_block_rows is None)
     devices = list(devices) if devices is not None else jax.devices()
     V, Xs = _rotated(X, precondition)
     # what passes between the compiled programs (orders, results) is handled on the host in numpy:
@@ -369,6 +373,20 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     out = jax.tree.map(lambda *a: np.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
     back = np.argsort(path)  # grid order, padding dropped
     return jax.tree.map(lambda a: jax.device_put(a[:, :, back], _placement(devices)), out)
+
+
+def warm_path(shape, schedule: str, buckets: bool = True) -> bool:
+    """Whether ``fit``'s "auto" walks the L2 path (``warm_start``): for the one-dense-block joint loops of
+    small data (under ``ONE_BLOCK_BELOW`` training values), the loops that shape buckets serve.
+
+    There a step's fixed work (the line search, the L-BFGS recursion, some hundred kernels) costs
+    more than its products, and the weakly regularised probes set the loop's length: started from
+    zero they take several times the steps of the strong ones. Started from the next stronger
+    penalty's solution they take far fewer, so the L2 values one after the other, each a loop over a
+    quarter of the probes, run in less time than all of them side by side. Large data keeps the side by
+    side loops, whose products dominate and whose one-fraction loops drop finished probes
+    (``_solve_compacted``)."""
+    return buckets and schedule == "joint" and shape[0] * shape[1] < ONE_BLOCK_BELOW
 
 
 def _rotated(X, precondition: bool):

@@ -51,7 +51,9 @@ def test_a_padded_fit_equals_the_unpadded_one(task):
     X, T, known, order = problem(0, 45, 13, 3, 2, task)
     sizes, l2 = (3, 9, 45), [1e-2, 1e-1]
     assert (core.shape_bucket(45), core.shape_bucket(13)) == (48, 16)
-    padded, plain = (fit(X, T, known, order, sizes, l2, task, buckets=b, tol=1e-6, gap=1e-6) for b in (True, False))
+    # both along the warm L2 path, which small data takes by default (``core.warm_path``; unpadded fits would not)
+    padded, plain = (fit(X, T, known, order, sizes, l2, task, buckets=b, tol=1e-6, gap=1e-6, warm_start=True)
+                     for b in (True, False))
     # 3-row probes at tol 1e-6 are at float32's resolution: one may stall, flagged, at its minimum, padded
     # or not (which one depends on the CPU's rounding); the objectives below are what holds the two fits
     # together there. Larger subsets must converge
@@ -91,3 +93,25 @@ def test_shape_buckets_grow_by_at_most_half():
         assert b >= v and (v <= 16 or b <= 1.5 * v)
     assert sorted(set(got)) == [b for b in sorted(set(got)) if b in {16 * 2**k for k in range(9)}
                                 or b in {24 * 2**k for k in range(8)}]
+
+
+def test_small_data_walks_the_l2_path_by_default():
+    """``warm_start="auto"`` walks the L2 path for the one-dense-block loops of small data only, and that is
+    the explicit warm path, bit for bit; it reaches the side-by-side fit's minima to the solver's tolerance."""
+    assert core.warm_path((630, 384), "joint") and core.warm_path((770, 54), "joint")
+    assert not core.warm_path((20_000, 768), "fraction")  # large data: side by side, one loop per fraction
+    assert not core.warm_path((630, 384), "joint", buckets=False)  # unbucketed loops keep side by side
+    assert not core.warm_path((4096, 512), "joint")  # joint, but past ONE_BLOCK_BELOW values
+    X, T, known, order = problem(1, 45, 13, 3, 2, "multiclass")
+    sizes, l2 = (9, 45), [1e-2, 1e-1]
+    auto, warm, cold = (fit(X, T, known, order, sizes, l2, "multiclass", **kw)
+                        for kw in ({}, {"warm_start": True}, {"warm_start": False}))
+    for a, b in zip(auto, warm):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.asarray(auto.converged).all() and np.asarray(cold.converged).all()
+    for s in range(2):
+        for j, m in enumerate(sizes):
+            for i, lam in enumerate(l2):
+                f = [objective64(X, T, known, order[s, :m], lam, np.asarray(o.W[s, j, i], np.float64),
+                                 np.asarray(o.b[s, j, i], np.float64), "multiclass") for o in (auto, cold)]
+                assert f[0] == pytest.approx(f[1], rel=2e-3), (s, m, lam)
