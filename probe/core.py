@@ -475,8 +475,8 @@ class _Loop(NamedTuple):
 
 
 def _bucketed(Xs, T, known, order, sizes, blocks) -> _Loop:
-    """The loop's data padded to a shape bucket (``shape_bucket``), so one compiled program serves
-    every problem of the same bucket, task, class count and grid.
+    """The loop's data padded to a shape bucket (rows: ``shape_bucket``; features: ``small_width``), so one
+    compiled program serves every problem of the same bucket, task, class count and grid.
 
     Padding is inert: the padded features are zero columns (their gradient is l2 W = 0 from
     W = 0, so their weights stay 0), the padded rows come after the last subset in every seed's
@@ -485,13 +485,29 @@ def _bucketed(Xs, T, known, order, sizes, blocks) -> _Loop:
     """
     N, F = Xs.shape
     n = sizes[-1]
-    n_pad, F_pad = shape_bucket(n), shape_bucket(F)
+    n_pad = shape_bucket(n)
+    F_pad = small_width(n_pad, F)
     pad = ((0, n_pad - n), (0, 0))
     Xs = np.pad(np.asarray(Xs), ((0, n_pad - n), (0, F_pad - F)))  # on the host: see ``fit``
     tail = np.broadcast_to(np.arange(N, N + n_pad - n, dtype=order.dtype), (order.shape[0], n_pad - n))
     order = np.concatenate([np.asarray(order)[:, :n], tail], axis=1)
     return _Loop(Xs, np.pad(np.asarray(T), pad), np.pad(np.asarray(known), pad), order, np.asarray(sizes, np.int32),
                  ((0, n_pad, 0),), np.int32(F))
+
+
+SMALL_WIDTH = 384  # the narrowest features a bucketed loop sees (``small_width``)
+
+
+def small_width(n_rows: int, F: int) -> int:
+    """The width F features of a bucketed loop of ``n_rows`` (padded) rows are padded to: at least
+    ``SMALL_WIDTH`` while the padded problem stays under ``ONE_BLOCK_BELOW`` values, else F's shape bucket.
+
+    So narrow encoders share one compiled program with each other and with 384-wide ones (crs demo's
+    54-, 192- and 334-367-wide features: two solver programs instead of six). Each costs 1-2 s to
+    compile, more than the zero columns cost to run where a loop holds under a million values and a
+    step's fixed work outweighs its products (``warm_path``)."""
+    wide = max(SMALL_WIDTH, shape_bucket(F))
+    return wide if n_rows * wide < ONE_BLOCK_BELOW else shape_bucket(F)
 
 
 def _one_dense_block(sizes, blocks, shape) -> bool:

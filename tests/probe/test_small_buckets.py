@@ -43,14 +43,15 @@ def objective64(X, T, known, rows, lam, W, b, task):
 
 @pytest.mark.parametrize("task", ["multiclass", "multilabel"])
 def test_a_padded_fit_equals_the_unpadded_one(task):
-    """Rows 45 -> 48 and features 13 -> 16 of padding; subsets of 3 rows (isotropic scale), 9 and all.
+    """Rows 45 -> 48 and features 13 -> 384 of padding (``small_width``); subsets of 3 rows (isotropic
+    scale), 9 and all.
 
     Solved tightly, so that what is left is rounding along the solver's path (at the default
     tolerance a 3-row, nearly separable probe may stop anywhere on its flat valley, padded or not).
     """
     X, T, known, order = problem(0, 45, 13, 3, 2, task)
     sizes, l2 = (3, 9, 45), [1e-2, 1e-1]
-    assert (core.shape_bucket(45), core.shape_bucket(13)) == (48, 16)
+    assert (core.shape_bucket(45), core.small_width(48, 13)) == (48, core.SMALL_WIDTH) == (48, 384)
     # both along the warm L2 path, which small data takes by default (``core.warm_path``; unpadded fits would not)
     padded, plain = (fit(X, T, known, order, sizes, l2, task, buckets=b, tol=1e-6, gap=1e-6, warm_start=True)
                      for b in (True, False))
@@ -74,7 +75,7 @@ def test_a_padded_fit_equals_the_unpadded_one(task):
 
 
 def test_problems_of_one_bucket_share_one_program():
-    """Two problems of other shapes that pad to the same bucket (48 x 16) compile one solver program."""
+    """Two problems of other shapes that pad to the same bucket (48 x 384) compile one solver program."""
     sizes_of = {40: (2, 8, 40), 47: (3, 10, 47)}
     before = set(core._PROGRAMS)
     for n, F in ((40, 12), (47, 15)):
@@ -84,6 +85,20 @@ def test_problems_of_one_bucket_share_one_program():
     used = [k for k in core._PROGRAMS if k[1] == "multiclass" and k[2] == 3 and k[3] == ((0, 48, 0),)]
     assert len(set(core._PROGRAMS) - before) <= 1 and len(used) == 1
     assert core._PROGRAMS[used[0]]._cache_size() == 1  # one shape, one compiled program
+
+
+def test_small_loops_pad_their_features_to_one_width():
+    """Narrow features of small loops pad to SMALL_WIDTH (one program for crs demo's 54- to 367-wide
+    encoders); wider ones, and loops whose padded problem reaches ONE_BLOCK_BELOW values, to their bucket."""
+    for F in (1, 13, 54, 192, 334, 367, 384):
+        assert core.small_width(768, F) == 384
+    assert core.small_width(768, 385) == core.shape_bucket(385) == 512
+    n = core.ONE_BLOCK_BELOW // 384  # 2730 rows x 384 = 1,048,320: under
+    assert core.small_width(n, 13) == 384 and core.small_width(n + 1, 13) == core.shape_bucket(13) == 16
+    for n in (16, 768, 1024, 4096, 20_000):
+        for F in (1, 17, 200, 768, 1000):
+            w = core.small_width(n, F)
+            assert w >= F and w in (core.shape_bucket(F), core.SMALL_WIDTH)
 
 
 def test_shape_buckets_grow_by_at_most_half():
