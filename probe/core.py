@@ -503,7 +503,7 @@ def small_width(n_rows: int, F: int) -> int:
     ``SMALL_WIDTH`` while the padded problem stays under ``ONE_BLOCK_BELOW`` values, else F's shape bucket.
 
     So narrow encoders share one compiled program with each other and with 384-wide ones (crs demo's
-    54-, 192- and 334-367-wide features: two solver programs instead of six). Each costs 1-2 s to
+    50- to 367-wide features: two solver programs instead of six). Each costs 1-2 s to
     compile, more than the zero columns cost to run where a loop holds under a million values and a
     step's fixed work outweighs its products (``warm_path``)."""
     wide = max(SMALL_WIDTH, shape_bucket(F))
