@@ -88,7 +88,7 @@ def test_problems_of_one_bucket_share_one_program():
 
 
 def test_small_loops_pad_their_features_to_one_width():
-    """Narrow features of small loops pad to SMALL_WIDTH (one program for crs demo's 54- to 367-wide
+    """Narrow features of small loops pad to SMALL_WIDTH (one program for crs demo's 50- to 367-wide
     encoders); wider ones, and loops whose padded problem reaches ONE_BLOCK_BELOW values, to their bucket."""
     for F in (1, 13, 54, 192, 334, 367, 384):
         assert core.small_width(768, F) == 384
