@@ -176,6 +176,28 @@ def test_object_lock_refuses_a_live_holder_and_takes_over_a_dead_one(s3):
         assert stale == "pid 1 on elsewhere"
 
 
+def test_reading_a_stored_object_is_one_request(s3, monkeypatch):
+    """Every read of a store object on S3 is one GET, with no HEAD before it (s3fs otherwise asks each
+    object's size first, doubling the round trips of every metadata and chunk read)."""
+    import s3fs.core
+
+    store = Store(url("reads"))
+    store.root.create_array("a", shape=(4,), dtype=np.int32, chunks=(2,))[:] = np.arange(4)
+    calls = []
+    original = s3fs.core.S3FileSystem._call_s3
+
+    async def counted(self, method, *args, **kwargs):
+        calls.append(getattr(method, "__name__", str(method)))
+        return await original(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", counted)
+    reader = Store(store.path, mode="r")
+    calls.clear()  # opening checks that the store exists (a HEAD request); the reads follow
+    assert reader._read_bytes("a/zarr.json")
+    np.testing.assert_array_equal(reader.root["a"][:], np.arange(4))  # metadata, then both chunks
+    assert "head_object" not in calls and calls.count("get_object") >= 4, calls
+
+
 # ------------------------------------------------------------------ kill -9 and resume on S3
 def _cli(store, *extra):
     return [sys.executable, "-m", "crs.cli", "extract", "-e", "demo-resnet", "-d", "demo_derm", "--size", "0.1",
@@ -189,7 +211,7 @@ def _done(store_url):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            group = zarr.open_group(store_url, mode="r", storage_options={"use_listings_cache": False})
+            group = zarr.open_group(store_url, mode="r", storage_options={"use_listings_cache": False, "max_concurrency": 1})
             group = group["datasets/demo_derm/embeddings/demo-resnet"]
             written = total = 0
             for _, g in group.groups():
