@@ -100,17 +100,15 @@ numbers are this machine's, so rerun before relying on them):
   17.8 s, warm 11.5 s (12.5 s in a fresh process on the filled cache), scikit-learn at its best
   18.5 s; the stage 21.4 s cold, 17.7 s on a filled cache; max test-AUROC difference against tight
   scikit-learn 0.0026 over the 1,260 probes, all converged, steps at most 132.
-* XLA:CPU's classic LLVM emitters for the solver loops and MLP programs (``crs.probe.xla_options``:
-  ``compiler_options={"xla_cpu_use_fusion_emitters": False}``), interleaved against XLA's default
-  fusion emitters (2 cores, 2026-12-03): ``--compile-only`` 18.1 / 19.6 s against 23.0 / 27.7 s
-  multiclass, 16.8 / 16.1 s against 21.9 / 24.1 s multi-label (lowering and compiling the five
-  multiclass loops alone: 22.5 CPU s against 32.8); ``--jax-only`` run 9.27 / 9.84 s against
-  8.72 / 8.63 s (6-14 % slower), same iterations (median 23, max 88); one MLP program (5 seeds x
-  4 weight decays, 70 x 384, hidden 128) compiled in 3.0-4.1 s against 5.0 s. The full multiclass
-  bench with it, the same run: ratio 32.2, ratio_best 7.71 (scikit-learn 320.8 s and 76.8 s,
-  ours 9.96 s + 17.0 s compile), test AUROC within 1.0e-3 of tight scikit-learn. The README's
-  test command: 676 s against 705 / 728 s in two runs before it and the store's one-request reads on S3
-  (CPU 1,242 s against 1,298 / 1,306).
+* tried and dropped: XLA:CPU's classic LLVM emitters for the solver loops and MLP programs
+  (``jax.jit(..., compiler_options={"xla_cpu_use_fusion_emitters": False})``), against XLA's default
+  fusion emitters (2 cores, 2026-12-03). Compiling gets cheaper: ``--compile-only`` 18.1 / 19.6 s
+  against 23.0 / 27.7 s multiclass, 16.8 / 16.1 s against 21.9 / 24.1 s multi-label (the five
+  multiclass loops: 22.5 CPU s against 32.8); one MLP program 3.0-4.1 s against 5.0 s; the README's
+  test command 676 s against 705 / 728 s. But the programs run slower: ``--jax-only`` 9.27 / 9.84 s
+  against 8.72 / 8.63 s (interleaved), and on the demo's nine pairs (``--small``, one after the
+  other) the engine warm 22.3 s against 12.9 s, cold 20.6 s against 21.7 s, the stage cold 24.9 s
+  against 25.4 s: no gain on a first run, and every run on a filled cache much slower.
 
 Small-data mode (``--small``): the grid of ``crs demo``'s nine (encoder, dataset) pairs
 (5 seeds x 7 fractions x 4 L2 values each; 630-770 training rows, 50-367 live features,

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from crs.probe import lbfgs, padded, xla_options
+from crs.probe import lbfgs, padded
 from crs.probe.lbfgs import dot as _dot
 from crs.probe.padded import shape_bucket
 
@@ -602,9 +602,8 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, compac
             return _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sz, blocks, warm_start, compact,
                              n_features)
 
-        options = xla_options.for_platform(devices[0].platform)
         if len(devices) == 1:
-            _PROGRAMS[key] = jax.jit(local, compiler_options=options)
+            _PROGRAMS[key] = jax.jit(local)
         else:
             from jax.sharding import Mesh, PartitionSpec as P
 
@@ -612,8 +611,7 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, compac
             spec = P(None, None, "probes")
             specs = (P(), P(), P(), P(), P(), P("probes"), P(), P(), P()) + ((P(), P()) if dynamic else ())
             _PROGRAMS[key] = jax.jit(jax.shard_map(
-                local, mesh=mesh, in_specs=specs, out_specs=Fit(spec, spec, spec, spec, spec), check_vma=False),
-                compiler_options=options)
+                local, mesh=mesh, in_specs=specs, out_specs=Fit(spec, spec, spec, spec, spec), check_vma=False))
     return _PROGRAMS[key]
 
 

@@ -43,8 +43,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from crs.probe import xla_options
-
 SEED_SALT = 0x6D6C70  # keys the initialisation: fold_in(key(SEED_SALT), seed)
 
 
@@ -162,17 +160,8 @@ def _fraction_impl(X, T, known, order, wd, params0, max_steps, tol, task, hidden
     return _train(params0, Xo, To, ko, wd, max_steps, tol, task, hidden, memory)
 
 
-_PROGRAMS: dict = {}
-
-
-def _fraction(*args):
-    """``_fraction_impl`` compiled for the data's device (``xla_options``); the step budget and tolerance are
-    traced, so changing them does not compile again."""
-    platform = next(iter(args[0].devices())).platform
-    if platform not in _PROGRAMS:
-        _PROGRAMS[platform] = jax.jit(_fraction_impl, static_argnums=(8, 9, 10),
-                                      compiler_options=xla_options.for_platform(platform))
-    return _PROGRAMS[platform](*args)
+# the step budget and tolerance are traced, so changing them does not compile again
+_fraction = jax.jit(_fraction_impl, static_argnums=(8, 9, 10))
 
 
 def fit(X, T, known, order, sizes, wd, seeds, *, task: str, hidden: int = 128,
