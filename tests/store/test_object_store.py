@@ -25,6 +25,7 @@ moto_server = pytest.importorskip("moto.server")
 from crs.cli import app  # noqa: E402
 from crs.extract.run import extract  # noqa: E402
 from crs.store import LockHeld, Store, StoreError, object_lock  # noqa: E402
+from crs.store.zarr_store import url_storage_options  # noqa: E402
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # one moto server for the module once
@@ -211,7 +212,7 @@ def _done(store_url):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            group = zarr.open_group(store_url, mode="r", storage_options={"use_listings_cache": False, "max_concurrency": 1})
+            group = zarr.open_group(store_url, mode="r", storage_options=url_storage_options(store_url))
             group = group["datasets/demo_derm/embeddings/demo-resnet"]
             written = total = 0
             for _, g in group.groups():
