@@ -280,9 +280,10 @@ def url_storage_options(path: str, storage_options: dict | None = None) -> dict:
     own = {"use_listings_cache": False}
     if path.split("://", 1)[0] in ("s3", "s3a"):
         # s3fs (2026.9 here) asks for an object's size (a HEAD request) before every whole-object read, to
-        # split reads larger than its block size (50 MiB) over several connections. A store's objects
-        # (metadata, chunks of a few MiB) are far smaller, so that HEAD only doubled the round trips of
-        # every read: crs extract on S3 made 1,197 HEAD requests for 633 reads of metadata
+        # split reads larger than its block size (50 MiB) over several connections. Nearly all of a store's
+        # objects (metadata, embedding chunks of a few MiB) are far smaller, so that HEAD only doubled the
+        # round trips of every read: crs extract on S3 made 1,197 HEAD requests for 633 reads of metadata.
+        # Only a prediction chunk (up to PREDICTION_CHUNK_BYTES, 64 MiB) can be larger; it is read in one stream
         own["max_concurrency"] = 1
     return {**own, **(storage_options or {})}
 
