@@ -67,11 +67,26 @@ numbers are this machine's, so rerun before relying on them):
   other under load 5-6, CPU seconds of the fits: main 31.3 / 31.8, rolled + priming 28.6,
   + results and padding in numpy between programs (each eager jnp operation compiled a
   program per shape) 24.5 / 24.6 / 24.7; warm 8.1 either way.
-* the compacted second loop of one-fraction loops (``core._solve_compacted``) costs about
+* the compacted second loop of one-fraction loops (``_solve_compacted``, since removed) cost about
   half of each such program's compiling (20,000 x 768 multiclass: 23 CPU s of compiling
-  with it, 11 without) and saves 15-20 % of the run (13.7 against 16.4 CPU s); running the
+  with it, 11 without) and saved 15-20 % of the run (13.7 against 16.4 CPU s); running the
   L2 grid's two halves one after the other through one program instead compiled in 15 s
   and ran in 16.2 (each half reads the rows again).
+* that trade again, for the compile goal of 15 s (2 cores, 2026-12-03, another day's load): the
+  one-fraction loops now run their L2 values in two halves, one ``lax.scan`` over one loop body
+  (``core._stages``), and the fraction schedule's shared loop multiplies its rows as one dense block.
+  ``--compile-only``: 20.2 / 22.2 s multiclass and 19.4 / 18.9 s multi-label with the compacted loops;
+  14.9 / 14.3 s and 14.2 / 15.7 s with the halves; 13.1 s and 13.6 s with the dense shared loop too
+  (its compiling 4.5-4.9 s -> 2.8 s). The run, per loop on the same machine, is noisy (the same code
+  7.9-8.4 s and 8.1-10.8 s in runs minutes apart): the halves cost about 5-10 % (the loop-by-loop
+  totals 7.5 / 7.6 / 8.4 / 7.9 s compacted, 8.1-9.2 s in halves), the dense shared loop about 0.5 s
+  more (1.7-2.0 s -> 2.3-2.6 s). Full multiclass bench, one run each: halves alone ratio 34.6,
+  ratio_best 8.39 (ours 8.42 s, scikit-learn 291.1 / 70.6 s); halves and the dense shared loop (the code
+  as it is) ratio 31.7, ratio_best 7.09 (ours 9.60 s, scikit-learn 304.6 / 68.1 s), the same agreement
+  (max test-AUROC difference 1.1e-3, 280/280 converged). Tried and dropped on the way: warm-starting the
+  weak half from the strong half's weakest solution (the 1e-4 probes of the 5,000-row loop took 100 steps
+  instead of 87 from zero) or from each probe's next stronger neighbour (85 steps): on this grid a
+  warm start does not shorten the slowest probe, so the halves start from zero.
 * the probe stage's few compiled shapes (``crs.probe.padded``; 180 programs -> 17 in a cold
   ``crs probe --all`` of the demo store: 6 solver loops, 3 metrics, 6 predictions, 2 validation
   losses) and small pairs two at a time (``crs.stages.steps.PAIR_WORKERS``), side by side on a

@@ -224,7 +224,7 @@ def loss_from_logits(Z, x, To, ko, sizes, blocks, l2, task):
 
 
 def _per_probe(l2):
-    """The L2 grid [L] as [1, 1, L], or already one value per probe [S, Fr, L] (a compacted batch)."""
+    """The L2 grid [L] as [1, 1, L], or already one value per probe [S, Fr, L]."""
     return l2[None, None, :] if l2.ndim == 1 else l2
 
 
@@ -384,8 +384,7 @@ def warm_path(shape, schedule: str, buckets: bool = True) -> bool:
     zero they take several times the steps of the strong ones. Started from the next stronger
     penalty's solution they take far fewer, so the L2 values one after the other, each a loop over a
     quarter of the probes, run in less time than all of them side by side. Large data keeps the side by
-    side loops, whose products dominate and whose one-fraction loops drop finished probes
-    (``_solve_compacted``)."""
+    side loops, whose products dominate (its one-fraction loops in two halves, ``_stages``)."""
     return buckets and schedule == "joint" and shape[0] * shape[1] < ONE_BLOCK_BELOW
 
 
@@ -446,9 +445,10 @@ def solver_loops(sizes, n: int, F: int, schedule: str, min_block_rows: int | Non
     their products cost little next to a step's fixed work, and each loop is one more
     program to compile (sharing trades a little run time, as the shared subsets no
     longer stop one by one, for much less compile time). A joint loop on fewer than
-    ``ONE_BLOCK_BELOW`` training values multiplies all rows as one dense block (unless
-    ``min_block_rows`` says otherwise): each block is more code to compile, and on such data
-    compiling costs more than the products the blocks save.
+    ``ONE_BLOCK_BELOW`` training values, and the shared loop under that many rows x features,
+    multiply all their rows as one dense block (unless ``min_block_rows`` says otherwise): each
+    block is more code to compile, and on such data compiling costs more than the products the
+    blocks save (the shared loop of 20,000 x 768: 2.8 s to compile instead of 4.5, 0.5 s more to run).
     """
     sizes = tuple(sizes)
     if schedule == "joint":
@@ -458,6 +458,8 @@ def solver_loops(sizes, n: int, F: int, schedule: str, min_block_rows: int | Non
     small = tuple(m for m in sizes if m * F < SHARED_LOOP_BELOW and m < n)
     if len(small) < 2:
         small = ()
+    if small and min_block_rows is None and small[-1] * F < ONE_BLOCK_BELOW:
+        min_block_rows = small[-1]  # the shared loop's rows as one dense block, as a small joint loop's
     loops = [(small, plan_blocks(small, min_block_rows))] if small else []
     return loops + [((m,), ((0, m, 0),)) for m in sizes[len(small):]]
 
@@ -537,9 +539,9 @@ def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_
     n, Fr = lp.blocks[-1][1], len(sizes)
     per_seed = working_set_bytes(n, lp.Xs.shape[1], T.shape[1], 1, sizes, lp.blocks, L_local)
     group = int(max(1, min(S, (budget - lp.Xs.size * lp.Xs.dtype.itemsize * 2) // max(per_seed, 1))))
-    # one fraction per loop: compact its L2 axis as probes finish (the joint loop stays one small program)
+    # one fraction per loop: its L2 values in two halves, one after the other (``_stages``)
     run = _sharded(devices, task, Fr if bucket else sizes, lp.blocks, bool(warm_start), precondition,
-                   compact=Fr == 1)
+                   halves=Fr == 1)
     dims = (lp.sizes, lp.n_features) if bucket else ()
     parts = []
     for lo in range(0, S, group):
@@ -590,16 +592,16 @@ def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int, m: 
     return itemsize * (2 * S * n * F + 6 * logits + history)
 
 
-def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, compact=False):
+def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, halves=False):
     """The compiled solver loop: ``sizes`` static (a tuple), or the number of fractions (an int),
     where the sizes and the feature count come as arguments (``_bucketed``)."""
-    key = (tuple(devices), task, sizes, blocks, warm_start, precondition, compact)
+    key = (tuple(devices), task, sizes, blocks, warm_start, precondition, halves)
     if key not in _PROGRAMS:
         dynamic = isinstance(sizes, int)
 
         def local(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, *dims):
             sz, n_features = dims if dynamic else (sizes, None)
-            return _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sz, blocks, warm_start, compact,
+            return _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sz, blocks, warm_start, halves,
                              n_features)
 
         if len(devices) == 1:
@@ -703,8 +705,7 @@ def preconditioner(m2, l2, task, K, sizes=None, n_features=None):
     return jnp.concatenate([sw, sb], axis=-1)
 
 
-def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, precondition, gap=None,
-           compact=False):
+def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, precondition, gap=None):
     """Probes [S, Fr, L] from x0 (their own parameters); returns x and the solver's report.
 
     Solved in u, x = scale * u (``preconditioner``). The tolerance applies to the
@@ -719,26 +720,17 @@ def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, p
     nearly separable: their objectives are so flat that a small gradient still leaves
     them far from the minimum. ``gap`` is a scalar or broadcasts to [S, Fr, L]
     (``fraction_gap``: one value per fraction).
-
-    ``compact`` halves the batch along L once at most half of every (seed, fraction)'s
-    probes are still going (``_solve_compacted``).
     """
     FK = Xo.shape[-1] * To.shape[-1]
     S_, J, L = x0.shape[:3]
     lam = jnp.broadcast_to(_per_probe(l2), (S_, J, L))
     search = lbfgs.Backtracking(lbfgs.unit_step if precondition else lbfgs.unit_length_step)
 
-    def problem(sc, lm, shape):  # the objective and stopping rule of probes with scaling sc and L2 lm
-        obj = _objective(sc, lm, Xo, XoT, To, ko, sizes, blocks, task, shape)
-        return obj, _stopping_rule(tol, gap, sc, lm, FK)
-
-    if not compact or L // 2 < 1:
-        obj, rule = problem(scale, lam, x0.shape)
-        u0 = x0 / scale
-        state = lbfgs.run(obj, rule, search, lbfgs.start(obj, rule, u0), lbfgs.within(max_iter))
-        u, converged, used, gmax = lbfgs.report(rule, state)
-        return scale * u, converged, used, gmax
-    return _solve_compacted(problem, search, scale, lam, x0, max_iter)
+    obj = _objective(scale, lam, Xo, XoT, To, ko, sizes, blocks, task, x0.shape)
+    rule = _stopping_rule(tol, gap, scale, lam, FK)
+    state = lbfgs.run(obj, rule, search, lbfgs.start(obj, rule, x0 / scale), lbfgs.within(max_iter))
+    u, converged, used, gmax = lbfgs.report(rule, state)
+    return scale * u, converged, used, gmax
 
 
 def _objective(scale, lam, Xo, XoT, To, ko, sizes, blocks, task, shape) -> lbfgs.Objective:
@@ -764,45 +756,6 @@ def _stopping_rule(tol, gap, scale, lam, FK):
         return _dot(g_w, g_w) <= 2.0 * lam * gap * jnp.abs(f)
 
     return lbfgs.with_bound(rule, close_enough)
-
-
-def _solve_compacted(problem, search, scale, lam, x0, max_iter):
-    """``_solve`` in two loops: the second goes on with half the L columns.
-
-    Once at most half of every (seed, fraction)'s probes are still going, the slow ones
-    (usually the weakest penalties) are gathered into a batch of half the columns, so the
-    finished ones stop costing products; each column's result is then taken from the
-    loop that finished it.
-    """
-    half = x0.shape[2] // 2
-    obj, rule = problem(scale, lam, x0.shape)
-    state = lbfgs.run(obj, rule, search, lbfgs.start(obj, rule, x0 / scale), lbfgs.while_more_than(max_iter, half))
-    u, converged, used, gmax = lbfgs.report(rule, state)
-    cols = jnp.argsort(~state.active, axis=-1, stable=True)[..., :half]  # [S, J, half]: the active first
-    start = state._replace(x=_columns(state.x, cols), f=_columns(state.f, cols), g=_columns(state.g, cols),
-                           S=_columns(state.S, cols, 1), Y=_columns(state.Y, cols, 1),
-                           rho=_columns(state.rho, cols, 1), gmax=_columns(state.gmax, cols),
-                           active=_columns(state.active, cols), used=_columns(state.used, cols))
-    obj2, rule2 = problem(_columns(scale, cols), _columns(lam, cols), start.x.shape)
-    second = lbfgs.run(obj2, rule2, search, lbfgs.resume(obj2, start), lbfgs.within(max_iter))
-    u2, converged2, used2, gmax2 = lbfgs.report(rule2, second)
-    onehot = cols[..., :, None] == jnp.arange(x0.shape[2])  # [S, J, half, L]
-    picked, where = onehot.any(-2), jnp.argmax(onehot, axis=-2)  # [S, J, L]
-
-    def back(a2, a1):  # the compacted loop's values at their columns, the first loop's elsewhere
-        idx = where.reshape(where.shape + (1,) * (a1.ndim - 3))
-        got = jnp.take_along_axis(a2, jnp.broadcast_to(idx, a1.shape), axis=2)
-        return jnp.where(picked.reshape(idx.shape), got, a1)
-
-    return (scale * back(u2, u), back(converged2, converged), back(used2, used), back(gmax2, gmax))
-
-
-def _columns(a, cols, lead=0):
-    """a [lead axes..., S, J, L, trailing...] -> the columns ``cols`` [S, J, half] of its L axis."""
-    half = cols.shape[-1]
-    idx = cols.reshape((1,) * lead + cols.shape + (1,) * (a.ndim - lead - 3))
-    return jnp.take_along_axis(a, jnp.broadcast_to(idx, a.shape[:lead + 2] + (half,) + a.shape[lead + 3:]),
-                               axis=lead + 2)
 
 
 def _prepare_impl(Xs, T, known, order, sizes, blocks, precondition):
@@ -869,7 +822,7 @@ def fraction_gap(gap, sizes, F):
 TINY_GAP_SHARE = 0.1  # ``fraction_gap``
 
 
-def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, warm_start, compact=False,
+def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, warm_start, halves=False,
               n_features=None):
     F, K = Xo.shape[2], To.shape[2]
     S, L, d = Xo.shape[0], l2.shape[0], F * K + K
@@ -882,23 +835,40 @@ def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, 
             return preconditioner(m2, l2v, task, K, sizes, n_features)
         return jnp.ones((S, Fr, l2v.shape[0], d), Xo.dtype)
 
-    if warm_start:
+    stages = _stages(L, warm_start, halves)
+    if stages > 1:
         path = jnp.argsort(-l2)  # strongest penalty first
+        width = L // stages
 
-        def stage(x_prev, l2v):
-            out = _solve(x_prev, scale_for(l2v[None]), Xo, XoT, To, ko, sizes, blocks, l2v[None], task, max_iter,
-                         tol, precondition, gap)
+        def stage(x_prev, l2v):  # on the warm path each probe starts from the last stage's; else from zero
+            x0 = x_prev if warm_start else jnp.zeros_like(x_prev)
+            out = _solve(x0, scale_for(l2v), Xo, XoT, To, ko, sizes, blocks, l2v, task, max_iter, tol,
+                         precondition, gap)
             return out[0], out
 
-        _, (x, converged, used, gmax) = jax.lax.scan(stage, jnp.zeros((S, Fr, 1, d), Xo.dtype), l2[path])
-        back = jnp.argsort(path)  # [L, S, Fr, 1, ...] in path order -> [S, Fr, L, ...] in grid order
-        x, converged, used, gmax = (jnp.moveaxis(a[back, ..., 0, :] if a.ndim == 5 else a[back, ..., 0], 0, 2)
-                                    for a in (x, converged, used, gmax))
+        _, out = jax.lax.scan(stage, jnp.zeros((S, Fr, width, d), Xo.dtype), l2[path].reshape(stages, width))
+        back = jnp.argsort(path)  # [stages, S, Fr, width, ...] in path order -> [S, Fr, L, ...] in grid order
+        x, converged, used, gmax = (jnp.moveaxis(a, 0, 2).reshape((S, Fr, L) + a.shape[4:])[:, :, back]
+                                    for a in out)
     else:
         x, converged, used, gmax = _solve(jnp.zeros((S, Fr, L, d), Xo.dtype), scale_for(l2), Xo, XoT, To,
-                                          ko, sizes, blocks, l2, task, max_iter, tol, precondition, gap, compact)
+                                          ko, sizes, blocks, l2, task, max_iter, tol, precondition, gap)
     W, b = _split(x, F, K)
     return Fit(W, b, converged, used, gmax)
+
+
+def _stages(L: int, warm_start: bool, halves: bool) -> int:
+    """How many solver loops, one after the other, a program runs its L values in (one compiled loop body).
+
+    The warm path (``warm_path``): one value per stage, each from the last one's solution. ``halves``
+    (the one-fraction loops of the "fraction" schedule, for an even L): two stages of L / 2, each
+    from zero. The weakly regularised probes set a loop's length; in the strong half the loop stops
+    far sooner. It used to drop finished probes instead (a second loop over the slow half, gathered
+    once half of them had stopped), which ran 5-10 % faster but put two loop bodies in each program:
+    compiling 20,000 x 768 took 20-22 s instead of 14-15 (``benchmarks/probe_bench.py``)."""
+    if warm_start:
+        return L
+    return 2 if halves and L % 2 == 0 else 1
 
 
 def probabilities(X, W, b, task: str):

@@ -88,9 +88,10 @@ def test_a_loop_per_fraction_reaches_the_joint_loops_minima(task, shared_below, 
         X = (T @ rng.normal(size=(K, F)) + rng.normal(size=(n, F))).astype(np.float32)
         known = (rng.random((n, K)) > 0.1).astype(np.float32)
     order = np.stack([rng.permutation(n) for _ in range(3)])
-    sizes, l2 = (30, 120, n), [1e-3, 1e-1]
+    # out of order, so that the one-fraction loops' two halves (``core._stages``) must put each result back
+    sizes, l2 = (30, 120, n), [1e-1, 1e-3, 3e-2, 1e-2]
     fits = {s: fit_all(X, T, order, sizes, l2, task, known=known, schedule=s) for s in ("joint", "fraction")}
-    assert fits["fraction"].W.shape == fits["joint"].W.shape == (3, 3, 2, F, K)
+    assert fits["fraction"].W.shape == fits["joint"].W.shape == (3, 3, 4, F, K)
     assert np.asarray(fits["fraction"].converged).all()
     for schedule, fit in fits.items():
         W = np.asarray(fit.W)  # [S, Fr, L, F, K]
@@ -112,7 +113,8 @@ def test_solver_loops_share_one_loop_among_the_small_fractions_only():
     sizes = (200, 400, 1000, 2000, 5000, 10_000, n)
     loops = core.solver_loops(sizes, n, F, "fraction")
     assert [g for g, _ in loops] == [(200, 400, 1000), (2000,), (5000,), (10_000,), (n,)]
-    assert loops[0][1] == core.plan_blocks((200, 400, 1000))
+    assert loops[0][1] == ((0, 1000, 0),)  # 1,000 x 768 < ONE_BLOCK_BELOW: one dense block, the smaller program
+    assert core.solver_loops(sizes, n, F, "fraction", 1)[0][1] == core.plan_blocks((200, 400, 1000), 1)
     assert all(blocks == ((0, g[0], 0),) for g, blocks in loops[1:])
     assert core.solver_loops(sizes, n, F, "joint") == [(sizes, core.plan_blocks(sizes))]
     small = (7, 13, 32, 63, 158, 315, 630)  # small data: one dense block (a smaller program to compile)
