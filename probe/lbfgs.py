@@ -17,7 +17,7 @@ others go on. The variants are explicit arguments:
 * ``Backtracking``: the Armijo line search and its first trial step (``unit_step`` for a
   preconditioned problem, where -g is close to the Newton step; ``unit_length_step``
   otherwise);
-* the loop condition: a function of the ``State`` (``within``, ``while_more_than``), so a
+* the loop condition: a function of the ``State`` (``within``, or a caller's own), so a
   caller can stop a loop early and ``resume`` it from the state it returned.
 
 Compiling costs more than solving on small problems, and XLA's time goes into each fused
@@ -133,12 +133,6 @@ class Backtracking(NamedTuple):
 def within(max_iter) -> Callable:
     """Go on while some problem is active, for at most ``max_iter`` steps in all."""
     return lambda s: (s.it < max_iter) & s.active.any()
-
-
-def while_more_than(max_iter, count: int) -> Callable:
-    """``within(max_iter)``, and only while some row of the last batch axis has more than ``count`` active."""
-    go = within(max_iter)
-    return lambda s: go(s) & (s.active.sum(-1).max() > count)
 
 
 # ------------------------------------------------------------------ solver
