@@ -452,16 +452,20 @@ def solver_loops(sizes, n: int, F: int, schedule: str, min_block_rows: int | Non
     """
     sizes = tuple(sizes)
     if schedule == "joint":
-        if min_block_rows is None and n * F < ONE_BLOCK_BELOW:
-            min_block_rows = n  # one dense block: a far smaller program, for a little more run time
-        return [(sizes, plan_blocks(sizes, min_block_rows))]
+        return [(sizes, _small_dense(sizes, n, F, min_block_rows))]
     small = tuple(m for m in sizes if m * F < SHARED_LOOP_BELOW and m < n)
     if len(small) < 2:
         small = ()
-    if small and min_block_rows is None and small[-1] * F < ONE_BLOCK_BELOW:
-        min_block_rows = small[-1]  # the shared loop's rows as one dense block, as a small joint loop's
-    loops = [(small, plan_blocks(small, min_block_rows))] if small else []
+    loops = [(small, _small_dense(small, small[-1], F, min_block_rows))] if small else []
     return loops + [((m,), ((0, m, 0),)) for m in sizes[len(small):]]
+
+
+def _small_dense(sizes, rows: int, F: int, min_block_rows: int | None):
+    """``plan_blocks`` for a loop over ``rows`` rows: one dense block under ``ONE_BLOCK_BELOW`` rows x features
+    (a far smaller program, for a little more run time), unless ``min_block_rows`` is given."""
+    if min_block_rows is None and rows * F < ONE_BLOCK_BELOW:
+        min_block_rows = rows
+    return plan_blocks(sizes, min_block_rows)
 
 
 class _Loop(NamedTuple):
