@@ -179,10 +179,10 @@ def partial_files(path):
 def test_a_kill_at_any_commit_keeps_the_failures_table_of_an_uninterrupted_run(tmp_path):
     import os
     import signal
-    import subprocess
-    import sys
 
     from crs.extract import datasets
+
+    import forkrun  # tests/forkrun.py
 
     (tmp_path / "img").mkdir()
     table = csv_with_broken_images(tmp_path / "img")
@@ -197,15 +197,14 @@ def test_a_kill_at_any_commit_keeps_the_failures_table_of_an_uninterrupted_run(t
     # by the second process): the first unit's failures again, its 8 chunks left, the second unit's
     # failures and its clean chunk
     for k in (1, 10):
-        p = subprocess.run([sys.executable, "-c", KILL_RUN, str(table), str(killed)], timeout=300,
-                           env={**env, "CRS_TEST_KILL_AFTER_COMMITS": str(k)})
+        p = forkrun.run(["-c", KILL_RUN, table, killed], timeout=300, env={**env, "CRS_TEST_KILL_AFTER_COMMITS": str(k)})
         assert p.returncode == -signal.SIGKILL, k
         assert len(Store(str(killed), mode="r").failures("data")["image_id"]) >= 1
     # a half-written chunk file, as a kill inside Zarr's write leaves it: removed by the next run
     stray = killed / "datasets" / "data" / "embeddings" / "demo-stats" / "clean" / "x" / "c" / "0" / "0.0123.partial"
     stray.parent.mkdir(parents=True, exist_ok=True)
     stray.write_bytes(b"half")
-    subprocess.run([sys.executable, "-c", KILL_RUN, str(table), str(killed)], timeout=300, env=env, check=True)
+    forkrun.run(["-c", KILL_RUN, table, killed], timeout=300, env=env, check=True)
     got = store_contents(killed)
     assert got.keys() == expected.keys()
     for key in expected:

@@ -20,6 +20,8 @@ from crs.extract.run import extract
 from crs.extract.units import Embedder, Unit, embed_unit
 from crs.store import LockHeld, Store, hold_lock
 
+import forkrun  # tests/forkrun.py
+
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # one uninterrupted reference extraction for the module once
 pytestmark = pytest.mark.slow
@@ -55,7 +57,8 @@ def done_flags(path, encoder="demo-resnet"):
 
 
 def cli(store, *extra, encoder="demo-resnet", size=SIZE):
-    return [sys.executable, "-m", "crs.cli", "extract", "-e", encoder, "-d", "demo_derm", "--size", size,
+    """``python ARGS`` of a CLI extraction, for tests/forkrun.py (a process of its own, forked warm)."""
+    return ["-m", "crs.cli", "extract", "-e", encoder, "-d", "demo_derm", "--size", size,
             "--store", str(store), "--chunk", "16", "--severities", "2", "--quiet", *extra]
 
 
@@ -137,7 +140,7 @@ def uninterrupted(tmp_path_factory):
 def _start_and_kill_at(path, fraction, sig=signal.SIGKILL):
     """Start an extraction and send ``sig`` once at least ``fraction`` of the chunks are written."""
     before, _ = done_flags(path)
-    proc = subprocess.Popen(cli(path), env=ENV)
+    proc = forkrun.start(cli(path), env=ENV)
     deadline = time.time() + 300
     written, total = 0, None
     while time.time() < deadline and proc.poll() is None:
@@ -159,7 +162,7 @@ def test_resume_after_kill_9_at_several_points_equals_an_uninterrupted_run(tmp_p
         assert 0 < written < total, (fraction, written, total)
         s = Store(str(killed), mode="r")  # a reader refuses the interrupted store
         assert [c for d, e, c, ok in s.embeddings("demo_derm") if not ok]
-    resumed = subprocess.run(cli(killed, "--json"), check=True, env=ENV, capture_output=True, text=True, timeout=600)
+    resumed = forkrun.run(cli(killed, "--json"), env=ENV, timeout=600, check=True)
     run = json.loads(resumed.stdout)["runs"][0]
     # no complete chunk is computed again: exactly the missing ones are written
     assert run["complete"] and run["chunks_skipped"] == written and run["chunks_written"] == total - written
@@ -177,7 +180,7 @@ def test_resume_after_ctrl_c_and_sigterm_leaves_no_partial_files(tmp_path, unint
     assert _start_and_kill_at(killed, 0.6, signal.SIGTERM) in (143, -signal.SIGTERM)
     written, total = done_flags(killed)
     assert 0 < written < total
-    subprocess.run(cli(killed), check=True, env=ENV, timeout=600)
+    forkrun.run(cli(killed), env=ENV, timeout=600, check=True)
     b = arrays(killed)
     assert b.keys() == uninterrupted.keys()
     for key in uninterrupted:
@@ -227,7 +230,7 @@ def test_a_rerun_repairs_exactly_a_damaged_chunk(tmp_path):
 # ------------------------------------------------------------------ locks
 def test_a_second_run_on_the_same_pair_refuses_naming_the_holder(tmp_path):
     path = tmp_path / "s.zarr"
-    proc = subprocess.Popen(cli(path), env=ENV)
+    proc = forkrun.start(cli(path), env=ENV)
     try:
         lock = path / ".crs-locks"
         deadline = time.time() + 120
@@ -258,7 +261,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path):
 
 def test_two_encoders_write_into_one_store_at_the_same_time(tmp_path):
     shared = tmp_path / "shared.zarr"
-    procs = [subprocess.Popen(cli(shared, encoder=e, size="0.1"), env=ENV) for e in ("demo-vit", "demo-stats")]
+    procs = [forkrun.start(cli(shared, encoder=e, size="0.1"), env=ENV) for e in ("demo-vit", "demo-stats")]
     assert [p.wait(timeout=600) for p in procs] == [0, 0]
     for e in ("demo-vit", "demo-stats"):  # each alone, in this process (the same extraction as the CLI's)
         alone = tmp_path / f"{e}.zarr"

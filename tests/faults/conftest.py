@@ -15,8 +15,9 @@ bootstrap 5, and the report), copied per case with shutil.copytree; references f
 (L2 0.01 instead of 1: ``probe_ref``) and score (bootstrap 7: ``score_ref``); a ``csv:`` dataset of 24
 tiny PNGs with one broken image (``csv_baseline``, extracted with --no-perturb). Kill points are
 "after the command wrote K files" (polled mtimes, no sleeps). Killed and concurrent commands run
-as subprocesses (``crs``/``start``: ``sys.executable -m crs.cli``, HF_HUB_OFFLINE=1, PYTHONPATH
-inherited); the other commands run in this process through typer's CliRunner (``crs_here``) to
+as processes of their own (``crs``/``start``: ``python -m crs.cli``, HF_HUB_OFFLINE=1, PYTHONPATH
+inherited, forked from tests/forkrun.py's warm server, which saves ~7 s of imports per command;
+CRS_TESTS_EXEC=1 starts fresh interpreters instead); the other commands run in this process through typer's CliRunner (``crs_here``) to
 save ~2 s of imports and ~4 s of probe compilation per call; CRS_FAULTS_SUBPROCESS=1 runs those
 in subprocesses too. A refusal's repair is each backquoted `crs ...` command of its message, run
 in order with the case's own options for that stage replaced by those the message gives (so a

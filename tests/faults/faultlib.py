@@ -1,8 +1,9 @@
 """Shared pieces of the fault-injection suite (the rule and the case table: conftest.py).
 
-* ``crs(*args)``: ``python -m crs.cli ARGS`` in a subprocess (HF_HUB_OFFLINE=1, PYTHONPATH inherited),
-  returning ``Ran(rc, stdout, stderr)``; ``start(*args)`` is the same as a ``Popen`` for the kill and
-  two-writer cases. ``crs_here(*args)`` runs the same command inside this process (typer's CliRunner):
+* ``crs(*args)``: ``python -m crs.cli ARGS`` in a process of its own (HF_HUB_OFFLINE=1, PYTHONPATH
+  inherited; forked from the warm server of tests/forkrun.py, or a fresh interpreter with
+  CRS_TESTS_EXEC=1), returning ``Ran(rc, stdout, stderr)``; ``start(*args)`` is the same as a
+  ``Popen``-like handle for the kill and two-writer cases. ``crs_here(*args)`` runs the same command inside this process (typer's CliRunner):
   the store-damage cases use it because a subprocess pays ~2 s of imports and ~4 s of probe compilation
   per call; set ``CRS_FAULTS_SUBPROCESS=1`` to run those in subprocesses too.
 * ``baseline``: one small uninterrupted run (2 demo encoders x demo_derm at size 0.1, one severity, one seed,
@@ -23,7 +24,6 @@ import re
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,8 +33,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "golden"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 import fingerprint as fp  # noqa: E402
+import forkrun  # noqa: E402
 
 ENCODERS = ("demo-stats", "demo-resnet")
 DATASET = "demo_derm"
@@ -93,19 +95,18 @@ def cli_env() -> dict:
 
 
 def crs(*args, cwd=None, timeout: float = 300) -> Ran:
-    """``python -m crs.cli ARGS`` in a subprocess; its exit status and output."""
-    p = subprocess.run([sys.executable, "-m", "crs.cli", *map(str, args)], cwd=cwd, env=cli_env(),
-                       capture_output=True, text=True, timeout=timeout)
+    """``python -m crs.cli ARGS`` in a process of its own (tests/forkrun.py); its exit status and output."""
+    p = forkrun.run(["-m", "crs.cli", *args], env=cli_env(), cwd=cwd, timeout=timeout)
     return Ran(p.returncode, p.stdout, p.stderr)
 
 
-def start(*args, cwd=None) -> subprocess.Popen:
-    """``python -m crs.cli ARGS`` started in its own process group, for the kill and two-writer cases."""
-    return subprocess.Popen([sys.executable, "-m", "crs.cli", *map(str, args)], cwd=cwd, env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def start(*args, cwd=None):
+    """``python -m crs.cli ARGS`` started in a process and session of its own (forked from tests/forkrun.py's
+    warm server, or a fresh interpreter), for the kill and two-writer cases: a ``Popen``-like handle."""
+    return forkrun.start(["-m", "crs.cli", *args], env=cli_env(), cwd=cwd)
 
 
-def finish(p: subprocess.Popen, timeout: float = 300) -> Ran:
+def finish(p, timeout: float = 300) -> Ran:
     out, err = p.communicate(timeout=timeout)
     return Ran(p.returncode, out, err)
 
@@ -126,7 +127,7 @@ def crs_here(*args) -> Ran:
     return Ran(r.exit_code, stdout, stderr)
 
 
-def wait_for(predicate, p: subprocess.Popen, timeout: float = 120, poll: float = 0.01) -> bool:
+def wait_for(predicate, p, timeout: float = 120, poll: float = 0.01) -> bool:
     """Poll ``predicate()`` until it holds (True) or ``p`` ended or the time is up (False)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -138,7 +139,7 @@ def wait_for(predicate, p: subprocess.Popen, timeout: float = 120, poll: float =
     return False
 
 
-def kill(p: subprocess.Popen, sig: int) -> None:
+def kill(p, sig: int) -> None:
     if p.poll() is None:
         try:
             os.kill(p.pid, sig)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
+
+import forkrun  # tests/forkrun.py
 
 SCRIPT = """
 import numpy as np
@@ -26,8 +27,9 @@ print("values ok")
 
 
 def _run(cache_dir) -> subprocess.CompletedProcess:
+    """SCRIPT in a process of its own (tests/forkrun.py: forked from a server that has not imported numba)."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
-    return subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    return forkrun.run(["-c", SCRIPT], env=env, timeout=300)
 
 
 def test_a_damaged_kernel_cache_gives_the_right_values_a_warning_and_is_rewritten(tmp_path):

@@ -11,8 +11,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import polars as pl
 import pytest
@@ -23,6 +21,8 @@ from crs.errors import UserError
 from crs.records import records_dir
 from crs.scoring import report, scoreset
 from crs.scoring.run import score
+
+import forkrun  # tests/forkrun.py
 
 OLD_B, NEW_B = 5, 7  # bootstrap sizes that tell the old set from the new one
 
@@ -39,9 +39,8 @@ def _score_cli(results, bootstrap, kill_at=None):
     env.pop(scoreset.KILL_ENV, None)
     if kill_at:
         env[scoreset.KILL_ENV] = kill_at
-    return subprocess.run([sys.executable, "-m", "crs.cli", "score", "--results", str(results), "--bootstrap",
-                           str(bootstrap), "--reference", "median", "--quiet"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return forkrun.run(["-m", "crs.cli", "score", "--results", results, "--bootstrap", bootstrap, "--reference",
+                        "median", "--quiet"], env=env, timeout=120)
 
 
 def _leftovers(results):

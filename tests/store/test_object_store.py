@@ -27,6 +27,8 @@ from crs.extract.run import extract  # noqa: E402
 from crs.store import LockHeld, Store, StoreError, object_lock  # noqa: E402
 from crs.store.zarr_store import url_storage_options  # noqa: E402
 
+import forkrun  # noqa: E402  (tests/forkrun.py)
+
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # one moto server for the module once
 pytestmark = pytest.mark.slow
@@ -201,7 +203,8 @@ def test_reading_a_stored_object_is_one_request(s3, monkeypatch):
 
 # ------------------------------------------------------------------ kill -9 and resume on S3
 def _cli(store, *extra):
-    return [sys.executable, "-m", "crs.cli", "extract", "-e", "demo-resnet", "-d", "demo_derm", "--size", "0.1",
+    """``python ARGS`` of a CLI extraction, for tests/forkrun.py (a process of its own, forked warm)."""
+    return ["-m", "crs.cli", "extract", "-e", "demo-resnet", "-d", "demo_derm", "--size", "0.1",
             "--store", str(store), "--chunk", "16", "--severities", "2", "--quiet", *extra]
 
 
@@ -232,7 +235,7 @@ def test_an_extract_killed_on_s3_resumes_to_the_uninterrupted_arrays(s3, tmp_pat
     # chunk, so on a fast machine the run can finish between a read and the kill: then try a new bucket
     for attempt in range(3):
         bucket = url(f"killed{attempt}")
-        proc = subprocess.Popen(_cli(bucket), env=env)
+        proc = forkrun.start(_cli(bucket), env=env)
         deadline, written, total = time.time() + 300, 0, None
         while time.time() < deadline and proc.poll() is None:
             written, total = _done(bucket)
@@ -247,8 +250,7 @@ def test_an_extract_killed_on_s3_resumes_to_the_uninterrupted_arrays(s3, tmp_pat
         if written < total:
             break
     assert total and 0 < written < total, "three runs finished before they could be killed; make the run longer"
-    resumed = subprocess.run(_cli(bucket, "--json"), check=True, env=env, capture_output=True, text=True,
-                             timeout=600)
+    resumed = forkrun.run(_cli(bucket, "--json"), env=env, timeout=600, check=True)
     run = json.loads(resumed.stdout)["runs"][0]
     assert run["complete"] and run["chunks_skipped"] == written and run["chunks_written"] == total - written
     assert run["lock_taken_over"] == f"pid {proc.pid} on {socket.gethostname()}"  # the dead holder's lock object
