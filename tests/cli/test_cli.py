@@ -93,14 +93,14 @@ def test_small_pipeline_end_to_end(tmp_path, monkeypatch):
     """extract -> probe -> score on a small built-in benchmark, two encoders, laid out as `crs demo` lays out its
     folder (crs-demo/store.zarr, crs-demo/results), so the last step can run `crs score` there without paths."""
     store, results = tmp_path / "crs-demo" / "store.zarr", tmp_path / "crs-demo" / "results"
-    r = invoke("extract", "-e", "demo-stats", "-e", "demo-vit", "-d", "demo_derm", "--size", "0.25",
+    r = invoke("extract", "-e", "demo-stats", "-e", "demo-vit", "-d", "demo_derm", "--size", "0.1",
                "--store", store, "--chunk", "64", "--severities", "1,5", "--json")
     assert r.exit_code == 0, r.output
     ext = json.loads(r.output)
     assert {run["encoder"] for run in ext["runs"]} == {"demo-stats", "demo-vit"}
     assert all(run["complete"] for run in ext["runs"])
     # a re-run finds everything complete and writes nothing
-    r = invoke("extract", "-e", "demo-stats", "-d", "demo_derm", "--size", "0.25", "--store", store,
+    r = invoke("extract", "-e", "demo-stats", "-d", "demo_derm", "--size", "0.1", "--store", store,
                "--chunk", "64", "--severities", "1,5", "--json")
     again = json.loads(r.output)["runs"][0]
     assert again["chunks_written"] == 0 and again["chunks_skipped"] > 0
