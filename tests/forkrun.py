@@ -4,9 +4,9 @@ The fault and resume tests start `python -m crs.cli ...` (or `python -c CODE`) d
 kill it, race it or watch it exit; a fresh interpreter pays ~7 s of imports (torch 2.5 s, timm
 4.5 s) before a `crs extract` does any work. Here such a command is forked from a server process
 that imported those libraries once (one server per test process, started on first use, ended
-when that process ends). The command's process is still a process of its own, as a fresh one
-would be: its own pid and session, its own environment, working folder and output files, the
-default signal handlers; the test can SIGKILL, SIGTERM or SIGINT it. It runs the command as the
+when that process ends, with the folder that holds its socket and the commands' output files).
+The command's process is still a process of its own, as a fresh one would be: its own pid and
+session, its own environment, working folder and output files, the default signal handlers; the test can SIGKILL, SIGTERM or SIGINT it. It runs the command as the
 interpreter does (``runpy`` for ``-m``, ``exec`` for ``-c``, the exit status from SystemExit, an
 uncaught exception printed with exit 1, an uncaught KeyboardInterrupt ending it by SIGINT, atexit
 functions at the end).
@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -55,7 +56,9 @@ SERVER = textwrap.dedent("""
     print("ready", flush=True)
     while True:
         ready, _, _ = select.select([srv, sys.stdin], [], [])
-        if sys.stdin in ready:  # the test process is gone
+        if sys.stdin in ready:  # the test process is gone: so are the socket and the output files
+            import shutil
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             os._exit(0)
         conn, _ = srv.accept()
         if os.fork() == 0:
@@ -101,8 +104,6 @@ def _readline(conn) -> str:
 # ------------------------------------------------------------------ in the server's forks
 def _watch(conn) -> None:
     """The watcher: fork the command, report its pid, wait for it, report its exit status."""
-    import signal
-
     try:
         req = json.loads(_readline(conn))
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -121,7 +122,6 @@ def _become(argv: list[str], env: dict, cwd: str | None, out: str, err: str) -> 
     """Run ``python ARGV`` in this process and exit with its status."""
     import atexit
     import runpy
-    import signal
     import traceback
 
     os.setsid()
@@ -215,13 +215,9 @@ class Forked:
                 pass
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
 
@@ -238,7 +234,7 @@ def start(argv: list[str], env: dict | None = None, cwd=None):
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
     paths = []
     for what in ("out", "err"):
-        fd, path = tempfile.mkstemp(prefix=f"crs-forked-{what}-")
+        fd, path = tempfile.mkstemp(prefix=f"{what}-", dir=os.path.dirname(server["path"]))
         os.close(fd)
         paths.append(path)
     conn = socket.socket(socket.AF_UNIX)

@@ -197,7 +197,8 @@ def test_a_kill_at_any_commit_keeps_the_failures_table_of_an_uninterrupted_run(t
     # by the second process): the first unit's failures again, its 8 chunks left, the second unit's
     # failures and its clean chunk
     for k in (1, 10):
-        p = forkrun.run(["-c", KILL_RUN, table, killed], timeout=300, env={**env, "CRS_TEST_KILL_AFTER_COMMITS": str(k)})
+        p = forkrun.run(["-c", KILL_RUN, table, killed], timeout=300,
+                        env={**env, "CRS_TEST_KILL_AFTER_COMMITS": str(k)})
         assert p.returncode == -signal.SIGKILL, k
         assert len(Store(str(killed), mode="r").failures("data")["image_id"]) >= 1
     # a half-written chunk file, as a kill inside Zarr's write leaves it: removed by the next run

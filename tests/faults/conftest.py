@@ -17,13 +17,13 @@ tiny PNGs with one broken image (``csv_baseline``, extracted with --no-perturb).
 "after the command wrote K files" (polled mtimes, no sleeps). Killed and concurrent commands run
 as processes of their own (``crs``/``start``: ``python -m crs.cli``, HF_HUB_OFFLINE=1, PYTHONPATH
 inherited, forked from tests/forkrun.py's warm server, which saves ~7 s of imports per command;
-CRS_TESTS_EXEC=1 starts fresh interpreters instead); the other commands run in this process through typer's CliRunner (``crs_here``) to
-save ~2 s of imports and ~4 s of probe compilation per call; CRS_FAULTS_SUBPROCESS=1 runs those
-in subprocesses too. A refusal's repair is each backquoted `crs ...` command of its message, run
-in order with the case's own options for that stage replaced by those the message gives (so a
-message need not repeat --size or --severities, but its --encoder, --dataset, --store are used;
-placeholders such as ENCODER or ... are dropped); `crs store verify ...` runs as
-`crs store verify STORE --repair`.
+CRS_TESTS_EXEC=1 starts fresh interpreters instead); the other commands run in this process
+through typer's CliRunner (``crs_here``) to save ~2 s of imports and ~4 s of probe compilation per
+call; CRS_FAULTS_SUBPROCESS=1 runs those in subprocesses too. A refusal's repair is each
+backquoted `crs ...` command of its message, run in order with the case's own options for that
+stage replaced by those the message gives (so a message need not repeat --size or --severities,
+but its --encoder, --dataset, --store are used; placeholders such as ENCODER or ... are dropped);
+`crs store verify ...` runs as `crs store verify STORE --repair`.
 
 Cases, and how they end on main at 7bd4569 (before the issue-15 fixes are merged): 42 cases,
 8 or 9 end as the rule asks (a or b), 34 or 33 fail; "a"/"b" = the outcome seen, otherwise what happened.

@@ -3,9 +3,10 @@
 * ``crs(*args)``: ``python -m crs.cli ARGS`` in a process of its own (HF_HUB_OFFLINE=1, PYTHONPATH
   inherited; forked from the warm server of tests/forkrun.py, or a fresh interpreter with
   CRS_TESTS_EXEC=1), returning ``Ran(rc, stdout, stderr)``; ``start(*args)`` is the same as a
-  ``Popen``-like handle for the kill and two-writer cases. ``crs_here(*args)`` runs the same command inside this process (typer's CliRunner):
-  the store-damage cases use it because a subprocess pays ~2 s of imports and ~4 s of probe compilation
-  per call; set ``CRS_FAULTS_SUBPROCESS=1`` to run those in subprocesses too.
+  ``Popen``-like handle for the kill and two-writer cases. ``crs_here(*args)`` runs the same command
+  inside this process (typer's CliRunner): the store-damage cases use it because a subprocess pays ~2 s
+  of imports and ~4 s of probe compilation per call; set ``CRS_FAULTS_SUBPROCESS=1`` to run those in
+  subprocesses too.
 * ``baseline``: one small uninterrupted run (2 demo encoders x demo_derm at size 0.1, one severity, one seed,
   bootstrap 5, report), made once a session; ``case(baseline, tmp_path)`` copies it for one case.
 * ``outputs(folder)``: every output of a run in canonical form (store arrays with their attributes,
@@ -140,11 +141,7 @@ def wait_for(predicate, p, timeout: float = 120, poll: float = 0.01) -> bool:
 
 
 def kill(p, sig: int) -> None:
-    if p.poll() is None:
-        try:
-            os.kill(p.pid, sig)
-        except ProcessLookupError:
-            pass
+    p.send_signal(sig)  # Popen's and forkrun.Forked's: nothing once the process has ended
 
 
 # ------------------------------------------------------------------ outputs in canonical form
