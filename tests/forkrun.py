@@ -6,10 +6,10 @@ kill it, race it or watch it exit; a fresh interpreter pays ~7 s of imports (tor
 that imported those libraries once (one server per test process, started on first use, ended
 when that process ends, with the folder that holds its socket and the commands' output files).
 The command's process is still a process of its own, as a fresh one would be: its own pid and
-session, its own environment, working folder and output files, the default signal handlers; the test can SIGKILL, SIGTERM or SIGINT it. It runs the command as the
-interpreter does (``runpy`` for ``-m``, ``exec`` for ``-c``, the exit status from SystemExit, an
-uncaught exception printed with exit 1, an uncaught KeyboardInterrupt ending it by SIGINT, atexit
-functions at the end).
+session, its own environment, working folder and output files, the default signal handlers; the
+test can SIGKILL, SIGTERM or SIGINT it. It runs the command as the interpreter does (``runpy`` for
+``-m``, ``exec`` for ``-c``, the exit status from SystemExit, an uncaught exception printed with
+exit 1, an uncaught KeyboardInterrupt ending it by SIGINT, atexit functions at the end).
 
 What a fork cannot give a command, it gets a fresh interpreter for (``subprocess.Popen``): an
 environment that differs from the server's in a variable a preloaded library reads when it is
