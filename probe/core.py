@@ -320,28 +320,25 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     order [S, n] each seed's subset order of the rows; sizes: the subset size of each
     fraction, increasing (static); l2 [L]. Returns a Fit with leading axes [S, Fr, L].
 
-    ``schedule`` "fraction" gives each label fraction its own solver loop over all its
-    seeds and L2 values, so the large subsets, which cost the most per step and converge
-    in the fewest, stop as soon as they are done; a whole-training-set fraction is one
-    problem for every seed and is solved once. "joint" runs every probe in one loop (one
-    compiled program, rows multiplied block by block: ``min_block_rows``), which wins when
-    compiling costs more than the products. ``solver_loops`` gives the loops of each; "auto"
-    (the default) picks "fraction" from ``FRACTION_SCHEDULE_FROM`` rows x features up.
+    ``schedule`` "fraction" gives each label fraction its own solver loop over all its seeds and L2 values,
+    so the large subsets, which cost the most per step and converge in the fewest, stop as soon as they are
+    done; a whole-training-set fraction is one problem for every seed and is solved once. "joint" runs every
+    probe in one loop (one compiled program, rows multiplied block by block: ``min_block_rows``), which wins
+    when compiling costs more than the products. ``solver_loops`` gives the loops of each; "auto" (the
+    default) picks "fraction" from ``FRACTION_SCHEDULE_FROM`` rows x features up.
 
-    ``precondition`` solves in the coordinates of ``preconditioner`` (same minimiser, far
-    fewer iterations on the anisotropic features encoders produce). ``warm_start`` walks
-    the L2 path from the strongest penalty to the weakest, each L2 value's probes (every
-    seed and fraction at once) starting from the previous value's solution; without it,
-    every probe starts from zero and all L2 values run side by side. Either way, each
-    probe runs to its own gradient tolerance. "auto" (the default) walks the path on small data
-    (``warm_path``), where a step's fixed work outweighs its products, and runs side by side
-    otherwise.
+    ``precondition`` solves in the coordinates of ``preconditioner`` (same minimiser, far fewer iterations
+    on the anisotropic features encoders produce). ``warm_start`` walks the L2 path from the strongest
+    penalty to the weakest, each L2 value's probes (every seed and fraction at once) starting from the
+    previous value's solution; without it, every probe starts from zero and all L2 values run side by side.
+    Either way, each probe runs to its own gradient tolerance. "auto" (the default) walks the path on small
+    data (``warm_path``), where a step's fixed work outweighs its products, and runs side by side otherwise.
 
-    ``devices`` (default: every device JAX sees) share the probes along the L2 axis, each
-    running its own solver loop on its share (``jax.shard_map``); the grid is padded to a
-    multiple of the device count and the padding dropped. ``max_bytes`` (default: from
-    the device's memory, ``memory_budget``) bounds the working set: when all seeds at once
-    would exceed it, seeds are fitted in groups, one compiled program reused per group.
+    ``devices`` (default: every device JAX sees) share the probes along the L2 axis, each running its own
+    solver loop on its share (``jax.shard_map``); the grid is padded to a multiple of the device count and
+    the padding dropped. ``max_bytes`` (default: from the device's memory, ``memory_budget``) bounds the
+    working set: when all seeds at once would exceed it, seeds are fitted in groups, one compiled program
+    reused per group.
 
     ``buckets``: small joint loops run padded to a shape bucket (``_bucketed``), so problems of
     nearby shapes share one compiled program: on small data compiling costs more than fitting.
