@@ -7,6 +7,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
+# XLA compiles the tests' programs the quick way: without LLVM's optimisations and with its older loop
+# emitters (TEST_XLA_FLAGS). Most test programs run for milliseconds on tiny data and take a second or more
+# to compile, so this cuts their compiling by more than half (tests/probe/test_core.py: 89 s -> 33 s on 2
+# cores). The code under test is the same JAX program; only XLA's machine code differs, and its rounding
+# with it, so every test that compares results compares two runs under the same flags or to a tolerance.
+# The one check of production bits, the golden run's digests (tests/test_golden_run.py), runs its
+# pipeline in a process of its own under the flags the suite was started with (PRODUCTION_XLA_FLAGS).
+# Set CRS_TESTS_XLA_OPT=default to run every test under those flags; an XLA_FLAGS that names either flag
+# is kept as it is. Set here, before anything imports JAX, and inherited by pytest-xdist's workers and by
+# every CLI subprocess the tests start.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+PRODUCTION_XLA_FLAGS = "CRS_TESTS_PRODUCTION_XLA_FLAGS"
+if PRODUCTION_XLA_FLAGS not in os.environ:  # the first process (the controller); the workers inherit both
+    os.environ[PRODUCTION_XLA_FLAGS] = _given = os.environ.get("XLA_FLAGS", "")
+    if os.environ.get("CRS_TESTS_XLA_OPT") != "default" and not any(f.split("=")[0] in _given for f in TEST_XLA_FLAGS):
+        os.environ["XLA_FLAGS"] = " ".join([_given, *TEST_XLA_FLAGS]).strip()
+
 # Property tests check values, never time: Hypothesis's default 200 ms deadline per example is a timed
 # assertion, and it failed test_kendall_tau_b_matches_scipy_with_ties on a loaded 2-core machine.
 from hypothesis import settings as _hypothesis_settings  # noqa: E402

@@ -354,8 +354,12 @@ def pin(folder: Path) -> dict:
 if __name__ == "__main__":
     import tempfile
 
+    if len(sys.argv) == 3 and sys.argv[1] == "--run":  # tests/test_golden_run.py: the run alone, in FOLDER
+        run_small(Path(sys.argv[2]))
+        sys.exit(0)
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/golden/fingerprint.py --write  (re-pins the outputs of small.toml)")
+        sys.exit("usage: python tests/golden/fingerprint.py --write  (re-pins the outputs of small.toml)\n"
+                 "       python tests/golden/fingerprint.py --run FOLDER  (runs small.toml in FOLDER)")
     with tempfile.TemporaryDirectory() as tmp:
         run_small(Path(tmp))
         pinned = pin(Path(tmp))
