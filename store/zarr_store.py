@@ -828,12 +828,13 @@ class Store:
                     f"spec ({old_spec}); refusing to mix. Pass --store with a new path"
                 )
             return EmbeddingArray(g, dataset, encoder, condition, self)
-        g = base.create_group(key)
-        g.create_array("x", shape=(n_rows, width), dtype=dtype, chunks=(chunk, width), fill_value=0, **CHECKED)
-        done = g.create_array("done", shape=(max(n_chunks, 1),), dtype=bool, chunks=(1,), fill_value=False, **CHECKED)
-        g.create_array("commit", shape=(max(n_chunks, 1), 2), dtype=np.uint64, chunks=(1, 2), fill_value=0, **CHECKED)
+        # the group and its arrays at once; its attributes (n_chunks) last, once they all are (``_fully_created``)
+        g, arrays = create_arrays(base, {
+            "x": dict(shape=(n_rows, width), dtype=dtype, chunks=(chunk, width), fill_value=0),
+            "done": dict(shape=(max(n_chunks, 1),), dtype=bool, chunks=(1,), fill_value=False),
+            "commit": dict(shape=(max(n_chunks, 1), 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}, group=key)
         if n_chunks == 0:
-            done[0] = True
+            arrays["done"][0] = True
         set_attrs(
             g, {**(attrs or {}), "condition": condition, "rows": rows, "n_rows": n_rows, "n_chunks": n_chunks,
              "complete": False}
@@ -925,8 +926,8 @@ class Store:
         base = require_group(require_group(self._datasets()[dataset], "predictions"), encoder)
         key = condition_key(condition)
         probs = np.asarray(probs, dtype=np.float32)
-        arr = base.create_array(key, shape=probs.shape, dtype=np.float32, chunks=prediction_chunks(probs.shape),
-                                overwrite=True, **CHECKED)
+        spec = dict(shape=probs.shape, dtype=np.float32, chunks=prediction_chunks(probs.shape), fill_value=0.0)
+        arr = create_arrays(base, {key: spec}, overwrite=True)[1][key]
         arr[...] = probs
         # attrs last: an array with its 'condition' attribute was written whole
         set_attrs(arr, {**attrs, "condition": condition, "written": now()})
@@ -959,6 +960,31 @@ def set_attrs(node: zarr.Group | zarr.Array, values: dict[str, Any]) -> None:
     classes but no row order, which a resumed run then read as complete). ``update_attributes``
     writes them all at once; every write of more than one attribute in this store goes through here."""
     node.update_attributes(dict(values))
+
+
+def create_arrays(parent: zarr.Group, specs: dict[str, dict], *, overwrite: bool = False,
+                  group: str | None = None) -> tuple[zarr.Group, dict[str, zarr.Array]]:
+    """Create the arrays ``specs`` (name -> ``create_array`` keywords; ``CHECKED`` is added) under ``parent``, or
+    under a new empty group ``group`` of it made with them, writing each node's metadata file once;
+    ``overwrite`` replaces what is there (chunks too). Returns (the group holding them, the arrays by name).
+
+    zarr's ``create_array`` and ``create_group`` first check, and write where missing, the metadata of every
+    group above the new node, two requests per level and node: on object storage some fifty round trips to
+    create one embedding condition five levels down. ``create_hierarchy`` reads each group above once for
+    all the nodes and writes them side by side (in no set order: a caller that needs an order writes what
+    must come last afterwards). The arrays' metadata is built in memory by ``create_array`` itself, so the
+    files are byte for byte the ones it writes; the arrays come back writing every chunk, as ``CHECKED`` asks."""
+    from zarr.core.group import GroupMetadata
+
+    memory = zarr.storage.MemoryStore()
+    prefix = f"{group}/" if group else ""
+    nodes = {prefix + name: zarr.create_array(memory, name=name, **kw, **CHECKED).metadata
+             for name, kw in specs.items()}
+    if group:
+        nodes[group] = GroupMetadata()
+    made = dict(parent.create_hierarchy(nodes, overwrite=overwrite))
+    holder = made[group] if group else parent
+    return holder, {name: made[prefix + name].with_config(CHECKED["config"]) for name in specs}
 
 
 def _dataset_written(g: zarr.Group) -> bool:

@@ -331,3 +331,30 @@ def test_a_folder_holding_only_zarrs_temporary_file_is_a_store_being_made(tmp_pa
     (stranger / "notes.partial").write_text("mine")
     with pytest.raises(StoreError, match="non-empty directory that is not a Zarr store"):
         Store(str(stranger), mode="a")
+
+
+def test_create_arrays_writes_what_zarrs_own_calls_write(tmp_path):
+    """``create_arrays`` (one metadata write per node) leaves the files zarr's create_group and create_array
+    leave, its arrays store every chunk (a fill-valued one too), and ``overwrite`` drops the old chunks."""
+    import zarr
+
+    from crs.store.zarr_store import CHECKED, create_arrays
+
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
+    specs = {"x": dict(shape=(5, 3), dtype="float16", chunks=(2, 3), fill_value=0),
+             "done": dict(shape=(3,), dtype=bool, chunks=(1,), fill_value=False)}
+    old = root.create_group("old")
+    for name, kw in specs.items():
+        old.create_array(name, **kw, **CHECKED)
+    group, arrays = create_arrays(root, specs, group="new")
+    assert group.path == "new" and sorted(arrays) == ["done", "x"]
+    for node in ("", "/x", "/done"):
+        assert (tmp_path / f"s.zarr/new{node}/zarr.json").read_bytes() == \
+            (tmp_path / f"s.zarr/old{node}/zarr.json").read_bytes()
+    arrays["x"][:] = 0  # equal to the fill value, and stored all the same
+    assert sorted(os.listdir(tmp_path / "s.zarr/new/x/c")) == ["0", "1", "2"]
+    _, again = create_arrays(group, {"x": dict(shape=(2, 3), dtype="float32", chunks=(2, 3), fill_value=0)},
+                             overwrite=True)
+    assert again["x"].shape == (2, 3) and not (tmp_path / "s.zarr/new/x/c").exists()
+    with pytest.raises((zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError)):  # never over a group
+        create_arrays(root, specs, group="new")
