@@ -971,20 +971,19 @@ def create_arrays(parent: zarr.Group, specs: dict[str, dict], *, overwrite: bool
     zarr's ``create_array`` and ``create_group`` first check, and write where missing, the metadata of every
     group above the new node, two requests per level and node: on object storage some fifty round trips to
     create one embedding condition five levels down. ``create_hierarchy`` reads each group above once for
-    all the nodes and writes them side by side (in no set order: a caller that needs an order writes what
-    must come last afterwards). The arrays' metadata is built in memory by ``create_array`` itself, so the
-    files are byte for byte the ones it writes; the arrays come back writing every chunk, as ``CHECKED`` asks."""
+    all the nodes and writes them side by side, in no set order; the new group is written first, on its own
+    (as create_group then create_array do), and a caller that needs more order writes what must come last
+    afterwards. The arrays' metadata is built in memory by ``create_array`` itself, so the files are byte for
+    byte the ones it writes; the arrays come back writing every chunk, as ``CHECKED`` asks."""
     from zarr.core.group import GroupMetadata
 
     memory = zarr.storage.MemoryStore()
-    prefix = f"{group}/" if group else ""
-    nodes = {prefix + name: zarr.create_array(memory, name=name, **kw, **CHECKED).metadata
-             for name, kw in specs.items()}
-    if group:
-        nodes[group] = GroupMetadata()
-    made = dict(parent.create_hierarchy(nodes, overwrite=overwrite))
-    holder = made[group] if group else parent
-    return holder, {name: made[prefix + name].with_config(CHECKED["config"]) for name in specs}
+    nodes = {name: zarr.create_array(memory, name=name, **kw, **CHECKED).metadata for name, kw in specs.items()}
+    holder = parent
+    if group:  # first, on its own: arrays whose group was never written would block a re-run's creating it
+        holder = dict(parent.create_hierarchy({group: GroupMetadata()}, overwrite=overwrite))[group]
+    made = dict(holder.create_hierarchy(nodes, overwrite=overwrite))
+    return holder, {name: made[name].with_config(CHECKED["config"]) for name in specs}
 
 
 def _dataset_written(g: zarr.Group) -> bool:

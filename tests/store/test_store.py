@@ -188,6 +188,47 @@ def test_an_array_killed_while_being_created_is_recreated(tmp_path):
     assert arr.pending().tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize("made", [(), ("x", "commit"), ("x", "done", "commit")])
+def test_a_condition_killed_between_its_metadata_writes_is_recreated(tmp_path, made):
+    """A new condition is its group, then its three arrays side by side (``create_arrays``), then its attributes:
+    a kill after any of those writes leaves something a re-run deletes and creates again."""
+    from crs.store.zarr_store import create_arrays
+
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    enc = s.root["datasets/toy"].require_group("embeddings").require_group("enc")
+    specs = {"x": dict(shape=(10, 2), dtype="float16", chunks=(4, 2), fill_value=0),
+             "done": dict(shape=(3,), dtype=bool, chunks=(1,), fill_value=False),
+             "commit": dict(shape=(3, 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}
+    create_arrays(enc, {k: v for k, v in specs.items() if k in made}, group="clean")
+    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=2, chunk=4)
+    assert arr.pending().tolist() == [0, 1, 2] and arr.commit is not None
+    for j in range(3):
+        arr.write_chunk(j, np.ones((len(range(10)[arr.chunk_rows(j)]), 2)))
+    assert arr.finalize() and Store(s.path, mode="r").read_embedding("toy", "enc", "clean").shape == (10, 2)
+
+
+def test_a_new_condition_writes_its_group_then_its_arrays_then_its_attributes(tmp_path, monkeypatch):
+    """The order that makes the kills above recoverable: arrays whose group was never written would block the
+    re-run's creating it, and attributes written before an array would mark a partial condition whole."""
+    import zarr
+
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    written, original = [], zarr.storage.LocalStore.set
+
+    async def recorded(self, key, value, *args, **kwargs):
+        written.append(key)
+        return await original(self, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(zarr.storage.LocalStore, "set", recorded)
+    s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=2, chunk=4)
+    mine = [k for k in written if k.startswith("datasets/toy/embeddings/enc/clean/") and k.endswith("zarr.json")]
+    group = "datasets/toy/embeddings/enc/clean/zarr.json"
+    assert mine[0] == group and mine[-1] == group and len(mine) == 5, mine
+    assert sorted(k.split("/")[-2] for k in mine[1:4]) == ["commit", "done", "x"]
+
+
 def test_fsspec_urls_use_the_same_code(tmp_path):
     """Any fsspec URL works as --store: here fsspec's in-memory filesystem and a file:// URL."""
     for url in (f"memory://crs-test-{tmp_path.name}/s.zarr", f"file://{tmp_path}/f.zarr"):
