@@ -828,7 +828,7 @@ class Store:
                     f"spec ({old_spec}); refusing to mix. Pass --store with a new path"
                 )
             return EmbeddingArray(g, dataset, encoder, condition, self)
-        # the group and its arrays at once; its attributes (n_chunks) last, once they all are (``_fully_created``)
+        # the group, then its arrays; its attributes (n_chunks) last, once they all are (``_fully_created``)
         g, arrays = create_arrays(base, {
             "x": dict(shape=(n_rows, width), dtype=dtype, chunks=(chunk, width), fill_value=0),
             "done": dict(shape=(max(n_chunks, 1),), dtype=bool, chunks=(1,), fill_value=False),
@@ -965,7 +965,7 @@ def set_attrs(node: zarr.Group | zarr.Array, values: dict[str, Any]) -> None:
 def create_arrays(parent: zarr.Group, specs: dict[str, dict], *, overwrite: bool = False,
                   group: str | None = None) -> tuple[zarr.Group, dict[str, zarr.Array]]:
     """Create the arrays ``specs`` (name -> ``create_array`` keywords; ``CHECKED`` is added) under ``parent``, or
-    under a new empty group ``group`` of it made with them, writing each node's metadata file once;
+    under ``group``, a new group of it written just before them, writing each node's metadata file once;
     ``overwrite`` replaces what is there (chunks too). Returns (the group holding them, the arrays by name).
 
     zarr's ``create_array`` and ``create_group`` first check, and write where missing, the metadata of every

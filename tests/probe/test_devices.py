@@ -51,7 +51,7 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow  # started first (tests/conftest.py)
 def test_four_cpu_devices_give_the_one_device_results():
-    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()  # and the suite's
+    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()  # with the suite's
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
