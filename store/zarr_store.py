@@ -839,7 +839,7 @@ class Store:
             g, {**(attrs or {}), "condition": condition, "rows": rows, "n_rows": n_rows, "n_chunks": n_chunks,
              "complete": False}
         )
-        return EmbeddingArray(g, dataset, encoder, condition, self)
+        return EmbeddingArray(g, dataset, encoder, condition, self, arrays)
 
     def open_embedding(self, dataset: str, encoder: str, condition: str) -> "EmbeddingArray":
         """An existing embedding array, to write chunks into (the one writer of those chunks)."""
@@ -1033,11 +1033,16 @@ def _read_robust(arr: zarr.Array, fill) -> np.ndarray:
 class EmbeddingArray:
     """One (dataset, encoder, condition) array being written chunk by chunk."""
 
-    def __init__(self, group: zarr.Group, dataset: str, encoder: str, condition: str, store: Store):
+    def __init__(self, group: zarr.Group, dataset: str, encoder: str, condition: str, store: Store,
+                 arrays: dict[str, zarr.Array] | None = None):
+        """``arrays``: x, done and commit as ``create_arrays`` just made them (else read from ``group``)."""
         self.group = group
-        self.x = group["x"].with_config({"write_empty_chunks": True})  # a chunk without a file is a lost one
-        self.done = group["done"]
-        self.commit = group["commit"] if "commit" in group else None  # None: written before commit records
+        if arrays is not None:
+            self.x, self.done, self.commit = arrays["x"], arrays["done"], arrays["commit"]
+        else:
+            self.x = group["x"].with_config(CHECKED["config"])  # a chunk without a file is a lost one
+            self.done = group["done"]
+            self.commit = group["commit"] if "commit" in group else None  # None: written before commit records
         self.store = store
         self.dataset, self.encoder, self.condition = dataset, encoder, condition
 
