@@ -125,6 +125,24 @@ numbers are this machine's, so rerun before relying on them):
   other) the engine warm 22.3 s against 12.9 s, cold 20.6 s against 21.7 s, the stage cold 24.9 s
   against 25.4 s: no gain on a first run, and every run on a filled cache much slower.
 
+* the L-BFGS direction from inner products (``lbfgs.gram_direction``: the two-loop recursion as two
+  small triangular solves on Gram matrices kept a slot at a time, the buffers read in seven
+  matrix-vector products), and the softmax's class reductions as slices (``core._log_softmax``).
+  A trace of one demo pair's solver (jax.profiler, 630 x 367 padded to 768 x 384, multiclass, 319
+  steps) had the rolled two-loop recursion at about a third of each 5.3 ms step (20 small dots and
+  updates, 30 kernels per history slot) and the log-softmax's class sum, which XLA ran as a library
+  reduction, at 0.64 ms; after, 4.4 ms per step. The nine pairs' fits one after the other, warm, old
+  and new interleaved (2 cores, 2026-12-03): 10.04 / 10.04 s against 9.33 / 8.87 s. ``--small`` before
+  and after (separate runs, 20 minutes apart): engine cold 16.3 -> 13.4 s, warm 12.0 -> 9.4 s, stage
+  cold 20.7 -> 18.5 s, scikit-learn at its best 19.1 / 16.2 s; max test-AUROC difference against tight
+  scikit-learn 2.9e-3 -> 2.6e-3, all 1,260 converged. The 20,000 x 768 grid: ``--compile-only``
+  9.3 / 9.5 s -> 10.6 / 10.1 s (multiclass / multi-label), ``--jax-only`` multiclass run 9.36 s ->
+  9.11 / 9.17 s. Written out as m^2 scalar updates instead of triangular solves, the recursion
+  compiled 1 s longer per small solver program. Tried on the way: several vectors per product over
+  the history (one einsum against [g, s, y]): XLA hands it to a library kernel that ran 4x slower
+  than three matrix-vector products; products of the history after its in-place update made XLA copy
+  both buffers every step.
+
 Small-data mode (``--small``): the grid of ``crs demo``'s nine (encoder, dataset) pairs
 (5 seeds x 7 fractions x 4 L2 values each; 630-770 training rows, 50-367 live features,
 4-5 classes), from a store (``--store``, e.g. the demo's) or synthetic data of the same

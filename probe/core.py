@@ -163,10 +163,9 @@ def _reduce_rows(parts, x, ko, sizes, blocks, task):
         inside = _inside(sizes, lo, hi, first)  # which of the block's rows each of its fractions' subsets holds
         if isinstance(inside, np.ndarray) and inside.all():  # every fraction holds the whole block
             summed = part.sum(-1)
-        elif multiclass:
-            summed = jnp.einsum("sjln,jn->sjl", part, jnp.asarray(inside, x.dtype))
-        else:
-            summed = jnp.einsum("sjlkn,jn->sjlk", part, jnp.asarray(inside, x.dtype))  # [S, Fr - first, L, K]
+        else:  # masked and summed along the rows (as a product over them, XLA transposes the terms first)
+            mask = jnp.asarray(inside, x.dtype)[:, None, :] if multiclass else jnp.asarray(inside, x.dtype)[:, None, None, :]
+            summed = (part * mask).sum(-1)  # [S, Fr - first, L(, K)]
         total = total + jnp.pad(summed, ((0, 0), (first, 0)) + ((0, 0),) * (summed.ndim - 2))
     if multiclass:
         return total / jnp.asarray(sizes, x.dtype)[None, :, None]
@@ -200,6 +199,22 @@ def _class_sum(a):
     return out
 
 
+def _class_max(a):
+    """Max over the class axis (-2) of [..., K, rows], class by class (``_class_sum``: XLA on the CPU
+    runs a reduction over a short axis as a library call that costs more than the slices)."""
+    out = a[..., 0, :]
+    for k in range(1, a.shape[-2]):
+        out = jnp.maximum(out, a[..., k, :])
+    return out
+
+
+def _log_softmax(z):
+    """log softmax over the class axis (-2) of logits [..., K, rows], with the class reductions of
+    ``_class_max`` and ``_class_sum``; as jax.nn.log_softmax, the max is a constant to the gradient."""
+    shifted = z - jax.lax.stop_gradient(_class_max(z))[..., None, :]
+    return shifted - jnp.log(_class_sum(jnp.exp(shifted)))[..., None, :]
+
+
 def _weights(x, K):
     return _split(x, (x.shape[-1] - K) // K, K)[0]
 
@@ -216,7 +231,7 @@ def loss_from_logits(Z, x, To, ko, sizes, blocks, l2, task):
     for (lo, hi, first), logits in zip(blocks, Z):  # logits [S, Fr - first, L, K, nb]
         Tb, kb = _rows_last(To, lo, hi), _rows_last(ko, lo, hi)
         if task == "multiclass":
-            parts.append(-_class_sum(Tb * jax.nn.log_softmax(logits, axis=-2)))
+            parts.append(-_class_sum(Tb * _log_softmax(logits)))
         else:
             parts.append(optax.sigmoid_binary_cross_entropy(logits, Tb) * kb)
     W = _weights(x, K)
@@ -236,7 +251,7 @@ def link_values(Z, task):
     float32 from z = 17 up.
     """
     if task == "multiclass":
-        return tuple((jnp.exp(ls), ls) for ls in (jax.nn.log_softmax(z, axis=-2) for z in Z))
+        return tuple((jnp.exp(ls), ls) for ls in (_log_softmax(z) for z in Z))
     return tuple((jax.nn.sigmoid(z), jax.nn.sigmoid(-z), z) for z in Z)
 
 
@@ -278,7 +293,7 @@ def loss_change(P, Zp, t, x, p, To, ko, sizes, blocks, l2, task):
         dz = t[:, t.shape[1] - zp.shape[1]:, :, None, None] * zp  # [S, J, L, K, nb]
         if task == "multiclass":
             prob, logp = pz
-            M = jnp.maximum(dz.max(-2, keepdims=True), 0.0)
+            M = jnp.maximum(_class_max(dz)[..., None, :], 0.0)
             q = _class_sum(prob * jnp.expm1(dz - M))
             near = M[..., 0, :] + jnp.log1p(jnp.maximum(q, SATURATED))
             lse = _where_saturated(q, near, lambda: jax.nn.logsumexp(logp + dz, axis=-2))

@@ -21,9 +21,10 @@ others go on. The variants are explicit arguments:
   caller can stop a loop early and ``resume`` it from the state it returned.
 
 Compiling costs more than solving on small problems, and XLA's time goes into each fused
-kernel, so the program is kept small: the two-loop recursion is a rolled loop over the
-history, and the objective and its gradient appear once, in the loop body (``start``
-leaves them to the loop's first pass).
+kernel, so the program is kept small: the two-loop recursion is computed from inner products
+(``gram_direction``: a few products over the history and two small triangular solves, where
+the loop written out is twenty small dots and updates per step), and the objective and its
+gradient appear once, in the loop body (``start`` leaves them to the loop's first pass).
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ class State(NamedTuple):
     Z: object  # lin(x), carried as Z + t Zp between products (None in a returned state)
     f: jax.Array  # [...] objective
     g: jax.Array  # [..., d] gradient
-    S: jax.Array  # [m, ..., d] steps of the ring buffer
-    Y: jax.Array  # [m, ..., d] gradient changes
-    rho: jax.Array  # [m, ...] 1 / <s, y>; 0 for an empty slot or a pair that failed the curvature test
+    S: jax.Array  # [..., m, d] steps of the ring buffer (the batch axes first, as the products over slots want)
+    Y: jax.Array  # [..., m, d] gradient changes
+    rho: jax.Array  # [..., m] 1 / <s, y>; 0 for an empty slot or a pair that failed the curvature test
+    SY: jax.Array  # [..., m, m] <s_i, y_k> of the ring's slots (``gram_direction``)
+    YY: jax.Array  # [..., m, m] <y_i, y_k>
     gmax: jax.Array  # [...] largest gradient component at the last accepted point
     active: jax.Array  # [...] bool: still going
     used: jax.Array  # [...] int32: steps taken while active
@@ -137,11 +140,13 @@ def within(max_iter) -> Callable:
 
 # ------------------------------------------------------------------ solver
 def direction(g, S, Y, rho, it, m):
-    """L-BFGS two-loop recursion (Nocedal & Wright, Algorithm 7.4) over a ring buffer.
+    """L-BFGS two-loop recursion (Nocedal & Wright, Algorithm 7.4) over a ring buffer, as written there.
 
     g [..., d]; S, Y [m, ..., d]; rho [m, ...]. ``it`` is the loop counter (a scalar,
     the same for every probe), so ring positions are plain indices; a slot with
     ``rho == 0`` (empty, or a pair that failed the curvature test) contributes nothing.
+    The solver uses ``gram_direction``, the same direction from inner products; this is the
+    reference it is tested against.
     """
     newest = (it - 1) % m
 
@@ -164,6 +169,64 @@ def direction(g, S, Y, rho, it, m):
     return -jax.lax.fori_loop(0, m, forward, r)
 
 
+def _over_slots(H, v):
+    """<H_i, v> for every slot i: H [..., m, d], v [..., d] -> [..., m]."""
+    return jnp.einsum("...md,...d->...m", H, v)
+
+
+def _unit_triangular(A, b, lower: bool):
+    """x with (I + A) x = b, A [..., m, m] strictly triangular, b [..., m]: the recursions of
+    ``gram_direction`` as one batched triangular solve (a library call: far less to compile than the
+    m^2 scalar updates written out)."""
+    return jax.lax.linalg.triangular_solve(A, b[..., None], left_side=True, lower=lower, unit_diagonal=True)[..., 0]
+
+
+def gram_direction(g, S, Y, rho, SY, YY, it, m):
+    """``direction`` computed from inner products (the "vector-free" form of the two-loop recursion).
+
+    Every vector of the recursion is g plus a combination of the stored s_i and y_i, so its
+    coefficients follow from <s_i, g>, <y_i, g> and the Gram matrices SY (<s_i, y_k>) and
+    YY (<y_i, y_k>), kept up to date a slot at a time: the newest pair's row and column are
+    made here, at the next step. The batch axes come first: g [..., d]; S, Y [..., m, d];
+    rho [..., m]; SY, YY [..., m, m]:
+
+        backward, newest to oldest:  alpha_i = rho_i (<s_i, g> - sum_{k newer} alpha_k <s_i, y_k>)
+        q = g - sum_k alpha_k y_k,   gamma = <s, y> / <y, y> of the newest pair
+        forward, oldest to newest:   beta_i = rho_i (gamma <y_i, q> + sum_{k older} (alpha_k - beta_k) <s_k, y_i>),
+                                     <y_i, q> = <y_i, g> - sum_k alpha_k <y_i, y_k>
+        -p = gamma q + sum_k (alpha_k - beta_k) s_k
+
+    Both recursions are unit-triangular systems in the slots' age order, solved as such
+    (``_unit_triangular``). The buffers are read in seven matrix-vector products per step instead of
+    twenty small dots and updates: on crs demo's probes that loop of small kernels took about a
+    third of each step (``benchmarks/probe_bench.py``). A slot with ``rho == 0`` contributes nothing,
+    as in ``direction``, which this equals up to rounding (tested). Returns (p, SY, YY), the
+    matrices with the newest pair's entries.
+    """
+    newest = (it - 1) % m
+    # the newest pair (the last step's) enters the Gram matrices here, before the step overwrites a slot
+    # in place (products of the buffers after that would make XLA copy them every step); one matrix-vector
+    # product per vector (XLA's library call for several vectors at once runs slower here)
+    s_new, y_new = S[..., newest, :], Y[..., newest, :]
+    y_y = _over_slots(Y, y_new)
+    SY = SY.at[..., :, newest].set(_over_slots(S, y_new)).at[..., newest, :].set(_over_slots(Y, s_new))
+    YY = YY.at[..., :, newest].set(y_y).at[..., newest, :].set(y_y)
+    age = (newest - jnp.arange(m)) % m  # slot of each age, newest first (a rotation: its own inverse map)
+    r_a, sg, yg = rho[..., age], _over_slots(S, g)[..., age], _over_slots(Y, g)[..., age]
+    sy, yy = SY[..., age, :][..., age], YY[..., age, :][..., age]
+    # backward: alpha_a + rho_a sum_{b newer} <s_a, y_b> alpha_b = rho_a <s_a, g>, a unit lower-triangular
+    # system in age order (newest first); forward: an upper one for the coefficients of the s_b
+    alpha = _unit_triangular(r_a[..., :, None] * jnp.tril(sy, -1), r_a * sg, lower=True)
+    y0, s0 = yy[..., 0, 0], sy[..., 0, 0]
+    gamma = jnp.where((r_a[..., 0] > 0) & (y0 > 0), s0 / jnp.where(y0 > 0, y0, 1.0), 1.0)
+    yq = yg - jnp.einsum("...ab,...b->...a", yy, alpha)  # <y_a, q>
+    older = r_a[..., :, None] * jnp.triu(jnp.swapaxes(sy, -1, -2), 1)  # [a, b]: rho_a <s_b, y_a>, b older
+    cs = _unit_triangular(older, alpha - r_a * gamma[..., None] * yq, lower=False)
+    cs, cy = cs[..., age], (-gamma[..., None] * alpha)[..., age]  # back to ring order
+    p = -(gamma[..., None] * g + jnp.einsum("...m,...md->...d", cs, S) + jnp.einsum("...m,...md->...d", cy, Y))
+    return p, SY, YY
+
+
 def start(obj: Objective, converged: Callable, x0, m: int = 10) -> State:
     """The state before the first step from x0 [..., d], to be primed by ``run``'s first pass.
 
@@ -173,9 +236,10 @@ def start(obj: Objective, converged: Callable, x0, m: int = 10) -> State:
     """
     batch, d = x0.shape[:-1], x0.shape[-1]
     Z0 = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(obj.lin, x0))  # remade by the first pass
-    zeros = jnp.zeros((m,) + batch + (d,), x0.dtype)
+    zeros = jnp.zeros(batch + (m, d), x0.dtype)
+    gram = jnp.zeros(batch + (m, m), x0.dtype)
     return State(x=x0, Z=Z0, f=jnp.zeros(batch, x0.dtype), g=jnp.zeros_like(x0), S=zeros, Y=zeros,
-                 rho=jnp.zeros((m,) + batch, x0.dtype), gmax=jnp.zeros(batch, x0.dtype),
+                 rho=jnp.zeros(batch + (m,), x0.dtype), SY=gram, YY=gram, gmax=jnp.zeros(batch, x0.dtype),
                  active=jnp.ones(batch, bool), used=jnp.zeros(batch, jnp.int32), it=jnp.int32(-1))
 
 
@@ -197,13 +261,14 @@ def report(converged: Callable, s: State):
 
 
 def _descent(s: State, m: int):
-    """The quasi-Newton direction p, or -g where it does not descend, and its slope <p, g>."""
-    p = direction(s.g, s.S, s.Y, s.rho, s.it, m)
+    """The quasi-Newton direction p, or -g where it does not descend, its slope <p, g>, and the Gram
+    matrices with the newest pair's entries (``gram_direction``)."""
+    p, SY, YY = gram_direction(s.g, s.S, s.Y, s.rho, s.SY, s.YY, s.it, m)
     slope = dot(p, s.g)
     descent = slope < 0
     p = jnp.where(descent[..., None], p, -s.g)  # fall back to steepest descent
     slope = jnp.where(descent, slope, -dot(s.g, s.g))
-    return p, slope
+    return p, slope, SY, YY
 
 
 def step(obj: Objective, converged: Callable, search: Backtracking, s: State, m: int) -> State:
@@ -214,7 +279,7 @@ def step(obj: Objective, converged: Callable, search: Backtracking, s: State, m:
     <s, y> = 0 and is never used.
     """
     first = s.it < 0
-    p, slope = _descent(s, m)
+    p, slope, SY, YY = _descent(s, m)
     Zp = obj.lin(p)
     t0 = search.t0(s.g, s.it, s.x.shape[:-1], s.x.dtype)
     links = obj.links(s.Z)  # once per iteration, not per trial
@@ -233,8 +298,8 @@ def step(obj: Objective, converged: Callable, search: Backtracking, s: State, m:
     gmax = jnp.abs(g).max(-1)
     return State(
         x=x, Z=Z, f=jnp.where(moved, f, s.f), g=jnp.where(moved[..., None], g, s.g),
-        S=s.S.at[slot].set(sv), Y=s.Y.at[slot].set(yv),
-        rho=s.rho.at[slot].set(jnp.where(keep, 1.0 / jnp.where(keep, sy, 1.0), 0.0)),
+        S=s.S.at[..., slot, :].set(sv), Y=s.Y.at[..., slot, :].set(yv),
+        rho=s.rho.at[..., slot].set(jnp.where(keep, 1.0 / jnp.where(keep, sy, 1.0), 0.0)), SY=SY, YY=YY,
         gmax=jnp.where(moved, gmax, s.gmax), active=moved & ~converged(x, g, f),
         used=s.used + (s.active & ~first).astype(jnp.int32), it=s.it + 1,
     )

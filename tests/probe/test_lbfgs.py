@@ -53,3 +53,44 @@ def test_a_stricter_rule_takes_more_steps_and_a_paused_loop_resumes():
     done = lbfgs.run(obj, strict, search, lbfgs.resume(obj, paused), lbfgs.within(200))
     np.testing.assert_allclose(np.asarray(done.x), exact, atol=1e-4)
     assert bool(lbfgs.report(strict, done)[1].all())
+
+
+@pytest.mark.parametrize("it", [1, 3, 12])
+def test_the_direction_from_inner_products_is_the_two_loop_recursion(it):
+    """``gram_direction`` (what the solver runs) against the two-loop recursion as written in
+    Nocedal & Wright (``direction``), on curvature pairs of random convex functions: a partly filled
+    ring (it 1, 3), a wrapped one (12), a pair that failed the curvature test (rho 0) and unfilled slots
+    holding garbage. Each pair has its own curvature, as along a real path, so <s_i, y_k> is not symmetric.
+    The Gram matrices come in stale in the newest slot, as the solver hands them on."""
+    m, d, batch = 5, 7, (3, 2)
+    rng = np.random.default_rng(it)
+    B = rng.normal(size=batch + (m, d, d))
+    A = B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(d)  # an SPD Hessian per problem and pair (<s_i, y_k> is not symmetric)
+    S = rng.normal(size=batch + (m, d))
+    Y = np.einsum("...mij,...mj->...mi", A, S)
+    rho = 1.0 / np.einsum("...md,...md->...m", S, Y)
+    filled = [(it - 1 - k) % m for k in range(min(it, m))]  # the slots the last min(it, m) steps wrote
+    for j in range(m):
+        if j not in filled:  # never written in this ring: garbage, rho 0
+            S[..., j, :], Y[..., j, :], rho[..., j] = 1e3 * rng.normal(size=batch + (d,)), rng.normal(size=batch + (d,)), 0
+    if len(filled) > 2:
+        rho[..., filled[1]] = 0.0  # a pair that failed the curvature test
+    g = rng.normal(size=batch + (d,))
+    SY, YY = np.einsum("...id,...kd->...ik", S, Y), np.einsum("...id,...kd->...ik", Y, Y)
+    newest = (it - 1) % m
+    stale_SY, stale_YY = SY.copy(), YY.copy()
+    stale_SY[..., newest, :] = stale_SY[..., :, newest] = 7.0
+    stale_YY[..., newest, :] = stale_YY[..., :, newest] = -3.0
+    f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    p, SY_out, YY_out = lbfgs.gram_direction(f32(g), f32(S), f32(Y), f32(rho), f32(stale_SY), f32(stale_YY),
+                                            jnp.int32(it), m)
+    ref = lbfgs.direction(f32(g), f32(np.moveaxis(S, -2, 0)), f32(np.moveaxis(Y, -2, 0)), f32(np.moveaxis(rho, -1, 0)),
+                          jnp.int32(it), m)
+    scale = np.abs(np.asarray(ref)).max()
+    np.testing.assert_allclose(np.asarray(p), np.asarray(ref), atol=2e-5 * scale)
+    # the filled slots' entries are the true inner products again (the garbage slots' do not matter)
+    k = np.array(filled)
+    np.testing.assert_allclose(np.asarray(SY_out)[..., k[:, None], k], SY[..., k[:, None], k], rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(YY_out)[..., k[:, None], k], YY[..., k[:, None], k], rtol=1e-4, atol=1e-3)
+    # and a real quasi-Newton step: it descends wherever some pair is kept
+    assert (np.einsum("...d,...d->...", np.asarray(p), g) < 0).all()
