@@ -24,6 +24,19 @@ if PRODUCTION_XLA_FLAGS not in os.environ:  # the first process (the controller)
     if os.environ.get("CRS_TESTS_XLA_OPT") != "default" and not any(f.split("=")[0] in _given for f in TEST_XLA_FLAGS):
         os.environ["XLA_FLAGS"] = " ".join([_given, *TEST_XLA_FLAGS]).strip()
 
+# One OpenMP thread per test process (torch's intra-op pool, and OpenBLAS under numpy), unless
+# OMP_NUM_THREADS is set already or CRS_TESTS_THREADS=default. pytest-xdist runs a worker per core, and
+# each worker's torch would start a thread per core whose OpenMP barriers spin while they wait, taking
+# the other worker's core: the README's test command took 369-387 s with the default threads and 270 s
+# with one (2 cores, 2026-12-03; CPU 638 s -> 416 s). Results can round differently with other thread
+# counts, so the golden run's digests run under the setting the suite was started with
+# (PRODUCTION_OMP_NUM_THREADS, as PRODUCTION_XLA_FLAGS above).
+PRODUCTION_OMP_NUM_THREADS = "CRS_TESTS_PRODUCTION_OMP_NUM_THREADS"
+if PRODUCTION_OMP_NUM_THREADS not in os.environ:  # the controller; the workers and subprocesses inherit it
+    os.environ[PRODUCTION_OMP_NUM_THREADS] = os.environ.get("OMP_NUM_THREADS", "")
+    if os.environ.get("CRS_TESTS_THREADS") != "default" and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+
 # Property tests check values, never time: Hypothesis's default 200 ms deadline per example is a timed
 # assertion, and it failed test_kendall_tau_b_matches_scipy_with_ties on a loaded 2-core machine.
 from hypothesis import settings as _hypothesis_settings  # noqa: E402

@@ -22,20 +22,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 import fingerprint  # noqa: E402
 
 PRODUCTION_XLA_FLAGS = "CRS_TESTS_PRODUCTION_XLA_FLAGS"  # set by tests/conftest.py
+PRODUCTION_OMP_NUM_THREADS = "CRS_TESTS_PRODUCTION_OMP_NUM_THREADS"  # likewise
 
 REPIN = "if the change is meant to move them, re-pin with `python tests/golden/fingerprint.py --write` and say so in the commit"
 
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    """The small run, in a process of its own under the XLA flags the suite was started with: the other
-    tests compile without LLVM's optimisations (tests/conftest.py), which rounds differently from what
-    users run, and the digests pin what users run."""
+    """The small run, in a process of its own under the XLA flags and OpenMP threads the suite was started
+    with: the other tests compile without LLVM's optimisations and run one thread per process
+    (tests/conftest.py), which rounds differently from what users run, and the digests pin what users run."""
     folder = tmp_path_factory.mktemp("golden")
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     if os.environ.get(PRODUCTION_XLA_FLAGS):
         env["XLA_FLAGS"] = os.environ[PRODUCTION_XLA_FLAGS]
+    env.pop("OMP_NUM_THREADS", None)  # and the threads: the suite's one per process rounds differently
+    if os.environ.get(PRODUCTION_OMP_NUM_THREADS):
+        env["OMP_NUM_THREADS"] = os.environ[PRODUCTION_OMP_NUM_THREADS]
     done = subprocess.run([sys.executable, str(Path(fingerprint.__file__)), "--run", str(folder)], env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"crs run small.toml failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
