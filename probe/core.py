@@ -164,7 +164,7 @@ def _reduce_rows(parts, x, ko, sizes, blocks, task):
         if isinstance(inside, np.ndarray) and inside.all():  # every fraction holds the whole block
             summed = part.sum(-1)
         else:  # masked and summed along the rows (as a product over them, XLA transposes the terms first)
-            mask = jnp.asarray(inside, x.dtype)[:, None, :] if multiclass else jnp.asarray(inside, x.dtype)[:, None, None, :]
+            mask = jnp.expand_dims(jnp.asarray(inside, x.dtype), tuple(range(1, part.ndim - 2)))  # [J, 1(, 1), nb]
             summed = (part * mask).sum(-1)  # [S, Fr - first, L(, K)]
         total = total + jnp.pad(summed, ((0, 0), (first, 0)) + ((0, 0),) * (summed.ndim - 2))
     if multiclass:

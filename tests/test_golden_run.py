@@ -34,12 +34,10 @@ def small_run(tmp_path_factory):
     (tests/conftest.py), which rounds differently from what users run, and the digests pin what users run."""
     folder = tmp_path_factory.mktemp("golden")
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    if os.environ.get(PRODUCTION_XLA_FLAGS):
-        env["XLA_FLAGS"] = os.environ[PRODUCTION_XLA_FLAGS]
-    env.pop("OMP_NUM_THREADS", None)  # and the threads: the suite's one per process rounds differently
-    if os.environ.get(PRODUCTION_OMP_NUM_THREADS):
-        env["OMP_NUM_THREADS"] = os.environ[PRODUCTION_OMP_NUM_THREADS]
+    for var, saved in (("XLA_FLAGS", PRODUCTION_XLA_FLAGS), ("OMP_NUM_THREADS", PRODUCTION_OMP_NUM_THREADS)):
+        env.pop(var, None)
+        if os.environ.get(saved):
+            env[var] = os.environ[saved]
     done = subprocess.run([sys.executable, str(Path(fingerprint.__file__)), "--run", str(folder)], env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"crs run small.toml failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
