@@ -145,6 +145,22 @@ numbers are this machine's, so rerun before relying on them):
   on which scikit-learn ran faster than ever before here): ours 8.61 / 8.28 s (+ 8.7 / 7.9 s compile),
   scikit-learn 240.8 / 230.9 s and at its best 48.0 / 45.3 s: ratio 27.95 / 27.88, ratio_best 5.57 / 5.47
   (earlier runs: ours 8.42-9.60 s, scikit-learn 291-305 s), test-AUROC max difference 1.1e-3, 280/280 converged.
+* plain per-seed products in the loops of one fraction (``core.plain_products``): each seed's rows
+  times its probes' columns as rows x features times features x (L x K), turned rows-last afterwards
+  (an optimization barrier between, or XLA fuses the turn into the product and runs it 3-5x slower), and
+  the transpose from the transposed rows, features x rows times rows x columns. Side by side in one
+  process (2 cores, 2026-12-03), forward / backward, ms: 5 seeds x 5,000 x 768 by 20 columns 9.3 / 7.8 as
+  before against 6.7 / 4.9; 10,000 rows 22.4 / 16.9 against 12.7 / 10.6; one seed x 20,000 rows 4.3 / 5.0
+  against 3.4 / 3.4; but the shared loop's 5 x 1,000 rows by 120 columns 4.5 / 3.8-4.1 against 5.3 / 4.8,
+  and the demo's 768 x 384 by 35-140 columns also favoured the old forms, hence one fraction only. The
+  20,000 x 768 grid warm, per loop, multiclass: 8.06 / 8.24 s -> 6.84 / 6.94 s (the 5,000- and 10,000-row
+  loops 2.7 / 2.3 s -> 2.1 / 1.7 s); multi-label 8.23 / 8.26 s -> 6.80 / 6.83 s; ``--compile-only``
+  10.2 / 9.5 s. Full multiclass bench afterwards: ours 6.98 s (+ 9.3 s compile), scikit-learn 248.9 s
+  and at its best 54.4 s: ratio 35.66, ratio_best 7.80, test-AUROC max difference 1.1e-3, 280/280
+  converged. One gradient of all probes against the plain products alone (``cpu_efficiency``, whose
+  baseline is now the plain per-seed forms): 137 ms against 105 ms. ``--small`` (its loops keep the old
+  forms): engine cold 12.6 s, warm 8.8 s, the stage cold 16.5 s, scikit-learn at its best 13.9 s,
+  agreement 2.64e-3 as before.
 
 Small-data mode (``--small``): the grid of ``crs demo``'s nine (encoder, dataset) pairs
 (5 seeds x 7 fractions x 4 L2 values each; 630-770 training rows, 50-367 live features,
@@ -336,8 +352,10 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
 
     Both follow the engine's default schedule at this size (``core.solver_loops``: a loop
     per label fraction, the smallest fractions sharing one, the whole-set fraction once),
-    all L2 values of a loop together; the gradient is the engine's own blocked objective, the baseline
-    only its two matrix products (X @ W forward, X^T @ dZ backward) per group.
+    all L2 values of a loop together; the gradient is computed as the engine's solver computes it (its
+    product forms, ``core.plain_products``, the loss's derivative in the logits, the products' transpose),
+    the baseline only the two matrix products (X @ W forward, X^T @ dZ backward) per group, each as one
+    plain product per seed.
     """
     import jax
     import jax.numpy as jnp
@@ -356,22 +374,28 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
         Xo, To, ko = X[o], T[o], known[o]
         x = jax.random.normal(jax.random.PRNGKey(0), (o.shape[0], len(g_sizes), len(l2), F * K + K)) * 0.01
 
-        def objective(x, Xo, To, ko, s=g_sizes, blocks=blocks):  # data as arguments, not baked-in constants
-            return core.loss_from_logits(core.block_logits(x, Xo, blocks), x, To, ko, s, blocks, l2, task).sum()
+        def gradient(x, Xo, XoT, To, ko, s=g_sizes, blocks=blocks):  # data as arguments, not baked-in constants
+            plain = core.plain_products(x.shape)  # the engine's product forms, and its transpose (``_objective``)
+            Z = core.block_logits(x, Xo, blocks, XoT, plain)
+            dZ = jax.grad(lambda Z: core.loss_from_logits(Z, x, To, ko, s, blocks, l2, task).sum())(Z)
+            return core.block_logits_T(dZ, Xo, blocks, x.shape, XoT, plain) + l2[:, None] * x
 
-        grads.append(jax.jit(jax.grad(objective)))
+        grads.append(jax.jit(gradient))
 
         @jax.jit
-        def plain(x, Xo, To, ko, blocks=blocks):  # forward X @ W and backward X^T @ dZ for every block, nothing else
-            W = x[..., : F * K].reshape(x.shape[:-1] + (F, K))
-            out = jnp.zeros_like(W)
-            for lo, hi, first in blocks:
-                Z = jnp.einsum("snf,sjlfk->sjlnk", Xo[:, lo:hi], W[:, first:])
-                out = out.at[:, first:].add(jnp.einsum("snf,sjlnk->sjlfk", Xo[:, lo:hi], Z))
+        def plain(x, Xo, XoT, To, ko, blocks=blocks):  # forward X @ W and backward X^T @ dZ per block, nothing else
+            S, J, L = x.shape[:3]
+            W = x[..., : F * K].reshape(S, J, L, F, K)
+            out = jnp.zeros((S, F, J * L * K), x.dtype)
+            for (lo, hi, first), xt in zip(blocks, XoT):  # the plain per-seed forms (``core.plain_products``)
+                cols = out[:, :, first * L * K:].shape[-1]
+                Wc = jnp.moveaxis(W[:, first:], 3, 1).reshape(S, F, cols)
+                Z = jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], Wc)
+                out = out.at[:, :, first * L * K:].add(jnp.einsum("sfn,snc->sfc", xt, Z))
             return out
 
         dots.append(plain)
-        inputs.append((x, Xo, To, ko))
+        inputs.append((x, Xo, tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks), To, ko))
 
     def timeit(fs):
         for f, args in zip(fs, inputs):

@@ -108,37 +108,68 @@ def plan_blocks(sizes: tuple[int, ...], min_rows: int | None = None) -> tuple[tu
     return tuple(blocks)
 
 
-def block_logits(x, Xo, blocks, XoT=None):
+def _columns(W):
+    """Weights [S, J, L, F, K] as one matrix per seed, [S, F, J L K]: every probe's classes side by side."""
+    S, J, L, F, K = W.shape
+    return jnp.moveaxis(W, 3, 1).reshape(S, F, J * L * K)
+
+
+def plain_products(shape) -> bool:
+    """Whether a solver loop of x's ``shape`` [S, Fr, L, d] multiplies in the plain forms of ``block_logits``:
+    the loops of one fraction, whose few dozen columns per seed (L x K) meet thousands of rows.
+
+    There XLA:CPU ran the products straight into the logits' rows-last layout at about half the rate of
+    plain per-seed products; for the several fractions of a shared or joint loop (a hundred columns and
+    more, a thousand rows or fewer) it was the other way round (benchmarks/probe_bench.py)."""
+    return shape[1] == 1
+
+
+def block_logits(x, Xo, blocks, XoT=None, plain=False):
     """Logits per block, linear in x [S, Fr, L, d]: [S, Fr - first, L, K, hi - lo] each.
 
     Xo [S, n, F] holds the training rows in each seed's subset order (``plan_blocks``);
     XoT, where given, each block's rows transposed ([S, F, hi - lo]), which lets the
     product run without a transposed copy. Rows are the last axis, so the per-row work
-    over a handful of classes runs along long contiguous vectors.
+    over a handful of classes runs along long contiguous vectors. ``plain`` (``plain_products``):
+    each seed's rows times its weights as one plain product (rows x features times features x
+    probes' classes), turned rows-last afterwards; XoT is then not used.
     """
     F = Xo.shape[-1]
     W, b = _split(x, F, x.shape[-1] // (F + 1))
-    if XoT is None:
-        XoT = tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
-    return tuple(
-        jnp.einsum("sfn,sjlfk->sjlkn", xt, W[:, first:]) + b[:, first:, :, :, None]
-        for (lo, hi, first), xt in zip(blocks, XoT)
-    )
+    out = []
+    for i, (lo, hi, first) in enumerate(blocks):
+        Wb = W[:, first:]
+        if plain:  # the barrier keeps XLA from fusing the turn into the product, which ran it 3-5x slower
+            z = jax.lax.optimization_barrier(jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], _columns(Wb)))
+            z = jnp.swapaxes(z, 1, 2).reshape(Wb.shape[:3] + (Wb.shape[-1], hi - lo))  # [S, J, L, K, rows]
+        else:
+            xt = jnp.swapaxes(Xo[:, lo:hi], 1, 2) if XoT is None else XoT[i]
+            z = jnp.einsum("sfn,sjlfk->sjlkn", xt, Wb)
+        out.append(z + b[:, first:, :, :, None])
+    return tuple(out)
 
 
-def block_logits_T(dZ, Xo, blocks, shape):
+def block_logits_T(dZ, Xo, blocks, shape, XoT=None, plain=False):
     """The transpose of ``block_logits``: cotangents per block -> x [S, Fr, L, d].
 
-    Contracts each block's rows with Xo [S, n, F] as stored (rows major), so no
-    transposed copy of X is made per iteration.
+    Contracts each block's rows with Xo [S, n, F] as stored (rows major), so no transposed copy
+    of X is made per iteration; ``plain``: with the block's transposed rows XoT (made from Xo where
+    not given) as one plain product per seed, features x rows times rows x probes' classes.
     """
     S, Fr, L, d = shape
     F = Xo.shape[-1]
     K = d // (F + 1)
     gW = jnp.zeros((S, Fr, L, F, K), dZ[0].dtype)
     gb = jnp.zeros((S, Fr, L, K), dZ[0].dtype)
-    for (lo, hi, first), dz in zip(blocks, dZ):  # dz [S, Fr - first, L, K, nb]
-        gW = gW.at[:, first:].add(jnp.einsum("snf,sjlkn->sjlfk", Xo[:, lo:hi], dz))
+    for i, ((lo, hi, first), dz) in enumerate(zip(blocks, dZ)):  # dz [S, Fr - first, L, K, nb]
+        if plain:
+            J = Fr - first
+            xt = jnp.swapaxes(Xo[:, lo:hi], 1, 2) if XoT is None else XoT[i]
+            rows = jnp.swapaxes(dz.reshape(S, J * L * K, hi - lo), 1, 2)  # [S, nb, J L K]
+            g = jnp.moveaxis(jnp.einsum("sfn,snc->sfc", xt, rows).reshape(S, F, J, L, K), 1, 3)
+        else:
+            g = jnp.einsum("snf,sjlkn->sjlfk", Xo[:, lo:hi], dz)
+        gW = gW.at[:, first:].add(g)
         gb = gb.at[:, first:].add(dz.sum(-1))
     return jnp.concatenate([gW.reshape(S, Fr, L, F * K), gb], axis=-1)
 
@@ -751,9 +782,10 @@ def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, p
 
 def _objective(scale, lam, Xo, XoT, To, ko, sizes, blocks, task, shape) -> lbfgs.Objective:
     """The probes' objective in the solver's coordinates u, x = scale * u; shape: u's [S, Fr, L, d]."""
+    plain = plain_products(shape)
     return lbfgs.Objective(
-        lin=lambda u: block_logits(scale * u, Xo, blocks, XoT),
-        lin_T=lambda dZ: scale * block_logits_T(dZ, Xo, blocks, shape),
+        lin=lambda u: block_logits(scale * u, Xo, blocks, XoT, plain),
+        lin_T=lambda dZ: scale * block_logits_T(dZ, Xo, blocks, shape, XoT, plain),
         loss=lambda Z, u: loss_from_logits(Z, scale * u, To, ko, sizes, blocks, lam, task),
         along=along_blocks,
         links=lambda Z: link_values(Z, task),

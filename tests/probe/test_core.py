@@ -209,17 +209,23 @@ def test_validation_loss_picks_the_less_overfit_probe():
     assert loss[0, 0, 1] < loss[0, 0, 0]  # the regularised probe generalises better here
 
 
-def test_block_logits_transpose_is_the_adjoint():
+@pytest.mark.parametrize("plain", [False, True])
+def test_block_logits_transpose_is_the_adjoint(plain):
     rng = np.random.default_rng(5)
     S, n, F, K = 2, 40, 6, 3
     sizes = (5, 20, 40)
     blocks = core.plan_blocks(sizes, 1)
     Xo = jnp.asarray(rng.normal(size=(S, n, F)), jnp.float32)
+    XoT = tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
     x = jnp.asarray(rng.normal(size=(S, len(sizes), 2, F * K + K)), jnp.float32)
-    Z = core.block_logits(x, Xo, blocks)
+    Z = core.block_logits(x, Xo, blocks, XoT, plain)
+    for z, (lo, hi, first) in zip(Z, blocks):  # the logits themselves, probe by probe, in numpy
+        W, b = np.asarray(x[..., : F * K]).reshape(S, len(sizes), 2, F, K), np.asarray(x[..., F * K:])
+        ref = np.einsum("snf,sjlfk->sjlkn", np.asarray(Xo)[:, lo:hi], W[:, first:]) + b[:, first:, :, :, None]
+        np.testing.assert_allclose(np.asarray(z), ref, rtol=1e-5, atol=1e-5)
     dZ = tuple(jnp.asarray(rng.normal(size=z.shape), jnp.float32) for z in Z)
-    mine = core.block_logits_T(dZ, Xo, blocks, x.shape)
-    auto = jax.linear_transpose(lambda v: core.block_logits(v, Xo, blocks), x)(dZ)[0]
+    mine = core.block_logits_T(dZ, Xo, blocks, x.shape, XoT, plain)
+    auto = jax.linear_transpose(lambda v: core.block_logits(v, Xo, blocks, XoT, plain), x)(dZ)[0]
     np.testing.assert_allclose(np.asarray(mine), np.asarray(auto), rtol=1e-5, atol=1e-5)
 
 
