@@ -157,7 +157,8 @@ numbers are this machine's, so rerun before relying on them):
   loops 2.7 / 2.3 s -> 2.1 / 1.7 s); multi-label 8.23 / 8.26 s -> 6.80 / 6.83 s; ``--compile-only``
   10.2 / 9.5 s. Full multiclass bench afterwards: ours 6.98 s (+ 9.3 s compile), scikit-learn 248.9 s
   and at its best 54.4 s: ratio 35.66, ratio_best 7.80, test-AUROC max difference 1.1e-3, 280/280
-  converged. One gradient of all probes against the plain products alone (``cpu_efficiency``, whose
+  converged; a second run: ours 6.41 s (+ 7.9 s), scikit-learn 238.8 / 48.8 s, ratio 37.24, ratio_best
+  7.61. One gradient of all probes against the plain products alone (``cpu_efficiency``, whose
   baseline is now the plain per-seed forms): 137 ms against 105 ms. ``--small`` (its loops keep the old
   forms): engine cold 12.6 s, warm 8.8 s, the stage cold 16.5 s, scikit-learn at its best 13.9 s,
   agreement 2.64e-3 as before.
