@@ -389,9 +389,7 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
             W = x[..., : F * K].reshape(S, J, L, F, K)
             out = jnp.zeros((S, F, J * L * K), x.dtype)
             for (lo, hi, first), xt in zip(blocks, XoT):  # the plain per-seed forms (``core.plain_products``)
-                cols = out[:, :, first * L * K:].shape[-1]
-                Wc = jnp.moveaxis(W[:, first:], 3, 1).reshape(S, F, cols)
-                Z = jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], Wc)
+                Z = jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], core._columns(W[:, first:]))
                 out = out.at[:, :, first * L * K:].add(jnp.einsum("sfn,snc->sfc", xt, Z))
             return out
 

@@ -219,8 +219,8 @@ def test_block_logits_transpose_is_the_adjoint(plain):
     XoT = tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
     x = jnp.asarray(rng.normal(size=(S, len(sizes), 2, F * K + K)), jnp.float32)
     Z = core.block_logits(x, Xo, blocks, XoT, plain)
-    for z, (lo, hi, first) in zip(Z, blocks):  # the logits themselves, probe by probe, in numpy
-        W, b = np.asarray(x[..., : F * K]).reshape(S, len(sizes), 2, F, K), np.asarray(x[..., F * K:])
+    W, b = np.asarray(x[..., : F * K]).reshape(S, len(sizes), 2, F, K), np.asarray(x[..., F * K:])
+    for z, (lo, hi, first) in zip(Z, blocks):  # the logits themselves, in numpy
         ref = np.einsum("snf,sjlfk->sjlkn", np.asarray(Xo)[:, lo:hi], W[:, first:]) + b[:, first:, :, :, None]
         np.testing.assert_allclose(np.asarray(z), ref, rtol=1e-5, atol=1e-5)
     dZ = tuple(jnp.asarray(rng.normal(size=z.shape), jnp.float32) for z in Z)
