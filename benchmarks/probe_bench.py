@@ -394,7 +394,7 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
             return out
 
         dots.append(plain)
-        inputs.append((x, Xo, tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks), To, ko))
+        inputs.append((x, Xo, core.transposed_blocks(Xo, blocks), To, ko))
 
     def timeit(fs):
         for f, args in zip(fs, inputs):

@@ -114,6 +114,11 @@ def _columns(W):
     return jnp.moveaxis(W, 3, 1).reshape(S, F, J * L * K)
 
 
+def transposed_blocks(Xo, blocks) -> tuple:
+    """Each block's rows of Xo [S, n, F] transposed, [S, F, hi - lo]: the XoT of ``block_logits``."""
+    return tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
+
+
 def plain_products(shape) -> bool:
     """Whether a solver loop of x's ``shape`` [S, Fr, L, d] multiplies in the plain forms of ``block_logits``:
     the loops of one fraction, whose few dozen columns per seed (L x K) meet thousands of rows.
@@ -136,6 +141,8 @@ def block_logits(x, Xo, blocks, XoT=None, plain=False):
     """
     F = Xo.shape[-1]
     W, b = _split(x, F, x.shape[-1] // (F + 1))
+    if XoT is None and not plain:
+        XoT = transposed_blocks(Xo, blocks)
     out = []
     for i, (lo, hi, first) in enumerate(blocks):
         Wb = W[:, first:]
@@ -143,8 +150,7 @@ def block_logits(x, Xo, blocks, XoT=None, plain=False):
             z = jax.lax.optimization_barrier(jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], _columns(Wb)))
             z = jnp.swapaxes(z, 1, 2).reshape(Wb.shape[:3] + (Wb.shape[-1], hi - lo))  # [S, J, L, K, rows]
         else:
-            xt = jnp.swapaxes(Xo[:, lo:hi], 1, 2) if XoT is None else XoT[i]
-            z = jnp.einsum("sfn,sjlfk->sjlkn", xt, Wb)
+            z = jnp.einsum("sfn,sjlfk->sjlkn", XoT[i], Wb)
         out.append(z + b[:, first:, :, :, None])
     return tuple(out)
 
@@ -161,12 +167,13 @@ def block_logits_T(dZ, Xo, blocks, shape, XoT=None, plain=False):
     K = d // (F + 1)
     gW = jnp.zeros((S, Fr, L, F, K), dZ[0].dtype)
     gb = jnp.zeros((S, Fr, L, K), dZ[0].dtype)
+    if XoT is None and plain:
+        XoT = transposed_blocks(Xo, blocks)
     for i, ((lo, hi, first), dz) in enumerate(zip(blocks, dZ)):  # dz [S, Fr - first, L, K, nb]
         if plain:
             J = Fr - first
-            xt = jnp.swapaxes(Xo[:, lo:hi], 1, 2) if XoT is None else XoT[i]
             rows = jnp.swapaxes(dz.reshape(S, J * L * K, hi - lo), 1, 2)  # [S, nb, J L K]
-            g = jnp.moveaxis(jnp.einsum("sfn,snc->sfc", xt, rows).reshape(S, F, J, L, K), 1, 3)
+            g = jnp.moveaxis(jnp.einsum("sfn,snc->sfc", XoT[i], rows).reshape(S, F, J, L, K), 1, 3)
         else:
             g = jnp.einsum("snf,sjlkn->sjlfk", Xo[:, lo:hi], dz)
         gW = gW.at[:, first:].add(g)
@@ -814,7 +821,7 @@ def _prepare_impl(Xs, T, known, order, sizes, blocks, precondition):
     iteration.
     """
     Xo, To, ko = Xs[order], T[order], known[order]  # [S, n, .]: one copy per seed, never one per probe
-    XoT = tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
+    XoT = transposed_blocks(Xo, blocks)
     m2 = second_moments(Xo, sizes) if precondition else None
     return Xo, XoT, To, ko, m2
 

@@ -216,7 +216,7 @@ def test_block_logits_transpose_is_the_adjoint(plain):
     sizes = (5, 20, 40)
     blocks = core.plan_blocks(sizes, 1)
     Xo = jnp.asarray(rng.normal(size=(S, n, F)), jnp.float32)
-    XoT = tuple(jnp.swapaxes(Xo[:, lo:hi], 1, 2) for lo, hi, _ in blocks)
+    XoT = core.transposed_blocks(Xo, blocks)
     x = jnp.asarray(rng.normal(size=(S, len(sizes), 2, F * K + K)), jnp.float32)
     Z = core.block_logits(x, Xo, blocks, XoT, plain)
     W, b = np.asarray(x[..., : F * K]).reshape(S, len(sizes), 2, F, K), np.asarray(x[..., F * K:])
