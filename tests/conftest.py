@@ -27,8 +27,8 @@ if PRODUCTION_XLA_FLAGS not in os.environ:  # the first process (the controller)
 # One OpenMP thread per test process (torch's intra-op pool, and OpenBLAS under numpy), unless
 # OMP_NUM_THREADS is set already or CRS_TESTS_THREADS=default. pytest-xdist runs a worker per core, and
 # each worker's torch would start a thread per core whose OpenMP barriers spin while they wait, taking
-# the other worker's core: the README's test command took 369-387 s with the default threads and 270 s
-# with one (2 cores, 2026-12-03; CPU 638 s -> 416 s). Results can round differently with other thread
+# the other worker's core: the README's test command took 369-387 s with the default threads and 284 s
+# with one (2 cores, 2026-12-03; CPU 638 s -> 431 s; fresh-clone CI since then 267-298 s). Results can round differently with other thread
 # counts, so the golden run's digests run under the setting the suite was started with
 # (PRODUCTION_OMP_NUM_THREADS, as PRODUCTION_XLA_FLAGS above).
 PRODUCTION_OMP_NUM_THREADS = "CRS_TESTS_PRODUCTION_OMP_NUM_THREADS"
