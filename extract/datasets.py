@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from crs.errors import BadInput
-from crs.extract import real, synthetic
+from crs.extract import real, synthetic, targets
 from crs.extract.real import DatasetError
 from crs.extract.table import Table, check_unique
 
@@ -127,8 +127,9 @@ def _findings(text: str | None) -> tuple[str, ...] | None:
 
 
 def shift_target_of(ds: Dataset, **options) -> Dataset | None:
-    """The dataset object ``ds`` names as its shift target (None if it names none); its classes and
-    task must equal ``ds``'s, since ``ds``'s probes are evaluated on its test rows."""
+    """The dataset ``ds`` names as its shift target (None if it names none), in the target role
+    (``crs.extract.targets``: test rows only, so it is embedded clean and never probed); its classes
+    and task must equal ``ds``'s, since ``ds``'s probes are evaluated on its test rows."""
     spec = ds.shift_spec or ds.shift_target
     if not spec:
         return None
@@ -138,7 +139,9 @@ def shift_target_of(ds: Dataset, **options) -> Dataset | None:
     if target.task != ds.task or tuple(target.classes) != tuple(ds.classes):
         raise DatasetError(f"{ds.name}'s shift target {target.name} has task {target.task} and classes "
                            f"{list(target.classes)}; expected the same as {ds.name} ({ds.task}, {list(ds.classes)})")
-    if not (target.table().split == 2).any():
+    prov = target.provenance
+    given = prov is None or bool(prov.get("official_split", True))
+    if given and not (target.table().split == 2).any():
         raise DatasetError(f"{ds.name}'s shift target {target.name} has no test rows; expected its split to mark "
                            "the rows to evaluate on")
-    return target
+    return targets.as_target(target, ds.name, given)

@@ -219,6 +219,10 @@ def load_split(store: Store, encoder: str, dataset: str) -> Split:
     X = finite_embeddings(store.read_embedding(dataset, encoder, CLEAN).astype(np.float32), store, encoder, dataset,
                           CLEAN)
     tr, va, te = table.rows("train"), table.rows("val"), table.rows("test")
+    if table.attrs.get("role") == "shift_target":
+        raise StoreError(f"dataset {dataset!r} is the shift target of {table.attrs.get('target_of')!r}: its "
+                         "images are evaluated as that dataset's shift condition, never probed on their own; "
+                         "to probe it as a dataset, name it with --dataset when extracting into a new store")
     if len(tr) == 0 or len(va) == 0 or len(te) == 0:
         raise StoreError(f"dataset {dataset!r} needs train, val and test rows to be probed "
                          f"(has {len(tr)}, {len(va)}, {len(te)})")

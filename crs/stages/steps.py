@@ -166,16 +166,17 @@ def dataset_options(cfg: Config) -> dict:
 
 
 def _datasets_with_shift_targets(cfg: Config) -> list:
-    """The config's datasets, each followed by its shift target: probing evaluates the shift on it."""
+    """The config's datasets, then the shift targets not among them, in the target role (clean test
+    rows only): probing evaluates the shift on them."""
     from crs.extract import datasets as dsreg
 
     opts, ds = dataset_options(cfg), cfg.datasets
-    todo = {}
-    for d in ds.names:
-        dataset = dsreg.get(d, size=ds.size, seed=0 if d in dsreg.BUILTIN else ds.split_seed, **opts)
-        for x in (dataset, dsreg.shift_target_of(dataset, **{**opts, "shift_target": None})):
-            if x is not None and x.name not in todo:
-                todo[x.name] = x
+    named = [dsreg.get(d, size=ds.size, seed=0 if d in dsreg.BUILTIN else ds.split_seed, **opts) for d in ds.names]
+    todo = {x.name: x for x in named}  # a dataset named in the config is a dataset, even where it is also a target
+    for dataset in named:
+        target = dsreg.shift_target_of(dataset, **{**opts, "shift_target": None})
+        if target is not None and target.name not in todo:
+            todo[target.name] = target
     return list(todo.values())
 
 
