@@ -11,8 +11,10 @@ records, which commit it. Nothing non-finite is written: embeddings, probabiliti
 metrics are checked first, so damaged inputs never overwrite good results. One run per
 (encoder, dataset) at a time (``crs.store.locks.probe_lock``).
 
-Features constant or nearly constant on the training split are left out of the probe
-(``live_features``), so no test, perturbed or shifted image can be scaled without bound.
+Features constant on the training split are left out of the probe (``live_features``), and
+no kept feature is divided by less than a tenth of the typical feature's spread
+(``feature_scales``), so no test, perturbed or shifted image can be scaled by more than ten
+times what a typical feature's deviation is.
 
 The heads are records of ``crs.probe.heads``: ``head="mlp"`` fits one-hidden-layer MLP
 probes instead (``crs.probe.mlp``; the L2 grid is their weight-decay grid) and writes
@@ -145,29 +147,45 @@ def pairs_in_store(store: Store) -> list[tuple[str, str]]:
 
 DEAD_REL = 1e-4  # a feature whose training std is below this share of the typical (median) std is left out
 DEAD_FLOOR = 1e-30  # the typical std's floor: with every feature constant, every one is left out
+SCALE_FLOOR = 0.1  # no kept feature is divided by less than this share of the typical std (docs/standardisation.md)
+
+
+def _typical_sd(sd: np.ndarray) -> float:
+    """The median of the training stds above ``DEAD_REL`` times the largest (so that dead features,
+    however many, do not drag it down), floored at ``DEAD_FLOOR``."""
+    top = float(sd.max()) if sd.size else 0.0
+    spread = sd[sd > DEAD_REL * top]
+    return max(float(np.median(spread)) if spread.size and top > 0 else 0.0, DEAD_FLOOR)
 
 
 def live_features(X: np.ndarray) -> np.ndarray:
     """Which features of the training rows X [n, F] the probe uses: [F] bool.
 
-    With sd the training standard deviations (computed in float64, so an exactly constant
-    feature gives 0, or round-off of its size), the typical std is the median of those above
-    ``DEAD_REL`` times the largest (so that dead features, however many, do not drag it down),
-    floored at ``DEAD_FLOOR``; a feature is left out when its sd is at most ``DEAD_REL`` times
-    the typical std. Standardising divides by sd, so a kept feature f scales an image's
-    deviation x_f - mean_f by less than 1 / (DEAD_REL * typical): no test, perturbed or
-    shifted image can get a scaled value beyond |x_f - mean_f| / (DEAD_REL * typical std), a
-    bound fixed by the training split. The threshold is relative, so it does not depend on
-    the encoder's units; 1e-4 leaves out features whose training variation is four orders of
-    magnitude below the typical one (ReLU units dead on every training image, round-off of a
-    constant), which carry nothing a probe can learn from, and keeps every feature of a
-    healthy encoder.
+    With sd the training standard deviations (in float64, so an exactly constant feature gives 0,
+    or round-off of its size) and ``_typical_sd`` their typical value, a feature is left out when
+    its sd is at most ``DEAD_REL`` times the typical one: ReLU units dead on every training image
+    and round-off of a constant carry nothing a probe can learn from. The threshold is relative,
+    so it does not depend on the encoder's units. Near-dead features that stay are bounded by
+    ``feature_scales``, not by this rule.
     """
     sd = np.asarray(X, np.float64).std(0)
-    top = float(sd.max()) if sd.size else 0.0
-    spread = sd[sd > DEAD_REL * top]
-    typical = max(float(np.median(spread)) if spread.size and top > 0 else 0.0, DEAD_FLOOR)
-    return sd > DEAD_REL * typical
+    return sd > DEAD_REL * _typical_sd(sd)
+
+
+def feature_scales(X: np.ndarray, floor: float = SCALE_FLOOR) -> np.ndarray:
+    """The divisor of each feature of the training rows X [n, F] (kept features only): [F] float32.
+
+    s_f = max(sd_f, SCALE_FLOOR * typical), typical = ``_typical_sd``. Standardising is then
+    z_f = (x_f - mean_f) / s_f, so no image's scaled value exceeds
+    |x_f - mean_f| / (SCALE_FLOOR * typical): amplification is at most 1 / SCALE_FLOOR = 10 times
+    that of a typical feature. Without the floor a ReLU feature that fires on 1-3 of ~1,000
+    training images (sd 1e-4 to 1e-3 of the typical) scales a shifted image on which it fires by
+    up to 10,000, and the saturated softmax ties every row (docs/standardisation.md measures the
+    floor's choice: the largest scaled value, the tie share and the shift retention at 0.01-1).
+    Features at or above the floor keep their own sd, so a healthy encoder's probe is unchanged.
+    """
+    sd = np.asarray(X, np.float64).std(0)
+    return np.maximum(sd, floor * _typical_sd(sd)).astype(np.float32)
 
 
 class Split(NamedTuple):
@@ -182,7 +200,7 @@ class Split(NamedTuple):
     failed: np.ndarray  # rows extract could not decode (the store's failures table)
     keep: np.ndarray  # [feature] bool: the features the probe uses (``live_features``)
     mu: np.ndarray  # [kept feature] training mean
-    sd: np.ndarray  # [kept feature] training standard deviation (+ 1e-6)
+    sd: np.ndarray  # [kept feature] the divisor: training std, floored (``feature_scales``)
 
     def z(self, A: np.ndarray) -> np.ndarray:
         """The kept features standardised with the training split's statistics (features only, no labels)."""
@@ -244,7 +262,7 @@ def load_split(store: Store, encoder: str, dataset: str) -> Split:
                          f"probe; the embeddings are damaged or the encoder's weights are; re-extract them with "
                          f"`crs extract --encoder {encoder} --dataset {dataset} --store {store.path}`")
     Xk = X[tr][:, keep] if not keep.all() else X[tr]
-    return Split(X, T, known, tr, va, te, failed, keep, Xk.mean(0), Xk.std(0) + 1e-6)
+    return Split(X, T, known, tr, va, te, failed, keep, Xk.mean(0), feature_scales(Xk))
 
 
 def checked_targets(table, store: Store) -> tuple[np.ndarray, np.ndarray]:
