@@ -35,7 +35,7 @@ class Fitted(NamedTuple):
 
     converged: np.ndarray  # [S, Fr, L] bool
     iterations: np.ndarray  # [S, Fr, L] solver steps taken
-    predict: Callable  # (A [n, F] standardised, index=None) -> probabilities [..., n, K]; index picks probes
+    predict: Callable  # (A [n, F] standardised, index=None) -> log-probabilities [..., n, K]; index picks probes
     # (``crs.probe.run`` calls it on chunks of ``crs.probe.padded.PREDICT_ROWS`` rows: one shape)
 
 
@@ -135,7 +135,7 @@ def _fit_mlp(data: TrainingSet, *, hidden: int, mlp_settings, on_loop=None) -> F
 
     def predict(A, index=None):
         params = fit.params if index is None else mlp.take(fit.params, index)
-        return mlp.probabilities(jnp.asarray(A), params, data.task)
+        return mlp.log_probabilities(jnp.asarray(A), params, data.task)
 
     return Fitted(fit.converged, fit.steps, predict)
 

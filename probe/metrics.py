@@ -107,17 +107,21 @@ def accuracy(p, T, known, task: str):
 NAMES = ("auroc", "ece", "brier", "nll", "accuracy")
 
 
-def _one(p, T, known, task):
+def _one(lp, T, known, task):
+    p = jnp.exp(lp)
     return jnp.stack(
-        [auroc(p, T, known), ece(p, T, known, task), brier(p, T, known, task),
+        [auroc(lp, T, known), ece(p, T, known, task), brier(p, T, known, task),
          nll(p, T, known, task), accuracy(p, T, known, task)]
     )
 
 
-def all_metrics(probs, T, known, task: str, counted=None) -> np.ndarray:
-    """probs [..., n, K] -> [..., 5] in the order of ``NAMES`` (numpy), over the rows ``counted``
-    ([n] bool, default all); shapes padded as ``crs.probe.padded.per_probe`` says."""
-    return padded.per_probe(_all_jit, probs, T, known, task, counted)
+def all_metrics(log_probs, T, known, task: str, counted=None) -> np.ndarray:
+    """log_probs [..., n, K] -> [..., 5] in the order of ``NAMES`` (numpy), over the rows ``counted``
+    ([n] bool, default all); shapes padded as ``crs.probe.padded.per_probe`` says.
+
+    AUROC ranks the log-probabilities themselves (``crs.probe.core.log_link``: distinct where the
+    probabilities round to 0 or 1); the other metrics take their exp."""
+    return padded.per_probe(_all_jit, log_probs, T, known, task, counted)
 
 
 _all_jit = jax.jit(jax.vmap(_one, in_axes=(0, None, None, None)), static_argnums=3)

@@ -222,6 +222,18 @@ def probabilities(X, params, task: str, batch: int = 8):
     return probs.reshape(lead + probs.shape[1:])
 
 
+def log_probabilities(X, params, task: str, batch: int = 8):
+    """``probabilities`` as log-probabilities that do not saturate (``crs.probe.core.log_link``)."""
+    from crs.probe import core
+
+    k2 = params["Dense_1"]["kernel"]
+    hidden, K = k2.shape[-2], k2.shape[-1]
+    lead = k2.shape[:-2]
+    flat = jax.tree.map(lambda a: a.reshape((-1,) + a.shape[len(lead):]), params)
+    out = core.log_link(_map_apply(flat, jnp.asarray(X, jnp.float32), hidden, K, batch), task)
+    return out.reshape(lead + out.shape[1:])
+
+
 def _map_apply_impl(flat, X, hidden, K, batch):
     return jax.lax.map(lambda p: _apply_one(p, X, hidden, K), flat, batch_size=batch)
 

@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 
 from crs.conditions import CLEAN, shift
+from crs import forms
 from crs.errors import BadInput
 from crs.labels import targets
 from crs.names import SPLIT_CODE, VALIDATION
@@ -403,12 +404,12 @@ def _batches(members: list[int], arrays: list[np.ndarray], limit: int) -> list[l
 
 
 def tie_share(probs, known) -> np.ndarray:
-    """Share of tied scores: probs [S, Fr, n, K], known [n, K] -> [S, Fr] float64.
+    """Share of tied scores: probs [S, Fr, n, K] (as stored: log-probabilities), known [n, K] -> [S, Fr] float64.
 
-    Of the known (image, class) entries, the share whose probability equals (exactly, as
-    stored in float32) that of another image with a known label for the same class. An
-    AUROC counts a tied positive-negative pair as half right, so with a share near 1 it
-    measures the ties, not a ranking (saturated probabilities of 0 or 1 tie).
+    Of the known (image, class) entries, the share whose stored score equals (exactly, in
+    float32) that of another image with a known label for the same class. An AUROC counts a
+    tied positive-negative pair as half right, so with a share near 1 it measures the ties,
+    not a ranking (probabilities saturated at 0 or 1 tie; their logs rarely do).
     """
     p = np.where(np.asarray(known, bool), np.asarray(probs, np.float64), np.nan)  # unknown entries never tie
     p = np.sort(p, axis=-2)  # NaN last
@@ -589,14 +590,14 @@ METRICS_CHECKED = ("auroc", "ece", "brier", "nll", "accuracy")
 
 
 def check_finite(predictions: dict[str, np.ndarray], records: pl.DataFrame, model: str, dataset: str) -> None:
-    """Refuse (exit 2) before anything is written when a probability or a metric is not finite.
+    """Refuse (exit 2) before anything is written when a log-probability or a metric is not finite.
 
-    Finite embeddings give finite probabilities, so a non-finite one is a bug of ours; a NaN
+    Finite embeddings give finite log-probabilities (``crs.probe.core.log_link``), so a non-finite one is a bug of ours; a NaN
     metric means an evaluation set whose labels leave no class with both positive and negative
     images (or no image at all), which is what a damaged label or split array reads as."""
     for condition, probs in predictions.items():
         if not np.isfinite(probs).all():
-            raise FloatingPointError(f"the probe of {model} × {dataset} gave non-finite probabilities on "
+            raise FloatingPointError(f"the probe of {model} × {dataset} gave non-finite log-probabilities on "
                                      f"{condition}: a bug in CRS-Bench, please report it")
     bad = records.filter(pl.any_horizontal(~pl.col(m).is_finite() for m in METRICS_CHECKED))
     if bad.height:
@@ -625,7 +626,7 @@ def commit(store: Store, results: Path, model: str, dataset: str, predictions: d
     for condition, probs in predictions.items():
         extra = {"rows": "the dataset's validation rows in store order"} if condition == VALIDATION else {}
         store.write_predictions(dataset, model, condition, probs, {
-            **common, **extra, **head_attrs, run_records.PREDICTION_GENERATION: generation})
+            **common, **extra, **head_attrs, forms.KEY: forms.LOG_PROB, run_records.PREDICTION_GENERATION: generation})
     run_records.write_parquet(run_records.selection_path(results, model, dataset), selection, generation)
     run_records.write_parquet(subsets_path(results, dataset), drawn, generation)
     path = records_path(results, model, dataset)

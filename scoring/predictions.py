@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
+from crs import forms
 from crs.conditions import parse
 from crs.errors import UserError
 from crs.labels import targets
@@ -58,11 +59,15 @@ class Predictions:
         (``counted_rows``) are remembered, so they are read once per split, not once per array."""
         where = f"{encoder}/{dataset}/{condition}"
         try:
-            self.probs, attrs = store.read_predictions(dataset, encoder, condition)
+            stored, attrs = store.read_predictions(dataset, encoder, condition)
         except (StoreError, KeyError) as exc:
             if prediction_attrs(store, dataset, encoder, condition) is not None:
                 raise  # stored but unreadable: a damaged store is refused, not skipped
             raise MissingPredictions(str(exc)) from exc
+        # AUROC ranks ``scores`` (the stored values: log-probabilities do not saturate); everything else
+        # reads ``probs`` (crs.forms)
+        self.form = forms.form_of(attrs, f"the stored predictions {where} in {store.path!r}")
+        self.scores, self.probs = stored, forms.probabilities(stored, self.form)
         self.seeds = list(attrs.get("seeds", []))
         self.fractions = list(attrs.get("fractions", []))
         self.where, self.dataset, self.encoder = where, dataset, encoder
@@ -81,12 +86,14 @@ class Predictions:
             counted = kept[(rows_of, split)]
         if counted is not None and self.probs.ndim == 4 and self.probs.shape[2] == counted.size:
             self.probs = self.probs[:, :, counted]
+            self.scores = self.scores[:, :, counted] if self.form == forms.LOG_PROB else self.probs
 
-    def select(self, seeds: Sequence[int], fractions: Sequence[float]) -> np.ndarray:
-        """[seed, fraction, image, class] in the given order."""
+    def select(self, seeds: Sequence[int], fractions: Sequence[float], scores: bool = False) -> np.ndarray:
+        """[seed, fraction, image, class] in the given order: probabilities, or with ``scores`` what
+        AUROC ranks (the stored values)."""
         s = _index(self.seeds, seeds, "seeds", self.where)
         f = _index(self.fractions, fractions, "fractions", self.where)
-        return self.probs[np.ix_(s, f)]
+        return (self.scores if scores else self.probs)[np.ix_(s, f)]
 
 
 def prediction_attrs(store: Store, dataset: str, encoder: str, condition: str) -> dict | None:
@@ -223,7 +230,8 @@ def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: 
 
 def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str, encoder: str) -> np.ndarray:
     """Axis values [replicate, seed, axis] of one (dataset, encoder) from its arrays ``read``."""
-    clean = _clean_probs(read["clean"], dataset, encoder, seeds, d.low, d.test.target.shape[0])
+    clean = _clean_probs(read["clean"], dataset, encoder, seeds, d.low, d.test.target.shape[0], scores=True)
+    calibration = read["clean"].select(seeds, [1.0])  # the ECE's probabilities; the AUROCs rank the scores
     pert_p = [_fitting(read[c], seeds, d.test.target) for c in d.pert]
     shift_p = [_fitting(read[c], seeds, t.target) for c, t in zip(d.shift, d.targets, strict=True)]
     for s in range(len(seeds)):  # every array first, so each draw's batch is computed at once
@@ -234,7 +242,8 @@ def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str,
     for a in d.aurocs:
         a.compute()
     out = np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
-                                      d.targets, d.task, d.aurocs) for s in range(len(seeds))], axis=1)
+                                      d.targets, d.task, d.aurocs, calibration=calibration[s, 0])
+                    for s in range(len(seeds))], axis=1)
     for a in d.aurocs:
         a.release()
     return out
@@ -248,8 +257,9 @@ def _image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator, dat
 
 
 def _fitting(pred: Predictions, seeds: Sequence[int], target: np.ndarray) -> np.ndarray:
-    """[seed, 1, image, class] at fraction 1, checked to have the split's images and classes."""
-    probs = pred.select(seeds, [1.0])
+    """Scores [seed, 1, image, class] at fraction 1 (what AUROC ranks), checked to have the split's images and
+    classes."""
+    probs = pred.select(seeds, [1.0], scores=True)
     if probs.shape[2:] != target.shape:
         raise MissingPredictions(
             f"{pred.where} holds probabilities for {probs.shape[2]} images x {probs.shape[3]} classes, the split "
@@ -259,9 +269,10 @@ def _fitting(pred: Predictions, seeds: Sequence[int], target: np.ndarray) -> np.
 
 
 def _clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float],
-                 n_images: int) -> np.ndarray:
-    """Clean test probabilities [seed, fraction, image, class] at ``low`` then 1, checked against the split."""
-    clean = pred.select(seeds, [*low, 1.0])
+                 n_images: int, scores: bool = False) -> np.ndarray:
+    """Clean test probabilities (or ``scores``) [seed, fraction, image, class] at ``low`` then 1, checked
+    against the split."""
+    clean = pred.select(seeds, [*low, 1.0], scores=scores)
     if clean.shape[2] != n_images:
         raise MissingPredictions(
             f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
@@ -456,6 +467,9 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
     flat = probs.reshape(-1, *probs.shape[2:])  # [seed x fraction, image, class]
     kinds, distinct = _distinct(flat)
     values = metrics.array_metrics(flat[distinct], split.target, split.known, test.task, names)
+    if pred.form != forms.PROB:  # AUROC ranks the stored scores, which do not tie where probabilities saturate
+        ranked = pred.select(seeds, fr, scores=True).reshape(flat.shape)[distinct]
+        values["auroc"] = metrics.array_metrics(ranked, split.target, split.known, test.task, ["auroc"])["auroc"]
     n = flat.shape[0]
     cols = {"seed": np.repeat(np.asarray(seeds, dtype=np.int64), len(fr)),
             "fraction": np.tile(np.asarray(fr, dtype=np.float64), len(seeds)),

@@ -67,6 +67,7 @@ def run_axes(
     targets: Sequence[Draw],
     task: str,
     aurocs: Sequence[AurocDraws] | None = None,
+    calibration: np.ndarray | None = None,
 ) -> np.ndarray:
     """Axis values [replicate, axis] of one (encoder, dataset, seed) under the image draws.
 
@@ -77,8 +78,11 @@ def run_axes(
     arrays (``add`` then ``compute`` for many runs at once); without them every AUROC
     is the exact kernel's. The ECE is ``AurocDraws.ece`` with them (``ece_draws``' on a test split of
     at least ``ECE_PRODUCT_FROM`` images, else ``weighted_ece``'s: the same sums in another order;
-    once per distinct array), else ``weighted_ece``'s.
+    once per distinct array), else ``weighted_ece``'s. The AUROCs only rank, so the arrays may be
+    any scores that order like the probabilities (log-probabilities, ``crs.forms``); the ECE reads
+    ``calibration`` [image, class], the probabilities at fraction 1 (default ``clean[-1]``).
     """
+    calib = clean[-1] if calibration is None else calibration
     draws = [test, *targets]
 
     def auc(p: np.ndarray, i: int = 0) -> np.ndarray:
@@ -91,9 +95,9 @@ def run_axes(
         return np.stack(values, axis=-1) if values else None
 
     if aurocs is None:
-        ece = weighted_ece(clean[-1], test.target, test.known, test.counts, task)
+        ece = weighted_ece(calib, test.target, test.known, test.counts, task)
     else:
-        ece = aurocs[0].ece(clean[-1], task)
+        ece = aurocs[0].ece(calib, task)
     x = AxisArrays(
         d=auc(clean[-1]),
         ece=ece,

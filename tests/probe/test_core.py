@@ -200,11 +200,11 @@ def test_validation_loss_picks_the_less_overfit_probe():
     Xv, yv = blobs(5, n=200, F=8)
     T = np.eye(3, dtype=np.float32)[y]
     fit = fit_all(X, T, np.arange(60), (60,), [1e-6, 1e-1], "multiclass", max_iter=3000)
-    pv = core.probabilities(jnp.asarray(Xv), fit.W, fit.b, "multiclass")
+    pv = core.log_probabilities(jnp.asarray(Xv), fit.W, fit.b, "multiclass")
     Tv = np.eye(3, dtype=np.float32)[yv]
     loss = np.asarray(core.validation_loss(pv, jnp.asarray(Tv), jnp.ones_like(jnp.asarray(Tv)), "multiclass"))
     assert loss.shape == (1, 1, 2)
-    ref = [np.mean(-np.log(np.clip(np.asarray(pv)[0, 0, i][np.arange(200), yv], 1e-7, 1))) for i in range(2)]
+    ref = [np.mean(-np.log(np.clip(np.exp(np.asarray(pv))[0, 0, i][np.arange(200), yv], 1e-7, 1))) for i in range(2)]
     np.testing.assert_allclose(loss[0, 0], ref, rtol=1e-5)
     assert loss[0, 0, 1] < loss[0, 0, 0]  # the regularised probe generalises better here
 

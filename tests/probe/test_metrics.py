@@ -20,8 +20,14 @@ def onehot(y, K):
     return np.eye(K, dtype=np.float32)[y]
 
 
+def logs(p):
+    """What ``all_metrics`` takes: log-probabilities (as ``crs probe`` predicts and stores them)."""
+    with np.errstate(divide="ignore"):
+        return jnp.asarray(np.log(np.asarray(p, np.float64)), jnp.float32)
+
+
 def run(p, T, known, task):
-    return dict(zip(metrics.NAMES, np.asarray(metrics.all_metrics(jnp.asarray(p), jnp.asarray(T), jnp.asarray(known), task))))
+    return dict(zip(metrics.NAMES, np.asarray(metrics.all_metrics(logs(p), jnp.asarray(T), jnp.asarray(known), task))))
 
 
 def test_multiclass_against_sklearn():
@@ -144,7 +150,7 @@ def test_fast_path_equals_scoring_metrics(task):
     # can put a confidence in neighbouring bins
     probs[:, 10:20] = probs[:, :10]
     T, known = targets(labels, task, K)
-    fast = np.asarray(metrics.all_metrics(jnp.asarray(probs), jnp.asarray(T, jnp.float32),
+    fast = np.asarray(metrics.all_metrics(logs(probs), jnp.asarray(T, jnp.float32),
                                           jnp.asarray(known, jnp.float32), task))  # [P, 5]
     table = reference.long_table(probs, labels, task, keys={"probe": list(range(P))})
     for name in metrics.NAMES:

@@ -241,7 +241,7 @@ def test_probe_head_mlp_then_score_ranks_it_beside_the_linear_probe(tmp_path):
 
     probs, attrs = Store(str(store), mode="r").read_predictions("demo_derm", "demo-stats+mlp", "clean")
     assert probs.shape[:2] == (2, 2) and attrs["head"] == "mlp" and attrs["hidden"] == 16
-    assert np.allclose(probs.sum(-1), 1.0, atol=1e-5)
+    assert attrs["form"] == "log_prob" and np.allclose(np.exp(probs.astype(np.float64)).sum(-1), 1.0, atol=1e-5)
 
     r = invoke("score", "--results", results, "--store", store, "--bootstrap", "20", "--json")
     assert r.exit_code == 0, r.output

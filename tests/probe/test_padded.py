@@ -36,9 +36,9 @@ def test_padded_metrics_equal_the_unpadded_ones_on_the_counted_rows(task):
     probs[..., :5, 0] = np.round(probs[..., :5, 0], 1)  # ties
     T, known = _labels(rng, n, K, task)
     counted = rng.random(n) > 0.25
-    got = metrics.all_metrics(probs, T, known, task, counted)
+    got = metrics.all_metrics(np.log(probs), T, known, task, counted)
     assert got.shape == (3, 30, len(metrics.NAMES))
-    want = np.asarray(_plain(jnp.asarray(probs[..., counted, :].reshape(90, -1, K)), jnp.asarray(T[counted]),
+    want = np.asarray(_plain(jnp.asarray(np.log(probs[..., counted, :]).reshape(90, -1, K)), jnp.asarray(T[counted]),
                              jnp.asarray(known[counted]), task)).reshape(3, 30, -1)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
     auc = metrics.NAMES.index("auroc")
@@ -53,7 +53,7 @@ def test_multiclass_rows_left_out_are_left_out_of_every_metric():
     y = rng.integers(0, K, n)
     T = np.eye(K, dtype=np.float32)[y]
     counted = np.arange(n) % 3 != 0
-    m = dict(zip(metrics.NAMES, metrics.all_metrics(p[None], T, np.ones_like(T), "multiclass", counted)[0]))
+    m = dict(zip(metrics.NAMES, metrics.all_metrics(np.log(p[None]), T, np.ones_like(T), "multiclass", counted)[0]))
     pc, yc = p[counted], y[counted]
     assert m["auroc"] == pytest.approx(roc_auc_score(yc, pc, multi_class="ovr"), abs=1e-5)
     assert m["nll"] == pytest.approx(log_loss(yc, pc, labels=range(K)), abs=1e-5)
@@ -80,7 +80,7 @@ def test_predict_pads_features_and_probes_without_changing_the_probabilities(tas
     W = rng.normal(size=(2, 40, F, K)).astype(np.float32) * 0.3
     b = rng.normal(size=(2, 40, K)).astype(np.float32)
     got = core.predict(X, W, b, task)
-    want = np.asarray(core.probabilities(jnp.asarray(X), jnp.asarray(W), jnp.asarray(b), task))
+    want = np.asarray(core.log_probabilities(jnp.asarray(X), jnp.asarray(W), jnp.asarray(b), task))
     assert got.shape == (2, 40, n, K)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -115,8 +115,8 @@ def test_nearby_sizes_share_the_evaluation_programs():
         T, known = _labels(rng, n, K, task)
         metrics.all_metrics(probs, T, known, task)
         if n == 150:
-            sizes = (core._probabilities._cache_size(), metrics._all_jit._cache_size())
-    assert (core._probabilities._cache_size(), metrics._all_jit._cache_size()) == sizes
+            sizes = (core._log_probabilities._cache_size(), metrics._all_jit._cache_size())
+    assert (core._log_probabilities._cache_size(), metrics._all_jit._cache_size()) == sizes
 
 
 def test_the_host_preparation_of_small_loops_equals_the_compiled_one():

@@ -83,7 +83,7 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
     # the chosen probes' validation probabilities are stored too (scoring's temperature scaling)
     val, vattrs = store.read_predictions("demo_cxr", "demo-stats", VALIDATION)
     assert val.shape == (2, 2, len(table.rows("val")), 4) and vattrs["fractions"] == [0.25, 1.0]
-    assert np.isfinite(val).all() and ((val > 0) & (val < 1)).all()
+    assert vattrs["form"] == "log_prob" and np.isfinite(val).all() and (val < 0).all()
     # the shift rows are evaluated on the target's test split
     shift = rec.filter(pl.col("condition") == "shift:demo_cxr_site2")
     assert shift["n_eval"].unique().to_list() == [len(store.dataset("demo_cxr_site2").rows("test"))]
