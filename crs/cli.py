@@ -41,9 +41,27 @@ app = typer.Typer(
     "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs run CONFIG.toml` runs them all (and the report) "
     "from one file; `crs demo` runs the built-in benchmark.",
 )
-# a pipe or a file gets lines wide enough for the leaderboard; a terminal keeps its own width
-out = Console(width=None if sys.stdout.isatty() else 120)
+# a pipe or a file gets at least 120 columns for text (more where COLUMNS says so); a terminal keeps its own width
+_COLUMNS = os.environ.get("COLUMNS", "")
+out = Console(width=None if sys.stdout.isatty() else max(120, int(_COLUMNS) if _COLUMNS.isdigit() else 0))
 err = Console(stderr=True)
+
+
+def show(table) -> None:
+    """Print a table whole: a pipe or a file gets the width the table needs, so that no number is cut
+    (a terminal keeps its own width, where rich folds what does not fit)."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    from rich.measure import Measurement
+
+    need = Measurement.get(out, out.options.update(width=10_000), table).maximum
+    text_width = out.width
+    out.width = max(text_width, need)  # Console.print(width=) cannot go beyond the console's own width
+    try:
+        out.print(table)
+    finally:
+        out.width = text_width
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
@@ -299,7 +317,7 @@ def _print_plan(p: dict, *, as_json: bool, quiet: bool) -> None:
             t.add_row(r["encoder"], r["dataset"], n(r["images"]), n(r["test_images"]), n(r["conditions"]),
                       n(r["forward_passes"]), size(r["store_bytes"]),
                       "?" if r["gflops_per_image"] is None else f"{r['gflops_per_image']:.3g}", hours(r["gpu_seconds"]))
-        out.print(t)
+        show(t)
         tot = p["totals"]
         out.print(f"total: {n(tot['forward_passes'])} forward passes, store {size(tot['store_bytes'])} "
                   f"({p['store_size_note']}), GPU time {hours(tot['gpu_seconds'])} at {p['utilisation']:.0%} of "
@@ -334,6 +352,9 @@ def probe_cmd(
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Train linear probes (all seeds x label fractions x L2 at once) and evaluate them.
+
+    Name --encoder and --dataset, or --all. With --dataset alone, every encoder the store holds for
+    those datasets is probed (with --encoder alone, every dataset of those encoders).
 
     With --head mlp, one-hidden-layer MLP probes instead, written as a model of their own, ENCODER+mlp."""
     from crs import stages
@@ -470,10 +491,30 @@ def leaderboard_rows(encoders: list[dict], reference: str | None) -> list[dict]:
                                    f"{r['crs']:.1f} {interval_text(r.get('crs_low'), r.get('crs_high'))}"),
             "tier": "no tier" if r.get("tier") is None else "★" if r["tier"] else "",
             "vs leader": versus,
-            "AUROC": f"{r['auroc']:.3f}", "AUROC\nrank": f"{r['auroc_rank']:g}",
-            "C": f"{r['calibration']:.3f}", "L": f"{r['label_efficiency']:.3f}", "R": f"{r['robustness']:.3f}",
+            "AUROC": f"{r['auroc']:.3f}{_mark(r, 'D')}", "AUROC\nrank": f"{r['auroc_rank']:g}",
+            "C": f"{r['calibration']:.3f}{_mark(r, 'C')}", "L": f"{r['label_efficiency']:.3f}{_mark(r, 'L')}",
+            "R": f"{r['robustness']:.3f}{_mark(r, 'R')}",
         })
     return rows
+
+
+TIE_MARK = "†"  # an axis value computed from AUROCs with more than 20 % tied test scores (crs.scoring.diagnostics)
+
+
+def _mark(r: dict, symbol: str) -> str:
+    return f" {TIE_MARK}" if symbol in (r.get("ties_marked") or "").split() else ""
+
+
+def diagnostics_rows(health: list[dict]) -> list[dict]:
+    """The probe diagnostics table's cells, per (encoder, dataset) (``crs.scoring.diagnostics.probe_health``)."""
+    def num(v, spec):
+        return "" if v is None else format(v, spec)
+
+    return [{"encoder": h["encoder"], "dataset": h["dataset"], "features\nleft out": num(h.get("features_left_out"), "d"),
+             "largest |z|\nclean": num(h.get("max_scaled_clean"), ".1f"),
+             "largest |z|\nany condition": (f"{num(h.get('max_scaled'), '.1f')} ({h['max_scaled_condition']})"
+                                            if h.get("max_scaled") is not None else ""),
+             "tied test scores > 5%": h.get("tied") or ""} for h in health]
 
 
 COST = (("parameters", "parameters", lambda v: f"{v / 1e6:.1f} M"), ("gflops", "GFLOPs/image", "{:.3g}".format),
@@ -529,11 +570,18 @@ def verdict_lines(scores_json: dict) -> list[str]:
 def print_scores(scores, results):
     s = scores.settings
     rc = scores.rank_comparison
-    out.print(leaderboard(scores))
+    show(leaderboard(scores))
     out.print(scale_note(s.get("reference")), highlight=False, soft_wrap=True)
+    marked = "ties_marked" in scores.encoders.columns and any(scores.encoders["ties_marked"].fill_null(""))
+    if marked:
+        out.print(f"{TIE_MARK} computed from AUROCs with more than 20% tied test scores: read with care (Verdict notes)")
+    health = getattr(scores, "diagnostics", None)  # absent from a summary rebuilt from older scores
+    if health is not None and health.height:
+        show(_table("Probe diagnostics (features left out, largest standardised value, ties)",
+                    diagnostics_rows(health.to_dicts()), left=("encoder", "dataset", "tied test scores > 5%")))
     cost = cost_rows(scores.encoders.to_dicts())
     if cost:
-        out.print(_table("Cost to run (recorded by crs extract)", cost))
+        show(_table("Cost to run (recorded by crs extract)", cost))
     w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
     out.print(f"AUROC = D (discrimination); C calibration, L label efficiency, R robustness (seed means over "
               f"{', '.join(s['datasets'])}).\n★ = leading tier (paired {s['bootstrap']['unit']} bootstrap, "
@@ -694,7 +742,7 @@ def encoders_cmd(
             t.add_row(s.name, s.family, str(s.width), str(s.input_size), "yes" if s.gated else "no",
                       s.loader, s.model_id if s.pretrained or s.source == "builtin" else f"{s.model_id} (random weights)",
                       s.pooling)
-        out.print(t)
+        show(t)
         out.print("Also: --encoder timm:NAME, --encoder hf:ORG/NAME, --encoder-file spec.toml. Gated models: accept the "
                   "terms on the model page, then set HF_TOKEN.")
 
@@ -797,7 +845,7 @@ def _list_datasets(as_json: bool, quiet: bool) -> None:
     t = Table("name", "task", "classes", "shift target", "--root holds")
     for r in rows:
         t.add_row(r["name"], r["task"], ", ".join(r["classes"]), r["shift_target"] or "", r.get("root", "(built in)"))
-    out.print(t)
+    show(t)
     out.print("csv:PATH: a CSV with 'path' and 'label' (or 'label:NAME' columns), optional 'group', 'split', 'id'; "
               "images under --image-root")
 
@@ -925,7 +973,7 @@ def print_check(report, ds) -> None:
                 else:
                     cells.append(str(r["images"][0]))
             t.add_row(cls, *cells)
-        out.print(t)
+        show(t)
     verdict = "usable" if report.usable else f"NOT usable ({len(fatal)} problems above)"
     out.print(f"{report.dataset} at {report.root}: {verdict}; {report.images_checked} images decoded",
               highlight=False)
@@ -1072,7 +1120,7 @@ def _print_run(result, source: str, *, as_json: bool, quiet: bool, verbose: bool
         if verbose:
             for item in st.done:
                 t.add_row("", "", "", "", f"  done: {item}")
-    out.print(t)
+    show(t)
     if result.report_html:
         out.print(f"report: {result.report_html}", highlight=False)
     failed = result.stages["extract"].detail.get("failures")

@@ -41,8 +41,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "iterations": ("Int64", "solver iterations used"),
     "tie_share": ("Float64", "share of the counted (image, class) scores that equal another image's score for "
                              "the same class (crs.probe.run.tie_share); near 1, the AUROC rests on ties"),
-    "features_left_out": ("Int64", "features constant or nearly constant on the training split, left out of the "
-                                   "probe (crs.probe.run.live_features); the same for every row of a pair"),
+    "features_left_out": ("Int64", "features constant on the training split, left out of the probe "
+                                   "(crs.probe.run.live_features); the same for every row of a pair"),
+    "max_scaled": ("Float64", "the largest standardised feature value |z| of any counted image of the condition "
+                              "(crs.probe.run.feature_scales); far above the clean test's, a few features decide "
+                              "the predictions there"),
 }
 
 RUN_RECORDS_DIR = "run_records"

@@ -139,9 +139,10 @@ def shift_target_of(ds: Dataset, **options) -> Dataset | None:
     if target.task != ds.task or tuple(target.classes) != tuple(ds.classes):
         raise DatasetError(f"{ds.name}'s shift target {target.name} has task {target.task} and classes "
                            f"{list(target.classes)}; expected the same as {ds.name} ({ds.task}, {list(ds.classes)})")
+    split = target.table().split  # first: a target whose files cannot be used is refused with its problems
     prov = target.provenance
     given = prov is None or bool(prov.get("official_split", True))
-    if given and not (target.table().split == 2).any():
+    if given and not (split == 2).any():
         raise DatasetError(f"{ds.name}'s shift target {target.name} has no test rows; expected its split to mark "
                            "the rows to evaluate on")
     return targets.as_target(target, ds.name, given)

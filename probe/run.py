@@ -365,8 +365,16 @@ def condition_records(ev: EvalSet, probs, m: np.ndarray, meta: dict) -> pl.DataF
     frame.update({k: meta[k] for k in ("classes_missing", "converged", "iterations")})
     frame["tie_share"] = tie_share(counted, ev.known[kept]).reshape(-1)
     frame["features_left_out"] = meta["features_left_out"]
+    frame["max_scaled"] = meta["max_scaled"][ev.condition]
     n_rows = len(frame["seed"])
     return pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()})
+
+
+def largest_scaled(split: Split, ev: EvalSet, rows: int = 4096) -> float:
+    """The largest |z| of the standardised features (``Split.z``) over the counted rows of ``ev``,
+    ``rows`` at a time (a bounded copy)."""
+    X = ev.X[ev.counted] if not ev.counted.all() else ev.X
+    return max((float(np.abs(split.z(X[i:i + rows])).max()) for i in range(0, len(X), rows)), default=0.0)
 
 
 def set_metrics(evals: list[EvalSet], probs: list[np.ndarray], task: str) -> list[np.ndarray]:
@@ -578,6 +586,7 @@ def evaluate(table, model: str, split: Split, fitted: Fitted, sel: Selection, ev
     stored = {VALIDATION: np.asarray(val_probs)}
     probs = predictions(fitted, split, [ev.X for ev in evals], chosen)  # [S, Fr, n, K] each, in one pass
     m = set_metrics(evals, probs, table.task)
+    meta = {**meta, "max_scaled": {ev.condition: largest_scaled(split, ev) for ev in evals}}
     frames = []
     for ev, p, mi in zip(evals, probs, m):
         frames.append(condition_records(ev, p, mi, meta))

@@ -160,7 +160,7 @@ def add_from_records(inputs: Inputs, results: Path) -> None:
 BOARD = ["encoder", "reference", "crs_rank", "crs", "crs_low", "crs_high", "tier", "tie_group", "crs_diff",
          "crs_diff_low", "crs_diff_high", "rank_low", "rank_high", "p_rank1", "auroc", "auroc_rank",
          *[c for a in AXES for c in (a, f"{a}_low", f"{a}_high")], *[f"q_{a}" for a in AXES], "dominance",
-         "balance", "worst_axis", "pareto", *COST_COLUMNS, *MODEL_COLUMNS]
+         "balance", "worst_axis", "pareto", "ties_marked", *COST_COLUMNS, *MODEL_COLUMNS]
 
 
 def leaderboard(encoders: pl.DataFrame) -> pl.DataFrame:
@@ -278,7 +278,7 @@ def tables(inputs: Inputs) -> dict[str, pl.DataFrame]:
             schema={"auroc_above": pl.String, "crs_above": pl.String},
         ),
     }
-    for name in ("test_sets", "rank_distribution", "weight_leaders", "label_efficiency", "robustness",
+    for name in ("diagnostics", "test_sets", "rank_distribution", "weight_leaders", "label_efficiency", "robustness",
                  "retention_by_severity", "calibration_under_shift"):
         if inputs.table(name).height:
             out[name] = inputs.table(name)
@@ -692,17 +692,50 @@ def _board_columns(board: pl.DataFrame, ref: str | None) -> list[tuple[str, str,
         ("rank-ci", "rank interval", lambda r: (f"{_num(r['rank_low'], 'g')}–{_num(r['rank_high'], 'g')}",
                                                 r["rank_low"])),
         ("p1", "P(rank 1)", lambda r: (_num(r["p_rank1"], ".2f"), r["p_rank1"])),
-        ("auroc", "AUROC", lambda r: (_num(r["auroc"], ".3f"), r["auroc"])),
+        ("auroc", "AUROC", lambda r: (_num(r["auroc"], ".3f") + _tie_mark(r, "D"), r["auroc"])),
         ("auroc-rank", "AUROC rank", lambda r: (_num(r["auroc_rank"], "g"), r["auroc_rank"])),
     ]
     for a, sym in zip(AXES, SYMBOLS, strict=True):
         cols.append((a, f"{sym}: {a.replace('_', ' ')}, with its interval",
-                     lambda r, a=a: (_num(r[a], ".3f") + (f" {_iv(r.get(f'{a}_low'), r.get(f'{a}_high'), '.2f')}"
-                                                         if r.get(f"{a}_low") is not None else ""), r[a])))
+                     lambda r, a=a, sym=sym: (_num(r[a], ".3f") + _tie_mark(r, sym)
+                                              + (f" {_iv(r.get(f'{a}_low'), r.get(f'{a}_high'), '.2f')}"
+                                                 if r.get(f"{a}_low") is not None else ""), r[a])))
     cols += [(f"q-{a}", f"q {sym}", lambda r, a=a: (_num(r[f"q_{a}"], "+.3f"), r[f"q_{a}"]))
              for a, sym in zip(AXES, SYMBOLS, strict=True)]
     cols.append(("pareto", "Pareto", lambda r: ("yes" if r.get("pareto") else "", int(bool(r.get("pareto"))))))
     return cols + [(c, head, f) for c, head, f in _BOARD_META if _has(board, c)]
+
+
+TIE_MARK = "†"  # an axis value computed from AUROCs with more than 20 % tied test scores (crs.scoring.diagnostics)
+
+
+def _tie_mark(r: dict, symbol: str) -> str:
+    return f" {TIE_MARK}" if symbol in (r.get("ties_marked") or "").split() else ""
+
+
+def diagnostics_html(health: pl.DataFrame, board: pl.DataFrame) -> str:
+    """The probe diagnostics beside the leaderboard (``crs.scoring.diagnostics.probe_health``): features left
+    out, the largest standardised value and the tied conditions, per (encoder, dataset)."""
+    if not health.height:
+        return ""
+    marked = "ties_marked" in board.columns and any(board["ties_marked"].fill_null(""))
+    out = ["<h3 id='diagnostics'>Probe diagnostics</h3><p>What can make an axis untrustworthy, per encoder and "
+           "dataset: features the probe left out (constant on the training split), the largest standardised "
+           "feature value of any image (clean test, and over every condition), and every condition whose share "
+           "of tied test scores exceeds 5 %."
+           + (f" {TIE_MARK} in the leaderboard marks an axis value computed from AUROCs with more than 20 % tied "
+              "scores; the verdict's notes name them." if marked else "") + "</p>",
+           "<div class='scroll'><table id='diagnostics-table' class='board'><thead><tr>",
+           *[_th(h) for h in ("encoder", "dataset", "features left out", "largest |z| clean",
+                              "largest |z| (condition)", "tied test scores > 5 %")], "</tr></thead><tbody>"]
+    for r in health.iter_rows(named=True):
+        worst = (f"{_num(r.get('max_scaled'), '.1f')} ({r.get('max_scaled_condition')})"
+                 if r.get("max_scaled") is not None else "n/a")
+        out.append("<tr>" + "".join(_td(c, t) for c, t in (
+            ("encoder", r["encoder"]), ("dataset", r["dataset"]), ("num", _num(r.get("features_left_out"), "d")),
+            ("num", _num(r.get("max_scaled_clean"), ".1f")), ("num", worst), ("text", r.get("tied") or "none")))
+            + "</tr>")
+    return "".join(out) + "</tbody></table></div>"
 
 
 def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
@@ -914,6 +947,7 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         "<h2 id='leaderboard-section'>Leaderboard</h2>",
         scale_note(board, s, inputs.reference),
         "<h3>Overall (comparison set)</h3>", board_html(board, inputs.reference), _no_tier_note(board),
+        diagnostics_html(inputs.table("diagnostics"), board),
         (f"<p class='absent' id='flat-intervals'>{_e(flat_note(board, s))}</p>" if flat_intervals(board) else ""),
         f"<p>AUROC vs CRS: {_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} pairs reversed"
         + (" (" + _e("; ".join(f"{a} above {b} by AUROC, below by CRS" for a, b in rc.get("reversed_pairs", [])))

@@ -19,7 +19,7 @@ from crs import records as run_records
 from crs.errors import BadInput, CrsError
 from crs.names import VALIDATION
 from crs.scoring import crs as core
-from crs.scoring import analysis, scoreset, verdict
+from crs.scoring import analysis, diagnostics, scoreset, verdict
 from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
 from crs.scoring.bootstrap import (
     CONFIDENCE,
@@ -66,6 +66,8 @@ class Scores:
     calibration_shift: pl.DataFrame = field(default_factory=pl.DataFrame)  # ECE clean vs shift
     # one row per (encoder, rank): share of bootstrap replicates giving that CRS rank
     rank_distribution: pl.DataFrame = field(default_factory=pl.DataFrame)
+    # one row per (encoder, dataset): features left out, largest scaled value, tied conditions (crs.scoring.diagnostics)
+    diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
     # the id of the set these scores are written as (crs.scoring.scoreset)
     generation: str = field(default_factory=scoreset.new_generation)
     provenance: dict = field(default_factory=dict)  # crs.provenance.collect(settings)
@@ -90,6 +92,8 @@ class Scores:
                 "pareto": pareto,
                 "weight_sensitivity": self.weight_leaders.to_dicts(),
                 "calibration_under_shift": self.calibration_shift.to_dicts(),
+                "diagnostics": self.diagnostics.to_dicts(),
+                "shift_targets": shift_targets(self.axes_by_seed, self.robustness),
             }
         )
 
@@ -108,6 +112,7 @@ class Scores:
             "label_efficiency": self.label_efficiency,
             "calibration_under_shift": self.calibration_shift,
             "rank_distribution": self.rank_distribution,
+            "diagnostics": self.diagnostics,
         }
 
     def written_tables(self) -> dict[str, pl.DataFrame]:
@@ -232,6 +237,12 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     table = _encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs, reference=ref),
                            tables["pareto"], encoder_metadata(store, encoders, datasets))
+    health = diagnostics.probe_health(records)
+    marked = diagnostics.marked_axes(health)
+    table = table.with_columns(ties_marked=pl.Series([diagnostics.marks_text(marked.get(e, []))
+                                                      for e in table["encoder"]], dtype=pl.String))
+    decided = verdict.build(table, tables["weight_leaders"], tables["weight_grid"], settings)
+    decided["notes"].extend(diagnostics.notes(records))
     return Scores(
         settings=settings,
         encoders=table,
@@ -239,9 +250,21 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
         rank_comparison=compare(encoders, auroc, point.crs),
         axes_by_seed=by_seed,
         provenance=provenance.collect(settings),
-        verdict=verdict.build(table, tables["weight_leaders"], tables["weight_grid"], settings),
+        verdict=decided,
+        diagnostics=health,
         **tables,
     )
+
+
+def shift_targets(axes_by_seed: pl.DataFrame, robustness: pl.DataFrame) -> dict[str, list[str]]:
+    """dataset -> the shift targets its probes were evaluated on (each a target only, never scored itself)."""
+    if not robustness.height or "condition" not in robustness.columns:
+        return {}
+    shifted = robustness.filter(pl.col("condition").str.starts_with("shift:")).select("dataset", "condition").unique()
+    out: dict[str, list[str]] = {}
+    for d, c in shifted.sort("dataset", "condition").iter_rows():
+        out.setdefault(d, []).append(c.removeprefix("shift:"))
+    return out
 
 
 def _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders, datasets, seeds,

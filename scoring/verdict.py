@@ -150,6 +150,9 @@ def _intervals_known(rows: list[dict]) -> bool:
     return any(r.get("tier") for r in rows) and all(r.get("tier") is not None for r in rows)
 
 
+NO_INTERVAL = "the bootstrap gave no interval, so no encoder is called separable from the leader"
+
+
 def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
           weight_grid: pl.DataFrame | None = None, settings: dict | None = None) -> dict:
     """The verdict as data (JSON-able): leader, tier, P(rank 1), each tier member's gap and what decides it,
@@ -188,7 +191,7 @@ def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
     if len(rows) > 1:
         out["weight_margin"] = _weight_margin(enc, 0, w)
     if not out["intervals"] and len(rows) > 1:
-        out["notes"].append("the bootstrap gave no interval, so no encoder is called separable from the leader")
+        out["notes"].append(NO_INTERVAL)
     return out
 
 
@@ -275,4 +278,6 @@ def sentences(v: dict) -> list[str]:
     for s in (_weight_sentence(v), _reference_sentence(v)):
         if s:
             out.append(s)
+    # what else the score says about itself (e.g. axes resting on tied AUROCs: crs.scoring.diagnostics)
+    out.extend(f"Note: {n}." for n in v.get("notes", []) if n != NO_INTERVAL)
     return out

@@ -319,8 +319,9 @@ def _plan_datasets(cfg: Config) -> list[dict]:
 
 # ------------------------------------------------------------------ probe
 def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, every: bool) -> list[tuple[str, str]]:
-    """The (encoder, dataset) pairs to probe: the ones named, or with ``every`` all in the store (filtered
-    by any names given); BadInput naming what the store holds when a pair lacks embeddings."""
+    """The (encoder, dataset) pairs to probe: the ones named; with ``every``, or with only datasets or
+    only encoders named, every pair in the store (filtered by the names given); BadInput naming what
+    the store holds when a pair lacks embeddings."""
     from crs.extract import datasets as dsreg
     from crs.extract import encoders as encreg
     from crs.probe.run import pairs_in_store
@@ -338,7 +339,7 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
             raise BadInput(f"dataset {d!r} has no training split (an external test set); it is evaluated "
                            "as the shift target of the dataset that names it, not probed itself")
     held = ", ".join(f"{e} × {d}" for e, d in available) or "nothing yet"
-    if every:
+    if every or bool(encoders) != bool(datasets):  # one side named: every pair the store holds for it
         pairs = [(e, d) for e, d in available if (not encoders or e in encoders) and (not datasets or d in datasets)]
         if not pairs:
             raise BadInput(f"nothing to probe in {store_path!r} for that selection (it holds: {held}); "

@@ -22,6 +22,7 @@ ENCODER_COLUMNS = [
     *[f"q_{a}_{end}" for a in AXES for end in ("low", "high")],
     "pareto",
     "revision", "licence", "gated", "parameters", "gflops", "width", "images_per_s", "device",
+    "ties_marked",
 ]  # fmt: skip
 
 
@@ -95,7 +96,7 @@ def test_settings_and_json(scores, tmp_path):
     out = scores.to_json()
     assert set(out) == {
         "generation", "tables", "provenance", "settings", "verdict", "rank_comparison", "encoders", "per_dataset",
-        "pareto", "weight_sensitivity", "calibration_under_shift",
+        "pareto", "weight_sensitivity", "calibration_under_shift", "diagnostics", "shift_targets",
     }  # fmt: skip
     assert out["provenance"]["settings"] == out["settings"]
     assert {"crs_bench", "git_commit", "created", "python", "libraries"} <= set(out["provenance"])
@@ -131,6 +132,7 @@ def test_write(scores, tmp_path):
             for t in (
                 "encoders", "per_dataset", "axes_by_seed", "pareto", "weight_sensitivity",
                 "weight_leaders", "robustness", "label_efficiency", "calibration_under_shift", "rank_distribution",
+                "diagnostics",
             )
             for x in ("parquet", "csv")
         ]
