@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crs.errors import writing_to
 from crs.store.zarr_store import (
     Store,
     StoreError,
@@ -54,12 +55,19 @@ class Finding:
 def verify(path: str, *, repair: bool = False, storage_options: dict | None = None) -> list[Finding]:
     """Every problem of the store at ``path``; with ``repair``, reset what is damaged and return what remains."""
     try:
-        store = Store(path, mode="a" if repair else "r", storage_options=storage_options)
+        store = Store(path, mode="r", storage_options=storage_options)  # a repair never creates a store
+        if repair:
+            store = Store(path, mode="a", storage_options=storage_options)
     except StoreError:
         if _root_damaged(str(path), storage_options):
             return [Finding("", "zarr.json", "the store's root metadata is damaged",
                             "no repair keeps this store's identity: extract into a new store (--store NEW)")]
         raise
+    with writing_to(store.path):  # a repair's writes: a full disk is named by the store's path
+        return _verify(store, repair)
+
+
+def _verify(store: Store, repair: bool) -> list[Finding]:
     findings = _metadata(store, repair)
     if any(f.array == "datasets" and f.chunk == "zarr.json" and not repair for f in findings):
         return findings  # nothing below can be listed until that group's metadata is rewritten

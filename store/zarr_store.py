@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -59,7 +60,7 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from crs import __version__ as CRS_VERSION
-from crs.errors import CrsError, UserError
+from crs.errors import CrsError, UserError, writing_to
 from crs.names import SPLIT_CODE
 
 SCHEMA_VERSION = 1
@@ -76,6 +77,17 @@ warnings.filterwarnings("ignore", message=r"Object at .*\.partial is not recogni
 
 class StoreError(UserError):
     """A store problem the user can act on (bad path, other schema, missing or incomplete data)."""
+
+
+def _writes(method):
+    """``method`` of a Store (or of an object holding one as ``store``) that writes into it: a full disk, a
+    quota, a read-only file system or a refused permission met without a file name is named by the store's
+    path (``crs.errors.writing_to``)."""
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        with writing_to(getattr(self, "store", self).path):
+            return method(self, *args, **kwargs)
+    return wrapped
 
 
 def now() -> str:
@@ -621,6 +633,7 @@ class Store:
     def has_dataset(self, name: str) -> bool:
         return name in self.datasets()
 
+    @_writes
     def write_dataset(self, table: DatasetTable) -> None:
         """Write a dataset's metadata; if present, check it is the same (splits never change, nor the files
         it was made from) and rewrite any of its arrays that is damaged."""
@@ -762,6 +775,7 @@ class Store:
                              f"(a torn write). To repair: {repair_hint(self.path, key)}")
         return out
 
+    @_writes
     def add_failures(self, dataset: str, image_ids, files, reasons) -> None:
         """Merge failures into the dataset's table (one row per image id; the newest reason wins)."""
         old = self.failures(dataset)
@@ -790,6 +804,7 @@ class Store:
         return np.flatnonzero(np.isin(ids, list(failed)))
 
     # -------------------------------------------------------------- embeddings
+    @_writes
     def embedding(
         self,
         dataset: str,
@@ -919,6 +934,7 @@ class Store:
         )
 
     # ------------------------------------------------------------- predictions
+    @_writes
     def write_predictions(
         self, dataset: str, encoder: str, condition: str, probs: np.ndarray, attrs: dict[str, Any]
     ) -> None:
@@ -1076,6 +1092,7 @@ class EmbeddingArray:
     def chunk_rows(self, j: int) -> slice:
         return slice(j * self.chunk, min((j + 1) * self.chunk, self.x.shape[0]))
 
+    @_writes
     def write_chunk(self, j: int, values: np.ndarray) -> None:
         sl = self.chunk_rows(j)
         values = np.asarray(values)
@@ -1095,6 +1112,7 @@ class EmbeddingArray:
             self.commit[j] = np.array([nbytes, values_crc(cast)], dtype=np.uint64)
         self.done[j] = True
 
+    @_writes
     def finalize(self) -> bool:
         """Mark complete when every chunk is written (a damaged chunk found since: not complete any more);
         returns whether it is."""
