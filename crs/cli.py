@@ -41,9 +41,28 @@ app = typer.Typer(
     "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs run CONFIG.toml` runs them all (and the report) "
     "from one file; `crs demo` runs the built-in benchmark.",
 )
+
+
+class _Console(Console):
+    """rich's Console, except that a reader going away (`crs encoders | head -2`) ends the command quietly
+    with exit 0, as for ``print`` (``friendly_errors``): rich's own choice is exit 1 without a word."""
+
+    def on_broken_pipe(self) -> None:
+        _quiet_stdout()
+        raise SystemExit(0)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit does not meet the closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 # a pipe or a file gets lines wide enough for the leaderboard; a terminal keeps its own width
-out = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True)
+out = _Console(width=None if sys.stdout.isatty() else 120)
+err = _Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
@@ -88,10 +107,7 @@ def friendly_errors(verbose: bool):
     except typer.Exit:
         raise
     except BrokenPipeError:  # the reader went away (`crs encoders -q | head`): nothing is wrong
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        except (OSError, ValueError, AttributeError):
-            pass
+        _quiet_stdout()
         raise typer.Exit(0)
     except KeyboardInterrupt as exc:
         what, code = ("terminated (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
