@@ -1046,6 +1046,11 @@ def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str
     ref = cfg.score.reference
     head = heads.get(cfg.probe.head)
     scored = [head.result_name(encreg.resolve(e, extra).name) for e in cfg.encoders.names]
+    if len(set(scored)) < 2:  # CRS ranks encoders against each other: `crs score` would refuse after the probes
+        raise cfgmod.ConfigError(f"CRS compares encoders and needs at least 2, this run names {len(set(scored))} "
+                                 f"({', '.join(map(repr, scored)) or 'none'}); add another to encoders.names "
+                                 "(`crs encoders` lists them)", "encoders.names",
+                                 cfgmod.locate(text, ("encoders", "names")) if text else None, source)
     if ref in ("auto", "median"):
         return scored
     if ref not in scored:

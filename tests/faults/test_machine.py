@@ -145,3 +145,20 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(args, tmp_
     env = {k: v for k, v in cli_env().items() if k != "COLUMNS"}
     p = subprocess.run(["bash", "-c", shell], env=env, timeout=120)
     assert p.returncode == 0 and err.read_text() == "", f"exit {p.returncode}: {err.read_text()!r}"
+
+
+ONE_ENCODER = """\
+store = "s.zarr"
+results = "res"
+
+[encoders]
+names = ["demo-stats"]
+"""
+
+
+def test_run_check_refuses_a_config_with_one_encoder(tmp_path):
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text(ONE_ENCODER)
+    r = crs_here("run", str(cfg), "--check")
+    assert r.rc == 2 and "encoders.names" in r.message and "at least 2" in r.message, r.message
+    assert not (tmp_path / "s.zarr").exists()
