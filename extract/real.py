@@ -879,6 +879,8 @@ def _check_files(ds: FileDataset, problems: list[Problem]) -> np.ndarray:
     for r in np.flatnonzero(~exists)[:_SHOW].tolist():
         row = f.row(r, named=True)
         what = ("is not a regular file (a FIFO, device or folder); expected an image file" if odd[r]
+                else f"is not an image file (the name does not end in {', '.join(IMAGE_SUFFIXES)}); list "
+                     "image files only" if not row["path"].lower().endswith(IMAGE_SUFFIXES)
                 else f"not found under {ds.root}; expected the file this row names")
         problems.append(Problem(row["file"], row["line"], f"image {row['path']} {what}"))
     if missing.height > _SHOW:

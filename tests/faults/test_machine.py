@@ -162,3 +162,15 @@ def test_run_check_refuses_a_config_with_one_encoder(tmp_path):
     r = crs_here("run", str(cfg), "--check")
     assert r.rc == 2 and "encoders.names" in r.message and "at least 2" in r.message, r.message
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_listed_file_that_is_not_an_image_is_named_so_not_missing(tmp_path):
+    from faultlib import write_csv, write_images
+
+    rows = write_images(tmp_path, 8)
+    (tmp_path / "imgs" / "notimg.txt").write_text("notes")
+    rows[1] = ("imgs/notimg.txt", rows[1][1], rows[1][2])
+    csv = write_csv(tmp_path / "t.csv", rows)
+    r = crs_here("datasets", "check", f"csv:{csv}", "--modality", "dermatology", "--image-root", str(tmp_path))
+    assert r.rc == 2 and "imgs/notimg.txt is not an image file" in r.message, r.message
+    assert "notimg.txt not found" not in r.message
