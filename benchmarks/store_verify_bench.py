@@ -66,7 +66,7 @@ def build(path: Path, n: int, width: int, chunk: int, conditions: int) -> tuple[
 def copy(store: Store, names: list[str], path: Path, compressors) -> Store:
     """The same values in a store whose arrays have other ``compressors`` (``CHECKED`` swapped while written)."""
     saved = zarr_store.CHECKED
-    zarr_store.CHECKED = {"compressors": compressors}
+    zarr_store.CHECKED = {**saved, "compressors": compressors}
     try:
         out = Store(str(path))
         out.write_dataset(store.dataset("bench"))

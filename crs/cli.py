@@ -41,10 +41,27 @@ app = typer.Typer(
     "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs run CONFIG.toml` runs them all (and the report) "
     "from one file; `crs demo` runs the built-in benchmark.",
 )
+class _Console(Console):
+    """rich's Console, except that a reader going away (`crs encoders | head -2`) ends the command quietly
+    with exit 0, as for ``print`` (``friendly_errors``): rich's own choice is exit 1 without a word."""
+
+    def on_broken_pipe(self) -> None:
+        _quiet_stdout()
+        raise SystemExit(0)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit does not meet the closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 # a pipe or a file gets at least 120 columns for text (more where COLUMNS says so); a terminal keeps its own width
 _COLUMNS = os.environ.get("COLUMNS", "")
-out = Console(width=None if sys.stdout.isatty() else max(120, int(_COLUMNS) if _COLUMNS.isdigit() else 0))
-err = Console(stderr=True)
+out = _Console(width=None if sys.stdout.isatty() else max(120, int(_COLUMNS) if _COLUMNS.isdigit() else 0))
+err = _Console(stderr=True)
 
 
 def show(table) -> None:
@@ -106,10 +123,7 @@ def friendly_errors(verbose: bool):
     except typer.Exit:
         raise
     except BrokenPipeError:  # the reader went away (`crs encoders -q | head`): nothing is wrong
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        except (OSError, ValueError, AttributeError):
-            pass
+        _quiet_stdout()
         raise typer.Exit(0)
     except KeyboardInterrupt as exc:
         what, code = ("terminated (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
@@ -1078,6 +1092,11 @@ def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str
     ref = cfg.score.reference
     head = heads.get(cfg.probe.head)
     scored = [head.result_name(encreg.resolve(e, extra).name) for e in cfg.encoders.names]
+    if len(set(scored)) < 2:  # CRS ranks encoders against each other: `crs score` would refuse after the probes
+        raise cfgmod.ConfigError(f"CRS compares encoders and needs at least 2, this run names {len(set(scored))} "
+                                 f"({', '.join(map(repr, scored)) or 'none'}); add another to encoders.names "
+                                 "(`crs encoders` lists them)", "encoders.names",
+                                 cfgmod.locate(text, ("encoders", "names")) if text else None, source)
     if ref in ("auto", "median"):
         return scored
     if ref not in scored:

@@ -6,11 +6,13 @@ cannot be loaded): the command line prints its message and exits 2. Any other ex
 is a bug of ours and exits 1. Stages raise a subclass of ``UserError`` for the first kind;
 nothing is ever classified by the name of its type. ``user_os_error`` tells an OSError that
 is the user's (permission denied, a read-only file system, a file where a folder belongs, a
-full disk: exit 2 naming the path and the repair) from one that is ours.
+full disk: exit 2 naming the path and the repair) from one that is ours. An OSError that carries no
+file name (zarr's and polars' writes raise ENOSPC so) is named by its writer: ``writing_to``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -55,3 +57,21 @@ def user_os_error(exc: OSError) -> UserError | None:
     if exc.filename2 is not None:
         path += f" -> {os.fsdecode(exc.filename2)}"
     return UserError(f"{path}: {what}; {fix}")
+
+
+# what a write can meet that is the machine's or the user's doing, whichever call raised it
+WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+@contextlib.contextmanager
+def writing_to(folder: str | os.PathLike):
+    """Inside the block, an OSError of ``WRITE_FAULTS`` without a file name becomes a UserError naming
+    ``folder`` (the writer knows where it writes; the library that failed did not say). One that names
+    its file passes unchanged: the command line names that file."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in WRITE_FAULTS or exc.filename is not None:
+            raise
+        named = user_os_error(OSError(exc.errno, exc.strerror or os.strerror(exc.errno), os.fspath(folder)))
+        raise named from exc

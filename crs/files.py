@@ -7,6 +7,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from crs.errors import writing_to
+
 
 def umask() -> int:
     """The process's file-mode creation mask, read without changing it where the OS allows.
@@ -38,12 +40,13 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        try:
-            os.fchmod(fd, 0o666 & ~umask())
-        finally:
-            os.close(fd)
-        write(Path(tmp))
-        os.replace(tmp, path)
+        with writing_to(path.parent):  # a writer such as polars raises ENOSPC without the file's name
+            try:
+                os.fchmod(fd, 0o666 & ~umask())
+            finally:
+                os.close(fd)
+            write(Path(tmp))
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -360,7 +360,8 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
         return idx
     idx.classes, label_cols = _csv_labels(df, multi)
     if not multi and len(idx.classes) < 2:
-        idx.problems.append(Problem(rel, None, f"column 'label' holds one class only ({idx.classes[0]!r}); "
+        held = f"one class only ({idx.classes[0]!r})" if idx.classes else "no class"
+        idx.problems.append(Problem(rel, None, f"column 'label' holds {held}; "
                                                "a probe needs at least two classes: add the images of the others"))
         return idx
     idx.frame = df.select(
@@ -697,6 +698,7 @@ def open_csv(csv_path: str | os.PathLike, *, image_root=None, modality: str | No
     if modality is None:
         raise DatasetError(f"csv:{csv_path}: pass --modality (one of {', '.join(MODALITIES)}); a CSV does not "
                            "say which kind of image it holds")
+    _check_has_rows(csv_path)
     header = pl.read_csv(csv_path, n_rows=0, infer_schema=False).columns
     task = "multilabel" if any(c.startswith("label:") for c in header) else "multiclass"
     layout = Layout(csv_name(csv_path), task, (), False, modality, shift_target,
@@ -705,6 +707,22 @@ def open_csv(csv_path: str | os.PathLike, *, image_root=None, modality: str | No
     ds = FileDataset(layout, image_root or csv_path.parent, csv_path=csv_path, modality=modality, **options)
     ds.index  # the classes come from the data
     return ds
+
+
+def _check_has_rows(csv_path: Path) -> None:
+    """Refuse a CSV that is empty or holds its header only: there is nothing to benchmark in it."""
+    want = "expected a header line (path,label or path,label:NAME,...) and one line per image"
+    lines = []
+    with open(csv_path, "rb") as f:
+        for line in f:
+            if line.strip():
+                lines.append(line)
+                if len(lines) == 2:
+                    break
+    if not lines:
+        raise DatasetError(f"csv:{csv_path}: the file is empty; {want}")
+    if len(lines) == 1 or pl.read_csv(csv_path, n_rows=1, infer_schema=False).height == 0:
+        raise DatasetError(f"csv:{csv_path}: it holds a header line but no images; {want}")
 
 
 # ------------------------------------------------------------------ checking a folder
@@ -861,6 +879,8 @@ def _check_files(ds: FileDataset, problems: list[Problem]) -> np.ndarray:
     for r in np.flatnonzero(~exists)[:_SHOW].tolist():
         row = f.row(r, named=True)
         what = ("is not a regular file (a FIFO, device or folder); expected an image file" if odd[r]
+                else f"is not an image file (the name does not end in {', '.join(IMAGE_SUFFIXES)}); list "
+                     "image files only" if not row["path"].lower().endswith(IMAGE_SUFFIXES)
                 else f"not found under {ds.root}; expected the file this row names")
         problems.append(Problem(row["file"], row["line"], f"image {row['path']} {what}"))
     if missing.height > _SHOW:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import polars as pl
 
-from crs.errors import UserError
+from crs.errors import UserError, writing_to
 
 SCORES_DIR = "scores"
 SCORES_JSON = "scores.json"
@@ -117,7 +117,7 @@ def write_set(out_dir: Path, tables: Mapping[str, pl.DataFrame], doc: dict, gene
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} is a file, not a folder; move it away and re-run `crs score`")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with writer_lock(out_dir):
+    with writer_lock(out_dir), writing_to(out_dir.parent):
         settle(out_dir)
         _write_and_swap(out_dir, tables, doc, generation)
 

@@ -4,8 +4,9 @@ Checked: every ``zarr.json`` parses as Zarr v3 metadata; every chunk of the data
 the failures table and the predictions is present (arrays written with a checksum store every
 chunk) and decodes (zstd checks each chunk's content checksum); every committed chunk of
 an embedding array is present, of its committed size, decodes, and its values have the
-committed CRC-32. Stores written before the commit records get what can be checked without
-them (decoding; presence of done embedding chunks).
+committed CRC-32; every chunk of a prediction array is of its committed size and its values have
+the committed CRC-32 (the array's ``commit`` attribute). Stores written before the commit records get
+what can be checked without them (decoding; presence of done embedding chunks).
 
 ``repair=True`` makes each damaged part recomputable by the command named in its finding:
 an embedding chunk's commit record is reset (``crs extract`` re-does exactly it); a damaged
@@ -23,18 +24,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crs.errors import writing_to
 from crs.store.zarr_store import (
     Store,
     StoreError,
     _read_robust,
     chunk_keys,
+    chunk_values,
     has_checksums,
     key_condition,
     next_step,
     plain_group,
+    record_problem,
     repair_hint,
     shape_problem,
-    values_crc,
 )
 
 EMPTY_GROUP = {"zarr_format": 3, "node_type": "group", "attributes": {}}
@@ -54,12 +57,19 @@ class Finding:
 def verify(path: str, *, repair: bool = False, storage_options: dict | None = None) -> list[Finding]:
     """Every problem of the store at ``path``; with ``repair``, reset what is damaged and return what remains."""
     try:
-        store = Store(path, mode="a" if repair else "r", storage_options=storage_options)
+        store = Store(path, mode="r", storage_options=storage_options)  # a repair never creates a store
+        if repair:
+            store = Store(path, mode="a", storage_options=storage_options)
     except StoreError:
         if _root_damaged(str(path), storage_options):
             return [Finding("", "zarr.json", "the store's root metadata is damaged",
                             "no repair keeps this store's identity: extract into a new store (--store NEW)")]
         raise
+    with writing_to(store.path):  # a repair's writes: a full disk is named by the store's path
+        return _verify(store, repair)
+
+
+def _verify(store: Store, repair: bool) -> list[Finding]:
     findings = _metadata(store, repair)
     if any(f.array == "datasets" and f.chunk == "zarr.json" and not repair for f in findings):
         return findings  # nothing below can be listed until that group's metadata is rewritten
@@ -200,6 +210,8 @@ def _dataset(store: Store, d: str, repair: bool, readable, done_before=()) -> li
         if "condition" not in arr.attrs:
             found.append(Finding(node, None, "not written whole (its writer was interrupted)",
                                  repair_hint(store.path, node)))
+        elif not found:
+            found = _against_record(store, arr, node, arr.attrs.get("commit"))
         if found and repair:
             store.remove(node)
             found = [Finding(node, None, "removed (it was damaged)", next_step(store.path, node))]
@@ -232,6 +244,22 @@ def _whole_array(store: Store, arr, node: str) -> list[Finding]:
     missing = {f.chunk for f in out}
     out += [Finding(node, k, "does not decode (checksum mismatch, truncated or garbled)", hint)
             for k in store.bad_chunks(arr) if k not in missing]
+    return out
+
+
+def _against_record(store: Store, arr, node: str, records) -> list[Finding]:
+    """An array whose chunks all decode, each chunk against its commit record (bytes stored, CRC-32 of its
+    values); arrays written before commit records (``records`` None) have nothing to compare."""
+    if records is None:
+        return []
+    values = np.asarray(arr[...])
+    sizes = store.chunk_sizes(arr.path, chunk_keys(arr))
+    hint = repair_hint(store.path, node, decoded=True)
+    out = []
+    for record, coords, key, size in zip(records, np.ndindex(*arr.cdata_shape), chunk_keys(arr), sizes):
+        problem = record_problem(size, record, chunk_values(arr, values, coords))
+        if problem:
+            out.append(Finding(node, key, problem, hint))
     return out
 
 
@@ -300,16 +328,13 @@ def _reset_dataset_chunks(store: Store, d: str) -> None:
 
 def _chunk_problem(x, j: int, size: int | None, record) -> str | None:
     """What is wrong with committed chunk ``j`` of ``x`` (None: intact)."""
-    if size is None:
-        return "missing (its file was deleted)"
-    if record is not None and int(record[0]) != size:
-        return f"stored bytes {size}, committed {int(record[0])} (truncated or replaced)"
+    problem = record_problem(size, record)
+    if problem:
+        return problem
     try:
         values = np.asarray(x.blocks[(j,) + (0,) * (x.ndim - 1)])
     except (MemoryError, OSError):
         raise
     except Exception as exc:  # noqa: BLE001 - any decoder's complaint about these bytes is damage
         return f"does not decode ({exc})"
-    if record is not None and has_checksums(x) and int(record[1]) != values_crc(values):
-        return "its values are not the ones committed (CRC-32 differs)"
-    return None
+    return record_problem(size, record, values) if has_checksums(x) else None

@@ -12,10 +12,12 @@ Layout (schema version 1)::
             x      [row, feature]     float16 by default, chunked along rows
             done   [chunk] bool       one flag per chunk of x, set after that chunk is written
             commit [chunk, 2] uint64  per chunk: bytes of its stored file, CRC-32 of its values
-                                      attrs: rows ('all' | 'test'), complete, provenance
+                                      attrs: rows ('all' | 'test'), complete, chunk_bytes (the
+                                      commit record's bytes, copied once complete), provenance
         predictions/<encoder>/<condition key>
                    [seed, fraction, image, class] float32 test probabilities of the chosen probes,
-                                      one chunk up to 64 MB (``prediction_chunks``)
+                                      one chunk up to 64 MB (``prediction_chunks``); attrs: commit
+                                      (per chunk: bytes of its stored file, CRC-32 of its values)
 
 Rows are ordered test first (then val, then train), so that chunk j of a test-only
 (perturbed) array and chunk j of the clean array cover the same images, and
@@ -35,7 +37,9 @@ read's CPU time, against about +4 % for zstd's own checksum with the presence ch
 checks may cost 5 %.)
 Before ``done[j]`` the writer records ``commit[j]`` = (stored bytes of chunk j, CRC-32 of
 its values): ``pending()`` re-does done chunks whose file is missing or of another size,
-``crs store verify`` decodes each and compares the CRC. Readers name the array, the chunk
+``read_embedding`` refuses them (against ``chunk_bytes``, the record's sizes copied into the
+attributes once complete), ``crs store verify`` decodes each and compares the CRC. A prediction
+array keeps the same record per chunk in its ``commit`` attribute, compared in full on every read. Readers name the array, the chunk
 and the command that repairs it. Stores written before this (no checksum, no ``commit``)
 are read as before, best effort: a missing chunk of a done embedding chunk is still found.
 """
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -59,7 +64,7 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from crs import __version__ as CRS_VERSION
-from crs.errors import CrsError, UserError
+from crs.errors import CrsError, UserError, writing_to
 from crs.names import SPLIT_CODE
 
 SCHEMA_VERSION = 1
@@ -76,6 +81,17 @@ warnings.filterwarnings("ignore", message=r"Object at .*\.partial is not recogni
 
 class StoreError(UserError):
     """A store problem the user can act on (bad path, other schema, missing or incomplete data)."""
+
+
+def _writes(method):
+    """``method`` of a Store (or of an object holding one as ``store``) that writes into it: a full disk, a
+    quota, a read-only file system or a refused permission met without a file name is named by the store's
+    path (``crs.errors.writing_to``)."""
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        with writing_to(getattr(self, "store", self).path):
+            return method(self, *args, **kwargs)
+    return wrapped
 
 
 def now() -> str:
@@ -155,6 +171,33 @@ def chunk_keys(arr: zarr.Array) -> list[str]:
 def values_crc(values: np.ndarray) -> int:
     """CRC-32 of an array's values in C order (the commit record's digest of what was written)."""
     return zlib.crc32(np.ascontiguousarray(values).tobytes())
+
+
+def commit_record(store: "Store", arr: zarr.Array, coords: tuple[int, ...], values: np.ndarray) -> list[int]:
+    """The commit record of chunk ``coords`` of ``arr``, just written with ``values``: [stored bytes of its
+    file, CRC-32 of its values]. Every array whose values feed a number keeps one per chunk: embeddings in
+    their ``commit`` array, predictions in their ``commit`` attribute."""
+    return [store.file_size(f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"), values_crc(values)]
+
+
+def chunk_values(arr: zarr.Array, values: np.ndarray, coords: tuple[int, ...]) -> np.ndarray:
+    """The part of ``values`` (all of ``arr``) that chunk ``coords`` holds."""
+    return values[tuple(slice(c * n, (c + 1) * n) for c, n in zip(coords, arr.chunks))]
+
+
+def record_problem(size: int | None, record, values: np.ndarray | None = None) -> str | None:
+    """What is wrong with one chunk against its commit record (stored bytes, CRC-32 of its values), or None.
+    ``size``: the bytes stored now (None: no file); ``values``: the decoded values, where they were read
+    (else only the size is compared)."""
+    if size is None:
+        return "missing (its file was deleted)"
+    if record is None:
+        return None
+    if int(record[0]) != size:
+        return f"not as committed ({size} bytes stored, {int(record[0])} committed: truncated or replaced)"
+    if values is not None and int(record[1]) != values_crc(values):
+        return "not as committed (the CRC-32 of its values differs: altered or replaced)"
+    return None
 
 
 def plain_group(key: str) -> bool:
@@ -419,7 +462,7 @@ class Store:
                 h.update(np.asarray(self.checked_read(emb["done"], what), dtype=bool).tobytes())
                 if "commit" in emb:
                     h.update(np.asarray(self.checked_read(emb["commit"], what)[:, 1], dtype="<u8").tobytes())
-                attrs = {k: v for k, v in dict(emb.attrs).items() if k not in _WHEN}
+                attrs = {k: v for k, v in dict(emb.attrs).items() if k not in _WHEN | {"chunk_bytes"}}
                 h.update(json.dumps(_as_json(attrs), sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
 
@@ -517,6 +560,39 @@ class Store:
             return [k for k in keys if not os.path.isfile(os.path.join(base, k))]
         present = self.files(prefix)
         return [k for k in keys if k not in present]
+
+    def chunk_sizes(self, prefix: str, keys: list[str]) -> list[int | None]:
+        """Stored bytes of each of ``keys`` (relative to store key ``prefix``; None: no file): a stat each on
+        a local store, one listing on an object store."""
+        root = self._local_root()
+        if root is None:
+            present = self.files(prefix)
+            return [present.get(k) for k in keys]
+        base = os.path.join(root, prefix)
+        sizes = []
+        for k in keys:
+            try:
+                sizes.append(os.path.getsize(os.path.join(base, k)))
+            except FileNotFoundError:
+                sizes.append(None)
+        return sizes
+
+    def committed(self, arr: zarr.Array, records, what: str, values: np.ndarray | None = None) -> None:
+        """Refuse ``arr`` (StoreError naming the chunk and the repair) where a chunk's file is missing or
+        differs from its commit record (``records``: one [bytes, CRC-32] per chunk in C order, or None for
+        arrays written before commit records: presence only); ``values``, all of ``arr`` where already
+        read, also has each chunk's CRC compared."""
+        keys = chunk_keys(arr)
+        sizes = self.chunk_sizes(arr.path, keys)
+        found: dict[str, list[str]] = {}
+        for i, (coords, key, size) in enumerate(zip(np.ndindex(*arr.cdata_shape), keys, sizes)):
+            record = None if records is None else records[i]
+            part = None if values is None or record is None else chunk_values(arr, values, coords)
+            problem = record_problem(size, record, part)
+            if problem:
+                found.setdefault(problem, []).append(key)
+        for problem, bad in found.items():
+            raise self._damage(arr.path, bad, problem, what, decoded=values is not None)
 
     def missing_chunks(self, arr: zarr.Array) -> list[str]:
         """Chunk keys of ``arr`` with no stored file (only arrays written with every chunk stored)."""
@@ -621,6 +697,7 @@ class Store:
     def has_dataset(self, name: str) -> bool:
         return name in self.datasets()
 
+    @_writes
     def write_dataset(self, table: DatasetTable) -> None:
         """Write a dataset's metadata; if present, check it is the same (splits never change, nor the files
         it was made from) and rewrite any of its arrays that is damaged."""
@@ -762,6 +839,7 @@ class Store:
                              f"(a torn write). To repair: {repair_hint(self.path, key)}")
         return out
 
+    @_writes
     def add_failures(self, dataset: str, image_ids, files, reasons) -> None:
         """Merge failures into the dataset's table (one row per image id; the newest reason wins)."""
         old = self.failures(dataset)
@@ -790,6 +868,7 @@ class Store:
         return np.flatnonzero(np.isin(ids, list(failed)))
 
     # -------------------------------------------------------------- embeddings
+    @_writes
     def embedding(
         self,
         dataset: str,
@@ -889,12 +968,15 @@ class Store:
         if problem:
             raise StoreError(f"{what} in {self.path!r}: {problem}. To repair: "
                              f"{repair_hint(self.path, x.path, decoded=True)}")
-        # A complete array has a file for every chunk (also in stores older than the commit
-        # record). A truncated or altered chunk fails its checksum in the decode; comparing sizes and value
-        # CRCs with the commit record as well is `crs store verify`'s (it would read one record a chunk).
-        missing = self.missing_files(x.path, chunk_keys(x))
-        if missing:
-            raise self._damage(x.path, missing, "missing (its file was deleted)", what)
+        # A complete array has a file for every chunk (also in stores older than the commit record), each
+        # of its committed size: one stat a chunk, against the sizes ``finalize`` copied from the commit
+        # record into the attributes read above (reading the record itself is a file a chunk). A chunk
+        # re-encoded to the same size with other values is left to `crs store verify`, which compares each
+        # chunk's CRC-32 (here it would add about a third to the read's time).
+        sizes = g.attrs.get("chunk_bytes")
+        if sizes is None and "commit" in g:  # completed before the sizes were copied
+            sizes = self.checked_read(g["commit"], f"the commit record of {what}")[: len(chunk_keys(x)), 0]
+        self.committed(x, None if sizes is None else [[int(b)] for b in sizes], what)
         return self.checked_read(x, what, listed=True)
 
     def prediction_attrs(self, dataset: str, encoder: str, condition: str) -> dict[str, Any]:
@@ -919,6 +1001,7 @@ class Store:
         )
 
     # ------------------------------------------------------------- predictions
+    @_writes
     def write_predictions(
         self, dataset: str, encoder: str, condition: str, probs: np.ndarray, attrs: dict[str, Any]
     ) -> None:
@@ -929,8 +1012,9 @@ class Store:
         spec = dict(shape=probs.shape, dtype=np.float32, chunks=prediction_chunks(probs.shape), fill_value=0.0)
         arr = create_arrays(base, {key: spec}, overwrite=True)[1][key]
         arr[...] = probs
+        commit = [commit_record(self, arr, c, chunk_values(arr, probs, c)) for c in np.ndindex(*arr.cdata_shape)]
         # attrs last: an array with its 'condition' attribute was written whole
-        set_attrs(arr, {**attrs, "condition": condition, "written": now()})
+        set_attrs(arr, {**attrs, "condition": condition, "commit": commit, "written": now()})
 
     def read_predictions(self, dataset: str, encoder: str, condition: str) -> tuple[np.ndarray, dict[str, Any]]:
         key = condition_key(condition)
@@ -949,7 +1033,9 @@ class Store:
         if "condition" not in attrs:
             raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "
                              f"interrupted). To repair: {repair_hint(self.path, where)}")
-        return self.checked_read(arr, what), attrs
+        values = self.checked_read(arr, what)
+        self.committed(arr, attrs.get("commit"), what, values)  # older arrays without a record: presence only
+        return values, attrs
 
 
 def set_attrs(node: zarr.Group | zarr.Array, values: dict[str, Any]) -> None:
@@ -1076,6 +1162,7 @@ class EmbeddingArray:
     def chunk_rows(self, j: int) -> slice:
         return slice(j * self.chunk, min((j + 1) * self.chunk, self.x.shape[0]))
 
+    @_writes
     def write_chunk(self, j: int, values: np.ndarray) -> None:
         sl = self.chunk_rows(j)
         values = np.asarray(values)
@@ -1091,16 +1178,20 @@ class EmbeddingArray:
             )
         self.x[sl] = cast
         if self.commit is not None:  # the commit record, then the flag: both only after the data is written
-            nbytes = self.store.file_size(f"{self.x.path}/{self.x.metadata.encode_chunk_key((j, 0))}")
-            self.commit[j] = np.array([nbytes, values_crc(cast)], dtype=np.uint64)
+            self.commit[j] = np.array(commit_record(self.store, self.x, (j, 0), cast), dtype=np.uint64)
         self.done[j] = True
 
+    @_writes
     def finalize(self) -> bool:
         """Mark complete when every chunk is written (a damaged chunk found since: not complete any more);
         returns whether it is."""
         if len(self.pending()) == 0:
+            sizes = None if self.commit is None else \
+                [int(b) for b in _read_robust(self.commit, 0)[: self.n_chunks, 0]]
             if not self.complete:  # the time it became complete, not of every later run that found it so
-                set_attrs(self.group, {"complete": True, "completed": now()})
+                set_attrs(self.group, {"complete": True, "completed": now(), "chunk_bytes": sizes})
+            elif self.group.attrs.get("chunk_bytes") != sizes:  # a chunk was written again since
+                self.group.attrs["chunk_bytes"] = sizes
             return True
         if self.complete:
             self.group.attrs["complete"] = False

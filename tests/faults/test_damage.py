@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from faultlib import DATASET, STORE, case, crs_here, settle, stage_args
@@ -77,3 +78,42 @@ def test_damaged_store_file_is_refused_and_repaired_or_read_correctly(baseline, 
     OPS[op](target)
     cmd = stage_args(reader, folder)
     settle(crs_here(*cmd), cmd, folder, baseline.outputs, f"{kind} {rel} {op}d, then crs {reader}", names=names)
+
+
+def copy_from_other_condition(path: Path) -> None:
+    """Valid bytes of the same array kind and shape, from the gaussian_noise@1 node: decodes cleanly."""
+    other = Path(str(path).replace("/clean/", "/gaussian_noise@1/"))
+    path.write_bytes(other.read_bytes())
+
+
+def reencode_shuffled(path: Path) -> None:
+    """Decode the chunk, reverse its rows, write it back through zarr: valid zstd with its checksum."""
+    import zarr
+
+    parts = path.parts
+    x_dir = Path(*parts[: parts.index("c")])
+    j = int(parts[parts.index("c") + 1])
+    arr = zarr.open_array(str(x_dir), mode="r+")
+    rows = slice(j * arr.chunks[0], min((j + 1) * arr.chunks[0], arr.shape[0]))
+    before = path.stat().st_size
+    arr[rows] = np.asarray(arr[rows])[::-1]
+    assert path.stat().st_size != before, "the re-encoded chunk kept its size: pick another alteration"
+
+
+# copies of valid bytes: every chunk decodes, only the commit record tells them apart
+SWAPS = [
+    ("predictions", f"{PRED}/c/0/0/0/0", copy_from_other_condition, "score"),
+    ("embeddings", f"{EMB}/c/2/0", reencode_shuffled, "probe"),
+]
+
+
+@pytest.mark.parametrize("kind, rel, damage, reader", SWAPS, ids=[k for k, *_ in SWAPS])
+def test_valid_bytes_that_were_not_committed_are_refused_by_verify_and_the_reader(baseline, tmp_path, kind, rel,
+                                                                                damage, reader):
+    folder = case(baseline, tmp_path)
+    damage(folder / STORE / "datasets" / DATASET / rel)
+    found = crs_here("store", "verify", str(folder / STORE))
+    assert found.rc == 2 and "not as committed" in found.message, found.message[-1500:]
+    cmd = stage_args(reader, folder)
+    settle(crs_here(*cmd), cmd, folder, baseline.outputs, f"{kind} {rel} replaced by valid bytes, then crs {reader}",
+           names=("demo-stats", "clean", "not as committed"))
