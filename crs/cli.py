@@ -41,6 +41,8 @@ app = typer.Typer(
     "Pipeline: `crs extract` -> `crs probe` -> `crs score`; `crs run CONFIG.toml` runs them all (and the report) "
     "from one file; `crs demo` runs the built-in benchmark.",
 )
+
+
 class _Console(Console):
     """rich's Console, except that a reader going away (`crs encoders | head -2`) ends the command quietly
     with exit 0, as for ``print`` (``friendly_errors``): rich's own choice is exit 1 without a word."""
