@@ -134,10 +134,9 @@ def test_the_threshold_is_relative_to_the_typical_feature():
 
 def test_a_store_whose_features_are_all_constant_is_refused(tmp_path):
     store = _make_store(tmp_path / "s.zarr")
-    g = store.root["datasets/toy/embeddings/base/clean/x"]
-    g[...] = np.ones(g.shape, np.float32)
-    with pytest.raises(UserError, match="every feature of base is constant.*crs extract --encoder base"):
-        run.probe(store, "base", "toy", results=tmp_path / "r", **SETTINGS)
+    _put(store, "toy", "flat", "clean", np.ones((96, 6), np.float32), "all")  # committed as written: not damage
+    with pytest.raises(UserError, match="every feature of flat is constant.*crs extract --encoder flat"):
+        run.probe(store, "flat", "toy", results=tmp_path / "r", **SETTINGS)
 
 
 # ------------------------------------------------------------------ ties
