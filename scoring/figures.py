@@ -513,7 +513,8 @@ def shift_gap(per_dataset: pl.DataFrame, detail: pl.DataFrame, order: Sequence[s
         ax.grid(axis="x", alpha=0.3)
     handles = [Line2D([], [], marker="o", color="#555555", ls="", label="clean test split"),
                Line2D([], [], marker="o", mfc="white", mec="#555555", ls="", label="shift target")]
-    axes[0].legend(handles=handles, fontsize=8, loc="lower right")
+    # below the panels, where no dumbbell or gap label can sit under it
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=2, frameon=False)
     fig.suptitle("Shift gap: clean AUROC minus shift-target AUROC (100% labels, seed means)", fontsize=10)
     return fig
 

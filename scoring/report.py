@@ -48,7 +48,7 @@ SYMBOLS = [a.symbol for a in REGISTRY.values()]  # column heads, in AXES order
 AXIS_SYMBOL = {a.name: a.symbol for a in REGISTRY.values()}
 SCORE_TABLES = (
     "encoders", "per_dataset", "pareto", "weight_sensitivity", "weight_leaders", "reliability", "robustness",
-    "label_efficiency", "calibration_under_shift", "rank_distribution", "probe_metrics",
+    "label_efficiency", "calibration_under_shift", "rank_distribution", "probe_metrics", "diagnostics",
 )  # fmt: skip
 COST_COLUMNS = ("parameters", "gflops", "width", "images_per_s", "device")
 MODEL_COLUMNS = ("revision", "licence", "gated")
@@ -160,7 +160,7 @@ def add_from_records(inputs: Inputs, results: Path) -> None:
 BOARD = ["encoder", "reference", "crs_rank", "crs", "crs_low", "crs_high", "tier", "tie_group", "crs_diff",
          "crs_diff_low", "crs_diff_high", "rank_low", "rank_high", "p_rank1", "auroc", "auroc_rank",
          *[c for a in AXES for c in (a, f"{a}_low", f"{a}_high")], *[f"q_{a}" for a in AXES], "dominance",
-         "balance", "worst_axis", "pareto", "ties_marked", *COST_COLUMNS, *MODEL_COLUMNS]
+         "balance", "worst_axis", "pareto", "ties_marked", *COST_COLUMNS, *MODEL_COLUMNS, "revision_expected"]
 
 
 def leaderboard(encoders: pl.DataFrame) -> pl.DataFrame:
@@ -686,7 +686,7 @@ def _board_columns(board: pl.DataFrame, ref: str | None) -> list[tuple[str, str,
     if _has(board, "crs_diff"):
         cols.append(("crs-diff", "CRS minus the leader's, paired 95% interval",
                      lambda r: (f"{_num(r['crs_diff'], '+.1f')} "
-                                f"{_iv(r.get('crs_diff_low'), r.get('crs_diff_high'), '+.1f')}", r["crs_diff"])))
+                                f"{_nb(_iv(r.get('crs_diff_low'), r.get('crs_diff_high'), '+.1f'))}", r["crs_diff"])))
     cols += [
         ("tier", "leading tier: cannot be separated from the top CRS", lambda r: (_tier_text(r), _tier_text(r))),
         ("rank-ci", "rank interval", lambda r: (f"{_num(r['rank_low'], 'g')}–{_num(r['rank_high'], 'g')}",
@@ -698,12 +698,39 @@ def _board_columns(board: pl.DataFrame, ref: str | None) -> list[tuple[str, str,
     for a, sym in zip(AXES, SYMBOLS, strict=True):
         cols.append((a, f"{sym}: {a.replace('_', ' ')}, with its interval",
                      lambda r, a=a, sym=sym: (_num(r[a], ".3f") + _tie_mark(r, sym)
-                                              + (f" {_iv(r.get(f'{a}_low'), r.get(f'{a}_high'), '.2f')}"
+                                              + (f" {_nb(_iv(r.get(f'{a}_low'), r.get(f'{a}_high'), '.2f'))}"
                                                  if r.get(f"{a}_low") is not None else ""), r[a])))
-    cols += [(f"q-{a}", f"q {sym}", lambda r, a=a: (_num(r[f"q_{a}"], "+.3f"), r[f"q_{a}"]))
-             for a, sym in zip(AXES, SYMBOLS, strict=True)]
     cols.append(("pareto", "Pareto", lambda r: ("yes" if r.get("pareto") else "", int(bool(r.get("pareto"))))))
     return cols + [(c, head, f) for c, head, f in _BOARD_META if _has(board, c)]
+
+
+def _nb(text: str) -> str:
+    """``text`` that a narrow cell breaks before or after, never inside (an interval keeps its line)."""
+    return text.replace(" ", "\u00a0")
+
+
+def _q_columns(board: pl.DataFrame) -> list[tuple[str, str, object]]:
+    """The q-scores and CRS components, a table of their own below the leaderboard (so that the leaderboard
+    fits a laptop's width without scrolling sideways)."""
+    cols = [("encoder", "", lambda r: (r["encoder"], r["encoder"]))]
+    cols += [(f"q-{a}", f"q {sym}: {a.replace('_', ' ')} relative to the reference (0)",
+              lambda r, a=a: (_num(r[f"q_{a}"], "+.3f"), r[f"q_{a}"])) for a, sym in zip(AXES, SYMBOLS, strict=True)]
+    cols += [(c, c.replace("_", " "), lambda r, c=c: (_num(r[c], ".3f"), r[c]))
+             for c in ("dominance", "balance", "worst_axis") if c in board.columns]
+    return cols
+
+
+def q_html(board: pl.DataFrame) -> str:
+    """The q-scores and components of the overall comparison set, sortable like the leaderboard."""
+    if not board.height or not all(f"q_{a}" in board.columns for a in AXES):
+        return ""
+    cols = _q_columns(board)
+    out = ["<p>Each axis relative to the reference (q = 0 at its level, +1 at the top of the axis) and the "
+           "three CRS components.</p><div class='scroll'><table id='qscores' class='board sortable'><thead><tr>",
+           *[_th(_BOARD_HEADS.get(c, c.replace("_", " ")), title) for c, title, _ in cols], "</tr></thead><tbody>"]
+    for r in board.iter_rows(named=True):
+        out.append(f"<tr class='row'>{''.join(_td(c, *f(r)) for c, _, f in cols)}</tr>")
+    return "".join(out) + "</tbody></table></div>"
 
 
 TIE_MARK = "†"  # an axis value computed from AUROCs with more than 20 % tied test scores (crs.scoring.diagnostics)
@@ -738,6 +765,15 @@ def diagnostics_html(health: pl.DataFrame, board: pl.DataFrame) -> str:
     return "".join(out) + "</tbody></table></div>"
 
 
+def _revision_expected(board: pl.DataFrame) -> bool:
+    """Whether some encoder of the board lacks a revision it should have: pretrained hub weights (scores
+    that do not say count as expecting one); random-weight and built-in encoders have none to record."""
+    if "revision_expected" not in board.columns:
+        return True
+    lacking = board["revision"].is_null() if "revision" in board.columns else pl.Series([True] * board.height)
+    return bool((lacking & board["revision_expected"].fill_null(True)).any())
+
+
 def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
     """The overall leaderboard as a sortable table: quality, then cost, then the model's identity."""
     ref = reference
@@ -751,7 +787,7 @@ def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
         out.append(f"<tr class='row{' reference' if r['encoder'] == ref else ''}' data-encoder='{_e(r['encoder'])}'>"
                    f"{cells}</tr>")
     out.append("</tbody></table></div>")
-    missing = [c for c, *_ in _BOARD_META if not _has(board, c)]
+    missing = [c for c, *_ in _BOARD_META if not _has(board, c) and (c != "revision" or _revision_expected(board))]
     if missing:
         out.append(f"<p class='absent' id='no-metadata'>Not in these scores: {_e(', '.join(missing))}. The store "
                    "records cost (parameters, FLOPs, width, throughput, device) and the model's revision, licence "
@@ -878,6 +914,8 @@ h1{font-size:1.6em;margin-bottom:.2em} h2{margin-top:1.8em;border-bottom:2px sol
 div.scroll{overflow-x:auto} table.board{border-collapse:collapse;font-size:.84em;margin:.6em 0 1em}
 table.board th,table.board td{padding:.3em .42em;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
 table.board td.encoder{text-align:left;font-weight:600} table.board th:nth-child(2){text-align:left}
+#leaderboard td.discrimination,#leaderboard td.calibration,#leaderboard td.label_efficiency,
+#leaderboard td.robustness,#leaderboard td.crs-diff{white-space:normal}
 table.board td.split,table.board td.dataset{text-align:left}
 table.board thead th{background:#eef4fa} td.tier{color:#0072B2;font-weight:700}
 table.sortable thead th{cursor:pointer} table.sortable th[aria-sort=ascending]::after{content:' ▲'}
@@ -947,6 +985,7 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         "<h2 id='leaderboard-section'>Leaderboard</h2>",
         scale_note(board, s, inputs.reference),
         "<h3>Overall (comparison set)</h3>", board_html(board, inputs.reference), _no_tier_note(board),
+        "<h3>q-scores and components</h3>", q_html(board),
         diagnostics_html(inputs.table("diagnostics"), board),
         (f"<p class='absent' id='flat-intervals'>{_e(flat_note(board, s))}</p>" if flat_intervals(board) else ""),
         f"<p>AUROC vs CRS: {_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} pairs reversed"

@@ -522,6 +522,7 @@ def _encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.Dat
 METADATA = {  # column: its Polars type; what encoder_metadata reads from an embedding array's provenance
     "revision": pl.String, "licence": pl.String, "gated": pl.Boolean, "parameters": pl.Int64,
     "gflops": pl.Float64, "width": pl.Int64, "images_per_s": pl.Float64, "device": pl.String,
+    "revision_expected": pl.Boolean,
 }  # fmt: skip
 
 
@@ -570,6 +571,9 @@ def _metadata_of(p: dict) -> dict:
         "width": _as(int, cost.get("width", spec.get("width"))),
         "images_per_s": _as(float, cost.get("images_per_s")),
         "device": _as(str, cost.get("device")),
+        # pretrained weights from a hub have a revision; random-weight and built-in encoders have none
+        "revision_expected": (None if "pretrained" not in spec else
+                              bool(spec.get("pretrained")) and spec.get("source") != "builtin"),
     }
 
 

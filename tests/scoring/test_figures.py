@@ -243,3 +243,35 @@ def test_the_leaderboard_shows_cost_reference_and_sort_keys(inputs):
     assert {"gflops", "images_per_s", "parameters"} <= set(board.columns)
     older = report.board_html(report.leaderboard(got.table("encoders").drop(*COST, "reference")), None)
     assert "GFLOPs" not in older and "(reference)" not in older
+
+
+def test_the_missing_revision_is_named_only_where_an_encoder_should_have_one(inputs):
+    got, _, _ = inputs
+    enc = got.table("encoders").with_columns(licence=pl.lit("mit"), gated=pl.lit(False), revision=pl.lit(None, pl.String))
+    none_expected = report.board_html(report.leaderboard(enc.with_columns(revision_expected=pl.lit(False))), REF)
+    assert "id='no-metadata'" not in none_expected  # random-weight and built-in encoders have no hub revision
+    one_expected = enc.with_columns(revision_expected=pl.col("encoder") == REF)
+    text = report.board_html(report.leaderboard(one_expected), REF)
+    assert "id='no-metadata'" in text and "Not in these scores: revision" in text
+    older = report.board_html(report.leaderboard(enc), REF)  # scores that do not say: as before
+    assert "Not in these scores: revision" in older
+
+
+def test_q_scores_sit_in_their_own_table_and_diagnostics_beside_the_leaderboard(inputs):
+    got, _, _ = inputs
+    board = report.leaderboard(got.table("encoders"))
+    text = report.board_html(board, REF)
+    assert "q D" not in text and "q R" not in text  # the leaderboard fits a laptop's width
+    q = report.q_html(board)
+    assert "id='qscores'" in q and all(f">q {s}<" in q for s in "DCLR") and "worst axis" in q
+    health = pl.DataFrame({"encoder": [REF], "dataset": ["d1"], "features_left_out": [3], "max_scaled_clean": [4.0],
+                           "max_scaled": [37.5], "max_scaled_condition": ["shift:d1_site2"],
+                           "tied": ["shift:d1_site2 45%"], "marked": ["R"]})
+    marked = board.with_columns(ties_marked=pl.when(pl.col("encoder") == REF).then(pl.lit("R")).otherwise(pl.lit("")))
+    diag = report.diagnostics_html(health, marked)
+    assert "id='diagnostics-table'" in diag and "37.5 (shift:d1_site2)" in diag and "shift:d1_site2 45%" in diag
+    assert "† in the leaderboard" in diag
+    row = report.board_html(marked, REF)
+    row = row[row.index(f"data-encoder='{REF}'"):]
+    assert " †" in row[:row.index("</tr>")]
+    assert report.diagnostics_html(health.clear(), board) == ""

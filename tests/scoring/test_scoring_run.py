@@ -22,7 +22,7 @@ ENCODER_COLUMNS = [
     *[f"q_{a}_{end}" for a in AXES for end in ("low", "high")],
     "pareto",
     "revision", "licence", "gated", "parameters", "gflops", "width", "images_per_s", "device",
-    "ties_marked",
+    "revision_expected", "ties_marked",
 ]  # fmt: skip
 
 
