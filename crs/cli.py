@@ -863,7 +863,10 @@ def _list_datasets(as_json: bool, quiet: bool) -> None:
         t.add_row(r["name"], r["task"], ", ".join(r["classes"]), r["shift_target"] or "", r.get("root", "(built in)"))
     show(t)
     out.print("csv:PATH: a CSV with 'path' and 'label' (or 'label:NAME' columns), optional 'group', 'split', 'id'; "
-              "images under --image-root")
+              "images under --image-root; its shift target: --shift-target NAME or csv:PATH")
+    out.print("A shift target is a target only: its test rows (every row of a CSV without 'split') are embedded "
+              "clean and scored as the shift condition of the dataset that names it, never probed or averaged "
+              "into the CRS as a dataset; name it with --dataset too to have it probed as one.")
 
 
 # The dataset options of `crs extract`, with the same flags, defaults and requirements (one schema).

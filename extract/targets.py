@@ -44,6 +44,11 @@ class TargetView:
     def __getattr__(self, name):  # everything not overridden here is the underlying dataset's
         return getattr(self._ds, name)
 
+    @property
+    def full(self):
+        """The dataset in its own right (every row, its own split)."""
+        return self._ds
+
     def table(self) -> Table:
         t, r = self._ds.table(), self._rows
         return Table(ids=np.asarray(t.ids)[r], labels=np.asarray(t.labels)[r],
@@ -88,3 +93,12 @@ def as_target(ds, source_of: str, given_split: bool):
     if (split == TEST).all():
         return ds
     return TargetView(ds, target_rows(split, given_split), source_of)
+
+
+def as_stored(ds, stored_role: str | None):
+    """``ds`` as a store already holds it: a target the store holds as a dataset of its own (a run that
+    named it with --dataset) is extracted as that dataset, so the store's table stays what it is (its
+    test rows are still the shift condition)."""
+    if isinstance(ds, TargetView) and stored_role is not None and stored_role != "shift_target":
+        return ds.full
+    return ds

@@ -723,6 +723,14 @@ class Store:
         new = {"image_id": np.asarray(table.ids, dtype=str), "label": np.asarray(table.labels),
                "split": np.asarray(table.split)}
         if not all(np.array_equal(values[k], new[k]) for k in new if k in values):
+            role = (old_attrs.get("role"), table.attrs.get("role"))
+            if "shift_target" in role and role[0] != role[1]:  # a target holds its test rows only
+                was = (f"the shift target of {old_attrs.get('target_of')!r} (its test rows only)"
+                       if role[0] == "shift_target" else "a dataset of its own")
+                raise StoreError(
+                    f"dataset {table.name!r} is stored in {self.path!r} as {was}, and is asked for now as "
+                    f"{'a dataset of its own' if role[0] == 'shift_target' else 'a shift target'}; one store holds "
+                    "it one way: pass --store with a new path, or name it the way the store holds it")
             raise StoreError(
                 f"dataset {table.name!r} in {self.path!r} has different images, labels or splits "
                 "from the ones given now (a different --size or seed?). Splits never change inside "

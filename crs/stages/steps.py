@@ -180,8 +180,14 @@ def _datasets_with_shift_targets(cfg: Config) -> list:
     return list(todo.values())
 
 
+def _stored_role(store, name: str) -> str | None:
+    """None where the store does not hold the dataset; else its role ('dataset' unless a shift target)."""
+    return store.dataset(name).attrs.get("role", "dataset") if store.has_dataset(name) else None
+
+
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
+    from crs.extract import targets
     from crs.extract.run import extract_many
     from crs.store import Store
 
@@ -192,6 +198,7 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
     extra = encoder_records(enc.file) if extra_encoders is None else extra_encoders
     datasets = _datasets_with_shift_targets(cfg)
     store = Store(cfg.store, mode="a")
+    datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
     specs = encoder_specs(cfg, extra)
     ray_options = {"address": ex.address, "actors": ex.actors} if ex.executor == "ray" else None
     # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them

@@ -66,3 +66,21 @@ def test_extract_embeds_a_csv_target_clean_only_and_probe_never_trains_on_it(tmp
     assert len({c for d, c in conds if d == "a"}) > 1  # the dataset: clean and its suite
     assert st.dataset("b").n_test == 10 and st.dataset("b").attrs["role"] == "shift_target"
     assert pairs_in_store(st) == [("demo-stats", "a")]
+
+
+def test_a_target_the_store_holds_as_a_dataset_stays_one_and_the_other_way_round_is_refused(tmp_path):
+    root = _csvs(tmp_path, target_split=False)
+    a, b = f"csv:{tmp_path / 'a.csv'}", f"csv:{tmp_path / 'b.csv'}"
+    common = ["extract", "--encoder", "demo-stats", "--image-root", str(root), "--modality", "radiology",
+              "--no-perturb", "--quiet"]
+    both = CliRunner().invoke(app, [*common, "--dataset", a, "--dataset", b, "--shift-target", b,
+                                    "--store", str(tmp_path / "s.zarr")])
+    assert both.exit_code == 0, both.output
+    assert "role" not in Store(str(tmp_path / "s.zarr"), mode="r").dataset("b").attrs  # named: a dataset
+    again = CliRunner().invoke(app, [*common, "--dataset", a, "--shift-target", b, "--store", str(tmp_path / "s.zarr")])
+    assert again.exit_code == 0, again.output  # b stays the dataset the store holds
+    first = CliRunner().invoke(app, [*common, "--dataset", a, "--shift-target", b, "--store", str(tmp_path / "t.zarr")])
+    assert first.exit_code == 0, first.output
+    r = CliRunner().invoke(app, [*common, "--dataset", b, "--store", str(tmp_path / "t.zarr")])
+    assert r.exit_code == 2 and "stored in" in r.output and "as the shift target of 'a'" in r.output
+    assert "pass --store with a new path" in r.output
