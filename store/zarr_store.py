@@ -697,6 +697,17 @@ class Store:
     def has_dataset(self, name: str) -> bool:
         return name in self.datasets()
 
+    def dataset_attrs(self, name: str) -> dict[str, Any] | None:
+        """A stored dataset's attributes without reading its arrays (which may be the damage a run repairs);
+        None where it is not stored, not fully written, or its metadata cannot be read."""
+        if not self.has_dataset(name):
+            return None
+        try:
+            g = self._node(f"datasets/{name}")
+        except (StoreError, KeyError):
+            return None
+        return dict(g.attrs) if _dataset_written(g) else None
+
     @_writes
     def write_dataset(self, table: DatasetTable) -> None:
         """Write a dataset's metadata; if present, check it is the same (splits never change, nor the files

@@ -181,8 +181,10 @@ def _datasets_with_shift_targets(cfg: Config) -> list:
 
 
 def _stored_role(store, name: str) -> str | None:
-    """None where the store does not hold the dataset; else its role ('dataset' unless a shift target)."""
-    return store.dataset(name).attrs.get("role", "dataset") if store.has_dataset(name) else None
+    """None where the store does not hold the dataset (or cannot say); else its role ('dataset' unless a
+    shift target). Reads its attributes only: its arrays may be the damage this extraction repairs."""
+    attrs = store.dataset_attrs(name)
+    return None if attrs is None else attrs.get("role", "dataset")
 
 
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:

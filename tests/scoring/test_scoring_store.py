@@ -208,7 +208,8 @@ def test_encoder_metadata_from_the_clean_embeddings(nested):
     got = {r["encoder"]: r for r in encoder_metadata(_Provenanced(nested), ["a", "b"], ["d1"]).iter_rows(named=True)}
     assert got["a"] == {"encoder": "a", "revision": "abc123", "licence": "apache-2.0", "gated": True,
                         "parameters": 86_000_000, "gflops": pytest.approx(17.5), "width": 768,
-                        "images_per_s": 410.5, "device": "cuda:0 NVIDIA H200"}  # fmt: skip
+                        "images_per_s": 410.5, "device": "cuda:0 NVIDIA H200",
+                        "revision_expected": None}  # fmt: skip  (the spec does not say whether it is pretrained)
     assert all(v is None for k, v in got["b"].items() if k != "encoder")  # none stored: nulls, no error
 
 
@@ -220,6 +221,10 @@ def test_encoder_metadata_revision_falls_back_to_the_weights_digest_then_the_req
     assert _metadata_of({}) == dict.fromkeys(_metadata_of({}), None)
     odd = _metadata_of({"cost": {"parameters": "many", "width": True, "images_per_s": 3, "device": 0}})
     assert (odd["parameters"], odd["width"], odd["images_per_s"], odd["device"]) == (None, None, 3.0, None)
+    # a hub encoder's pretrained weights have a revision to record; random or built-in ones have none
+    expected = [_metadata_of({"encoder_spec": {"pretrained": p, "source": s}})["revision_expected"]
+                for p, s in ((True, "hf"), (True, "timm"), (False, "timm"), (True, "builtin"))]
+    assert expected == [True, True, False, False]
 
 
 def test_scores_without_embeddings_in_the_store_have_null_metadata(built):
