@@ -366,6 +366,29 @@ def settings() -> list[tuple[tuple[str, ...], dataclasses.Field, Any]]:
     return out
 
 
+def flag_words(section: str, values: dict) -> list[str]:
+    """The command-line words that give ``values`` ({setting name: value}) of schema ``section``
+    ("extract", "probe", ...), each through its own flag as a user types it: a bool by its flag alone
+    where it differs from the flag-less state, a tuple as one comma-separated word, a float exactly
+    (``repr``). Settings without a flag, or None, are left out. Repair commands are built with it."""
+    fields = {f.name: f for f in dataclasses.fields(typing.get_type_hints(Config)[section])}
+    words: list[str] = []
+    for name, value in values.items():
+        f = fields.get(name)
+        if f is None or value is None or not f.metadata["flags"]:
+            continue
+        flag = f.metadata["flags"][0]
+        if isinstance(value, bool):
+            words += [flag] if value == (not f.metadata["invert"]) else []
+        elif isinstance(value, dict):  # NAME=VALUE, the flag once per entry
+            words += [w for k, v in value.items() for w in (flag, f"{k}={v}")]
+        elif isinstance(value, (list, tuple)):
+            words += [flag, ",".join(repr(v) if isinstance(v, float) else str(v) for v in value)]
+        else:
+            words += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return words
+
+
 def cross_check(cfg: Config, name: Callable[[tuple[str, ...]], str]) -> tuple[tuple[str, ...], str] | None:
     """The rules that tie two settings together: (the path to blame, the message) or None.
 

@@ -31,6 +31,7 @@ from crs.store.zarr_store import (
     _read_robust,
     chunk_keys,
     chunk_values,
+    extract_command,
     has_checksums,
     key_condition,
     next_step,
@@ -265,8 +266,7 @@ def _against_record(store: Store, arr, node: str, records) -> list[Finding]:
 
 def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: bool) -> list[Finding]:
     node = f"datasets/{d}/embeddings/{enc}/{cond}"
-    extract = (f"run `crs extract --encoder {enc} --dataset {d} --store {store.path}` "
-               f"(condition {key_condition(cond)})")
+    extract = f"run {extract_command(store.path, d, [enc])} (condition {key_condition(cond)})"
     if "x" not in g or "done" not in g or "n_chunks" not in g.attrs:
         return [Finding(node, None, "created but never written (its creation was interrupted)", extract)]
     x, n = g["x"], int(g.attrs["n_chunks"])

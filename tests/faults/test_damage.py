@@ -9,12 +9,14 @@ that then restores them.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from faultlib import DATASET, STORE, case, crs_here, settle, stage_args
+from faultlib import (CSV_NAME, DATASET, REPAIR, STORE, assert_same, case, crs_here, csv_case, settle,
+                      stage_args)
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # the session fixtures of faultlib.py (baseline, probe_ref, score_ref, csv_baseline) once per worker
@@ -117,3 +119,52 @@ def test_valid_bytes_that_were_not_committed_are_refused_by_verify_and_the_reade
     cmd = stage_args(reader, folder)
     settle(crs_here(*cmd), cmd, folder, baseline.outputs, f"{kind} {rel} replaced by valid bytes, then crs {reader}",
            names=("demo-stats", "clean", "not as committed"))
+
+
+# ------------------------------------------------------------------ the repair hint, followed literally
+def followed_literally(store: Path) -> list[str]:
+    """Run every `crs ...` command `crs store verify STORE` names, word for word, in order; the commands run."""
+    found = crs_here("store", "verify", str(store))
+    assert found.rc == 2, f"verify did not find the damage:\n{found.message[-1500:]}"
+    commands = list(dict.fromkeys(REPAIR.findall(found.message)))
+    assert commands, f"verify names no `crs ...` repair:\n{found.message[-1500:]}"
+    for text in commands:
+        r = crs_here(*shlex.split(text)[1:])
+        assert r.rc in (0, 2) if text.startswith("crs store verify") else r.rc == 0, \
+            f"the repair `{text}` exited {r.rc}:\n{r.message[-1500:]}"
+    return commands
+
+
+# (damaged file under the dataset, damage): an embedding chunk, a prediction chunk, a metadata file
+LITERAL = [(f"{EMB}/c/1/0", "alter"), (f"{PRED}/c/0/0/0/0", "alter"), (f"{EMB}/zarr.json", "truncate"),
+           ("zarr.json", "truncate")]
+
+
+@pytest.mark.parametrize("rel, op", LITERAL, ids=[f"{r.replace('/', '.')}-{o}" for r, o in LITERAL])
+def test_verify_hint_followed_literally_restores_the_run(baseline, tmp_path, monkeypatch, rel, op):
+    folder = case(baseline, tmp_path)
+    monkeypatch.chdir(tmp_path)  # a command that falls back on ./crs-results or ./crs-store.zarr shows here
+    OPS[op](folder / STORE / "datasets" / DATASET / rel)
+    commands = followed_literally(folder / STORE)
+    again = crs_here("store", "verify", str(folder / STORE))
+    assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "run"], f"{commands} wrote outside the run's folder"
+    assert crs_here(*stage_args("score", folder)).rc == 0
+    assert_same(folder, baseline.outputs, f"{rel} {op}d, then {commands}", only="results/scores")
+    assert_same(folder, baseline.outputs, f"{rel} {op}d, then {commands}", only="store/")
+
+
+CSV_LITERAL = [("embeddings/demo-stats/clean/x/c/1/0", "alter"), ("embeddings/demo-stats/clean/x/zarr.json", "truncate"),
+               ("zarr.json", "truncate")]
+
+
+@pytest.mark.parametrize("rel, op", CSV_LITERAL, ids=[f"{r.replace('/', '.')}-{o}" for r, o in CSV_LITERAL])
+def test_verify_hint_followed_literally_restores_a_csv_dataset(csv_baseline, tmp_path, monkeypatch, rel, op):
+    folder = csv_case(csv_baseline, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    OPS[op](folder / STORE / "datasets" / CSV_NAME / rel)
+    commands = followed_literally(folder / STORE)
+    again = crs_here("store", "verify", str(folder / STORE))
+    assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
+    assert_same(folder, csv_baseline.outputs, f"csv {rel} {op}d, then {commands}", only="store/",
+                roots=(csv_baseline.folder,))
