@@ -137,11 +137,12 @@ def _metadata(store: Store, repair: bool) -> list[Finding]:
             node = "/".join(parts[:5])  # x, done or commit: the condition's whole array goes
         elif len(parts) >= 3 and parts[2] == "failures":
             node = "/".join(parts[:3])
+        then = next_step(store.path, node)  # before the removal: it reads what the node's children record
         store.remove(node)
         removed.append(node)
         if len(parts) >= 3 and parts[2] == "failures":
             _reset_dataset_chunks(store, parts[1])
-        out.append(Finding(node, None, "removed (its metadata was damaged)", next_step(store.path, node)))
+        out.append(Finding(node, None, "removed (its metadata was damaged)", then))
     if repair:
         store.root = zarr_reopen(store)
     return out

@@ -219,6 +219,20 @@ def _node_or_none(path: str, key: str):
         return None
 
 
+def _child_names(path: str, key: str) -> list[str]:
+    """The names of the nodes right under ``key``, whether or not their metadata reads (for repair messages)."""
+    here = local_path(path)
+    if here is not None:
+        folder = os.path.join(here, key)
+        return sorted(n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n))) \
+            if os.path.isdir(folder) else []
+    try:
+        group = _open_root(path, "r")[key]
+        return sorted([*group.group_keys(), *group.array_keys()])
+    except Exception:  # noqa: BLE001 - only a message is at stake
+        return []
+
+
 def _encoders_of(path: str, dataset: str) -> list[str]:
     """The encoders with embeddings of ``dataset`` in the store at ``path`` (for repair commands; [] when
     that cannot be read)."""
@@ -235,7 +249,7 @@ def _dataset_words(path: str, dataset: str) -> list[str]:
     """How the command line names ``dataset`` and the settings its table was made with, from its attributes:
     csv:FILE with its image root, modality and shift target; a real dataset with its folder and split seed;
     a built-in one with its size. The bare name where the attributes cannot be read."""
-    attrs = _attrs_of(path, f"datasets/{dataset}")
+    attrs = _attrs_of(path, f"datasets/{dataset}") or _identity_copy(path, dataset)
     if attrs.get("csv"):
         return ["--dataset", f"csv:{attrs['csv']}"] + flag_words("datasets", {
             "image_root": attrs.get("root"), "modality": attrs.get("modality"),
@@ -245,6 +259,18 @@ def _dataset_words(path: str, dataset: str) -> list[str]:
             "roots": {dataset: attrs["root"]}, "split_seed": attrs.get("split_seed"),
             "uncertain": attrs.get("uncertain")})
     return ["--dataset", dataset] + flag_words("datasets", {"size": attrs.get("size")})
+
+
+def _identity_copy(path: str, dataset: str) -> dict:
+    """The copy of the dataset's naming attributes that extract keeps with each embedding array (``dataset``)."""
+    base = f"datasets/{dataset}/embeddings"
+    for enc in _encoders_of(path, dataset):
+        group = _node_or_none(path, f"{base}/{enc}")
+        for cond in sorted(group.group_keys()) if group is not None else []:
+            found = _attrs_of(path, f"{base}/{enc}/{cond}").get("dataset")
+            if found:
+                return found
+    return {}
 
 
 # the extract settings recorded with each embedding array (``tool.settings.extract``) that shape what it holds
@@ -266,12 +292,12 @@ def _extract_words(path: str, dataset: str, encoders: list[str]) -> list[str]:
     return []
 
 
-def extract_command(path: str, dataset: str, encoders: list[str]) -> str:
+def extract_command(path: str, dataset: str, encoders: list[str], *, dataset_first: bool = False) -> str:
     """`crs extract` that writes ``dataset``'s embeddings of ``encoders`` as they were first written (placeholder
     ENCODER when none is known)."""
-    words = ["crs", "extract", *_dataset_words(path, dataset)]
-    for e in encoders or ["ENCODER"]:
-        words += ["--encoder", e]
+    named = [w for e in encoders or ["ENCODER"] for w in ("--encoder", e)]
+    given = _dataset_words(path, dataset)
+    words = ["crs", "extract", *(given + named if dataset_first else named + given)]
     return f"`{shlex.join(words + _extract_words(path, dataset, list(encoders)) + ['--store', path])}`"
 
 
@@ -280,9 +306,8 @@ def probe_command(path: str, dataset: str, name: str) -> str:
     with the results folder and probe settings their run recorded (``provenance``, written by
     ``crs.probe.run``), read from any of the name's prediction arrays."""
     base = f"datasets/{dataset}/predictions/{name}"
-    group = _node_or_none(path, base)
     recorded: dict = {}
-    for cond in sorted(group.array_keys()) if group is not None else []:
+    for cond in _child_names(path, base):
         recorded = _attrs_of(path, f"{base}/{cond}").get("provenance") or {}
         if recorded:
             break
@@ -297,12 +322,20 @@ def probe_command(path: str, dataset: str, name: str) -> str:
 
 def _extract_every(path: str, d: str) -> str:
     """`crs extract` of every encoder of dataset ``d`` in the store."""
-    return extract_command(path, d, _encoders_of(path, d))
+    return extract_command(path, d, _encoders_of(path, d), dataset_first=True)
 
 
 def _extract_any(path: str, d: str) -> str:
     """`crs extract` of one encoder of dataset ``d`` in the store (its dataset arrays are rewritten by any)."""
-    return extract_command(path, d, _encoders_of(path, d)[:1])
+    return extract_command(path, d, _encoders_of(path, d)[:1], dataset_first=True)
+
+
+def _rebuild(path: str, d: str) -> str:
+    """The commands that write dataset ``d`` anew: its embeddings of every encoder, then each probe whose
+    predictions it held."""
+    group = _node_or_none(path, f"datasets/{d}/predictions")
+    names = sorted(group.group_keys()) if group is not None else []
+    return ", then ".join([_extract_every(path, d)] + [probe_command(path, d, n) for n in names])
 
 
 def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
@@ -317,7 +350,7 @@ def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
     if plain_group(key):
         return f"run {verify} (it rewrites that group's metadata, which holds nothing else)"
     if len(parts) == 2:
-        return f"run {verify} (it removes dataset {d}), then {_extract_every(path, d)}"
+        return f"run {verify} (it removes dataset {d}), then {_rebuild(path, d)}"
     if parts[2] == "embeddings":
         extract = extract_command(path, d, [parts[3]])
         return f"run {verify}, then {extract}" if decoded or len(parts) < 6 else f"run {extract} (or {verify})"
@@ -336,6 +369,8 @@ def next_step(path: str, key: str) -> str:
         return f"run {extract_command(path, d, [parts[3]])}"
     if len(parts) >= 4 and parts[2] == "predictions":
         return f"run {probe_command(path, d, parts[3])}"
+    if len(parts) == 2:
+        return f"run {_rebuild(path, d)}"
     if len(parts) >= 3 and parts[2] == "embeddings":
         return f"run {_extract_every(path, d)}"
     return f"run {_extract_any(path, d)} (it rewrites the dataset's arrays)"
