@@ -1069,6 +1069,7 @@ def run_cmd(
         cfg = stages.with_sets(cfg)
         scored = check_reference(cfg, extra, text, str(config))
         if check:
+            stages.check_datasets(cfg, text=text, source=str(config))
             reference, note = stages.resolve_reference(cfg.score.reference, scored)
             if as_json:
                 print(json.dumps({"config": str(config), "ok": True, "settings": cfgmod.as_dict(cfg),

@@ -858,6 +858,17 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
     return report
 
 
+def files_found(ds) -> tuple[int, int]:
+    """(rows whose image file exists, rows) of a file-based dataset, from folder listings as ``check`` finds
+    them; (0, 0) for a built-in dataset or an index that could not be read. A dataset in the target role
+    (``crs.extract.targets.TargetView``) answers for the dataset it shows."""
+    index = getattr(ds, "index", None)  # a file-based dataset's, also through a target's view
+    if index is None or index.fatal:
+        return 0, 0
+    exists = _check_files(ds, [])
+    return int(exists.sum()), len(exists)
+
+
 def _check_files(ds: FileDataset, problems: list[Problem]) -> np.ndarray:
     """bool [row]: the row's image file exists; adds a problem for missing files and a
     warning for image files no row names. Lists the folders the rows point into rather

@@ -201,3 +201,33 @@ def test_damaged_failures_table_is_refused_or_repaired(csv_baseline, tmp_path, o
     settle(crs_here(*args), args, folder, csv_baseline.outputs, f"failures chunk {chunks[0].name} {op}d, then extract",
            names=("failures",), only="store/", defaults={"extract": args}, roots=(csv_baseline.folder,))
     assert any(f"{BROKEN:02d}" in i for i in _failed_ids(folder / STORE))
+
+
+# the shift target a config names: (what its folder holds, words the refusal names); None: `run --check` says valid
+TARGETS = [("csv and images", None), ("no csv", ("datasets.shift_target", "no such file")),
+           ("csv without images", ("datasets.shift_target", "none of the 24 images", "shift target"))]
+
+
+@pytest.mark.parametrize("holds, names", TARGETS, ids=[h.replace(" ", "_") for h, _ in TARGETS])
+def test_run_check_opens_each_shift_target(csv_baseline, tmp_path, holds, names):
+    data, _ = data_copy(csv_baseline, tmp_path)
+    target = tmp_path / "target"
+    target.mkdir()
+    if holds != "no csv":
+        shutil.copy(csv_baseline.folder / f"{CSV_NAME}.csv", target / "target.csv")
+    if holds == "csv and images":
+        shutil.copytree(data / "imgs", target / "imgs")
+    shutil.copy(csv_baseline.folder / f"{CSV_NAME}.csv", data / f"{CSV_NAME}.csv")
+    config = tmp_path / "bench.toml"
+    config.write_text(f'store = "{tmp_path / STORE}"\nresults = "{tmp_path / "results"}"\n[encoders]\n'
+                      'names = ["demo-stats", "demo-resnet"]\n[datasets]\n'
+                      f'names = ["csv:{data / CSV_NAME}.csv"]\nmodality = "dermatology"\n'
+                      f'shift_target = "csv:{target / "target.csv"}"\n')
+    r = crs_here("run", str(config), "--check")
+    if names is None:
+        assert r.rc == 0 and "valid" in r.message, r.message[-1500:]
+        return
+    assert r.rc == 2, f"run --check of a shift target with {holds}: exit {r.rc}\n{r.message[-1500:]}"
+    missing = [w for w in names if w not in r.message]
+    assert not missing, f"the refusal does not name {missing}:\n{r.message[-1500:]}"
+    assert not (tmp_path / STORE).exists(), "run --check wrote a store"
