@@ -268,6 +268,8 @@ class Datasets:
     allow_absolute_paths: bool = _opt("read image paths that lie outside the image root (absolute, or climbing "
                                       "out with ..); refused by default", flag="--allow-absolute-paths",
                                       default=False)
+    follow_symlinks: bool = _opt("read image paths that lead out of the image root through a symbolic link; "
+                                 "refused by default", flag="--follow-symlinks", default=False)
 
 
 @dataclass(frozen=True)
@@ -728,6 +730,7 @@ size = 1.0                        # scale of the built-in datasets
 # image_root = "images"           # a csv:PATH dataset's image folder
 # shift_target = "mimic-cxr"      # a csv:PATH dataset's shift target
 # allow_absolute_paths = false   # image paths outside the image root
+# follow_symlinks = false        # image paths that a symbolic link leads out of the image root
 
 # [datasets.roots]                # real datasets: the folder each ships in
 # isic2019 = "/data/ISIC2019"

@@ -430,7 +430,7 @@ def _perturbed_conditions(dataset: str, table: DatasetTable, modality, perturbat
 
 
 # the dataset attributes a command line names it by (crs.store.zarr_store's repair commands)
-IDENTITY = ("csv", "root", "size", "modality", "shift_target", "split_seed", "uncertain")
+IDENTITY = ("csv", "root", "size", "modality", "shift_target", "split_seed", "uncertain", "identity")
 
 
 def _identity(attrs: dict) -> dict:

@@ -250,14 +250,16 @@ def _dataset_words(path: str, dataset: str) -> list[str]:
     csv:FILE with its image root, modality and shift target; a real dataset with its folder and split seed;
     a built-in one with its size. The bare name where the attributes cannot be read."""
     attrs = _attrs_of(path, f"datasets/{dataset}") or _identity_copy(path, dataset)
+    identity = attrs.get("identity") or {}
+    reads = {k: bool(identity.get(k)) for k in ("allow_absolute_paths", "follow_symlinks")}  # paths out of the root
     if attrs.get("csv"):
         return ["--dataset", f"csv:{attrs['csv']}"] + flag_words("datasets", {
             "image_root": attrs.get("root"), "modality": attrs.get("modality"),
-            "shift_target": attrs.get("shift_target"), "split_seed": attrs.get("split_seed")})
+            "shift_target": attrs.get("shift_target"), "split_seed": attrs.get("split_seed"), **reads})
     if attrs.get("root"):
         return ["--dataset", dataset] + flag_words("datasets", {
             "roots": {dataset: attrs["root"]}, "split_seed": attrs.get("split_seed"),
-            "uncertain": attrs.get("uncertain")})
+            "uncertain": attrs.get("uncertain"), **reads})
     return ["--dataset", dataset] + flag_words("datasets", {"size": attrs.get("size")})
 
 

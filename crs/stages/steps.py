@@ -162,7 +162,7 @@ def dataset_options(cfg: Config) -> dict:
     return {"roots": dict(ds.roots), "image_root": ds.image_root, "uncertain": ds.uncertain,
             "modality": ds.modality, "shift_target": ds.shift_target, "findings": ds.findings,
             # image paths outside the root: read only when the config says so (crs.extract.datasets.get)
-            "allow_absolute_paths": ds.allow_absolute_paths}
+            "allow_absolute_paths": ds.allow_absolute_paths, "follow_symlinks": ds.follow_symlinks}
 
 
 def named_datasets(cfg: Config) -> list:

@@ -231,3 +231,35 @@ def test_run_check_opens_each_shift_target(csv_baseline, tmp_path, holds, names)
     missing = [w for w in names if w not in r.message]
     assert not missing, f"the refusal does not name {missing}:\n{r.message[-1500:]}"
     assert not (tmp_path / STORE).exists(), "run --check wrote a store"
+
+
+def _link(data: Path, to: Path, what: str) -> None:
+    """Move ``what`` (under ``data``) to folder ``to`` and leave a symbolic link to it in its place."""
+    to.mkdir(parents=True, exist_ok=True)
+    shutil.move(data / what, to / Path(what).name)
+    (data / what).symlink_to(to / Path(what).name)
+
+
+# where a symbolic link in the image root leads: (what is linked, folder it leads to, relative to tmp_path)
+LINKS = {"file out": ("imgs/im05.png", "outside"), "folder out": ("imgs", "outside"),
+         "file within": ("imgs/im05.png", "data/moved")}
+
+
+@pytest.mark.parametrize("name", list(LINKS))
+def test_image_path_a_symlink_leads_out_of_the_root_is_refused_unless_followed(csv_baseline, tmp_path, name):
+    data, rows = data_copy(csv_baseline, tmp_path)
+    what, to = LINKS[name]
+    _link(data, tmp_path / to, what)
+    args = csv_extract_args(data, tmp_path / STORE, write_csv(data / f"{CSV_NAME}.csv", rows))
+    r = crs_here(*args)
+    if name.endswith("within"):  # a link that stays under the root is what the root holds
+        assert r.rc == 0, f"a symlink within the image root: exit {r.rc}:\n{r.message[-1500:]}"
+    else:
+        assert r.rc == 2 and "symbolic link" in r.message and "--follow-symlinks" in r.message, \
+            f"an image path a symlink ({name}) leads out of the image root: exit {r.rc}:\n{r.message[-1500:]}"
+        line = LINE if what.endswith(".png") else 2  # the linked file's row, or the first row under the folder
+        assert re.search(rf"{CSV_NAME}\.csv:{line}\b", r.message), r.message[-1500:]
+        assert not (tmp_path / STORE / "datasets").exists() or not any((tmp_path / STORE / "datasets").iterdir())
+        r = crs_here(*args, "--follow-symlinks")
+        assert r.rc == 0, f"{name} with --follow-symlinks: exit {r.rc}:\n{r.message[-1500:]}"
+    assert_same(tmp_path, csv_baseline.outputs, f"a symlink ({name})", only="store/", roots=(data,))
