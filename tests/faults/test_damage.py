@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -168,3 +169,29 @@ def test_verify_hint_followed_literally_restores_a_csv_dataset(csv_baseline, tmp
     assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
     assert_same(folder, csv_baseline.outputs, f"csv {rel} {op}d, then {commands}", only="store/",
                 roots=(csv_baseline.folder,))
+
+
+# a store file replaced by a symbolic link to a copy of it outside the store: every byte reads as committed
+LINKED = [f"{EMB}/c/1/0", f"{PRED}/c/0/0/0/0", f"{EMB}/zarr.json", f"{PRED}/zarr.json"]
+
+
+@pytest.mark.parametrize("rel", LINKED, ids=[r.replace("/", ".") for r in LINKED])
+def test_a_store_file_that_is_a_symlink_is_refused_by_verify_and_repaired(baseline, tmp_path, monkeypatch, rel):
+    folder = case(baseline, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    target = folder / STORE / "datasets" / DATASET / rel
+    copy = tmp_path / "elsewhere" / target.name
+    copy.parent.mkdir()
+    shutil.copy(target, copy)
+    target.unlink()
+    target.symlink_to(copy)
+    found = crs_here("store", "verify", str(folder / STORE))
+    assert found.rc == 2 and "symbolic link" in found.message and rel.rsplit("/c/", 1)[0] in found.message, \
+        found.message[-1500:]
+    commands = followed_literally(folder / STORE)
+    again = crs_here("store", "verify", str(folder / STORE))
+    assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
+    assert not target.is_symlink(), f"{commands} left {rel} a symbolic link"
+    assert crs_here(*stage_args("score", folder)).rc == 0
+    assert_same(folder, baseline.outputs, f"{rel} linked, then {commands}", only="results/scores")
+    assert_same(folder, baseline.outputs, f"{rel} linked, then {commands}", only="store/")
