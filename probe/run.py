@@ -660,8 +660,20 @@ def commit(store: Store, results: Path, model: str, dataset: str, predictions: d
     run_records.write_parquet(subsets_path(results, dataset), drawn, generation)
     path = records_path(results, model, dataset)
     run_records.write_parquet(path, records, generation, {"crs:features_left_out": str(records["features_left_out"][0]),
-                                                          PROVENANCE_KEY: json.dumps(provenance)})
+                                                          PROVENANCE_KEY: json.dumps(provenance),
+                                                          run_records.STORE: _store_from(store, results)})
     return path
+
+
+def _store_from(store: Store, results: Path) -> str:
+    """The store as the run records name it: relative to the results folder where both are local, so that
+    the two moved together still match (``crs.records.STORE``)."""
+    import os
+
+    from crs.store.zarr_store import local_path
+
+    here = local_path(store.path)
+    return os.path.relpath(Path(here).resolve(), Path(results).resolve()) if here else store.path
 
 
 def training_set(split: Split, table, seeds, fractions, grid, dataset) -> tuple[TrainingSet, pl.DataFrame]:

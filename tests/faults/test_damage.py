@@ -195,3 +195,24 @@ def test_a_store_file_that_is_a_symlink_is_refused_by_verify_and_repaired(baseli
     assert crs_here(*stage_args("score", folder)).rc == 0
     assert_same(folder, baseline.outputs, f"{rel} linked, then {commands}", only="results/scores")
     assert_same(folder, baseline.outputs, f"{rel} linked, then {commands}", only="store/")
+
+
+def test_run_records_whose_values_were_altered_are_refused_and_repaired(baseline, tmp_path):
+    """Valid Parquet with its metadata kept (generation, settings) and one AUROC changed: only the
+    records' digest tells it apart."""
+    import polars as pl
+
+    folder = case(baseline, tmp_path)
+    target = folder / "results" / "run_records" / f"demo-stats__{DATASET}.parquet"
+    meta = pl.read_parquet_metadata(target)
+    frame = pl.read_parquet(target)
+    frame.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(0.99).otherwise(pl.col("auroc")).alias("auroc")) \
+        .write_parquet(target, metadata=meta)
+    cmd = stage_args("score", folder)
+    r = crs_here(*cmd)
+    assert r.rc == 2 and "not those" in r.message and target.name in r.message, r.message[-1500:]
+    for text in dict.fromkeys(REPAIR.findall(r.message)):  # followed literally
+        fix = crs_here(*shlex.split(text)[1:])
+        assert fix.rc == 0, f"the repair `{text}` exited {fix.rc}:\n{fix.message[-1500:]}"
+    assert crs_here(*cmd).rc == 0
+    assert_same(folder, baseline.outputs, "run records with an altered AUROC, then the named repair")
