@@ -229,7 +229,7 @@ EXTRACT = [("encoders", "names"), ("encoders", "set"), ("encoders", "revisions")
            ("extract", "batch"), ("extract", "device"), ("extract", "dtype"), ("extract", "perturb"),
            ("datasets", "roots"), ("datasets", "image_root"), ("datasets", "uncertain"), ("datasets", "modality"),
            ("datasets", "shift_target"), ("datasets", "split_seed"), ("datasets", "findings"),
-           ("datasets", "allow_absolute_paths"), ("encoders", "file"), ("encoders", "weights"), ("encoders", "trust_remote_code"),
+           ("datasets", "allow_absolute_paths"), ("datasets", "follow_symlinks"), ("encoders", "file"), ("encoders", "weights"), ("encoders", "trust_remote_code"),
            ("extract", "workers"), ("extract", "strict"), ("extract", "max_models"), ("extract", "severities"),
            ("extract", "precision"),
            ("extract", "executor"), ("extract", "address"), ("extract", "actors"), ("log_interval",)]
@@ -765,7 +765,7 @@ def encoders_cmd(
 
 PERTURBATIONS = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"),
                  ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
-                 ("datasets", "allow_absolute_paths")]
+                 ("datasets", "allow_absolute_paths"), ("datasets", "follow_symlinks")]
 
 
 def perturbations_cmd(
@@ -872,7 +872,7 @@ def _list_datasets(as_json: bool, quiet: bool) -> None:
 # The dataset options of `crs extract`, with the same flags, defaults and requirements (one schema).
 CHECK = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"), ("datasets", "shift_target"),
          ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
-         ("datasets", "allow_absolute_paths"), ("log_interval",)]
+         ("datasets", "allow_absolute_paths"), ("datasets", "follow_symlinks"), ("log_interval",)]
 # A label and class check of the data stage (one class only, a split without a class the probe needs, ...):
 # ``extract.real.<LABEL_CHECK>(ds) -> list[Problem]``, called where that stage has it.
 LABEL_CHECK = "check_labels"
@@ -1072,6 +1072,7 @@ def run_cmd(
         cfg = stages.with_sets(cfg)
         scored = check_reference(cfg, extra, text, str(config))
         if check:
+            stages.check_datasets(cfg, text=text, source=str(config))
             reference, note = stages.resolve_reference(cfg.score.reference, scored)
             if as_json:
                 print(json.dumps({"config": str(config), "ok": True, "settings": cfgmod.as_dict(cfg),

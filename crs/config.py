@@ -268,6 +268,8 @@ class Datasets:
     allow_absolute_paths: bool = _opt("read image paths that lie outside the image root (absolute, or climbing "
                                       "out with ..); refused by default", flag="--allow-absolute-paths",
                                       default=False)
+    follow_symlinks: bool = _opt("read image paths that lead out of the image root through a symbolic link; "
+                                 "refused by default", flag="--follow-symlinks", default=False)
 
 
 @dataclass(frozen=True)
@@ -364,6 +366,29 @@ def settings() -> list[tuple[tuple[str, ...], dataclasses.Field, Any]]:
         else:
             out.append(((f.name,), f, tp))
     return out
+
+
+def flag_words(section: str, values: dict) -> list[str]:
+    """The command-line words that give ``values`` ({setting name: value}) of schema ``section``
+    ("extract", "probe", ...), each through its own flag as a user types it: a bool by its flag alone
+    where it differs from the flag-less state, a tuple as one comma-separated word, a float exactly
+    (``repr``). Settings without a flag, or None, are left out. Repair commands are built with it."""
+    fields = {f.name: f for f in dataclasses.fields(typing.get_type_hints(Config)[section])}
+    words: list[str] = []
+    for name, value in values.items():
+        f = fields.get(name)
+        if f is None or value is None or not f.metadata["flags"]:
+            continue
+        flag = f.metadata["flags"][0]
+        if isinstance(value, bool):
+            words += [flag] if value == (not f.metadata["invert"]) else []
+        elif isinstance(value, dict):  # NAME=VALUE, the flag once per entry
+            words += [w for k, v in value.items() for w in (flag, f"{k}={v}")]
+        elif isinstance(value, (list, tuple)):
+            words += [flag, ",".join(repr(v) if isinstance(v, float) else str(v) for v in value)]
+        else:
+            words += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return words
 
 
 def cross_check(cfg: Config, name: Callable[[tuple[str, ...]], str]) -> tuple[tuple[str, ...], str] | None:
@@ -705,6 +730,7 @@ size = 1.0                        # scale of the built-in datasets
 # image_root = "images"           # a csv:PATH dataset's image folder
 # shift_target = "mimic-cxr"      # a csv:PATH dataset's shift target
 # allow_absolute_paths = false   # image paths outside the image root
+# follow_symlinks = false        # image paths that a symbolic link leads out of the image root
 
 # [datasets.roots]                # real datasets: the folder each ships in
 # isic2019 = "/data/ISIC2019"

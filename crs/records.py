@@ -15,6 +15,7 @@ them leaves the old run records, whose generation the new pieces do not carry.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -53,6 +54,8 @@ SELECTION_DIR = "probe_selection"
 GENERATION = "crs:generation"  # Parquet key-value metadata: the probe run that wrote the file
 PROVENANCE = "crs_provenance"  # run-record Parquet metadata: json of crs.provenance.collect(probe settings)
 PREDICTION_GENERATION = "generation"  # the same id in the stored predictions' attributes
+DIGEST = "crs:digest"  # Parquet key-value metadata: ``frame_digest`` of the table as written
+STORE = "crs:store"  # run-record Parquet metadata: the store the probe read, relative to RESULTS where local
 
 
 # where else a newcomer's results may be: said wherever a command finds none in the folder it was given
@@ -66,6 +69,10 @@ class MissingRunRecords(UserError, FileNotFoundError):
 
 class MixedGeneration(UserError):
     """The pieces of one (encoder, dataset)'s probe output come from different probe runs."""
+
+
+class DamagedRecords(UserError):
+    """A run-record file whose values are not those its probe run wrote (or that does not read)."""
 
 
 class MixedSettings(UserError):
@@ -97,14 +104,53 @@ def read(results):
     if not files:
         raise MissingRunRecords(f"no run records under {records_dir(results)}; run `crs probe --all` first, or "
                                 f"{ELSEWHERE}")
-    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    return pl.concat([read_checked(f) for f in files], how="diagonal_relaxed")
+
+
+def read_checked(target: Path):
+    """One run-record file, its values checked against the digest its writer recorded (files written
+    before digests: unchecked); ``DamagedRecords`` (exit 2) naming the file and the probe that rewrites it."""
+    import polars as pl
+
+    try:
+        frame = pl.read_parquet(target)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise DamagedRecords(f"{target} does not read as Parquet ({exc}); write it again with "
+                             f"{_repair_for(target)}") from exc
+    want = metadata(target).get(DIGEST)
+    if want is not None and want != frame_digest(frame):
+        raise DamagedRecords(f"{target}: its values are not those its probe run wrote (their digest differs from the "
+                             f"recorded one: the file was altered or damaged); write it again with "
+                             f"{_repair_for(target)}")
+    return frame
+
+
+def frame_digest(frame) -> str:
+    """sha256 of a table's column names, types, null masks and values (numbers as their bytes), whatever
+    the Parquet encoding that carried them."""
+    import hashlib
+    import json
+
+    import numpy as np
+    import polars as pl
+
+    h = hashlib.sha256()
+    for name in frame.columns:
+        col = frame[name]
+        h.update(f"{name}\0{col.dtype}\0".encode())
+        h.update(col.is_null().to_numpy().tobytes())
+        if col.dtype.is_numeric() or col.dtype == pl.Boolean:
+            h.update(np.ascontiguousarray(col.fill_null(0).to_numpy()).tobytes())
+        else:
+            h.update(json.dumps(col.to_list(), default=str).encode())
+    return h.hexdigest()
 
 
 def write_parquet(target: Path, frame, generation: str, metadata: Mapping[str, str] | None = None) -> None:
     """``frame`` to ``target`` whole (``crs.files.atomic_write``), its metadata naming ``generation``."""
     from crs.files import atomic_write
 
-    meta = {**(metadata or {}), GENERATION: generation}
+    meta = {**(metadata or {}), GENERATION: generation, DIGEST: frame_digest(frame)}
     atomic_write(Path(target), lambda tmp: frame.write_parquet(tmp, metadata=meta))
 
 
@@ -130,6 +176,32 @@ def _repair(results, encoder: str, dataset: str) -> str:
     base, _, head = encoder.partition("+")
     return (f"`crs probe --encoder {base} --dataset {dataset}{f' --head {head}' if head else ''} "
             f"--results {results}`")
+
+
+def _repair_for(target: Path) -> str:
+    """The `crs probe` that writes a run-record file again: its pair, results folder, and the store and
+    probe settings its metadata recorded (where they read)."""
+    encoder, dataset = _pair_of(target)
+    results = Path(target).parent.parent
+    base, _, head = encoder.partition("+")
+    try:
+        meta = metadata(target)
+        settings = dict(json.loads(meta[PROVENANCE])["settings"]) if PROVENANCE in meta else {}
+    except (UserError, ValueError, KeyError, TypeError):
+        meta, settings = {}, {}
+    words = ["crs probe", f"--encoder {base}", f"--dataset {dataset}"] + \
+        ([f"--store {_beside(results, meta[STORE])}"] if meta.get(STORE) else []) + [f"--results {results}"] + \
+        (_flags(settings) if settings else [f"--head {head}"] if head else [])
+    return f"`{' '.join(words)}`"
+
+
+def _beside(results: Path, store: str) -> str:
+    """A recorded store path (relative to the results folder, or absolute, or a URL) as a command names it."""
+    import os
+
+    if "://" in store or os.path.isabs(store):
+        return store
+    return os.path.normpath(os.path.join(results, store))
 
 
 def check_pair(results, encoder: str, dataset: str,
@@ -220,7 +292,8 @@ def _canonical(settings: dict) -> str:
     return json.dumps(settings, sort_keys=True, default=str)
 
 
-def _probe_again(results, store: str | None, settings: dict, differ: list[str]) -> str:
+def _flags(settings: dict) -> list[str]:
+    """``crs probe``'s options that give the recorded probe ``settings``."""
     flags = []
     for key, flag, shown in _FLAGS:
         value = settings.get(key)
@@ -229,6 +302,11 @@ def _probe_again(results, store: str | None, settings: dict, differ: list[str]) 
         text = (shown(value) if shown is not None else
                 ",".join(format(v, "g") for v in value) if isinstance(value, list) else format(value, "g"))
         flags.append(f"{flag} {text}")
+    return flags
+
+
+def _probe_again(results, store: str | None, settings: dict, differ: list[str]) -> str:
+    flags = _flags(settings)
     others = sorted(set(differ) - {k for k, _, _ in _FLAGS})  # settings a config file gives (crs run)
     tail = f", with {', '.join(f'{k} {settings.get(k)}' for k in others)} as in that run's config" if others else ""
     return f"`crs probe --all --store {store or 'STORE'} --results {results} {' '.join(flags)}`{tail}"

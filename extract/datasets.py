@@ -82,14 +82,15 @@ def store_name(name: str) -> str:
 def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str] | None = None,
         image_root: str | None = None, uncertain: str = "ignore", modality: str | None = None,
         shift_target: str | None = None, image_size: int = real.DEFAULT_IMAGE_SIZE,
-        findings: str = "competition", allow_absolute_paths: bool = False) -> Dataset:
+        findings: str = "competition", allow_absolute_paths: bool = False, follow_symlinks: bool = False) -> Dataset:
     """The dataset ``name``; real ones need ``roots[name]``, ``csv:PATH`` reads PATH.
 
     ``shift_target`` (a dataset name or ``csv:PATH``) applies to ``csv:`` datasets; the real
     ones name theirs in the registry (chexpert -> mimic-cxr). ``findings`` (chexpert and
     mimic-cxr only): ``competition`` (the 5 competition findings), ``all`` (the 14), or a
     comma-separated list of finding names. ``allow_absolute_paths`` (file-based datasets): read
-    image paths outside the root (absolute, or with '..') instead of refusing them.
+    image paths outside the root (absolute, or with '..') instead of refusing them; ``follow_symlinks``: read
+    image paths that a symbolic link leads out of the root.
     """
     if not size > 0:
         raise BadInput(f"--size must be positive, not {size!r}")
@@ -106,7 +107,7 @@ def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str]
         chest = real.LAYOUTS[name].task == "multilabel"
         return real.open_layout(name, root, seed=seed, uncertain=uncertain, image_size=image_size,
                                 findings=_findings(findings) if chest else None,
-                                allow_absolute_paths=allow_absolute_paths)
+                                allow_absolute_paths=allow_absolute_paths, follow_symlinks=follow_symlinks)
     if name.startswith(CSV_PREFIX) and len(name) > len(CSV_PREFIX):
         if store_name(name) in BUILTIN or store_name(name) in REAL:
             raise DatasetError(f"{name}: its store name {store_name(name)!r} (the file's stem) is taken by a "
@@ -114,7 +115,7 @@ def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str]
         target = store_name(shift_target) if shift_target else None
         return real.open_csv(name[len(CSV_PREFIX):], image_root=image_root, modality=modality, shift_target=target,
                              shift_spec=shift_target, seed=seed, uncertain=uncertain, image_size=image_size,
-                             allow_absolute_paths=allow_absolute_paths)
+                             allow_absolute_paths=allow_absolute_paths, follow_symlinks=follow_symlinks)
     raise KeyError(f"unknown dataset {name!r}; valid datasets: {', '.join(all_names())}")
 
 

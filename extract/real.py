@@ -485,7 +485,8 @@ class FileDataset:
     name), which ``crs.extract.datasets.shift_target_of`` opens; ``shift_target`` is its
     store name. ``allow_absolute_paths``: image paths outside ``root`` (absolute, or climbing out
     with ``..``) are read as given; without it they are refused, so that a dataset is what
-    lies under its root (``provenance["identity"]``)."""
+    lies under its root (``provenance["identity"]``). ``follow_symlinks``: the same for paths under the
+    root that a symbolic link (the file's, or a folder's on the way) leads out of it."""
 
     size = 1.0  # read as it ships: --size scales the built-in datasets only
 
@@ -493,7 +494,7 @@ class FileDataset:
                  image_size: int = DEFAULT_IMAGE_SIZE, uncertain: str = "ignore",
                  findings: Sequence[str] | None = None, csv_path: str | os.PathLike | None = None,
                  name: str | None = None, shift_target: str | None = None, modality: str | None = None,
-                 shift_spec: str | None = None, allow_absolute_paths: bool = False):
+                 shift_spec: str | None = None, allow_absolute_paths: bool = False, follow_symlinks: bool = False):
         if uncertain not in UNCERTAIN:
             raise DatasetError(f"uncertain-label policy {uncertain!r} is not one of {', '.join(UNCERTAIN)}")
         if modality is not None and modality not in MODALITIES:
@@ -519,6 +520,7 @@ class FileDataset:
         self.image_size = int(image_size)
         self.uncertain = uncertain
         self.allow_absolute_paths = bool(allow_absolute_paths)
+        self.follow_symlinks = bool(follow_symlinks)
         if not self.root.is_dir():
             raise DatasetError(f"{self.name}: --root {str(root)!r} is not a folder; expected the folder that holds "
                                f"{layout.root_holds}")
@@ -536,6 +538,13 @@ class FileDataset:
             _report(idx, outside, lambda r: f"image path {r['path']!r} lies outside the image root {self.root}; "
                                             "expected a path relative to it (or allow paths outside it: "
                                             "allow_absolute_paths)", "image paths outside the image root")
+        if idx.frame is not None and idx.frame.height and not self.follow_symlinks:
+            inside = idx.frame.filter(~_outside_root(pl.col("path")))
+            led = _led_out(self.root, inside["path"].to_list())
+            _report(idx, inside.filter(pl.col("path").is_in(list(led))),
+                    lambda r: f"image path {r['path']!r} leads out of the image root {self.root} through a symbolic "
+                              f"link (to {led[r['path']]}); expected a file under it (or follow such links: "
+                              "--follow-symlinks, follow_symlinks)", "image paths led out of the image root")
         if idx.frame is not None and idx.frame.height and idx.frame["split"].null_count() == 0:
             # an official or given split must keep each group (patient, lesion) in one split
             straddle = (idx.frame.group_by("group")
@@ -573,7 +582,8 @@ class FileDataset:
 
     def check_args(self) -> str:
         """The `crs datasets check` arguments for this dataset."""
-        extra = " --allow-absolute-paths" if self.allow_absolute_paths else ""
+        extra = (" --allow-absolute-paths" if self.allow_absolute_paths else "") + \
+            (" --follow-symlinks" if self.follow_symlinks else "")
         if self.csv_path is not None:
             return f"csv:{self.csv_path} --image-root {self.root}{extra}"
         return f"{self.name} --root {self.root}{extra}"
@@ -608,7 +618,9 @@ class FileDataset:
         return {"image_root": str(self.root),
                 "csv_sha256": {rel: _sha256(base / rel) for rel in self.index.files},
                 "image_size": self.image_size,
-                "allow_absolute_paths": self.allow_absolute_paths}
+                "allow_absolute_paths": self.allow_absolute_paths,
+                # only where set, so that stores written before the setting keep their identity
+                **({"follow_symlinks": True} if self.follow_symlinks else {})}
 
     @property
     def provenance(self) -> dict:
@@ -681,6 +693,32 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _led_out(root: Path, paths: list[str]) -> dict[str, str]:
+    """{path: where it resolves} of the relative ``paths`` under ``root`` that a symbolic link leads out
+    of it. One realpath per folder and one listing per folder (whose entries say which are links), then
+    a realpath only for the files that are links; missing files and folders are left to ``check``."""
+    by_dir: dict[str, list[str]] = {}
+    for p in paths:
+        by_dir.setdefault(os.path.dirname(p), []).append(p)
+    out: dict[str, str] = {}
+    for folder, members in by_dir.items():
+        where = Path(os.path.realpath(root / folder))
+        if not where.is_relative_to(root):  # a folder on the way is a link out: every file in it
+            out.update({p: str(where / os.path.basename(p)) for p in members})
+            continue
+        try:
+            with os.scandir(root / folder) as entries:
+                links = {e.name for e in entries if e.is_symlink()}
+        except OSError:
+            continue
+        for p in members:
+            if os.path.basename(p) in links:
+                target = Path(os.path.realpath(root / p))
+                if not target.is_relative_to(root):
+                    out[p] = str(target)
+    return out
 
 
 def _outside_root(path: pl.Expr) -> pl.Expr:
@@ -856,6 +894,17 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
     if not all_images and len(readable) < len(np.flatnonzero(exists)):
         notes.append(f"decoded a sample of {len(readable)} images; pass --all to decode every one")
     return report
+
+
+def files_found(ds) -> tuple[int, int]:
+    """(rows whose image file exists, rows) of a file-based dataset, from folder listings as ``check`` finds
+    them; (0, 0) for a built-in dataset or an index that could not be read. A dataset in the target role
+    (``crs.extract.targets.TargetView``) answers for the dataset it shows."""
+    index = getattr(ds, "index", None)  # a file-based dataset's, also through a target's view
+    if index is None or index.fatal:
+        return 0, 0
+    exists = _check_files(ds, [])
+    return int(exists.sum()), len(exists)
 
 
 def _check_files(ds: FileDataset, problems: list[Problem]) -> np.ndarray:

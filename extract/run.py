@@ -403,7 +403,7 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
                      precision=precision)
         spec = model.spec
 
-    provenance = _provenance(spec, weights, modality, settings)
+    provenance = {**_provenance(spec, weights, modality, settings), "dataset": _identity(table.attrs)}
     n, n_test = len(table.ids), table.n_test
     arrays = {
         cond: store.embedding(
@@ -427,6 +427,16 @@ def _perturbed_conditions(dataset: str, table: DatasetTable, modality, perturbat
     if modality is None:
         raise StoreError(f"dataset {dataset!r} has no modality, so no perturbation suite; pass --no-perturb")
     return perturb.conditions(modality, tuple(severities))
+
+
+# the dataset attributes a command line names it by (crs.store.zarr_store's repair commands)
+IDENTITY = ("csv", "root", "size", "modality", "shift_target", "split_seed", "uncertain", "identity")
+
+
+def _identity(attrs: dict) -> dict:
+    """The dataset's attributes that name it on the command line, kept with each embedding array too, so
+    that a repair command can still name it when the dataset's own metadata is damaged."""
+    return {k: attrs[k] for k in IDENTITY if attrs.get(k) is not None}
 
 
 def _perturbation(cond: str) -> dict | None:

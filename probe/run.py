@@ -495,7 +495,8 @@ def probe(
         sel = select(fitted, split, table.task, select_by)
         evals = eval_sets(store, encoder, dataset, split)
         attrs = {"seeds": list(seeds), "fractions": list(fractions), "classes": table.classes,
-                 "axes": "seed, fraction, image, class", "features_left_out": split.left_out}
+                 "axes": "seed, fraction, image, class", "features_left_out": split.left_out,
+                 "provenance": _made_by(store, results, head, seeds, fractions, grid, select_by, tol, hidden)}
         meta = record_columns(model, dataset, table, fractions, data, split, fitted, sel)
         predictions, records = evaluate(table, model, split, fitted, sel, evals, meta)
         check_finite(predictions, records, model, dataset)
@@ -507,6 +508,25 @@ def probe(
         not_converged=int((~meta["converged"]).sum()), max_iterations=int(meta["iterations"].max()),
         seconds=time.perf_counter() - t0, records=str(path),
     )
+
+
+def _made_by(store: Store, results, head: str, seeds, fractions, grid, select_by: str, tol: float,
+             hidden: int) -> dict:
+    """What the stored predictions record of the run that made them, so that a repair command can name it
+    whole (``crs.store.zarr_store.probe_command``): the results folder (relative to a local store, so that
+    the two moved together still match), and the settings in the schema's names (``crs.config.Probe``).
+    Seeds are a count there (0..n-1); other seeds have no flag to name them."""
+    import os
+
+    from crs.store.zarr_store import local_path
+
+    settings = {"fractions": list(fractions), "l2": list(grid), "select_by": select_by, "tol": tol, "head": head,
+                "hidden": hidden}
+    if tuple(seeds) == tuple(range(len(seeds))):
+        settings["seeds"] = len(seeds)
+    here = local_path(store.path)
+    where = Path(results).resolve()
+    return {"results": os.path.relpath(where, Path(here).resolve()) if here else str(where), "probe": settings}
 
 
 def _provenance(head: str, seeds, fractions, grid, select_by: str, options: dict) -> dict:
@@ -640,8 +660,20 @@ def commit(store: Store, results: Path, model: str, dataset: str, predictions: d
     run_records.write_parquet(subsets_path(results, dataset), drawn, generation)
     path = records_path(results, model, dataset)
     run_records.write_parquet(path, records, generation, {"crs:features_left_out": str(records["features_left_out"][0]),
-                                                          PROVENANCE_KEY: json.dumps(provenance)})
+                                                          PROVENANCE_KEY: json.dumps(provenance),
+                                                          run_records.STORE: _store_from(store, results)})
     return path
+
+
+def _store_from(store: Store, results: Path) -> str:
+    """The store as the run records name it: relative to the results folder where both are local, so that
+    the two moved together still match (``crs.records.STORE``)."""
+    import os
+
+    from crs.store.zarr_store import local_path
+
+    here = local_path(store.path)
+    return os.path.relpath(Path(here).resolve(), Path(results).resolve()) if here else store.path
 
 
 def training_set(split: Split, table, seeds, fractions, grid, dataset) -> tuple[TrainingSet, pl.DataFrame]:

@@ -20,6 +20,7 @@ findings that still need that command, or that no repair can mend (the root's me
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,7 @@ from crs.store.zarr_store import (
     _read_robust,
     chunk_keys,
     chunk_values,
+    extract_command,
     has_checksums,
     key_condition,
     next_step,
@@ -66,7 +68,49 @@ def verify(path: str, *, repair: bool = False, storage_options: dict | None = No
                             "no repair keeps this store's identity: extract into a new store (--store NEW)")]
         raise
     with writing_to(store.path):  # a repair's writes: a full disk is named by the store's path
-        return _verify(store, repair)
+        links = _links(store, repair)
+        if links and repair:
+            store.root = zarr_reopen(store)
+            links = []  # what the removed links leave missing is found below, with its repair
+        return links + _verify(store, repair)
+
+
+def _links(store: Store, repair: bool) -> list[Finding]:
+    """Every file or folder of a local store that is a symbolic link; with ``repair``, each link is removed.
+
+    A store holds its own files: a link's target can change or vanish under it, and a writer writes
+    through it into a file that is not the store's (another store's chunk, a dataset's file)."""
+    root = store._local_root()
+    if root is None:
+        return []
+    out = []
+    for folder, dirs, files in os.walk(root):  # a linked folder is listed, never entered
+        for name in sorted(dirs + files):
+            full = os.path.join(folder, name)
+            if not os.path.islink(full):
+                continue
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            node, chunk = _node_and_file(rel)
+            target = os.readlink(full)
+            if repair:
+                os.unlink(full)
+                continue
+            out.append(Finding(node, chunk, f"a symbolic link (to {target}), not a file of the store's own",
+                               f"run `crs store verify --repair {store.path}` (it removes the link and resets "
+                               f"what it stood for), then {next_step(store.path, node)}"))
+    return out
+
+
+def _node_and_file(rel: str) -> tuple[str, str | None]:
+    """(node, file key under it) of a store-relative path: a chunk (``.../c/...``), a ``zarr.json``, or a
+    folder (file None)."""
+    parts = rel.split("/")
+    if "c" in parts:
+        i = parts.index("c")
+        return "/".join(parts[:i]), "/".join(parts[i:])
+    if parts[-1] == "zarr.json":
+        return "/".join(parts[:-1]), "zarr.json"
+    return rel, None
 
 
 def _verify(store: Store, repair: bool) -> list[Finding]:
@@ -136,11 +180,12 @@ def _metadata(store: Store, repair: bool) -> list[Finding]:
             node = "/".join(parts[:5])  # x, done or commit: the condition's whole array goes
         elif len(parts) >= 3 and parts[2] == "failures":
             node = "/".join(parts[:3])
+        then = next_step(store.path, node)  # before the removal: it reads what the node's children record
         store.remove(node)
         removed.append(node)
         if len(parts) >= 3 and parts[2] == "failures":
             _reset_dataset_chunks(store, parts[1])
-        out.append(Finding(node, None, "removed (its metadata was damaged)", next_step(store.path, node)))
+        out.append(Finding(node, None, "removed (its metadata was damaged)", then))
     if repair:
         store.root = zarr_reopen(store)
     return out
@@ -159,8 +204,6 @@ def _write_json(store: Store, key: str, obj: dict) -> None:
     data = json.dumps(obj, indent=2).encode()
     root = store._local_root()
     if root is not None:
-        import os
-
         with open(os.path.join(root, key), "wb") as f:
             f.write(data)
     else:
@@ -265,8 +308,7 @@ def _against_record(store: Store, arr, node: str, records) -> list[Finding]:
 
 def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: bool) -> list[Finding]:
     node = f"datasets/{d}/embeddings/{enc}/{cond}"
-    extract = (f"run `crs extract --encoder {enc} --dataset {d} --store {store.path}` "
-               f"(condition {key_condition(cond)})")
+    extract = f"run {extract_command(store.path, d, [enc])} (condition {key_condition(cond)})"
     if "x" not in g or "done" not in g or "n_chunks" not in g.attrs:
         return [Finding(node, None, "created but never written (its creation was interrupted)", extract)]
     x, n = g["x"], int(g.attrs["n_chunks"])

@@ -53,6 +53,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import uuid
 import warnings
 import zlib
@@ -64,6 +65,7 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from crs import __version__ as CRS_VERSION
+from crs.config import flag_words
 from crs.errors import CrsError, UserError, writing_to
 from crs.names import SPLIT_CODE
 
@@ -217,6 +219,20 @@ def _node_or_none(path: str, key: str):
         return None
 
 
+def _child_names(path: str, key: str) -> list[str]:
+    """The names of the nodes right under ``key``, whether or not their metadata reads (for repair messages)."""
+    here = local_path(path)
+    if here is not None:
+        folder = os.path.join(here, key)
+        return sorted(n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n))) \
+            if os.path.isdir(folder) else []
+    try:
+        group = _open_root(path, "r")[key]
+        return sorted([*group.group_keys(), *group.array_keys()])
+    except Exception:  # noqa: BLE001 - only a message is at stake
+        return []
+
+
 def _encoders_of(path: str, dataset: str) -> list[str]:
     """The encoders with embeddings of ``dataset`` in the store at ``path`` (for repair commands; [] when
     that cannot be read)."""
@@ -224,28 +240,104 @@ def _encoders_of(path: str, dataset: str) -> list[str]:
     return sorted(g.group_keys()) if g is not None else []
 
 
-def _dataset_arg(path: str, dataset: str) -> str:
-    """How the command line names ``dataset``: its store key, or for a dataset read from a CSV, csv:FILE with
-    the image root and modality it was extracted with."""
-    g = _node_or_none(path, f"datasets/{dataset}")
-    attrs = dict(g.attrs) if g is not None else {}
-    if not attrs.get("csv"):
-        return dataset
-    extra = "".join(f" --{flag} {attrs[key]}" for key, flag in (("root", "image-root"), ("modality", "modality"))
-                    if attrs.get(key))
-    return f"csv:{attrs['csv']}{extra}"
+def _attrs_of(path: str, key: str) -> dict:
+    node = _node_or_none(path, key)
+    return dict(node.attrs) if node is not None else {}
+
+
+def _dataset_words(path: str, dataset: str) -> list[str]:
+    """How the command line names ``dataset`` and the settings its table was made with, from its attributes:
+    csv:FILE with its image root, modality and shift target; a real dataset with its folder and split seed;
+    a built-in one with its size. The bare name where the attributes cannot be read."""
+    attrs = _attrs_of(path, f"datasets/{dataset}") or _identity_copy(path, dataset)
+    identity = attrs.get("identity") or {}
+    reads = {k: bool(identity.get(k)) for k in ("allow_absolute_paths", "follow_symlinks")}  # paths out of the root
+    if attrs.get("csv"):
+        return ["--dataset", f"csv:{attrs['csv']}"] + flag_words("datasets", {
+            "image_root": attrs.get("root"), "modality": attrs.get("modality"),
+            "shift_target": attrs.get("shift_target"), "split_seed": attrs.get("split_seed"), **reads})
+    if attrs.get("root"):
+        return ["--dataset", dataset] + flag_words("datasets", {
+            "roots": {dataset: attrs["root"]}, "split_seed": attrs.get("split_seed"),
+            "uncertain": attrs.get("uncertain"), **reads})
+    return ["--dataset", dataset] + flag_words("datasets", {"size": attrs.get("size")})
+
+
+def _identity_copy(path: str, dataset: str) -> dict:
+    """The copy of the dataset's naming attributes that extract keeps with each embedding array (``dataset``)."""
+    base = f"datasets/{dataset}/embeddings"
+    for enc in _encoders_of(path, dataset):
+        group = _node_or_none(path, f"{base}/{enc}")
+        for cond in sorted(group.group_keys()) if group is not None else []:
+            found = _attrs_of(path, f"{base}/{enc}/{cond}").get("dataset")
+            if found:
+                return found
+    return {}
+
+
+# the extract settings recorded with each embedding array (``tool.settings.extract``) that shape what it holds
+_EXTRACT_KEYS = {"chunk": "chunk", "severities": "severities", "perturbations": "perturb", "dtype": "dtype",
+                 "precision": "precision"}
+
+
+def _extract_words(path: str, dataset: str, encoders: list[str]) -> list[str]:
+    """The extract settings the dataset's embeddings were made with (of the first encoder that records them)."""
+    base = f"datasets/{dataset}/embeddings"
+    for enc in encoders + _encoders_of(path, dataset):
+        group = _node_or_none(path, f"{base}/{enc}")
+        for cond in sorted(group.group_keys()) if group is not None else []:
+            tool = _attrs_of(path, f"{base}/{enc}/{cond}").get("tool") or {}
+            settings = (tool.get("settings") or {}).get("extract")
+            if settings:
+                return flag_words("extract", {flag: settings[key] for key, flag in _EXTRACT_KEYS.items()
+                                              if key in settings})
+    return []
+
+
+def extract_command(path: str, dataset: str, encoders: list[str], *, dataset_first: bool = False) -> str:
+    """`crs extract` that writes ``dataset``'s embeddings of ``encoders`` as they were first written (placeholder
+    ENCODER when none is known)."""
+    named = [w for e in encoders or ["ENCODER"] for w in ("--encoder", e)]
+    given = _dataset_words(path, dataset)
+    words = ["crs", "extract", *(given + named if dataset_first else named + given)]
+    return f"`{shlex.join(words + _extract_words(path, dataset, list(encoders)) + ['--store', path])}`"
+
+
+def probe_command(path: str, dataset: str, name: str) -> str:
+    """`crs probe` that writes the predictions stored under result name ``name`` (ENCODER or ENCODER+HEAD) anew,
+    with the results folder and probe settings their run recorded (``provenance``, written by
+    ``crs.probe.run``), read from any of the name's prediction arrays."""
+    base = f"datasets/{dataset}/predictions/{name}"
+    recorded: dict = {}
+    for cond in _child_names(path, base):
+        recorded = _attrs_of(path, f"{base}/{cond}").get("provenance") or {}
+        if recorded:
+            break
+    words = ["crs", "probe", "--encoder", name.partition("+")[0], "--dataset", dataset, "--store", path]
+    results, here = recorded.get("results"), local_path(path)
+    if results:  # recorded relative to a local store, so that a store moved with its results still finds them
+        words += ["--results", os.path.normpath(os.path.join(here, results)) if here and not os.path.isabs(results)
+                  else results]
+    words += flag_words("probe", recorded.get("probe") or {"head": name.partition("+")[2] or None})
+    return f"`{shlex.join(words)}`"
 
 
 def _extract_every(path: str, d: str) -> str:
-    """`crs extract` of every encoder of dataset ``d`` in the store (the placeholder ENCODER when none is known)."""
-    encs = _encoders_of(path, d) or ["ENCODER"]
-    return f"`crs extract --dataset {_dataset_arg(path, d)} {' '.join(f'--encoder {e}' for e in encs)} --store {path}`"
+    """`crs extract` of every encoder of dataset ``d`` in the store."""
+    return extract_command(path, d, _encoders_of(path, d), dataset_first=True)
 
 
 def _extract_any(path: str, d: str) -> str:
     """`crs extract` of one encoder of dataset ``d`` in the store (its dataset arrays are rewritten by any)."""
-    encs = _encoders_of(path, d) or ["ENCODER"]
-    return f"`crs extract --dataset {_dataset_arg(path, d)} --encoder {encs[0]} --store {path}`"
+    return extract_command(path, d, _encoders_of(path, d)[:1], dataset_first=True)
+
+
+def _rebuild(path: str, d: str) -> str:
+    """The commands that write dataset ``d`` anew: its embeddings of every encoder, then each probe whose
+    predictions it held."""
+    group = _node_or_none(path, f"datasets/{d}/predictions")
+    names = sorted(group.group_keys()) if group is not None else []
+    return ", then ".join([_extract_every(path, d)] + [probe_command(path, d, n) for n in names])
 
 
 def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
@@ -260,12 +352,12 @@ def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
     if plain_group(key):
         return f"run {verify} (it rewrites that group's metadata, which holds nothing else)"
     if len(parts) == 2:
-        return f"run {verify} (it removes dataset {d}), then {_extract_every(path, d)}"
+        return f"run {verify} (it removes dataset {d}), then {_rebuild(path, d)}"
     if parts[2] == "embeddings":
-        extract = f"`crs extract --encoder {parts[3]} --dataset {_dataset_arg(path, d)} --store {path}`"
+        extract = extract_command(path, d, [parts[3]])
         return f"run {verify}, then {extract}" if decoded or len(parts) < 6 else f"run {extract} (or {verify})"
     if parts[2] == "predictions":
-        return f"run `crs probe --encoder {parts[3]} --dataset {_dataset_arg(path, d)} --store {path}` (it writes them anew), or {verify}"
+        return f"run {probe_command(path, d, parts[3])} (it writes them anew), or {verify}"
     if parts[2] == "failures":
         return f"run {verify} (it resets {d}'s chunks), then {_extract_every(path, d)}"
     return f"run {_extract_any(path, d)} (it rewrites the dataset's arrays), or {verify}"
@@ -276,9 +368,11 @@ def next_step(path: str, key: str) -> str:
     parts = key.strip("/").split("/")
     d = parts[1] if len(parts) > 1 else "..."
     if len(parts) >= 4 and parts[2] == "embeddings":
-        return f"run `crs extract --encoder {parts[3]} --dataset {_dataset_arg(path, d)} --store {path}`"
+        return f"run {extract_command(path, d, [parts[3]])}"
     if len(parts) >= 4 and parts[2] == "predictions":
-        return f"run `crs probe --encoder {parts[3]} --dataset {_dataset_arg(path, d)} --store {path}`"
+        return f"run {probe_command(path, d, parts[3])}"
+    if len(parts) == 2:
+        return f"run {_rebuild(path, d)}"
     if len(parts) >= 3 and parts[2] == "embeddings":
         return f"run {_extract_every(path, d)}"
     return f"run {_extract_any(path, d)} (it rewrites the dataset's arrays)"
@@ -306,6 +400,13 @@ def store_order(split: np.ndarray) -> np.ndarray:
     """Permutation putting test rows first, then val, then train; stable within a split."""
     key = np.array([2, 1, 0], dtype=np.int8)[np.asarray(split)]  # train 2, val 1, test 0
     return np.argsort(key, kind="stable")
+
+
+def local_path(path: str) -> str | None:
+    """The file-system path of a store at ``path`` (a path or file:// URL); None for a remote URL."""
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    return None if is_url(path) else path
 
 
 def is_url(path: str) -> bool:
@@ -476,9 +577,7 @@ class Store:
 
     # ------------------------------------------------------------ stored files
     def _local_root(self) -> str | None:
-        if self.path.startswith("file://"):
-            return self.path[len("file://") :]
-        return None if is_url(self.path) else self.path
+        return local_path(self.path)
 
     def files(self, prefix: str) -> dict[str, int]:
         """{key relative to ``prefix``: stored bytes} of every file under store key ``prefix`` (one listing;

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crs.config import Config, ConfigError, locate, settings_hash
-from crs.errors import BadInput
+from crs.errors import BadInput, UserError
 from crs.files import atomic_write
 from crs.progress import NO_PROGRESS, Progress
 from crs.stages import steps
@@ -146,6 +146,34 @@ def check_names(cfg: Config, *, text: str = "", source: str = "") -> dict:
         raise ConfigError(f"{', '.join(missing)} need their folder: add [datasets.roots] {missing[0]} = \"DIR\"",
                           **_where(text, source, ("datasets", "names")))
     return extra
+
+
+def check_datasets(cfg: Config, *, text: str = "", source: str = "") -> list[str]:
+    """The names of the config's datasets and their shift targets, each opened as extraction will open it
+    (the CSV read, the folder indexed, no image decoded). One that cannot be opened is a ConfigError
+    naming the key: ``datasets.names`` for a dataset, ``datasets.shift_target`` (where the config sets
+    it, else ``datasets.names``) for a target; so is one none of whose images is where its rows say.
+    A dataset some of whose images are missing passes: extraction records those as failures."""
+    from crs.extract import real
+    try:
+        named = steps.named_datasets(cfg)
+    except UserError as exc:
+        raise ConfigError(str(exc), **_where(text, source, ("datasets", "names"))) from None
+    target_key = ("datasets", "shift_target") if cfg.datasets.shift_target else ("datasets", "names")
+    try:
+        every = steps._datasets_with_shift_targets(cfg, named)
+    except UserError as exc:
+        raise ConfigError(f"the shift target of {', '.join(d.name for d in named)} cannot be opened: {exc}",
+                          **_where(text, source, target_key)) from None
+    for d in every:
+        found, rows = real.files_found(d)
+        if rows and not found:  # extraction would record every image as a failure, and the probe refuse
+            role = "dataset" if any(d is n for n in named) else "shift target"
+            raise ConfigError(f"none of the {rows} images of {role} {d.name} is where its rows say (under "
+                              f"{d.root}); name the folder that holds them (datasets.roots, or datasets.image_root "
+                              "for a csv: dataset) or fix the paths; `crs datasets check` lists each missing file",
+                              **_where(text, source, ("datasets", "names") if role == "dataset" else target_key))
+    return [d.name for d in every]
 
 
 class State:

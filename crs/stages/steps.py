@@ -162,16 +162,24 @@ def dataset_options(cfg: Config) -> dict:
     return {"roots": dict(ds.roots), "image_root": ds.image_root, "uncertain": ds.uncertain,
             "modality": ds.modality, "shift_target": ds.shift_target, "findings": ds.findings,
             # image paths outside the root: read only when the config says so (crs.extract.datasets.get)
-            "allow_absolute_paths": ds.allow_absolute_paths}
+            "allow_absolute_paths": ds.allow_absolute_paths, "follow_symlinks": ds.follow_symlinks}
 
 
-def _datasets_with_shift_targets(cfg: Config) -> list:
-    """The config's datasets, then the shift targets not among them, in the target role (clean test
-    rows only): probing evaluates the shift on them."""
+def named_datasets(cfg: Config) -> list:
+    """The config's datasets, opened as extraction opens them (a CSV read, a folder indexed; no image decoded)."""
     from crs.extract import datasets as dsreg
 
     opts, ds = dataset_options(cfg), cfg.datasets
-    named = [dsreg.get(d, size=ds.size, seed=0 if d in dsreg.BUILTIN else ds.split_seed, **opts) for d in ds.names]
+    return [dsreg.get(d, size=ds.size, seed=0 if d in dsreg.BUILTIN else ds.split_seed, **opts) for d in ds.names]
+
+
+def _datasets_with_shift_targets(cfg: Config, named: list | None = None) -> list:
+    """The config's datasets (``named``: as ``named_datasets`` opened them), then the shift targets not among
+    them, in the target role (clean test rows only): probing evaluates the shift on them."""
+    from crs.extract import datasets as dsreg
+
+    opts = dataset_options(cfg)
+    named = named_datasets(cfg) if named is None else named
     todo = {x.name: x for x in named}  # a dataset named in the config is a dataset, even where it is also a target
     for dataset in named:
         target = dsreg.shift_target_of(dataset, **{**opts, "shift_target": None})

@@ -9,12 +9,15 @@ that then restores them.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from faultlib import DATASET, STORE, case, crs_here, settle, stage_args
+from faultlib import (CSV_NAME, DATASET, REPAIR, STORE, assert_same, case, crs_here, csv_case, settle,
+                      stage_args)
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # the session fixtures of faultlib.py (baseline, probe_ref, score_ref, csv_baseline) once per worker
@@ -117,3 +120,99 @@ def test_valid_bytes_that_were_not_committed_are_refused_by_verify_and_the_reade
     cmd = stage_args(reader, folder)
     settle(crs_here(*cmd), cmd, folder, baseline.outputs, f"{kind} {rel} replaced by valid bytes, then crs {reader}",
            names=("demo-stats", "clean", "not as committed"))
+
+
+# ------------------------------------------------------------------ the repair hint, followed literally
+def followed_literally(store: Path) -> list[str]:
+    """Run every `crs ...` command `crs store verify STORE` names, word for word, in order; the commands run."""
+    found = crs_here("store", "verify", str(store))
+    assert found.rc == 2, f"verify did not find the damage:\n{found.message[-1500:]}"
+    commands = list(dict.fromkeys(REPAIR.findall(found.message)))
+    assert commands, f"verify names no `crs ...` repair:\n{found.message[-1500:]}"
+    for text in commands:
+        r = crs_here(*shlex.split(text)[1:])
+        assert r.rc in (0, 2) if text.startswith("crs store verify") else r.rc == 0, \
+            f"the repair `{text}` exited {r.rc}:\n{r.message[-1500:]}"
+    return commands
+
+
+# (damaged file under the dataset, damage): an embedding chunk, a prediction chunk, a metadata file
+LITERAL = [(f"{EMB}/c/1/0", "alter"), (f"{PRED}/c/0/0/0/0", "alter"), (f"{EMB}/zarr.json", "truncate"),
+           ("zarr.json", "truncate")]
+
+
+@pytest.mark.parametrize("rel, op", LITERAL, ids=[f"{r.replace('/', '.')}-{o}" for r, o in LITERAL])
+def test_verify_hint_followed_literally_restores_the_run(baseline, tmp_path, monkeypatch, rel, op):
+    folder = case(baseline, tmp_path)
+    monkeypatch.chdir(tmp_path)  # a command that falls back on ./crs-results or ./crs-store.zarr shows here
+    OPS[op](folder / STORE / "datasets" / DATASET / rel)
+    commands = followed_literally(folder / STORE)
+    again = crs_here("store", "verify", str(folder / STORE))
+    assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "run"], f"{commands} wrote outside the run's folder"
+    assert crs_here(*stage_args("score", folder)).rc == 0
+    assert_same(folder, baseline.outputs, f"{rel} {op}d, then {commands}", only="results/scores")
+    assert_same(folder, baseline.outputs, f"{rel} {op}d, then {commands}", only="store/")
+
+
+CSV_LITERAL = [("embeddings/demo-stats/clean/x/c/1/0", "alter"), ("embeddings/demo-stats/clean/x/zarr.json", "truncate"),
+               ("zarr.json", "truncate")]
+
+
+@pytest.mark.parametrize("rel, op", CSV_LITERAL, ids=[f"{r.replace('/', '.')}-{o}" for r, o in CSV_LITERAL])
+def test_verify_hint_followed_literally_restores_a_csv_dataset(csv_baseline, tmp_path, monkeypatch, rel, op):
+    folder = csv_case(csv_baseline, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    OPS[op](folder / STORE / "datasets" / CSV_NAME / rel)
+    commands = followed_literally(folder / STORE)
+    again = crs_here("store", "verify", str(folder / STORE))
+    assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
+    assert_same(folder, csv_baseline.outputs, f"csv {rel} {op}d, then {commands}", only="store/",
+                roots=(csv_baseline.folder,))
+
+
+# a store file replaced by a symbolic link to a copy of it outside the store: every byte reads as committed
+LINKED = [f"{EMB}/c/1/0", f"{PRED}/c/0/0/0/0", f"{EMB}/zarr.json", f"{PRED}/zarr.json"]
+
+
+@pytest.mark.parametrize("rel", LINKED, ids=[r.replace("/", ".") for r in LINKED])
+def test_a_store_file_that_is_a_symlink_is_refused_by_verify_and_repaired(baseline, tmp_path, monkeypatch, rel):
+    folder = case(baseline, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    target = folder / STORE / "datasets" / DATASET / rel
+    copy = tmp_path / "elsewhere" / target.name
+    copy.parent.mkdir()
+    shutil.copy(target, copy)
+    target.unlink()
+    target.symlink_to(copy)
+    found = crs_here("store", "verify", str(folder / STORE))
+    assert found.rc == 2 and "symbolic link" in found.message and rel.rsplit("/c/", 1)[0] in found.message, \
+        found.message[-1500:]
+    commands = followed_literally(folder / STORE)
+    again = crs_here("store", "verify", str(folder / STORE))
+    assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
+    assert not target.is_symlink(), f"{commands} left {rel} a symbolic link"
+    assert crs_here(*stage_args("score", folder)).rc == 0
+    assert_same(folder, baseline.outputs, f"{rel} linked, then {commands}", only="results/scores")
+    assert_same(folder, baseline.outputs, f"{rel} linked, then {commands}", only="store/")
+
+
+def test_run_records_whose_values_were_altered_are_refused_and_repaired(baseline, tmp_path):
+    """Valid Parquet with its metadata kept (generation, settings) and one AUROC changed: only the
+    records' digest tells it apart."""
+    import polars as pl
+
+    folder = case(baseline, tmp_path)
+    target = folder / "results" / "run_records" / f"demo-stats__{DATASET}.parquet"
+    meta = pl.read_parquet_metadata(target)
+    frame = pl.read_parquet(target)
+    frame.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(0.99).otherwise(pl.col("auroc")).alias("auroc")) \
+        .write_parquet(target, metadata=meta)
+    cmd = stage_args("score", folder)
+    r = crs_here(*cmd)
+    assert r.rc == 2 and "not those" in r.message and target.name in r.message, r.message[-1500:]
+    for text in dict.fromkeys(REPAIR.findall(r.message)):  # followed literally
+        fix = crs_here(*shlex.split(text)[1:])
+        assert fix.rc == 0, f"the repair `{text}` exited {fix.rc}:\n{fix.message[-1500:]}"
+    assert crs_here(*cmd).rc == 0
+    assert_same(folder, baseline.outputs, "run records with an altered AUROC, then the named repair")

@@ -201,3 +201,65 @@ def test_damaged_failures_table_is_refused_or_repaired(csv_baseline, tmp_path, o
     settle(crs_here(*args), args, folder, csv_baseline.outputs, f"failures chunk {chunks[0].name} {op}d, then extract",
            names=("failures",), only="store/", defaults={"extract": args}, roots=(csv_baseline.folder,))
     assert any(f"{BROKEN:02d}" in i for i in _failed_ids(folder / STORE))
+
+
+# the shift target a config names: (what its folder holds, words the refusal names); None: `run --check` says valid
+TARGETS = [("csv and images", None), ("no csv", ("datasets.shift_target", "no such file")),
+           ("csv without images", ("datasets.shift_target", "none of the 24 images", "shift target"))]
+
+
+@pytest.mark.parametrize("holds, names", TARGETS, ids=[h.replace(" ", "_") for h, _ in TARGETS])
+def test_run_check_opens_each_shift_target(csv_baseline, tmp_path, holds, names):
+    data, _ = data_copy(csv_baseline, tmp_path)
+    target = tmp_path / "target"
+    target.mkdir()
+    if holds != "no csv":
+        shutil.copy(csv_baseline.folder / f"{CSV_NAME}.csv", target / "target.csv")
+    if holds == "csv and images":
+        shutil.copytree(data / "imgs", target / "imgs")
+    shutil.copy(csv_baseline.folder / f"{CSV_NAME}.csv", data / f"{CSV_NAME}.csv")
+    config = tmp_path / "bench.toml"
+    config.write_text(f'store = "{tmp_path / STORE}"\nresults = "{tmp_path / "results"}"\n[encoders]\n'
+                      'names = ["demo-stats", "demo-resnet"]\n[datasets]\n'
+                      f'names = ["csv:{data / CSV_NAME}.csv"]\nmodality = "dermatology"\n'
+                      f'shift_target = "csv:{target / "target.csv"}"\n')
+    r = crs_here("run", str(config), "--check")
+    if names is None:
+        assert r.rc == 0 and "valid" in r.message, r.message[-1500:]
+        return
+    assert r.rc == 2, f"run --check of a shift target with {holds}: exit {r.rc}\n{r.message[-1500:]}"
+    missing = [w for w in names if w not in r.message]
+    assert not missing, f"the refusal does not name {missing}:\n{r.message[-1500:]}"
+    assert not (tmp_path / STORE).exists(), "run --check wrote a store"
+
+
+def _link(data: Path, to: Path, what: str) -> None:
+    """Move ``what`` (under ``data``) to folder ``to`` and leave a symbolic link to it in its place."""
+    to.mkdir(parents=True, exist_ok=True)
+    shutil.move(data / what, to / Path(what).name)
+    (data / what).symlink_to(to / Path(what).name)
+
+
+# where a symbolic link in the image root leads: (what is linked, folder it leads to, relative to tmp_path)
+LINKS = {"file out": ("imgs/im05.png", "outside"), "folder out": ("imgs", "outside"),
+         "file within": ("imgs/im05.png", "data/moved")}
+
+
+@pytest.mark.parametrize("name", list(LINKS))
+def test_image_path_a_symlink_leads_out_of_the_root_is_refused_unless_followed(csv_baseline, tmp_path, name):
+    data, rows = data_copy(csv_baseline, tmp_path)
+    what, to = LINKS[name]
+    _link(data, tmp_path / to, what)
+    args = csv_extract_args(data, tmp_path / STORE, write_csv(data / f"{CSV_NAME}.csv", rows))
+    r = crs_here(*args)
+    if name.endswith("within"):  # a link that stays under the root is what the root holds
+        assert r.rc == 0, f"a symlink within the image root: exit {r.rc}:\n{r.message[-1500:]}"
+    else:
+        assert r.rc == 2 and "symbolic link" in r.message and "--follow-symlinks" in r.message, \
+            f"an image path a symlink ({name}) leads out of the image root: exit {r.rc}:\n{r.message[-1500:]}"
+        line = LINE if what.endswith(".png") else 2  # the linked file's row, or the first row under the folder
+        assert re.search(rf"{CSV_NAME}\.csv:{line}\b", r.message), r.message[-1500:]
+        assert not (tmp_path / STORE / "datasets").exists() or not any((tmp_path / STORE / "datasets").iterdir())
+        r = crs_here(*args, "--follow-symlinks")
+        assert r.rc == 0, f"{name} with --follow-symlinks: exit {r.rc}:\n{r.message[-1500:]}"
+    assert_same(tmp_path, csv_baseline.outputs, f"a symlink ({name})", only="store/", roots=(data,))
