@@ -247,12 +247,15 @@ def long_table(
     labels: np.ndarray,
     task: str,
     keys: Mapping[str, Sequence] | None = None,
+    scores: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """The long prediction table from probabilities [*lead, image, class].
 
     ``keys`` names the leading axes in order, each with its values (e.g.
     ``{"seed": [0, 1], "fraction": [0.5, 1.0]}``); ``labels`` are the stored labels of
-    the images (class indices, or int8 {1, 0, -1} [image, class]).
+    the images (class indices, or int8 {1, 0, -1} [image, class]). ``scores`` (the shape of
+    ``probs``): what AUROC ranks where it differs from the probabilities (stored
+    log-probabilities, ``crs.forms``), as the column ``score``.
     """
     p = np.asarray(probs, dtype=np.float64)
     keys = dict(keys or {})
@@ -276,7 +279,9 @@ def long_table(
     cols["prob"] = p.reshape(-1)
     cols["target"] = np.tile(t.reshape(-1), reps)
     cols["known"] = np.tile(known.reshape(-1), reps)
-    return pl.DataFrame(cols).cast({c: d for c, d in _SCHEMA.items()})
+    if scores is not None:
+        cols["score"] = np.asarray(scores, dtype=np.float64).reshape(-1)
+    return pl.DataFrame(cols).cast({c: d for c, d in _SCHEMA.items() if c in cols})
 
 
 # ----------------------------------------------------------------- helpers
@@ -351,11 +356,13 @@ def _mean_over_labels(table: pl.DataFrame, by: list[str], task: str, name: str) 
 
 # ---------------------------------------------------------------- discrimination
 def auroc_per_class(frame: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
-    """One-vs-rest AUROC per (by, class) on known entries (``weighted_auroc``); null without both classes."""
+    """One-vs-rest AUROC per (by, class) on known entries (``weighted_auroc``); null without both classes.
+    Ranks the column ``score`` where the table has one (``long_table``), else ``prob``."""
     by = _by(by)
+    ranked = "score" if "score" in frame.columns else "prob"
 
     def kernel(g: pl.DataFrame, w: np.ndarray) -> np.ndarray:
-        return weighted_auroc(g["prob"].to_numpy(), g["target"].to_numpy() == 1, w)
+        return weighted_auroc(g[ranked].to_numpy(), g["target"].to_numpy() == 1, w)
 
     return _per_group(frame.filter(pl.col("known")), [*by, "class"], "auroc", kernel)
 

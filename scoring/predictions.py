@@ -489,12 +489,14 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
         labels = _labels_from(split.target, split.known, test.task)
         views = []  # (scaled, long table of the distinct seeds' arrays at fraction 1, seed -> its seed there)
         groups = [(False, probs, kinds)] + ([] if scaled is None else [(True, scaled, scaled_kinds)])
+        ranked = pred.select(seeds, fr, scores=True) if pred.form != forms.PROB else None  # per-class AUROC's
         for is_scaled, arrays, kind_of in groups:
             at = np.asarray(kind_of).reshape(len(seeds), len(fr))[:, full[0]]
             rep = [int(np.flatnonzero(at == a)[0]) for a in at]  # the first seed with the same array
             mine = sorted(set(rep))
             table = metrics.long_table(arrays[mine][:, full], labels, test.task,
-                                       {"seed": [seeds[i] for i in mine], "fraction": [fr[full[0]]]})
+                                       {"seed": [seeds[i] for i in mine], "fraction": [fr[full[0]]]},
+                                       scores=None if is_scaled or ranked is None else ranked[mine][:, full])
             views.append((is_scaled, table, [seeds[i] for i in rep]))
         _full_label_views(test, fr[full[0]], views, seeds, head, parts)
 

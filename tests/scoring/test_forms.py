@@ -45,7 +45,10 @@ def test_scoring_reads_the_form_and_ranks_the_stored_log_probabilities(make_stor
     pred = Predictions(store, "d1", "a", "clean")
     assert pred.form == forms.LOG_PROB and pred.scores.dtype == np.float32 and pred.probs.dtype == np.float64
     np.testing.assert_array_equal(pred.probs, np.exp(lp.astype(np.float64)))
-    got = probe_metrics(store, records, ["a"], ["d1"]).metrics.filter(pl.col("condition") == "clean")["auroc"]
+    found = probe_metrics(store, records, ["a"], ["d1"])
+    got = found.metrics.filter(pl.col("condition") == "clean")["auroc"]
+    per_class = found.per_class.filter(pl.col("condition") == "clean").sort("class")["auroc"].to_list()
+    assert per_class == pytest.approx([roc_auc_score(y == k, lp[0, 0, :, k]) for k in range(3)], abs=1e-12)
     def ovr(scores):  # macro one-vs-rest, as crs.scoring.metrics computes it
         return np.mean([roc_auc_score(y == k, scores[:, k]) for k in range(3)])
 
