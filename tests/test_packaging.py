@@ -1,0 +1,54 @@
+"""What a wheel ships: every package of the repository, installed without the repository on the path.
+
+A plain `pip install .` (not -e) used to ship without crs/stages, the layer every command goes
+through; the tests never noticed, since they run on an editable install. This builds the wheel,
+installs it into a fresh virtual environment whose only other path is this environment's
+site-packages (for the dependencies), and runs the command line from there."""
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"crs": "crs", "extract": "crs/extract", "store": "crs/store", "probe": "crs/probe", "scoring": "crs/scoring"}
+
+
+def _repo_packages() -> set[str]:
+    """Every package folder of the product, as the wheel must name it (crs/stages, crs/extract, ...)."""
+    out = set()
+    for folder, installed in FOLDERS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).as_posix()
+            out.add(installed if rel == "." else f"{installed}/{rel}")
+    return out
+
+
+def test_the_wheel_ships_every_package_and_its_cli_runs_without_the_repository(tmp_path):
+    run = lambda *a, **k: subprocess.run(a, capture_output=True, text=True, timeout=300, **k)  # noqa: E731
+    src = tmp_path / "src"  # a clean copy: a build/ folder left in the checkout would ship stale packages
+    for f in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(ROOT / f, src / f) if src.exists() else (src.mkdir(), shutil.copy2(ROOT / f, src / f))
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                str(tmp_path / "dist"), str(src))
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp_path / "dist").glob("crs_bench-*.whl"))
+    shipped = {n.rsplit("/", 1)[0] for n in zipfile.ZipFile(wheel).namelist() if n.endswith("/__init__.py")}
+    assert _repo_packages() <= shipped and "crs/stages" in shipped, sorted(_repo_packages() - shipped)
+    env = tmp_path / "fresh"
+    assert run(sys.executable, "-m", "venv", "--without-pip", str(env)).returncode == 0
+    python = env / "bin" / "python"
+    site = run(str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # not the repository
+    installed = run(sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel))
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    where = run(str(python), "-c", "import crs.stages, crs.cli; print(crs.stages.__file__)", cwd=tmp_path)
+    assert where.returncode == 0 and where.stdout.startswith(site), where.stdout + where.stderr[-2000:]
+    version = run(str(env / "bin" / "crs"), "--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("crs-bench "), version.stderr[-2000:]
+    table = run(str(env / "bin" / "crs"), "perturbations", "--table", cwd=tmp_path)
+    assert table.returncode == 0 and "gaussian_noise" in table.stdout, table.stderr[-2000:]
