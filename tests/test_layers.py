@@ -16,11 +16,15 @@ WORKERS = ("crs.extract", "crs.probe", "crs.scoring")
 
 
 def _modules() -> dict[str, Path]:
+    """Every product module, subpackages included (crs/stages): the stage folders' own, not the other
+    stages' folders nested in crs/ by name only."""
     mods = {}
     for pkg, folder in PACKAGES.items():
-        for f in sorted((ROOT / folder).glob("*.py")):
-            name = pkg if f.stem == "__init__" else f"{pkg}.{f.stem}"
-            mods[name] = f
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            parts = f.relative_to(ROOT / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join((pkg, *parts))] = f
     return mods
 
 
@@ -114,3 +118,7 @@ def test_imports_flow_one_way():
             elif lm == "crs.store" and ld != "crs.store" and ld in WORKERS:
                 bad.append(f"store module {m} imports stage {d}")
     assert bad == []
+
+
+def test_every_package_is_in_the_graph():
+    assert {"crs.stages", "crs.stages.steps", "crs.stages.pipeline", "crs.scoring.diagnostics"} <= set(_modules())
