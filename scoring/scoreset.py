@@ -11,7 +11,8 @@ hidden folder beside ``RESULTS/scores``, then swaps it in by renames:
 G is the set's generation id (UTC time + random hex). It is in ``scores.json``
 (``generation``, with ``tables``, the file names of the set) and in every Parquet table's
 metadata (key ``crs_scores_generation``), so a table copied in from another run is told
-apart. Whatever the kill point, one complete set is there: ``RESULTS/scores`` itself, or,
+apart. Each table's metadata also holds a digest of its values (``crs_scores_digest``) and
+scores.json one of its own content (``digest``): a value changed by hand is refused on read. Whatever the kill point, one complete set is there: ``RESULTS/scores`` itself, or,
 between the two renames, the complete ``.scores.next-G`` (new) or ``.scores.old-G`` (old).
 Readers take ``scores_folder``; the next writer settles such leftovers first
 (``settle``: a complete new set is renamed into place, everything else is removed), so
@@ -40,6 +41,8 @@ from crs.errors import UserError, writing_to
 SCORES_DIR = "scores"
 SCORES_JSON = "scores.json"
 GENERATION_KEY = "crs_scores_generation"
+DIGEST_KEY = "crs_scores_digest"  # Parquet metadata: crs.records.frame_digest of the table as written
+DOC_DIGEST = "digest"  # scores.json: doc_digest of the rest of the document
 KILL_ENV = "CRS_TEST_KILL_SCORES_AT"
 KILL_POINTS = ("staged", "old-moved", "new-moved", "done")
 
@@ -128,11 +131,11 @@ def _write_and_swap(out_dir: Path, tables: Mapping[str, pl.DataFrame], doc: dict
     try:
         n = 0
         for name, table in tables.items():
-            table.write_parquet(stage / f"{name}.parquet", metadata={GENERATION_KEY: generation})
+            table.write_parquet(stage / f"{name}.parquet", metadata=_table_metadata(table, generation))
             table.write_csv(stage / f"{name}.csv")
             n += 1
             _kill_point(f"file:{n}")
-        text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        text = json.dumps({**doc, DOC_DIGEST: doc_digest(doc)}, indent=2, allow_nan=False) + "\n"
         (stage / SCORES_JSON).write_text(text, encoding="utf-8")
         _fsync_dir(stage)
     except BaseException:
@@ -178,7 +181,29 @@ def write_table(path: Path, table: pl.DataFrame, generation: str) -> None:
     """One Parquet table outside the set's folder (the metric table), marked with the set's generation."""
     from crs.files import atomic_write
 
-    atomic_write(Path(path), lambda p: table.write_parquet(p, metadata={GENERATION_KEY: generation}))
+    atomic_write(Path(path), lambda p: table.write_parquet(p, metadata=_table_metadata(table, generation)))
+
+
+def _table_metadata(table: pl.DataFrame, generation: str) -> dict[str, str]:
+    from crs.records import frame_digest
+
+    return {GENERATION_KEY: generation, DIGEST_KEY: frame_digest(table)}
+
+
+def doc_digest(doc: dict) -> str:
+    """sha256 of scores.json's content without its own digest (keys sorted, so the layout does not count)."""
+    import hashlib
+
+    rest = {k: v for k, v in doc.items() if k != DOC_DIGEST}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def altered(table: pl.DataFrame, path: Path) -> bool:
+    """Whether a table's values differ from the digest its writer recorded (tables written before digests: no)."""
+    from crs.records import frame_digest
+
+    want = pl.read_parquet_metadata(path).get(DIGEST_KEY)
+    return want is not None and want != frame_digest(table)
 
 
 def generation_of(path: Path) -> str | None:
@@ -200,6 +225,9 @@ def read_scores_json(folder: Path, results: Path) -> dict:
         raise UserError(f"{meta} is damaged ({exc}); re-run `crs score --results {results}`") from exc
     if not isinstance(doc, dict):
         raise UserError(f"{meta} is not a scores.json (not a JSON object); re-run `crs score --results {results}`")
+    if DOC_DIGEST in doc and doc[DOC_DIGEST] != doc_digest(doc):
+        raise UserError(f"{meta}: its values are not those crs score wrote (their digest differs: the file was "
+                        f"altered or damaged); re-run `crs score --results {results}`")
     return doc
 
 
@@ -234,6 +262,9 @@ def read_tables(folder: Path, doc: dict, names: Callable[[], list[str]] | list[s
             continue
         if got != generation or name not in listed:
             bad.append(f"{path.name} (generation {got}, scores.json {generation})")
+            continue
+        if altered(table, path):
+            bad.append(f"{path.name} (its values are not those crs score wrote: altered or damaged)")
             continue
         out[name] = table
     if bad:

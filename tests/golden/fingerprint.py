@@ -41,7 +41,8 @@ VOLATILE = {"written", "seconds", "timings_s", "created", "started", "finished",
             "generation",  # generation: a random id per probe or score run (issue 15)
             "provenance",  # tool, git commit, library versions: the machine's, not the run's numbers
             "images_per_s",  # extraction throughput measured on this machine
-            "commit", "chunk_bytes"}  # commit records: bytes and CRC-32 of float values, the machine's bits
+            "commit", "chunk_bytes",  # commit records: bytes and CRC-32 of float values, the machine's bits
+            "digest"}  # scores.json's digest of itself: covers its generation and provenance
 
 
 def _strip(obj):

@@ -96,7 +96,7 @@ def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records)
     scores.write(results / "scores")
     meta = results / "scores" / "scores.json"
     doc = json.loads(meta.read_text())
-    del doc["generation"]  # as an older crs score wrote it
+    del doc["generation"], doc["digest"]  # as an older crs score wrote it
     meta.write_text(json.dumps(doc))
     with pytest.raises(scoreset.MixedScores, match="no generation id.*re-run `crs score"):
         report.load(results)
@@ -123,3 +123,27 @@ def test_the_metric_table_beside_the_records_carries_the_generation(tmp_path, ma
     scores = score(records, n_bootstrap=OLD_B, store=store)
     scores.write(tmp_path / "scores", metric_table=tmp_path / "metric_table.parquet")
     assert scoreset.generation_of(tmp_path / "metric_table.parquet") == scores.generation
+
+
+def test_a_value_changed_by_hand_in_a_score_table_or_scores_json_is_refused(tmp_path):
+    """The report's numbers come from these files: one changed by hand (valid Parquet, same generation;
+    valid JSON) is refused naming the file and `crs score`, never shown."""
+    import json
+
+    import polars as pl
+
+    from crs.scoring import scoreset
+
+    out = tmp_path / "results" / "scores"
+    table = pl.DataFrame({"encoder": ["a", "b"], "crs": [61.0, 40.0]})
+    scoreset.write_set(out, {"encoders": table}, {"generation": "g1", "tables": ["encoders"]}, "g1")
+    doc = scoreset.read_scores_json(out, tmp_path / "results")
+    assert scoreset.read_tables(out, doc, ["encoders"], tmp_path / "results")["encoders"].equals(table)
+    meta = pl.read_parquet_metadata(out / "encoders.parquet")  # rewritten keeping its metadata: only a value moves
+    table.with_columns(crs=pl.Series([40.0, 61.0])).write_parquet(out / "encoders.parquet", metadata=meta)
+    with pytest.raises(scoreset.MixedScores, match="encoders.parquet .its values are not those crs score wrote"):
+        scoreset.read_tables(out, doc, ["encoders"], tmp_path / "results")
+    text = json.loads((out / "scores.json").read_text())
+    (out / "scores.json").write_text(json.dumps({**text, "tables": ["encoders", "x"]}))
+    with pytest.raises(UserError, match="scores.json: its values are not those crs score wrote.*crs score"):
+        scoreset.read_scores_json(out, tmp_path / "results")

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from crs.scoring import comparison_set, score
+from crs.scoring import comparison_set, score, scoreset
 from crs.scoring.axes import AXES
 
 QUALITY = {"enc_a": 0.92, "enc_b": 0.85, "enc_c": 0.78}
@@ -141,6 +141,7 @@ def test_write(scores, tmp_path):
     assert pl.read_parquet(out / "encoders.parquet").equals(scores.encoders)
     assert pl.read_csv(out / "per_dataset.csv").height == scores.per_dataset.height
     written = json.loads((out / "scores.json").read_text())
+    assert written.pop("digest") == scoreset.doc_digest(written)  # of the rest of the document
     assert written.pop("tables") == sorted(n.removesuffix(".parquet") for n in names if n.endswith(".parquet"))
     assert written == {k: v for k, v in scores.to_json().items() if k != "tables"}
     scores.write(out)  # overwrites in place, leaves no temporary files or folders
