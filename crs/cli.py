@@ -605,9 +605,14 @@ def print_scores(scores, results):
               + ("vs leader: paired CRS difference to the leader [95% interval]; "
                  if "crs_diff" in scores.encoders.columns else "")
               + f"reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")
+    doc = scores.to_json()
+    targets = doc.get("shift_targets") or {}
+    if targets:
+        out.print("Shift targets (each its dataset's shift condition, not a dataset of the CRS): "
+                  + "; ".join(f"{d} -> {', '.join(t)}" for d, t in targets.items()), highlight=False)
     out.print(f"AUROC vs CRS: {rc['discordant_pairs']} of {rc['pairs']} pairs reversed, mean |rank shift| "
               f"{rc['mean_abs_rank_shift']:.2f}, Kendall tau-b {rc['kendall_tau_b']:.2f}")
-    lines = verdict_lines(scores.to_json())
+    lines = verdict_lines(doc)
     if lines:
         out.print("Verdict: " + " ".join(lines), markup=False, highlight=False, soft_wrap=True)
     out.print(f"scores written to {Path(results) / 'scores'} (Parquet, CSV, JSON)")
