@@ -985,8 +985,7 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         "<h2 id='leaderboard-section'>Leaderboard</h2>",
         scale_note(board, s, inputs.reference),
         "<h3>Overall (comparison set)</h3>", board_html(board, inputs.reference), _no_tier_note(board),
-        "<h3>q-scores and components</h3>", q_html(board),
-        diagnostics_html(inputs.table("diagnostics"), board),
+        "<h3>q-scores and components</h3>" + q_html(board) + diagnostics_html(inputs.table("diagnostics"), board),
         (f"<p class='absent' id='flat-intervals'>{_e(flat_note(board, s))}</p>" if flat_intervals(board) else ""),
         f"<p>AUROC vs CRS: {_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} pairs reversed"
         + (" (" + _e("; ".join(f"{a} above {b} by AUROC, below by CRS" for a, b in rc.get("reversed_pairs", [])))

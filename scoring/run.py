@@ -237,12 +237,7 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     table = _encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs, reference=ref),
                            tables["pareto"], encoder_metadata(store, encoders, datasets))
-    health = diagnostics.probe_health(records)
-    marked = diagnostics.marked_axes(health)
-    table = table.with_columns(ties_marked=pl.Series([diagnostics.marks_text(marked.get(e, []))
-                                                      for e in table["encoder"]], dtype=pl.String))
-    decided = verdict.build(table, tables["weight_leaders"], tables["weight_grid"], settings)
-    decided["notes"].extend(diagnostics.notes(records))
+    table, health, decided = _diagnosed(table, records, tables, settings)
     return Scores(
         settings=settings,
         encoders=table,
@@ -250,10 +245,20 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
         rank_comparison=compare(encoders, auroc, point.crs),
         axes_by_seed=by_seed,
         provenance=provenance.collect(settings),
-        verdict=decided,
-        diagnostics=health,
+        verdict=decided, diagnostics=health,
         **tables,
     )
+
+
+def _diagnosed(table: pl.DataFrame, records: pl.DataFrame, tables: dict, settings: dict):
+    """(the encoders table with its tie marks, the probe diagnostics, the verdict naming the marked axes)."""
+    health = diagnostics.probe_health(records)
+    marked = diagnostics.marked_axes(health)
+    table = table.with_columns(ties_marked=pl.Series([diagnostics.marks_text(marked.get(e, []))
+                                                      for e in table["encoder"]], dtype=pl.String))
+    decided = verdict.build(table, tables["weight_leaders"], tables["weight_grid"], settings)
+    decided["notes"].extend(diagnostics.notes(records))
+    return table, health, decided
 
 
 def shift_targets(axes_by_seed: pl.DataFrame, robustness: pl.DataFrame) -> dict[str, list[str]]:
