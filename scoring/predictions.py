@@ -466,10 +466,7 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
     names = [*metrics.BASE, *(["kappa_quadratic"] if test.ordinal else [])]
     flat = probs.reshape(-1, *probs.shape[2:])  # [seed x fraction, image, class]
     kinds, distinct = _distinct(flat)
-    values = metrics.array_metrics(flat[distinct], split.target, split.known, test.task, names)
-    if pred.form != forms.PROB:  # AUROC ranks the stored scores, which do not tie where probabilities saturate
-        ranked = pred.select(seeds, fr, scores=True).reshape(flat.shape)[distinct]
-        values["auroc"] = metrics.array_metrics(ranked, split.target, split.known, test.task, ["auroc"])["auroc"]
+    values = _array_metrics(pred, flat, distinct, seeds, fr, split, test.task, names)
     n = flat.shape[0]
     cols = {"seed": np.repeat(np.asarray(seeds, dtype=np.int64), len(fr)),
             "fraction": np.tile(np.asarray(fr, dtype=np.float64), len(seeds)),
@@ -499,6 +496,19 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
                                        scores=None if is_scaled or ranked is None else ranked[mine][:, full])
             views.append((is_scaled, table, [seeds[i] for i in rep]))
         _full_label_views(test, fr[full[0]], views, seeds, head, parts)
+
+
+def _array_metrics(pred: Predictions, flat: np.ndarray, distinct: np.ndarray, seeds, fr, split, task: str,
+                   names: list[str]) -> dict[str, np.ndarray]:
+    """``metrics.array_metrics`` of the distinct arrays of flat [seed x fraction, image, class], in the order of
+    ``names``; AUROC from the stored scores where they are not the probabilities (they do not tie where
+    probabilities saturate)."""
+    if pred.form == forms.PROB or "auroc" not in names:
+        return metrics.array_metrics(flat[distinct], split.target, split.known, task, names)
+    values = metrics.array_metrics(flat[distinct], split.target, split.known, task, [n for n in names if n != "auroc"])
+    ranked = pred.select(seeds, fr, scores=True).reshape(flat.shape)[distinct]
+    values["auroc"] = metrics.array_metrics(ranked, split.target, split.known, task, ["auroc"])["auroc"]
+    return {n: values[n] for n in names if n in values}
 
 
 def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: str):
