@@ -183,7 +183,7 @@ def feature_scales(X: np.ndarray, floor: float = SCALE_FLOOR) -> np.ndarray:
     training images (sd 1e-4 to 1e-3 of the typical) scales a shifted image on which it fires by
     up to 10,000, and the saturated softmax ties every row (docs/standardisation.md measures the
     floor's choice: the largest scaled value, the tie share and the shift retention at 0.01-1).
-    Features at or above the floor keep their own sd, so a healthy encoder's probe is unchanged.
+    Features at or above the floor keep their own sd.
     """
     sd = np.asarray(X, np.float64).std(0)
     return np.maximum(sd, floor * _typical_sd(sd)).astype(np.float32)
@@ -331,12 +331,27 @@ def select(fitted: Fitted, split: Split, task: str, select_by: str) -> Selection
     return Selection(best, vloss, vauroc, pv)
 
 
-def predictions(fitted: Fitted, split: Split, arrays: list[np.ndarray], index=None) -> list[np.ndarray]:
-    """The probes' probabilities [..., m_i, K] on the rows of each embedding array [m_i, F] (as stored),
-    standardised chunk by chunk and predicted ``crs.probe.padded.PREDICT_ROWS`` rows at a time."""
+def predictions(fitted: Fitted, split: Split, arrays: list[np.ndarray], index=None,
+                peaks: list | None = None) -> list[np.ndarray]:
+    """The probes' log-probabilities [..., m_i, K] on the rows of each embedding array [m_i, F] (as stored),
+    standardised chunk by chunk and predicted ``crs.probe.padded.PREDICT_ROWS`` rows at a time.
+    ``peaks``: a list that receives each array's [m_i] largest |z| per row, from the same standardising."""
     from crs.probe import padded
 
-    return padded.chunked_rows(fitted.predict, arrays, index, prepare=split.z)
+    if peaks is None:
+        return padded.chunked_rows(fitted.predict, arrays, index, prepare=split.z)
+    row_peaks = []
+
+    def prepare(A):
+        Z = split.z(A)
+        row_peaks.append(np.abs(Z).max(axis=1) if Z.shape[1] else np.zeros(len(Z), np.float32))
+        return Z
+
+    out = padded.chunked_rows(fitted.predict, arrays, index, prepare=prepare)
+    edges = np.cumsum([0] + [len(a) for a in arrays])
+    flat = np.concatenate(row_peaks)
+    peaks.extend(flat[s:e] for s, e in zip(edges[:-1], edges[1:]))
+    return out
 
 
 def _chosen(best: np.ndarray) -> tuple:
@@ -368,13 +383,6 @@ def condition_records(ev: EvalSet, probs, m: np.ndarray, meta: dict) -> pl.DataF
     frame["max_scaled"] = meta["max_scaled"][ev.condition]
     n_rows = len(frame["seed"])
     return pl.DataFrame({k: (v if isinstance(v, np.ndarray) else [v] * n_rows) for k, v in frame.items()})
-
-
-def largest_scaled(split: Split, ev: EvalSet, rows: int = 4096) -> float:
-    """The largest |z| of the standardised features (``Split.z``) over the counted rows of ``ev``,
-    ``rows`` at a time (a bounded copy)."""
-    X = ev.X[ev.counted] if not ev.counted.all() else ev.X
-    return max((float(np.abs(split.z(X[i:i + rows])).max()) for i in range(0, len(X), rows)), default=0.0)
 
 
 def set_metrics(evals: list[EvalSet], probs: list[np.ndarray], task: str) -> list[np.ndarray]:
@@ -604,9 +612,11 @@ def evaluate(table, model: str, split: Split, fitted: Fitted, sel: Selection, ev
     val_probs = sel.val_probs[chosen] if len(split.failed) == 0 else predictions(
         fitted, split, [split.X[table.rows("val")]], chosen)[0]
     stored = {VALIDATION: np.asarray(val_probs)}
-    probs = predictions(fitted, split, [ev.X for ev in evals], chosen)  # [S, Fr, n, K] each, in one pass
+    peaks: list = []  # [n] each: every row's largest standardised value, from the prediction's own standardising
+    probs = predictions(fitted, split, [ev.X for ev in evals], chosen, peaks)  # [S, Fr, n, K] each, in one pass
     m = set_metrics(evals, probs, table.task)
-    meta = {**meta, "max_scaled": {ev.condition: largest_scaled(split, ev) for ev in evals}}
+    meta = {**meta, "max_scaled": {ev.condition: float(p[ev.counted].max(initial=0.0))
+                                   for ev, p in zip(evals, peaks, strict=True)}}
     frames = []
     for ev, p, mi in zip(evals, probs, m):
         frames.append(condition_records(ev, p, mi, meta))

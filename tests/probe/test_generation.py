@@ -119,6 +119,10 @@ def test_dead_and_near_dead_features_leave_every_prediction_as_without_them(toy,
     # the features left out really are large on the shifted images: scaled by their training std they would explode
     Xs = toy.read_embedding("toy_shift", "padded", "clean")
     assert np.abs(Xs[:, [3, 7, 8]]).max() > 1.0
+    # max_scaled: the largest |z| of the kept features, as standardising them by hand gives
+    split = run.load_split(toy, "padded", "toy")
+    shift = rb.filter(pl.col("condition") == "shift:toy_shift")["max_scaled"].unique().to_list()
+    assert shift == [pytest.approx(float(np.abs(split.z(Xs)).max()), rel=1e-6)]
 
 
 def test_the_threshold_is_relative_to_the_typical_feature():
