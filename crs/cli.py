@@ -489,7 +489,10 @@ def leaderboard_rows(encoders: list[dict], reference: str | None) -> list[dict]:
 
     The reference scores 50 by construction (the zero point of the scale): "50.0 (reference)", no
     interval. Rank: the tie group where the scoring gives one ("tied 1st-2nd"), else the rank. Against
-    the leader: the paired CRS difference and its 95 % interval, where the scoring gives them."""
+    the leader: the paired CRS difference and its 95 % interval, where the scoring gives them. An axis value
+    resting on tied AUROCs carries the mark of ``crs.scoring.diagnostics``."""
+    from crs.scoring.diagnostics import mark
+
     rows = []
     for r in encoders:
         ref = _is_reference(r, reference)
@@ -507,18 +510,11 @@ def leaderboard_rows(encoders: list[dict], reference: str | None) -> list[dict]:
                                    f"{r['crs']:.1f} {interval_text(r.get('crs_low'), r.get('crs_high'))}"),
             "tier": "no tier" if r.get("tier") is None else "★" if r["tier"] else "",
             "vs leader": versus,
-            "AUROC": f"{r['auroc']:.3f}{_mark(r, 'D')}", "AUROC\nrank": f"{r['auroc_rank']:g}",
-            "C": f"{r['calibration']:.3f}{_mark(r, 'C')}", "L": f"{r['label_efficiency']:.3f}{_mark(r, 'L')}",
-            "R": f"{r['robustness']:.3f}{_mark(r, 'R')}",
+            "AUROC": f"{r['auroc']:.3f}{mark(r, 'D')}", "AUROC\nrank": f"{r['auroc_rank']:g}",
+            "C": f"{r['calibration']:.3f}{mark(r, 'C')}", "L": f"{r['label_efficiency']:.3f}{mark(r, 'L')}",
+            "R": f"{r['robustness']:.3f}{mark(r, 'R')}",
         })
     return rows
-
-
-TIE_MARK = "†"  # an axis value computed from AUROCs with more than 20 % tied test scores (crs.scoring.diagnostics)
-
-
-def _mark(r: dict, symbol: str) -> str:
-    return f" {TIE_MARK}" if symbol in (r.get("ties_marked") or "").split() else ""
 
 
 def diagnostics_rows(health: list[dict]) -> list[dict]:
@@ -526,7 +522,8 @@ def diagnostics_rows(health: list[dict]) -> list[dict]:
     def num(v, spec):
         return "" if v is None else format(v, spec)
 
-    return [{"encoder": h["encoder"], "dataset": h["dataset"], "features\nleft out": num(h.get("features_left_out"), "d"),
+    return [{"encoder": h["encoder"], "dataset": h["dataset"],
+             "features\nleft out": num(h.get("features_left_out"), "d"),
              "largest |z|\nclean": num(h.get("max_scaled_clean"), ".1f"),
              "largest |z|\nany condition": (f"{num(h.get('max_scaled'), '.1f')} ({h['max_scaled_condition']})"
                                             if h.get("max_scaled") is not None else ""),
@@ -590,7 +587,10 @@ def print_scores(scores, results):
     out.print(scale_note(s.get("reference")), highlight=False, soft_wrap=True)
     marked = "ties_marked" in scores.encoders.columns and any(scores.encoders["ties_marked"].fill_null(""))
     if marked:
-        out.print(f"{TIE_MARK} computed from AUROCs with more than 20% tied test scores: read with care (Verdict notes)")
+        from crs.scoring.diagnostics import TIE_MARK
+
+        out.print(f"{TIE_MARK} computed from AUROCs with more than 20% tied test scores: read with care "
+                  "(Verdict notes)")
     health = getattr(scores, "diagnostics", None)  # absent from a summary rebuilt from older scores
     if health is not None and health.height:
         show(_table("Probe diagnostics (features left out, largest standardised value, ties)",

@@ -631,9 +631,10 @@ METRICS_CHECKED = ("auroc", "ece", "brier", "nll", "accuracy")
 def check_finite(predictions: dict[str, np.ndarray], records: pl.DataFrame, model: str, dataset: str) -> None:
     """Refuse (exit 2) before anything is written when a log-probability or a metric is not finite.
 
-    Finite embeddings give finite log-probabilities (``crs.probe.core.log_link``), so a non-finite one is a bug of ours; a NaN
-    metric means an evaluation set whose labels leave no class with both positive and negative
-    images (or no image at all), which is what a damaged label or split array reads as."""
+    Finite embeddings give finite log-probabilities (``crs.probe.core.log_link``), so a non-finite one
+    is a bug of ours; a NaN metric means an evaluation set whose labels leave no class with both
+    positive and negative images (or no image at all), which is what a damaged label or split array
+    reads as."""
     for condition, probs in predictions.items():
         if not np.isfinite(probs).all():
             raise FloatingPointError(f"the probe of {model} × {dataset} gave non-finite log-probabilities on "

@@ -92,6 +92,14 @@ def marks_text(axes: list[str]) -> str:
     return " ".join(SYMBOL[a] for a in axes)
 
 
+TIE_MARK = "†"  # beside an axis value in a leaderboard: it rests on a condition above TIE_MARKED ties
+
+
+def mark(row: dict, symbol: str) -> str:
+    """' †' after an encoders-table row's axis value (``symbol``, e.g. 'R') marked in ``ties_marked``; else ''."""
+    return f" {TIE_MARK}" if symbol in (row.get("ties_marked") or "").split() else ""
+
+
 def notes(records: pl.DataFrame, limit: float = TIE_MARKED) -> list[str]:
     """One sentence per (encoder, axis) whose value rests on a condition above ``limit`` tied scores."""
     tied = tied_conditions(records, limit)

@@ -36,7 +36,7 @@ from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.scoreset import (
     GENERATION_KEY, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder, writer_lock,
 )
-from crs.scoring import verdict
+from crs.scoring import diagnostics, verdict
 from crs.scoring.ranks import rank_desc
 
 SPEC = "docs/crs-v1.md"  # the CRS v1 specification, in the repository
@@ -692,12 +692,12 @@ def _board_columns(board: pl.DataFrame, ref: str | None) -> list[tuple[str, str,
         ("rank-ci", "rank interval", lambda r: (f"{_num(r['rank_low'], 'g')}–{_num(r['rank_high'], 'g')}",
                                                 r["rank_low"])),
         ("p1", "P(rank 1)", lambda r: (_num(r["p_rank1"], ".2f"), r["p_rank1"])),
-        ("auroc", "AUROC", lambda r: (_num(r["auroc"], ".3f") + _tie_mark(r, "D"), r["auroc"])),
+        ("auroc", "AUROC", lambda r: (_num(r["auroc"], ".3f") + diagnostics.mark(r, "D"), r["auroc"])),
         ("auroc-rank", "AUROC rank", lambda r: (_num(r["auroc_rank"], "g"), r["auroc_rank"])),
     ]
     for a, sym in zip(AXES, SYMBOLS, strict=True):
         cols.append((a, f"{sym}: {a.replace('_', ' ')}, with its interval",
-                     lambda r, a=a, sym=sym: (_num(r[a], ".3f") + _tie_mark(r, sym)
+                     lambda r, a=a, sym=sym: (_num(r[a], ".3f") + diagnostics.mark(r, sym)
                                               + (f" {_nb(_iv(r.get(f'{a}_low'), r.get(f'{a}_high'), '.2f'))}"
                                                  if r.get(f"{a}_low") is not None else ""), r[a])))
     cols.append(("pareto", "Pareto", lambda r: ("yes" if r.get("pareto") else "", int(bool(r.get("pareto"))))))
@@ -733,13 +733,6 @@ def q_html(board: pl.DataFrame) -> str:
     return "".join(out) + "</tbody></table></div>"
 
 
-TIE_MARK = "†"  # an axis value computed from AUROCs with more than 20 % tied test scores (crs.scoring.diagnostics)
-
-
-def _tie_mark(r: dict, symbol: str) -> str:
-    return f" {TIE_MARK}" if symbol in (r.get("ties_marked") or "").split() else ""
-
-
 def diagnostics_html(health: pl.DataFrame, board: pl.DataFrame) -> str:
     """The probe diagnostics beside the leaderboard (``crs.scoring.diagnostics.probe_health``): features left
     out, the largest standardised value and the tied conditions, per (encoder, dataset)."""
@@ -750,8 +743,8 @@ def diagnostics_html(health: pl.DataFrame, board: pl.DataFrame) -> str:
            "dataset: features the probe left out (constant on the training split), the largest standardised "
            "feature value of any image (clean test, and over every condition), and every condition whose share "
            "of tied test scores exceeds 5 %."
-           + (f" {TIE_MARK} in the leaderboard marks an axis value computed from AUROCs with more than 20 % tied "
-              "scores; the verdict's notes name them." if marked else "") + "</p>",
+           + (f" {diagnostics.TIE_MARK} in the leaderboard marks an axis value computed from AUROCs with more "
+              "than 20 % tied scores; the verdict's notes name them." if marked else "") + "</p>",
            "<div class='scroll'><table id='diagnostics-table' class='board'><thead><tr>",
            *[_th(h) for h in ("encoder", "dataset", "features left out", "largest |z| clean",
                               "largest |z| (condition)", "tied test scores > 5 %")], "</tr></thead><tbody>"]

@@ -12,7 +12,8 @@ G is the set's generation id (UTC time + random hex). It is in ``scores.json``
 (``generation``, with ``tables``, the file names of the set) and in every Parquet table's
 metadata (key ``crs_scores_generation``), so a table copied in from another run is told
 apart. Each table's metadata also holds a digest of its values (``crs_scores_digest``) and
-scores.json one of its own content (``digest``): a value changed by hand is refused on read. Whatever the kill point, one complete set is there: ``RESULTS/scores`` itself, or,
+scores.json one of its own content (``digest``): a value changed by hand is refused on read.
+Whatever the kill point, one complete set is there: ``RESULTS/scores`` itself, or,
 between the two renames, the complete ``.scores.next-G`` (new) or ``.scores.old-G`` (old).
 Readers take ``scores_folder``; the next writer settles such leftovers first
 (``settle``: a complete new set is renamed into place, everything else is removed), so
