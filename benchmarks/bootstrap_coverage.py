@@ -154,14 +154,16 @@ def population_sq_ce(delta: float, prevalence: float, enc: Encoder, grid: int = 
     return float(np.sum(gap[seen] ** 2 / mass[seen]) / w.sum())
 
 
-def true_axes(datasets: tuple[Dataset, ...]) -> np.ndarray:
-    """x [encoder, dataset, axis]: the population axis values with infinitely many seeds."""
+def true_axes(datasets: tuple[Dataset, ...], encoders=None) -> np.ndarray:
+    """x [encoder, dataset, axis]: the population axis values with infinitely many seeds (``encoders``:
+    default ``ENCODERS``)."""
     from crs.scoring.axes import AxisArrays, axes_from
 
     nodes, weights = np.polynomial.hermite_e.hermegauss(64)  # E over u ~ N(0, 1)
     weights = weights / weights.sum()
-    out = np.empty((len(ENCODERS), len(datasets), 4))
-    for e, enc in enumerate(ENCODERS):
+    encoders = ENCODERS if encoders is None else encoders
+    out = np.empty((len(encoders), len(datasets), 4))
+    for e, enc in enumerate(encoders):
         for j, ds in enumerate(datasets):
             delta = enc.strength * ds.base
             low = np.stack([phi((delta * h + delta * enc.seed_sd * nodes) / math.sqrt(2)) for h in enc.low], -1)
@@ -190,10 +192,16 @@ def _auroc(score: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return weighted_macro_auroc(score[:, None], y[:, None].astype(np.int8), np.ones((y.size, 1), bool), counts)
 
 
-def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
-    """x [1 + replicate, encoder, seed, axis] of one simulated test set: row 0 the point axes."""
+def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator, encoders=None,
+                 versions: bool = False):
+    """x [1 + replicate, encoder, seed, axis] of one simulated test set: row 0 the point axes. ``encoders``:
+    the Encoder records (default ``ENCODERS``). With ``versions``, {"1": x, "2": x with CRS v2's C} from the
+    same draws (benchmarks/crs_versions.py)."""
     from crs.scoring.axes import AxisArrays, axes_from
+    from crs.scoring.calibration import point_error, replicate_errors
     from crs.scoring.metrics import weighted_ece
+
+    encoders = ENCODERS if encoders is None else encoders
 
     y = rng.random(ds.n) < ds.prevalence
     z = rng.standard_normal(ds.n)
@@ -201,10 +209,11 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator) -> np.
     if ds.shift_n:
         y_t, z_t = rng.random(ds.shift_n) < ds.prevalence, rng.standard_normal(ds.shift_n)
         counts_t = _counts(ds.shift_n, n_bootstrap, rng)
-    v = rng.standard_normal((len(ENCODERS[0].low), SEEDS))  # the label subsets' common effect [fraction, seed]
-    out = np.empty((n_bootstrap + 1, len(ENCODERS), SEEDS, 4))
+    v = rng.standard_normal((len(encoders[0].low), SEEDS))  # the label subsets' common effect [fraction, seed]
+    out = np.empty((n_bootstrap + 1, len(encoders), SEEDS, 4))
+    ce2 = np.empty((n_bootstrap + 1, len(encoders)))  # CRS v2's C per replicate, with ``versions``
     rest = math.sqrt(1 - RHO - LAM)
-    for e, enc in enumerate(ENCODERS):
+    for e, enc in enumerate(encoders):
         delta = enc.strength * ds.base
         common = math.sqrt(RHO) * z + math.sqrt(LAM) * rng.standard_normal(ds.n)
 
@@ -215,6 +224,11 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator) -> np.
         p = probability(clean, delta, ds.prevalence, enc)
         target = y[:, None].astype(np.int8)
         ece = weighted_ece(p[:, None], target, np.ones((ds.n, 1), bool), counts, "multilabel")
+        if versions:
+            known = np.ones((ds.n, 1), bool)
+            ce2[0, e] = 1.0 - point_error(p[:, None], target, known, "multilabel")
+            ce2[1:, e] = 1.0 - replicate_errors(p[:, None], target, known,
+                                                np.ascontiguousarray(counts[:, 1:].T, dtype=np.float64), "multilabel")
         u = math.sqrt(KAPPA) * v + math.sqrt(1 - KAPPA) * rng.standard_normal(v.shape)
         low = np.stack([
             np.stack([_auroc(score(delta * (h + enc.seed_sd * u[f, s])), y, counts) for f, h in enumerate(enc.low)], -1)
@@ -235,7 +249,11 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator) -> np.
             shift=None if shift is None else np.tile(shift, seeds),
         )
         out[:, e] = axes_from(x).transpose(1, 0, 2)  # [seed, rep, axis] -> [rep, seed, axis]
-    return out
+    if not versions:
+        return out
+    out2 = out.copy()
+    out2[..., 1] = ce2[:, :, None]
+    return {"1": out, "2": out2}
 
 
 def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int, unwidened: bool = False) -> dict:
@@ -461,7 +479,28 @@ def main() -> None:
                     help="also 'both_unwidened': 'both' without crs's widened seed deviations (see seed_study)")
     ap.add_argument("--seeds-only", action="store_true",
                     help="only the seed study: L with an infinite test set, crs's interval against a scaled one")
+    ap.add_argument("--versions", action="store_true",
+                    help="CRS v1 and v2 side by side (benchmarks/crs_versions.py): coverage, width ratio, power")
+    ap.add_argument("--json", action="store_true",
+                    help="with --versions (implied): one JSON object {scenario: {version: {coverage, width, power}}}")
     args = ap.parse_args()
+    if args.versions or args.json:
+        import crs_versions as cv
+
+        runs = cv.QUICK if args.quick else (cv.SCENARIOS if args.scenario == "all" else
+                                            {args.scenario: cv.SCENARIOS.get(args.scenario, cv.SCENARIOS["paper"])})
+        reps, boot = (min(args.replications, 20), 100) if args.quick else (args.replications, args.bootstrap)
+        result = {}
+        for name, scenario in runs.items():
+            for rows in cv.study(name, scenario, reps, boot, args.seed, every=args.every):
+                if not args.json:
+                    for row in rows.values():
+                        print(json.dumps(row), flush=True)
+            result[name] = rows
+        if args.json:
+            print(json.dumps({name: {v: {k: row[k] for k in ("coverage", "width", "power", "replications")}
+                                     for v, row in rows.items()} for name, rows in result.items()}))
+        return
     if args.seeds_only:
         for row in seed_study(args.replications, args.bootstrap, args.seed):
             print(json.dumps(row), flush=True)

@@ -4,6 +4,7 @@
 # ~8 minutes and prints one JSON line per benchmark (lines starting with '{').
 #
 #   run: bash benchmarks/device_check.sh            (from the repository root)
+#        CHECKS="extract_vit_large gpu_tests" bash benchmarks/device_check.sh   (only those checks)
 #
 # Our own small pure-Python dependencies (zarr, polars, typer, rich, numcodecs, ...) are
 # installed from wheels carried in shared/wheels when present (`pip download -d
@@ -38,6 +39,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 1>&2 || true
 
 bench() {  # label, timeout seconds, command...
   local label=$1 limit=$2; shift 2
+  case " ${CHECKS:-$label} " in *" $label "*) ;; *) return 0 ;; esac  # CHECKS="a b": run only those labels
   local t0=$SECONDS
   timeout "$limit" "$@" > ".bench-$label.out" 2> ".bench-$label.err"
   local rc=$?

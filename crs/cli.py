@@ -638,12 +638,13 @@ def print_warnings(scores):
 
 
 SCORE = [("results",), ("score", "bootstrap"), ("score", "reference"), ("score", "weights"), ("score", "seed"),
-         ("score", "bootstrap_unit"), ("store",), ("log_interval",)]
+         ("score", "bootstrap_unit"), ("score", "crs_version"), ("store",), ("log_interval",)]
 
 
 @stage_command("score", SCORE)
 def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False):
-    """Compute the four axes, CRS v1, AUROC-vs-CRS ranks and the paired bootstrap from the run records."""
+    """Compute the four axes, the CRS (v2 unless --crs-version 1), AUROC-vs-CRS ranks and the paired bootstrap
+    from the run records."""
     from crs import stages
 
     _note(locate_outputs(given, "results"), quiet or as_json)
@@ -701,7 +702,7 @@ DEMO = cfgmod.parse(cfgmod.EXAMPLE, "built-in demo config")
 
 
 @stage_command("demo", [("datasets", "size"), ("probe", "seeds"), ("score", "bootstrap"), ("extract", "severities"),
-                        ("report", "enabled"), ("log_interval",)], base=DEMO)
+                        ("score", "crs_version"), ("report", "enabled"), ("log_interval",)], base=DEMO)
 def demo_cmd(
     given: dict,
     out_dir: Annotated[Path, typer.Option("--out", help="Folder for the demo's store and results.")] = Path("./crs-demo"),
@@ -1061,6 +1062,9 @@ def run_cmd(
     check: Annotated[bool, typer.Option("--check", help="Check the config and its names, run nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Recompute probe, score and report even where their "
                                         "outputs match the config (extraction always resumes).")] = False,
+    crs_version: Annotated[Optional[str], typer.Option("--crs-version", help="CRS definition, overriding the "
+                                                       "config's score.crs_version: 2 (the default) or 1.",
+                                                       show_default=False)] = None,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Run a whole benchmark from one TOML file: extract, probe, score and report, skipping what is current.
@@ -1071,6 +1075,8 @@ def run_cmd(
             print(cfgmod.EXAMPLE if print_default else json.dumps(cfgmod.json_schema(), indent=2) + "\n", end="")
             return
         cfg, text = _read_config(config)
+        if crs_version is not None:
+            cfg = cfgmod.with_crs_version(cfg, crs_version)
         from crs import stages
 
         extra = stages.check_names(cfg, text=text, source=str(config))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from crs.errors import UserError
-from crs.names import HEADS, MODALITIES, SEVERITIES
+from crs.names import CRS_LATEST, CRS_VERSIONS, HEADS, MODALITIES, SEVERITIES
 
 # The stages' defaults live here and only here: the command line's options and the TOML
 # keys are both made from these fields, and the stages trust what passed their checks.
@@ -144,6 +144,29 @@ def _weights(raw):
 _weights.schema = {"type": "array", "minItems": 3, "maxItems": 3,
                    "items": {"anyOf": [{"type": "number", "minimum": 0},
                                        {"type": "string", "pattern": r"^\s*[0-9.eE+-]+(\s*/\s*[0-9.eE+-]+)?\s*$"}]}}
+
+
+def _crs_version(raw):
+    """A CRS version, as the string crs records ("1", "2"); a whole number is taken too (TOML `crs_version = 1`)."""
+    text = str(int(raw)) if isinstance(raw, (int, float)) and not isinstance(raw, bool) and float(raw).is_integer() \
+        else str(raw).strip()
+    if text not in CRS_VERSIONS:
+        raise Bad(f"must be one of the CRS versions {', '.join(CRS_VERSIONS)} (docs/crs-v1.md, docs/crs-v2.md), "
+                  f"not {raw!r}")
+    return text
+
+
+_crs_version.schema = {"anyOf": [{"type": "string", "enum": list(CRS_VERSIONS)},
+                                 {"type": "integer", "enum": [int(v) for v in CRS_VERSIONS]}]}
+
+
+def with_crs_version(cfg, raw):
+    """``cfg`` scoring by the CRS version ``raw`` (the --crs-version of `crs run`); ConfigError naming the versions."""
+    try:
+        version = _crs_version(raw)
+    except Bad as exc:
+        raise ConfigError(f"--crs-version {exc}") from None
+    return dataclasses.replace(cfg, score=dataclasses.replace(cfg.score, crs_version=version))
 
 
 ENCODER_SETS = ("demo", "pretrained", "general", "medical", "specialty")
@@ -328,6 +351,9 @@ class Score:
                                "(seeds and test images together, paired across encoders)",
                                _choices("seed", "image", "both"), flag="--bootstrap-unit", default="both")
     seed: int = _opt("bootstrap seed", flag="--seed", default=0)
+    crs_version: str = _opt("CRS definition: 2 (docs/crs-v2.md, the default) or 1 (docs/crs-v1.md, as it was; "
+                            "its numbers bit for bit)", parse=_crs_version, flag="--crs-version",
+                            default=CRS_LATEST)
 
 
 @dataclass(frozen=True)
@@ -766,6 +792,7 @@ weights = ["1/3", "1/3", "1/3"]   # dominance, balance, worst axis
 bootstrap = 1000
 # bootstrap_unit = "both"         # both (seeds and test images, paired), seed or image
 # seed = 0
+# crs_version = "2"               # or "1": the score as docs/crs-v1.md defined it
 
 [report]
 enabled = true

@@ -17,3 +17,7 @@ VALIDATION = "validation"
 MODALITIES = ("dermatology", "ophthalmology", "radiology")
 SEVERITIES = (1, 2, 3, 4, 5)
 HEADS = ("linear", "mlp")
+
+# CRS definitions: v1 frozen (docs/crs-v1.md), v2 the default (docs/crs-v2.md)
+CRS_VERSIONS = ("1", "2")
+CRS_LATEST = "2"

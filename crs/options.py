@@ -29,6 +29,7 @@ EXEMPT = {
     "--verbose": "presentation: tracebacks on errors",
     "--version": "prints the version of CRS-Bench and exits",
     "--all": "selection: every encoder and dataset there is, instead of naming them",
+    "run --crs-version": "an override of the config file's score.crs_version for one run",
     "extract --demo": "selection: the shorthand of --set demo (encoders.set)",
     "extract --pretrained": "selection: the shorthand of --set pretrained (encoders.set)",
     "extract --family": "selection: the shorthand of --set FAMILY (encoders.set)",

@@ -195,6 +195,20 @@ def _repair_for(target: Path) -> str:
     return f"`{' '.join(words)}`"
 
 
+def recorded_store(results) -> str | None:
+    """The store the run records under ``results`` say their probes read (as a command names it), where they all
+    name the same one; None otherwise."""
+    named = set()
+    for f in sorted(records_dir(Path(results)).glob("*.parquet")):
+        try:
+            store = metadata(f).get(STORE)
+        except (UserError, ValueError, OSError):
+            continue
+        if store:
+            named.add(_beside(Path(results), store))
+    return named.pop() if len(named) == 1 else None
+
+
 def _beside(results: Path, store: str) -> str:
     """A recorded store path (relative to the results folder, or absolute, or a URL) as a command names it."""
     import os

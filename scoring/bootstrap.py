@@ -19,7 +19,7 @@ import polars as pl
 from crs.errors import BadInput
 
 from crs.scoring.axes import AXES
-from crs.scoring.crs import DEFAULT_WEIGHTS, MEDIAN, score
+from crs.scoring.crs import DEFAULT_WEIGHTS, LATEST, MEDIAN, score
 from crs.scoring.ranks import rank_desc, tie_group
 
 CONFIDENCE = 0.95
@@ -126,11 +126,12 @@ def replicates(
     draw: np.ndarray,
     reference: int | str = MEDIAN,
     weights: Sequence[float] = DEFAULT_WEIGHTS,
+    version: str = LATEST,
 ) -> Replicates:
     """Score each replicate of a draw [replicate, draw] of x_seed [encoder, dataset, seed, axis]."""
     x_seed = np.moveaxis(np.asarray(x_seed, dtype=float), 2, -1)  # [encoder, dataset, axis, seed]
     x = resample_seeds(seed_weights(draw, x_seed.shape[-1]), x_seed)  # [replicate, encoder, dataset, axis]
-    return score_replicates(x, reference, weights)
+    return score_replicates(x, reference, weights, version)
 
 
 def seed_means_of(x_seed_rep: np.ndarray, draw: np.ndarray | None) -> np.ndarray:
@@ -147,10 +148,10 @@ def seed_means_of(x_seed_rep: np.ndarray, draw: np.ndarray | None) -> np.ndarray
 
 
 def score_replicates(
-    x: np.ndarray, reference: int | str = MEDIAN, weights: Sequence[float] = DEFAULT_WEIGHTS
+    x: np.ndarray, reference: int | str = MEDIAN, weights: Sequence[float] = DEFAULT_WEIGHTS, version: str = LATEST
 ) -> Replicates:
-    """Score replicate seed means x [replicate, encoder, dataset, axis]: q, components, CRS, ranks."""
-    s = score(x, reference, weights)
+    """Score replicate seed means x [replicate, encoder, dataset, axis]: q, components, CRS, ranks (CRS ``version``)."""
+    s = score(x, reference, weights, version)
     return Replicates(
         axis=x.mean(axis=-2),
         q=s.q,
@@ -287,7 +288,9 @@ def paired_bootstrap(
     n_bootstrap: int = 1000,
     seed: int = 0,
     confidence: float = CONFIDENCE,
+    version: str = LATEST,
 ) -> pl.DataFrame:
     """``summarise`` of ``n_bootstrap`` paired seed replicates; one seed always gives one frame."""
     draw = draw_seeds(np.asarray(x_seed).shape[2], n_bootstrap, seed)
-    return summarise(replicates(x_seed, draw, reference, weights), encoders, point_crs, confidence, reference)
+    return summarise(replicates(x_seed, draw, reference, weights, version), encoders, point_crs, confidence,
+                     reference)

@@ -157,8 +157,10 @@ def image_bootstrap_axes(
     rng: np.random.Generator,
     methods: dict | None = None,
     metrics_pass: MetricsPass | None = None,
+    version: str = "2",
+    point_errors: dict | None = None,
 ) -> np.ndarray:
-    """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled.
+    """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled (C by CRS ``version``).
 
     ``rows`` are the used run-record rows (``axes.used_rows``), which say which
     fractions and conditions each dataset's axes read. Each dataset draws its image
@@ -168,6 +170,8 @@ def image_bootstrap_axes(
     computed as one batch per draw (``resample.AurocDraws``); ``methods``, where given,
     receives per dataset how many arrays were computed exactly or shared with an identical
     array. ``metrics_pass``: a ``MetricsPass`` handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
+    ``point_errors``: a dict that receives CRS v2's calibration error of the full test set per (encoder,
+    dataset, seed), from the arrays read here (``calibration_errors`` without the second read).
     """
     from threadpoolctl import threadpool_limits
 
@@ -189,7 +193,10 @@ def image_bootstrap_axes(
                 read = ahead.result()
                 if e + 1 < len(encoders):
                     ahead = reader.submit(read_pair, encoders[e + 1])
-                out[:, e, j] = _pair_axes(read, d, seeds, dataset, encoder)
+                out[:, e, j] = _pair_axes(read, d, seeds, dataset, encoder, version)
+                if point_errors is not None:
+                    point_errors.update(_point_errors(read["clean"], (d.test.target, d.test.known, d.task), seeds,
+                                                     dataset, encoder))
                 if metrics_pass is not None:
                     while len(in_flight) >= 2:
                         in_flight.popleft().result()
@@ -228,7 +235,8 @@ def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: 
     return _DatasetDraws(test, targets, task, low, pert, shift, aurocs)
 
 
-def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str, encoder: str) -> np.ndarray:
+def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str, encoder: str,
+               version: str = "2") -> np.ndarray:
     """Axis values [replicate, seed, axis] of one (dataset, encoder) from its arrays ``read``."""
     clean = _clean_probs(read["clean"], dataset, encoder, seeds, d.low, d.test.target.shape[0], scores=True)
     calibration = read["clean"].select(seeds, [1.0])  # the ECE's probabilities; the AUROCs rank the scores
@@ -242,7 +250,8 @@ def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str,
     for a in d.aurocs:
         a.compute()
     out = np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
-                                      d.targets, d.task, d.aurocs, calibration=calibration[s, 0])
+                                      d.targets, d.task, d.aurocs, calibration=calibration[s, 0],
+                                      version=version)
                     for s in range(len(seeds))], axis=1)
     for a in d.aurocs:
         a.release()
@@ -279,6 +288,39 @@ def _clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[
             f"{n_images}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
         )
     return clean
+
+
+def _point_errors(pred: Predictions, split: tuple, seeds: Sequence[int], dataset: str, encoder: str) -> dict:
+    """{(encoder, dataset, seed): CRS v2's calibration error} of one pair's clean probabilities at fraction 1;
+    ``split``: (target, known, task) of the dataset's test split."""
+    from crs.scoring.calibration import point_error
+
+    target, known, task = split
+    probs = _clean_probs(pred, dataset, encoder, seeds, [], target.shape[0])  # [seed, 1, image, class]
+    done: dict[bytes, float] = {}  # a linear probe's seeds share their full-label probabilities
+    out = {}
+    for s, seed in enumerate(seeds):
+        key = probs[s, 0].tobytes()
+        if key not in done:
+            done[key] = point_error(probs[s, 0], target, known, task)
+        out[(encoder, dataset, int(seed))] = done[key]
+    return out
+
+
+def calibration_errors(store: Store, encoders: Sequence[str], datasets: Sequence[str],
+                       seeds: Sequence[int]) -> pl.DataFrame:
+    """CRS v2's calibration error (``crs.scoring.calibration.point_error``) of every (encoder, dataset, seed)'s
+    clean test probabilities at fraction 1: columns encoder, dataset, seed, calibration_error. Raises
+    MissingPredictions naming the first array the store lacks."""
+    found: dict = {}
+    for dataset in datasets:
+        target, known, task, _ = split_targets(store, dataset)
+        for encoder in encoders:
+            pred = Predictions(store, dataset, encoder, "clean")
+            found.update(_point_errors(pred, (target, known, task), seeds, dataset, encoder))
+    return pl.DataFrame([(*k, v) for k, v in found.items()], orient="row",
+                        schema={"encoder": pl.String, "dataset": pl.String, "seed": pl.Int64,
+                                "calibration_error": pl.Float64})
 
 
 class ProbeMetrics(NamedTuple):

@@ -39,7 +39,8 @@ from crs.scoring.scoreset import (
 from crs.scoring import diagnostics, verdict
 from crs.scoring.ranks import rank_desc
 
-SPEC = "docs/crs-v1.md"  # the CRS v1 specification, in the repository
+SPECS = {"1": "docs/crs-v1.md", "2": "docs/crs-v2.md"}  # each CRS version's specification, in the repository
+
 HTML_NAME = "report.html"
 GENERATION_META = "crs-scores-generation"  # <meta name=...> holding the scores set the page is made from
 FIGURES_DIR = "figures"
@@ -604,6 +605,31 @@ def _num(value, spec: str) -> str:
     return format(value, spec)
 
 
+def _version(settings: dict) -> str:
+    """The CRS version the scores record; scores written before versions existed are v1."""
+    v = str(settings.get("crs_version") or "1")
+    return v if v in SPECS else "1"
+
+
+def _spec_link(version: str) -> str:
+    """The version's page as a link where this installation runs from a checkout that holds it, else its path."""
+    import crs
+
+    page = Path(crs.__file__).resolve().parents[1] / SPECS[version]
+    code = f"<code>{_e(SPECS[version])}</code>"
+    return f'<a href="{_e(page.as_uri())}">{code}</a>' if page.is_file() else code
+
+
+def _q_words(version: str) -> str:
+    if version == "1":
+        return ("q = (x − x_ref) / (1 − x_ref) above the reference and (x − x_ref) / x_ref below it, so q lies in "
+                "[−1, 1] and the reference scores 0;")
+    return ("q = (x − x_ref) / max(1 − x_ref, 0.25) above the reference and (x − x_ref) / max(x_ref, 0.25) below "
+            "it, so q lies in [−1, 1], the reference scores 0 and no axis moves q by more than 4 times its change; "
+            "C is 1 − the debiased calibration error (Kumar et al. 2019); dominance is a degree that grows with "
+            "the margins, so CRS moves continuously;")
+
+
 def settings_block(s: dict, provenance: dict | None = None) -> str:
     b = s.get("bootstrap", {})
     w = s.get("weights", {})
@@ -880,8 +906,7 @@ def methods(s: dict, rc: dict) -> str:
         + _e(", ".join(f"{100 * f:g}%" for f in fr) or "none") + "); <b>R</b>, the mean retention over the "
         "perturbation families and severities, averaged with the retention on the shift target where the "
         "dataset has one. Retention is clip((a − 0.5) / (D − 0.5), 0, 1).</p>",
-        f"<p>Each axis is scored against {_e(ref_text)}: q = (x − x_ref) / (1 − x_ref) above the reference and "
-        "(x − x_ref) / x_ref below it, so q lies in [−1, 1] and the reference scores 0; the overall q is the "
+        f"<p>Each axis is scored against {_e(ref_text)}: " + _q_words(_version(s)) + " the overall q is the "
         "mean over the datasets of the comparison set (the encoders and datasets where every encoder has "
         "every dataset). From the q-profile come dominance (the Pareto dominance balance over the other "
         "encoders, mapped to [0, 1]), profile balance (the geometric mean of (q + 1) / 2) and the worst axis "
@@ -893,7 +918,8 @@ def methods(s: dict, rc: dict) -> str:
         "every encoder whose paired CRS difference to it has an interval containing 0. AUROC and CRS rankings "
         f"are compared by the pairs they reverse ({_e(rc.get('discordant_pairs'))} of {_e(rc.get('pairs'))} "
         f"here) and Kendall's tau-b ({_e(_num(rc.get('kendall_tau_b'), '.2f'))}).</p>",
-        f"<p>Definitions: the CRS v1 specification, <code>{SPEC}</code> in the CRS-Bench repository. Every "
+        f"<p>Definitions: the CRS v{_e(_version(s))} specification, {_spec_link(_version(s))} in the CRS-Bench "
+        "repository. Every "
         "number on this page is read from the files <code>crs score</code> wrote; <code>tables/</code> beside "
         "this page holds them in full precision as CSV and Parquet, <code>figures/</code> the figures as PNG.</p>",
     ]

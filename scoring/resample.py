@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from crs.scoring import kernels
+from crs.scoring.calibration import replicate_errors
 from crs.scoring.axes import AxisArrays, axes_from
 from crs.scoring.metrics import ece_draws, nanmean_last, weighted_ece, weighted_macro_auroc
 
@@ -68,6 +69,7 @@ def run_axes(
     task: str,
     aurocs: Sequence[AurocDraws] | None = None,
     calibration: np.ndarray | None = None,
+    version: str = "2",
 ) -> np.ndarray:
     """Axis values [replicate, axis] of one (encoder, dataset, seed) under the image draws.
 
@@ -80,7 +82,9 @@ def run_axes(
     at least ``ECE_PRODUCT_FROM`` images, else ``weighted_ece``'s: the same sums in another order;
     once per distinct array), else ``weighted_ece``'s. The AUROCs only rank, so the arrays may be
     any scores that order like the probabilities (log-probabilities, ``crs.forms``); the ECE reads
-    ``calibration`` [image, class], the probabilities at fraction 1 (default ``clean[-1]``).
+    ``calibration`` [image, class], the probabilities at fraction 1 (default ``clean[-1]``). CRS
+    ``version`` "2" puts the debiased calibration error (``crs.scoring.calibration``, recentred on
+    the test set) where v1 has the binned ECE: C is 1 minus it.
     """
     calib = clean[-1] if calibration is None else calibration
     draws = [test, *targets]
@@ -94,7 +98,10 @@ def run_axes(
     def stacked(values: list[np.ndarray]) -> np.ndarray | None:
         return np.stack(values, axis=-1) if values else None
 
-    if aurocs is None:
+    if version != "1":
+        ece = (aurocs[0].calibration_error(calib, task) if aurocs is not None else replicate_errors(
+            calib, test.target, test.known, np.ascontiguousarray(test.counts.T, dtype=np.float64), task))
+    elif aurocs is None:
         ece = weighted_ece(calib, test.target, test.known, test.counts, task)
     else:
         ece = aurocs[0].ece(calib, task)
@@ -232,6 +239,15 @@ class AurocDraws:
                 self._eces[key] = weighted_ece(probs, d.target, d.known, d.counts, task)
             else:
                 self._eces[key] = ece_draws(probs, d.target, d.known, self.counts_t(), task)
+        return self._eces[key]
+
+    def calibration_error(self, probs: np.ndarray, task: str) -> np.ndarray:
+        """CRS v2's calibration error [replicate] of probs [image, class] under the draw
+        (``calibration.replicate_errors``), once per distinct array."""
+        key = (self._key(probs), task, "v2")
+        if key not in self._eces:
+            d = self.draw
+            self._eces[key] = replicate_errors(probs, d.target, d.known, self.counts_t(), task)
         return self._eces[key]
 
     def counts_t(self) -> np.ndarray:

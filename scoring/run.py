@@ -20,7 +20,7 @@ from crs.errors import BadInput, CrsError
 from crs.names import VALIDATION
 from crs.scoring import crs as core
 from crs.scoring import analysis, diagnostics, scoreset, verdict
-from crs.scoring.axes import AXES, axes_by_seed, require_columns, seed_means, used_rows
+from crs.scoring.axes import AXES, FRACTION_TOL, axes_by_seed, require_columns, seed_means, used_rows
 from crs.scoring.bootstrap import (
     CONFIDENCE,
     draw_seeds,
@@ -36,7 +36,7 @@ from crs.scoring.bootstrap import (
 )
 from crs.scoring.ranks import compare, rank_desc
 
-CRS_VERSION = "1"
+CRS_VERSION = core.LATEST  # what a score records when no version is asked for
 MEDIAN = core.MEDIAN
 COMPONENTS = ("dominance", "balance", "worst_axis")
 UNITS = ("seed", "image", "both")
@@ -189,8 +189,10 @@ def comparison_set(
 
 def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[float] = core.DEFAULT_WEIGHTS,
           n_bootstrap: int = 1000, seed: int = 0, bootstrap_unit: str = "both", store=None,
-          simplex_step: float = analysis.SIMPLEX_STEP, results=None) -> Scores:
-    """Score run records by docs/crs-v1.md: axes, q, components, CRS, ranks, bootstrap and tiers.
+          simplex_step: float = analysis.SIMPLEX_STEP, results=None, crs_version: str = core.LATEST) -> Scores:
+    """Score run records by docs/crs-v2.md (``crs_version`` "2", the default) or docs/crs-v1.md ("1"): axes,
+    q, components, CRS, ranks, bootstrap and tiers. v2's calibration axis is read from the store's test
+    probabilities (``calibration_axis``), so v2 needs ``store``.
 
     ``reference`` is an encoder name or 'median'; ``weights`` are (dominance, balance,
     worst_axis), non-negative and summing to 1. Encoders or datasets outside the
@@ -211,28 +213,33 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
     come from one probe run (``crs.records.check_pair``); a mix is refused (exit 2).
     """
     w = _check_options(records, reference, weights, n_bootstrap, bootstrap_unit)
+    version = core.check_version(crs_version)
     records, encoders, datasets, excluded = _comparison_records(records, reference)
     if results is not None:
         run_records.check_same_settings(results, records.select("encoder", "dataset").unique().rows(),
                                         None if store is None else store.path)
     if store is not None and results is not None:
         check_probe_runs(store, results, records)
+    if version != "1" and store is None:
+        raise BadInput(f"CRS v2 reads its calibration axis from the stored test probabilities and no store was "
+                       f"given: {_V2_NEEDS}")
     by_seed = axes_by_seed(records)
-    x_seed, seeds = seed_tensor(by_seed, encoders, datasets)  # [encoder, dataset, seed, axis]
-    means = seed_means(by_seed)
-    x = _grid(means, encoders, datasets)  # [encoder, dataset, axis]
+    _, seeds = seed_tensor(by_seed, encoders, datasets)
     ref: int | str = MEDIAN if reference == MEDIAN else encoders.index(reference)
-    point = core.score(x, ref, w)
     warnings: list[str] = tie_warnings(records)
     used = used_rows(records)
     image_method: dict = {}  # per dataset: arrays exact / shared (predictions.image_bootstrap_axes)
     metrics_pass = _metrics_pass(store, records, encoders, datasets)
-    reps, draw, unit = _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders,
-                                   datasets, seeds, warnings, image_method, metrics_pass)
+    reps, draw, unit, by_seed = _replicates(by_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used,
+                                            encoders, datasets, seeds, warnings, image_method, metrics_pass, version)
+    means = seed_means(by_seed)
+    x = _grid(means, encoders, datasets)  # [encoder, dataset, axis]
+    point = core.score(x, ref, w, version)
     found = _from_store(store, records, encoders, datasets, warnings, metrics_pass)
     tables = _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found)
     settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
-                         excluded, simplex_step, warnings, image_method)
+                         excluded, simplex_step, warnings, image_method, version)
+    settings["test_images"] = test_images(records, datasets)
     shifted_axis_warnings(reps.axis, x.mean(axis=1), encoders, warnings)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     table = _encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs, reference=ref),
@@ -241,13 +248,50 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
     return Scores(
         settings=settings,
         encoders=table,
-        per_dataset=_per_dataset_table(encoders, datasets, x, point, w, means),
+        per_dataset=_per_dataset_table(encoders, datasets, x, point, w, means, version),
         rank_comparison=compare(encoders, auroc, point.crs),
         axes_by_seed=by_seed,
         provenance=provenance.collect(settings),
         verdict=decided, diagnostics=health,
         **tables,
     )
+
+
+_V2_NEEDS = ("pass --store with the store the probe read, or score by CRS v1 (--crs-version 1), whose C is the "
+             "run records' 15-bin ECE")
+
+
+def calibration_axis(by_seed: pl.DataFrame, store, encoders, datasets, errors: dict | None = None) -> pl.DataFrame:
+    """``axes_by_seed`` with CRS v2's C: 1 - the debiased calibration error of each run's stored clean test
+    probabilities at fraction 1 (docs/crs-v2.md section 1). ``errors``: {(encoder, dataset, seed): error} the
+    image bootstrap computed as it read them; None reads them here. A store without them is refused
+    (BadInput) saying what to do."""
+    from crs.scoring.predictions import MissingPredictions, calibration_errors
+
+    seeds = sorted(by_seed.get_column("seed").unique().to_list())
+    if errors is None:
+        try:
+            ce = calibration_errors(store, encoders, datasets, seeds)
+        except MissingPredictions as exc:
+            raise BadInput(f"CRS v2 reads its calibration axis from the stored test probabilities: {exc}; or "
+                           f"{_V2_NEEDS}") from exc
+    else:
+        ce = pl.DataFrame([(*k, v) for k, v in errors.items()], orient="row",
+                          schema={"encoder": pl.String, "dataset": pl.String, "seed": pl.Int64,
+                                  "calibration_error": pl.Float64})
+    cols = by_seed.columns
+    joined = by_seed.join(ce.cast({"seed": by_seed.schema["seed"]}), on=["encoder", "dataset", "seed"], how="left")
+    return joined.with_columns(calibration=1.0 - pl.col("calibration_error")).select(cols)
+
+
+def test_images(records: pl.DataFrame, datasets) -> dict[str, int]:
+    """dataset -> images in its clean test split (the run records' n_eval at fraction 1); {} for records
+    without n_eval."""
+    if "n_eval" not in records.columns:
+        return {}
+    clean = records.filter((pl.col("condition") == "clean") & ((pl.col("fraction") - 1.0).abs() <= FRACTION_TOL))
+    sizes = clean.group_by("dataset").agg(pl.col("n_eval").max()).drop_nulls()
+    return {d: int(n) for d, n in sizes.sort("dataset").iter_rows() if d in set(datasets)}
 
 
 def _diagnosed(table: pl.DataFrame, records: pl.DataFrame, tables: dict, settings: dict):
@@ -272,19 +316,19 @@ def shift_targets(axes_by_seed: pl.DataFrame, robustness: pl.DataFrame) -> dict[
     return out
 
 
-def _replicates(x_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders, datasets, seeds,
-                warnings, image_method=None, metrics_pass=None):
-    """(CRS of every bootstrap replicate, the seed draw [replicate, draw], the unit resampled); says in
-    ``warnings`` where the unit fell back or a replicate had no CRS."""
+def _replicates(by_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders, datasets, seeds,
+                warnings, image_method=None, metrics_pass=None, version=core.LATEST):
+    """(CRS of every bootstrap replicate, the seed draw [replicate, draw], the unit resampled, ``axes_by_seed``
+    with C by the version); says in ``warnings`` where the unit fell back or a replicate had no CRS."""
     draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
-    x_boot, unit = _bootstrap_means(
-        x_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings, image_method,
-        metrics_pass,
+    x_boot, unit, by_seed = _bootstrap_means(
+        by_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings, image_method,
+        metrics_pass, version,
     )
-    reps = score_replicates(x_boot, ref, w)
+    reps = score_replicates(x_boot, ref, w, version)
     _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
     _say_if_few_seeds(len(seeds), unit, warnings)
-    return reps, draw, unit
+    return reps, draw, unit, by_seed
 
 
 FEW_SEEDS = 5  # below this the seed part of an interval is widened more than 1.6 times
@@ -375,14 +419,16 @@ def _check_encoders(records: pl.DataFrame, reference: str) -> None:
         )
 
 
-def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings, image_method=None,
-                     metrics_pass=None):
-    """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used).
+def _bootstrap_means(by_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings, image_method=None,
+                     metrics_pass=None, version=core.LATEST):
+    """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used, ``by_seed`` with C by the
+    CRS version: v2's from the image bootstrap's reads, else read for it, ``calibration_axis``).
 
     Falls back to the seed bootstrap, saying why in ``warnings``, where the image
     bootstrap cannot read what it needs. ``metrics_pass``: a ``predictions.MetricsPass`` the image
     bootstrap hands the arrays it reads (``_metrics_pass``)."""
     x_rep = None
+    errors: dict | None = {} if version != "1" else None  # v2: the clean calibration errors the bootstrap reads
     if unit != "seed":
         from crs.scoring.predictions import MissingPredictions, image_bootstrap_axes
 
@@ -395,13 +441,16 @@ def _bootstrap_means(x_seed, draw, unit, store, used, encoders, datasets, seeds,
             try:
                 x_rep = image_bootstrap_axes(
                     store, used, encoders, datasets, seeds, draw.shape[0], np.random.default_rng([seed, 1]),
-                    image_method, metrics_pass=metrics_pass,
+                    image_method, metrics_pass=metrics_pass, version=version, point_errors=errors,
                 )
             except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
+    if version != "1":
+        by_seed = calibration_axis(by_seed, store, encoders, datasets, errors if x_rep is not None else None)
     if x_rep is None:
-        return resample_seeds(seed_weights(draw, len(seeds)), np.moveaxis(x_seed, 2, -1)), "seed"
-    return seed_means_of(x_rep, draw if unit == "both" else None), unit
+        x_seed, _ = seed_tensor(by_seed, encoders, datasets)  # [encoder, dataset, seed, axis]
+        return resample_seeds(seed_weights(draw, len(seeds)), np.moveaxis(x_seed, 2, -1)), "seed", by_seed
+    return seed_means_of(x_rep, draw if unit == "both" else None), unit, by_seed
 
 
 TIE_SHARE_WARN = 0.5  # above this share of tied test predictions an AUROC says little about ranking
@@ -590,10 +639,10 @@ def _as(kind, value):
     return kind(value)
 
 
-def _per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame) -> pl.DataFrame:
+def _per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame, version=core.LATEST) -> pl.DataFrame:
     """Per-dataset CRS: each dataset alone is the comparison set, dominance included."""
     per_q = np.swapaxes(point.q_dataset, 0, 1)  # [dataset, encoder, axis]
-    parts = core.components(per_q, w)  # each [dataset, encoder]
+    parts = core.components(per_q, w, version)  # each [dataset, encoder]
     rows = [
         {
             "encoder": encoder,
@@ -664,11 +713,11 @@ def _metric_table(records: pl.DataFrame, probe_metrics: pl.DataFrame) -> pl.Data
 
 
 def _settings(reference, w, n_bootstrap, unit, requested, seed, seeds, used, datasets, excluded, simplex_step,
-              warnings, image_method=None) -> dict:
+              warnings, image_method=None, version=core.LATEST) -> dict:
     """The score's settings; ``image_method`` (per dataset: arrays computed exactly, shared) is recorded
     where the image bootstrap ran."""
     settings = {
-        "crs_version": CRS_VERSION,
+        "crs_version": version,
         "reference": reference,
         "weights": dict(zip(COMPONENTS, w, strict=True)),
         "bootstrap": {"n": int(n_bootstrap), "unit": unit, "seed": seed, "confidence": CONFIDENCE},

@@ -51,6 +51,11 @@ def _weights(settings: dict) -> np.ndarray:
     return np.asarray([float(v) for v in w])
 
 
+def _version(settings: dict) -> str:
+    """The CRS version the settings record; results scored before versions were recorded are v1."""
+    return core.check_version(settings.get("crs_version", "1"))
+
+
 def _q(encoders: pl.DataFrame) -> np.ndarray | None:
     cols = [f"q_{a}" for a in AXES]
     if not set(cols) <= set(encoders.columns):
@@ -59,15 +64,16 @@ def _q(encoders: pl.DataFrame) -> np.ndarray | None:
     return None if np.isnan(q).any() else q
 
 
-def axis_effects(q: np.ndarray, leader: int, member: int, weights: Sequence[float]) -> np.ndarray:
+def axis_effects(q: np.ndarray, leader: int, member: int, weights: Sequence[float],
+                 version: str = core.LATEST) -> np.ndarray:
     """[axis]: how much of CRS_leader - CRS_member closes when the member gets the leader's q on that axis."""
-    base = core.components(q, weights).crs
+    base = core.components(q, weights, version).crs
     gap = base[leader] - base[member]
     out = np.empty(q.shape[1])
     for a in range(q.shape[1]):
         moved = q.copy()
         moved[member, a] = q[leader, a]
-        crs = core.components(moved, weights).crs
+        crs = core.components(moved, weights, version).crs
         out[a] = gap - (crs[leader] - crs[member])
     return out
 
@@ -183,7 +189,9 @@ def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
         entry = {"encoder": row["encoder"], "crs": _num(row["crs"]), "crs_diff": d, "crs_diff_low": lo,
                  "crs_diff_high": hi, "separable": separable, "tie_group": row.get("tie_group")}
         if separable is False:
-            entry["deciding_axes"] = [] if q is None else _deciding(axis_effects(q, 0, i, w), q, 0, i)
+            version = _version(settings)
+            entry["deciding_axes"] = [] if q is None else _deciding(axis_effects(q, 0, i, w, version), q, 0, i)
+            entry["to_separate"] = images_to_separate(d, lo, hi, settings.get("test_images") or {})
             out["members"].append(entry)
         else:
             out["behind"].append(entry)
@@ -193,6 +201,25 @@ def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
     if not out["intervals"] and len(rows) > 1:
         out["notes"].append(NO_INTERVAL)
     return out
+
+
+def images_to_separate(diff: float | None, low: float | None, high: float | None, sizes: dict) -> dict | None:
+    """The test images per dataset at which a tied member's observed gap to the leader would be separated at
+    the interval's confidence, were the interval to narrow as 1/sqrt(n) (an extrapolation, said so).
+
+    The interval's distance from the gap to its end across 0, u, shrinks to u / sqrt(k) with k times the
+    images, which separates the gap when u / sqrt(k) < |gap|: k = (u / |gap|)^2, each dataset's test size
+    times k (rounded up). None without a gap or an interval; ``sizes``: dataset -> test images now."""
+    if diff is None or low is None or high is None or not sizes:
+        return None
+    if diff == 0.0:
+        return {"factor": None, "test_images": None, "extrapolation": True,
+                "why": "no gap observed: no test size separates two equal scores"}
+    reach = (high - diff) if diff < 0 else (diff - low)  # from the gap to the interval's end across 0
+    factor = (reach / abs(diff)) ** 2
+    return {"factor": factor, "test_images": {d: int(math.ceil(n * factor)) for d, n in sorted(sizes.items())},
+            "extrapolation": True,
+            "why": "if the interval narrows as 1/sqrt(test images), the observed gap is separated at these sizes"}
 
 
 # ------------------------------------------------------------------ words
@@ -221,6 +248,14 @@ def _axes_words(axes: list[dict]) -> str:
     if ahead:
         parts.append("it is ahead on " + _listed([a["axis"].replace("_", " ") for a in ahead]))
     return "; ".join(parts)
+
+
+def _settle_words(t: dict | None) -> str:
+    if not t or not t.get("test_images"):
+        return ""
+    sizes = ", ".join(f"{n:,} on {d}" for d, n in t["test_images"].items())
+    return (f" Its gap would be separated with about {t['factor']:.1f} times the test images ({sizes}), "
+            "an extrapolation that assumes the interval narrows as 1/sqrt(images).")
 
 
 def _reference_sentence(v: dict) -> str | None:
@@ -266,7 +301,7 @@ def sentences(v: dict) -> list[str]:
         for m in v.get("members", []):
             s = f"{m['encoder']} cannot be separated from {leader} at {conf} ({_interval(m)})"
             words = _axes_words(m.get("deciding_axes") or [])
-            out.append(s + (f"; {words}." if words else "."))
+            out.append(s + (f"; {words}." if words else ".") + _settle_words(m.get("to_separate")))
         behind = [b for b in v.get("behind", []) if b.get("separable")]
         if behind and not v.get("members"):
             nearest = behind[0]

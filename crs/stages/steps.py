@@ -470,6 +470,11 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
     encoders = sorted(table["encoder"].unique().to_list())
     ref, auto_note = resolve_reference(settings.reference, encoders)
     opened, note = _open_for_scoring(store)
+    if opened is None and (found := records.recorded_store(results)) is not None and found != store:
+        # the store the probes read, as the run records name it (CRS v2 reads its C from the stored predictions)
+        reopened, _ = _open_for_scoring(found)
+        if reopened is not None:
+            opened, note = reopened, f"scored with the store the run records name, {found} (--store {store} holds none)"
     # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
     progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap_unit} bootstrap "
                       f"B={settings.bootstrap})", total=None)
@@ -477,6 +482,7 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
     # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
     scores = score_table(table, reference=ref, weights=settings.weights, n_bootstrap=settings.bootstrap,
                          seed=settings.seed, bootstrap_unit=settings.bootstrap_unit, store=opened,
+                         crs_version=settings.crs_version,
                          results=Path(results))
     if note:
         scores.settings["warnings"].insert(0, note)

@@ -133,7 +133,9 @@ def test_small_pipeline_end_to_end(tmp_path, monkeypatch):
                     "label_efficiency", "robustness", "q_discrimination", "q_calibration", "q_label_efficiency",
                     "q_robustness", "dominance", "balance", "worst_axis"):
             assert key in e
-        assert e["crs_low"] <= e["crs"] <= e["crs_high"] or np.isclose(e["crs_low"], e["crs_high"])
+        # v2's C sits at its bound (1) where the debiased error is below 0, so the point may lie outside the
+        # percentile interval of its replicates (docs/crs-v2.md section 1); the interval is still ordered
+        assert e["crs_low"] <= e["crs_high"] or np.isclose(e["crs_low"], e["crs_high"])
         assert 0 <= e["crs"] <= 100
     assert any(e["tier"] for e in sc["encoders"])
     assert (results / "scores" / "encoders.parquet").exists() and (results / "scores" / "encoders.csv").exists()

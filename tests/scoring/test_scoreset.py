@@ -40,7 +40,7 @@ def _score_cli(results, bootstrap, kill_at=None):
     if kill_at:
         env[scoreset.KILL_ENV] = kill_at
     return forkrun.run(["-m", "crs.cli", "score", "--results", results, "--bootstrap", bootstrap, "--reference",
-                        "median", "--quiet"], env=env, timeout=120)
+                        "median", "--crs-version", "1", "--quiet"], env=env, timeout=120)
 
 
 def _leftovers(results):
@@ -51,7 +51,7 @@ def _leftovers(results):
 def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at, tmp_path, make_records):
     results = _results(tmp_path, make_records)
     records = pl.read_parquet(records_dir(results) / "all.parquet")
-    old = score(records, reference="median", n_bootstrap=OLD_B)
+    old = score(records, reference="median", n_bootstrap=OLD_B, crs_version="1")
     old.write(results / "scores")
     killed = _score_cli(results, NEW_B, kill_at)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -75,9 +75,9 @@ def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at,
 def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records):
     results = _results(tmp_path, make_records)
     records = pl.read_parquet(records_dir(results) / "all.parquet")
-    first = score(records, n_bootstrap=OLD_B)
+    first = score(records, n_bootstrap=OLD_B, crs_version="1")
     first.write(tmp_path / "other")
-    score(records, n_bootstrap=NEW_B).write(results / "scores")
+    score(records, n_bootstrap=NEW_B, crs_version="1").write(results / "scores")
     shutil.copy(tmp_path / "other" / "pareto.parquet", results / "scores" / "pareto.parquet")
     r = CliRunner().invoke(app, ["report", "--results", str(results), "--out", str(tmp_path / "r")])
     assert r.exit_code == 2, r.output
@@ -88,7 +88,7 @@ def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records):
 
 def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records):
     results = _results(tmp_path, make_records)
-    scores = score(pl.read_parquet(records_dir(results) / "all.parquet"), n_bootstrap=OLD_B)
+    scores = score(pl.read_parquet(records_dir(results) / "all.parquet"), n_bootstrap=OLD_B, crs_version="1")
     scores.write(results / "scores")
     (results / "scores" / "rank_distribution.parquet").unlink()
     with pytest.raises(scoreset.MixedScores, match=r"rank_distribution.parquet \(listed in scores.json, missing\)"):
@@ -108,10 +108,10 @@ def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records)
 def test_a_score_without_the_store_leaves_no_table_of_the_run_with_it(tmp_path, make_store):
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7, "c": 0.4})
     out = tmp_path / "results" / "scores"
-    with_store = score(records, n_bootstrap=OLD_B, store=store)
+    with_store = score(records, n_bootstrap=OLD_B, store=store, crs_version="1")
     with_store.write(out)
     assert (out / "reliability.parquet").is_file()
-    score(records, n_bootstrap=OLD_B, store=None).write(out)
+    score(records, n_bootstrap=OLD_B, store=None, crs_version="1").write(out)
     names = {p.name for p in out.iterdir()}
     assert "reliability.parquet" not in names and "probe_metrics.csv" not in names
     assert scoreset.generation_of(out / "encoders.parquet") == json.loads((out / "scores.json").read_text())[

@@ -90,10 +90,10 @@ def test_seed_weights_are_draw_counts():
 @pytest.mark.parametrize("ref", ["median", 2])
 def test_vectorised_equals_per_replicate_loop(x_seed, ref):
     draw = draw_seeds(x_seed.shape[2], 20, seed=3)
-    reps = replicates(x_seed, draw, ref, W)
+    reps = replicates(x_seed, draw, ref, W, "1")  # v1: slow_crs is docs/crs-v1.md written out
     names = ["e0", "e1", "e2", "e3"]
     point = slow_crs(slow_q(x_seed.mean(axis=2), ref).mean(axis=1), W)
-    got = paired_bootstrap(x_seed, names, point, reference=ref, weights=W, n_bootstrap=20, seed=3)
+    got = paired_bootstrap(x_seed, names, point, reference=ref, weights=W, n_bootstrap=20, seed=3, version="1")
 
     slow = [slow_replicate(x_seed, idx, ref, W) for idx in draw]
     axis = np.stack([s[0] for s in slow])

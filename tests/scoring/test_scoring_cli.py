@@ -40,10 +40,17 @@ def test_image_bootstrap_from_the_store(make_store, tmp_path):
         assert (results / "scores" / f"{name}.parquet").exists(), name
 
 
+def test_v2_without_the_store_is_refused_naming_the_fix(make_store, tmp_path):
+    results = setup(make_store, tmp_path)
+    r = invoke("score", "--results", results, "--store", tmp_path / "nowhere.zarr", "--bootstrap", "20")
+    assert r.exit_code == 2
+    assert "CRS v2 reads its calibration axis" in r.output and "--crs-version 1" in r.output
+
+
 def test_missing_store_warns_and_falls_back(make_store, tmp_path):
     results = setup(make_store, tmp_path)
     r = invoke("score", "--results", results, "--store", tmp_path / "nowhere.zarr", "--bootstrap", "20",
-               "--bootstrap-unit", "image", "--reference", "median")  # fmt: skip
+               "--bootstrap-unit", "image", "--reference", "median", "--crs-version", "1")  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "no CRS store" in r.output and "fell back to the seed bootstrap" in r.output
     assert "Pareto front" in r.output and "weight simplex" in r.output

@@ -94,7 +94,7 @@ def test_components_hand_worked():
     assert dom == pytest.approx([(0.5 + 1) / 2, (-0.5 + 1) / 2, 0.5])
     assert core.balance(q) == pytest.approx([0.75, 0.5, 0.0])
     assert core.worst_axis(q) == pytest.approx([0.75, 0.5, 0.0])
-    parts = core.components(q, (0.5, 0.25, 0.25))
+    parts = core.components(q, (0.5, 0.25, 0.25), version="1")
     assert parts.crs == pytest.approx(
         100 * (0.5 * dom + 0.25 * parts.balance + 0.25 * parts.worst_axis)
     )
@@ -129,20 +129,22 @@ def test_bad_weights_message_names_values():
         core.check_weights((0.7, 0.7, 0.7))
 
 
+@pytest.mark.parametrize("version", core.VERSIONS)
 @given(axis_values(), st.data())
-def test_property_1_reference_is_half(x, data):
+def test_property_1_reference_is_half(version, x, data):
     ref = data.draw(st.integers(0, x.shape[0] - 1))
-    s = core.score(x, ref)
+    s = core.score(x, ref, version=version)
     assert s.balance[ref] == pytest.approx(0.5)
     assert s.worst_axis[ref] == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("version", core.VERSIONS)
 @given(
     arrays(np.float64, (5, 4), elements=st.floats(-1.0, 1.0)),
     st.data(),
     weight_triples(min_dom=0.01),
 )
-def test_property_2_dominance_means_higher_crs(q, data, weights):
+def test_property_2_dominance_means_higher_crs(version, q, data, weights):
     n = q.shape[0]
     e, e2 = data.draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
     k = data.draw(st.integers(0, 3))
@@ -151,12 +153,13 @@ def test_property_2_dominance_means_higher_crs(q, data, weights):
     delta[k] = max(delta[k], 0.01)
     q = q.copy()
     q[e2], q[e] = base, base + delta  # e dominates e'
-    crs = core.components(q, weights).crs
+    crs = core.components(q, weights, version).crs
     assert crs[e] > crs[e2]
 
 
+@pytest.mark.parametrize("version", core.VERSIONS)
 @given(axis_values(), st.data(), weight_triples())
-def test_property_3_raising_an_axis_never_lowers_crs(x, data, weights):
+def test_property_3_raising_an_axis_never_lowers_crs(version, x, data, weights):
     e_n, d_n, _ = x.shape
     ref = data.draw(references(e_n))
     e = data.draw(st.integers(0, e_n - 1))
@@ -165,26 +168,28 @@ def test_property_3_raising_an_axis_never_lowers_crs(x, data, weights):
     t = data.draw(st.floats(0.0, 1.0))
     raised = x.copy()
     raised[e, d, a] = x[e, d, a] + t * (1.0 - x[e, d, a])
-    before = core.score(x, ref, weights).crs[e]
-    after = core.score(raised, ref, weights).crs[e]
+    before = core.score(x, ref, weights, version).crs[e]
+    after = core.score(raised, ref, weights, version).crs[e]
     assert after >= before - 1e-9
 
 
+@pytest.mark.parametrize("version", core.VERSIONS)
 @given(axis_values(), st.data(), weight_triples())
-def test_property_4_order_of_encoders_changes_nothing(x, data, weights):
+def test_property_4_order_of_encoders_changes_nothing(version, x, data, weights):
     n = x.shape[0]
     ref = data.draw(references(n))
     perm = np.array(data.draw(st.permutations(range(n))))
     moved = ref if ref == "median" else int(np.flatnonzero(perm == ref)[0])
-    a = core.score(x, ref, weights)
-    b = core.score(x[perm], moved, weights)
+    a = core.score(x, ref, weights, version)
+    b = core.score(x[perm], moved, weights, version)
     assert b.crs == pytest.approx(a.crs[perm])
     assert b.q == pytest.approx(a.q[perm])
 
 
+@pytest.mark.parametrize("version", core.VERSIONS)
 @given(axis_values(), st.data(), weight_triples())
-def test_property_5_crs_in_0_100(x, data, weights):
-    s = core.score(x, data.draw(references(x.shape[0])), weights)
+def test_property_5_crs_in_0_100(version, x, data, weights):
+    s = core.score(x, data.draw(references(x.shape[0])), weights, version)
     assert np.all((s.crs >= 0.0) & (s.crs <= 100.0))
     for part in (s.dominance, s.balance, s.worst_axis):
         assert np.all((part >= 0.0) & (part <= 1.0))

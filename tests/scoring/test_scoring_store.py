@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from crs.errors import BadInput
 from crs.scoring import resample, score
 from crs.scoring.axes import AXES, axes_by_seed, used_rows
 from crs.scoring.predictions import image_bootstrap_axes, probe_metrics
@@ -18,11 +19,12 @@ def built(make_store, tmp_path):
     return make_store(tmp_path / "s.zarr", QUALITY)
 
 
-def test_unit_counts_give_the_run_record_axes(built, monkeypatch):
+def test_unit_counts_give_the_run_record_axes(built, monkeypatch):  # v1: C is the run records' ECE
     store, records = built
     monkeypatch.setattr(resample, "image_counts", lambda n, b, rng: np.ones((n, b), dtype=np.int32))
     encoders, seeds = sorted(QUALITY), [0, 1, 2]
-    x = image_bootstrap_axes(store, used_rows(records), encoders, ["d1"], seeds, 2, np.random.default_rng(0))
+    x = image_bootstrap_axes(store, used_rows(records), encoders, ["d1"], seeds, 2, np.random.default_rng(0),
+                             version="1")
     want = axes_by_seed(records)
     for e, enc in enumerate(encoders):
         for s in seeds:
@@ -68,7 +70,7 @@ def test_image_draw_is_paired_across_encoders(make_store, tmp_path):
 
 def test_falls_back_to_seeds_without_store(built):
     _, records = built
-    s = score(records, bootstrap_unit="image", n_bootstrap=20)
+    s = score(records, bootstrap_unit="image", n_bootstrap=20, crs_version="1")
     assert s.settings["bootstrap"]["unit"] == "seed"
     assert s.settings["bootstrap"]["requested_unit"] == "image"
     assert any("needs the stored test probabilities" in w for w in s.settings["warnings"])
@@ -77,8 +79,10 @@ def test_falls_back_to_seeds_without_store(built):
 def test_falls_back_when_probabilities_are_missing(built):
     store, records = built
     extra = records.filter(pl.col("encoder") == "a").with_columns(encoder=pl.lit("ghost"))
-    s = score(pl.concat([records, extra]), store=store, bootstrap_unit="both", n_bootstrap=20)
+    s = score(pl.concat([records, extra]), store=store, bootstrap_unit="both", n_bootstrap=20, crs_version="1")
     assert s.settings["bootstrap"]["unit"] == "seed"
+    with pytest.raises(BadInput, match="ghost/d1/clean.*--crs-version 1"):  # v2's C needs them
+        score(pl.concat([records, extra]), store=store, bootstrap_unit="both", n_bootstrap=20)
     assert any("ghost" in w and "fell back" in w for w in s.settings["warnings"])
 
 
@@ -135,8 +139,8 @@ def test_multilabel_store(make_store, tmp_path):
 def test_validation_rows_in_the_records_are_not_a_condition(built):
     _, records = built
     val = records.filter(pl.col("condition") == "clean").with_columns(condition=pl.lit("validation"))
-    a = score(records, n_bootstrap=10)
-    b = score(pl.concat([records, val]), n_bootstrap=10)
+    a = score(records, n_bootstrap=10, crs_version="1")
+    b = score(pl.concat([records, val]), n_bootstrap=10, crs_version="1")
     assert a.encoders.equals(b.encoders)
 
 
@@ -157,7 +161,7 @@ def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, m
     bogus = records.with_columns(condition=pl.when(pl.col("condition") == "gaussian_noise@1")
                                  .then(pl.lit("noise-3")).otherwise(pl.col("condition")))
     with pytest.raises(BadInput, match="unknown condition 'noise-3'.*re-run `crs probe`"):
-        score(bogus, n_bootstrap=5)
+        score(bogus, n_bootstrap=5, crs_version="1")
     # probabilities of another split size (a stale probe): named, left out with a warning, never a crash
     probs, attrs = store.read_predictions("d1", "b", "gaussian_noise@1")
     store.write_predictions("d1", "b", "gaussian_noise@1", probs[:, :, :-2], attrs)

@@ -1,0 +1,132 @@
+"""CRS v2's calibration error: the debiased L2 binned estimator of Kumar, Liang and Ma (2019).
+
+"Verified uncertainty calibration" (NeurIPS 2019), reference code ``uncertainty-calibration``
+(``calibration.lower_bound_scaling_ce(probs, labels, p=2, debias=True, num_bins=15,
+mode='top-label')``), which tests/scoring/test_calibration_v2.py checks these functions against.
+docs/crs-v2.md section 1 says why C rests on it. For top-label confidences c_i and hits h_i
+(1 where the predicted class is the true one):
+
+* bins hold equal numbers of images (``equal_mass_edges``: the reference's ``get_equal_bins``):
+  the sorted confidences are cut into 15 near-equal parts and each inner edge is the midpoint
+  between one part's last value and the next part's first; an image falls in the first bin
+  whose edge is >= its confidence;
+* per bin b with n_b >= 2 images, the squared gap less its sampling variance,
+
+      t_b = (mean_b c - mean_b h)^2 - mean_b h (1 - mean_b h) / (n_b - 1)
+
+  and t_b = 0 with fewer than 2 images; the squared error is S = sum_b (n_b / n) t_b, an
+  unbiased estimate of the binned population's sum_b P(b) gap_b^2 (it may be negative);
+* the calibration error is CE = sqrt(max(S, 0)).
+
+Multi-label tasks score each label as a binary problem (confidence max(p, 1 - p), predicted
+positive when p > 0.5, the reference's argmax over [1 - p, p]; known entries only) and average
+S over the labels before the square root.
+
+**The bootstrap.** A replicate draws images from the test set, whose own binned squared gap
+is the plug-in P = sum_b (n_b / n) (mean_b c - mean_b h)^2, not S: the debiased estimate of a
+replicate is unbiased for P. So each replicate's S* is moved by S - P (computed once on the
+full test set, with the full set's bins) before the square root: the replicates then spread
+around S as S spreads around the population value (docs/crs-v2.md section 1 measures it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crs.labels import check_task
+
+N_BINS = 15
+
+
+def equal_mass_edges(conf: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
+    """Upper bin edges, ascending and distinct, the last 1.0 (the reference's ``get_equal_bins``)."""
+    s = np.sort(np.asarray(conf, dtype=np.float64))
+    k = min(n_bins, s.size)
+    if k == 0:
+        return np.ones(1)
+    parts = np.array_split(s, k)
+    inner = [(parts[i][-1] + parts[i + 1][0]) / 2.0 for i in range(k - 1)]
+    return np.unique(np.asarray([*inner, 1.0]))
+
+
+def bins_of(conf: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The bin of each confidence: the first edge >= it (``np.searchsorted`` left, as the reference)."""
+    return np.minimum(np.searchsorted(edges, conf), edges.size - 1)
+
+
+def squared_error(conf: np.ndarray, hit: np.ndarray, counts_t: np.ndarray, edges: np.ndarray):
+    """(S, P) [replicate]: the debiased squared calibration error and its plug-in, per replicate.
+
+    conf, hit [image]; counts_t [replicate, image] float64 multiplicities (0 leaves an image out);
+    bins from ``edges``. One matrix product gives every replicate's per-bin sums. NaN where a
+    replicate holds no image.
+    """
+    n_bins = edges.size
+    b = bins_of(conf, edges)
+    a = np.zeros((conf.size, 3 * n_bins))  # per bin: images, their confidences, their hits
+    rows = np.arange(conf.size)
+    a[rows, b] = 1.0
+    a[rows, n_bins + b] = conf
+    a[rows, 2 * n_bins + b] = hit
+    s = counts_t @ a  # [replicate, 3 bins]
+    n_b, conf_b, hit_b = s[:, :n_bins], s[:, n_bins:2 * n_bins], s[:, 2 * n_bins:]
+    total = n_b.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_c, mean_h = conf_b / n_b, hit_b / n_b
+        gap2 = np.where(n_b > 0, (mean_c - mean_h) ** 2, 0.0)
+        term = np.where(n_b >= 2, gap2 - mean_h * (1.0 - mean_h) / (n_b - 1.0), 0.0)
+        share = n_b / total[:, None]
+        return (np.where(total > 0, (share * term).sum(axis=1), np.nan),
+                np.where(total > 0, (share * gap2).sum(axis=1), np.nan))
+
+
+def _views(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str):
+    """(conf, hit, known) per binary view: one for a multi-class task (top label), one per label otherwise."""
+    p = np.asarray(probs, dtype=np.float64)
+    if check_task(task) == "multiclass":
+        hit = (p.argmax(axis=1) == np.asarray(target).argmax(axis=1)).astype(np.float64)
+        return [(p.max(axis=1), hit, np.ones(p.shape[0], bool))]
+    out = []
+    for k in range(p.shape[1]):
+        pk = p[:, k]
+        hit = ((pk > 0.5) == (np.asarray(target)[:, k] == 1)).astype(np.float64)
+        out.append((np.maximum(pk, 1.0 - pk), hit, np.asarray(known)[:, k].astype(bool)))
+    return out
+
+
+def squared_errors(probs: np.ndarray, target: np.ndarray, known: np.ndarray, counts_t: np.ndarray | None,
+                   task: str, recentre: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(S of the full test set [1], S per replicate [replicate]) averaged over the task's views.
+
+    ``counts_t`` [replicate, image] (None: no replicates, an empty second array). With ``recentre``
+    each replicate's S is moved by the full set's S - P (the module docstring says why).
+    """
+    point, reps = [], []
+    for conf, hit, kn in _views(probs, target, known, task):
+        if not kn.any():
+            continue
+        edges = equal_mass_edges(conf[kn])
+        s_full, p_full = squared_error(conf, hit, kn[None, :].astype(np.float64), edges)
+        point.append(s_full)
+        if counts_t is not None:
+            s_rep, _ = squared_error(conf, hit, counts_t * kn[None, :], edges)
+            reps.append(s_rep + (s_full - p_full) if recentre else s_rep)
+    if not point:
+        return np.full(1, np.nan), np.full(0 if counts_t is None else counts_t.shape[0], np.nan)
+    return np.mean(point, axis=0), (np.mean(reps, axis=0) if reps else np.zeros(0))
+
+
+def calibration_error(sq: np.ndarray) -> np.ndarray:
+    """CE = sqrt(max(S, 0)) of squared errors S (NaN stays NaN)."""
+    return np.sqrt(np.maximum(sq, 0.0))
+
+
+def point_error(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str) -> float:
+    """CE of one probe's test probabilities [image, class]: what C = 1 - CE reads."""
+    return float(calibration_error(squared_errors(probs, target, known, None, task, False)[0])[0])
+
+
+def replicate_errors(probs: np.ndarray, target: np.ndarray, known: np.ndarray, counts_t: np.ndarray,
+                     task: str) -> np.ndarray:
+    """CE [replicate] under the image draw ``counts_t`` [replicate, image], recentred on the full set."""
+    return calibration_error(squared_errors(probs, target, known, counts_t, task, True)[1])

@@ -1,0 +1,79 @@
+"""CRS v2's calibration error (crs.scoring.calibration) equals its authors' reference code
+(``uncertainty-calibration``, Kumar, Liang & Ma 2019) on random inputs, and its bootstrap replicates
+are the same estimator on the images repeated by their multiplicities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crs.scoring import calibration as ce
+
+kc = pytest.importorskip("calibration")  # the reference: in the test extra only
+
+
+def _probs(rng, n, k, sharp):
+    logits = rng.normal(size=(n, k)) * sharp
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def _reference_squared(conf, hit, edges):
+    return kc.unbiased_square_ce(kc.bin(list(zip(conf, hit, strict=True)), list(edges)))
+
+
+@given(st.integers(2, 400), st.integers(2, 6), st.floats(0.1, 4.0), st.integers(0, 2**31 - 1))
+@settings(max_examples=15, deadline=None)
+def test_multiclass_equals_the_reference(n, k, sharp, seed):
+    rng = np.random.default_rng(seed)
+    p = _probs(rng, n, k, sharp)
+    y = rng.integers(0, k, n)
+    want = kc.lower_bound_scaling_ce(p, y, p=2, debias=True, num_bins=15, binning_scheme=kc.get_equal_bins,
+                                     mode="top-label")
+    got = ce.point_error(p, np.eye(k)[y], np.ones((n, k), bool), "multiclass")
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    conf = p.max(axis=1)
+    assert list(ce.equal_mass_edges(conf)) == pytest.approx(kc.get_equal_bins(list(conf), num_bins=15))
+
+
+def test_multilabel_is_the_mean_squared_error_of_each_label_as_the_reference_scores_it():
+    rng = np.random.default_rng(3)
+    n, k = 300, 4
+    p = 1 / (1 + np.exp(-rng.normal(size=(n, k)) * 2))
+    y = (rng.random((n, k)) < p ** 1.3).astype(np.int8)
+    known = rng.random((n, k)) > 0.2
+    squares = []
+    for j in range(k):
+        m = known[:, j]
+        two = np.stack([1 - p[m, j], p[m, j]], axis=1)  # the label as a two-class problem, top label
+        squares.append(kc.lower_bound_scaling_ce(two, y[m, j].astype(int), p=2, debias=True, num_bins=15,
+                                                 binning_scheme=kc.get_equal_bins, mode="top-label"))
+        conf = np.maximum(p[m, j], 1 - p[m, j])
+        hit = ((p[m, j] > 0.5) == (y[m, j] == 1)).astype(float)
+        s_ref = _reference_squared(conf, hit, kc.get_equal_bins(list(conf), num_bins=15))
+        assert max(s_ref, 0) ** 0.5 == pytest.approx(squares[-1], rel=1e-9, abs=1e-12)
+        squares[-1] = s_ref
+    got = ce.point_error(p, y, known, "multilabel")
+    assert got == pytest.approx(max(np.mean(squares), 0) ** 0.5, rel=1e-9, abs=1e-12)
+
+
+def test_a_replicate_is_the_estimator_on_the_images_repeated_by_their_counts():
+    rng = np.random.default_rng(5)
+    n, k = 250, 3
+    p = _probs(rng, n, k, 2.0)
+    y = rng.integers(0, k, n)
+    conf, hit = p.max(axis=1), (p.argmax(axis=1) == y).astype(float)
+    edges = ce.equal_mass_edges(conf)
+    counts = rng.multinomial(n, np.full(n, 1 / n), size=4).astype(float)  # [replicate, image]
+    s, plug = ce.squared_error(conf, hit, counts, edges)
+    for r in range(4):
+        rep = np.repeat(np.arange(n), counts[r].astype(int))
+        assert s[r] == pytest.approx(_reference_squared(conf[rep], hit[rep], edges), rel=1e-9, abs=1e-12)
+        assert plug[r] == pytest.approx(kc.plugin_ce(kc.bin(list(zip(conf[rep], hit[rep], strict=True)),
+                                                            list(edges))) ** 2, rel=1e-9, abs=1e-12)
+    # the replicates crs reports are moved by the full set's S - P (docs/crs-v2.md section 1)
+    full_s, full_p = ce.squared_error(conf, hit, np.ones((1, n)), edges)
+    got = ce.replicate_errors(p, np.eye(k)[y], np.ones((n, k), bool), counts, "multiclass")
+    assert got == pytest.approx(np.sqrt(np.maximum(s + full_s - full_p, 0)))
