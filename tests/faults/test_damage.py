@@ -197,7 +197,8 @@ def test_store_files_that_are_symlinks_are_refused_by_verify_and_repaired(baseli
     found = crs_here("store", "verify", str(folder / STORE))
     assert found.rc == 2, found.message[-1500:]
     for rel in LINKED:  # each link named on a line of its own
-        assert any("symbolic link" in line and rel.rsplit("/c/", 1)[0] in line for line in found.message.splitlines()), \
+        lines = found.message.splitlines()
+        assert any("symbolic link" in line and rel.rsplit("/c/", 1)[0] in line for line in lines), \
             (rel, found.message[-1500:])
     commands = followed_literally(folder / STORE)
     again = crs_here("store", "verify", str(folder / STORE))
