@@ -234,15 +234,15 @@ def _digest_rooted(arr, roots: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
-def differences(got: dict, want: dict, only: str | None = None) -> list[str]:
-    """Names of the outputs that differ (``only``: a prefix to compare, e.g. ``store/``)."""
+def differences(got: dict, want: dict, only: str | tuple[str, ...] | None = None) -> list[str]:
+    """Names of the outputs that differ (``only``: a prefix or prefixes to compare, e.g. ``store/``)."""
     keys = set(got) | set(want)
     if only is not None:
         keys = {k for k in keys if k.startswith(only)}
     return sorted(k for k in keys if k not in got or k not in want or not fp.same(got[k], want[k]))
 
 
-def assert_same(folder: Path, want: dict, what: str, only: str | None = None, roots=()) -> None:
+def assert_same(folder: Path, want: dict, what: str, only: str | tuple[str, ...] | None = None, roots=()) -> None:
     got = outputs(folder, roots)
     diff = differences(got, want, only)
     assert not diff, (f"{what}: the outputs differ from the uninterrupted run's in {len(diff)} places: "

@@ -136,23 +136,30 @@ def followed_literally(store: Path) -> list[str]:
     return commands
 
 
-# (damaged file under the dataset, damage): an embedding chunk, a prediction chunk, a metadata file
-LITERAL = [(f"{EMB}/c/1/0", "alter"), (f"{PRED}/c/0/0/0/0", "alter"), (f"{EMB}/zarr.json", "truncate"),
-           ("zarr.json", "truncate")]
+# Each case damages one or more files under the dataset and follows verify's hint. Files of different
+# encoders are damaged together: the repair of one encoder's files (extract or probe of that encoder,
+# nothing wider) never writes the other's, so each file's hint must restore its own file for verify to
+# pass and the store to equal the baseline again; folded, the four damaged files take three runs.
+# (files, damage): an embedding chunk with another encoder's prediction chunk, a metadata file, the
+# dataset's metadata (read by every array, so it stays alone)
+EMB_RESNET, PRED_RESNET = EMB.replace("demo-stats", "demo-resnet"), PRED.replace("demo-stats", "demo-resnet")
+LITERAL = [((f"{EMB}/c/1/0", f"{PRED_RESNET}/c/0/0/0/0"), "alter"), ((f"{EMB}/zarr.json",), "truncate"),
+           (("zarr.json",), "truncate")]
 
 
-@pytest.mark.parametrize("rel, op", LITERAL, ids=[f"{r.replace('/', '.')}-{o}" for r, o in LITERAL])
-def test_verify_hint_followed_literally_restores_the_run(baseline, tmp_path, monkeypatch, rel, op):
+@pytest.mark.parametrize("rels, op", LITERAL, ids=["+".join(r.replace("/", ".") for r in rels) + f"-{o}"
+                                                   for rels, o in LITERAL])
+def test_verify_hint_followed_literally_restores_the_run(baseline, tmp_path, monkeypatch, rels, op):
     folder = case(baseline, tmp_path)
     monkeypatch.chdir(tmp_path)  # a command that falls back on ./crs-results or ./crs-store.zarr shows here
-    OPS[op](folder / STORE / "datasets" / DATASET / rel)
+    for rel in rels:
+        OPS[op](folder / STORE / "datasets" / DATASET / rel)
     commands = followed_literally(folder / STORE)
     again = crs_here("store", "verify", str(folder / STORE))
     assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
     assert not [p.name for p in tmp_path.iterdir() if p.name != "run"], f"{commands} wrote outside the run's folder"
     assert crs_here(*stage_args("score", folder)).rc == 0
-    assert_same(folder, baseline.outputs, f"{rel} {op}d, then {commands}", only="results/scores")
-    assert_same(folder, baseline.outputs, f"{rel} {op}d, then {commands}", only="store/")
+    assert_same(folder, baseline.outputs, f"{rels} {op}d, then {commands}", only=("results/scores", "store/"))
 
 
 CSV_LITERAL = [("embeddings/demo-stats/clean/x/c/1/0", "alter"), ("embeddings/demo-stats/clean/x/zarr.json", "truncate"),
@@ -171,31 +178,34 @@ def test_verify_hint_followed_literally_restores_a_csv_dataset(csv_baseline, tmp
                 roots=(csv_baseline.folder,))
 
 
-# a store file replaced by a symbolic link to a copy of it outside the store: every byte reads as committed
-# (a chunk of one array and the metadata of the other: verify walks chunks and metadata alike for both)
-LINKED = [f"{EMB}/c/1/0", f"{PRED}/zarr.json"]
+# store files replaced by symbolic links to copies of them outside the store: every byte reads as committed
+# (a chunk of one array and the metadata of another: verify walks chunks and metadata alike for both). The
+# two are of different encoders, whose repairs are independent (see LITERAL), so one run checks both.
+LINKED = (f"{EMB}/c/1/0", f"{PRED_RESNET}/zarr.json")
 
 
-@pytest.mark.parametrize("rel", LINKED, ids=[r.replace("/", ".") for r in LINKED])
-def test_a_store_file_that_is_a_symlink_is_refused_by_verify_and_repaired(baseline, tmp_path, monkeypatch, rel):
+def test_store_files_that_are_symlinks_are_refused_by_verify_and_repaired(baseline, tmp_path, monkeypatch):
     folder = case(baseline, tmp_path)
     monkeypatch.chdir(tmp_path)
-    target = folder / STORE / "datasets" / DATASET / rel
-    copy = tmp_path / "elsewhere" / target.name
-    copy.parent.mkdir()
-    shutil.copy(target, copy)
-    target.unlink()
-    target.symlink_to(copy)
+    targets = [folder / STORE / "datasets" / DATASET / rel for rel in LINKED]
+    for i, target in enumerate(targets):
+        copy = tmp_path / f"elsewhere{i}" / target.name
+        copy.parent.mkdir()
+        shutil.copy(target, copy)
+        target.unlink()
+        target.symlink_to(copy)
     found = crs_here("store", "verify", str(folder / STORE))
-    assert found.rc == 2 and "symbolic link" in found.message and rel.rsplit("/c/", 1)[0] in found.message, \
-        found.message[-1500:]
+    assert found.rc == 2, found.message[-1500:]
+    for rel in LINKED:  # each link named on a line of its own
+        lines = found.message.splitlines()
+        assert any("symbolic link" in line and rel.rsplit("/c/", 1)[0] in line for line in lines), \
+            (rel, found.message[-1500:])
     commands = followed_literally(folder / STORE)
     again = crs_here("store", "verify", str(folder / STORE))
     assert again.rc == 0, f"after {commands}, verify still finds:\n{again.message[-1500:]}"
-    assert not target.is_symlink(), f"{commands} left {rel} a symbolic link"
+    assert not [t for t in targets if t.is_symlink()], f"{commands} left a symbolic link"
     assert crs_here(*stage_args("score", folder)).rc == 0
-    assert_same(folder, baseline.outputs, f"{rel} linked, then {commands}", only="results/scores")
-    assert_same(folder, baseline.outputs, f"{rel} linked, then {commands}", only="store/")
+    assert_same(folder, baseline.outputs, f"{LINKED} linked, then {commands}", only=("results/scores", "store/"))
 
 
 def test_run_records_whose_values_were_altered_are_refused_and_repaired(baseline, tmp_path):
