@@ -35,6 +35,7 @@ import os
 import queue
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,8 +48,9 @@ from crs.extract.models import load, pick_device
 from crs.names import SPLIT_CODE
 from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_lock, store_order
 from crs.store.zarr_store import now, set_attrs
-from crs.extract.units import (DecodedUnits, Embedder, ExtractSummary, Plan, Unit, after_commit, commit_failures,
-                               embed_groups, unit_conditions, unit_failures)
+from crs.extract.timing import UNTIMED, DeviceClock
+from crs.extract.units import (HOST_FAMILIES, DecodedUnits, Embedder, ExtractSummary, HostBuffers, Plan, PreparedUnits,
+                               Staged, Unit, after_commit, commit_failures, unit_conditions, unit_failures)
 
 
 def dataset_table(ds) -> DatasetTable:
@@ -80,7 +82,7 @@ def dataset_table(ds) -> DatasetTable:
 
 
 # ----------------------------------------------------------------------- decoding
-def _loader(units: DecodedUnits, order: list[int], workers: int, pin: bool):
+def _loader(units: PreparedUnits, order: list[int], workers: int, pin: bool):
     subset = torch.utils.data.Subset(units, order)
     kwargs = {"num_workers": workers, "batch_size": None, "pin_memory": pin}
     if workers > 0:
@@ -91,10 +93,11 @@ def _loader(units: DecodedUnits, order: list[int], workers: int, pin: bool):
 # ----------------------------------------------------------------------- writing
 class _Writer:
     """A background thread that commits, in order of arrival, a unit's decoding failures and then
-    its chunks (each with its done flag); errors surface in ``put``/``close``."""
+    its chunks (each with its done flag, once its rows have reached the host: ``HostBuffers``); errors
+    surface in ``put``/``close``."""
 
-    def __init__(self, store: Store, dataset: str, depth: int = 8):
-        self.store, self.dataset = store, dataset
+    def __init__(self, store: Store, dataset: str, buffers: HostBuffers, timer=UNTIMED, depth: int = 8):
+        self.store, self.dataset, self.buffers, self.timer = store, dataset, buffers, timer
         self.q: queue.Queue = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="crs-writer", daemon=True)
@@ -105,17 +108,23 @@ class _Writer:
             item = self.q.get()
             if item is None:
                 return
-            if self.error is not None:
-                continue
             try:
+                if self.error is not None:
+                    continue
                 if item[0] == "failures":
                     commit_failures(self.store, self.dataset, item[1])
                 else:
-                    _, array, j, values = item
+                    _, array, j, staged = item
+                    values = self.buffers.values(staged)
+                    t = time.perf_counter()
                     array.write_chunk(j, values)  # the chunk, then its done flag
+                    self.timer.add("store_write", time.perf_counter() - t)
                     after_commit()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                 self.error = exc
+            finally:
+                if item[0] == "chunk":
+                    self.buffers.release(item[3])  # also after an error: the main thread may wait for it
 
     def _put(self, item):
         if self.error is not None:
@@ -127,8 +136,11 @@ class _Writer:
         if failures:
             self._put(("failures", failures))
 
-    def put(self, array, j, values):
-        self._put(("chunk", array, j, values))
+    def put(self, array, j, staged: Staged):
+        if self.error is not None:
+            self.buffers.release(staged)
+            raise self.error
+        self.q.put(("chunk", array, j, staged))
 
     def close(self):
         self.q.put(None)
@@ -166,6 +178,7 @@ def extract_many(
     executor: str = "local",
     ray_options: dict | None = None,
     max_models: int | None = None,
+    stages=None,
 ) -> list[ExtractSummary]:
     """Embed ``dataset`` with each of ``encoders_`` into ``store``; resumes whatever is incomplete.
     Returns one summary per encoder, in the order given (a name given twice runs once).
@@ -185,7 +198,8 @@ def extract_many(
     size=size)``). ``progress`` is an optional ``rich.progress.Progress``; one task per encoder is added
     to it. ``executor`` 'ray' spreads the work units over a Ray cluster, one encoder after the other
     (``crs.extract.ray_executor``; options in ``ray_options``: address, actors, gpus_per_actor,
-    cpus_per_actor, retries).
+    cpus_per_actor, retries). ``stages``: a ``crs.extract.timing.StageTimes`` the local run fills with
+    its time per stage (benchmarks/extract_bench.py; None: not timed).
     """
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
@@ -201,7 +215,7 @@ def extract_many(
     for group in encoder_groups(specs, device, max_models):
         runs = _extract_locally(store, {n: specs[n] for n in group}, dataset, ds, settings, device=device,
                                 weights=weights, trust_remote_code=trust_remote_code, precision=precision,
-                                workers=workers, strict=strict, progress=progress)
+                                workers=workers, strict=strict, progress=progress, stages=stages)
         out.update(zip(group, runs))
     return [out[n] for n in specs]
 
@@ -265,7 +279,7 @@ def model_groups(sizes: list[int | None], *, budget: int | None, max_models: int
 
 
 def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, device, weights, trust_remote_code,
-                     precision, workers, strict, progress) -> list[ExtractSummary]:
+                     precision, workers, strict, progress, stages=None) -> list[ExtractSummary]:
     """``extract_many`` in this process: every encoder's locks and models at once, each unit decoded once."""
     s = settings
     with contextlib.ExitStack() as locks:
@@ -287,7 +301,7 @@ def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, de
         t0 = time.perf_counter()  # the models are loaded
         busy = [(plan, model) for plan, model in jobs if plan.units]
         if busy:
-            _run_units_locally(store, busy, ds, workers=workers, strict=strict, progress=progress)
+            _run_units_locally(store, busy, ds, workers=workers, strict=strict, progress=progress, stages=stages)
         out = []
         for (plan, model), name in zip(jobs, specs):
             out.append(_finish(store, plan, t0, stale[name]))
@@ -509,11 +523,16 @@ def _pending_units(table: DatasetTable, conds: list[str], arrays: dict) -> tuple
     return units, skipped
 
 
-def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress) -> None:
+def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress, stages=None) -> None:
     """Decode each unit once and commit it condition by condition, for every (plan, model) of ``jobs``
     (one per encoder, same dataset and chunk): first the unit's decoding failures, then each
     condition, computed once, embedded by each encoder that has its chunk pending, each (encoder,
-    chunk, condition) committed with its done flag as soon as it is embedded."""
+    chunk, condition) committed with its done flag as soon as it is embedded.
+
+    Nothing in the loop waits for the device: each batch's embeddings are copied to a reused host buffer
+    without waiting (``HostBuffers``) and the writer thread waits for that copy, so the device works on
+    the next batches (up to the buffers' count) while the host decodes, launches and writes. ``stages``:
+    a ``crs.extract.timing.StageTimes`` to fill (None: only the forward passes are timed)."""
     plan0 = jobs[0][0]
     units: dict[int, list] = {}  # j -> [(job index, unit)]
     for i, (plan, _) in enumerate(jobs):
@@ -522,37 +541,66 @@ def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progres
         plan.summary.device = device_name(jobs[i][1].device)
         for u in plan.units:
             units.setdefault(u.j, []).append((i, u))
-    embeds = [Embedder(model, plan.batch) for plan, model in jobs]
-    # one step per array chunk written: a chunk of one condition
-    tasks = [progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units),
-                               unit="chunks") if progress is not None else None for plan, _ in jobs]
+    timer = UNTIMED if stages is None else stages
+    device = jobs[0][1].device
+    embeds = [_Embedding(Embedder(model, plan.batch), DeviceClock(device), plan, progress, _task(progress, plan))
+              for plan, model in jobs]
     order = sorted(units)
     first = {j: units[j][0][1] for j in order}
-    decoded = DecodedUnits(ds, {j: first[j].source_rows for j in order}, ds.paths)
-    device = jobs[0][1].device
-    pin = device.type == "cuda"
-    writer = _Writer(store, plan0.dataset)
+    conds = {j: [c for c in plan0.conds if any(c in u.conds for _, u in units[j])] for j in order}
+    host = {j: [c for c in conds[j] if c != CLEAN and parse(c).family in HOST_FAMILIES] for j in order}
+    prepared = PreparedUnits(DecodedUnits(ds, {j: first[j].source_rows for j in order}, ds.paths), first, host)
+    buffers = HostBuffers(device)
+    writer = _Writer(store, plan0.dataset, buffers, timer)
     try:
-        for j, images, failures in _loader(decoded, order, workers, pin):
-            writer.put_failures(unit_failures(first[j], failures, strict))
-            need = units[j]
+        batches = iter(_loader(prepared, order, workers, device.type == "cuda"))
+        while True:
+            with timer.waiting():
+                item = next(batches, None)
+            if item is None:
+                break
+            timer.add("decode", item.seconds[0])
+            timer.add("host_perturb", item.seconds[1])
+            writer.put_failures(unit_failures(first[item.j], item.failures, strict))
+            need = units[item.j]
             for i, _ in need:
-                jobs[i][0].summary.decodes += len(images)
-            conds = [c for c in plan0.conds if any(c in u.conds for _, u in need)]
-            for cond, groups in unit_conditions(first[j], images, device, conds):
+                jobs[i][0].summary.decodes += len(item.images)
+            for cond, groups in unit_conditions(first[item.j], item.images, device, conds[item.j], item.host, timer):
                 for i, u in need:
-                    if cond not in u.conds:
-                        continue
-                    plan, model = jobs[i]
-                    t = time.perf_counter()
-                    values = embed_groups(groups, embeds[i])
-                    plan.summary.forward_seconds += time.perf_counter() - t
-                    writer.put(plan.arrays[cond], j, values)
-                    plan.summary.chunks_written += 1
-                    plan.summary.forward_images += len(values)
-                    if tasks[i] is not None:
-                        progress.advance(tasks[i])
+                    if cond in u.conds:
+                        writer.put(embeds[i].plan.arrays[cond], item.j, embeds[i](groups, buffers, timer))
     finally:
         writer.close()  # what was embedded is committed, also on Ctrl-C (or SIGTERM, which the CLI makes one)
-    for (plan, _), embed in zip(jobs, embeds):
-        plan.summary.batch = embed.batch
+    for e in embeds:  # the device work is done (the writer waited for every copy)
+        e.plan.summary.forward_seconds += e.clock.seconds("forward")
+        e.plan.summary.batch = e.embed.batch
+        timer.add("forward", e.clock.seconds("forward"))
+
+
+class _Embedding(NamedTuple):
+    """One encoder of a local run: its forward passes (timed on its own ``clock``), plan and progress."""
+
+    embed: Embedder
+    clock: DeviceClock
+    plan: Plan
+    progress: object
+    task: object  # the encoder's progress task: one step per array chunk written (a chunk of one condition)
+
+    def __call__(self, groups, buffers: HostBuffers, timer) -> Staged:
+        """Embed one condition of a unit; its rows start on their way to the host."""
+        with self.clock.span("forward"):
+            parts = [(pos, self.embed(x)) for pos, x in groups]
+        staged = buffers.stage(parts, timer)
+        summary = self.plan.summary
+        summary.chunks_written += 1
+        summary.forward_images += sum(len(pos) for pos, _ in groups)
+        if self.task is not None:
+            self.progress.advance(self.task)
+        return staged
+
+
+def _task(progress, plan):
+    if progress is None:
+        return None
+    return progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units),
+                             unit="chunks")
