@@ -24,7 +24,6 @@ import torch
 
 STAGES = ("decode", "host_perturb", "host_to_device", "device_perturb", "forward", "device_to_host", "store_write",
           "main_wait")
-DEVICE_STAGES = ("host_to_device", "device_perturb", "forward", "device_to_host")
 
 
 class DeviceClock:
@@ -50,12 +49,12 @@ class DeviceClock:
             self.host[name] += time.perf_counter() - t
 
     def seconds(self, name: str) -> float:
-        """Total seconds of ``name``'s spans; reads the events once (each waits for its end event)."""
+        """Total seconds of ``name``'s spans (0 for none); reads the events once, waiting for the last."""
         pairs = self.spans.pop(name, [])
         for _, end in pairs[-1:]:
             end.synchronize()
         self.host[name] += sum(s.elapsed_time(e) for s, e in pairs) / 1000
-        return self.host[name]
+        return self.host.get(name, 0.0)
 
 
 class StageTimes:
@@ -79,7 +78,7 @@ class StageTimes:
 
     def totals(self) -> dict[str, float]:
         """Seconds per stage; call after the run (the device work is finished)."""
-        return {s: self.clock.seconds(s) if s in DEVICE_STAGES else self.host.get(s, 0.0) for s in STAGES}
+        return {s: self.clock.seconds(s) + self.host.get(s, 0.0) for s in STAGES}
 
     def per_thousand(self, forward_images: int) -> dict[str, float]:
         """Seconds per stage per 1,000 forward images."""
