@@ -529,14 +529,17 @@ def record_cost(plan: Plan, model=None, *, measured: dict | None = None) -> None
     """After a run that embedded something: write into every array of ``plan`` the encoder's weights
     (``weights_info``) and cost (``crs.extract.cost.measure``) -- ``model_cost(model)``, or ``measured``
     when it was worked out elsewhere (a Ray replica) -- with the forward rate measured in this run
-    (images/s in the forward passes, model load, decoding and perturbing excluded) and the device.
+    (images/s in the forward passes, model load, decoding and perturbing excluded), the device seconds
+    of those forward passes (``seconds``) and the device; the same on either executor.
     Written after the data, as the rate is known only then; a run with nothing to do writes nothing,
     so it keeps the store's content digests."""
     summary = plan.summary
     measured = model_cost(model) if measured is None else measured
     cost = dict(measured.get("cost") or {})
     rate = summary.forward_images / summary.forward_seconds if summary.forward_seconds > 0 else None
-    cost.update({"images_per_s": None if rate is None else round(rate, 3), "device": summary.device})
+    # seconds: the device's in this run's forward passes (a Ray run's replicas summed), what the run cost
+    cost.update({"images_per_s": None if rate is None else round(rate, 3), "seconds": round(summary.forward_seconds, 3),
+                 "device": summary.device})
     update = {"weights": measured.get("weights"), "cost": cost}
     for arr in plan.arrays.values():
         set_attrs(arr.group, update)
