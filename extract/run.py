@@ -88,10 +88,15 @@ def dataset_table(ds) -> DatasetTable:
 # ----------------------------------------------------------------------- decoding
 def _loader(units: PreparedUnits, order: list[int], workers: int, pin: bool):
     subset = torch.utils.data.Subset(units, order)
-    kwargs = {"num_workers": workers, "batch_size": None, "pin_memory": pin}
+    kwargs = {"num_workers": workers, "batch_size": None, "pin_memory": pin, "collate_fn": _as_is}
     if workers > 0:
         kwargs["prefetch_factor"] = 2
     return torch.utils.data.DataLoader(subset, **kwargs)
+
+
+def _as_is(item):
+    """The DataLoader's collate function: a unit as its worker made it (numpy positions stay numpy)."""
+    return item
 
 
 # ----------------------------------------------------------------------- writing
