@@ -24,7 +24,7 @@ from the measured one nearest to it in FLOPs per image by the ratio of their FLO
 assumes the same share of the peak, which small models do not reach -- their rate is bounded by the
 input pipeline, not by FLOPs). ``images_per_second`` is the plain FLOP model (989 TFLOPs bf16 dense,
 no sparsity, at 40 %), kept for ``benchmarks/scaling_plan.py``; the two measured rates reach 39 % and
-50 % of that peak. Decoding and perturbing images add to it (``benchmarks/extract_bench.py`` measures
+30 % of that peak. Decoding and perturbing images add to it (``benchmarks/extract_bench.py`` measures
 both).
 """
 
