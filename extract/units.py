@@ -170,7 +170,7 @@ class Prepared(NamedTuple):
     j: int
     images: object  # uint8 [m, S, S, 3], or a list of uint8 [S_i, S_i, 3] (``DecodedUnits``)
     failures: list
-    host: dict  # condition -> [(positions in the unit, uint8 [k, S, S, 3])]: the host families' images
+    host: dict  # condition -> [(positions in the unit, uint8 [k, 3, S, S])]: the host families' images
     seconds: tuple[float, float]  # (decoding, host-side perturbing), perf counters in the worker
 
 
@@ -203,8 +203,9 @@ def _as_float(imgs: torch.Tensor) -> torch.Tensor:
 
 
 def _as_uint8(x: torch.Tensor) -> torch.Tensor:
-    """[n, 3, H, W] in [0, 1] holding k/255 values (a codec's output) back to uint8 [n, H, W, 3], exactly."""
-    return x.mul(255).round_().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    """[n, 3, H, W] in [0, 1] holding k/255 values (a codec's output) back to uint8 [n, 3, H, W], exactly,
+    in the codec's own (contiguous) layout: the layout reaches the encoder, whose float sums it orders."""
+    return x.mul(255).round_().to(torch.uint8).contiguous()
 
 
 def test_groups(images, n_test: int) -> list[tuple[np.ndarray, torch.Tensor]]:
@@ -218,10 +219,11 @@ def test_groups(images, n_test: int) -> list[tuple[np.ndarray, torch.Tensor]]:
     return out
 
 
-def to_device(imgs: torch.Tensor, device) -> torch.Tensor:
-    """uint8 [m, S, S, 3] on the host (pinned on CUDA) -> float [m, 3, S, S] in [0, 1] on ``device``,
-    copied without waiting."""
-    return _as_float(imgs.to(device, non_blocking=True))
+def to_device(imgs: torch.Tensor, device, channels_first: bool = False) -> torch.Tensor:
+    """uint8 [m, S, S, 3] (or [m, 3, S, S] with ``channels_first``) on the host, pinned on CUDA -> float
+    [m, 3, S, S] in [0, 1] on ``device``, copied without waiting; the memory layout stays the input's."""
+    x = imgs.to(device, non_blocking=True)
+    return x.float().div_(255) if channels_first else _as_float(x)
 
 
 def unit_conditions(unit: Unit, images, device, conds: list[str] | None = None, host: dict | None = None,
@@ -242,7 +244,7 @@ def unit_conditions(unit: Unit, images, device, conds: list[str] | None = None, 
             continue
         if host and cond in host:
             with timer.device("host_to_device"):
-                out = [(pos, to_device(imgs, device)) for pos, imgs in host[cond]]
+                out = [(pos, to_device(imgs, device, channels_first=True)) for pos, imgs in host[cond]]
             yield cond, out
             continue
         c = parse(cond)  # the test rows of the unit come first

@@ -81,7 +81,7 @@ def counter(monkeypatch):
     mode = SyncCounter()
     to_device, apply, stage = units.to_device, perturb.apply, units.HostBuffers.stage
     batches = []
-    monkeypatch.setattr(units, "to_device", lambda imgs, device: mode.mark(to_device(imgs, device)))
+    monkeypatch.setattr(units, "to_device", lambda *a, **k: mode.mark(to_device(*a, **k)))
 
     def counted_apply(*args, **kwargs):
         mode.paused += not COUNT_INSIDE_PERTURB

@@ -49,6 +49,7 @@ def test_jpeg_in_the_workers_is_perturb_apply_on_the_main_thread():
         (want_pos, want), = main[cond]
         assert pos.tolist() == want_pos.tolist() == [0, 1, 2, 3]
         assert torch.equal(got, want)
+        assert got.stride() == want.stride()  # the layout reaches the encoder, whose float sums it orders
         c = parse(cond)
         x = prepared.images[:4].permute(0, 3, 1, 2).float().div(255)
         assert torch.equal(got, perturb.apply(x, c.family, c.severity, ids[:4]))
