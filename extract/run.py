@@ -19,9 +19,11 @@ unit's decoding, never a failure whose chunk is marked done; and the half-writte
 kill leaves (Zarr's ``*.partial``) are removed at the next start, under the locks.
 
 Throughput: units are decoded ahead by DataLoader workers (``workers``; pinned memory
-and non-blocking copies on CUDA), embeddings go to disk on a background writer thread
-so the device never waits for the store, the batch halves on out-of-memory instead of
-failing, and CUDA runs under bf16 autocast (``crs.extract.models``).
+and non-blocking copies on CUDA), which also run the perturbations whose codec stays on the
+CPU (JPEG); the loop never waits for the device: embeddings reach reused host buffers by an
+asynchronous copy and go to disk on a background writer thread that waits for it, so
+several batches are in flight; the batch halves on out-of-memory instead of failing, and
+CUDA runs under bf16 autocast (``crs.extract.models``).
 
 Safety: one lock per (dataset, encoder) in the store (pid + host; a lock left by a dead
 process is taken over); a short lock per dataset guards its metadata and failures
