@@ -2,7 +2,13 @@
 
 (a) raw forward throughput: the encoder on pre-made tensors already at its input size;
 (b) the whole ``crs extract`` pipeline: PNG files on disk -> decode (DataLoader workers) ->
-    clean + perturbed conditions -> resize, normalise, forward -> a complete store.
+    clean + perturbed conditions -> resize, normalise, forward -> a complete store, with its time per
+    stage (``crs.extract.timing``: decode, host-side perturbation, host to device, device-side
+    perturbation, forward, device to host, store write, the main thread's wait) in seconds per 1,000
+    forward images (``stages_s_per_1000``; the workers' stages summed over the workers, the device's
+    from CUDA events on CUDA). ``--encoder null`` runs it with an encoder of ``--like``'s width and input
+    size that costs next to nothing (``crs.extract.models.NullModel``): what the pipeline alone can feed;
+    ``--null-ceiling`` runs that too beside a real encoder (``null_ceiling``).
 
 (c) perturbation throughput alone, per modality suite (``--suites``): perturbed images/s of every
     family at every severity of ``--severities`` on a batch at the working size (``--work-size``), beside
@@ -18,8 +24,9 @@ The pipeline decodes each file once (``decodes``). The model has random weights 
 download): any registry record's architecture, or a timm architecture name. Prints both
 rates and their ratio; the last line is one JSON object. Usage:
 
-    python benchmarks/extract_bench.py [--encoder vit-base] [--images 256] [--batch 64]
-        [--file-size 256] [--severities 3|default] [--workers 2] [--device cpu] [--precision auto]
+    python benchmarks/extract_bench.py [--encoder vit-base|null] [--like vit-base] [--null-ceiling]
+        [--images 256] [--batch 64] [--file-size 256] [--severities 3|default] [--workers 2]
+        [--device cpu] [--precision auto] [--no-suite-rates]
 
 The resume unit: (b) also times every commit (a chunk of one condition with its done flag).
 A kill loses what was computed since the last commit: ``commit_gap_max_s`` now that each
@@ -275,9 +282,33 @@ def unit_costs(commits: list, n_cond: int, at_chunk: int) -> dict:
             "unit_at_chunk_s": round(cost * at_chunk * n_cond, 2)}
 
 
+def pipeline(store_path: Path, spec, weights, ds, args, sev, device) -> tuple:
+    """(b) once: (the run's summary, seconds per stage per 1,000 forward images, the commit times)."""
+    from crs.extract.run import extract
+    from crs.extract.timing import StageTimes
+    from crs.store import Store
+
+    stages = StageTimes(device)
+    with timed_commits() as commits:
+        run = extract(Store(str(store_path)), spec, "bench", ds=ds, chunk=args.chunk, batch=args.batch,
+                      device=str(device), severities=sev, workers=args.workers, weights=weights,
+                      precision=args.precision, stages=stages)
+    assert run.complete
+    return run, stages.per_thousand(run.forward_images), commits
+
+
+def stage_line(name: str, rate: float, per_1000: dict) -> str:
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in per_1000.items())
+    return f"{name}: {rate:.1f} images/s; seconds per 1,000 forward images: {parts}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--encoder", default="vit-base", help="registry name or timm architecture (random weights)")
+    ap.add_argument("--encoder", default="vit-base", help="registry name or timm architecture (random weights); "
+                    "'null': the pipeline alone (embeddings of --like's width and input size at next to no cost)")
+    ap.add_argument("--like", default="vit-base", help="with --encoder null: the registry record it stands in for")
+    ap.add_argument("--null-ceiling", action="store_true", help="also run the pipeline with the null stand-in of "
+                    "--encoder (its ceiling), beside the encoder's own")
     ap.add_argument("--images", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--file-size", type=int, default=256, help="side of the PNG files")
@@ -291,6 +322,7 @@ def main() -> None:
     ap.add_argument("--raw-batches", type=int, default=0, help="forward batches for (a); default: as many as (b) runs")
     ap.add_argument("--at-chunk", type=int, default=256, help="chunk length the unit costs are scaled to")
     ap.add_argument("--suites", default="dermatology,ophthalmology,radiology", help="(c): the suites timed")
+    ap.add_argument("--no-suite-rates", action="store_true", help="skip (c)")
     ap.add_argument("--work-size", type=int, default=512, help="(c): side of the images perturbed")
     ap.add_argument("--perturb-batch", type=int, default=8, help="(c): images per perturbed batch")
     ap.add_argument("--compare-with", default=None, metavar="PERTURB_PY",
@@ -303,15 +335,13 @@ def main() -> None:
 
     import torch
 
-    from crs.extract import perturb
+    from crs.extract import encoders, perturb
     from crs.extract.models import load, pick_device
-    from crs.extract.run import extract
-    from crs.store import Store
 
     device = pick_device(args.device)
     sev = perturb.SEVERITIES if args.severities == "default" else \
         tuple(int(s) for s in args.severities.split(",") if s.strip())
-    perturbation = perturb_rates(args, sev)
+    perturbation = None if args.no_suite_rates else perturb_rates(args, sev)
     if args.perturb_only:
         print(json.dumps({"perturbation": perturbation}))
         return
@@ -319,7 +349,10 @@ def main() -> None:
         tmp = Path(tmpdir)
         (tmp / "png").mkdir()
         write_pngs(tmp / "png", args.images, args.file_size)
-        spec, weights = random_weights(args.encoder, tmp)
+        if args.encoder == "null":
+            spec, weights = encoders.null_like(encoders.get(args.like)), None
+        else:
+            spec, weights = random_weights(args.encoder, tmp)
         ds = PngDataset(tmp / "png", args.images, args.file_size, args.modality)
 
         # (a) raw forward on pre-made tensors at the input size
@@ -342,28 +375,38 @@ def main() -> None:
         raw = batches * args.batch / (time.perf_counter() - t)
         del enc
 
-        # (b) the pipeline, files to a complete store
-        store = Store(str(tmp / "store.zarr"))
+        # (b) the pipeline, files to a complete store; then, with --null-ceiling, the same with the null stand-in
         t = time.perf_counter()
-        with timed_commits() as commits:
-            run = extract(store, spec, "bench", ds=ds, chunk=args.chunk, batch=args.batch, device=str(device),
-                          severities=sev, workers=args.workers, weights=weights, precision=args.precision)
+        run, stages, commits = pipeline(tmp / "store.zarr", spec, weights, ds, args, sev, device)
         total = time.perf_counter() - t
-        assert run.complete
-        pipeline = run.forward_images / run.seconds
+        pipeline_rate = run.forward_images / run.seconds
         units = unit_costs(commits, n_cond, args.at_chunk)
+        ceiling = None
+        if args.null_ceiling and args.encoder != "null":
+            null = encoders.null_like(spec)
+            nrun, nstages, _ = pipeline(tmp / "null.zarr", null, None, ds, args, sev, device)
+            ceiling = {"images_per_s": round(nrun.forward_images / nrun.seconds, 2),
+                       "ratio_to_raw": round(nrun.forward_images / nrun.seconds / raw, 2),
+                       "stages_s_per_1000": nstages}
     result = {
-        "encoder": args.encoder, "device": str(device), "precision": args.precision, "batch": args.batch,
+        "benchmark": "extract", "encoder": args.encoder, **({"like": args.like} if args.encoder == "null" else {}),
+        "device": str(device), "precision": args.precision, "batch": args.batch,
         "input_size": spec.input_size, "file_size": args.file_size, "workers": args.workers,
-        "raw_images_per_s": round(raw, 2), "pipeline_images_per_s": round(pipeline, 2),
-        "ratio": round(pipeline / raw, 3), "images": args.images, "conditions": n_cond,
+        "severities": list(sev), "modality": args.modality,
+        "raw_images_per_s": round(raw, 2), "pipeline_images_per_s": round(pipeline_rate, 2),
+        "ratio": round(pipeline_rate / raw, 3), "stages_s_per_1000": stages,
+        "raw_forward_s_per_1000": round(1000 / raw, 4), "null_ceiling": ceiling,
+        "images": args.images, "conditions": n_cond,
         "forward_images": run.forward_images, "decodes": run.decodes,
         "pipeline_seconds_with_model_load": round(total, 2), "torch_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(), "chunk": args.chunk, **units, "perturbation": perturbation,
     }
     print(f"{args.encoder} on {device} ({args.precision}, batch {args.batch}): raw forward {raw:.1f} images/s, "
-          f"pipeline {pipeline:.1f} images/s (ratio {pipeline / raw:.2f}); {run.decodes} decodes for "
+          f"pipeline {pipeline_rate:.1f} images/s (ratio {pipeline_rate / raw:.2f}); {run.decodes} decodes for "
           f"{args.images} files x {n_cond} conditions", file=sys.stderr)
+    print(stage_line("pipeline", pipeline_rate, stages), file=sys.stderr)
+    if ceiling is not None:
+        print(stage_line("null ceiling", ceiling["images_per_s"], ceiling["stages_s_per_1000"]), file=sys.stderr)
     if "unit_at_chunk_s" in units:
         print(f"resume unit at chunk {args.at_chunk}, {n_cond} conditions: a kill loses up to "
               f"{units['commit_at_chunk_s']:.1f} s (one chunk x one condition; was the whole unit, "

@@ -336,9 +336,8 @@ def _print_plan(p: dict, *, as_json: bool, quiet: bool) -> None:
         show(t)
         tot = p["totals"]
         out.print(f"total: {n(tot['forward_passes'])} forward passes, store {size(tot['store_bytes'])} "
-                  f"({p['store_size_note']}), GPU time {hours(tot['gpu_seconds'])} at {p['utilisation']:.0%} of "
-                  f"{p['peak_tflops']:g} TFLOPs peak (forward passes only; decoding and perturbing add to it)",
-                  highlight=False, soft_wrap=True)
+                  f"({p['store_size_note']}), GPU time {hours(tot['gpu_seconds'])} (forward passes only; decoding "
+                  f"and perturbing add to it). GPU rates: {p['gpu_time_source']}", highlight=False, soft_wrap=True)
         unknown = [e["encoder"] for e in p["encoders"] if e["in_cache"] is None]
         if unknown:
             out.print(f"weights of {', '.join(unknown)}: whether they are in the local cache is not known "

@@ -312,8 +312,9 @@ class Extract:
     workers: int = _opt("DataLoader worker processes decoding images ahead", _at_least(0), flag="--workers",
                         default=0)
     strict: bool = _opt("stop at the first image that cannot be decoded", flag="--strict", default=False)
-    max_models: int = _opt("encoders loaded at once (0: as many as fit in half of the GPU's free memory, all on "
-                           "the CPU); each group decodes and perturbs the images once", _at_least(0),
+    max_models: int = _opt("encoders loaded at once (0: as many as fit 80% of the device's free memory, weights "
+                           "and one batch's activations, at most 8); each group decodes and perturbs the images "
+                           "once", _at_least(0),
                            flag="--max-models", default=0)
     executor: str = _opt("local (this process) or ray (work units spread over a Ray cluster; pip install "
                          "'crs-bench[ray]')", _choices("local", "ray"), flag="--executor", default="local")

@@ -412,6 +412,15 @@ def default_reference(encoders: list[str]) -> str:
     return ref if ref is not None else "median"
 
 
+def null_like(spec: EncoderSpec) -> EncoderSpec:
+    """A stand-in with ``spec``'s width, input size and preprocessing whose model costs next to nothing
+    (``crs.extract.models.NullModel``): what the pipeline alone can feed (``benchmarks/extract_bench.py
+    --encoder null``), and the tests' cheap encoder. Not a registry record."""
+    return EncoderSpec(name=f"null-{spec.name}", family="baseline", source="builtin", model_id="null",
+                       width=spec.width, input_size=spec.input_size, mean=spec.mean, std=spec.std,
+                       interpolation=spec.interpolation, pretrained=False, licence="apache-2.0", loader="builtin")
+
+
 def with_revision(spec: EncoderSpec, revision: str | None) -> EncoderSpec:
     """``spec`` pinned to ``revision`` for one run (``--revision ENCODER=REV``, or ``revision`` in an
     encoder file / the TOML config). A full 40-hex commit id or a branch/tag name; None keeps the record's."""

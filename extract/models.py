@@ -73,6 +73,20 @@ class ColourTextureStats(torch.nn.Module):
         return out
 
 
+class NullModel(torch.nn.Module):
+    """The pipeline's ceiling (``benchmarks/extract_bench.py --encoder null``): embeddings of the right
+    width at next to no cost, each a function of its own image only (means of a 4 x 4 grid of its
+    pixels, 48 values, repeated to ``width``), so a change in what an image became shows in them."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.width = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [n, 3, H, W]
+        cells = F.adaptive_avg_pool2d(x, 4).flatten(1)  # [n, 48]
+        return cells.repeat(1, -(-self.width // cells.shape[1]))[:, : self.width]
+
+
 class ProjectedTrunk(torch.nn.Module):
     """An open_clip-style image tower: a timm trunk's pooled features times a projection."""
 
@@ -644,6 +658,8 @@ def loaded_weights_info(spec: EncoderSpec, weights: str | None, model: torch.nn.
 
 
 def _builtin_model(spec: EncoderSpec) -> torch.nn.Module:
+    if spec.model_id == "null":  # not a registry record: a benchmark's and the tests' stand-in
+        return NullModel(spec.width)
     if spec.model_id != "colour_texture_stats":
         raise ValueError(f"unknown builtin encoder {spec.model_id!r}")
     return ColourTextureStats()

@@ -17,13 +17,20 @@ N_p * 3p^2 * D. Norms, softmax, GELU and pooling heads add about 1 % and are lef
 CNNs take their published multiply-add counts at 224 (ResNet-50: 4.1 G, He et al. 2016 /
 torchvision; ConvNeXt-B: 15.4 G, Liu et al. 2022, Table 1), scaled by the input area.
 
-GPU time: forward FLOPs / (peak * utilisation), by default one H200 (989 TFLOPs bf16 dense,
-no sparsity) at 40 % of peak; decoding and perturbing images add to it
-(``benchmarks/extract_bench.py`` measures both).
+GPU time: forward passes / a forward rate on one H200 (``forward_rate``), from the measured table
+``MEASURED`` (raw forward, bf16 autocast, random weights: ``benchmarks/device_check.sh``, whose one
+H200 run is quoted in issue 41): the measured records at their own rate, every other record scaled
+from the measured one nearest to it in FLOPs per image by the ratio of their FLOPs (an estimate: it
+assumes the same share of the peak, which small models do not reach -- their rate is bounded by the
+input pipeline, not by FLOPs). ``images_per_second`` is the plain FLOP model (989 TFLOPs bf16 dense,
+no sparsity, at 40 %), kept for ``benchmarks/scaling_plan.py``; the two measured rates reach 39 % and
+30 % of that peak. Decoding and perturbing images add to it (``benchmarks/extract_bench.py`` measures
+both).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 # timm architecture names used by the registry -> (width, depth, patch, mlp width, class token)
@@ -90,6 +97,28 @@ def macs_for(spec) -> float | None:
     return None if flops is None else flops / 2
 
 
+# record -> raw forward images/s measured on one H200 (bf16 autocast, random weights, batch 256 / 128),
+# benchmarks/device_check.sh as quoted in issue 41
+MEASURED = {"vit-large": 3103.0, "siglip-so400m": 451.0}
+RATE_SOURCE = ("measured raw forward on one H200, bf16 (benchmarks/device_check.sh, issue 41): vit-large 3,103 img/s "
+               "at 224 px, siglip-so400m 451 img/s at 384 px; every other encoder scaled from the one nearer in "
+               "FLOPs by the ratio of FLOPs per image (an estimate; small models are bounded by the input pipeline)")
+
+
+def forward_rate(name: str, macs: float | None) -> tuple[float | None, str | None]:
+    """(forward images/s on one H200, its basis: 'measured' or 'scaled from NAME by FLOPs') of a record
+    named ``name`` with ``macs`` multiply-adds per image; (None, None) where no figure is known."""
+    if name in MEASURED:
+        return MEASURED[name], "measured"
+    if not macs:
+        return None, None
+    from crs.extract import encoders
+
+    anchors = {n: macs_per_image(encoders.get(n)) for n in MEASURED}
+    nearest = min(anchors, key=lambda n: abs(math.log(anchors[n] / macs)))
+    return MEASURED[nearest] * anchors[nearest] / macs, f"scaled from {nearest} by FLOPs"
+
+
 def images_per_second(macs: float | None, peak_tflops: float = PEAK_TFLOPS,
                       utilisation: float = UTILISATION) -> float | None:
     return None if not macs else peak_tflops * 1e12 * utilisation / (2 * macs)
@@ -108,22 +137,25 @@ class Pair:
     store_bytes: int | None  # raw (uncompressed) size of the embeddings written
     gflops_per_image: float | None
     gpu_seconds: float | None
+    rate_basis: str | None = None  # how the forward rate was had (``forward_rate``); None: the FLOP model
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def pair(encoder: str, dataset: str, *, width: int, macs: float | None, images: int | None,
-         test_images: int | None, perturbed: int, itemsize: int, peak_tflops: float = PEAK_TFLOPS, utilisation: float = UTILISATION) -> Pair:
-    """Forward passes = images + test_images * perturbed; store bytes = width * itemsize * forward passes."""
+         test_images: int | None, perturbed: int, itemsize: int, peak_tflops: float = PEAK_TFLOPS,
+         utilisation: float = UTILISATION, rate: float | None = None, rate_basis: str | None = None) -> Pair:
+    """Forward passes = images + test_images * perturbed; store bytes = width * itemsize * forward passes;
+    GPU seconds = forward passes / ``rate`` (images/s), or by the FLOP model where no rate is given."""
     if images is None or test_images is None:
         return Pair(encoder, dataset, None, None, None, None, None,
-                    None if not macs else 2 * macs / 1e9, None)
+                    None if not macs else 2 * macs / 1e9, None, rate_basis)
     forward = images + test_images * perturbed
-    rate = images_per_second(macs, peak_tflops, utilisation)
+    rate = images_per_second(macs, peak_tflops, utilisation) if rate is None else rate
     return Pair(encoder, dataset, images, test_images, 1 + perturbed, forward,
                 width * itemsize * forward if width else None, None if not macs else 2 * macs / 1e9,
-                None if rate is None else forward / rate)
+                None if rate is None else forward / rate, rate_basis)
 
 
 def totals(pairs: list[Pair]) -> dict:

@@ -19,9 +19,11 @@ unit's decoding, never a failure whose chunk is marked done; and the half-writte
 kill leaves (Zarr's ``*.partial``) are removed at the next start, under the locks.
 
 Throughput: units are decoded ahead by DataLoader workers (``workers``; pinned memory
-and non-blocking copies on CUDA), embeddings go to disk on a background writer thread
-so the device never waits for the store, the batch halves on out-of-memory instead of
-failing, and CUDA runs under bf16 autocast (``crs.extract.models``).
+and non-blocking copies on CUDA), which also run the perturbations whose codec stays on the
+CPU (JPEG); the loop never waits for the device: embeddings reach reused host buffers by an
+asynchronous copy and go to disk on a background writer thread that waits for it, so
+several batches are in flight; the batch halves on out-of-memory instead of failing, and
+CUDA runs under bf16 autocast (``crs.extract.models``).
 
 Safety: one lock per (dataset, encoder) in the store (pid + host; a lock left by a dead
 process is taken over); a short lock per dataset guards its metadata and failures
@@ -31,10 +33,12 @@ table, so several encoders can write into one store at the same time (``crs.stor
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,8 +51,12 @@ from crs.extract.models import load, pick_device
 from crs.names import SPLIT_CODE
 from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_lock, store_order
 from crs.store.zarr_store import now, set_attrs
-from crs.extract.units import (DecodedUnits, Embedder, ExtractSummary, Plan, Unit, after_commit, commit_failures,
-                               embed_groups, unit_conditions, unit_failures)
+from crs.extract.timing import UNTIMED, DeviceClock
+from crs.extract.units import (HOST_FAMILIES, DecodedUnits, Embedder, ExtractSummary, HostBuffers, Plan, PreparedUnits,
+                               Staged, Unit, after_commit, commit_failures, unit_conditions, unit_failures)
+
+
+log = logging.getLogger("crs.extract")
 
 
 def dataset_table(ds) -> DatasetTable:
@@ -80,21 +88,27 @@ def dataset_table(ds) -> DatasetTable:
 
 
 # ----------------------------------------------------------------------- decoding
-def _loader(units: DecodedUnits, order: list[int], workers: int, pin: bool):
+def _loader(units: PreparedUnits, order: list[int], workers: int, pin: bool):
     subset = torch.utils.data.Subset(units, order)
-    kwargs = {"num_workers": workers, "batch_size": None, "pin_memory": pin}
+    kwargs = {"num_workers": workers, "batch_size": None, "pin_memory": pin, "collate_fn": _as_is}
     if workers > 0:
         kwargs["prefetch_factor"] = 2
     return torch.utils.data.DataLoader(subset, **kwargs)
 
 
+def _as_is(item):
+    """The DataLoader's collate function: a unit as its worker made it (numpy positions stay numpy)."""
+    return item
+
+
 # ----------------------------------------------------------------------- writing
 class _Writer:
     """A background thread that commits, in order of arrival, a unit's decoding failures and then
-    its chunks (each with its done flag); errors surface in ``put``/``close``."""
+    its chunks (each with its done flag, once its rows have reached the host: ``HostBuffers``); errors
+    surface in ``put``/``close``."""
 
-    def __init__(self, store: Store, dataset: str, depth: int = 8):
-        self.store, self.dataset = store, dataset
+    def __init__(self, store: Store, dataset: str, buffers: HostBuffers, timer=UNTIMED, depth: int = 8):
+        self.store, self.dataset, self.buffers, self.timer = store, dataset, buffers, timer
         self.q: queue.Queue = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="crs-writer", daemon=True)
@@ -105,17 +119,23 @@ class _Writer:
             item = self.q.get()
             if item is None:
                 return
-            if self.error is not None:
-                continue
             try:
+                if self.error is not None:
+                    continue
                 if item[0] == "failures":
                     commit_failures(self.store, self.dataset, item[1])
                 else:
-                    _, array, j, values = item
+                    _, array, j, staged = item
+                    values = self.buffers.values(staged)
+                    t = time.perf_counter()
                     array.write_chunk(j, values)  # the chunk, then its done flag
+                    self.timer.add("store_write", time.perf_counter() - t)
                     after_commit()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                 self.error = exc
+            finally:
+                if item[0] == "chunk":
+                    self.buffers.release(item[3])  # also after an error: the main thread may wait for it
 
     def _put(self, item):
         if self.error is not None:
@@ -127,8 +147,11 @@ class _Writer:
         if failures:
             self._put(("failures", failures))
 
-    def put(self, array, j, values):
-        self._put(("chunk", array, j, values))
+    def put(self, array, j, staged: Staged):
+        if self.error is not None:
+            self.buffers.release(staged)
+            raise self.error
+        self.q.put(("chunk", array, j, staged))
 
     def close(self):
         self.q.put(None)
@@ -166,6 +189,7 @@ def extract_many(
     executor: str = "local",
     ray_options: dict | None = None,
     max_models: int | None = None,
+    stages=None,
 ) -> list[ExtractSummary]:
     """Embed ``dataset`` with each of ``encoders_`` into ``store``; resumes whatever is incomplete.
     Returns one summary per encoder, in the order given (a name given twice runs once).
@@ -174,10 +198,11 @@ def extract_many(
     a work unit (chunk j) is decoded if any encoder has a chunk j pending, each of its conditions is
     computed when any encoder needs it and embedded by every encoder that does, each (encoder, chunk,
     condition) committed with its done flag as soon as it is embedded, as for one encoder. The
-    models are loaded at once in groups (``encoder_groups``): at most ``max_models`` (None: no count
-    limit) whose float32 weights fit ``WEIGHTS_SHARE`` of a CUDA device's free memory (no memory
-    budget on the CPU); the groups run one after the other, each decoding and perturbing once for
-    its encoders. The images held are one unit's decoded ones plus one condition's perturbed ones.
+    models are loaded in groups (``encoder_groups``): at most ``max_models`` (None: ``MAX_MODELS``) whose
+    float32 weights plus one batch's activations fit ``MEMORY_SHARE`` of the device's free memory (the
+    host's on the CPU), so the whole registry (``--pretrained``) never loads at once; the groups run one
+    after the other, each decoding and perturbing once for its encoders (sharing a decode among 8
+    encoders leaves 1/8 of its cost per encoder; more saves little and holds more memory and locks). The images held are one unit's decoded ones plus one condition's perturbed ones.
     The locks of a group's (dataset, encoder) pairs are held while it runs.
 
     ``encoders_`` are registry names or records (``encoders.resolve``); ``dataset`` a name or an
@@ -185,7 +210,8 @@ def extract_many(
     size=size)``). ``progress`` is an optional ``rich.progress.Progress``; one task per encoder is added
     to it. ``executor`` 'ray' spreads the work units over a Ray cluster, one encoder after the other
     (``crs.extract.ray_executor``; options in ``ray_options``: address, actors, gpus_per_actor,
-    cpus_per_actor, retries).
+    cpus_per_actor, retries). ``stages``: a ``crs.extract.timing.StageTimes`` the local run fills with
+    its time per stage (benchmarks/extract_bench.py; None: not timed).
     """
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
@@ -198,10 +224,10 @@ def extract_many(
                                 trust_remote_code=trust_remote_code, progress=progress, ray_options=ray_options)
                 for spec in specs.values()]
     out = {}
-    for group in encoder_groups(specs, device, max_models):
+    for group in encoder_groups(specs, device, max_models, batch):
         runs = _extract_locally(store, {n: specs[n] for n in group}, dataset, ds, settings, device=device,
                                 weights=weights, trust_remote_code=trust_remote_code, precision=precision,
-                                workers=workers, strict=strict, progress=progress)
+                                workers=workers, strict=strict, progress=progress, stages=stages)
         out.update(zip(group, runs))
     return [out[n] for n in specs]
 
@@ -218,54 +244,84 @@ def _resolved(encoders_, dataset, ds, size: float) -> tuple[dict, str, object]:
     return specs, dataset, ds if ds is not None else datasets.get(dataset, size=size)
 
 
-WEIGHTS_SHARE = 0.5  # of a CUDA device's free memory for the models loaded at once; the rest: a batch's activations
+MEMORY_SHARE = 0.8  # of the device's free memory (the host's available memory on the CPU) a group may take
+MAX_MODELS = 8  # loaded together at most unless --max-models says otherwise (module docstring of extract_many)
 BYTES_PER_PARAMETER = 4  # weights stay float32 (bf16 is autocast, crs.extract.models)
+# one image's activations at their peak, per input pixel: 64 float32 values. The widest tensor of a forward
+# pass holds ~16-21 values per input pixel (ViT-L/16 at 224: 197 tokens x 4096 MLP units = 16; SigLIP
+# so400m at 384: 729 x 4304 = 21; ResNet-50's 64 x 112 x 112 stem output: 16); its input, output and the
+# residual stream are alive together, and bf16 would halve it: 64 float32 is an upper estimate
+ACTIVATION_BYTES_PER_PIXEL = 64 * 4
 
 
-def encoder_groups(specs: dict, device: str | None, max_models: int | None,
+def model_bytes(spec, batch: int) -> tuple[int | None, int]:
+    """(float32 weights in bytes, from the record's parameter count on the meta device: None where unknown
+    before loading; one batch's activations, ``batch * input_size**2 * ACTIVATION_BYTES_PER_PIXEL``)."""
+    from crs.extract.cost import parameters
+
+    p = parameters(spec)
+    return (None if p is None else BYTES_PER_PARAMETER * p), batch * spec.input_size ** 2 * ACTIVATION_BYTES_PER_PIXEL
+
+
+def memory_budget(device: str | None) -> int:
+    """``MEMORY_SHARE`` of what ``device`` has free now: a CUDA device's free memory, else the host's."""
+    dev = pick_device(device)
+    if dev.type == "cuda":
+        return int(MEMORY_SHARE * torch.cuda.mem_get_info(dev)[0])
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX host
+        free = 8 << 30
+    return int(MEMORY_SHARE * free)
+
+
+def encoder_groups(specs: dict, device: str | None, max_models: int | None, batch: int = 64,
                    budget: int | None = None) -> list[list[str]]:
-    """The names of ``specs`` in groups to load together (``model_groups``): the budget is ``budget``
-    bytes if given, else ``WEIGHTS_SHARE`` of the free memory of ``device`` when it is a CUDA device,
-    else none. Sizes are the records' parameter counts on the meta device (``cost.parameters``)."""
+    """The names of ``specs`` in groups to load together (``model_groups``): each group's float32 weights
+    plus one batch's activations (``model_bytes``) within ``budget`` bytes (default ``memory_budget``),
+    and at most ``max_models`` models (None: ``MAX_MODELS``). Says in the log how many load together."""
     names = list(specs)
-    if budget is None and len(names) > 1:
-        dev = pick_device(device)
-        if dev.type == "cuda":
-            budget = int(WEIGHTS_SHARE * torch.cuda.mem_get_info(dev)[0])
-    if len(names) <= 1 or (budget is None and max_models is None):
+    if len(names) <= 1:
         return [names] if names else []
-    sizes = [0] * len(names)
-    if budget is not None:
-        from crs.extract.cost import parameters
+    budget = memory_budget(device) if budget is None else budget
+    sizes, acts = zip(*(model_bytes(specs[n], batch) for n in names))
+    cap = MAX_MODELS if max_models is None else max_models
+    groups = [[names[i] for i in g] for g in model_groups(list(sizes), budget=budget, max_models=cap,
+                                                         activations=list(acts))]
+    log.info("extract: %d encoders in %d groups, at most %d models loaded together (budget %.2f GB: float32 "
+             "weights plus one batch of %d images' activations; at most %d models)", len(names), len(groups),
+             max(map(len, groups)), budget / 1e9, batch, cap)
+    return groups
 
-        sizes = [None if (p := parameters(specs[n])) is None else BYTES_PER_PARAMETER * p for n in names]
-    return [[names[i] for i in g] for g in model_groups(sizes, budget=budget, max_models=max_models)]
 
-
-def model_groups(sizes: list[int | None], *, budget: int | None, max_models: int | None) -> list[list[int]]:
-    """Consecutive groups of the indices of ``sizes`` (bytes of each model), in order: a group closes
-    when the next model would take it past ``budget`` bytes or ``max_models`` models (None: no such
-    limit). A model of unknown size (None), or one over the budget alone, gets a group of its own."""
+def model_groups(sizes: list[int | None], *, budget: int | None, max_models: int | None,
+                 activations: list[int] | None = None) -> list[list[int]]:
+    """Consecutive groups of the indices of ``sizes`` (bytes of each model's weights), in order: a group
+    closes when the next model would take it past ``budget`` bytes -- its weights summed plus the largest
+    of its ``activations`` (one batch's, default 0: the models run one after the other) -- or past
+    ``max_models`` models (None: no such limit). A model of unknown size (None), or one over the budget
+    alone, gets a group of its own."""
     if max_models is not None and max_models < 1:
         raise ValueError(f"max_models must be at least 1, not {max_models}")
+    acts = activations or [0] * len(sizes)
     groups: list[list[int]] = []
-    total, closed = 0, True
+    weights, peak, closed = 0, 0, True
     for i, size in enumerate(sizes):
-        alone = budget is not None and (size is None or size > budget)
+        alone = budget is not None and (size is None or size + acts[i] > budget)
         room = (not closed and not alone and (max_models is None or len(groups[-1]) < max_models)
-                and (budget is None or total + size <= budget))
+                and (budget is None or weights + size + max(peak, acts[i]) <= budget))
         if room:
             groups[-1].append(i)
-            total += size or 0
+            weights, peak = weights + (size or 0), max(peak, acts[i])
         else:
             groups.append([i])
-            total = size or 0
+            weights, peak = size or 0, acts[i]
         closed = alone
     return groups
 
 
 def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, device, weights, trust_remote_code,
-                     precision, workers, strict, progress) -> list[ExtractSummary]:
+                     precision, workers, strict, progress, stages=None) -> list[ExtractSummary]:
     """``extract_many`` in this process: every encoder's locks and models at once, each unit decoded once."""
     s = settings
     with contextlib.ExitStack() as locks:
@@ -287,7 +343,7 @@ def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, de
         t0 = time.perf_counter()  # the models are loaded
         busy = [(plan, model) for plan, model in jobs if plan.units]
         if busy:
-            _run_units_locally(store, busy, ds, workers=workers, strict=strict, progress=progress)
+            _run_units_locally(store, busy, ds, workers=workers, strict=strict, progress=progress, stages=stages)
         out = []
         for (plan, model), name in zip(jobs, specs):
             out.append(_finish(store, plan, t0, stale[name]))
@@ -480,14 +536,17 @@ def record_cost(plan: Plan, model=None, *, measured: dict | None = None) -> None
     """After a run that embedded something: write into every array of ``plan`` the encoder's weights
     (``weights_info``) and cost (``crs.extract.cost.measure``) -- ``model_cost(model)``, or ``measured``
     when it was worked out elsewhere (a Ray replica) -- with the forward rate measured in this run
-    (images/s in the forward passes, model load, decoding and perturbing excluded) and the device.
+    (images/s in the forward passes, model load, decoding and perturbing excluded), the device seconds
+    of those forward passes (``seconds``) and the device; the same on either executor.
     Written after the data, as the rate is known only then; a run with nothing to do writes nothing,
     so it keeps the store's content digests."""
     summary = plan.summary
     measured = model_cost(model) if measured is None else measured
     cost = dict(measured.get("cost") or {})
     rate = summary.forward_images / summary.forward_seconds if summary.forward_seconds > 0 else None
-    cost.update({"images_per_s": None if rate is None else round(rate, 3), "device": summary.device})
+    # seconds: the device's in this run's forward passes (a Ray run's replicas summed), what the run cost
+    cost.update({"images_per_s": None if rate is None else round(rate, 3), "seconds": round(summary.forward_seconds, 3),
+                 "device": summary.device})
     update = {"weights": measured.get("weights"), "cost": cost}
     for arr in plan.arrays.values():
         set_attrs(arr.group, update)
@@ -509,11 +568,16 @@ def _pending_units(table: DatasetTable, conds: list[str], arrays: dict) -> tuple
     return units, skipped
 
 
-def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress) -> None:
+def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress, stages=None) -> None:
     """Decode each unit once and commit it condition by condition, for every (plan, model) of ``jobs``
     (one per encoder, same dataset and chunk): first the unit's decoding failures, then each
     condition, computed once, embedded by each encoder that has its chunk pending, each (encoder,
-    chunk, condition) committed with its done flag as soon as it is embedded."""
+    chunk, condition) committed with its done flag as soon as it is embedded.
+
+    Nothing in the loop waits for the device: each batch's embeddings are copied to a reused host buffer
+    without waiting (``HostBuffers``) and the writer thread waits for that copy, so the device works on
+    the next batches (up to the buffers' count) while the host decodes, launches and writes. ``stages``:
+    a ``crs.extract.timing.StageTimes`` to fill (None: only the forward passes are timed)."""
     plan0 = jobs[0][0]
     units: dict[int, list] = {}  # j -> [(job index, unit)]
     for i, (plan, _) in enumerate(jobs):
@@ -522,37 +586,66 @@ def _run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progres
         plan.summary.device = device_name(jobs[i][1].device)
         for u in plan.units:
             units.setdefault(u.j, []).append((i, u))
-    embeds = [Embedder(model, plan.batch) for plan, model in jobs]
-    # one step per array chunk written: a chunk of one condition
-    tasks = [progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units),
-                               unit="chunks") if progress is not None else None for plan, _ in jobs]
+    timer = UNTIMED if stages is None else stages
+    device = jobs[0][1].device
+    embeds = [_Embedding(Embedder(model, plan.batch), DeviceClock(device), plan, progress, _task(progress, plan))
+              for plan, model in jobs]
     order = sorted(units)
     first = {j: units[j][0][1] for j in order}
-    decoded = DecodedUnits(ds, {j: first[j].source_rows for j in order}, ds.paths)
-    device = jobs[0][1].device
-    pin = device.type == "cuda"
-    writer = _Writer(store, plan0.dataset)
+    conds = {j: [c for c in plan0.conds if any(c in u.conds for _, u in units[j])] for j in order}
+    host = {j: [c for c in conds[j] if c != CLEAN and parse(c).family in HOST_FAMILIES] for j in order}
+    prepared = PreparedUnits(DecodedUnits(ds, {j: first[j].source_rows for j in order}, ds.paths), first, host)
+    buffers = HostBuffers(device)
+    writer = _Writer(store, plan0.dataset, buffers, timer)
     try:
-        for j, images, failures in _loader(decoded, order, workers, pin):
-            writer.put_failures(unit_failures(first[j], failures, strict))
-            need = units[j]
+        batches = iter(_loader(prepared, order, workers, device.type == "cuda"))
+        while True:
+            with timer.waiting():
+                item = next(batches, None)
+            if item is None:
+                break
+            timer.add("decode", item.seconds[0])
+            timer.add("host_perturb", item.seconds[1])
+            writer.put_failures(unit_failures(first[item.j], item.failures, strict))
+            need = units[item.j]
             for i, _ in need:
-                jobs[i][0].summary.decodes += len(images)
-            conds = [c for c in plan0.conds if any(c in u.conds for _, u in need)]
-            for cond, groups in unit_conditions(first[j], images, device, conds):
+                jobs[i][0].summary.decodes += len(item.images)
+            for cond, groups in unit_conditions(first[item.j], item.images, device, conds[item.j], item.host, timer):
                 for i, u in need:
-                    if cond not in u.conds:
-                        continue
-                    plan, model = jobs[i]
-                    t = time.perf_counter()
-                    values = embed_groups(groups, embeds[i])
-                    plan.summary.forward_seconds += time.perf_counter() - t
-                    writer.put(plan.arrays[cond], j, values)
-                    plan.summary.chunks_written += 1
-                    plan.summary.forward_images += len(values)
-                    if tasks[i] is not None:
-                        progress.advance(tasks[i])
+                    if cond in u.conds:
+                        writer.put(embeds[i].plan.arrays[cond], item.j, embeds[i](groups, buffers, timer))
     finally:
         writer.close()  # what was embedded is committed, also on Ctrl-C (or SIGTERM, which the CLI makes one)
-    for (plan, _), embed in zip(jobs, embeds):
-        plan.summary.batch = embed.batch
+    for e in embeds:  # the device work is done (the writer waited for every copy)
+        e.plan.summary.forward_seconds += e.clock.seconds("forward")
+        e.plan.summary.batch = e.embed.batch
+        timer.add("forward", e.clock.seconds("forward"))
+
+
+class _Embedding(NamedTuple):
+    """One encoder of a local run: its forward passes (timed on its own ``clock``), plan and progress."""
+
+    embed: Embedder
+    clock: DeviceClock
+    plan: Plan
+    progress: object
+    task: object  # the encoder's progress task: one step per array chunk written (a chunk of one condition)
+
+    def __call__(self, groups, buffers: HostBuffers, timer) -> Staged:
+        """Embed one condition of a unit; its rows start on their way to the host."""
+        with self.clock.span("forward"):
+            parts = [(pos, self.embed(x)) for pos, x in groups]
+        staged = buffers.stage(parts, timer)
+        summary = self.plan.summary
+        summary.chunks_written += 1
+        summary.forward_images += sum(len(pos) for pos, _ in groups)
+        if self.task is not None:
+            self.progress.advance(self.task)
+        return staged
+
+
+def _task(progress, plan):
+    if progress is None:
+        return None
+    return progress.add_task(f"{plan.spec.name} × {plan.dataset}", total=sum(len(u.conds) for u in plan.units),
+                             unit="chunks")

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import inspect
 import os
+import queue
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -21,6 +24,7 @@ from crs.errors import UserError
 from crs.extract import perturb
 from crs.extract.encoders import EncoderSpec
 from crs.extract.images import ImageError
+from crs.extract.timing import UNTIMED
 from crs.store import Store, dataset_lock
 
 
@@ -126,7 +130,7 @@ class Embedder:
                 self.backoffs += 1
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
-        return torch.cat(outs)
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 @dataclass
@@ -155,29 +159,102 @@ class Plan:
     summary: ExtractSummary
 
 
-def unit_conditions(unit: Unit, images, device, conds: list[str] | None = None
-                    ) -> Iterator[tuple[str, list[tuple[np.ndarray, torch.Tensor]]]]:
+# The families whose codec stays on the CPU (JPEG: nvjpeg decodes other pixels than libjpeg, see
+# extract/perturb.py): the local pipeline runs them in the DataLoader workers, off the main thread
+HOST_FAMILIES = ("jpeg",)
+
+
+class Prepared(NamedTuple):
+    """What a DataLoader worker hands the local pipeline for one unit (``PreparedUnits``)."""
+
+    j: int
+    images: object  # uint8 [m, S, S, 3], or a list of uint8 [S_i, S_i, 3] (``DecodedUnits``)
+    failures: list
+    host: dict  # condition -> [(positions in the unit, uint8 [k, 3, S, S])]: the host families' images
+    seconds: tuple[float, float]  # (decoding, host-side perturbing), perf counters in the worker
+
+
+class PreparedUnits(torch.utils.data.Dataset):
+    """``DecodedUnits`` plus, in the same worker, the unit's conditions of ``HOST_FAMILIES``
+    (``host_conds[j]``) on its test rows, through ``perturb.apply`` on the CPU as the main thread
+    would (the same images bit for bit: uint8 in, uint8 out, as the codec's own)."""
+
+    def __init__(self, decoded: DecodedUnits, units: dict[int, Unit], host_conds: dict[int, list[str]]):
+        self.decoded, self.units, self.host_conds = decoded, units, host_conds
+
+    def __len__(self):
+        return len(self.decoded)
+
+    def __getitem__(self, j) -> Prepared:
+        t0 = time.perf_counter()
+        _, images, failures = self.decoded[j]
+        t1 = time.perf_counter()
+        unit, host = self.units[j], {}
+        for cond in self.host_conds.get(j, ()):
+            c = parse(cond)
+            host[cond] = [(pos, _as_uint8(perturb.apply(_as_float(imgs), c.family, c.severity,
+                                                        [unit.ids[i] for i in pos.tolist()])))
+                          for pos, imgs in test_groups(images, unit.n_test)]
+        return Prepared(j, images, failures, host, (t1 - t0, time.perf_counter() - t1))
+
+
+def _as_float(imgs: torch.Tensor) -> torch.Tensor:
+    return imgs.permute(0, 3, 1, 2).float().div_(255)
+
+
+def _as_uint8(x: torch.Tensor) -> torch.Tensor:
+    """[n, 3, H, W] in [0, 1] holding k/255 values (a codec's output) back to uint8 [n, 3, H, W], exactly,
+    in the codec's own (contiguous) layout: the layout reaches the encoder, whose float sums it orders."""
+    return x.mul(255).round_().to(torch.uint8).contiguous()
+
+
+def test_groups(images, n_test: int) -> list[tuple[np.ndarray, torch.Tensor]]:
+    """``_by_size`` restricted to the unit's test rows (its first ``n_test``): each group's positions
+    ascend, so its test rows are a prefix, a slice whose length the host knows (no mask, no gather)."""
+    out = []
+    for pos, imgs in _by_size(images):
+        k = int(np.searchsorted(pos, n_test))
+        if k:
+            out.append((pos[:k], imgs[:k]))
+    return out
+
+
+def to_device(imgs: torch.Tensor, device, channels_first: bool = False) -> torch.Tensor:
+    """uint8 [m, S, S, 3] (or [m, 3, S, S] with ``channels_first``) on the host, pinned on CUDA -> float
+    [m, 3, S, S] in [0, 1] on ``device``, copied without waiting; the memory layout stays the input's."""
+    x = imgs.to(device, non_blocking=True)
+    return x.float().div_(255) if channels_first else _as_float(x)
+
+
+def unit_conditions(unit: Unit, images, device, conds: list[str] | None = None, host: dict | None = None,
+                    timer=UNTIMED) -> Iterator[tuple[str, list[tuple[np.ndarray, torch.Tensor]]]]:
     """Yields (condition, groups) for ``conds`` (default: the unit's pending ones), one condition at a
     time: the unit's images clean or perturbed, each condition computed once (for every encoder that
     embeds it) and let go before the next. ``images`` is uint8 [image, S, S, 3], or a list of uint8
     [S_i, S_i, 3] when the unit's images were decoded at different working sizes (no image is
     upscaled for perturbing); ``groups`` are (positions in the unit, float [m, 3, S, S] in [0, 1]), one per
-    size, positions restricted to the test rows under a perturbation."""
-    groups = []
-    for pos, imgs in _by_size(images):  # decoded (and moved to the device) once for all conditions
-        groups.append((pos, imgs.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255)))
+    size, positions restricted to the test rows under a perturbation. ``host`` holds conditions already
+    computed on the host (``PreparedUnits``), moved to the device as they are; ``timer`` a
+    ``crs.extract.timing.StageTimes`` (default: nothing timed). Nothing here waits for the device."""
+    with timer.device("host_to_device"):  # decoded (and moved to the device) once for all conditions
+        groups = [(pos, to_device(imgs, device)) for pos, imgs in _by_size(images)]
     for cond in unit.conds if conds is None else conds:
         if cond == CLEAN:
             yield cond, groups
             continue
+        if host and cond in host:
+            with timer.device("host_to_device"):
+                out = [(pos, to_device(imgs, device, channels_first=True)) for pos, imgs in host[cond]]
+            yield cond, out
+            continue
         c = parse(cond)  # the test rows of the unit come first
-        out = []
-        for pos, x in groups:
-            keep = pos < unit.n_test
-            if keep.any():
-                ids = [unit.ids[i] for i in pos[keep].tolist()]
-                out.append((pos[keep], perturb.apply(x[torch.from_numpy(keep).to(x.device)], c.family, c.severity,
-                                                     ids)))
+        with timer.device("device_perturb"):
+            out = []
+            for pos, x in groups:
+                k = int(np.searchsorted(pos, unit.n_test))
+                if k:
+                    out.append((pos[:k], perturb.apply(x[:k], c.family, c.severity,
+                                                       [unit.ids[i] for i in pos[:k].tolist()])))
         yield cond, out
 
 
@@ -191,16 +268,76 @@ def _by_size(images) -> list[tuple[np.ndarray, torch.Tensor]]:
     return [(np.asarray(pos), torch.stack([torch.as_tensor(images[i]) for i in pos])) for pos in sizes.values()]
 
 
+def _unit_order(parts) -> np.ndarray | None:
+    """The permutation taking the rows of ``parts`` (groups, concatenated) to unit order; None when they
+    are in it already."""
+    pos = np.concatenate([p for p, _ in parts]) if parts else np.zeros(0, np.int64)
+    return None if np.array_equal(pos, np.arange(len(pos))) else np.argsort(pos)
+
+
 def embed_groups(groups: list[tuple[np.ndarray, torch.Tensor]], embed) -> np.ndarray:
-    """Embeddings [image, feature] of ``groups`` (from ``unit_conditions``), rows in unit order."""
-    if len(groups) == 1 and np.array_equal(groups[0][0], np.arange(len(groups[0][0]))):
-        return embed(groups[0][1]).cpu().numpy()
-    parts = [(pos, embed(x).cpu().numpy()) for pos, x in groups]
-    n = sum(len(pos) for pos, _ in parts)
-    out = np.empty((n, parts[0][1].shape[1]), dtype=parts[0][1].dtype)
-    order = np.argsort(np.concatenate([pos for pos, _ in parts]))  # positions are 0..n-1 for clean, 0..n_test-1
-    out[:] = np.concatenate([v for _, v in parts])[order]
-    return out
+    """Embeddings [image, feature] of ``groups`` (from ``unit_conditions``), rows in unit order; waits for
+    the device (the Ray replicas' path: the local one stages them, ``HostBuffers``)."""
+    values = torch.cat([embed(x) for _, x in groups]).cpu().numpy()
+    order = _unit_order(groups)
+    return values if order is None else values[order]
+
+
+class Staged(NamedTuple):
+    """Embeddings on their way to the host: rows of ``buffer`` (a reused host buffer) that an
+    asynchronous copy fills, done when ``ready`` (a CUDA event; None: done) is."""
+
+    buffer: torch.Tensor  # [image, feature], the groups' rows concatenated
+    order: np.ndarray | None  # their permutation to unit order (None: in it)
+    ready: object
+    slot: int
+
+
+class HostBuffers:
+    """``slots`` host buffers (pinned on CUDA), reused, into which finished embeddings are copied without
+    waiting: the only device-to-host traffic of the local loop (``stage``). The writer thread reads a
+    buffer once its copy is done (``values``) and hands it back (``release``); ``stage`` waits for a
+    free one, so at most ``slots`` batches are between the device and the store."""
+
+    def __init__(self, device, slots: int = 4):
+        self.cuda = torch.device(device).type == "cuda"
+        self.free: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(slots):
+            self.free.put(i)
+        self.buffers: list[torch.Tensor | None] = [None] * slots
+
+    def stage(self, parts: list[tuple[np.ndarray, torch.Tensor]], timer=UNTIMED) -> Staged:
+        """Start copying the embeddings ``parts`` ((positions, [m, feature] on the device), as
+        ``unit_conditions``'s groups) to the host."""
+        x = parts[0][1] if len(parts) == 1 else torch.cat([v for _, v in parts])
+        with timer.waiting():
+            slot = self.free.get()
+        buf = self._buffer(slot, x)
+        with timer.device("device_to_host"):
+            buf.copy_(x, non_blocking=self.cuda)
+        ready = None
+        if self.cuda:
+            ready = torch.cuda.Event()
+            ready.record()
+        return Staged(buf, _unit_order(parts), ready, slot)
+
+    def _buffer(self, slot: int, x: torch.Tensor) -> torch.Tensor:
+        nbytes = x.numel() * x.element_size()
+        buf = self.buffers[slot]
+        if buf is None or buf.numel() < nbytes:
+            buf = self.buffers[slot] = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=self.cuda)
+        return buf[:nbytes].view(x.dtype).view(x.shape)
+
+    @staticmethod
+    def values(staged: Staged) -> np.ndarray:
+        """The staged rows in unit order, once their copy is done (the writer thread waits here)."""
+        if staged.ready is not None:
+            staged.ready.synchronize()
+        v = staged.buffer.numpy()
+        return v if staged.order is None else v[staged.order]
+
+    def release(self, staged: Staged) -> None:
+        self.free.put(staged.slot)
 
 
 def embed_unit(unit: Unit, images, embed, device) -> Iterator[tuple[str, np.ndarray]]:

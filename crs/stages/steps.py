@@ -245,6 +245,7 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
     pairs = []
     for spec in specs:
         macs = planmod.macs_for(spec)
+        rate, basis = planmod.forward_rate(spec.name, macs)
         for d in datasets:
             images = test = None
             perturbed = 0
@@ -254,7 +255,8 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
                 if cfg.extract.perturb and test and (split == SPLIT_CODE["train"]).any() and d["modality"]:
                     perturbed = len(perturb.conditions(d["modality"], tuple(cfg.extract.severities)))
             pairs.append(planmod.pair(spec.name, d["name"], width=spec.width, macs=macs, images=images,
-                                      test_images=test, perturbed=perturbed, itemsize=itemsize))
+                                      test_images=test, perturbed=perturbed, itemsize=itemsize, rate=rate,
+                                      rate_basis=basis))
     def named(who, problem):
         return problem if problem.startswith(f"{who}:") else f"{who}: {problem}"
 
@@ -262,7 +264,7 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
     missing += [named(d["name"], d["problem"]) for d in datasets if d["problem"]]
     unknown_cost = sorted({p.encoder for p in pairs if p.gpu_seconds is None and p.forward_passes is not None})
     return {"store": cfg.store, "dtype": cfg.extract.dtype, "device": planmod.DEVICE,
-            "utilisation": planmod.UTILISATION, "peak_tflops": planmod.PEAK_TFLOPS,
+            "utilisation": planmod.UTILISATION, "peak_tflops": planmod.PEAK_TFLOPS, "gpu_time_source": planmod.RATE_SOURCE,
             "store_size_note": planmod.COMPRESSED_NOTE,
             "encoders": encoders, "datasets": [{k: v for k, v in d.items() if k != "table"} for d in datasets],
             "pairs": [p.as_dict() for p in pairs], "totals": planmod.totals(pairs),

@@ -51,8 +51,24 @@ def test_the_demo_plan_has_every_gpu_time_and_loads_no_weights_and_no_torch(tmp_
     assert r.returncode == 0, r.stderr[-2000:]
     p = json.loads(r.stdout)
     assert {x["encoder"] for x in p["pairs"]} == set(encoders.demo_names())
-    assert p["no_gpu_time_for"] == [] and p["totals"]["gpu_seconds"] > 0
+    assert p["no_gpu_time_for"] == [] and p["totals"]["gpu_seconds"] > 0 and "H200" in p["gpu_time_source"]
     for x in p["pairs"]:
         assert x["gflops_per_image"] == pytest.approx(planmod.macs_for(encoders.get(x["encoder"])) * 2 / 1e9)
-        assert x["gpu_seconds"] > 0
+        assert x["gpu_seconds"] > 0 and x["rate_basis"]
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_every_registry_record_has_a_gpu_rate_from_the_measured_table():
+    """The two measured H200 rates as measured; every other record scaled from the nearer by FLOPs."""
+    for name, rate in planmod.MEASURED.items():
+        assert planmod.forward_rate(name, planmod.macs_for(encoders.get(name))) == (rate, "measured")
+    vit_l = planmod.macs_for(encoders.get("vit-large"))
+    for spec in encoders.ENCODERS.values():
+        macs = planmod.macs_for(spec)
+        rate, basis = planmod.forward_rate(spec.name, macs)
+        assert rate > 0 and basis, spec.name
+        if basis == "scaled from vit-large by FLOPs":
+            assert rate == pytest.approx(planmod.MEASURED["vit-large"] * vit_l / macs)
+    assert planmod.forward_rate("vit-base", planmod.macs_for(encoders.get("vit-base")))[1].endswith("vit-large by FLOPs")
+    assert planmod.forward_rate("hub-id", None) == (None, None)
+    assert "3,103" in planmod.RATE_SOURCE and "451" in planmod.RATE_SOURCE

@@ -153,9 +153,10 @@ def test_ray_arrays_record_the_weights_and_cost_of_a_local_run(cluster, tmp_path
     want = model_cost(load(encoders.get("demo-vit"), "cpu"))  # what the local executor records (run.record_cost)
     assert got["weights"] == want["weights"] and got["weights"]["source"]
     cost = got["cost"]
-    assert {k: v for k, v in cost.items() if k != "images_per_s"} == {**want["cost"], "device": "cpu"}
+    assert {k: v for k, v in cost.items() if k not in ("images_per_s", "seconds")} == {**want["cost"], "device": "cpu"}
     assert cost["flops_per_image"] > 0 and cost["parameters"] > 0
     assert cost["images_per_s"] == pytest.approx(run.forward_images / run.forward_seconds, rel=1e-3)
+    assert cost["seconds"] == pytest.approx(run.forward_seconds, abs=1e-3) and cost["seconds"] > 0
     for cond in run.arrays:  # every array, perturbed ones too
         assert attrs(cond)["cost"] == cost and attrs(cond)["weights"] == got["weights"]
     again = extract(store, "demo-vit", DATA, **RUN)

@@ -155,6 +155,7 @@ def test_arrays_record_tool_weights_and_cost_and_a_no_op_rerun_keeps_the_digest(
     cost = attrs["cost"]
     assert cost["device"] == "cpu" and cost["images_per_s"] == pytest.approx(
         run.forward_images / run.forward_seconds, rel=1e-3)
+    assert cost["seconds"] == pytest.approx(run.forward_seconds, abs=1e-3)  # the device's, as a Ray run records
     perturbed = dict(store.open_embedding("demo_derm", "demo-stats", "gaussian_noise@2").group.attrs)
     assert perturbed["cost"] == cost and perturbed["perturbation"]["severity"] == 2
     digest = store.content_digest("demo_derm", "demo-stats")

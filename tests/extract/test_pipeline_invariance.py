@@ -1,0 +1,65 @@
+"""What the local pipeline writes for an image does not depend on how the run was cut: batch sizes 2 and
+5, 0 and 2 DataLoader workers give the same store, bit for bit (the null encoder: each embedding a
+function of its own image only, so any change in an image as perturbed shows). JPEG, which runs in the
+workers, gives the images ``perturb.apply`` gives on the main thread; the stage timer fills every stage."""
+
+import numpy as np
+import pytest
+import torch
+
+from crs.conditions import parse
+from crs.extract import datasets, encoders, perturb, units
+from crs.extract.run import extract
+from crs.extract.timing import STAGES, StageTimes
+from crs.store import Store
+
+NULL = encoders.null_like(encoders.get("demo-vit"))
+RUN = dict(size=0.05, chunk=8, severities=(2,))
+
+
+def _store(path, **kw):
+    store = Store(str(path))
+    run = extract(store, NULL, "demo_derm", **RUN, **kw)
+    assert run.complete
+    return {(d, e, c): store.read_embedding(d, e, c) for d, e, c, _ in store.embeddings()}
+
+
+@pytest.mark.slow
+def test_batch_size_and_worker_count_change_nothing(tmp_path):
+    base = _store(tmp_path / "b2w0.zarr", batch=2, workers=0)
+    assert any("jpeg" in c for _, _, c in base) and len(base) > 2
+    for name, kw in (("b5w0", dict(batch=5, workers=0)), ("b2w2", dict(batch=2, workers=2))):
+        other = _store(tmp_path / f"{name}.zarr", **kw)
+        assert other.keys() == base.keys()
+        for k in base:
+            np.testing.assert_array_equal(other[k], base[k], err_msg=f"{name} {k}")
+
+
+def test_jpeg_in_the_workers_is_perturb_apply_on_the_main_thread():
+    ds = datasets.get("demo_derm", size=0.05)
+    ids = [str(i) for i in ds.table().ids[:6]]
+    unit = units.Unit(j=0, source_rows=np.arange(6), ids=ids, n_test=4, conds=["clean", "jpeg@1", "jpeg@5"])
+    prepared = units.PreparedUnits(units.DecodedUnits(ds, {0: unit.source_rows}, None), {0: unit},
+                                   {0: ["jpeg@1", "jpeg@5"]})[0]
+    assert all(s >= 0 for s in prepared.seconds)
+    host = dict(units.unit_conditions(unit, prepared.images, "cpu", unit.conds, prepared.host))
+    main = dict(units.unit_conditions(unit, prepared.images, "cpu", unit.conds))
+    for cond in ("jpeg@1", "jpeg@5"):
+        (pos, got), = host[cond]
+        (want_pos, want), = main[cond]
+        assert pos.tolist() == want_pos.tolist() == [0, 1, 2, 3]
+        assert torch.equal(got, want)
+        assert got.stride() == want.stride()  # the layout reaches the encoder, whose float sums it orders
+        c = parse(cond)
+        x = prepared.images[:4].permute(0, 3, 1, 2).float().div(255)
+        assert torch.equal(got, perturb.apply(x, c.family, c.severity, ids[:4]))
+
+
+def test_the_stage_timer_fills_every_stage_it_can_on_the_cpu(tmp_path):
+    stages = StageTimes("cpu")
+    run = extract(Store(str(tmp_path / "s.zarr")), NULL, "demo_derm", **RUN, stages=stages)
+    got = stages.per_thousand(run.forward_images)
+    assert list(got) == list(STAGES)
+    assert all(got[s] > 0 for s in ("decode", "host_perturb", "host_to_device", "device_perturb", "forward",
+                                    "store_write")), got
+    assert run.forward_seconds == pytest.approx(stages.totals()["forward"])
