@@ -15,8 +15,8 @@ An image gets the same perturbation whatever batch, position, process, thread co
 lands in (integer and uniform draws bit for bit; float results up to the last bits of a device's
 own convolution and transcendental functions). ``apply`` makes no synchronising call for any
 family but JPEG (a CPU codec, see ``_jpeg``): no read of a device value on the host, no
-data-dependent shape. The store records the generator's name with each perturbed array;
-``refuse_other_generator`` keeps one generator per dataset in a store.
+data-dependent shape. The store records the generator's name with each perturbed array (``generator_attrs``) and
+keeps one generator per dataset (``crs.store.generators``).
 
 Images are float tensors [n, 3, H, W] in [0, 1], perturbed at their own resolution,
 before the encoder's resize (the acquisition happens before the model sees the image).
@@ -304,14 +304,14 @@ _ALL = (_DERM, _OPHTH, _RAD)
 @family("gaussian_noise", "sigma", (0.04, 0.08, 0.12, 0.18, 0.26), "std of additive noise on [0, 1]", _ALL)
 def _gaussian_noise(x: torch.Tensor, sigma: float, seeds: Seeds) -> torch.Tensor:
     z = noise.normal(_field(x, seeds)).to(x.dtype)
-    return (x + sigma * z).clamp(0, 1)
+    return z.mul_(sigma).add_(x).clamp_(0, 1)
 
 
 @family("speckle_noise", "sigma", (0.08, 0.14, 0.22, 0.32, 0.45),
         "std of multiplicative noise: x + x * N(0, sigma)", _ALL)
 def _speckle_noise(x: torch.Tensor, sigma: float, seeds: Seeds) -> torch.Tensor:
     z = noise.normal(_field(x, seeds)).to(x.dtype)
-    return (x + x * sigma * z).clamp(0, 1)
+    return z.mul_(sigma).mul_(x).add_(x).clamp_(0, 1)
 
 
 @family("impulse_noise", "amount", (0.01, 0.025, 0.05, 0.09, 0.15),
@@ -324,8 +324,8 @@ def _impulse_noise(x: torch.Tensor, amount: float, seeds: Seeds) -> torch.Tensor
 @family("shot_noise", "photons", (150.0, 70.0, 35.0, 18.0, 9.0),
         "Poisson photons at full intensity: Poisson(x * p) / p", (_DERM, _RAD))
 def _shot_noise(x: torch.Tensor, photons: float, seeds: Seeds) -> torch.Tensor:
-    """Poisson counts by ``noise.poisson`` (exact inversion for means under 10 photons, a Cornish-Fisher
-    normal approximation above), from one uniform a value: grey images stay grey."""
+    """Poisson counts by ``noise.poisson`` (exact inversion for counts under 6, a Cornish-Fisher normal
+    approximation above), from one uniform a value: grey images stay grey."""
     counts = noise.poisson(x.detach().to(torch.float32).clamp(0, 1) * photons, _field(x, seeds))
     return (counts / photons).to(x.dtype).clamp(0, 1)
 
@@ -544,6 +544,15 @@ def table_markdown() -> str:
         lines.append(f"| {f.name} | {f.parameter} | " + " | ".join(f"{v:g}" for v in f.values)
                      + f" | {f.meaning} | {where} |")
     return "\n".join(lines)
+
+
+def generator_attrs(condition: str) -> dict:
+    """What an embedding array of ``condition`` records about the generator of its draws (with the store's
+    attribute name, ``crs.store.generators.ATTR``): ``GENERATOR`` for a perturbed condition, nothing for
+    another. The store refuses a perturbed array whose generator is not the dataset's."""
+    from crs.store import generators
+
+    return {generators.ATTR: GENERATOR} if generators.is_perturbed(condition) else {}
 
 
 def apply(x: torch.Tensor, family: str, severity: int, image_ids: list[str]) -> torch.Tensor:

@@ -90,20 +90,23 @@ def test_poisson_draws_have_the_poisson_mean_variance_and_shape(mean):
     pmf = torch.tensor(_poisson_pmf(mean, k_max))
     seen = torch.bincount(x.long(), minlength=k_max + 1)[: k_max + 1].float() / n
     tv = 0.5 * float((seen - pmf).abs().sum())
-    # exact inversion below 10 (only sampling error, ~0.01 at 2**16 draws); the approximation adds < 0.003
-    assert tv < (0.012 if mean < noise.POISSON_EXACT_BELOW else 0.02), tv
+    # sampling error ~0.01 at 2**16 draws; the approximation of counts over 5 adds at most 0.0022
+    assert tv < 0.015, tv
 
 
 def test_exact_poisson_inversion_is_the_quantile_of_each_uniform():
-    """Below the switch, each count is the smallest k with F(k) >= u (checked against the CDF in float64)."""
-    means = torch.tensor([0.05, 0.5, 1.0, 4.0, 9.99])
+    """Where u <= F(5), each count is the smallest k with F(k) >= u (checked against the CDF in float64)."""
+    means = torch.tensor([0.05, 0.5, 1.0, 4.0, 9.99, 150.0])
     u = torch.tensor([2.0**-24, 0.01, 0.3, 0.5, 0.9, 0.999, 1 - 2.0**-24])
-    x = noise.poisson(means[:, None].expand(5, 7).contiguous(), u.expand(5, 7).contiguous())
+    x = noise.poisson(means[:, None].expand(6, 7).contiguous(), u.expand(6, 7).contiguous())
     for i, m in enumerate(means.tolist()):
-        cdf = torch.tensor(_poisson_pmf(m, 40), dtype=torch.float64).cumsum(0)
+        cdf = torch.tensor(_poisson_pmf(m, 400), dtype=torch.float64).cumsum(0)
         for j, uj in enumerate(u.tolist()):
             want = int((cdf < uj).sum())
-            assert abs(int(x[i, j]) - want) <= (1 if abs(float(cdf[want]) - uj) < 1e-6 else 0), (m, uj)
+            if want < noise.POISSON_EXACT_COUNTS:
+                assert abs(int(x[i, j]) - want) <= (1 if abs(float(cdf[want]) - uj) < 1e-6 else 0), (m, uj)
+            else:  # the approximation: never under 6, and near the quantile
+                assert int(x[i, j]) >= noise.POISSON_EXACT_COUNTS and abs(int(x[i, j]) - want) <= 2, (m, uj)
 
 
 def test_the_generator_is_named_and_the_last_of_the_list():
