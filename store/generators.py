@@ -10,13 +10,8 @@ readable, whichever generator wrote it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from crs.conditions import parse
 from crs.names import PERTURBATION_GENERATORS
-
-if TYPE_CHECKING:
-    from crs.store.zarr_store import Store
 
 ATTR = "perturbation_generator"
 BEFORE_THE_RECORD = PERTURBATION_GENERATORS[0]  # the generator of arrays that record none
@@ -34,34 +29,15 @@ def recorded(attrs: dict) -> str:
     return attrs.get(ATTR) or BEFORE_THE_RECORD
 
 
-def generators(store: Store, dataset: str) -> dict[str, list[str]]:
-    """{generator: ["ENCODER/CONDITION", ...]} over the dataset's perturbed embedding arrays, in key order."""
-    from crs.store.zarr_store import key_condition
-
-    found: dict[str, list[str]] = {}
-    if dataset not in store.datasets():
-        return found
-    with store.reading(f"datasets/{dataset}/embeddings"):
-        g = store.root["datasets"][dataset]
-        groups = g["embeddings"] if "embeddings" in g else None
-        for enc in sorted(groups.group_keys()) if groups is not None else []:
-            for key, node in sorted(groups[enc].groups()):  # one listing: every array's attributes
-                if is_perturbed(key_condition(key)):
-                    found.setdefault(recorded(dict(node.attrs)), []).append(f"{enc}/{key_condition(key)}")
-    return found
-
-
-def refuse_other(store: Store, dataset: str, generator: str) -> None:
-    """Raise a StoreError naming both generators and the repair where ``dataset``'s perturbed embeddings in
-    ``store`` were drawn by another generator than ``generator``."""
-    from crs.store.zarr_store import StoreError
-
-    other = {g: arrays for g, arrays in generators(store, dataset).items() if g != generator}
+def refusal(path: str, dataset: str, generator: str, found: dict[str, list[str]]) -> str | None:
+    """Why ``generator`` may not write perturbed arrays into ``dataset`` of the store at ``path``, whose
+    perturbed arrays are ``found`` ({generator: ["ENCODER/CONDITION", ...]}), with the repair; None if it may."""
+    other = {g: arrays for g, arrays in found.items() if g != generator}
     if not other:
-        return
+        return None
     old, arrays = next(iter(other.items()))
-    raise StoreError(
-        f"dataset {dataset!r} in {store.path!r} holds perturbed embeddings drawn by the perturbation generator "
+    return (
+        f"dataset {dataset!r} in {path!r} holds perturbed embeddings drawn by the perturbation generator "
         f"{old!r} ({len(arrays)} arrays, e.g. {arrays[0]}); this crs draws perturbations with {generator!r}, "
         "and the same image under another generator is another image, so one dataset never mixes them. "
         "To repair: extract into a new store (pass --store with a new path); or delete that dataset's perturbed "

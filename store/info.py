@@ -3,7 +3,6 @@ perturbation generator that drew each dataset's perturbed ones."""
 
 from __future__ import annotations
 
-from crs.store import generators
 from crs.store.zarr_store import Store
 
 
@@ -17,5 +16,5 @@ def describe(store: Store) -> list[dict]:
         rows.append({"dataset": d, "images": attrs.get("n_images"),
                      "encoders": sorted({enc for _, enc, _, _ in arrays}),
                      "arrays": len(arrays), "complete": sum(1 for *_, done in arrays if done),
-                     "perturbation_generators": {g: len(a) for g, a in generators.generators(store, d).items()}})
+                     "perturbation_generators": {g: len(a) for g, a in store.perturbation_generators(d).items()}})
     return rows

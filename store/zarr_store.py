@@ -1050,11 +1050,30 @@ class Store:
         generator = (attrs or {}).get(generators.ATTR)
         if generator is None or not generators.is_perturbed(condition):
             return
-        if dataset not in self._generator_checked:
-            generators.refuse_other(self, dataset, generator)
+        if dataset not in self._generator_checked or (existing is not None
+                                                       and generators.recorded(existing) != generator):
+            problem = generators.refusal(self.path, dataset, generator, self.perturbation_generators(dataset))
+            if problem:
+                raise StoreError(problem)
             self._generator_checked.add(dataset)
-        if existing is not None and generators.recorded(existing) != generator:
-            generators.refuse_other(self, dataset, generator)  # written since: the message names it
+
+    def perturbation_generators(self, dataset: str) -> dict[str, list[str]]:
+        """{generator: ["ENCODER/CONDITION", ...]} over the dataset's perturbed embedding arrays, in key order
+        (``crs.store.generators``: an array that records none was drawn by the first generator)."""
+        from crs.store import generators
+
+        found: dict[str, list[str]] = {}
+        if dataset not in self.datasets():
+            return found
+        with self.reading(f"datasets/{dataset}/embeddings"):
+            g = self.root["datasets"][dataset]
+            groups = g["embeddings"] if "embeddings" in g else None
+            for enc in sorted(groups.group_keys()) if groups is not None else []:
+                for key, node in sorted(groups[enc].groups()):  # one listing: every array's attributes
+                    if generators.is_perturbed(key_condition(key)):
+                        found.setdefault(generators.recorded(dict(node.attrs)), []).append(
+                            f"{enc}/{key_condition(key)}")
+        return found
 
     def open_embedding(self, dataset: str, encoder: str, condition: str) -> "EmbeddingArray":
         """An existing embedding array, to write chunks into (the one writer of those chunks)."""

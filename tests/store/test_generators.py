@@ -37,7 +37,7 @@ def test_a_store_from_before_the_record_reads_as_the_first_generator_and_is_refu
     store = _store(tmp_path)
     _array(store, "enc", "clean")
     _array(store, "enc", "gaussian_noise@1")  # no attribute: written before arrays recorded their generator
-    assert generators.generators(store, "d") == {OLD: ["enc/gaussian_noise@1"]}
+    assert store.perturbation_generators("d") == {OLD: ["enc/gaussian_noise@1"]}
     reopened = Store(store.path)
     for encoder in ("enc", "other"):  # the same array, or another encoder's in the same dataset
         with pytest.raises(UserError) as info:
@@ -54,7 +54,7 @@ def test_the_same_generator_writes_on_and_a_writer_that_names_none_is_not_checke
         _array(store, encoder, "speckle_noise@2", **perturb.generator_attrs("speckle_noise@2"))
     reopened = Store(store.path)
     _array(reopened, "a", "speckle_noise@2", **perturb.generator_attrs("speckle_noise@2"))  # resume
-    assert generators.generators(reopened, "d") == {NEW: ["a/speckle_noise@2", "b/speckle_noise@2"]}
+    assert reopened.perturbation_generators("d") == {NEW: ["a/speckle_noise@2", "b/speckle_noise@2"]}
     with pytest.raises(UserError, match=f"drawn by the perturbation generator '{NEW}'"):
         _array(Store(store.path), "c", "speckle_noise@2", perturbation_generator="a-later-generator")
     _array(Store(store.path), "c", "speckle_noise@3")  # no generator named: nothing to compare
@@ -91,9 +91,9 @@ def test_extract_records_the_generator_and_refuses_a_store_of_another(tmp_path):
     store = Store(str(tmp_path / "e.zarr"))
     kw = dict(size=0.05, chunk=16, severities=(2,))
     extract(store, "demo-stats", "demo_fundus", **kw)
-    assert set(generators.generators(store, "demo_fundus")) == {NEW}
+    assert set(store.perturbation_generators("demo_fundus")) == {NEW}
     root = zarr.open_group(store.path, mode="a")
-    for enc_cond in generators.generators(store, "demo_fundus")[NEW]:  # as a store written before the record
+    for enc_cond in store.perturbation_generators("demo_fundus")[NEW]:  # as a store written before the record
         enc, cond = enc_cond.split("/")
         del root[f"datasets/demo_fundus/embeddings/{enc}/{cond}"].attrs[generators.ATTR]
     with pytest.raises(UserError, match=OLD):
