@@ -1005,7 +1005,7 @@ def print_check(report, ds) -> None:
 
 
 store_app = typer.Typer(help="Inspect a store: `crs store verify PATH` checks every array and chunk against "
-                         "what was committed.", no_args_is_help=True)
+                         "what was committed; `crs store info PATH` lists what it holds.", no_args_is_help=True)
 app.add_typer(store_app, name="store")
 
 
@@ -1034,6 +1034,30 @@ def store_verify_cmd(
                       repair else ""), highlight=False, soft_wrap=True)
         if findings:
             raise typer.Exit(2)
+
+
+@store_app.command("info")
+def store_info_cmd(
+    path: Annotated[str, typer.Argument(help="The store: a path or an fsspec URL.", show_default=False,
+                                        metavar="PATH")],
+    as_json: JsonOpt = False, verbose: VerboseOpt = False,
+):
+    """What a store holds: per dataset its images, encoders, embedding arrays and the perturbation generator
+    that drew its perturbed embeddings."""
+    with friendly_errors(verbose):
+        from crs.store import Store
+        from crs.store.info import describe
+
+        rows = describe(Store(path, mode="r"))
+        if as_json:
+            print(json.dumps(rows))
+            return
+        t = Table("dataset", "images", "encoders", "arrays complete", "perturbation generator")
+        for r in rows:
+            gens = ", ".join(f"{g} ({n} arrays)" for g, n in r["perturbation_generators"].items()) or "(none perturbed)"
+            t.add_row(r["dataset"], str(r["images"]), ", ".join(r["encoders"]), f"{r['complete']} of {r['arrays']}",
+                      gens)
+        show(t)
 
 
 # ---------------------------------------------------------------------- run

@@ -5,6 +5,8 @@
   predictions (a split, not a test condition).
 * ``MODALITIES``: the imaging modalities; each has one perturbation suite.
 * ``SEVERITIES``: the severities of every perturbation family.
+* ``PERTURBATION_GENERATORS``: the generators of the perturbations' random draws, oldest first;
+  the last is the one ``crs extract`` draws with (``crs.extract.perturb.GENERATOR``).
 * ``HEADS``: the probe heads (``crs.probe.run`` registers one record per name; the
   settings check a head without importing JAX).
 """
@@ -16,6 +18,11 @@ SPLIT_CODE = {name: i for i, name in enumerate(SPLITS)}
 VALIDATION = "validation"
 MODALITIES = ("dermatology", "ophthalmology", "radiology")
 SEVERITIES = (1, 2, 3, 4, 5)
+# torch-generator-v0: a CPU torch.Generator per image seeded by (image id, condition), draws copied to the
+# device (the stores written before arrays recorded their generator). counter-lowbias32-v1: a counter-based
+# hash of (image id, condition, position) on the image's device (crs.extract.noise). The same image under
+# another generator is another image: a store's perturbed embeddings of a dataset share one.
+PERTURBATION_GENERATORS = ("torch-generator-v0", "counter-lowbias32-v1")
 HEADS = ("linear", "mlp")
 
 # CRS definitions: v1 frozen (docs/crs-v1.md), v2 the default (docs/crs-v2.md)

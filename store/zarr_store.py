@@ -504,6 +504,7 @@ class Store:
         self.path = str(path)
         self.read_only = mode == "r"
         self.storage_options = dict(storage_options or {})
+        self._generator_checked: set[str] = set()  # datasets whose perturbation generator was checked (embedding)
         self.root = _open_root(self.path, "r" if self.read_only else "a", storage_options)
         meta = self.root.attrs.get("crs_store")
         if meta is None and not self.read_only and len(list(self.root.keys())) > 0:
@@ -1017,6 +1018,7 @@ class Store:
                     f"{x.chunks[0]}, {x.dtype}; asked for {(n_rows, width)}, chunk {chunk}, {dtype}. "
                     "Delete that array, or use the same settings, or pass --store with a new path"
                 )
+            self._one_generator(dataset, condition, attrs, dict(g.attrs))
             old_spec = g.attrs.get("encoder_spec")
             new_spec = _as_json((attrs or {}).get("encoder_spec"))
             if new_spec is not None and old_spec is not None and old_spec != new_spec:
@@ -1025,6 +1027,7 @@ class Store:
                     f"spec ({old_spec}); refusing to mix. Pass --store with a new path"
                 )
             return EmbeddingArray(g, dataset, encoder, condition, self)
+        self._one_generator(dataset, condition, attrs, None)
         # the group, then its arrays; its attributes (n_chunks) last, once they all are (``_fully_created``)
         g, arrays = create_arrays(base, {
             "x": dict(shape=(n_rows, width), dtype=dtype, chunks=(chunk, width), fill_value=0),
@@ -1037,6 +1040,40 @@ class Store:
              "complete": False}
         )
         return EmbeddingArray(g, dataset, encoder, condition, self, arrays)
+
+    def _one_generator(self, dataset: str, condition: str, attrs: dict | None, existing: dict | None) -> None:
+        """Refuse to write a perturbed array whose ``perturbation_generator`` (in ``attrs``: the writer's) is not
+        the one of the array there (``existing``: its attributes) or of the dataset's other perturbed arrays
+        (looked at once per dataset and Store object). Writers that pass none are not checked."""
+        from crs.store import generators
+
+        generator = (attrs or {}).get(generators.ATTR)
+        if generator is None or not generators.is_perturbed(condition):
+            return
+        if dataset not in self._generator_checked or (existing is not None
+                                                       and generators.recorded(existing) != generator):
+            problem = generators.refusal(self.path, dataset, generator, self.perturbation_generators(dataset))
+            if problem:
+                raise StoreError(problem)
+            self._generator_checked.add(dataset)
+
+    def perturbation_generators(self, dataset: str) -> dict[str, list[str]]:
+        """{generator: ["ENCODER/CONDITION", ...]} over the dataset's perturbed embedding arrays, in key order
+        (``crs.store.generators``: an array that records none was drawn by the first generator)."""
+        from crs.store import generators
+
+        found: dict[str, list[str]] = {}
+        if dataset not in self.datasets():
+            return found
+        with self.reading(f"datasets/{dataset}/embeddings"):
+            g = self.root["datasets"][dataset]
+            groups = g["embeddings"] if "embeddings" in g else None
+            for enc in sorted(groups.group_keys()) if groups is not None else []:
+                for key, node in sorted(groups[enc].groups()):  # one listing: every array's attributes
+                    if generators.is_perturbed(key_condition(key)):
+                        found.setdefault(generators.recorded(dict(node.attrs)), []).append(
+                            f"{enc}/{key_condition(key)}")
+        return found
 
     def open_embedding(self, dataset: str, encoder: str, condition: str) -> "EmbeddingArray":
         """An existing embedding array, to write chunks into (the one writer of those chunks)."""

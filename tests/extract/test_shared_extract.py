@@ -54,20 +54,18 @@ def reference(x, family, severity, ids):
         k = 2 * math.ceil(3 * sigma) + 1
         return TF.gaussian_blur(x, kernel_size=[k, k], sigma=[sigma, sigma]).clamp(0, 1)
     if family == "defocus_blur":
-        kernel = perturb._disc(value * side)
+        kernel = perturb._disc(value * side, x.device)
         return direct_conv(x, kernel.expand(len(x), *kernel.shape)).clamp(0, 1)
     if family == "motion_blur":
-        angles = [float(torch.rand(1, generator=g)) * math.pi for g in seeds.generators()]
-        kernels = [perturb._line(max(value * side, 1.0), a) for a in angles]
-        size = max(k.shape[-1] for k in kernels)
-        return direct_conv(x, torch.stack([F.pad(k, [(size - k.shape[-1]) // 2] * 4) for k in kernels])).clamp(0, 1)
+        angles = seeds.uniform(x.device, 1)[:, 0] * math.pi
+        return direct_conv(x, perturb._lines(max(value * side, 1.0), angles)).clamp(0, 1)
     assert family == "ink_marks"
     h, w = x.shape[-2:]
     covers = []
-    for gen in seeds.generators():
+    for u in seeds.uniform(x.device, 6 * int(value)):
         width = 0.015 * max(h, w) / side
         t = torch.linspace(0, 1, 24)[None, :, None]
-        p0, p1, p2 = torch.rand(3, int(value), 1, 2, generator=gen)
+        p0, p1, p2 = u.view(3, int(value), 1, 2)
         p2 = p0 + (p2 - 0.5) * 0.6
         p1 = (p0 + p2) / 2 + (p1 - 0.5) * 0.3
         pts = ((1 - t) ** 2 * p0 + 2 * (1 - t) * t * p1 + t**2 * p2).reshape(-1, 2)
