@@ -465,7 +465,7 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
         cond: store.embedding(
             dataset, spec.name, cond, rows="all" if cond == CLEAN else "test",
             n_rows=n if cond == CLEAN else n_test, width=spec.width, chunk=chunk, dtype=dtype,
-            attrs={**provenance, "perturbation": _perturbation(cond)},
+            attrs={**provenance, "perturbation": _perturbation(cond), **perturb.generator_attrs(cond)},
         )
         for cond in conds
     }

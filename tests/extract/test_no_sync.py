@@ -25,7 +25,7 @@ from crs.extract import perturb, units
 from crs.extract.run import extract
 from crs.store import Store
 
-COUNT_INSIDE_PERTURB = False
+COUNT_INSIDE_PERTURB = True
 
 aten = torch.ops.aten
 SCALAR = {aten._local_scalar_dense.default}

@@ -81,8 +81,6 @@ def test_store_info_says_which_generator_drew_each_dataset(tmp_path):
     assert r.exit_code == 2
 
 
-@pytest.mark.xfail(strict=True, reason="needs extract/run.py prepare() to pass perturb.generator_attrs(cond) with "
-                   "each array's attributes (issue 41, part B's file); remove this mark with that line")
 def test_extract_records_the_generator_and_refuses_a_store_of_another(tmp_path):
     import zarr
 
