@@ -1070,9 +1070,11 @@ class Store:
             groups = g["embeddings"] if "embeddings" in g else None
             for enc in sorted(groups.group_keys()) if groups is not None else []:
                 for key, node in sorted(groups[enc].groups()):  # one listing: every array's attributes
-                    if generators.is_perturbed(key_condition(key)):
-                        found.setdefault(generators.recorded(dict(node.attrs)), []).append(
-                            f"{enc}/{key_condition(key)}")
+                    attrs = dict(node.attrs)
+                    # an array whose creation has not finished (its attributes come last, in one write) records
+                    # nothing yet: another writer creating it now, or one killed then, not an older generator
+                    if generators.is_perturbed(key_condition(key)) and "condition" in attrs:
+                        found.setdefault(generators.recorded(attrs), []).append(f"{enc}/{key_condition(key)}")
         return found
 
     def open_embedding(self, dataset: str, encoder: str, condition: str) -> "EmbeddingArray":
