@@ -37,12 +37,6 @@ VERSIONS = ("1", "2")
 GAPS = (0.0, 0.005, 0.01, 0.02, 0.03)
 
 
-class Encoder(NamedTuple):
-    """bc.Encoder with its own parameters per dataset (a power pair is solved per dataset)."""
-
-    per_dataset: tuple  # bc.Encoder per dataset
-
-
 # 15 encoders shaped like the paper's leaderboard: a leading three close together, a middle group of
 # six within a few points, and six weaker ones; each trades one axis against another.
 def _paper_encoders() -> tuple[bc.Encoder, ...]:
@@ -109,11 +103,6 @@ def _true_one(enc: bc.Encoder, ds: bc.Dataset, version: str) -> np.ndarray:
     if version == "2":
         x[1] = 1.0 - population_ce(enc.strength * ds.base, ds.prevalence, enc)
     return x
-
-
-def _retain_mean(delta_mult: np.ndarray, delta: float, d: float) -> float:
-    a = bc.phi(delta * delta_mult / math.sqrt(2))
-    return float(np.clip((a - 0.5) / (d - 0.5), 0, 1).mean())
 
 
 def power_pair(gap: float, datasets) -> tuple[tuple[bc.Encoder, ...], tuple[bc.Encoder, ...]]:

@@ -36,7 +36,6 @@ from crs.scoring.bootstrap import (
 )
 from crs.scoring.ranks import compare, rank_desc
 
-CRS_VERSION = core.LATEST  # what a score records when no version is asked for
 MEDIAN = core.MEDIAN
 COMPONENTS = ("dominance", "balance", "worst_axis")
 UNITS = ("seed", "image", "both")
@@ -212,17 +211,13 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
     (encoder, dataset)'s run records and stored probabilities (validation included) must
     come from one probe run (``crs.records.check_pair``); a mix is refused (exit 2).
     """
-    w = _check_options(records, reference, weights, n_bootstrap, bootstrap_unit)
-    version = core.check_version(crs_version)
+    w, version = _check_options(records, weights, n_bootstrap, bootstrap_unit, crs_version, store)
     records, encoders, datasets, excluded = _comparison_records(records, reference)
     if results is not None:
         run_records.check_same_settings(results, records.select("encoder", "dataset").unique().rows(),
                                         None if store is None else store.path)
     if store is not None and results is not None:
         check_probe_runs(store, results, records)
-    if version != "1" and store is None:
-        raise BadInput(f"CRS v2 reads its calibration axis from the stored test probabilities and no store was "
-                       f"given: {_V2_NEEDS}")
     by_seed = axes_by_seed(records)
     _, seeds = seed_tensor(by_seed, encoders, datasets)
     ref: int | str = MEDIAN if reference == MEDIAN else encoders.index(reference)
@@ -388,14 +383,19 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
         check(results, encoder, dataset, attrs)
 
 
-def _check_options(records, reference, weights, n_bootstrap, bootstrap_unit) -> tuple[float, float, float]:
+def _check_options(records, weights, n_bootstrap, bootstrap_unit, crs_version, store):
+    """(the weights, the CRS version) checked; BadInput saying what is wrong otherwise."""
     w = core.check_weights(weights)
+    version = core.check_version(crs_version)
+    if version != "1" and store is None:
+        raise BadInput(f"CRS v2 reads its calibration axis from the stored test probabilities and no store was "
+                       f"given: {_V2_NEEDS}")
     if int(n_bootstrap) < 1:
         raise BadInput(f"n_bootstrap must be at least 1, got {n_bootstrap!r}")
     if bootstrap_unit not in UNITS:
         raise BadInput(f"bootstrap unit must be one of {UNITS}, not {bootstrap_unit!r}")
     require_columns(records)
-    return w
+    return w, version
 
 
 def _comparison_records(records: pl.DataFrame, reference: str):
