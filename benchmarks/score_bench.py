@@ -45,7 +45,8 @@ share of the cores); the last line is one JSON object. Usage:
 
     python benchmarks/score_bench.py [--bootstrap 1000] [--images 5000] [--loop-replicates 10] [--write-only]
                                      [--default-only] [--after-only] [--test-sets 5000x8,730x5,500x5]
-                                     [--end-to-end [--store-dir DIR] [--first-encoders N] [--direct-reads]]
+                                     [--end-to-end [--store-dir DIR] [--first-encoders N] [--direct-reads]
+                                      [--versions 1,2 [--repeats 2]]]
 """
 
 from __future__ import annotations
@@ -432,7 +433,8 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
 
 
 def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap: int, n_perturbed: int = 68,
-               bootstrap_unit: str = "both", direct_reads: bool = False, first_encoders: int = 0) -> dict:
+               bootstrap_unit: str = "both", direct_reads: bool = False, first_encoders: int = 0,
+               crs_version: int | None = None) -> dict:
     """``crs score`` (``crs.stages.steps.score``: read the run records, score with the default settings, write
     the set) on a paper-scale store (``paper_store``), timed per phase; part 6."""
     import os
@@ -487,8 +489,10 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
     try:
         with PhaseTimer(phases) as timer:
             t0, c0 = time.perf_counter(), time.process_time()
-            scores = steps.score(results, Score(bootstrap=n_bootstrap, bootstrap_unit=bootstrap_unit),
-                                 store=store_path)
+            options = Score(bootstrap=n_bootstrap, bootstrap_unit=bootstrap_unit)
+            if crs_version is not None:
+                options = Score(bootstrap=n_bootstrap, bootstrap_unit=bootstrap_unit, crs_version=str(crs_version))
+            scores = steps.score(results, options, store=store_path)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         Store.read_predictions = saved
@@ -502,6 +506,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
                    for k in {**timer.wall, **timer.cpu}},
         "image_method": scores.settings["bootstrap"].get("image_method"), "direct_reads": direct_reads,
         "encoders": scores.encoders.height, "scoring_from": str(Path(run.__file__).resolve().parent),
+        "crs_version": scores.settings.get("crs_version"),
     }
 
 
@@ -521,6 +526,9 @@ def main() -> None:
     ap.add_argument("--test-sets", default="5000x8,730x5,500x5", help="part 5: test images x classes per dataset")
     ap.add_argument("--end-to-end", action="store_true",
                     help="part 6 alone: `crs score` with the default settings on a paper-scale store, per phase")
+    ap.add_argument("--versions", default="",
+                    help="with --end-to-end: time `crs score` under each of these CRS versions side by side, e.g. 1,2")
+    ap.add_argument("--repeats", type=int, default=2, help="with --versions: interleaved rounds (best one kept)")
     ap.add_argument("--store-dir", default=None,
                     help="part 6: build the store and run records here once and reuse them (default: a fresh temp dir)")
     ap.add_argument("--direct-reads", action="store_true",
@@ -528,6 +536,9 @@ def main() -> None:
     ap.add_argument("--first-encoders", type=int, default=0,
                     help="part 6: score only the first N encoders of the store (e.g. to time an older crs beside)")
     args = ap.parse_args()
+    if args.end_to_end and args.versions:
+        _versions_part(args)
+        return
     if args.end_to_end:
         _end_to_end_part(args)
         return
@@ -663,6 +674,29 @@ def _default_part(args, seed_cpu: float | None = None) -> None:
         print(f"default unit 'both' at this scale (B={args.bootstrap}), image draws: "
               f"{cost['total_after_cpu_s']:.1f} s CPU ({cost['total_after_wall_s']:.1f} s wall){tail}")
     print(json.dumps({"default_unit": cost}))
+
+
+def _versions_part(args) -> None:
+    """``--versions 1,2``: ``crs score`` end to end under each CRS version, on the same store, in this one
+    process, the versions interleaved over --repeats rounds (so a load change on the machine falls on
+    both); each version's best round, and v2's cost relative to v1 in wall and CPU time."""
+    versions = [int(v) for v in args.versions.split(",")]
+    runs: dict[int, list[dict]] = {v: [] for v in versions}
+    store_dir = args.store_dir or tempfile.mkdtemp(prefix="crs-e2e-")
+    for _ in range(args.repeats):
+        for v in versions:
+            cost = end_to_end(store_dir, args.encoders, args.seeds, args.bootstrap, crs_version=v)
+            runs[v].append({"wall_s": cost["wall_s"], "cpu_s": cost["cpu_s"], "recorded": cost["crs_version"]})
+            print(f"  CRS v{v}: {cost['wall_s']:.1f} s wall, {cost['cpu_s']:.1f} s CPU", flush=True)
+    best = {v: {k: min(r[k] for r in rs) for k in ("wall_s", "cpu_s")} for v, rs in runs.items()}
+    first = versions[0]
+    ratio = {v: {k: round(best[v][k] / best[first][k], 3) for k in ("wall_s", "cpu_s")} for v in versions}
+    for v in versions:
+        print(f"CRS v{v}: best {best[v]['wall_s']:.1f} s wall, {best[v]['cpu_s']:.1f} s CPU; "
+              f"x{ratio[v]['wall_s']:.3f} wall, x{ratio[v]['cpu_s']:.3f} CPU against v{first}")
+    print(json.dumps({"versions": {str(v): {"best": best[v], "ratio_to_first": ratio[v], "runs": runs[v]}
+                                   for v in versions}, "encoders": args.encoders, "seeds": args.seeds,
+                      "bootstrap": args.bootstrap, "store": store_dir}))
 
 
 def _end_to_end_part(args) -> None:
