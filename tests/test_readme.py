@@ -1,10 +1,11 @@
-"""README.md cannot drift from the code: every `crs` command in its command blocks is parsed by the
-command line as typed (an unknown option or a bad value fails), and the ones that can run in a second
+"""README.md and the pages of docs/ cannot drift from the code: every `crs` command in their command
+blocks is parsed by the command line as typed (an unknown option or a bad value fails), and the ones that can run in a second
 are run: `crs extract` with --plan, `crs run` with --check (the blocks in order, redirections
 written to files), `crs datasets check` against the README's folders (absent here, so refused with
 the folder named). Every option named in running text (`crs score --bootstrap-unit ...`) must exist.
 """
 
+import importlib.util
 import json
 import re
 import shlex
@@ -19,6 +20,8 @@ from crs.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = {"README.md": README, **{f"docs/{p.name}": p.read_text(encoding="utf-8")
+                                 for p in sorted((ROOT / "docs").glob("*.md"))}}
 CLI = typer.main.get_command(app)
 
 
@@ -33,8 +36,14 @@ def command_lines(block: str) -> list[str]:
     return out
 
 
-BLOCKS = [lines for lines in (command_lines(b) for b in re.findall(r"^```\n(.*?)^```", README, re.S | re.M))
-          if lines]
+def shell_blocks(text: str) -> list[str]:
+    """The bodies of fenced blocks with no language or a shell one (```text holds output, not commands)."""
+    return [body for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)
+            if lang in ("", "sh", "bash", "console")]
+
+
+BLOCKS = [(page, lines) for page, text in PAGES.items()
+          for lines in (command_lines(b) for b in shell_blocks(text)) if lines]
 
 
 def resolve(words: list[str]):
@@ -99,7 +108,7 @@ def execute(line: str, tmp_path: Path):
 
 def test_the_title_and_the_two_set_up_commands_come_first():
     lines = [ln for ln in README.splitlines()[:5] if ln.strip()]
-    assert lines[0] == "# CRS-Bench"
+    assert lines[0].startswith("# CRS-Bench")
     demo, tests = (ln.strip() for ln in lines[1:3])
     setup = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && "
     assert demo == setup + ".venv/bin/crs demo" and tests == setup + ".venv/bin/python -m pytest -q"
@@ -108,14 +117,17 @@ def test_the_title_and_the_two_set_up_commands_come_first():
     parse("crs demo")
 
 
-def test_the_readme_has_command_blocks_to_check():
-    commands = [c for b in BLOCKS for c in b]
+def test_the_readme_stays_short_and_its_pages_have_command_blocks_to_check():
+    assert len(README.splitlines()) <= 150, "README.md is for a newcomer: reference material goes in docs/"
+    commands = [c for _, b in BLOCKS for c in b]
     assert len(commands) >= 15, commands
     assert any(c.startswith("crs extract --pretrained") and "--plan" in c for c in commands)
+    assert {"crs probe --all", "crs score --bootstrap 1000"} <= {c for page, b in BLOCKS for c in b
+                                                                if page == "README.md"}
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[b[0][:40] for b in BLOCKS])
-def test_every_command_block_parses_and_runs_where_it_can(block, tmp_path, monkeypatch):
+@pytest.mark.parametrize("page,block", BLOCKS, ids=[f"{p}:{b[0][:40]}" for p, b in BLOCKS])
+def test_every_command_block_parses_and_runs_where_it_can(page, block, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # what a block writes (bench.toml, a schema) lands here
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for line in block:
@@ -123,11 +135,24 @@ def test_every_command_block_parses_and_runs_where_it_can(block, tmp_path, monke
         execute(line, tmp_path)
 
 
-def test_every_option_named_in_the_text_exists():
-    spans = re.findall(r"`(crs [^`]+)`", README)
-    assert spans
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_option_named_in_the_text_exists(page):
+    spans = re.findall(r"`(crs [^`]+)`", PAGES[page])
     for span in spans:
         cmd, path, rest = resolve(span.split()[1:])
         known = {o for p in cmd.params for o in p.opts + p.secondary_opts}
         for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", " ".join(rest)):
-            assert flag in known, f"README: `{span}`: crs {' '.join(path)} has no option {flag}"
+            assert flag in known, f"{page}: `{span}`: crs {' '.join(path)} has no option {flag}"
+
+
+def test_the_generated_pages_are_current():
+    """docs/cli.md and docs/configuration.md are what `python tools/docgen.py` writes from the code."""
+    spec = importlib.util.spec_from_file_location("docgen", ROOT / "tools" / "docgen.py")
+    docgen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docgen)
+    assert docgen.main(["--check"]) == 0, "run `python tools/docgen.py` and commit docs/cli.md, docs/configuration.md"
+
+
+def test_output_blocks_are_not_read_as_commands():
+    text = "```text\ncrs printed output\n```\n\n```\ncrs probe --all\n```\n"
+    assert [command_lines(b) for b in shell_blocks(text)] == [["crs probe --all"]]

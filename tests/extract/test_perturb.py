@@ -13,7 +13,7 @@ from crs.extract import perturb, synthetic
 from crs.errors import UserError
 from crs.names import MODALITIES
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "datasets-and-encoders.md"  # the page that holds the table
 
 ALL_FAMILIES = sorted({f for fams in perturb.SUITES.values() for f in fams})
 
