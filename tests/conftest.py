@@ -9,9 +9,9 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 # XLA compiles the tests' programs the quick way: without LLVM's optimisations and with its older loop
 # emitters (TEST_XLA_FLAGS). Most test programs run for milliseconds on tiny data and take a second or more
-# to compile, so this cuts their compiling by more than half (tests/probe/test_core.py: 89 s -> 33 s on 2
-# cores). The code under test is the same JAX program; only XLA's machine code differs, and its rounding
-# with it, so every test that compares results compares two runs under the same flags or to a tolerance.
+# to compile, so this more than halves their compiling. The code under test is the same JAX program; only
+# XLA's machine code differs, and its rounding with it, so every test that compares results compares two
+# runs under the same flags or to a tolerance.
 # The one check of production bits, the golden run's digests (tests/test_golden_run.py), runs its
 # pipeline in a process of its own under the flags the suite was started with (PRODUCTION_XLA_FLAGS).
 # Set CRS_TESTS_XLA_OPT=default to run every test under those flags; an XLA_FLAGS that names either flag
@@ -27,10 +27,9 @@ if PRODUCTION_XLA_FLAGS not in os.environ:  # the first process (the controller)
 # One OpenMP thread per test process (torch's intra-op pool, and OpenBLAS under numpy), unless
 # OMP_NUM_THREADS is set already or CRS_TESTS_THREADS=default. pytest-xdist runs a worker per core, and
 # each worker's torch would start a thread per core whose OpenMP barriers spin while they wait, taking
-# the other worker's core: the README's test command took 369-387 s with the default threads and 284 s
-# with one (2 cores, 2026-12-03; CPU 638 s -> 431 s; fresh-clone CI since then 267-298 s). Results can round differently with other thread
-# counts, so the golden run's digests run under the setting the suite was started with
-# (PRODUCTION_OMP_NUM_THREADS, as PRODUCTION_XLA_FLAGS above).
+# the other workers' cores. Results can round differently with other thread counts, so the golden run's
+# digests run under the setting the suite was started with (PRODUCTION_OMP_NUM_THREADS, as
+# PRODUCTION_XLA_FLAGS above).
 PRODUCTION_OMP_NUM_THREADS = "CRS_TESTS_PRODUCTION_OMP_NUM_THREADS"
 if PRODUCTION_OMP_NUM_THREADS not in os.environ:  # the controller; the workers and subprocesses inherit it
     os.environ[PRODUCTION_OMP_NUM_THREADS] = os.environ.get("OMP_NUM_THREADS", "")
@@ -38,7 +37,7 @@ if PRODUCTION_OMP_NUM_THREADS not in os.environ:  # the controller; the workers 
         os.environ["OMP_NUM_THREADS"] = "1"
 
 # Property tests check values, never time: Hypothesis's default 200 ms deadline per example is a timed
-# assertion, and it failed test_kendall_tau_b_matches_scipy_with_ties on a loaded 2-core machine.
+# assertion, which a loaded machine can fail whatever the code computes.
 from hypothesis import settings as _hypothesis_settings  # noqa: E402
 
 _hypothesis_settings.register_profile("crs", deadline=None)

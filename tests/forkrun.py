@@ -1,8 +1,8 @@
 """Python subprocesses for the tests, forked from a warm server instead of started as fresh interpreters.
 
 The fault and resume tests start `python -m crs.cli ...` (or `python -c CODE`) dozens of times to
-kill it, race it or watch it exit; a fresh interpreter pays ~7 s of imports (torch 2.5 s, timm
-4.5 s) before a `crs extract` does any work. Here such a command is forked from a server process
+kill it, race it or watch it exit; a fresh interpreter spends seconds importing torch and timm
+before a `crs extract` does any work. Here such a command is forked from a server process
 that imported those libraries once (one server per test process, started on first use, ended
 when that process ends, with the folder that holds its socket and the commands' output files).
 The command's process is still a process of its own, as a fresh one would be: its own pid and

@@ -1,7 +1,7 @@
 """What a wheel ships: every package of the repository, installed without the repository on the path.
 
-A plain `pip install .` (not -e) used to ship without crs/stages, the layer every command goes
-through; the tests never noticed, since they run on an editable install. This builds the wheel,
+The other tests run on an editable install, which sees every folder of the checkout whether the
+wheel would ship it or not (crs/stages, the layer every command goes through, for one). This builds the wheel,
 installs it into a fresh virtual environment whose only other path is this environment's
 site-packages (for the dependencies), and runs the command line from there."""
 

@@ -4,8 +4,8 @@
   inherited; forked from the warm server of tests/forkrun.py, or a fresh interpreter with
   CRS_TESTS_EXEC=1), returning ``Ran(rc, stdout, stderr)``; ``start(*args)`` is the same as a
   ``Popen``-like handle for the kill and two-writer cases. ``crs_here(*args)`` runs the same command
-  inside this process (typer's CliRunner): the store-damage cases use it because a subprocess pays ~2 s
-  of imports and ~4 s of probe compilation per call; set ``CRS_FAULTS_SUBPROCESS=1`` to run those in
+  inside this process (typer's CliRunner): the store-damage cases use it because a subprocess pays for
+  the imports and the probe's compilation on every call; set ``CRS_FAULTS_SUBPROCESS=1`` to run those in
   subprocesses too.
 * ``baseline``: one small uninterrupted run (2 demo encoders x demo_derm at size 0.1, one severity, one seed,
   bootstrap 5, report), made once a session; ``case(baseline, tmp_path)`` copies it for one case.

@@ -122,7 +122,9 @@ def _failed_ids(store: Path) -> list[str]:
     return [str(x) for x in g["failures"]["image_id"][...]]
 
 
-MEMORY_MIB = 1536  # an extract of 24 tiny images with demo-stats stays far below; the 2000 x 1 PNG took 2.1 GB
+# peak memory bound: an extract of 24 tiny images with demo-stats stays far below it; resizing the
+# 2000 x 1 PNG by its shorter side before cropping would need more than this for that one image
+MEMORY_MIB = 1536
 
 
 def _fifo(path: Path) -> None:

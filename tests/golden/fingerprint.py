@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "small.toml"
 GOLDEN = HERE / "small.json"
 VOLATILE = {"written", "seconds", "timings_s", "created", "started", "finished", "elapsed_s", "time",
-            "generation",  # generation: a random id per probe or score run (issue 15)
+            "generation",  # generation: a random id per probe or score run
             "provenance",  # tool, git commit, library versions: the machine's, not the run's numbers
             "images_per_s",  # extraction throughput measured on this machine
             "commit", "chunk_bytes",  # commit records: bytes and CRC-32 of float values, the machine's bits
