@@ -4,6 +4,8 @@
 pieces, each a pure function of a DataFrame or of arrays.
 """
 
-from crs.scoring.run import Scores, comparison_set, score
+from crs.scoring.comparison import comparison_set
+from crs.scoring.options import ScoreOptions
+from crs.scoring.run import Scores, score
 
-__all__ = ["Scores", "comparison_set", "score"]
+__all__ = ["ScoreOptions", "Scores", "comparison_set", "score"]

@@ -28,6 +28,7 @@ from crs.labels import targets
 from crs.names import SPLITS, VALIDATION
 from crs.scoring import metrics, resample
 from crs.scoring.axes import AXES, FRACTION_TOL
+from crs.scoring.comparison import Runs
 from crs.store import Store, StoreError
 
 _, VAL, TEST = SPLITS  # the split names, in crs.names' order
@@ -149,12 +150,10 @@ def conditions_of(rows: pl.DataFrame, dataset: str) -> tuple[list[float], list[s
 
 def image_bootstrap_axes(
     store: Store,
-    rows: pl.DataFrame,
-    encoders: Sequence[str],
-    datasets: Sequence[str],
-    seeds: Sequence[int],
+    runs: Runs,
     n_bootstrap: int,
     rng: np.random.Generator,
+    *,
     methods: dict | None = None,
     metrics_pass: MetricsPass | None = None,
     version: str = "2",
@@ -162,8 +161,8 @@ def image_bootstrap_axes(
 ) -> np.ndarray:
     """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled (C by CRS ``version``).
 
-    ``rows`` are the used run-record rows (``axes.used_rows``), which say which
-    fractions and conditions each dataset's axes read. Each dataset draws its image
+    ``runs``: the encoders, datasets and seeds, and the used run-record rows (``axes.used_rows``), which say
+    which fractions and conditions each dataset's axes read. Each dataset draws its image
     multiplicities once (the same for every encoder, seed and condition), then each
     of its shift targets, in the order given; raises MissingPredictions naming the
     first array that is not in the store. The AUROCs of each encoder's arrays are
@@ -176,6 +175,7 @@ def image_bootstrap_axes(
     from threadpoolctl import threadpool_limits
 
     kept = None if metrics_pass is None else metrics_pass.kept
+    rows, encoders, datasets, seeds = runs.used, runs.encoders, runs.datasets, runs.seeds
     out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
     # two helper threads, each working in order: one reads the next pair's arrays, one computes the
     # metrics of pairs already bootstrapped (numpy and the store's reads release the GIL); these three
@@ -249,10 +249,10 @@ def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str,
             d.aurocs[1 + t].add(q[s, 0])
     for a in d.aurocs:
         a.compute()
-    out = np.stack([resample.run_axes(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], d.test,
-                                      d.targets, d.task, d.aurocs, calibration=calibration[s, 0],
-                                      version=version)
-                    for s in range(len(seeds))], axis=1)
+    runs = [resample.RunArrays(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], calibration[s, 0])
+            for s in range(len(seeds))]
+    out = np.stack([resample.run_axes(run, d.test, d.targets, d.task, d.aurocs, version=version) for run in runs],
+                   axis=1)
     for a in d.aurocs:
         a.release()
     return out

@@ -6,10 +6,12 @@ tables into arrays for the numpy core, and assembles and writes the results.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -20,9 +22,10 @@ from crs.errors import BadInput, CrsError
 from crs.names import VALIDATION
 from crs.scoring import crs as core
 from crs.scoring import analysis, diagnostics, scoreset, verdict
-from crs.scoring.axes import AXES, FRACTION_TOL, axes_by_seed, require_columns, seed_means, used_rows
+from crs.scoring.axes import AXES, FRACTION_TOL, require_columns, seed_means
 from crs.scoring.bootstrap import (
     CONFIDENCE,
+    Replicates,
     draw_seeds,
     incomplete,
     interval,
@@ -34,6 +37,8 @@ from crs.scoring.bootstrap import (
     seed_weights,
     summarise,
 )
+from crs.scoring.comparison import Comparison, comparison_of, comparison_records
+from crs.scoring.options import ScoreOptions
 from crs.scoring.ranks import compare, rank_desc
 
 MEDIAN = core.MEDIAN
@@ -141,63 +146,26 @@ class Scores:
             scoreset.write_table(Path(metric_table), self.metric_table, self.generation)
 
 
-def comparison_set(
-    records: pl.DataFrame, reference: str = MEDIAN
-) -> tuple[list[str], list[str], dict]:
-    """The encoders and datasets where every encoder has every dataset (docs/crs-v1.md section 2).
+class Bootstrap(NamedTuple):
+    """The bootstrap of one score (``_replicates``)."""
 
-    When the records are not a full grid, the largest such block wins: most
-    (encoder, dataset) cells, then most encoders, then the alphabetically first dataset
-    list. It must hold at least 2 encoders, and the reference when one is named. A best
-    block's datasets are the intersection of its encoders' dataset sets, so the
-    candidates are the closure of those sets under intersection. Returns (encoders,
-    datasets, excluded) with excluded = {'encoders': [...], 'datasets': [...]}.
-    """
-    pairs = records.select("encoder", "dataset").unique()
-    have: dict[str, frozenset[str]] = {
-        r["encoder"]: frozenset(r["dataset"])
-        for r in pairs.group_by("encoder").agg("dataset").iter_rows(named=True)
-    }
-    sets = set(have.values())
-    frontier = set(sets)
-    while frontier:
-        frontier = {a & b for a in frontier for b in have.values()} - sets - {frozenset()}
-        sets |= frontier
-    best: tuple[tuple[int, int], list[str], list[str]] | None = None
-    for datasets in sorted(sorted(s) for s in sets):
-        encoders = sorted(e for e, s in have.items() if s.issuperset(datasets))
-        if len(encoders) < 2 or (reference != MEDIAN and reference not in encoders):
-            continue
-        key = (len(encoders) * len(datasets), len(encoders))
-        if best is None or key > best[0]:
-            best = (key, encoders, datasets)
-    if best is None:
-        need = "" if reference == MEDIAN else f", one of them the reference {reference!r},"
-        raise BadInput(
-            f"no dataset is shared by at least 2 encoders{need} (encoders and their datasets: "
-            f"{ {e: sorted(s) for e, s in sorted(have.items())} }); CRS compares encoders on "
-            "common datasets: probe at least two encoders on the same dataset"
-        )
-    _, encoders, datasets = best
-    excluded = {
-        "encoders": sorted(set(have) - set(encoders)),
-        "datasets": sorted(set().union(*have.values()) - set(datasets)),
-    }
-    return encoders, datasets, excluded
+    reps: Replicates  # CRS, ranks and axes of every replicate
+    draw: np.ndarray  # the seed draw [replicate, draw]
+    unit: str  # the unit resampled: the one asked for, or 'seed' where it fell back
+    by_seed: pl.DataFrame  # axes_by_seed with C by the CRS version
+    image_method: dict  # per dataset: arrays computed exactly / shared (image bootstrap), else {}
 
 
-def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[float] = core.DEFAULT_WEIGHTS,
-          n_bootstrap: int = 1000, seed: int = 0, bootstrap_unit: str = "both", store=None,
-          simplex_step: float = analysis.SIMPLEX_STEP, results=None, crs_version: str = core.LATEST) -> Scores:
-    """Score run records by docs/crs-v2.md (``crs_version`` "2", the default) or docs/crs-v1.md ("1"): axes,
+def score(records: pl.DataFrame, options: ScoreOptions = ScoreOptions(), *, store=None, results=None) -> Scores:
+    """Score run records by docs/crs-v2.md (``options.crs_version`` "2", the default) or docs/crs-v1.md ("1"): axes,
     q, components, CRS, ranks, bootstrap and tiers. v2's calibration axis is read from the store's test
     probabilities (``calibration_axis``), so v2 needs ``store``.
 
-    ``reference`` is an encoder name or 'median'; ``weights`` are (dominance, balance,
-    worst_axis), non-negative and summing to 1. Encoders or datasets outside the
+    ``options`` (``ScoreOptions``): ``reference`` is an encoder name or 'median'; ``weights`` are
+    (dominance, balance, worst_axis), non-negative and summing to 1. Encoders or datasets outside the
     comparison set are dropped and listed in ``settings['excluded']``.
 
-    ``bootstrap_unit`` (docs/crs-v1.md section 5): 'both' (the default) resamples seeds and
+    ``options.bootstrap_unit`` (docs/crs-v1.md section 5): 'both' (the default) resamples seeds and
     the test images of every dataset at once, 'seed' seeds alone, 'image' test images
     alone (the same draw for every encoder). 'image' and 'both' need ``store``, a
     ``crs.store.Store`` with the probe's test probabilities.
@@ -211,41 +179,37 @@ def score(records: pl.DataFrame, *, reference: str = MEDIAN, weights: Sequence[f
     (encoder, dataset)'s run records and stored probabilities (validation included) must
     come from one probe run (``crs.records.check_pair``); a mix is refused (exit 2).
     """
-    w, version = _check_options(records, weights, n_bootstrap, bootstrap_unit, crs_version, store)
-    records, encoders, datasets, excluded = _comparison_records(records, reference)
+    options = _check_options(records, options, store)
+    records, encoders, datasets, excluded = comparison_records(records, options.reference)
     if results is not None:
         run_records.check_same_settings(results, records.select("encoder", "dataset").unique().rows(),
                                         None if store is None else store.path)
     if store is not None and results is not None:
         check_probe_runs(store, results, records)
-    by_seed = axes_by_seed(records)
-    _, seeds = seed_tensor(by_seed, encoders, datasets)
-    ref: int | str = MEDIAN if reference == MEDIAN else encoders.index(reference)
-    warnings: list[str] = tie_warnings(records)
-    used = used_rows(records)
-    image_method: dict = {}  # per dataset: arrays exact / shared (predictions.image_bootstrap_axes)
-    metrics_pass = _metrics_pass(store, records, encoders, datasets)
-    reps, draw, unit, by_seed = _replicates(by_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used,
-                                            encoders, datasets, seeds, warnings, image_method, metrics_pass, version)
-    means = seed_means(by_seed)
-    x = _grid(means, encoders, datasets)  # [encoder, dataset, axis]
-    point = core.score(x, ref, w, version)
-    found = _from_store(store, records, encoders, datasets, warnings, metrics_pass)
-    tables = _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found)
-    settings = _settings(reference, w, n_bootstrap, unit, bootstrap_unit, seed, seeds, used, datasets,
-                         excluded, simplex_step, warnings, image_method, version)
-    settings["test_images"] = test_images(records, datasets)
-    shifted_axis_warnings(reps.axis, x.mean(axis=1), encoders, warnings)
+    cmp = comparison_of(records, encoders, datasets, excluded, options.reference)
+    warnings: list[str] = tie_warnings(cmp.records)
+    metrics_pass = _metrics_pass(store, cmp)
+    boot = _replicates(cmp, options, store, metrics_pass, warnings)
+    means = seed_means(boot.by_seed)
+    x = _grid(means, cmp.encoders, cmp.datasets)  # [encoder, dataset, axis]
+    point = core.score(x, cmp.reference, options.weights, options.crs_version)
+    found = _from_store(store, cmp, warnings, metrics_pass)
+    tables = _analysis_tables(cmp, point, boot, options.simplex_step, found)
+    settings = _settings(options, cmp, boot, warnings)
+    settings["test_images"] = test_images(cmp.records, cmp.datasets)
+    shifted_axis_warnings(boot.reps.axis, x.mean(axis=1), cmp.encoders, warnings)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
-    table = _encoder_table(encoders, x, point, auroc, summarise(reps, encoders, point.crs, reference=ref),
-                           tables["pareto"], encoder_metadata(store, encoders, datasets))
-    table, health, decided = _diagnosed(table, records, tables, settings)
+    table = _encoder_table(cmp.encoders, x, point, auroc,
+                           summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference),
+                           tables["pareto"], encoder_metadata(store, cmp.encoders, cmp.datasets))
+    table, health, decided = _diagnosed(table, cmp.records, tables, settings)
     return Scores(
         settings=settings,
         encoders=table,
-        per_dataset=_per_dataset_table(encoders, datasets, x, point, w, means, version),
-        rank_comparison=compare(encoders, auroc, point.crs),
-        axes_by_seed=by_seed,
+        per_dataset=_per_dataset_table(cmp.encoders, cmp.datasets, x, point, options.weights, means,
+                                       options.crs_version),
+        rank_comparison=compare(cmp.encoders, auroc, point.crs),
+        axes_by_seed=boot.by_seed,
         provenance=provenance.collect(settings),
         verdict=decided, diagnostics=health,
         **tables,
@@ -311,19 +275,16 @@ def shift_targets(axes_by_seed: pl.DataFrame, robustness: pl.DataFrame) -> dict[
     return out
 
 
-def _replicates(by_seed, ref, w, n_bootstrap, seed, bootstrap_unit, store, used, encoders, datasets, seeds,
-                warnings, image_method=None, metrics_pass=None, version=core.LATEST):
-    """(CRS of every bootstrap replicate, the seed draw [replicate, draw], the unit resampled, ``axes_by_seed``
-    with C by the version); says in ``warnings`` where the unit fell back or a replicate had no CRS."""
-    draw = draw_seeds(len(seeds), int(n_bootstrap), seed)  # [replicate, draw]
-    x_boot, unit, by_seed = _bootstrap_means(
-        by_seed, draw, bootstrap_unit, store, used, encoders, datasets, seeds, seed, warnings, image_method,
-        metrics_pass, version,
-    )
-    reps = score_replicates(x_boot, ref, w, version)
-    _say_if_no_interval(reps, x_boot, datasets, unit, warnings)
-    _say_if_few_seeds(len(seeds), unit, warnings)
-    return reps, draw, unit, by_seed
+def _replicates(cmp: Comparison, options: ScoreOptions, store, metrics_pass, warnings: list[str]) -> Bootstrap:
+    """The bootstrap of the comparison set (``Bootstrap``); says in ``warnings`` where the unit fell back or a
+    replicate had no CRS."""
+    draw = draw_seeds(len(cmp.seeds), int(options.n_bootstrap), options.seed)  # [replicate, draw]
+    image_method: dict = {}  # per dataset: arrays exact / shared (predictions.image_bootstrap_axes)
+    x_boot, unit, by_seed = _bootstrap_means(cmp, draw, options, store, metrics_pass, warnings, image_method)
+    reps = score_replicates(x_boot, cmp.reference, options.weights, options.crs_version)
+    _say_if_no_interval(reps, x_boot, cmp.datasets, unit, warnings)
+    _say_if_few_seeds(len(cmp.seeds), unit, warnings)
+    return Bootstrap(reps, draw, unit, by_seed, image_method)
 
 
 FEW_SEEDS = 5  # below this the seed part of an interval is widened more than 1.6 times
@@ -341,25 +302,25 @@ def _say_if_few_seeds(n_seeds: int, unit: str, warnings: list[str]) -> None:
     )
 
 
-def _analysis_tables(records, used, draw, seeds, encoders, datasets, point, reps, simplex_step, found) -> dict:
+def _analysis_tables(cmp: Comparison, point, boot: Bootstrap, simplex_step: float, found) -> dict:
     """The Scores tables beyond the leaderboard: Pareto view, weight sensitivity, what the store's
     probabilities gave, robustness, label-efficiency and calibration-under-shift detail, rank distribution."""
-    pareto = analysis.pareto_table(encoders, datasets, point.q_dataset, point.q)
+    pareto = analysis.pareto_table(cmp.encoders, cmp.datasets, point.q_dataset, point.q)
     grid, leaders = analysis.weight_sensitivity(
-        encoders, point.dominance, point.balance, point.worst_axis, simplex_step
+        cmp.encoders, point.dominance, point.balance, point.worst_axis, simplex_step
     )
     return dict(
         pareto=pareto,
         weight_grid=grid,
         weight_leaders=leaders,
-        metric_table=_metric_table(records, found.metrics),
+        metric_table=_metric_table(cmp.records, found.metrics),
         probe_metrics=found.metrics,
         reliability=found.reliability,
         auroc_per_class=found.per_class,
-        robustness=analysis.robustness_detail(used),
-        label_efficiency=analysis.label_efficiency_curve(used, draw, seeds),
-        calibration_shift=analysis.calibration_under_shift(records),
-        rank_distribution=analysis.rank_distribution(encoders, reps.rank),
+        robustness=analysis.robustness_detail(cmp.used),
+        label_efficiency=analysis.label_efficiency_curve(cmp.used, boot.draw, cmp.seeds),
+        calibration_shift=analysis.calibration_under_shift(cmp.records),
+        rank_distribution=analysis.rank_distribution(cmp.encoders, boot.reps.rank),
     )
 
 
@@ -383,50 +344,32 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
         check(results, encoder, dataset, attrs)
 
 
-def _check_options(records, weights, n_bootstrap, bootstrap_unit, crs_version, store):
-    """(the weights, the CRS version) checked; BadInput saying what is wrong otherwise."""
-    w = core.check_weights(weights)
-    version = core.check_version(crs_version)
+def _check_options(records: pl.DataFrame, options: ScoreOptions, store) -> ScoreOptions:
+    """``options`` with the weights and the CRS version checked and in canonical form; BadInput saying what is
+    wrong otherwise."""
+    w = core.check_weights(options.weights)
+    version = core.check_version(options.crs_version)
     if version != "1" and store is None:
         raise BadInput(f"CRS v2 reads its calibration axis from the stored test probabilities and no store was "
                        f"given: {_V2_NEEDS}")
-    if int(n_bootstrap) < 1:
-        raise BadInput(f"n_bootstrap must be at least 1, got {n_bootstrap!r}")
-    if bootstrap_unit not in UNITS:
-        raise BadInput(f"bootstrap unit must be one of {UNITS}, not {bootstrap_unit!r}")
+    if int(options.n_bootstrap) < 1:
+        raise BadInput(f"n_bootstrap must be at least 1, got {options.n_bootstrap!r}")
+    if options.bootstrap_unit not in UNITS:
+        raise BadInput(f"bootstrap unit must be one of {UNITS}, not {options.bootstrap_unit!r}")
     require_columns(records)
-    return w, version
+    return dataclasses.replace(options, weights=w, crs_version=version)
 
 
-def _comparison_records(records: pl.DataFrame, reference: str):
-    """(records of the comparison set, its encoders, its datasets, what was excluded)."""
-    # rows a probe may keep for its validation split serve temperature scaling, never the axes
-    records = records.filter(pl.col("condition") != VALIDATION)
-    _check_encoders(records, reference)
-    encoders, datasets, excluded = comparison_set(records, reference)
-    records = records.filter(pl.col("encoder").is_in(encoders) & pl.col("dataset").is_in(datasets))
-    return records, encoders, datasets, excluded
-
-
-def _check_encoders(records: pl.DataFrame, reference: str) -> None:
-    present = sorted(records.get_column("encoder").unique().to_list())
-    if len(present) < 2:
-        raise BadInput(f"CRS compares encoders and needs at least 2, the records hold {present}")
-    if reference != MEDIAN and reference not in present:
-        raise BadInput(
-            f"reference {reference!r} is not among the encoders in the records: {present}; "
-            f"name one of them or use {MEDIAN!r}"
-        )
-
-
-def _bootstrap_means(by_seed, draw, unit, store, used, encoders, datasets, seeds, seed, warnings, image_method=None,
-                     metrics_pass=None, version=core.LATEST):
+def _bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, store, metrics_pass,
+                     warnings: list[str], image_method: dict):
     """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used, ``by_seed`` with C by the
     CRS version: v2's from the image bootstrap's reads, else read for it, ``calibration_axis``).
 
     Falls back to the seed bootstrap, saying why in ``warnings``, where the image
     bootstrap cannot read what it needs. ``metrics_pass``: a ``predictions.MetricsPass`` the image
-    bootstrap hands the arrays it reads (``_metrics_pass``)."""
+    bootstrap hands the arrays it reads (``_metrics_pass``); ``image_method`` receives per dataset how its
+    arrays were computed."""
+    unit, version, by_seed = options.bootstrap_unit, options.crs_version, cmp.by_seed
     x_rep = None
     errors: dict | None = {} if version != "1" else None  # v2: the clean calibration errors the bootstrap reads
     if unit != "seed":
@@ -440,16 +383,16 @@ def _bootstrap_means(by_seed, draw, unit, store, used, encoders, datasets, seeds
         else:
             try:
                 x_rep = image_bootstrap_axes(
-                    store, used, encoders, datasets, seeds, draw.shape[0], np.random.default_rng([seed, 1]),
-                    image_method, metrics_pass=metrics_pass, version=version, point_errors=errors,
+                    store, cmp, draw.shape[0], np.random.default_rng([options.seed, 1]), methods=image_method,
+                    metrics_pass=metrics_pass, version=version, point_errors=errors,
                 )
             except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
                 warnings.append(f"{exc}; fell back to the seed bootstrap")
     if version != "1":
-        by_seed = calibration_axis(by_seed, store, encoders, datasets, errors if x_rep is not None else None)
+        by_seed = calibration_axis(by_seed, store, cmp.encoders, cmp.datasets, errors if x_rep is not None else None)
     if x_rep is None:
-        x_seed, _ = seed_tensor(by_seed, encoders, datasets)  # [encoder, dataset, seed, axis]
-        return resample_seeds(seed_weights(draw, len(seeds)), np.moveaxis(x_seed, 2, -1)), "seed", by_seed
+        x_seed, _ = seed_tensor(by_seed, cmp.encoders, cmp.datasets)  # [encoder, dataset, seed, axis]
+        return resample_seeds(seed_weights(draw, len(cmp.seeds)), np.moveaxis(x_seed, 2, -1)), "seed", by_seed
     return seed_means_of(x_rep, draw if unit == "both" else None), unit, by_seed
 
 
@@ -665,17 +608,17 @@ def _per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame, ver
     )
 
 
-def _metrics_pass(store, records, encoders, datasets):
+def _metrics_pass(store, cmp: Comparison):
     """A ``predictions.MetricsPass`` where a store is given (the image bootstrap fills it as it reads each
     array, so ``_from_store`` need not read them again), else None."""
     if store is None:
         return None
     from crs.scoring.predictions import MetricsPass
 
-    return MetricsPass(store, records, encoders, datasets)
+    return MetricsPass(store, cmp.records, cmp.encoders, cmp.datasets)
 
 
-def _from_store(store, records, encoders, datasets, warnings: list[str], metrics_pass=None):
+def _from_store(store, cmp: Comparison, warnings: list[str], metrics_pass=None):
     """``predictions.probe_metrics`` where a store is given and holds them, else empty tables; ``metrics_pass``'s
     result where the image bootstrap handed it every pair."""
     from crs.scoring.predictions import MissingPredictions, ProbeMetrics, probe_metrics
@@ -690,7 +633,7 @@ def _from_store(store, records, encoders, datasets, warnings: list[str], metrics
         return empty
     try:
         found = metrics_pass.result() if metrics_pass is not None and metrics_pass.complete else probe_metrics(
-            store, records, encoders, datasets)
+            store, cmp.records, cmp.encoders, cmp.datasets)
     except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
         warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
         return empty
@@ -712,26 +655,26 @@ def _metric_table(records: pl.DataFrame, probe_metrics: pl.DataFrame) -> pl.Data
     return analysis.metric_table(per_seed, names)
 
 
-def _settings(reference, w, n_bootstrap, unit, requested, seed, seeds, used, datasets, excluded, simplex_step,
-              warnings, image_method=None, version=core.LATEST) -> dict:
-    """The score's settings; ``image_method`` (per dataset: arrays computed exactly, shared) is recorded
-    where the image bootstrap ran."""
+def _settings(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warnings: list[str]) -> dict:
+    """The score's settings; the image bootstrap's ``image_method`` (per dataset: arrays computed exactly,
+    shared) is recorded where it ran."""
     settings = {
-        "crs_version": version,
-        "reference": reference,
-        "weights": dict(zip(COMPONENTS, w, strict=True)),
-        "bootstrap": {"n": int(n_bootstrap), "unit": unit, "seed": seed, "confidence": CONFIDENCE},
-        "seeds": [int(s) for s in seeds],
-        "fractions": [float(f) for f in sorted(set(used.get_column("fraction").to_list()))],
-        "datasets": list(datasets),
-        "excluded": excluded,
-        "simplex_step": simplex_step,
+        "crs_version": options.crs_version,
+        "reference": options.reference,
+        "weights": dict(zip(COMPONENTS, options.weights, strict=True)),
+        "bootstrap": {"n": int(options.n_bootstrap), "unit": boot.unit, "seed": options.seed,
+                      "confidence": CONFIDENCE},
+        "seeds": [int(s) for s in cmp.seeds],
+        "fractions": [float(f) for f in sorted(set(cmp.used.get_column("fraction").to_list()))],
+        "datasets": list(cmp.datasets),
+        "excluded": cmp.excluded,
+        "simplex_step": options.simplex_step,
         "warnings": warnings,
     }
-    if unit != requested:
-        settings["bootstrap"]["requested_unit"] = requested
-    if image_method and unit != "seed":
-        settings["bootstrap"]["image_method"] = image_method
+    if boot.unit != options.bootstrap_unit:
+        settings["bootstrap"]["requested_unit"] = options.bootstrap_unit
+    if boot.image_method and boot.unit != "seed":
+        settings["bootstrap"]["image_method"] = boot.image_method
     return settings
 
 
@@ -739,7 +682,6 @@ EXTRA_METRICS = (
     "balanced_accuracy", "kappa_quadratic", "classwise_ece", "aurc",
     "temperature", "ece_ts", "brier_ts", "nll_ts",
 )  # fmt: skip
-
 
 
 def _grid(means: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]) -> np.ndarray:

@@ -156,7 +156,7 @@ def test_exact_batch_equals_the_kernel_to_the_bit(task):
 def test_score_hands_the_bootstrap_reads_to_the_metrics(make_store, tmp_path, monkeypatch):
     # score() computes the probe metrics from the arrays the image bootstrap read (on a helper
     # thread): the same tables as probe_metrics reading them itself, and no array is read twice
-    from crs.scoring import score
+    from crs.scoring import ScoreOptions, score
     from crs.store import Store
 
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.6, "c": 0.3})
@@ -169,7 +169,7 @@ def test_score_hands_the_bootstrap_reads_to_the_metrics(make_store, tmp_path, mo
         return real(self, dataset, encoder, condition)
 
     monkeypatch.setattr(Store, "read_predictions", counted)
-    s = score(records, store=store, bootstrap_unit="both", n_bootstrap=20)
+    s = score(records, ScoreOptions(bootstrap_unit="both", n_bootstrap=20), store=store)
     assert s.settings["bootstrap"]["unit"] == "both"
     assert s.probe_metrics.equals(alone.metrics)
     # polars' group means (reliability bins) are not bit-stable from one call to the next: 1e-12
