@@ -441,7 +441,8 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
 
     from crs import records as run_records
     from crs.config import Score
-    from crs.scoring import analysis, metrics, predictions, resample, run, scoreset, temperature
+    from crs.scoring import analysis, metrics, predictions, replicates, resample, run, scoreset, temperature, verdict
+    from crs.scoring.predictions import image_bootstrap, read, stored_metrics
     from crs.stages import steps
     from crs.store import Store
 
@@ -463,22 +464,24 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
     phases = [
         (run_records, "read", "reading run records"),
         (Store, "read_predictions", "reading predictions"),
-        (predictions, "split_targets", "reading predictions"),
+        (read, "split_targets", "reading predictions"),
+        (stored_metrics, "split_targets", "reading predictions"),
+        (image_bootstrap, "split_targets", "reading predictions"),
         (run, "check_probe_runs", "checking probe runs"),
         (predictions, "image_bootstrap_axes", "image draws"),
         (resample, "exact_batch", "image draws: exact AUROC"),
         (resample, "sort_classes", "image draws: sorts"),
         (temperature, "fit", "metrics: temperature fits"),
         (metrics, "array_metrics", "metrics: array metrics"),
-        (run, "draw_seeds", "seed draws"),
-        (run, "seed_means_of", "seed draws"),
-        (run, "resample_seeds", "seed draws"),
-        (run, "score_replicates", "CRS replicates"),
+        (replicates, "draw_seeds", "seed draws"),
+        (replicates, "seed_means_of", "seed draws"),
+        (replicates, "resample_seeds", "seed draws"),
+        (replicates, "score_replicates", "CRS replicates"),
         (run, "summarise", "ranks, intervals, tier"),
         (analysis, "weight_sensitivity", "weight grid"),
         (predictions, "probe_metrics", "metrics from probabilities"),
-        (getattr(predictions, "MetricsPass", None), "add_pair", "metrics from probabilities"),
-        (run.verdict, "build", "verdict"),
+        (predictions.MetricsPass, "add_pair", "metrics from probabilities"),
+        (verdict, "build", "verdict"),
         (scoreset, "write_set", "writing"),
         (scoreset, "write_table", "writing"),
     ]

@@ -282,7 +282,7 @@ def test_bad_options_are_user_errors(records, options, message):
 
 
 def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
-    from crs.scoring.run import tie_warnings
+    from crs.scoring.caveats import tie_warnings
 
     assert tie_warnings(records) == []  # no tie_share column: records of an older probe
     share = (pl.when((pl.col("encoder") == "enc_b") & (pl.col("condition") == "shift:other") & (pl.col("seed") == 1))
@@ -298,7 +298,7 @@ def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
 
 def test_an_axis_whose_replicates_sit_off_the_estimate_is_warned_about():
     from crs.scoring.axes import AXES
-    from crs.scoring.run import shifted_axis_warnings
+    from crs.scoring.caveats import shifted_axis_warnings
 
     rng = np.random.default_rng(0)
     point = np.full((2, len(AXES)), 0.8)  # [encoder, axis]

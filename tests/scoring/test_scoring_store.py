@@ -209,7 +209,7 @@ class _Provenanced:
 
 @pytest.mark.parametrize("nested", [True, False])
 def test_encoder_metadata_from_the_clean_embeddings(nested):
-    from crs.scoring.run import encoder_metadata
+    from crs.scoring.metadata import encoder_metadata
 
     got = {r["encoder"]: r for r in encoder_metadata(_Provenanced(nested), ["a", "b"], ["d1"]).iter_rows(named=True)}
     assert got["a"] == {"encoder": "a", "revision": "abc123", "licence": "apache-2.0", "gated": True,
@@ -220,7 +220,7 @@ def test_encoder_metadata_from_the_clean_embeddings(nested):
 
 
 def test_encoder_metadata_revision_falls_back_to_the_weights_digest_then_the_requested_revision():
-    from crs.scoring.run import _metadata_of
+    from crs.scoring.metadata import _metadata_of
 
     assert _metadata_of({"weights": {"revision_loaded": None, "weights_sha256": "ff00"}})["revision"] == "sha256:ff00"
     assert _metadata_of({"revision": "v1.0", "weights": {}})["revision"] == "v1.0"  # a store older than "weights"

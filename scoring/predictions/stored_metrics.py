@@ -1,21 +1,9 @@
-"""The scoring stage's edge to the store: stored probabilities -> image-bootstrap axes and metrics.
-
-``crs probe`` writes test probabilities [seed, fraction, image, class] per (dataset,
-encoder, condition); the image axis is the dataset's test rows in store order (for a
-shift condition ``shift:T``, T's test rows), and the validation-split probabilities of
-the same probes under the condition name ``validation``. This module reads them and
-hands arrays to the pure cores in ``resample``, ``temperature`` and ``metrics``.
-
-Images that extract could not decode (the store's failures table) keep their rows in
-the stored arrays but are dropped here, from targets and probabilities alike, so no
-metric, bootstrap or reliability bin counts them.
-"""
+"""The metrics that need stored probabilities, per (encoder, dataset, seed, fraction, condition), with
+temperature scaling, reliability bins and per-class AUROC."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -23,304 +11,11 @@ import polars as pl
 
 from crs import forms
 from crs.conditions import parse
-from crs.errors import UserError
-from crs.labels import targets
-from crs.names import SPLITS, VALIDATION
+from crs.names import VALIDATION
 from crs.scoring import metrics, resample
-from crs.scoring.axes import AXES, FRACTION_TOL
-from crs.scoring.comparison import Runs
-from crs.store import Store, StoreError
-
-_, VAL, TEST = SPLITS  # the split names, in crs.names' order
-
-
-class MissingPredictions(UserError):
-    """Stored probabilities the image-level analysis needs are not in the store."""
-
-
-def _index(values: Sequence, wanted: Sequence, what: str, where: str) -> list[int]:
-    values = list(values)
-    out = []
-    for w in wanted:
-        hits = [i for i, v in enumerate(values) if abs(float(v) - float(w)) <= FRACTION_TOL]
-        if not hits:
-            raise MissingPredictions(
-                f"the stored probabilities for {where} have {what} {values}, not {w!r}; "
-                "re-run `crs probe` for them"
-            )
-        out.append(hits[0])
-    return out
-
-
-class Predictions:
-    """Probabilities of one (dataset, encoder, condition), indexed by seed and fraction."""
-
-    def __init__(self, store: Store, dataset: str, encoder: str, condition: str, kept: dict | None = None):
-        """``kept``: a dict the caller keeps for one pass over the store, where the rows each split counts
-        (``counted_rows``) are remembered, so they are read once per split, not once per array."""
-        where = f"{encoder}/{dataset}/{condition}"
-        try:
-            stored, attrs = store.read_predictions(dataset, encoder, condition)
-        except (StoreError, KeyError) as exc:
-            if prediction_attrs(store, dataset, encoder, condition) is not None:
-                raise  # stored but unreadable: a damaged store is refused, not skipped
-            raise MissingPredictions(str(exc)) from exc
-        # AUROC ranks ``scores`` (the stored values: log-probabilities do not saturate); everything else
-        # reads ``probs`` (crs.forms)
-        self.form = forms.form_of(attrs, f"the stored predictions {where} in {store.path!r}")
-        self.scores, self.probs = stored, forms.probabilities(stored, self.form)
-        self.seeds = list(attrs.get("seeds", []))
-        self.fractions = list(attrs.get("fractions", []))
-        self.where, self.dataset, self.encoder = where, dataset, encoder
-        # the rows are a split of this dataset, of the shift target, or the validation split
-        if condition == VALIDATION:
-            rows_of, split = dataset, VAL
-        elif parse(condition).kind == "shift":
-            rows_of, split = parse(condition).dataset, TEST
-        else:
-            rows_of, split = dataset, TEST
-        if kept is None:
-            counted = counted_rows(store, rows_of, split)
-        else:  # the caller's cache of counted_rows (None is a value too: no rows left out)
-            if (rows_of, split) not in kept:
-                kept[(rows_of, split)] = counted_rows(store, rows_of, split)
-            counted = kept[(rows_of, split)]
-        if counted is not None and self.probs.ndim == 4 and self.probs.shape[2] == counted.size:
-            self.probs = self.probs[:, :, counted]
-            self.scores = self.scores[:, :, counted] if self.form == forms.LOG_PROB else self.probs
-
-    def select(self, seeds: Sequence[int], fractions: Sequence[float], scores: bool = False) -> np.ndarray:
-        """[seed, fraction, image, class] in the given order: probabilities, or with ``scores`` what
-        AUROC ranks (the stored values)."""
-        s = _index(self.seeds, seeds, "seeds", self.where)
-        f = _index(self.fractions, fractions, "fractions", self.where)
-        return (self.scores if scores else self.probs)[np.ix_(s, f)]
-
-
-def prediction_attrs(store: Store, dataset: str, encoder: str, condition: str) -> dict | None:
-    """The attributes of a stored prediction array without reading it, or None where it is not stored."""
-    try:  # damaged metadata is a StoreError naming the file and the repair: it is not "not stored"
-        return store.prediction_attrs(dataset, encoder, condition)
-    except KeyError:
-        return None
-
-
-def counted_rows(store: Store, dataset: str, split: str, rows: np.ndarray | None = None) -> np.ndarray | None:
-    """bool [split rows, store order]: False for images in the dataset's failures table; None when
-    the table is empty (every row counts), without reading the dataset. ``rows``: the split's rows,
-    where the caller has them."""
-    failed = store.excluded_rows(dataset)
-    if failed.size == 0:
-        return None
-    rows = store.dataset(dataset).rows(split) if rows is None else rows
-    return ~np.isin(rows, failed)
-
-
-def split_targets(
-    store: Store, dataset: str, split: str = TEST
-) -> tuple[np.ndarray, np.ndarray, str, dict]:
-    """(target [image, class], known [image, class], task, attrs) of a dataset's split rows, store
-    order, leaving out the images in its failures table. MissingPredictions when the store lacks the dataset."""
-    if not store.has_dataset(dataset):
-        raise MissingPredictions(f"dataset {dataset!r} is not in the store {store.path!r}; run `crs extract` for it")
-    table = store.dataset(dataset)
-    rows = table.rows(split)
-    kept = counted_rows(store, dataset, split, rows)
-    labels = table.labels[rows if kept is None else rows[kept]]
-    try:
-        t, known = targets(labels, table.task, len(table.classes))
-    except ValueError as exc:  # the stored labels do not fit the stored task and classes
-        raise UserError(
-            f"the stored labels of dataset {dataset!r} ({split} split) in {store.path!r} are damaged: {exc}; "
-            f"check the store with `crs store verify {store.path} --repair`, or extract the dataset again"
-        ) from exc
-    return t, known, table.task, table.attrs
-
-
-def conditions_of(rows: pl.DataFrame, dataset: str) -> tuple[list[float], list[str], list[str]]:
-    """(fractions below 1, perturbed conditions, shift conditions) a dataset's runs use."""
-    d = rows.filter(pl.col("dataset") == dataset)
-    low = sorted(
-        d.filter((pl.col("kind") == "clean") & ~pl.col("full"))["fraction"].unique().to_list()
-    )
-    pert = sorted(d.filter(pl.col("kind") == "perturbed")["condition"].unique().to_list())
-    shift = sorted(d.filter(pl.col("kind") == "shift")["condition"].unique().to_list())
-    return low, pert, shift
-
-
-def image_bootstrap_axes(
-    store: Store,
-    runs: Runs,
-    n_bootstrap: int,
-    rng: np.random.Generator,
-    *,
-    methods: dict | None = None,
-    metrics_pass: MetricsPass | None = None,
-    version: str = "2",
-    point_errors: dict | None = None,
-) -> np.ndarray:
-    """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled (C by CRS ``version``).
-
-    ``runs``: the encoders, datasets and seeds, and the used run-record rows (``axes.used_rows``), which say
-    which fractions and conditions each dataset's axes read. Each dataset draws its image
-    multiplicities once (the same for every encoder, seed and condition), then each
-    of its shift targets, in the order given; raises MissingPredictions naming the
-    first array that is not in the store. The AUROCs of each encoder's arrays are
-    computed as one batch per draw (``resample.AurocDraws``); ``methods``, where given,
-    receives per dataset how many arrays were computed exactly or shared with an identical
-    array. ``metrics_pass``: a ``MetricsPass`` handed each (dataset, encoder)'s arrays as they are read, so its metrics need no second read.
-    ``point_errors``: a dict that receives CRS v2's calibration error of the full test set per (encoder,
-    dataset, seed), from the arrays read here (``calibration_errors`` without the second read).
-    """
-    from threadpoolctl import threadpool_limits
-
-    kept = None if metrics_pass is None else metrics_pass.kept
-    rows, encoders, datasets, seeds = runs.used, runs.encoders, runs.datasets, runs.seeds
-    out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))
-    # two helper threads, each working in order: one reads the next pair's arrays, one computes the
-    # metrics of pairs already bootstrapped (numpy and the store's reads release the GIL); these three
-    # threads keep the cores busy, so BLAS gets one thread (its own pool would spin against them)
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(1) as worker:
-        in_flight: deque = deque()  # the metrics pass's pairs not done yet, at most 2 (their arrays stay in memory)
-        for j, dataset in enumerate(datasets):
-            d = _dataset_draws(store, rows, dataset, n_bootstrap, rng)
-
-            def read_pair(encoder: str, dataset: str = dataset, d: _DatasetDraws = d) -> dict:
-                return {c: Predictions(store, dataset, encoder, c, kept) for c in ["clean", *d.pert, *d.shift]}
-
-            ahead = reader.submit(read_pair, encoders[0])
-            for e, encoder in enumerate(encoders):
-                read = ahead.result()
-                if e + 1 < len(encoders):
-                    ahead = reader.submit(read_pair, encoders[e + 1])
-                out[:, e, j] = _pair_axes(read, d, seeds, dataset, encoder, version)
-                if point_errors is not None:
-                    point_errors.update(_point_errors(read["clean"], (d.test.target, d.test.known, d.task), seeds,
-                                                     dataset, encoder))
-                if metrics_pass is not None:
-                    while len(in_flight) >= 2:
-                        in_flight.popleft().result()
-                    in_flight.append(worker.submit(metrics_pass.add_pair, dataset, encoder, read))
-            if methods is not None:
-                methods[dataset] = {k: sum(a.summary()[k] for a in d.aurocs) for k in ("exact", "shared")}
-        while in_flight:
-            in_flight.popleft().result()
-    return out
-
-
-class _DatasetDraws(NamedTuple):
-    """One dataset's image draws and what its runs read (``image_bootstrap_axes``)."""
-
-    test: resample.Draw
-    targets: list  # a resample.Draw per shift target
-    task: str
-    low: list[float]  # fractions below 1
-    pert: list[str]  # perturbed conditions
-    shift: list[str]  # shift conditions
-    aurocs: list  # a resample.AurocDraws of the test draw, then of each target's
-
-
-def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: int,
-                   rng: np.random.Generator) -> _DatasetDraws:
-    """The dataset's test draw, then each shift target's, from ``rng`` in that order."""
-    target, known, task, _ = split_targets(store, dataset)
-    low, pert, shift = conditions_of(rows, dataset)
-    test = resample.Draw(target, known, _image_counts(target.shape[0], n_bootstrap, rng, dataset))
-    targets = []
-    for cond in shift:
-        t_target, t_known, _, _ = split_targets(store, parse(cond).dataset)
-        counts = _image_counts(t_target.shape[0], n_bootstrap, rng, parse(cond).dataset)
-        targets.append(resample.Draw(t_target, t_known, counts))
-    aurocs = [resample.AurocDraws(x) for x in (test, *targets)]
-    return _DatasetDraws(test, targets, task, low, pert, shift, aurocs)
-
-
-def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str, encoder: str,
-               version: str = "2") -> np.ndarray:
-    """Axis values [replicate, seed, axis] of one (dataset, encoder) from its arrays ``read``."""
-    clean = _clean_probs(read["clean"], dataset, encoder, seeds, d.low, d.test.target.shape[0], scores=True)
-    calibration = read["clean"].select(seeds, [1.0])  # the ECE's probabilities; the AUROCs rank the scores
-    pert_p = [_fitting(read[c], seeds, d.test.target) for c in d.pert]
-    shift_p = [_fitting(read[c], seeds, t.target) for c, t in zip(d.shift, d.targets, strict=True)]
-    for s in range(len(seeds)):  # every array first, so each draw's batch is computed at once
-        for p in [*clean[s], *(q[s, 0] for q in pert_p)]:
-            d.aurocs[0].add(p)
-        for t, q in enumerate(shift_p):
-            d.aurocs[1 + t].add(q[s, 0])
-    for a in d.aurocs:
-        a.compute()
-    runs = [resample.RunArrays(clean[s], [p[s, 0] for p in pert_p], [p[s, 0] for p in shift_p], calibration[s, 0])
-            for s in range(len(seeds))]
-    out = np.stack([resample.run_axes(run, d.test, d.targets, d.task, d.aurocs, version=version) for run in runs],
-                   axis=1)
-    for a in d.aurocs:
-        a.release()
-    return out
-
-
-def _image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator, dataset: str) -> np.ndarray:
-    if not n_images:
-        raise MissingPredictions(f"dataset {dataset!r} has no test image to resample (every one is in its "
-                                 "failures table, or its test split is empty)")
-    return resample.image_counts(n_images, n_bootstrap, rng)
-
-
-def _fitting(pred: Predictions, seeds: Sequence[int], target: np.ndarray) -> np.ndarray:
-    """Scores [seed, 1, image, class] at fraction 1 (what AUROC ranks), checked to have the split's images and
-    classes."""
-    probs = pred.select(seeds, [1.0], scores=True)
-    if probs.shape[2:] != target.shape:
-        raise MissingPredictions(
-            f"{pred.where} holds probabilities for {probs.shape[2]} images x {probs.shape[3]} classes, the split "
-            f"{target.shape[0]} x {target.shape[1]}; re-run `crs probe` for it"
-        )
-    return probs
-
-
-def _clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float],
-                 n_images: int, scores: bool = False) -> np.ndarray:
-    """Clean test probabilities (or ``scores``) [seed, fraction, image, class] at ``low`` then 1, checked
-    against the split."""
-    clean = pred.select(seeds, [*low, 1.0], scores=scores)
-    if clean.shape[2] != n_images:
-        raise MissingPredictions(
-            f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
-            f"{n_images}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
-        )
-    return clean
-
-
-def _point_errors(pred: Predictions, split: tuple, seeds: Sequence[int], dataset: str, encoder: str) -> dict:
-    """{(encoder, dataset, seed): CRS v2's calibration error} of one pair's clean probabilities at fraction 1;
-    ``split``: (target, known, task) of the dataset's test split."""
-    from crs.scoring.calibration import point_error
-
-    target, known, task = split
-    probs = _clean_probs(pred, dataset, encoder, seeds, [], target.shape[0])  # [seed, 1, image, class]
-    done: dict[bytes, float] = {}  # a linear probe's seeds share their full-label probabilities
-    out = {}
-    for s, seed in enumerate(seeds):
-        key = probs[s, 0].tobytes()
-        if key not in done:
-            done[key] = point_error(probs[s, 0], target, known, task)
-        out[(encoder, dataset, int(seed))] = done[key]
-    return out
-
-
-def calibration_errors(store: Store, encoders: Sequence[str], datasets: Sequence[str],
-                       seeds: Sequence[int]) -> pl.DataFrame:
-    """CRS v2's calibration error (``crs.scoring.calibration.point_error``) of every (encoder, dataset, seed)'s
-    clean test probabilities at fraction 1: columns encoder, dataset, seed, calibration_error. Raises
-    MissingPredictions naming the first array the store lacks."""
-    found: dict = {}
-    for dataset in datasets:
-        target, known, task, _ = split_targets(store, dataset)
-        for encoder in encoders:
-            pred = Predictions(store, dataset, encoder, "clean")
-            found.update(_point_errors(pred, (target, known, task), seeds, dataset, encoder))
-    return pl.DataFrame([(*k, v) for k, v in found.items()], orient="row",
-                        schema={"encoder": pl.String, "dataset": pl.String, "seed": pl.Int64,
-                                "calibration_error": pl.Float64})
+from crs.scoring.axes import FRACTION_TOL
+from crs.scoring.predictions.read import VAL, MissingPredictions, Predictions, find_index, split_targets
+from crs.store import Store
 
 
 class ProbeMetrics(NamedTuple):
@@ -328,6 +23,7 @@ class ProbeMetrics(NamedTuple):
     reliability: pl.DataFrame  # reliability-diagram bins at fraction 1, clean and shift
     per_class: pl.DataFrame  # AUROC per class or label at fraction 1, clean and shift
     warnings: list[str]
+
 
 
 def probe_metrics(
@@ -351,6 +47,7 @@ def probe_metrics(
         for encoder in encoders:
             metrics_pass.add_pair(dataset, encoder)
     return metrics_pass.result()
+
 
 
 class MetricsPass:
@@ -429,10 +126,12 @@ class MetricsPass:
         return _assemble(self._parts, warnings)
 
 
+
 def _grouped(cells: pl.DataFrame, keys: list[str], value: str):
     """((key values...), [values]) per group of ``keys``, in no particular order."""
     for row in cells.group_by(keys).agg(pl.col(value)).iter_rows():
         yield tuple(row[:-1]), row[-1]
+
 
 
 class _TestSplit(NamedTuple):
@@ -446,12 +145,14 @@ class _TestSplit(NamedTuple):
         return bool(self.attrs.get("ordinal", False)) and self.task == "multiclass"
 
 
+
 class _Parts(NamedTuple):
     """Collected per (dataset, encoder, condition), put together at the end (``_assemble``)."""
 
     metrics: list[dict]  # {column: values}, the columns of the metrics table in its order
     reliability: list[pl.DataFrame]
     per_class: list[pl.DataFrame]
+
 
 
 def _temperatures(store: Store, dataset: str, encoder: str, task: str, val_split=None, kept: dict | None = None):
@@ -473,6 +174,7 @@ def _temperatures(store: Store, dataset: str, encoder: str, task: str, val_split
     return val, t.reshape(val.probs.shape[:2])
 
 
+
 def _distinct(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(where [array]: the index of each array's kind, distinct [kind]: the first array of each kind) of
     flat [array, ...], arrays of one kind having the same bytes (``resample.array_key``)."""
@@ -481,8 +183,10 @@ def _distinct(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return where, np.unique(where, return_index=True)[1]
 
 
+
 def _full(fr: Sequence[float]) -> list[int]:
     return [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL]
+
 
 
 def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predictions, condition, seeds, fr, temps,
@@ -540,6 +244,7 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
         _full_label_views(test, fr[full[0]], views, seeds, head, parts)
 
 
+
 def _array_metrics(pred: Predictions, flat: np.ndarray, distinct: np.ndarray, seeds, fr, split, task: str,
                    names: list[str]) -> dict[str, np.ndarray]:
     """``metrics.array_metrics`` of the distinct arrays of flat [seed x fraction, image, class], in the order of
@@ -553,6 +258,7 @@ def _array_metrics(pred: Predictions, flat: np.ndarray, distinct: np.ndarray, se
     return {n: values[n] for n in names if n in values}
 
 
+
 def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: str):
     """(scaled probabilities [seed, fraction, image, class], {temperature, ece_ts, brier_ts, nll_ts: [seed x
     fraction]}, kind [seed x fraction]) of flat [seed x fraction, image, class]; each distinct (array,
@@ -560,8 +266,8 @@ def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: 
     from crs.scoring import temperature as ts
 
     val, t_all = temps
-    s_idx = _index(val.seeds, seeds, "seeds", val.where)
-    t = t_all[np.ix_(s_idx, _index(val.fractions, fr, "fractions", val.where))].reshape(-1)
+    s_idx = find_index(val.seeds, seeds, "seeds", val.where)
+    t = t_all[np.ix_(s_idx, find_index(val.fractions, fr, "fractions", val.where))].reshape(-1)
     pairs: dict[tuple, int] = {}
     which = np.array([pairs.setdefault((int(k), float(v)), len(pairs)) for k, v in zip(kinds, t, strict=True)])
     one = np.unique(which, return_index=True)[1]
@@ -569,6 +275,7 @@ def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: 
     after = metrics.array_metrics(scaled, split.target, split.known, task, ("ece", "brier", "nll"))
     columns = {"temperature": t, **{f"{k}_ts": v[which] for k, v in after.items()}}
     return scaled[which].reshape(len(seeds), len(fr), *flat.shape[1:]), columns, which
+
 
 
 def _full_label_views(test: _TestSplit, full: float, views, seeds, head: dict, parts: _Parts) -> None:
@@ -588,6 +295,7 @@ def _full_label_views(test: _TestSplit, full: float, views, seeds, head: dict, p
         parts.reliability.append(_for_every_seed(rel, seeds, rep).with_columns(**head, scaled=pl.lit(is_scaled)))
 
 
+
 def _for_every_seed(table: pl.DataFrame, seeds, rep) -> pl.DataFrame:
     """``table``'s rows for every seed s, those of seed rep[s] relabelled (``table`` holds the rep seeds)."""
     if list(rep) == list(seeds):
@@ -595,6 +303,7 @@ def _for_every_seed(table: pl.DataFrame, seeds, rep) -> pl.DataFrame:
     dtype = table.schema["seed"]
     return pl.concat([table.filter(pl.col("seed") == r).with_columns(pl.lit(s, dtype=dtype).alias("seed"))
                       for s, r in zip(seeds, rep, strict=True)])
+
 
 
 def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
@@ -614,6 +323,7 @@ def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
     return ProbeMetrics(table, rel, per_class, warnings)
 
 
+
 def _metrics_frame(parts: list[dict]) -> pl.DataFrame:
     """One table of the parts' columns (every part has them all, the column order the first part's), NaN as null."""
     names = list(parts[0])
@@ -622,6 +332,7 @@ def _metrics_frame(parts: list[dict]) -> pl.DataFrame:
                for c in names}
     schema = {c: pl.String if c in text else pl.Int64 if c == "seed" else pl.Float64 for c in names}
     return pl.DataFrame(columns, schema=schema).fill_nan(None)
+
 
 
 def _labels_from(target: np.ndarray, known: np.ndarray, task: str) -> np.ndarray:
