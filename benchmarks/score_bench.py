@@ -123,8 +123,8 @@ def loop_auroc(scores: np.ndarray, positive: np.ndarray) -> float:
 
 
 def cumsum_rows_vs_numpy(n: int, b: int, repeats: int = 5) -> float:
-    """CPU-time ratio np.cumsum(axis=0) / metrics._cumsum_rows on int32 counts [image, replicate]."""
-    from crs.scoring.metrics import _cumsum_rows
+    """CPU-time ratio np.cumsum(axis=0) / metrics.weighted._cumsum_rows on int32 counts [image, replicate]."""
+    from crs.scoring.metrics.weighted import _cumsum_rows
 
     base = np.random.default_rng(3).integers(0, 3, size=(n, b)).astype(np.int32)
     rows, strided = [], []
@@ -636,7 +636,7 @@ def main() -> None:
           f"{image_s:.1f} s wall, {image_cpu:.1f} s CPU; per-replicate loop {loop_s:.0f} s wall, "
           f"{loop_cpu:.0f} s CPU (timed on {r} replicates, scaled to {B}): ratio {ratio:.0f}x wall, "
           f"{loop_cpu / image_cpu:.0f}x CPU")
-    print(f"cumulative sum down [{n}, {B}] int32 counts: row by row (metrics._cumsum_rows) is "
+    print(f"cumulative sum down [{n}, {B}] int32 counts: row by row (metrics.weighted._cumsum_rows) is "
           f"{cumsum_ratio:.1f}x faster than np.cumsum(axis=0)")
     print(json.dumps({
         "run_records": records.height,
