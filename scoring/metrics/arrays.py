@@ -133,7 +133,7 @@ def array_metrics(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task
         pk = np.swapaxes(p, 1, 2).reshape(m * k, n)
         per_class = _binned_rows(pk, np.tile(tgt.T, (m, 1)).astype(np.float64), np.tile(kn.T, (m, 1)))
         out["classwise_ece"] = nanmean_last(per_class.reshape(m, k))
-    if check_task(task) == "multiclass":
+    if check_task(task).exclusive:
         out.update(_multiclass_arrays(p, tgt, want))
     else:
         out.update(_multilabel_arrays(p, tgt, kn, want))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from crs.labels import check_task, targets
+from crs.labels import Task, check_task, targets
 from crs.scoring.metrics.weighted import EPS, N_BINS, bin_index, binned_ece, weighted_auroc
 
 _SCHEMA = {
@@ -122,13 +122,13 @@ def _per_unit(frame: pl.DataFrame, by: list[str], task: str) -> tuple[pl.DataFra
     Multi-class: one row per image, grouped by ``by``. Multi-label: one row per known
     (image, label), grouped by ``by`` + class (a metric per label, averaged afterwards).
     """
-    if check_task(task) == "multiclass":
+    if check_task(task).exclusive:
         return top_label(frame, by), by
     return binary_view(frame), [*by, "class"]
 
 
 def _mean_over_labels(table: pl.DataFrame, by: list[str], task: str, name: str) -> pl.DataFrame:
-    if task == "multiclass":
+    if check_task(task).exclusive:
         return table
     return _group(table, by, pl.col(name).mean())
 
@@ -152,7 +152,7 @@ def auroc(frame: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
     return _group(auroc_per_class(frame, by), by, pl.col("auroc").mean())
 
 
-def accuracy(frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass") -> pl.DataFrame:
+def accuracy(frame: pl.DataFrame, by: Sequence[str] = (), task: str = Task.MULTICLASS) -> pl.DataFrame:
     """Top-1 accuracy, or mean per-label accuracy at 0.5 for a multi-label task."""
     by = _by(by)
     rows, unit = _per_unit(frame, by, task)
@@ -160,11 +160,11 @@ def accuracy(frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclas
 
 
 def balanced_accuracy(
-    frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass"
+    frame: pl.DataFrame, by: Sequence[str] = (), task: str = Task.MULTICLASS
 ) -> pl.DataFrame:
     """Mean recall over the classes present; multi-label: mean over labels of binary balanced accuracy."""
     by = _by(by)
-    if check_task(task) == "multiclass":
+    if check_task(task).exclusive:
         rows = top_label(frame, by)
         recall = _group(rows, [*by, "label"], recall=pl.col("correct").mean())
         return _group(recall, by, balanced_accuracy=pl.col("recall").mean())
@@ -198,7 +198,7 @@ def kappa_quadratic(frame: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame
 
 # ------------------------------------------------------------------- calibration
 def ece(
-    frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass", n_bins: int = N_BINS
+    frame: pl.DataFrame, by: Sequence[str] = (), task: str = Task.MULTICLASS, n_bins: int = N_BINS
 ) -> pl.DataFrame:
     """Top-label ECE with ``n_bins`` equal-width bins (multi-label: mean of per-label ECEs), ``binned_ece``."""
     by = _by(by)
@@ -224,7 +224,7 @@ def classwise_ece(frame: pl.DataFrame, by: Sequence[str] = (), n_bins: int = N_B
 def reliability(
     frame: pl.DataFrame,
     by: Sequence[str] = (),
-    task: str = "multiclass",
+    task: str = Task.MULTICLASS,
     kind: str = "top_label",
     n_bins: int = N_BINS,
 ) -> pl.DataFrame:
@@ -258,22 +258,22 @@ def reliability(
     ).select(*unit, "bin", "lower", "upper", "count", "confidence", "accuracy")
 
 
-def brier(frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass") -> pl.DataFrame:
+def brier(frame: pl.DataFrame, by: Sequence[str] = (), task: str = Task.MULTICLASS) -> pl.DataFrame:
     """Multi-class Brier ``mean_i sum_k (p - y)^2``; multi-label: mean of per-label binary Brier."""
     by = _by(by)
     sq = (pl.col("prob") - pl.col("target").cast(pl.Float64)) ** 2
-    if check_task(task) == "multiclass":
+    if check_task(task).exclusive:
         per_image = _group(frame.with_columns(sq=sq), [*by, "image"], sq=pl.col("sq").sum())
         return _group(per_image, by, brier=pl.col("sq").mean())
     per_label = _group(frame.filter(pl.col("known")).with_columns(sq=sq), [*by, "class"], brier=pl.col("sq").mean())
     return _group(per_label, by, pl.col("brier").mean())
 
 
-def nll(frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass") -> pl.DataFrame:
+def nll(frame: pl.DataFrame, by: Sequence[str] = (), task: str = Task.MULTICLASS) -> pl.DataFrame:
     """Negative log-likelihood per image (multi-label: mean of per-label binary log losses)."""
     by = _by(by)
     q = pl.col("prob").clip(EPS, 1.0 - EPS)
-    if check_task(task) == "multiclass":
+    if check_task(task).exclusive:
         f = frame.with_columns(q=q).with_columns(q=pl.col("q") / pl.col("q").sum().over(*by, "image"))
         per_image = _group(
             f, [*by, "image"], ll=pl.col("q").filter(pl.col("target") == 1).log().sum()
@@ -286,7 +286,7 @@ def nll(frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass") -
 
 
 # -------------------------------------------------------- selective prediction
-def aurc(frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass") -> pl.DataFrame:
+def aurc(frame: pl.DataFrame, by: Sequence[str] = (), task: str = Task.MULTICLASS) -> pl.DataFrame:
     """Area under the risk-coverage curve (0/1 risk), ties in confidence averaged; see module doc."""
     by = _by(by)
     rows, unit = _per_unit(frame, by, task)
@@ -311,7 +311,7 @@ BASE = ("auroc", "accuracy", "balanced_accuracy", "ece", "classwise_ece", "brier
 
 
 def all_metrics(
-    frame: pl.DataFrame, by: Sequence[str] = (), task: str = "multiclass", ordinal: bool = False
+    frame: pl.DataFrame, by: Sequence[str] = (), task: str = Task.MULTICLASS, ordinal: bool = False
 ) -> pl.DataFrame:
     """Every metric of this module per ``by`` in one wide table (kappa_quadratic when ordinal)."""
     by = _by(by)
@@ -325,7 +325,7 @@ def all_metrics(
         nll(frame, by, task),
         aurc(frame, by, task),
     ]
-    if ordinal and task == "multiclass":
+    if ordinal and check_task(task).exclusive:
         parts.append(kappa_quadratic(frame, by))
     if not by:
         return pl.concat(parts, how="horizontal")

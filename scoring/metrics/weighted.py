@@ -137,7 +137,7 @@ def weighted_ece(
 ) -> np.ndarray:
     """Top-label ECE [replicate] of probs [image, class] (multi-label: mean of per-label binary ECEs)."""
     w = weights if weights.dtype == np.float64 else weights.astype(np.float64)
-    if check_task(task) == "multiclass":
+    if check_task(task).exclusive:
         conf = probs.max(axis=1).astype(np.float64)
         correct = (probs.argmax(axis=1) == target.argmax(axis=1)).astype(float)
         return binned_ece(conf, correct, w, n_bins)
@@ -165,7 +165,7 @@ def ece_draws(
     ``binned_ece``, added in another order (tests compare them to 1e-12).
     """
     n, k = probs.shape
-    if check_task(task) == "multiclass":
+    if check_task(task).exclusive:
         conf = probs.max(axis=1).astype(np.float64)
         hit = (probs.argmax(axis=1) == target.argmax(axis=1)).astype(np.float64)
         a = np.zeros((n, n_bins + 1))

@@ -11,6 +11,7 @@ import polars as pl
 
 from crs import forms
 from crs.conditions import parse
+from crs.labels import check_task
 from crs.names import VALIDATION
 from crs.scoring import metrics, resample
 from crs.scoring.axes import FRACTION_TOL
@@ -142,7 +143,7 @@ class _TestSplit(NamedTuple):
 
     @property
     def ordinal(self) -> bool:
-        return bool(self.attrs.get("ordinal", False)) and self.task == "multiclass"
+        return bool(self.attrs.get("ordinal", False)) and check_task(self.task).exclusive
 
 
 
@@ -337,6 +338,6 @@ def _metrics_frame(parts: list[dict]) -> pl.DataFrame:
 
 def _labels_from(target: np.ndarray, known: np.ndarray, task: str) -> np.ndarray:
     """Stored-label form (class index, or int8 {1, 0, -1}) back from target and known."""
-    if task == "multiclass":
+    if check_task(task).exclusive:
         return target.argmax(axis=1)
     return np.where(known, target, -1).astype(np.int8)
