@@ -21,7 +21,6 @@ from crs.scoring.replicates import Bootstrap
 COMPONENTS = ("dominance", "balance", "worst_axis")
 
 
-
 def analysis_tables(cmp: Comparison, point, boot: Bootstrap, simplex_step: float, found) -> dict:
     """The Scores tables beyond the leaderboard: Pareto view, weight sensitivity, what the store's
     probabilities gave, robustness, label-efficiency and calibration-under-shift detail, rank distribution."""
@@ -44,7 +43,6 @@ def analysis_tables(cmp: Comparison, point, boot: Bootstrap, simplex_step: float
     )
 
 
-
 def _metric_table(records: pl.DataFrame, probe_metrics: pl.DataFrame) -> pl.DataFrame:
     """The seed-aggregated table of the run-record metrics and of those from stored probabilities."""
     per_seed = records
@@ -59,12 +57,10 @@ def _metric_table(records: pl.DataFrame, probe_metrics: pl.DataFrame) -> pl.Data
     return analysis.metric_table(per_seed, names)
 
 
-
 EXTRA_METRICS = (
     "balanced_accuracy", "kappa_quadratic", "classwise_ece", "aurc",
     "temperature", "ece_ts", "brier_ts", "nll_ts",
 )  # fmt: skip
-
 
 
 def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warnings: list[str]) -> dict:
@@ -90,7 +86,6 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
     return settings
 
 
-
 def test_images(records: pl.DataFrame, datasets) -> dict[str, int]:
     """dataset -> images in its clean test split (the run records' n_eval at fraction 1); {} for records
     without n_eval."""
@@ -99,7 +94,6 @@ def test_images(records: pl.DataFrame, datasets) -> dict[str, int]:
     clean = records.filter((pl.col("condition") == "clean") & ((pl.col("fraction") - 1.0).abs() <= FRACTION_TOL))
     sizes = clean.group_by("dataset").agg(pl.col("n_eval").max()).drop_nulls()
     return {d: int(n) for d, n in sizes.sort("dataset").iter_rows() if d in set(datasets)}
-
 
 
 def encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.DataFrame,
@@ -139,7 +133,6 @@ def encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.Data
     )
 
 
-
 def per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame, version=core.LATEST) -> pl.DataFrame:
     """Per-dataset CRS: each dataset alone is the comparison set, dominance included."""
     per_q = np.swapaxes(point.q_dataset, 0, 1)  # [dataset, encoder, axis]
@@ -166,7 +159,6 @@ def per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame, vers
     )
 
 
-
 def axis_grid(means: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]) -> np.ndarray:
     """Seed means x [encoder, dataset, axis] in the given order."""
     grid = pl.DataFrame({"encoder": list(encoders)}, schema={"encoder": pl.String}).join(
@@ -174,7 +166,6 @@ def axis_grid(means: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[s
     )
     x = grid.join(means, on=["encoder", "dataset"], how="left", maintain_order="left")
     return x.select(AXES).to_numpy().astype(float).reshape(len(encoders), len(datasets), len(AXES))
-
 
 
 def diagnosed(table: pl.DataFrame, records: pl.DataFrame, tables: dict, settings: dict):

@@ -17,9 +17,7 @@ SHIFT_WARN = 0.5  # half-widths: mean replicate vs estimate (shifted_axis_warnin
 TIE_SHARE_WARN = 0.5  # above this share of tied test predictions an AUROC says little about ranking
 
 
-
 TIES_LISTED = 8  # conditions named per (encoder, dataset) in a tie warning
-
 
 
 def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[str]:
@@ -50,7 +48,6 @@ def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[s
     return out
 
 
-
 def shifted_axis_warnings(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: Sequence[str],
                           warnings: list[str], limit: float = SHIFT_WARN) -> None:
     """A warning per axis whose replicates sit off the estimate: mean(replicates) - estimate beyond ``limit``
@@ -79,14 +76,12 @@ def shifted_axis_warnings(axis_reps: np.ndarray, axis_point: np.ndarray, encoder
         )
 
 
-
 def _why_shifted(axis: str) -> str:
     """The known cause of an off-centre axis interval, in the warning's words."""
     if axis == "calibration":
         return "docs/bootstrap-coverage.md: the binned ECE behind calibration is biased upwards on small test sets"
     return ("docs/bootstrap-coverage.md measured such a shift only for calibration; here it may be chance, as with "
             "few bootstrap replicates, or a bias of this axis's statistic on a small test set")
-
 
 
 def say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: str, warnings: list[str]) -> None:
@@ -104,9 +99,7 @@ def say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: 
     )
 
 
-
 FEW_SEEDS = 5  # below this the seed part of an interval is widened more than 1.6 times
-
 
 
 def say_if_few_seeds(n_seeds: int, unit: str, warnings: list[str]) -> None:

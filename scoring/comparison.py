@@ -24,7 +24,6 @@ class Runs:
     seeds: list[int]
 
 
-
 @dataclass(frozen=True)
 class Comparison(Runs):
     """The comparison set and its run records (``comparison``)."""
@@ -33,7 +32,6 @@ class Comparison(Runs):
     by_seed: pl.DataFrame  # axes_by_seed(records): C from the run records' ECE
     excluded: dict  # {'encoders': [...], 'datasets': [...]} outside the set
     reference: int | str  # the reference encoder's index in ``encoders``, or 'median'
-
 
 
 def comparison_set(
@@ -81,7 +79,6 @@ def comparison_set(
     return encoders, datasets, excluded
 
 
-
 def comparison_records(records: pl.DataFrame, reference: str):
     """(records of the comparison set, its encoders, its datasets, what was excluded)."""
     # rows a probe may keep for its validation split serve temperature scaling, never the axes
@@ -90,7 +87,6 @@ def comparison_records(records: pl.DataFrame, reference: str):
     encoders, datasets, excluded = comparison_set(records, reference)
     records = records.filter(pl.col("encoder").is_in(encoders) & pl.col("dataset").is_in(datasets))
     return records, encoders, datasets, excluded
-
 
 
 def comparison_of(records: pl.DataFrame, encoders: list[str], datasets: list[str], excluded: dict,
@@ -102,7 +98,6 @@ def comparison_of(records: pl.DataFrame, encoders: list[str], datasets: list[str
     ref: int | str = MEDIAN if reference == MEDIAN else encoders.index(reference)
     return Comparison(used=used_rows(records), encoders=encoders, datasets=datasets, seeds=seeds, records=records,
                       by_seed=by_seed, excluded=excluded, reference=ref)
-
 
 
 def _check_encoders(records: pl.DataFrame, reference: str) -> None:

@@ -16,7 +16,6 @@ METADATA = {  # column: its Polars type; what encoder_metadata reads from an emb
 }  # fmt: skip
 
 
-
 def encoder_metadata(store, encoders: Sequence[str], datasets: Sequence[str]) -> pl.DataFrame:
     """One row per encoder: the ``METADATA`` columns, read from the provenance of its clean embeddings.
 
@@ -32,7 +31,6 @@ def encoder_metadata(store, encoders: Sequence[str], datasets: Sequence[str]) ->
     return pl.DataFrame(rows, schema={"encoder": pl.String, **METADATA})
 
 
-
 def _clean_provenance(store, encoder: str, datasets: Sequence[str]) -> dict:
     read = getattr(store, "embedding_attrs", None)
     if read is None or not datasets:
@@ -43,7 +41,6 @@ def _clean_provenance(store, encoder: str, datasets: Sequence[str]) -> dict:
         return {}
     inner = attrs.get("provenance")
     return inner if isinstance(inner, dict) else dict(attrs)
-
 
 
 def _metadata_of(p: dict) -> dict:
@@ -68,7 +65,6 @@ def _metadata_of(p: dict) -> dict:
         "revision_expected": (None if "pretrained" not in spec else
                               bool(spec.get("pretrained")) and spec.get("source") != "builtin"),
     }
-
 
 
 def _as(kind, value):

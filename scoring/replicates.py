@@ -33,7 +33,6 @@ class Bootstrap(NamedTuple):
     image_method: dict  # per dataset: arrays computed exactly / shared (image bootstrap), else {}
 
 
-
 def run_bootstrap(cmp: Comparison, options: ScoreOptions, store, metrics_pass, warnings: list[str]) -> Bootstrap:
     """The bootstrap of the comparison set (``Bootstrap``); says in ``warnings`` where the unit fell back or a
     replicate had no CRS."""
@@ -46,10 +45,8 @@ def run_bootstrap(cmp: Comparison, options: ScoreOptions, store, metrics_pass, w
     return Bootstrap(reps, draw, unit, by_seed, image_method)
 
 
-
 V2_NEEDS = ("pass --store with the store the probe read, or score by CRS v1 (--crs-version 1), whose C is the "
              "run records' 15-bin ECE")
-
 
 
 def calibration_axis(by_seed: pl.DataFrame, store, encoders, datasets, errors: dict | None = None) -> pl.DataFrame:
@@ -73,7 +70,6 @@ def calibration_axis(by_seed: pl.DataFrame, store, encoders, datasets, errors: d
     cols = by_seed.columns
     joined = by_seed.join(ce.cast({"seed": by_seed.schema["seed"]}), on=["encoder", "dataset", "seed"], how="left")
     return joined.with_columns(calibration=1.0 - pl.col("calibration_error")).select(cols)
-
 
 
 def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, store, metrics_pass,

@@ -112,7 +112,6 @@ class Scores:
             scoreset.write_table(Path(metric_table), self.metric_table, self.generation)
 
 
-
 def shift_targets(axes_by_seed: pl.DataFrame, robustness: pl.DataFrame) -> dict[str, list[str]]:
     """dataset -> the shift targets its probes were evaluated on (each a target only, never scored itself)."""
     if not robustness.height or "condition" not in robustness.columns:
@@ -122,7 +121,6 @@ def shift_targets(axes_by_seed: pl.DataFrame, robustness: pl.DataFrame) -> dict[
     for d, c in shifted.sort("dataset", "condition").iter_rows():
         out.setdefault(d, []).append(c.removeprefix("shift:"))
     return out
-
 
 
 def _plain(value):

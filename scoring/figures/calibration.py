@@ -11,7 +11,6 @@ from matplotlib.figure import Figure
 from crs.scoring.figures.style import DPI, Absent, _need, styles
 
 
-# ---------------------------------------------------------- reliability
 def reliability_bins(reliability: pl.DataFrame, condition: str = "clean") -> pl.DataFrame:
     """Bins pooled over seeds and labels: count-weighted mean confidence and accuracy.
 
@@ -34,7 +33,6 @@ def reliability_bins(reliability: pl.DataFrame, condition: str = "clean") -> pl.
     )
 
 
-
 def ece_before_after(probe_metrics: pl.DataFrame, dataset: str) -> dict[str, tuple[float, float]]:
     """encoder -> (ECE, ECE after temperature scaling): seed means, clean test split, all labels."""
     if probe_metrics is None or not {"ece", "ece_ts", "condition", "fraction"} <= set(probe_metrics.columns):
@@ -43,7 +41,6 @@ def ece_before_after(probe_metrics: pl.DataFrame, dataset: str) -> dict[str, tup
                                 & ((pl.col("fraction") - 1.0).abs() < 1e-9))
     g = rows.group_by("encoder").agg(pl.col("ece").mean(), pl.col("ece_ts").mean())
     return {r["encoder"]: (r["ece"], r["ece_ts"]) for r in g.iter_rows(named=True)}
-
 
 
 def reliability_diagrams(reliability: pl.DataFrame, dataset: str, order: Sequence[str],

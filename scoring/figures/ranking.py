@@ -44,7 +44,6 @@ def reference_profile(encoders: pl.DataFrame, per_dataset: pl.DataFrame, referen
     return med.select(AXES).mean().to_numpy()[0].astype(float)
 
 
-
 def profiles(encoders: pl.DataFrame, per_dataset: pl.DataFrame, settings: dict) -> Figure:
     """One panel per encoder: its four axis values as points with bootstrap intervals; the reference as bars.
 
@@ -83,7 +82,6 @@ def profiles(encoders: pl.DataFrame, per_dataset: pl.DataFrame, settings: dict) 
     return fig
 
 
-
 # ---------------------------------------------------------- rank change
 def rank_slope(encoders: pl.DataFrame, rank_comparison: dict, reference: str | None = None) -> Figure:
     """AUROC rank (left) against CRS rank (right), one line per encoder; lines of reversed pairs bold."""
@@ -115,7 +113,6 @@ def rank_slope(encoders: pl.DataFrame, rank_comparison: dict, reference: str | N
                  f"{_fmt(rc.get('kendall_tau_b'), '.2f')}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return fig
-
 
 
 # --------------------------------------------------------------- Pareto
@@ -168,7 +165,6 @@ def pareto(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
     return fig
 
 
-
 # --------------------------------------------------------- rank spread
 def rank_distribution(dist: pl.DataFrame, order: Sequence[str], n_bootstrap: int | None = None,
                       reference: str | None = None) -> Figure:
@@ -199,7 +195,6 @@ def rank_distribution(dist: pl.DataFrame, order: Sequence[str], n_bootstrap: int
     return fig
 
 
-
 def weight_map(grid: pl.DataFrame, order: Sequence[str], weights: dict | None = None,
                reference: str | None = None) -> Figure:
     """The CRS leader at each point of the weight simplex; the run's weights marked."""
@@ -228,11 +223,9 @@ def weight_map(grid: pl.DataFrame, order: Sequence[str], weights: dict | None = 
     return fig
 
 
-
 # ------------------------------------------------------------------ cost
 COSTS = (("gflops", "GFLOPs per image (log scale; lower is cheaper)", False),
          ("images_per_s", "extraction throughput, images/s (log scale; higher is cheaper)", True))
-
 
 
 def cost_front(cost: np.ndarray, crs: np.ndarray, higher_is_cheaper: bool) -> np.ndarray:
@@ -243,7 +236,6 @@ def cost_front(cost: np.ndarray, crs: np.ndarray, higher_is_cheaper: bool) -> np
         better = (c <= c[i]) & (crs >= crs[i]) & ((c < c[i]) | (crs > crs[i]))
         out[i] = not better.any()
     return out
-
 
 
 def cost_quality(encoders: pl.DataFrame, reference: str | None = None) -> Figure:

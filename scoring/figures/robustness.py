@@ -51,11 +51,9 @@ def label_efficiency(curves: pl.DataFrame, order: Sequence[str], unit: str = "se
     return fig
 
 
-
 # ----------------------------------------------------------- robustness
 FAMILY_GROUPS = (("noise", "_noise"), ("blur", "_blur"), ("intensity", ("brightness", "contrast", "gamma")),
                  ("compression", ("jpeg", "pixelate")))
-
 
 
 def family_group(family: str) -> str:
@@ -66,11 +64,9 @@ def family_group(family: str) -> str:
     return "artefact"
 
 
-
 def _grouped(families: Sequence[str]) -> list[str]:
     order = [g for g, _ in FAMILY_GROUPS] + ["artefact"]
     return sorted(families, key=lambda f: (order.index(family_group(f)), f))
-
 
 
 def _band(ax, x, r: pl.DataFrame, st: dict, label: str | None) -> None:
@@ -78,7 +74,6 @@ def _band(ax, x, r: pl.DataFrame, st: dict, label: str | None) -> None:
         ax.fill_between(x, r["retention_low"].to_numpy().astype(float), r["retention_high"].to_numpy().astype(float),
                         color=st["color"], alpha=0.18, lw=0)
     ax.plot(x, r["retention"].to_numpy(), label=label, lw=2.2 if st["reference"] else 1.6, **_marker_kw(st, 6))
-
 
 
 def robustness(detail: pl.DataFrame, dataset: str, order: Sequence[str], reference: str | None = None,
@@ -108,7 +103,6 @@ def robustness(detail: pl.DataFrame, dataset: str, order: Sequence[str], referen
     return fig
 
 
-
 def _retention_by_severity(ax, summary: pl.DataFrame, order: Sequence[str], style: dict, severities: list) -> None:
     """The left panel of ``robustness``: mean retention over families against severity, with bands."""
     for e in order:
@@ -123,7 +117,6 @@ def _retention_by_severity(ax, summary: pl.DataFrame, order: Sequence[str], styl
     ax.set_title("All perturbation families", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
-
 
 
 def _families_at_top(ax, rows: pl.DataFrame, order: Sequence[str], style: dict, families: list[str], top) -> None:
@@ -155,7 +148,6 @@ def _families_at_top(ax, rows: pl.DataFrame, order: Sequence[str], style: dict, 
     ax.grid(axis="x", alpha=0.3)
 
 
-
 def robustness_grid(detail: pl.DataFrame, dataset: str, order: Sequence[str], reference: str | None = None) -> Figure:
     """Retention against severity for one dataset, one panel per perturbation family (the appendix view)."""
     _need(detail, ["encoder", "dataset", "family", "severity", "retention", "kind"], "robustness detail",
@@ -184,7 +176,6 @@ def robustness_grid(detail: pl.DataFrame, dataset: str, order: Sequence[str], re
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(order), per_row), fontsize=9)
     fig.suptitle(f"{dataset}: retention per perturbation family (bands: intervals, where known)", fontsize=10)
     return fig
-
 
 
 def shift_gap(per_dataset: pl.DataFrame, detail: pl.DataFrame, order: Sequence[str],

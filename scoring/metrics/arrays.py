@@ -37,7 +37,6 @@ def auroc_rows(scores: np.ndarray, positive: np.ndarray, negative: np.ndarray) -
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-
 def tie_runs(ss: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, new) per row of sorted scores: the first and last index of each element's run of
     equal scores, and whether an element opens a run."""
@@ -52,14 +51,12 @@ def tie_runs(ss: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return start, end, new
 
 
-
 def _tied_numerator(ss: np.ndarray, pos: np.ndarray, cum: np.ndarray) -> np.ndarray:
     """sum over positives of (negatives before its tie run + through its run) / 2, per row of sorted scores."""
     start, end, _ = tie_runs(ss)
     before = np.where(start > 0, np.take_along_axis(cum, np.maximum(start - 1, 0), axis=1), 0)
     through = np.take_along_axis(cum, end, axis=1)
     return np.where(pos, before + through, 0).sum(axis=1) / 2.0
-
 
 
 def _binned_rows(conf: np.ndarray, hit: np.ndarray, use: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
@@ -71,7 +68,6 @@ def _binned_rows(conf: np.ndarray, hit: np.ndarray, use: np.ndarray, n_bins: int
     total = use.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, np.abs(per_bin).sum(axis=1) / np.maximum(total, 1), np.nan)
-
 
 
 def _aurc_rows(conf: np.ndarray, error: np.ndarray, use: np.ndarray) -> np.ndarray:
@@ -97,7 +93,6 @@ def _aurc_rows(conf: np.ndarray, error: np.ndarray, use: np.ndarray) -> np.ndarr
         return np.where(n_use > 0, np.where(kept, risk, 0.0).sum(axis=1) / np.maximum(n_use, 1), np.nan)
 
 
-
 def nanmean_last(x: np.ndarray) -> np.ndarray:
     """Mean over the last axis leaving NaN out (NaN where nothing is left), as polars' mean of a column with nulls."""
     ok = ~np.isnan(x)
@@ -106,9 +101,7 @@ def nanmean_last(x: np.ndarray) -> np.ndarray:
         return np.where(n_ok > 0, np.where(ok, x, 0.0).sum(axis=-1) / np.maximum(n_ok, 1), np.nan)
 
 
-
 ARRAY_METRICS = (*BASE, "kappa_quadratic")
-
 
 
 def array_metrics(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str,
@@ -138,7 +131,6 @@ def array_metrics(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task
     else:
         out.update(_multilabel_arrays(p, tgt, kn, want))
     return {name: out[name] for name in names}
-
 
 
 def _multiclass_arrays(p: np.ndarray, tgt: np.ndarray, want: set) -> dict[str, np.ndarray]:
@@ -173,7 +165,6 @@ def _multiclass_arrays(p: np.ndarray, tgt: np.ndarray, want: set) -> dict[str, n
             out["kappa_quadratic"] = np.where(expected > 0, 1.0 - observed / np.where(expected > 0, expected, 1.0),
                                               np.nan)
     return out
-
 
 
 def _multilabel_arrays(p: np.ndarray, tgt: np.ndarray, kn: np.ndarray, want: set) -> dict[str, np.ndarray]:

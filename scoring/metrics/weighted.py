@@ -11,15 +11,12 @@ from crs.labels import check_task
 N_BINS = 15
 
 
-
 EPS = float(np.finfo(np.float32).eps)
-
 
 
 def bin_index(conf: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
     """Equal-width bin of each confidence: ``min(floor(n_bins c), n_bins - 1)``, clipped at 0."""
     return np.clip(np.floor(np.asarray(conf) * n_bins).astype(np.int64), 0, n_bins - 1)
-
 
 
 def _cumsum_rows(c: np.ndarray) -> None:
@@ -35,7 +32,6 @@ def _cumsum_rows(c: np.ndarray) -> None:
         return
     for i in range(1, c.shape[0]):
         np.add(c[i], c[i - 1], out=c[i])
-
 
 
 def weighted_auroc(
@@ -84,7 +80,6 @@ def weighted_auroc(
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-
 def weighted_macro_auroc(
     probs: np.ndarray, target: np.ndarray, known: np.ndarray, weights: np.ndarray
 ) -> np.ndarray:
@@ -105,7 +100,6 @@ def weighted_macro_auroc(
     total = np.where(ok, per_class, 0.0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n_ok > 0, total / np.maximum(n_ok, 1), np.nan)
-
 
 
 def binned_ece(
@@ -130,7 +124,6 @@ def binned_ece(
         return np.where(total > 0, np.abs(per_bin).sum(axis=0) / np.maximum(total, 1e-300), np.nan)
 
 
-
 def weighted_ece(
     probs: np.ndarray, target: np.ndarray, known: np.ndarray, weights: np.ndarray, task: str,
     n_bins: int = N_BINS,
@@ -148,7 +141,6 @@ def weighted_ece(
         correct = ((p >= 0.5) == (target[:, k] == 1)).astype(float)
         per_label.append(binned_ece(conf, correct, w * known[:, k, None], n_bins))
     return np.nanmean(np.stack(per_label, axis=1), axis=1)
-
 
 
 def ece_draws(

@@ -87,7 +87,6 @@ def image_bootstrap_axes(
     return out
 
 
-
 class _DatasetDraws(NamedTuple):
     """One dataset's image draws and what its runs read (``image_bootstrap_axes``)."""
 
@@ -98,7 +97,6 @@ class _DatasetDraws(NamedTuple):
     pert: list[str]  # perturbed conditions
     shift: list[str]  # shift conditions
     aurocs: list  # a resample.AurocDraws of the test draw, then of each target's
-
 
 
 def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: int,
@@ -114,7 +112,6 @@ def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: 
         targets.append(resample.Draw(t_target, t_known, counts))
     aurocs = [resample.AurocDraws(x) for x in (test, *targets)]
     return _DatasetDraws(test, targets, task, low, pert, shift, aurocs)
-
 
 
 def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str, encoder: str,
@@ -140,13 +137,11 @@ def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str,
     return out
 
 
-
 def _image_counts(n_images: int, n_bootstrap: int, rng: np.random.Generator, dataset: str) -> np.ndarray:
     if not n_images:
         raise MissingPredictions(f"dataset {dataset!r} has no test image to resample (every one is in its "
                                  "failures table, or its test split is empty)")
     return resample.image_counts(n_images, n_bootstrap, rng)
-
 
 
 def _fitting(pred: Predictions, seeds: Sequence[int], target: np.ndarray) -> np.ndarray:

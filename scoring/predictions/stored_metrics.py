@@ -26,7 +26,6 @@ class ProbeMetrics(NamedTuple):
     warnings: list[str]
 
 
-
 def probe_metrics(
     store: Store, records: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[str]
 ) -> ProbeMetrics:
@@ -48,7 +47,6 @@ def probe_metrics(
         for encoder in encoders:
             metrics_pass.add_pair(dataset, encoder)
     return metrics_pass.result()
-
 
 
 class MetricsPass:
@@ -127,12 +125,10 @@ class MetricsPass:
         return _assemble(self._parts, warnings)
 
 
-
 def _grouped(cells: pl.DataFrame, keys: list[str], value: str):
     """((key values...), [values]) per group of ``keys``, in no particular order."""
     for row in cells.group_by(keys).agg(pl.col(value)).iter_rows():
         yield tuple(row[:-1]), row[-1]
-
 
 
 class _TestSplit(NamedTuple):
@@ -146,14 +142,12 @@ class _TestSplit(NamedTuple):
         return bool(self.attrs.get("ordinal", False)) and check_task(self.task).exclusive
 
 
-
 class _Parts(NamedTuple):
     """Collected per (dataset, encoder, condition), put together at the end (``_assemble``)."""
 
     metrics: list[dict]  # {column: values}, the columns of the metrics table in its order
     reliability: list[pl.DataFrame]
     per_class: list[pl.DataFrame]
-
 
 
 def _temperatures(store: Store, dataset: str, encoder: str, task: str, val_split=None, kept: dict | None = None):
@@ -175,7 +169,6 @@ def _temperatures(store: Store, dataset: str, encoder: str, task: str, val_split
     return val, t.reshape(val.probs.shape[:2])
 
 
-
 def _distinct(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(where [array]: the index of each array's kind, distinct [kind]: the first array of each kind) of
     flat [array, ...], arrays of one kind having the same bytes (``resample.array_key``)."""
@@ -184,10 +177,8 @@ def _distinct(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return where, np.unique(where, return_index=True)[1]
 
 
-
 def _full(fr: Sequence[float]) -> list[int]:
     return [i for i, f in enumerate(fr) if abs(f - 1.0) <= FRACTION_TOL]
-
 
 
 def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predictions, condition, seeds, fr, temps,
@@ -245,7 +236,6 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
         _full_label_views(test, fr[full[0]], views, seeds, head, parts)
 
 
-
 def _array_metrics(pred: Predictions, flat: np.ndarray, distinct: np.ndarray, seeds, fr, split, task: str,
                    names: list[str]) -> dict[str, np.ndarray]:
     """``metrics.array_metrics`` of the distinct arrays of flat [seed x fraction, image, class], in the order of
@@ -257,7 +247,6 @@ def _array_metrics(pred: Predictions, flat: np.ndarray, distinct: np.ndarray, se
     ranked = pred.select(seeds, fr, scores=True).reshape(flat.shape)[distinct]
     values["auroc"] = metrics.array_metrics(ranked, split.target, split.known, task, ["auroc"])["auroc"]
     return {n: values[n] for n in names if n in values}
-
 
 
 def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: str):
@@ -278,7 +267,6 @@ def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: 
     return scaled[which].reshape(len(seeds), len(fr), *flat.shape[1:]), columns, which
 
 
-
 def _full_label_views(test: _TestSplit, full: float, views, seeds, head: dict, parts: _Parts) -> None:
     """Per-class AUROC and the reliability bins (unscaled, and scaled where fitted) at fraction 1.
 
@@ -296,7 +284,6 @@ def _full_label_views(test: _TestSplit, full: float, views, seeds, head: dict, p
         parts.reliability.append(_for_every_seed(rel, seeds, rep).with_columns(**head, scaled=pl.lit(is_scaled)))
 
 
-
 def _for_every_seed(table: pl.DataFrame, seeds, rep) -> pl.DataFrame:
     """``table``'s rows for every seed s, those of seed rep[s] relabelled (``table`` holds the rep seeds)."""
     if list(rep) == list(seeds):
@@ -304,7 +291,6 @@ def _for_every_seed(table: pl.DataFrame, seeds, rep) -> pl.DataFrame:
     dtype = table.schema["seed"]
     return pl.concat([table.filter(pl.col("seed") == r).with_columns(pl.lit(s, dtype=dtype).alias("seed"))
                       for s, r in zip(seeds, rep, strict=True)])
-
 
 
 def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
@@ -324,7 +310,6 @@ def _assemble(parts: _Parts, warnings: list[str]) -> ProbeMetrics:
     return ProbeMetrics(table, rel, per_class, warnings)
 
 
-
 def _metrics_frame(parts: list[dict]) -> pl.DataFrame:
     """One table of the parts' columns (every part has them all, the column order the first part's), NaN as null."""
     names = list(parts[0])
@@ -333,7 +318,6 @@ def _metrics_frame(parts: list[dict]) -> pl.DataFrame:
                for c in names}
     schema = {c: pl.String if c in text else pl.Int64 if c == "seed" else pl.Float64 for c in names}
     return pl.DataFrame(columns, schema=schema).fill_nan(None)
-
 
 
 def _labels_from(target: np.ndarray, known: np.ndarray, task: str) -> np.ndarray:
