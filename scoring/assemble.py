@@ -97,7 +97,7 @@ def test_images(records: pl.DataFrame, datasets) -> dict[str, int]:
 
 
 def encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.DataFrame,
-                   metadata: pl.DataFrame) -> pl.DataFrame:
+                  metadata: pl.DataFrame) -> pl.DataFrame:
     """One row per encoder, best CRS first: CRS and AUROC ranks, intervals, difference to the leader, tie
     group, axes, q, components, Pareto, then the encoder's metadata from the store."""
     table = pl.DataFrame(

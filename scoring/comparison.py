@@ -90,7 +90,7 @@ def comparison_records(records: pl.DataFrame, reference: str):
 
 
 def comparison_of(records: pl.DataFrame, encoders: list[str], datasets: list[str], excluded: dict,
-                reference: str) -> Comparison:
+                  reference: str) -> Comparison:
     """The ``Comparison`` of the comparison set's records: its seeds (the same for every pair,
     ``bootstrap.seed_tensor``), used rows and the reference's index."""
     by_seed = axes_by_seed(records)

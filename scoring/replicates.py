@@ -46,7 +46,7 @@ def run_bootstrap(cmp: Comparison, options: ScoreOptions, store, metrics_pass, w
 
 
 V2_NEEDS = ("pass --store with the store the probe read, or score by CRS v1 (--crs-version 1), whose C is the "
-             "run records' 15-bin ECE")
+            "run records' 15-bin ECE")
 
 
 def calibration_axis(by_seed: pl.DataFrame, store, encoders, datasets, errors: dict | None = None) -> pl.DataFrame:
@@ -73,7 +73,7 @@ def calibration_axis(by_seed: pl.DataFrame, store, encoders, datasets, errors: d
 
 
 def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, store, metrics_pass,
-                     warnings: list[str], image_method: dict):
+                    warnings: list[str], image_method: dict):
     """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used, ``by_seed`` with C by the
     CRS version: v2's from the image bootstrap's reads, else read for it, ``calibration_axis``).
 

@@ -85,14 +85,14 @@ def score(records: pl.DataFrame, options: ScoreOptions = ScoreOptions(), *, stor
     shifted_axis_warnings(boot.reps.axis, x.mean(axis=1), cmp.encoders, warnings)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     table = encoder_table(cmp.encoders, x, point, auroc,
-                           summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference),
-                           tables["pareto"], encoder_metadata(store, cmp.encoders, cmp.datasets))
+                          summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference),
+                          tables["pareto"], encoder_metadata(store, cmp.encoders, cmp.datasets))
     table, health, decided = diagnosed(table, cmp.records, tables, settings)
     return Scores(
         settings=settings,
         encoders=table,
         per_dataset=per_dataset_table(cmp.encoders, cmp.datasets, x, point, options.weights, means,
-                                       options.crs_version),
+                                      options.crs_version),
         rank_comparison=compare(cmp.encoders, auroc, point.crs),
         axes_by_seed=boot.by_seed,
         provenance=provenance.collect(settings),

@@ -134,7 +134,7 @@ def conditions_of(rows: pl.DataFrame, dataset: str) -> tuple[list[float], list[s
 
 
 def clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[int], low: Sequence[float],
-                 n_images: int, scores: bool = False) -> np.ndarray:
+                n_images: int, scores: bool = False) -> np.ndarray:
     """Clean test probabilities (or ``scores``) [seed, fraction, image, class] at ``low`` then 1, checked
     against the split."""
     clean = pred.select(seeds, [*low, 1.0], scores=scores)
@@ -146,7 +146,8 @@ def clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[i
     return clean
 
 
-def pair_calibration_errors(pred: Predictions, split: tuple, seeds: Sequence[int], dataset: str, encoder: str) -> dict:
+def pair_calibration_errors(pred: Predictions, split: tuple, seeds: Sequence[int], dataset: str,
+                            encoder: str) -> dict:
     """{(encoder, dataset, seed): CRS v2's calibration error} of one pair's clean probabilities at fraction 1;
     ``split``: (target, known, task) of the dataset's test split."""
     from crs.scoring.calibration import point_error
