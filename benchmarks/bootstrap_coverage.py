@@ -34,7 +34,7 @@ Each replication draws a fresh benchmark (test images, and the seed effects), co
 point axes per seed and the image-bootstrap axes with ``crs.scoring.resample.image_counts``,
 ``crs.scoring.metrics.weighted_macro_auroc`` / ``weighted_ece`` and
 ``crs.scoring.axes.axes_from``, then forms each unit's replicates exactly as
-``crs.scoring.run._bootstrap_means`` does (seed: ``seed_weights`` over the point axes;
+``crs.scoring.replicates.bootstrap_means`` does (seed: ``seed_weights`` over the point axes;
 image: ``seed_means_of(x, None)``; both: ``seed_means_of(x, draw)``), scores them with
 ``crs.scoring.bootstrap.score_replicates`` and takes ``interval`` (percentile, 95 %).
 Coverage = share of replications whose interval contains the truth, for (a) the CRS difference
@@ -258,7 +258,7 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator, encode
 
 def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int, unwidened: bool = False) -> dict:
     """(seed means [replicate, encoder, dataset, axis], Replicates) of each unit from
-    x [1 + replicate, encoder, dataset, seed, axis], as ``crs.scoring.run._bootstrap_means``
+    x [1 + replicate, encoder, dataset, seed, axis], as ``crs.scoring.replicates.bootstrap_means``
     forms them (median reference, default weights); with ``unwidened`` also 'both_unwidened',
     the unit 'both' before its seed deviations were widened (``crs.scoring.bootstrap.seed_scale``)."""
     from crs.scoring.bootstrap import draw_seeds, resample_seeds, seed_means_of, seed_weights, score_replicates

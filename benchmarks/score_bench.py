@@ -123,8 +123,8 @@ def loop_auroc(scores: np.ndarray, positive: np.ndarray) -> float:
 
 
 def cumsum_rows_vs_numpy(n: int, b: int, repeats: int = 5) -> float:
-    """CPU-time ratio np.cumsum(axis=0) / metrics._cumsum_rows on int32 counts [image, replicate]."""
-    from crs.scoring.metrics import _cumsum_rows
+    """CPU-time ratio np.cumsum(axis=0) / metrics.weighted._cumsum_rows on int32 counts [image, replicate]."""
+    from crs.scoring.metrics.weighted import _cumsum_rows
 
     base = np.random.default_rng(3).integers(0, 3, size=(n, b)).astype(np.int32)
     rows, strided = [], []
@@ -199,31 +199,30 @@ def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds
         for _ in range(n_seeds):
             jitter = [probs(0, z if shared_full else z + 1e-6 * rng.normal(size=z.shape)) for z in z_full]
             low = [probs(1.0 + 0.2 * f) for f in range(n_low)]
-            per_seed.append((np.stack([*low, jitter[0]]), jitter[1:-1], [jitter[-1]]))
+            per_seed.append(resample.RunArrays(np.stack([*low, jitter[0]]), jitter[1:-1], [jitter[-1]]))
         test = resample.Draw(target, known, resample.image_counts(n, n_bootstrap, np.random.default_rng(4)))
         shift = resample.Draw(target, known, resample.image_counts(n, n_bootstrap, np.random.default_rng(5)))
         row = {}
         if before:
-            clean, perturbed, sh = per_seed[0]
             t0, c0 = time.perf_counter(), time.process_time()
-            resample.run_axes(clean, perturbed, sh, test, [shift], "multiclass")
+            resample.run_axes(per_seed[0], test, [shift], "multiclass")
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             runs = n_encoders * n_seeds
             row.update(before_cpu_s=round(cpu * runs, 1), before_wall_s=round(wall * runs, 1))
         t0, c0 = time.perf_counter(), time.process_time()
         aurocs = [resample.AurocDraws(test), resample.AurocDraws(shift)]
-        for clean, perturbed, sh in per_seed:
-            for p in [*clean, *perturbed]:
+        for run in per_seed:
+            for p in [*run.clean, *run.perturbed]:
                 aurocs[0].add(p)
-            aurocs[1].add(sh[0])
+            aurocs[1].add(run.shift[0])
         for a in aurocs:
             a.compute()
-        got = [resample.run_axes(c, p, sh, test, [shift], "multiclass", aurocs) for c, p, sh in per_seed]
+        got = [resample.run_axes(run, test, [shift], "multiclass", aurocs) for run in per_seed]
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         row.update(after_cpu_s=round(cpu * n_encoders, 1), after_wall_s=round(wall * n_encoders, 1),
                    arrays={key: sum(a.summary()[key] for a in aurocs) for key in ("exact", "shared")})
         if before:  # the first seed's axes both ways: the batch must equal the per-array kernel
-            exact = resample.run_axes(*per_seed[0], test, [shift], "multiclass")
+            exact = resample.run_axes(per_seed[0], test, [shift], "multiclass")
             row["max_axis_diff_over_sd"] = round(float(np.max(np.abs(got[0] - exact) / exact.std(axis=0))), 4)
         out[f"{n}x{k}"] = row
     for when in ("before", "after"):
@@ -442,7 +441,8 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
 
     from crs import records as run_records
     from crs.config import Score
-    from crs.scoring import analysis, metrics, predictions, resample, run, scoreset, temperature
+    from crs.scoring import analysis, metrics, predictions, replicates, resample, run, scoreset, temperature, verdict
+    from crs.scoring.predictions import image_bootstrap, read, stored_metrics
     from crs.stages import steps
     from crs.store import Store
 
@@ -464,22 +464,24 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
     phases = [
         (run_records, "read", "reading run records"),
         (Store, "read_predictions", "reading predictions"),
-        (predictions, "split_targets", "reading predictions"),
+        (read, "split_targets", "reading predictions"),
+        (stored_metrics, "split_targets", "reading predictions"),
+        (image_bootstrap, "split_targets", "reading predictions"),
         (run, "check_probe_runs", "checking probe runs"),
         (predictions, "image_bootstrap_axes", "image draws"),
         (resample, "exact_batch", "image draws: exact AUROC"),
         (resample, "sort_classes", "image draws: sorts"),
         (temperature, "fit", "metrics: temperature fits"),
         (metrics, "array_metrics", "metrics: array metrics"),
-        (run, "draw_seeds", "seed draws"),
-        (run, "seed_means_of", "seed draws"),
-        (run, "resample_seeds", "seed draws"),
-        (run, "score_replicates", "CRS replicates"),
+        (replicates, "draw_seeds", "seed draws"),
+        (replicates, "seed_means_of", "seed draws"),
+        (replicates, "resample_seeds", "seed draws"),
+        (replicates, "score_replicates", "CRS replicates"),
         (run, "summarise", "ranks, intervals, tier"),
         (analysis, "weight_sensitivity", "weight grid"),
         (predictions, "probe_metrics", "metrics from probabilities"),
-        (getattr(predictions, "MetricsPass", None), "add_pair", "metrics from probabilities"),
-        (run.verdict, "build", "verdict"),
+        (predictions.MetricsPass, "add_pair", "metrics from probabilities"),
+        (verdict, "build", "verdict"),
         (scoreset, "write_set", "writing"),
         (scoreset, "write_table", "writing"),
     ]
@@ -546,15 +548,15 @@ def main() -> None:
         _default_part(args)
         return
 
-    from crs.scoring import metrics, resample, score
+    from crs.scoring import ScoreOptions, metrics, resample, score
     from crs.scoring.axes import axes_by_seed
     from crs.scoring.bootstrap import draw_seeds, seed_tensor
 
     # ---------------------------------------------------------------- seed-paired
     records = run_table(args.encoders, args.seeds)
-    score(records.filter(pl.col("encoder") <= "enc01"), n_bootstrap=10)  # warm-up: imports, first plans
+    score(records.filter(pl.col("encoder") <= "enc01"), ScoreOptions(n_bootstrap=10))  # warm-up: imports, first plans
     t0, c0 = time.perf_counter(), time.process_time()
-    scores = score(records, n_bootstrap=args.bootstrap, seed=0, bootstrap_unit="seed")
+    scores = score(records, ScoreOptions(n_bootstrap=args.bootstrap, seed=0, bootstrap_unit="seed"))
     seed_s, seed_cpu = time.perf_counter() - t0, time.process_time() - c0
     set_s, files_s = write_cost(scores)
     print(f"writing the scores ({len(scores.written_tables())} tables as Parquet and CSV, scores.json, the metric "
@@ -634,7 +636,7 @@ def main() -> None:
           f"{image_s:.1f} s wall, {image_cpu:.1f} s CPU; per-replicate loop {loop_s:.0f} s wall, "
           f"{loop_cpu:.0f} s CPU (timed on {r} replicates, scaled to {B}): ratio {ratio:.0f}x wall, "
           f"{loop_cpu / image_cpu:.0f}x CPU")
-    print(f"cumulative sum down [{n}, {B}] int32 counts: row by row (metrics._cumsum_rows) is "
+    print(f"cumulative sum down [{n}, {B}] int32 counts: row by row (metrics.weighted._cumsum_rows) is "
           f"{cumsum_ratio:.1f}x faster than np.cumsum(axis=0)")
     print(json.dumps({
         "run_records": records.height,

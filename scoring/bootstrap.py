@@ -287,10 +287,10 @@ def paired_bootstrap(
     weights: Sequence[float] = DEFAULT_WEIGHTS,
     n_bootstrap: int = 1000,
     seed: int = 0,
-    confidence: float = CONFIDENCE,
     version: str = LATEST,
 ) -> pl.DataFrame:
-    """``summarise`` of ``n_bootstrap`` paired seed replicates; one seed always gives one frame."""
+    """``summarise`` of ``n_bootstrap`` paired seed replicates at the ``CONFIDENCE`` level; one seed always gives
+    one frame."""
     draw = draw_seeds(np.asarray(x_seed).shape[2], n_bootstrap, seed)
-    return summarise(replicates(x_seed, draw, reference, weights, version), encoders, point_crs, confidence,
+    return summarise(replicates(x_seed, draw, reference, weights, version), encoders, point_crs, CONFIDENCE,
                      reference)

@@ -83,7 +83,7 @@ def squared_error(conf: np.ndarray, hit: np.ndarray, counts_t: np.ndarray, edges
 def _views(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str):
     """(conf, hit, known) per binary view: one for a multi-class task (top label), one per label otherwise."""
     p = np.asarray(probs, dtype=np.float64)
-    if check_task(task) == "multiclass":
+    if check_task(task).exclusive:
         hit = (p.argmax(axis=1) == np.asarray(target).argmax(axis=1)).astype(np.float64)
         return [(p.max(axis=1), hit, np.ones(p.shape[0], bool))]
     out = []

@@ -60,33 +60,38 @@ class Draw(NamedTuple):
     counts: np.ndarray  # [image, replicate]
 
 
+class RunArrays(NamedTuple):
+    """The arrays of one (encoder, dataset, seed) that its axes read (``run_axes``)."""
+
+    clean: np.ndarray  # [fraction, image, class]: at each fraction below 1, then at 1
+    perturbed: Sequence[np.ndarray]  # [image, class] per perturbed condition at fraction 1, on the test draw
+    shift: Sequence[np.ndarray]  # [image, class] per shift target at fraction 1, each on its own draw
+    calibration: np.ndarray | None = None  # [image, class]: the probabilities the ECE reads (default clean[-1])
+
+
 def run_axes(
-    clean: np.ndarray,
-    perturbed: Sequence[np.ndarray],
-    shift: Sequence[np.ndarray],
+    run: RunArrays,
     test: Draw,
     targets: Sequence[Draw],
     task: str,
     aurocs: Sequence[AurocDraws] | None = None,
-    calibration: np.ndarray | None = None,
     version: str = "2",
 ) -> np.ndarray:
     """Axis values [replicate, axis] of one (encoder, dataset, seed) under the image draws.
 
-    clean [fraction, image, class]: probabilities at each fraction below 1, then at 1;
-    perturbed: [image, class] per perturbed condition at fraction 1, on the test draw;
-    shift: [image, class] per shift target at fraction 1, each on its own draw in ``targets``.
+    ``run``'s shift arrays are each on its own draw in ``targets``.
     ``aurocs``: an ``AurocDraws`` of the test draw then one per target, holding these
     arrays (``add`` then ``compute`` for many runs at once); without them every AUROC
     is the exact kernel's. The ECE is ``AurocDraws.ece`` with them (``ece_draws``' on a test split of
     at least ``ECE_PRODUCT_FROM`` images, else ``weighted_ece``'s: the same sums in another order;
     once per distinct array), else ``weighted_ece``'s. The AUROCs only rank, so the arrays may be
     any scores that order like the probabilities (log-probabilities, ``crs.forms``); the ECE reads
-    ``calibration`` [image, class], the probabilities at fraction 1 (default ``clean[-1]``). CRS
+    ``run.calibration``, the probabilities at fraction 1 (default ``run.clean[-1]``). CRS
     ``version`` "2" puts the debiased calibration error (``crs.scoring.calibration``, recentred on
     the test set) where v1 has the binned ECE: C is 1 minus it.
     """
-    calib = clean[-1] if calibration is None else calibration
+    clean = run.clean
+    calib = clean[-1] if run.calibration is None else run.calibration
     draws = [test, *targets]
 
     def auc(p: np.ndarray, i: int = 0) -> np.ndarray:
@@ -109,8 +114,8 @@ def run_axes(
         d=auc(clean[-1]),
         ece=ece,
         low_fraction=np.stack([auc(p) for p in clean[:-1]], axis=-1),
-        perturbed=stacked([auc(p) for p in perturbed]),
-        shift=stacked([auc(p, 1 + t) for t, p in enumerate(shift)]),
+        perturbed=stacked([auc(p) for p in run.perturbed]),
+        shift=stacked([auc(p, 1 + t) for t, p in enumerate(run.shift)]),
     )
     return axes_from(x)
 

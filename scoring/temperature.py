@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from crs.labels import check_task
+
 EPS = float(np.finfo(np.float32).eps)
 LOG_T_RANGE = (float(np.log(1 / 20)), float(np.log(20.0)))
 MAX_STEPS = 100  # safeguarded Newton steps (a handful in practice; each bisection halves the bracket)
@@ -30,13 +32,13 @@ _TOL = 1e-12  # stop when a Newton step is this small relative to beta (quadrati
 def logits(probs: np.ndarray, task: str) -> np.ndarray:
     """log p (multi-class) or log(p / (1 - p)) (multi-label), probabilities clipped to [eps, 1 - eps]."""
     p = np.clip(np.asarray(probs, dtype=np.float64), EPS, 1.0 - EPS)
-    return np.log(p) if task == "multiclass" else np.log(p) - np.log1p(-p)
+    return np.log(p) if check_task(task).exclusive else np.log(p) - np.log1p(-p)
 
 
 def scale(probs: np.ndarray, temperature: np.ndarray, task: str) -> np.ndarray:
     """Probabilities [..., image, class] after dividing the logits by temperature [...]."""
     z = logits(probs, task) / np.asarray(temperature, dtype=np.float64)[..., None, None]
-    if task == "multiclass":
+    if check_task(task).exclusive:
         z = z - z.max(axis=-1, keepdims=True)
         e = np.exp(z)
         return e / e.sum(axis=-1, keepdims=True)
@@ -48,7 +50,7 @@ def nll(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str, tem
     multi-label: mean over labels of the per-label NLL over its known entries)."""
     z = logits(probs, task) / np.asarray(temperature, dtype=np.float64)[..., None, None]
     target = np.asarray(target, dtype=np.float64)
-    if task == "multiclass":
+    if check_task(task).exclusive:
         m = z.max(axis=-1, keepdims=True)
         lse = m[..., 0] + np.log(np.exp(z - m).sum(axis=-1))
         return (lse - (z * target).sum(axis=-1)).mean(axis=-1)
@@ -61,7 +63,7 @@ def nll(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str, tem
 def _slopes(z: np.ndarray, zy: np.ndarray, target: np.ndarray, weight: np.ndarray, task: str, beta: np.ndarray):
     """(first, second derivative) [probe] of the NLL in beta at beta [probe], z [probe, image, class]."""
     bz = z * beta[:, None, None]
-    if task == "multiclass":
+    if check_task(task).exclusive:
         e = np.exp(bz)  # log(eps) <= z <= 0 and beta <= 20: exp(beta z) in [1e-139, 1], no overflow or underflow
         p = e / e.sum(axis=-1, keepdims=True)
         pz = p * z
@@ -85,7 +87,7 @@ def fit(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str) -> 
     beta = np.full(z_all.shape[0], np.nan)
     ok = np.flatnonzero(np.isfinite(z_all).all(axis=(1, 2)))
     z = z_all[ok]
-    zy = (z * target).sum(axis=-1) if task == "multiclass" else None
+    zy = (z * target).sum(axis=-1) if check_task(task).exclusive else None
 
     def slopes(idx, b):
         return _slopes(z[idx], None if zy is None else zy[idx], target, weight, task, b)

@@ -460,6 +460,7 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
           progress: Progress = NO_PROGRESS):
     """Score the run records under ``results`` (only ``pairs`` if given) and write RESULTS/scores."""
     from crs import records
+    from crs.scoring.options import ScoreOptions
     from crs.scoring.run import METRIC_TABLE
     from crs.scoring.run import score as score_table
 
@@ -482,9 +483,7 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
                       f"B={settings.bootstrap})", total=None)
     # the scoring code raises BadInput for records or options that do not allow a score; any
     # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
-    scores = score_table(table, reference=ref, weights=settings.weights, n_bootstrap=settings.bootstrap,
-                         seed=settings.seed, bootstrap_unit=settings.bootstrap_unit, store=opened,
-                         crs_version=settings.crs_version,
+    scores = score_table(table, ScoreOptions.from_settings(settings, reference=ref), store=opened,
                          results=Path(results))
     if note:
         scores.settings["warnings"].insert(0, note)

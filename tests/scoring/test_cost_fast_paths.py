@@ -14,7 +14,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from crs.labels import targets
+from crs.conditions import parse
 from crs.scoring import metrics, predictions
+from crs.scoring.predictions import read, stored_metrics
 from crs.scoring import temperature as ts
 from crs.scoring.axes import FRACTION_TOL
 
@@ -76,19 +78,19 @@ def test_auroc_rows_equal_the_kernel_to_the_bit():
 
 def _slow_probe_metrics(store, test, dataset, encoder, condition, seeds, fr, temps) -> pl.DataFrame:
     """What ``_condition_metrics`` computed before: the long table of every seed and fraction."""
-    kind = predictions.parse(condition).kind
+    kind = parse(condition).kind
     fr = fr if kind == "clean" else [f for f in fr if abs(f - 1.0) <= FRACTION_TOL]
     if kind == "shift":
-        c_target, c_known, _, _ = predictions.split_targets(store, predictions.parse(condition).dataset)
+        c_target, c_known, _, _ = predictions.split_targets(store, parse(condition).dataset)
     else:
         c_target, c_known = test.target, test.known
     probs = predictions.Predictions(store, dataset, encoder, condition).select(seeds, fr)
-    labels = predictions._labels_from(c_target, c_known, test.task)
+    labels = stored_metrics._labels_from(c_target, c_known, test.task)
     keys, by = {"seed": seeds, "fraction": fr}, ["seed", "fraction"]
     out = metrics.all_metrics(metrics.long_table(probs, labels, test.task, keys), by, test.task, test.ordinal)
     val, t_all = temps
-    t = t_all[np.ix_(predictions._index(val.seeds, seeds, "seeds", val.where),
-                     predictions._index(val.fractions, fr, "fractions", val.where))]
+    t = t_all[np.ix_(read.find_index(val.seeds, seeds, "seeds", val.where),
+                     read.find_index(val.fractions, fr, "fractions", val.where))]
     scaled = metrics.long_table(ts.scale(probs, t, test.task), labels, test.task, keys)
     for name, fn in (("ece", metrics.ece), ("brier", metrics.brier), ("nll", metrics.nll)):
         out = out.join(fn(scaled, by, test.task).rename({name: f"{name}_ts"}), on=by, how="left")
@@ -109,10 +111,10 @@ def test_probe_metrics_equal_the_long_table_path(make_store, tmp_path):
         probs[:, -1] = probs[0, -1]
         store.write_predictions("d1", "a", cond, probs, attrs)
     got = predictions.probe_metrics(store, records, ["a", "b"], ["d1"])
-    test = predictions._TestSplit(*predictions.split_targets(store, "d1"))
+    test = stored_metrics._TestSplit(*predictions.split_targets(store, "d1"))
     seen = 0
     for (enc, cond), g in records.group_by("encoder", "condition"):
-        temps = predictions._temperatures(store, "d1", enc, test.task)
+        temps = stored_metrics._temperatures(store, "d1", enc, test.task)
         fr = sorted(g["fraction"].unique().to_list())
         want, want_class, want_rel = _slow_probe_metrics(store, test, "d1", enc, cond, [0, 1, 2], fr, temps)
         mine = got.metrics.filter((pl.col("encoder") == enc) & (pl.col("condition") == cond)).sort("seed", "fraction")
@@ -156,7 +158,7 @@ def test_exact_batch_equals_the_kernel_to_the_bit(task):
 def test_score_hands_the_bootstrap_reads_to_the_metrics(make_store, tmp_path, monkeypatch):
     # score() computes the probe metrics from the arrays the image bootstrap read (on a helper
     # thread): the same tables as probe_metrics reading them itself, and no array is read twice
-    from crs.scoring import score
+    from crs.scoring import ScoreOptions, score
     from crs.store import Store
 
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.6, "c": 0.3})
@@ -169,7 +171,7 @@ def test_score_hands_the_bootstrap_reads_to_the_metrics(make_store, tmp_path, mo
         return real(self, dataset, encoder, condition)
 
     monkeypatch.setattr(Store, "read_predictions", counted)
-    s = score(records, store=store, bootstrap_unit="both", n_bootstrap=20)
+    s = score(records, ScoreOptions(bootstrap_unit="both", n_bootstrap=20), store=store)
     assert s.settings["bootstrap"]["unit"] == "both"
     assert s.probe_metrics.equals(alone.metrics)
     # polars' group means (reliability bins) are not bit-stable from one call to the next: 1e-12

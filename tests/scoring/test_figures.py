@@ -19,6 +19,7 @@ from matplotlib.text import Text
 from crs.records import records_dir
 from crs.scoring import figures as fg
 from crs.scoring import report, verdict
+from crs.scoring.options import ScoreOptions
 from crs.scoring.run import METRIC_TABLE, score
 
 QUALITY = {"alpha": 1.0, "beta": 0.7, "gamma": 0.4}
@@ -35,7 +36,7 @@ def inputs(tmp_path_factory, build_store_fn):
     results = root / "results"
     records_dir(results).mkdir(parents=True)
     records.write_parquet(records_dir(results) / "all.parquet")
-    scores = score(records, reference=REF, n_bootstrap=30, store=store)
+    scores = score(records, ScoreOptions(reference=REF, n_bootstrap=30), store=store)
     scores.write(results / "scores", metric_table=results / METRIC_TABLE)
     got = report.load(results)
     order = got.order

@@ -13,6 +13,7 @@ import pytest
 
 from crs import records as run_records
 from crs.errors import UserError
+from crs.scoring.options import ScoreOptions
 from crs.scoring.run import score
 
 CONDITIONS = ["clean", "gaussian_noise@1", "shift:d1_site2", "validation"]
@@ -41,12 +42,12 @@ def test_score_hands_every_prediction_array_of_a_pair_to_the_probe_check(tmp_pat
     for e in ("a", "b"):
         for c in CONDITIONS:
             _restamp(store, e, c, f"g-{e}")
-    score(recs, n_bootstrap=5, store=store, results=results)
+    score(recs, ScoreOptions(n_bootstrap=5), store=store, results=results)
     assert calls == [(results, e, "d1", CONDITIONS) for e in ("a", "b")]
     _restamp(store, "b", "validation", "g-later")  # a probe stopped after its validation probabilities
     with pytest.raises(UserError, match="b x d1 mixed"):
-        score(recs, n_bootstrap=5, store=store, results=results)
-    score(recs, n_bootstrap=5, store=store)  # without the results folder nothing is checked (library use)
+        score(recs, ScoreOptions(n_bootstrap=5), store=store, results=results)
+    score(recs, ScoreOptions(n_bootstrap=5), store=store)  # without the results folder nothing is checked (library use)
 
 
 @pytest.mark.skipif(not hasattr(run_records, "check_pair"), reason="this checkout's crs.records has no check_pair")
@@ -57,7 +58,7 @@ def test_score_refuses_validation_probabilities_of_another_probe_run(tmp_path, m
         for c in CONDITIONS:
             _restamp(store, e, c, f"g-{e}")
     table = run_records.read(results)
-    assert score(table, n_bootstrap=5, store=store, results=results).encoders.height == 2
+    assert score(table, ScoreOptions(n_bootstrap=5), store=store, results=results).encoders.height == 2
     _restamp(store, "a", "validation", "g-new")
     with pytest.raises(UserError, match=r"a × d1.*predictions validation \(g-new\).*crs probe --encoder a"):
-        score(table, n_bootstrap=5, store=store, results=results)
+        score(table, ScoreOptions(n_bootstrap=5), store=store, results=results)

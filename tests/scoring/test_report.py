@@ -26,6 +26,7 @@ from crs.records import records_dir
 from crs.scoring import figures as fg
 from crs.scoring import report
 from crs.scoring.axes import AXES
+from crs.scoring.options import ScoreOptions
 from crs.scoring.run import METRIC_TABLE, score
 from crs.scoring.scoreset import new_generation
 
@@ -43,7 +44,7 @@ def scored(tmp_path_factory, build_store_fn):
     results = root / "results"
     records_dir(results).mkdir(parents=True)
     records.write_parquet(records_dir(results) / "all.parquet")
-    scores = score(records, reference="median", n_bootstrap=40, store=store)
+    scores = score(records, ScoreOptions(reference="median", n_bootstrap=40), store=store)
     scores.write(results / "scores", metric_table=results / METRIC_TABLE)
     return results, root / "s.zarr", scores
 

@@ -20,6 +20,7 @@ from crs.cli import app
 from crs.errors import UserError
 from crs.records import records_dir
 from crs.scoring import report, scoreset
+from crs.scoring.options import ScoreOptions
 from crs.scoring.run import score
 
 import forkrun  # tests/forkrun.py
@@ -51,7 +52,7 @@ def _leftovers(results):
 def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at, tmp_path, make_records):
     results = _results(tmp_path, make_records)
     records = pl.read_parquet(records_dir(results) / "all.parquet")
-    old = score(records, reference="median", n_bootstrap=OLD_B, crs_version="1")
+    old = score(records, ScoreOptions(reference="median", n_bootstrap=OLD_B, crs_version="1"))
     old.write(results / "scores")
     killed = _score_cli(results, NEW_B, kill_at)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -75,9 +76,9 @@ def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at,
 def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records):
     results = _results(tmp_path, make_records)
     records = pl.read_parquet(records_dir(results) / "all.parquet")
-    first = score(records, n_bootstrap=OLD_B, crs_version="1")
+    first = score(records, ScoreOptions(n_bootstrap=OLD_B, crs_version="1"))
     first.write(tmp_path / "other")
-    score(records, n_bootstrap=NEW_B, crs_version="1").write(results / "scores")
+    score(records, ScoreOptions(n_bootstrap=NEW_B, crs_version="1")).write(results / "scores")
     shutil.copy(tmp_path / "other" / "pareto.parquet", results / "scores" / "pareto.parquet")
     r = CliRunner().invoke(app, ["report", "--results", str(results), "--out", str(tmp_path / "r")])
     assert r.exit_code == 2, r.output
@@ -88,7 +89,8 @@ def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records):
 
 def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records):
     results = _results(tmp_path, make_records)
-    scores = score(pl.read_parquet(records_dir(results) / "all.parquet"), n_bootstrap=OLD_B, crs_version="1")
+    scores = score(pl.read_parquet(records_dir(results) / "all.parquet"),
+                   ScoreOptions(n_bootstrap=OLD_B, crs_version="1"))
     scores.write(results / "scores")
     (results / "scores" / "rank_distribution.parquet").unlink()
     with pytest.raises(scoreset.MixedScores, match=r"rank_distribution.parquet \(listed in scores.json, missing\)"):
@@ -108,10 +110,10 @@ def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records)
 def test_a_score_without_the_store_leaves_no_table_of_the_run_with_it(tmp_path, make_store):
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7, "c": 0.4})
     out = tmp_path / "results" / "scores"
-    with_store = score(records, n_bootstrap=OLD_B, store=store, crs_version="1")
+    with_store = score(records, ScoreOptions(n_bootstrap=OLD_B, crs_version="1"), store=store)
     with_store.write(out)
     assert (out / "reliability.parquet").is_file()
-    score(records, n_bootstrap=OLD_B, store=None, crs_version="1").write(out)
+    score(records, ScoreOptions(n_bootstrap=OLD_B, crs_version="1"), store=None).write(out)
     names = {p.name for p in out.iterdir()}
     assert "reliability.parquet" not in names and "probe_metrics.csv" not in names
     assert scoreset.generation_of(out / "encoders.parquet") == json.loads((out / "scores.json").read_text())[
@@ -120,7 +122,7 @@ def test_a_score_without_the_store_leaves_no_table_of_the_run_with_it(tmp_path, 
 
 def test_the_metric_table_beside_the_records_carries_the_generation(tmp_path, make_store):
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7})
-    scores = score(records, n_bootstrap=OLD_B, store=store)
+    scores = score(records, ScoreOptions(n_bootstrap=OLD_B), store=store)
     scores.write(tmp_path / "scores", metric_table=tmp_path / "metric_table.parquet")
     assert scoreset.generation_of(tmp_path / "metric_table.parquet") == scores.generation
 

@@ -104,7 +104,8 @@ def test_run_axes_with_unit_counts_equals_the_axes_of_the_plain_metrics():
     probs = rng.dirichlet(np.ones(k), size=(4, n))  # two fractions, a perturbation, a shift
     ones = np.ones((n, 1), dtype=np.int32)
     draw = resample.Draw(t, known, ones)
-    got = resample.run_axes(probs[:2], [probs[2]], [probs[3]], draw, [draw], "multiclass", version="1")[0]
+    run = resample.RunArrays(probs[:2], [probs[2]], [probs[3]])
+    got = resample.run_axes(run, draw, [draw], "multiclass", version="1")[0]
 
     def auc(p):
         return metrics.auroc(metrics.long_table(p, labels, "multiclass")).item()

@@ -12,6 +12,7 @@ import pytest
 from crs.labels import targets
 from crs.scoring import kernels, metrics, resample
 from crs.scoring.axes import used_rows
+from crs.scoring.comparison import Runs
 from crs.scoring.predictions import image_bootstrap_axes
 
 
@@ -122,8 +123,8 @@ def test_ece_as_one_product_equals_the_per_bin_kernel(task):
 def test_image_bootstrap_axes_say_how_each_dataset_was_computed(make_store, tmp_path):
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.6})
     methods: dict = {}
-    args = (store, used_rows(records), ["a", "b"], ["d1"], [0, 1, 2], 20)
-    first = image_bootstrap_axes(*args, np.random.default_rng(0), methods)
+    args = (store, Runs(used_rows(records), ["a", "b"], ["d1"], [0, 1, 2]), 20)
+    first = image_bootstrap_axes(*args, np.random.default_rng(0), methods=methods)
     assert first.tobytes() == image_bootstrap_axes(*args, np.random.default_rng(0)).tobytes()
     got = methods["d1"]
     arrays = 2 * 3 * (2 + 1 + 1)  # encoders x seeds x (clean at 2 fractions, one perturbed, one shift)
@@ -131,14 +132,15 @@ def test_image_bootstrap_axes_say_how_each_dataset_was_computed(make_store, tmp_
 
 
 def test_score_records_the_image_method_per_dataset(make_store, tmp_path):
-    from crs.scoring import score
+    from crs.scoring import ScoreOptions, score
 
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.6})
-    both = score(records, store=store, n_bootstrap=20)
+    both = score(records, ScoreOptions(n_bootstrap=20), store=store)
     assert both.settings["bootstrap"]["unit"] == "both"
     method = both.settings["bootstrap"]["image_method"]["d1"]
     assert set(method) == {"exact", "shared"} and method["exact"] > 0
-    assert "image_method" not in score(records, store=store, n_bootstrap=20, bootstrap_unit="seed").settings["bootstrap"]
+    seed = score(records, ScoreOptions(n_bootstrap=20, bootstrap_unit="seed"), store=store)
+    assert "image_method" not in seed.settings["bootstrap"]
 
 
 def test_batches_of_any_size_give_the_same_values(monkeypatch):

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from crs.scoring import comparison_set, score, scoreset
+from crs.scoring import ScoreOptions, comparison_set, score, scoreset
 from crs.scoring.axes import AXES
 
 QUALITY = {"enc_a": 0.92, "enc_b": 0.85, "enc_c": 0.78}
@@ -33,7 +33,7 @@ def records(make_records):
 
 @pytest.fixture
 def scores(records):
-    return score(records, n_bootstrap=200, seed=1, crs_version="1")
+    return score(records, ScoreOptions(n_bootstrap=200, seed=1, crs_version="1"))
 
 
 def test_encoders_table(scores, records):
@@ -63,7 +63,7 @@ def test_median_reference_scores_zero_on_each_dataset_and_axis(scores):
 
 
 def test_named_reference(records):
-    s = score(records, reference="enc_c", n_bootstrap=20, crs_version="1")
+    s = score(records, ScoreOptions(reference="enc_c", n_bootstrap=20, crs_version="1"))
     c = s.encoders.filter(pl.col("encoder") == "enc_c").row(0, named=True)
     assert [c[f"q_{a}"] for a in AXES] == [0.0] * 4
     assert (c["balance"], c["worst_axis"]) == pytest.approx((0.5, 0.5))
@@ -114,8 +114,8 @@ def test_settings_and_json(scores, tmp_path):
 
 
 def test_same_seed_same_scores(records):
-    a = score(records, n_bootstrap=50, seed=4, crs_version="1")
-    b = score(records, n_bootstrap=50, seed=4, crs_version="1")
+    a = score(records, ScoreOptions(n_bootstrap=50, seed=4, crs_version="1"))
+    b = score(records, ScoreOptions(n_bootstrap=50, seed=4, crs_version="1"))
     assert a.encoders.equals(b.encoders)
     assert a.generation != b.generation  # two runs are two sets, even with equal numbers
     same = [{**s.to_json(), "generation": None, "provenance": {**s.provenance, "created": None}} for s in (a, b)]
@@ -150,8 +150,8 @@ def test_write(scores, tmp_path):
 
 
 def test_per_dataset_crs_is_that_dataset_alone(records):
-    full = score(records, n_bootstrap=10, crs_version="1")
-    alone = score(records.filter(pl.col("dataset") == "d2"), n_bootstrap=10, crs_version="1")
+    full = score(records, ScoreOptions(n_bootstrap=10, crs_version="1"))
+    alone = score(records.filter(pl.col("dataset") == "d2"), ScoreOptions(n_bootstrap=10, crs_version="1"))
     per = full.per_dataset.filter(pl.col("dataset") == "d2").sort("encoder")
     one = alone.encoders.sort("encoder")
     assert per["crs"].to_numpy() == pytest.approx(one["crs"].to_numpy())
@@ -172,7 +172,7 @@ def test_rank_comparison_reports_reversal(make_records, make_table):
                 r["auroc"] = 0.95
             else:
                 r["auroc"] = 0.55
-    s = score(make_table(rows), n_bootstrap=20, crs_version="1")
+    s = score(make_table(rows), ScoreOptions(n_bootstrap=20, crs_version="1"))
     rc = s.rank_comparison
     assert rc["pairs"] == 3
     assert ["enc_x", "enc_a"] in rc["reversed_pairs"]
@@ -190,7 +190,7 @@ def test_comparison_set_drops_and_reports(make_records):
     assert encoders == ["enc_a", "enc_b", "enc_c"]
     assert datasets == ["d1", "d2"]
     assert excluded == {"encoders": ["enc_new"], "datasets": ["d3"]}
-    s = score(records, n_bootstrap=20, crs_version="1")
+    s = score(records, ScoreOptions(n_bootstrap=20, crs_version="1"))
     assert s.settings["excluded"] == excluded
     assert set(s.encoders["encoder"]) == {"enc_a", "enc_b", "enc_c"}
     assert set(s.axes_by_seed["dataset"]) == {"d1", "d2"}
@@ -209,17 +209,17 @@ def test_comparison_set_keeps_the_named_reference(make_records):
 
 def test_unknown_reference_lists_encoders(records):
     with pytest.raises(ValueError, match=r"'nope'.*\['enc_a', 'enc_b', 'enc_c'\]"):
-        score(records, reference="nope", crs_version="1")
+        score(records, ScoreOptions(reference="nope", crs_version="1"))
 
 
 @pytest.mark.parametrize("weights", [(0.5, 0.5, 0.5), (1.2, -0.1, -0.1), (1.0, 0.0)])
 def test_bad_weights(records, weights):
     with pytest.raises(ValueError, match="weights"):
-        score(records, weights=weights, crs_version="1")
+        score(records, ScoreOptions(weights=weights, crs_version="1"))
 
 
 def test_weights_are_recorded(records):
-    s = score(records, weights=(0.5, 0.25, 0.25), n_bootstrap=10, crs_version="1")
+    s = score(records, ScoreOptions(weights=(0.5, 0.25, 0.25), n_bootstrap=10, crs_version="1"))
     assert s.settings["weights"] == {"dominance": 0.5, "balance": 0.25, "worst_axis": 0.25}
     e = s.encoders.row(0, named=True)
     assert e["crs"] == pytest.approx(
@@ -229,7 +229,7 @@ def test_weights_are_recorded(records):
 
 def test_needs_two_encoders(make_records):
     with pytest.raises(ValueError, match="at least 2"):
-        score(make_records({"enc_a": 0.9}), crs_version="1")
+        score(make_records({"enc_a": 0.9}), ScoreOptions(crs_version="1"))
 
 
 def test_no_shared_dataset(make_records):
@@ -240,7 +240,7 @@ def test_no_shared_dataset(make_records):
         ]
     )
     with pytest.raises(ValueError, match="no dataset is shared"):
-        score(records, crs_version="1")
+        score(records, ScoreOptions(crs_version="1"))
 
 
 def test_missing_seed(records):
@@ -248,12 +248,12 @@ def test_missing_seed(records):
         ~((pl.col("encoder") == "enc_b") & (pl.col("dataset") == "d1") & (pl.col("seed") == 2))
     )
     with pytest.raises(ValueError, match=r"'enc_b' on dataset 'd1' lacks seed\(s\) \[2\]"):
-        score(holey, crs_version="1")
+        score(holey, ScoreOptions(crs_version="1"))
 
 
 def test_n_bootstrap_must_be_positive(records):
     with pytest.raises(ValueError, match="n_bootstrap"):
-        score(records, n_bootstrap=0, crs_version="1")
+        score(records, ScoreOptions(n_bootstrap=0, crs_version="1"))
 
 
 def test_axes_by_seed_table(scores):
@@ -278,17 +278,17 @@ def test_bad_options_are_user_errors(records, options, message):
 
     options.setdefault("crs_version", "1")
     with pytest.raises(UserError, match=message):
-        score(records, n_bootstrap=options.pop("n_bootstrap", 5), **options)
+        score(records, ScoreOptions(**{"n_bootstrap": 5, **options}))
 
 
 def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
-    from crs.scoring.run import tie_warnings
+    from crs.scoring.caveats import tie_warnings
 
     assert tie_warnings(records) == []  # no tie_share column: records of an older probe
     share = (pl.when((pl.col("encoder") == "enc_b") & (pl.col("condition") == "shift:other") & (pl.col("seed") == 1))
              .then(0.75).otherwise(0.1))
     tied = records.with_columns(tie_share=share)
-    s = score(tied, n_bootstrap=10, crs_version="1")
+    s = score(tied, ScoreOptions(n_bootstrap=10, crs_version="1"))
     said = [w for w in s.settings["warnings"] if "tied" in w]
     assert [w.split(":")[0] for w in said] == ["enc_b on d1", "enc_b on d2"]  # one per (encoder, dataset)
     assert all("shift:other 75%" in w for w in said)
@@ -298,7 +298,7 @@ def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
 
 def test_an_axis_whose_replicates_sit_off_the_estimate_is_warned_about():
     from crs.scoring.axes import AXES
-    from crs.scoring.run import shifted_axis_warnings
+    from crs.scoring.caveats import shifted_axis_warnings
 
     rng = np.random.default_rng(0)
     point = np.full((2, len(AXES)), 0.8)  # [encoder, axis]

@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 
 from crs.errors import BadInput
-from crs.scoring import resample, score
+from crs.scoring import ScoreOptions, resample, score
+from crs.scoring.comparison import Runs
 from crs.scoring.axes import AXES, axes_by_seed, used_rows
 from crs.scoring.predictions import image_bootstrap_axes, probe_metrics
 
@@ -23,7 +24,7 @@ def test_unit_counts_give_the_run_record_axes(built, monkeypatch):  # v1: C is t
     store, records = built
     monkeypatch.setattr(resample, "image_counts", lambda n, b, rng: np.ones((n, b), dtype=np.int32))
     encoders, seeds = sorted(QUALITY), [0, 1, 2]
-    x = image_bootstrap_axes(store, used_rows(records), encoders, ["d1"], seeds, 2, np.random.default_rng(0),
+    x = image_bootstrap_axes(store, Runs(used_rows(records), encoders, ["d1"], seeds), 2, np.random.default_rng(0),
                              version="1")
     want = axes_by_seed(records)
     for e, enc in enumerate(encoders):
@@ -35,15 +36,15 @@ def test_unit_counts_give_the_run_record_axes(built, monkeypatch):  # v1: C is t
 @pytest.mark.parametrize("unit", ["image", "both"])
 def test_image_bootstrap(built, unit):
     store, records = built
-    s = score(records, store=store, bootstrap_unit=unit, n_bootstrap=40, seed=3)
+    s = score(records, ScoreOptions(bootstrap_unit=unit, n_bootstrap=40, seed=3), store=store)
     assert s.settings["bootstrap"]["unit"] == unit
     assert "requested_unit" not in s.settings["bootstrap"]
     enc = s.encoders
     assert (enc["crs_low"] <= enc["crs_high"]).all()
     assert enc["p_rank1"].sum() == pytest.approx(1.0)
-    again = score(records, store=store, bootstrap_unit=unit, n_bootstrap=40, seed=3)
+    again = score(records, ScoreOptions(bootstrap_unit=unit, n_bootstrap=40, seed=3), store=store)
     assert again.encoders.equals(enc)  # seeded
-    seed_only = score(records, store=store, bootstrap_unit="seed", n_bootstrap=40, seed=3)
+    seed_only = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=40, seed=3), store=store)
     # point estimates do not depend on the unit; the intervals do
     assert seed_only.encoders["crs"].to_list() == enc["crs"].to_list()
     assert seed_only.encoders["crs_low"].to_list() != enc["crs_low"].to_list()
@@ -57,7 +58,7 @@ def test_image_draw_is_paired_across_encoders(make_store, tmp_path):
         probs, attrs = store.read_predictions("d1", "a", cond)
         store.write_predictions("d1", "twin", cond, probs, attrs)
     records = pl.concat([records, records.filter(pl.col("encoder") == "a").with_columns(encoder=pl.lit("twin"))])
-    s = score(records, store=store, bootstrap_unit="image", n_bootstrap=60)
+    s = score(records, ScoreOptions(bootstrap_unit="image", n_bootstrap=60), store=store)
     tier = dict(zip(s.encoders["encoder"], s.encoders["tier"], strict=True))
     assert tier["a"] and tier["twin"]
     row = {r["encoder"]: r for r in s.encoders.iter_rows(named=True)}
@@ -70,7 +71,7 @@ def test_image_draw_is_paired_across_encoders(make_store, tmp_path):
 
 def test_falls_back_to_seeds_without_store(built):
     _, records = built
-    s = score(records, bootstrap_unit="image", n_bootstrap=20, crs_version="1")
+    s = score(records, ScoreOptions(bootstrap_unit="image", n_bootstrap=20, crs_version="1"))
     assert s.settings["bootstrap"]["unit"] == "seed"
     assert s.settings["bootstrap"]["requested_unit"] == "image"
     assert any("needs the stored test probabilities" in w for w in s.settings["warnings"])
@@ -79,10 +80,11 @@ def test_falls_back_to_seeds_without_store(built):
 def test_falls_back_when_probabilities_are_missing(built):
     store, records = built
     extra = records.filter(pl.col("encoder") == "a").with_columns(encoder=pl.lit("ghost"))
-    s = score(pl.concat([records, extra]), store=store, bootstrap_unit="both", n_bootstrap=20, crs_version="1")
+    s = score(pl.concat([records, extra]), ScoreOptions(bootstrap_unit="both", n_bootstrap=20, crs_version="1"),
+              store=store)
     assert s.settings["bootstrap"]["unit"] == "seed"
     with pytest.raises(BadInput, match="ghost/d1/clean.*--crs-version 1"):  # v2's C needs them
-        score(pl.concat([records, extra]), store=store, bootstrap_unit="both", n_bootstrap=20)
+        score(pl.concat([records, extra]), ScoreOptions(bootstrap_unit="both", n_bootstrap=20), store=store)
     assert any("ghost" in w and "fell back" in w for w in s.settings["warnings"])
 
 
@@ -108,7 +110,7 @@ def test_probe_metrics_and_temperature(built):
     assert pm["kappa_quadratic"].null_count() == 0  # the fixture's dataset is ordinal
     assert set(rel["condition"]) == {"clean", "shift:d1_site2"}
     assert set(rel["scaled"]) == {False, True}
-    s = score(records, store=store, n_bootstrap=5)
+    s = score(records, ScoreOptions(n_bootstrap=5), store=store)
     assert {"aurc", "ece_ts", "temperature", "balanced_accuracy"} <= set(s.metric_table["metric"])
     assert s.probe_metrics.height == pm.height
 
@@ -130,7 +132,7 @@ def test_multilabel_store(make_store, tmp_path):
     assert joined["ece"].to_numpy() == pytest.approx(joined["ece_rec"].to_numpy())
     assert pm["kappa_quadratic"].null_count() == pm.height  # not ordinal
     assert (pm["temperature"] > 1.0).all()
-    s = score(records, store=store, bootstrap_unit="image", n_bootstrap=30)
+    s = score(records, ScoreOptions(bootstrap_unit="image", n_bootstrap=30), store=store)
     # no fallback; the only warning a tiny test set may give is the off-centre calibration interval
     assert s.settings["bootstrap"]["unit"] == "image"
     assert [w for w in s.settings["warnings"] if not w.startswith("the calibration intervals are off-centre")] == []
@@ -139,8 +141,8 @@ def test_multilabel_store(make_store, tmp_path):
 def test_validation_rows_in_the_records_are_not_a_condition(built):
     _, records = built
     val = records.filter(pl.col("condition") == "clean").with_columns(condition=pl.lit("validation"))
-    a = score(records, n_bootstrap=10, crs_version="1")
-    b = score(pl.concat([records, val]), n_bootstrap=10, crs_version="1")
+    a = score(records, ScoreOptions(n_bootstrap=10, crs_version="1"))
+    b = score(pl.concat([records, val]), ScoreOptions(n_bootstrap=10, crs_version="1"))
     assert a.encoders.equals(b.encoders)
 
 
@@ -161,11 +163,11 @@ def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, m
     bogus = records.with_columns(condition=pl.when(pl.col("condition") == "gaussian_noise@1")
                                  .then(pl.lit("noise-3")).otherwise(pl.col("condition")))
     with pytest.raises(BadInput, match="unknown condition 'noise-3'.*re-run `crs probe`"):
-        score(bogus, n_bootstrap=5, crs_version="1")
+        score(bogus, ScoreOptions(n_bootstrap=5, crs_version="1"))
     # probabilities of another split size (a stale probe): named, left out with a warning, never a crash
     probs, attrs = store.read_predictions("d1", "b", "gaussian_noise@1")
     store.write_predictions("d1", "b", "gaussian_noise@1", probs[:, :, :-2], attrs)
-    s = score(records, n_bootstrap=5, bootstrap_unit="image", store=store)
+    s = score(records, ScoreOptions(n_bootstrap=5, bootstrap_unit="image"), store=store)
     said = " ".join(s.settings["warnings"])
     assert "b/d1/gaussian_noise@1 holds probabilities for 10 images" in said and "re-run `crs probe" in said
     assert s.settings["bootstrap"]["unit"] == "seed"
@@ -175,12 +177,12 @@ def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, m
     labels = zarr.open_group(str(tmp_path / "s.zarr"), mode="a")["datasets"]["d1"]["label"]
     labels[0] = 7
     with pytest.raises(UserError, match="stored labels of dataset 'd1'.*damaged.*crs store verify"):
-        score(records, n_bootstrap=5, store=store)
+        score(records, ScoreOptions(n_bootstrap=5), store=store)
 
 
 def test_default_unit_is_both(built):
     store, records = built
-    s = score(records, store=store, n_bootstrap=20)
+    s = score(records, ScoreOptions(n_bootstrap=20), store=store)
     assert s.settings["bootstrap"]["unit"] == "both"
     assert "requested_unit" not in s.settings["bootstrap"]
 
@@ -207,7 +209,7 @@ class _Provenanced:
 
 @pytest.mark.parametrize("nested", [True, False])
 def test_encoder_metadata_from_the_clean_embeddings(nested):
-    from crs.scoring.run import encoder_metadata
+    from crs.scoring.metadata import encoder_metadata
 
     got = {r["encoder"]: r for r in encoder_metadata(_Provenanced(nested), ["a", "b"], ["d1"]).iter_rows(named=True)}
     assert got["a"] == {"encoder": "a", "revision": "abc123", "licence": "apache-2.0", "gated": True,
@@ -218,7 +220,7 @@ def test_encoder_metadata_from_the_clean_embeddings(nested):
 
 
 def test_encoder_metadata_revision_falls_back_to_the_weights_digest_then_the_requested_revision():
-    from crs.scoring.run import _metadata_of
+    from crs.scoring.metadata import _metadata_of
 
     assert _metadata_of({"weights": {"revision_loaded": None, "weights_sha256": "ff00"}})["revision"] == "sha256:ff00"
     assert _metadata_of({"revision": "v1.0", "weights": {}})["revision"] == "v1.0"  # a store older than "weights"
@@ -233,6 +235,6 @@ def test_encoder_metadata_revision_falls_back_to_the_weights_digest_then_the_req
 
 def test_scores_without_embeddings_in_the_store_have_null_metadata(built):
     store, records = built  # probabilities only, no embeddings
-    enc = score(records, store=store, bootstrap_unit="seed", n_bootstrap=5).encoders
+    enc = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=5), store=store).encoders
     assert enc.select("revision", "licence", "gated", "parameters", "gflops", "width", "images_per_s",
                       "device").null_count().row(0) == (enc.height,) * 8

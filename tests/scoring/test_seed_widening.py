@@ -64,14 +64,14 @@ def test_a_missing_seed_leaves_its_cell_without_replicates():
 
 
 def test_fewer_than_five_seeds_are_named_in_a_warning_with_the_fix():
-    from crs.scoring.run import _say_if_few_seeds
+    from crs.scoring.caveats import say_if_few_seeds
 
     for n, unit in ((2, "both"), (4, "seed")):
         said: list[str] = []
-        _say_if_few_seeds(n, unit, said)
+        say_if_few_seeds(n, unit, said)
         assert len(said) == 1 and f"only {n} seeds" in said[0] and "--seeds 5" in said[0]
         assert f"{seed_scale(n):.2f} times" in said[0]
     for n, unit in ((5, "both"), (1, "both"), (3, "image")):  # enough, nothing to widen, no seed draw
         said = []
-        _say_if_few_seeds(n, unit, said)
+        say_if_few_seeds(n, unit, said)
         assert said == []

@@ -1,0 +1,114 @@
+"""The warnings a score gives about what its numbers rest on: tied predictions, off-centre intervals,
+replicates without a CRS, few seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from crs.scoring.axes import AXES
+from crs.scoring.bootstrap import incomplete, interval, seed_scale
+
+SHIFT_WARN = 0.5  # half-widths: mean replicate vs estimate (shifted_axis_warnings)
+
+
+TIE_SHARE_WARN = 0.5  # above this share of tied test predictions an AUROC says little about ranking
+
+
+TIES_LISTED = 8  # conditions named per (encoder, dataset) in a tie warning
+
+
+def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[str]:
+    """One warning per (encoder, dataset) whose AUROC rests mostly on ties, from the run records' ``tie_share``.
+
+    ``tie_share`` (written by the probe; absent in older run records, which give no
+    warning) is the share of a condition's test predictions tied with another image's;
+    a condition is named where its largest share over seeds and fractions exceeds ``limit``.
+    """
+    if "tie_share" not in records.columns:
+        return []
+    worst = (
+        records.filter(pl.col("tie_share").is_not_null() & ~pl.col("tie_share").is_nan())
+        .group_by("encoder", "dataset", "condition")
+        .agg(pl.col("tie_share").max())
+        .filter(pl.col("tie_share") > limit)
+        .sort(["encoder", "dataset", "tie_share", "condition"], descending=[False, False, True, False])
+    )
+    out = []
+    for (encoder, dataset), g in worst.group_by("encoder", "dataset", maintain_order=True):
+        named = [f"{r['condition']} {r['tie_share']:.0%}" for r in g.head(TIES_LISTED).iter_rows(named=True)]
+        more = f" and {g.height - TIES_LISTED} more" if g.height > TIES_LISTED else ""
+        out.append(
+            f"{encoder} on {dataset}: the AUROC rests mostly on tied test predictions (share of tied "
+            f"predictions above {limit:.0%}: {', '.join(named)}{more}); its ranking of these images is "
+            "largely arbitrary, so read those AUROC values, and the axes built on them, with care"
+        )
+    return out
+
+
+def shifted_axis_warnings(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: Sequence[str],
+                          warnings: list[str], limit: float = SHIFT_WARN) -> None:
+    """A warning per axis whose replicates sit off the estimate: mean(replicates) - estimate beyond ``limit``
+    half-widths of the 95 % interval, for the encoder where it is largest.
+
+    A percentile interval then covers what the estimator gives at this test size, not the population value:
+    docs/bootstrap-coverage.md measured it for C, whose binned ECE is biased upwards on small test sets
+    (shift about -1 half-width for C, at most 0.3 for D, L and R; this limit separates them).
+    """
+    if axis_reps.shape[0] < 2:
+        return
+    with np.errstate(invalid="ignore"):
+        low, high = interval(axis_reps)  # [encoder, axis]
+        half = (high - low) / 2
+        shift = (np.nanmean(axis_reps, axis=0) - axis_point) / np.where(half > 0, half, np.nan)
+    for k, a in enumerate(AXES):
+        col = np.abs(shift[:, k])
+        if not np.isfinite(col).any() or np.nanmax(col) <= limit:
+            continue
+        e = int(np.nanargmax(col))
+        warnings.append(
+            f"the {a} intervals are off-centre: the bootstrap replicates of {encoders[e]} sit "
+            f"{shift[e, k]:+.2f} half-widths from its estimate, so they cover what the estimator gives at this "
+            f"test-set size rather than the population value ({_why_shifted(a)}); read the {a} interval with that in "
+            "mind"
+        )
+
+
+def _why_shifted(axis: str) -> str:
+    """The known cause of an off-centre axis interval, in the warning's words."""
+    if axis == "calibration":
+        return "docs/bootstrap-coverage.md: the binned ECE behind calibration is biased upwards on small test sets"
+    return ("docs/bootstrap-coverage.md measured such a shift only for calibration; here it may be chance, as with "
+            "few bootstrap replicates, or a bias of this axis's statistic on a small test set")
+
+
+def say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: str, warnings: list[str]) -> None:
+    """A warning when some replicate has no CRS, so the intervals are empty and no tier is given."""
+    bad = incomplete(reps)
+    if not bad.any():
+        return
+    where = ~np.isfinite(x_boot[bad]).all(axis=(0, 1, 3))  # [dataset]: a replicate without an axis value there
+    names = [d for d, b in zip(datasets, where, strict=True) if b] or list(datasets)
+    warnings.append(
+        f"{int(bad.sum())} of {bad.size} {unit}-bootstrap replicates have no CRS: the test split of "
+        f"{', '.join(names)} is too small for the {unit} bootstrap (a draw left no class with both positive "
+        "and negative images to score), so the CRS and rank intervals and P(rank 1) are empty and no "
+        "leading tier is assigned; use `--bootstrap-unit seed` or a larger test split"
+    )
+
+
+FEW_SEEDS = 5  # below this the seed part of an interval is widened more than 1.6 times
+
+
+def say_if_few_seeds(n_seeds: int, unit: str, warnings: list[str]) -> None:
+    """A warning when the seed draw has so few seeds that its widening (``bootstrap.seed_scale``) dominates."""
+    if unit == "image" or not 1 < n_seeds < FEW_SEEDS:
+        return
+    warnings.append(
+        f"only {n_seeds} seeds: the seed part of every interval is widened {seed_scale(n_seeds):.2f} times "
+        f"(Student's t with {n_seeds - 1} degrees of freedom, docs/crs-v1.md section 5), so label "
+        f"efficiency and the CRS intervals are wide; probe with at least {FEW_SEEDS} seeds "
+        f"(`crs probe --seeds {FEW_SEEDS}`) to narrow them"
+    )

@@ -1,0 +1,108 @@
+"""The bootstrap of a score: seed means of every replicate under the unit asked for (seed, image or both),
+falling back to seeds where the store lacks what the image draws read, and CRS v2's calibration axis."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+
+from crs.errors import BadInput
+from crs.scoring.bootstrap import (
+    Replicates,
+    draw_seeds,
+    resample_seeds,
+    score_replicates,
+    seed_means_of,
+    seed_tensor,
+    seed_weights,
+)
+from crs.scoring.caveats import say_if_few_seeds, say_if_no_interval
+from crs.scoring.comparison import Comparison
+from crs.scoring.options import ScoreOptions
+
+
+class Bootstrap(NamedTuple):
+    """The bootstrap of one score (``run_bootstrap``)."""
+
+    reps: Replicates  # CRS, ranks and axes of every replicate
+    draw: np.ndarray  # the seed draw [replicate, draw]
+    unit: str  # the unit resampled: the one asked for, or 'seed' where it fell back
+    by_seed: pl.DataFrame  # axes_by_seed with C by the CRS version
+    image_method: dict  # per dataset: arrays computed exactly / shared (image bootstrap), else {}
+
+
+def run_bootstrap(cmp: Comparison, options: ScoreOptions, store, metrics_pass, warnings: list[str]) -> Bootstrap:
+    """The bootstrap of the comparison set (``Bootstrap``); says in ``warnings`` where the unit fell back or a
+    replicate had no CRS."""
+    draw = draw_seeds(len(cmp.seeds), int(options.n_bootstrap), options.seed)  # [replicate, draw]
+    image_method: dict = {}  # per dataset: arrays exact / shared (predictions.image_bootstrap_axes)
+    x_boot, unit, by_seed = bootstrap_means(cmp, draw, options, store, metrics_pass, warnings, image_method)
+    reps = score_replicates(x_boot, cmp.reference, options.weights, options.crs_version)
+    say_if_no_interval(reps, x_boot, cmp.datasets, unit, warnings)
+    say_if_few_seeds(len(cmp.seeds), unit, warnings)
+    return Bootstrap(reps, draw, unit, by_seed, image_method)
+
+
+V2_NEEDS = ("pass --store with the store the probe read, or score by CRS v1 (--crs-version 1), whose C is the "
+            "run records' 15-bin ECE")
+
+
+def calibration_axis(by_seed: pl.DataFrame, store, encoders, datasets, errors: dict | None = None) -> pl.DataFrame:
+    """``axes_by_seed`` with CRS v2's C: 1 - the debiased calibration error of each run's stored clean test
+    probabilities at fraction 1 (docs/crs-v2.md section 1). ``errors``: {(encoder, dataset, seed): error} the
+    image bootstrap computed as it read them; None reads them here. A store without them is refused
+    (BadInput) saying what to do."""
+    from crs.scoring.predictions import MissingPredictions, calibration_errors
+
+    seeds = sorted(by_seed.get_column("seed").unique().to_list())
+    if errors is None:
+        try:
+            ce = calibration_errors(store, encoders, datasets, seeds)
+        except MissingPredictions as exc:
+            raise BadInput(f"CRS v2 reads its calibration axis from the stored test probabilities: {exc}; or "
+                           f"{V2_NEEDS}") from exc
+    else:
+        ce = pl.DataFrame([(*k, v) for k, v in errors.items()], orient="row",
+                          schema={"encoder": pl.String, "dataset": pl.String, "seed": pl.Int64,
+                                  "calibration_error": pl.Float64})
+    cols = by_seed.columns
+    joined = by_seed.join(ce.cast({"seed": by_seed.schema["seed"]}), on=["encoder", "dataset", "seed"], how="left")
+    return joined.with_columns(calibration=1.0 - pl.col("calibration_error")).select(cols)
+
+
+def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, store, metrics_pass,
+                    warnings: list[str], image_method: dict):
+    """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used, ``by_seed`` with C by the
+    CRS version: v2's from the image bootstrap's reads, else read for it, ``calibration_axis``).
+
+    Falls back to the seed bootstrap, saying why in ``warnings``, where the image
+    bootstrap cannot read what it needs. ``metrics_pass``: a ``predictions.MetricsPass`` the image
+    bootstrap hands the arrays it reads (``_metrics_pass``); ``image_method`` receives per dataset how its
+    arrays were computed."""
+    unit, version, by_seed = options.bootstrap_unit, options.crs_version, cmp.by_seed
+    x_rep = None
+    errors: dict | None = {} if version != "1" else None  # v2: the clean calibration errors the bootstrap reads
+    if unit != "seed":
+        from crs.scoring.predictions import MissingPredictions, image_bootstrap_axes
+
+        if store is None:
+            warnings.append(
+                f"bootstrap unit {unit!r} needs the stored test probabilities and no store was "
+                "given (pass --store): fell back to the seed bootstrap"
+            )
+        else:
+            try:
+                x_rep = image_bootstrap_axes(
+                    store, cmp, draw.shape[0], np.random.default_rng([options.seed, 1]), methods=image_method,
+                    metrics_pass=metrics_pass, version=version, point_errors=errors,
+                )
+            except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
+                warnings.append(f"{exc}; fell back to the seed bootstrap")
+    if version != "1":
+        by_seed = calibration_axis(by_seed, store, cmp.encoders, cmp.datasets, errors if x_rep is not None else None)
+    if x_rep is None:
+        x_seed, _ = seed_tensor(by_seed, cmp.encoders, cmp.datasets)  # [encoder, dataset, seed, axis]
+        return resample_seeds(seed_weights(draw, len(cmp.seeds)), np.moveaxis(x_seed, 2, -1)), "seed", by_seed
+    return seed_means_of(x_rep, draw if unit == "both" else None), unit, by_seed
