@@ -1,9 +1,9 @@
 """What a wheel ships: every package of the repository, installed without the repository on the path.
 
-A plain `pip install .` (not -e) used to ship without crs/stages, the layer every command goes
-through; the tests never noticed, since they run on an editable install. This builds the wheel,
-installs it into a fresh virtual environment whose only other path is this environment's
-site-packages (for the dependencies), and runs the command line from there."""
+A plain `pip install .` (not -e) must ship every package, crs/stages included (the layer every command
+goes through), and the report's templates; the other tests run on an editable install and cannot tell. This
+builds the wheel, installs it into a fresh virtual environment whose only other path is this environment's
+site-packages (for the dependencies), and runs the command line and the report's page from there."""
 
 import shutil
 import subprocess
@@ -52,3 +52,20 @@ def test_the_wheel_ships_every_package_and_its_cli_runs_without_the_repository(t
     assert version.returncode == 0 and version.stdout.startswith("crs-bench "), version.stderr[-2000:]
     table = run(str(env / "bin" / "crs"), "perturbations", "--table", cwd=tmp_path)
     assert table.returncode == 0 and "gaussian_noise" in table.stdout, table.stderr[-2000:]
+    templates = {"report.html", "report.css", "report.js"}
+    assert {f"crs/scoring/report/templates/{n}" for n in templates} <= set(zipfile.ZipFile(wheel).namelist())
+    page = run(str(python), "-c", RENDER, cwd=tmp_path)
+    assert page.returncode == 0 and page.stdout.startswith(site), page.stdout + page.stderr[-2000:]
+
+
+# The installed report fills its page from the templates shipped in the wheel (an empty leaderboard: no scores
+# are needed to check the page's frame, style and script).
+RENDER = """
+import polars as pl
+from crs.scoring.report import Inputs, html, page
+enc = pl.DataFrame(schema={"encoder": pl.String, "crs": pl.Float64})
+text = html(Inputs(settings={}, rank_comparison={}, tables={"encoders": enc}), enc, pl.DataFrame(), [], {})
+assert text.startswith("<!DOCTYPE html>") and text.endswith("</script></body></html>\\n"), text[-200:]
+assert page.template("report.css") in text and page.template("report.js") in text
+print(page.__file__)
+"""

@@ -22,11 +22,13 @@ def _warn_failures(summaries) -> None:
                   "left out later): " + ", ".join(f"{d}: {n}" for d, n in failed.items()))
 
 
-EXTRACT = [("encoders", "names"), ("encoders", "set"), ("encoders", "revisions"), ("datasets", "names"), ("store",), ("datasets", "size"), ("extract", "chunk"),
+EXTRACT = [("encoders", "names"), ("encoders", "set"), ("encoders", "revisions"), ("datasets", "names"), ("store",),
+           ("datasets", "size"), ("extract", "chunk"),
            ("extract", "batch"), ("extract", "device"), ("extract", "dtype"), ("extract", "perturb"),
            ("datasets", "roots"), ("datasets", "image_root"), ("datasets", "uncertain"), ("datasets", "modality"),
            ("datasets", "shift_target"), ("datasets", "split_seed"), ("datasets", "findings"),
-           ("datasets", "allow_absolute_paths"), ("datasets", "follow_symlinks"), ("encoders", "file"), ("encoders", "weights"), ("encoders", "trust_remote_code"),
+           ("datasets", "allow_absolute_paths"), ("datasets", "follow_symlinks"), ("encoders", "file"),
+           ("encoders", "weights"), ("encoders", "trust_remote_code"),
            ("extract", "workers"), ("extract", "strict"), ("extract", "max_models"), ("extract", "severities"),
            ("extract", "precision"),
            ("extract", "executor"), ("extract", "address"), ("extract", "actors"), ("log_interval",)]

@@ -16,7 +16,8 @@ from crs.commands.exits import friendly_errors
 
 def encoders_cmd(
     as_json: JsonOpt = False,
-    encoder_file: Annotated[Optional[Path], typer.Option("--encoder-file", help="Also list the records of this TOML file.")] = None,
+    encoder_file: Annotated[Optional[Path], typer.Option("--encoder-file", help="Also list the records of this "
+                                                        "TOML file.")] = None,
     verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """List the encoder registry (name, family, width, input size, gated, ...)."""
@@ -34,11 +35,12 @@ def encoders_cmd(
         t = Table("name", "family", "width", "input", "gated", "loader", "model", "pooling")
         for s in specs:
             t.add_row(s.name, s.family, str(s.width), str(s.input_size), "yes" if s.gated else "no",
-                      s.loader, s.model_id if s.pretrained or s.source == "builtin" else f"{s.model_id} (random weights)",
+                      s.loader,
+                      s.model_id if s.pretrained or s.source == "builtin" else f"{s.model_id} (random weights)",
                       s.pooling)
         show(t)
-        out.print("Also: --encoder timm:NAME, --encoder hf:ORG/NAME, --encoder-file spec.toml. Gated models: accept the "
-                  "terms on the model page, then set HF_TOKEN.")
+        out.print("Also: --encoder timm:NAME, --encoder hf:ORG/NAME, --encoder-file spec.toml. Gated models: accept "
+                  "the terms on the model page, then set HF_TOKEN.")
 
 
 def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False):

@@ -62,6 +62,6 @@ def locate_outputs(given: dict, need: str, here: Path = Path(".")) -> str | None
             "pass --store and --results to choose")
 
 
-def note(text: str | None, quiet: bool) -> None:
+def print_note(text: str | None, quiet: bool) -> None:
     if text and not quiet:
         err.print(f"note: {text}", markup=False, highlight=False, soft_wrap=True)

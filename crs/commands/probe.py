@@ -12,7 +12,7 @@ import typer
 from crs import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import out, progress_bar
-from crs.commands.outputs import locate_outputs, note
+from crs.commands.outputs import locate_outputs, print_note
 from crs.commands.tables import warn_not_converged
 
 
@@ -37,7 +37,7 @@ def probe_cmd(
 
     encoders = list(given.pop(("encoders", "names"), ()))
     datasets = list(given.pop(("datasets", "names"), ()))
-    note(locate_outputs(given, "store"), quiet or as_json)
+    print_note(locate_outputs(given, "store"), quiet or as_json)
     cfg = options.to_config(given)
     pairs = stages.probe_pairs(cfg.store, encoders, datasets, every=all_)
     t0 = time.perf_counter()

@@ -119,7 +119,8 @@ DEMO = cfgmod.parse(cfgmod.EXAMPLE, "built-in demo config")
                 ("score", "crs_version"), ("report", "enabled"), ("log_interval",)], base=DEMO)
 def demo_cmd(
     given: dict,
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the demo's store and results.")] = Path("./crs-demo"),
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the demo's store and "
+                                          "results.")] = Path("./crs-demo"),
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Run the built-in synthetic benchmark: `crs run` on the built-in config (`crs run --print-default`).

@@ -10,7 +10,7 @@ from crs import config as cfgmod
 from crs import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import err, out, progress_bar
-from crs.commands.outputs import locate_outputs, note
+from crs.commands.outputs import locate_outputs, print_note
 from crs.commands.tables import print_comparisons, print_scores
 from crs.errors import BadInput
 
@@ -25,7 +25,7 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
     from the run records."""
     from crs import stages
 
-    note(locate_outputs(given, "results"), quiet or as_json)
+    print_note(locate_outputs(given, "results"), quiet or as_json)
     cfg = options.to_config(given)
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
@@ -57,7 +57,7 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
 
         raise BadInput(f"no scores under {default / 'scores'} (the default --results); run `crs score` first, or "
                        f"{ELSEWHERE}")
-    note(note, quiet or as_json)
+    print_note(note, quiet or as_json)
     cfg = options.to_config(given)
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
         progress.add_task("report", total=None)  # the stage reports no steps: the display shows the time taken

@@ -22,7 +22,9 @@ def print_plan(p: dict, *, as_json: bool, quiet: bool) -> None:
     def hours(sec):
         if sec is None:
             return "?"
-        return f"{sec / 3600:.2f} h" if sec >= 360 else f"{sec:.1f} s" if sec >= 1 else f"{sec:.2f} s" if sec >= 0.01 else "< 0.01 s"
+        if sec >= 360:
+            return f"{sec / 3600:.2f} h"
+        return f"{sec:.1f} s" if sec >= 1 else f"{sec:.2f} s" if sec >= 0.01 else "< 0.01 s"
 
     def n(v):
         return "?" if v is None else f"{v:,}"
@@ -71,7 +73,8 @@ def warn_not_converged(summaries) -> None:
     if mlp:
         where = ", ".join(f"{e} × {d}: {n}" for e, d, n in mlp)
         err.print(f"[yellow]warning[/]: chosen MLP probes that used every step without their largest gradient "
-                  f"component reaching the tolerance ({where}); their rows have converged = false in the run records", soft_wrap=True)
+                  f"component reaching the tolerance ({where}); their rows have converged = false in the run records",
+                  soft_wrap=True)
 
 
 def _is_reference(row: dict, reference: str | None) -> bool:
