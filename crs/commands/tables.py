@@ -6,12 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 from crs.commands.console import err, out, show
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def print_plan(p: dict, *, as_json: bool, quiet: bool) -> None:
@@ -77,12 +82,6 @@ def warn_not_converged(summaries) -> None:
                   soft_wrap=True)
 
 
-def _is_reference(row: dict, reference: str | None) -> bool:
-    """The scores' ``reference`` column where the scoring writes one, else the settings' reference name."""
-    flag = row.get("reference")
-    return bool(flag) if flag is not None else row["encoder"] == reference
-
-
 def _number(x) -> bool:
     return x is not None and x == x  # NaN or null: no number (a test split too small for the image bootstrap)
 
@@ -94,18 +93,21 @@ def interval_text(lo, hi, signed: bool = False) -> str:
     return f"[{f.format(lo)}, {f.format(hi)}]"
 
 
-def leaderboard_rows(encoders: list[dict], reference: str | None) -> list[dict]:
-    """The leaderboard's cells (strings) for each row of the scores' encoders table, in its order.
+def leaderboard_rows(board: pl.DataFrame, reference: str | None) -> list[dict]:
+    """The leaderboard's cells (strings) for each row of ``board`` (``crs.scoring.leaderboard.board``), in its
+    order; ``reference``: the settings' reference (``crs.scoring.leaderboard.reference``).
 
     The reference scores 50 by construction (the zero point of the scale): "50.0 (reference)", no
     interval. Rank: the tie group where the scoring gives one ("tied 1st-2nd"), else the rank. Against
     the leader: the paired CRS difference and its 95 % interval, where the scoring gives them. An axis value
     resting on tied AUROCs carries the mark of ``crs.scoring.diagnostics``."""
+    from crs.scoring import leaderboard  # polars and the scoring package: not for `crs --help`
     from crs.scoring.diagnostics import mark
 
     rows = []
-    for r in encoders:
-        ref = _is_reference(r, reference)
+    reference = leaderboard.reference(board, reference)
+    for r in board.iter_rows(named=True):
+        ref = r["encoder"] == reference
         diff = r.get("crs_diff")
         if not _number(diff):
             versus = ""
@@ -169,8 +171,8 @@ def _table(title: str, rows: list[dict], left=("encoder", "device", "revision"),
     return t
 
 
-def leaderboard(scores) -> Table:
-    rows = leaderboard_rows(scores.encoders.to_dicts(), scores.settings.get("reference"))
+def leaderboard_table(board: pl.DataFrame, reference: str | None) -> Table:
+    rows = leaderboard_rows(board, reference)
     if rows and not any(r["vs leader"] for r in rows):  # scores without the paired differences
         rows = [{k: v for k, v in r.items() if k != "vs leader"} for r in rows]
     return _table("CRS leaderboard (overall, comparison set)", rows)
@@ -191,11 +193,14 @@ def verdict_lines(scores_json: dict) -> list[str]:
 
 
 def print_scores(scores, results):
+    from crs.scoring import leaderboard
+
     s = scores.settings
     rc = scores.rank_comparison
-    show(leaderboard(scores))
+    board = leaderboard.board(scores.encoders)
+    show(leaderboard_table(board, s.get("reference")))
     out.print(scale_note(s.get("reference")), highlight=False, soft_wrap=True)
-    marked = "ties_marked" in scores.encoders.columns and any(scores.encoders["ties_marked"].fill_null(""))
+    marked = "ties_marked" in board.columns and any(board["ties_marked"].fill_null(""))
     if marked:
         from crs.scoring.diagnostics import TIE_MARK
 
@@ -205,7 +210,7 @@ def print_scores(scores, results):
     if health is not None and health.height:
         show(_table("Probe diagnostics (features left out, largest standardised value, ties)",
                     diagnostics_rows(health.to_dicts()), left=("encoder", "dataset", "tied test scores > 5%")))
-    cost = cost_rows(scores.encoders.to_dicts())
+    cost = cost_rows(board.to_dicts())
     if cost:
         show(_table("Cost to run (recorded by crs extract)", cost))
     w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
@@ -213,7 +218,7 @@ def print_scores(scores, results):
               f"{', '.join(s['datasets'])}).\n★ = leading tier (paired {s['bootstrap']['unit']} bootstrap, "
               f"B={s['bootstrap']['n']}); "
               + ("vs leader: paired CRS difference to the leader [95% interval]; "
-                 if "crs_diff" in scores.encoders.columns else "")
+                 if "crs_diff" in board.columns else "")
               + f"reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")
     doc = scores.to_json()
     targets = doc.get("shift_targets") or {}

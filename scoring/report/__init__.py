@@ -16,11 +16,12 @@ with templates/report.css and templates/report.js), ``markup`` (escaping and num
 formats); ``write`` is the thin edge that writes them.
 """
 
+from crs.scoring.leaderboard import board as leaderboard  # the report's tables/leaderboard.*
 from crs.scoring.report.boards import (
     board_html, diagnostics_html, no_tier_note, per_dataset_html, q_html, test_sets_html,
 )
 from crs.scoring.report.inputs import (
-    Inputs, add_from_records, add_reliability_from_store, leaderboard, load, per_dataset_board,
+    Inputs, add_from_records, add_reliability_from_store, load, per_dataset_board,
     retention_intervals, tables, test_sets,
 )
 from crs.scoring.report.page import (

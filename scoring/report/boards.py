@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from crs.scoring import diagnostics
+from crs.scoring import diagnostics, leaderboard
 from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.report.markup import esc, interval, nobreak, num, td, th
 
@@ -136,9 +136,7 @@ def _revision_expected(board: pl.DataFrame) -> bool:
 
 def board_html(board: pl.DataFrame, reference: str | None = None) -> str:
     """The overall leaderboard as a sortable table: quality, then cost, then the model's identity."""
-    ref = reference
-    if "reference" in board.columns and board["reference"].fill_null(False).any():
-        ref = board.filter(pl.col("reference").fill_null(False))["encoder"][0]
+    ref = leaderboard.reference(board, reference)
     cols = _board_columns(board, ref)
     out = ["<div class='scroll'><table id='leaderboard' class='board sortable'><thead><tr>",
            *[th(_BOARD_HEADS[c], title) for c, title, _ in cols], "</tr></thead><tbody>"]

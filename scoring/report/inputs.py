@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 
 from crs.names import VALIDATION
+from crs.scoring import leaderboard
 from crs.scoring.axes import AXES
 from crs.scoring.ranks import rank_desc
 from crs.scoring.scoreset import MissingScores, MixedScores, read_scores_json, read_tables, scores_folder
@@ -19,8 +20,6 @@ SCORE_TABLES = (
     "encoders", "per_dataset", "pareto", "weight_sensitivity", "weight_leaders", "reliability", "robustness",
     "label_efficiency", "calibration_under_shift", "rank_distribution", "probe_metrics", "diagnostics",
 )  # fmt: skip
-COST_COLUMNS = ("parameters", "gflops", "width", "images_per_s", "device")
-MODEL_COLUMNS = ("revision", "licence", "gated")
 
 
 @dataclass
@@ -44,11 +43,7 @@ class Inputs:
     @property
     def reference(self) -> str | None:
         """The reference encoder (the zero point of every q), or None for the per-axis median."""
-        enc = self.table("encoders")
-        if "reference" in enc.columns and enc["reference"].fill_null(False).any():
-            return enc.filter(pl.col("reference").fill_null(False))["encoder"][0]
-        ref = self.settings.get("reference")
-        return ref if ref in self.order else None
+        return leaderboard.reference(self.table("encoders"), self.settings.get("reference"))
 
 
 def load(results: Path) -> Inputs:
@@ -124,17 +119,6 @@ def add_from_records(inputs: Inputs, results: Path) -> None:
         if rob.height and by_condition.height:
             inputs.tables["robustness"] = rob.join(by_condition, on=["encoder", "dataset", "condition"], how="left")
         inputs.tables["retention_by_severity"] = by_severity
-
-
-BOARD = ["encoder", "reference", "crs_rank", "crs", "crs_low", "crs_high", "tier", "tie_group", "crs_diff",
-         "crs_diff_low", "crs_diff_high", "rank_low", "rank_high", "p_rank1", "auroc", "auroc_rank",
-         *[c for a in AXES for c in (a, f"{a}_low", f"{a}_high")], *[f"q_{a}" for a in AXES], "dominance",
-         "balance", "worst_axis", "pareto", "ties_marked", *COST_COLUMNS, *MODEL_COLUMNS, "revision_expected"]
-
-
-def leaderboard(encoders: pl.DataFrame) -> pl.DataFrame:
-    """The overall leaderboard's columns, in the score's order (best CRS first)."""
-    return encoders.select([c for c in BOARD if c in encoders.columns])
 
 
 def per_dataset_board(per_dataset: pl.DataFrame) -> pl.DataFrame:
@@ -239,7 +223,7 @@ def tables(inputs: Inputs) -> dict[str, pl.DataFrame]:
     from crs.scoring import figures
 
     out = {
-        "leaderboard": leaderboard(inputs.table("encoders")),
+        "leaderboard": leaderboard.board(inputs.table("encoders")),
         "leaderboard_per_dataset": per_dataset_board(inputs.table("per_dataset")),
         "reversed_pairs": pl.DataFrame(
             {"auroc_above": [p[0] for p in inputs.rank_comparison.get("reversed_pairs", [])],

@@ -108,12 +108,12 @@ def _row(encoder, crs, rank, **kw):
 
 
 def test_the_leaderboard_marks_the_reference_ties_and_the_gap_to_the_leader():
-    rows = tables.leaderboard_rows([
+    rows = tables.leaderboard_rows(pl.DataFrame([
         _row("a", 53.2, 1, tier=True, tie_group="tied 1st-2nd", crs_diff=0.0, crs_diff_low=0.0, crs_diff_high=0.0),
         _row("ref", 50.0, 2, tier=True, reference=True, crs_low=None, crs_high=None, tie_group="tied 1st-2nd",
              crs_diff=-3.2, crs_diff_low=-6.5, crs_diff_high=0.4, gflops=4.1, images_per_s=512.3),
         _row("c", 41.0, 3, tie_group="3rd", crs_diff=-12.2, crs_diff_low=-15.0, crs_diff_high=-9.1),
-    ], reference="ref")
+    ]), reference="ref")
     assert [r["rank"] for r in rows] == ["tied 1st-2nd", "tied 1st-2nd", "3rd"]
     assert rows[1]["CRS [95% interval]"] == "50.0 (reference)"
     assert rows[0]["CRS [95% interval]"] == "53.2 [52.2, 54.2]"
@@ -128,12 +128,13 @@ def test_the_leaderboard_marks_the_reference_ties_and_the_gap_to_the_leader():
 
 def test_scores_of_before_the_new_columns_still_show():
     """No reference column (the settings name it), no tie groups, no differences: ranks and plain cells."""
-    rows = tables.leaderboard_rows([_row("ref", 50.0, 1, tier=True), _row("b", 49.0, 2, crs_low=float("nan"))],
-                                reference="ref")
+    rows = tables.leaderboard_rows(pl.DataFrame([_row("ref", 50.0, 1, tier=True),
+                                                 _row("b", 49.0, 2, crs_low=float("nan"))]), reference="ref")
     assert rows[0]["CRS [95% interval]"] == "50.0 (reference)" and rows[0]["rank"] == "1"
     assert rows[1]["CRS [95% interval]"] == "49.0 n/a" and rows[1]["vs leader"] == ""
-    rows = tables.leaderboard_rows([_row("a", 52.0, 1, crs_diff=0.0, crs_diff_low=None, crs_diff_high=float("nan")),
-                                 _row("b", 49.0, 2, crs_diff=-3.0, crs_diff_low=None, crs_diff_high=None)], "median")
+    rows = tables.leaderboard_rows(pl.DataFrame([
+        _row("a", 52.0, 1, crs_diff=0.0, crs_diff_low=None, crs_diff_high=float("nan")),
+        _row("b", 49.0, 2, crs_diff=-3.0, crs_diff_low=None, crs_diff_high=None)]), "median")
     assert [r["vs leader"] for r in rows] == ["leader", "-3.0 n/a"]  # a bootstrap without intervals
 
 
