@@ -52,8 +52,11 @@ def test_the_wheel_ships_every_package_and_its_cli_runs_without_the_repository(t
     assert version.returncode == 0 and version.stdout.startswith("crs-bench "), version.stderr[-2000:]
     table = run(str(env / "bin" / "crs"), "perturbations", "--table", cwd=tmp_path)
     assert table.returncode == 0 and "gaussian_noise" in table.stdout, table.stderr[-2000:]
-    templates = {"report.html", "report.css", "report.js"}
-    assert {f"crs/scoring/report/templates/{n}" for n in templates} <= set(zipfile.ZipFile(wheel).namelist())
+    data = {f"crs/scoring/report/templates/report.{x}" for x in ("html", "css", "js")} | {"crs/config/example.toml"}
+    assert data <= set(zipfile.ZipFile(wheel).namelist()), sorted(data - set(zipfile.ZipFile(wheel).namelist()))
+    example = run(str(env / "bin" / "crs"), "run", "--print-default", cwd=tmp_path)
+    assert example.returncode == 0, example.stderr[-2000:]
+    assert example.stdout == (ROOT / "examples" / "crs-run.toml").read_text(encoding="utf-8")
     page = run(str(python), "-c", RENDER, cwd=tmp_path)
     assert page.returncode == 0 and page.stdout.startswith(site), page.stdout + page.stderr[-2000:]
 
