@@ -5,4 +5,7 @@ console (where they print), exits (exit codes), common (shared options, commands
 schema), outputs (finding the demo's folders), tables (the terminal's tables), then a module per command:
 extract, probe, score (and report), run (and demo), listings (encoders, datasets), datasets (check),
 perturbations, store (verify, info).
+
+The stages, the workers (crs.extract, crs.probe, crs.scoring) and polars are imported inside the command
+functions that use them, so `crs --help` and the listings start without torch, JAX or polars.
 """
