@@ -1,9 +1,10 @@
 """What a wheel ships: every package of the repository, installed without the repository on the path.
 
 The other tests run on an editable install, which sees every folder of the checkout whether the
-wheel would ship it or not (crs/stages, the layer every command goes through, for one). This builds the wheel,
-installs it into a fresh virtual environment whose only other path is this environment's
-site-packages (for the dependencies), and runs the command line from there."""
+wheel would ship it or not: crs/stages (the layer every command goes through) and the report's templates,
+for two. This
+builds the wheel, installs it into a fresh virtual environment whose only other path is this environment's
+site-packages (for the dependencies), and runs the command line and the report's page from there."""
 
 import shutil
 import subprocess
@@ -52,3 +53,23 @@ def test_the_wheel_ships_every_package_and_its_cli_runs_without_the_repository(t
     assert version.returncode == 0 and version.stdout.startswith("crs-bench "), version.stderr[-2000:]
     table = run(str(env / "bin" / "crs"), "perturbations", "--table", cwd=tmp_path)
     assert table.returncode == 0 and "gaussian_noise" in table.stdout, table.stderr[-2000:]
+    data = {f"crs/scoring/report/templates/report.{x}" for x in ("html", "css", "js")} | {"crs/config/example.toml"}
+    assert data <= set(zipfile.ZipFile(wheel).namelist()), sorted(data - set(zipfile.ZipFile(wheel).namelist()))
+    example = run(str(env / "bin" / "crs"), "run", "--print-default", cwd=tmp_path)
+    assert example.returncode == 0, example.stderr[-2000:]
+    assert example.stdout == (ROOT / "examples" / "crs-run.toml").read_text(encoding="utf-8")
+    page = run(str(python), "-c", RENDER, cwd=tmp_path)
+    assert page.returncode == 0 and page.stdout.startswith(site), page.stdout + page.stderr[-2000:]
+
+
+# The installed report fills its page from the templates shipped in the wheel (an empty leaderboard: no scores
+# are needed to check the page's frame, style and script).
+RENDER = """
+import polars as pl
+from crs.scoring.report import Inputs, html, page
+enc = pl.DataFrame(schema={"encoder": pl.String, "crs": pl.Float64})
+text = html(Inputs(settings={}, rank_comparison={}, tables={"encoders": enc}), enc, pl.DataFrame(), [], {})
+assert text.startswith("<!DOCTYPE html>") and text.endswith("</script></body></html>\\n"), text[-200:]
+assert page.template("report.css") in text and page.template("report.js") in text
+print(page.__file__)
+"""

@@ -179,7 +179,7 @@ WRONG = {str: 12, int: "12", float: "1.5", bool: 1}
 def test_any_wrong_type_is_reported_with_key_and_line(cfg, field):
     section, name, tp = field
     base = next(a for a in (typing.get_args(tp) or (tp,)) if a is not type(None))
-    bad = C._toml_value(WRONG.get(base, True))  # lists, tables, weights: a boolean is never right
+    bad = C.tomlfile._toml_value(WRONG.get(base, True))  # lists, tables, weights: a boolean is never right
     lines = _drop_table(C.to_toml(cfg).split("\n"), f"[{section}.{name}]")
     cur, at = None, None
     for i, ln in enumerate(lines):  # the field's own line, if the file sets it

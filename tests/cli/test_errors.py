@@ -68,10 +68,11 @@ def test_a_value_error_or_stray_os_error_is_a_bug_exit_1(monkeypatch, tmp_path, 
 NAP = textwrap.dedent("""
     import time
     from crs import cli
+    from crs.commands.exits import friendly_errors
 
     @cli.app.command("nap")
     def nap():
-        with cli.friendly_errors(False):
+        with friendly_errors(False):
             try:
                 print("ready", flush=True)
                 time.sleep(60)
@@ -101,10 +102,11 @@ def test_sigterm_unwinds_like_ctrl_c_with_a_message(sig, code, words):
 DONE = textwrap.dedent("""
     import threading, time
     from crs import cli
+    from crs.commands.exits import friendly_errors
 
     @cli.app.command("done")
     def done():
-        with cli.friendly_errors(False):
+        with friendly_errors(False):
             threading.Thread(target=time.sleep, args=(1.5,)).start()  # Python's shutdown waits for it
             print("finished", flush=True)
 

@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crs import cli
+from crs.commands import outputs, run, tables
 from crs.cli import app
 from crs.errors import BadInput
 
@@ -59,16 +59,16 @@ def test_score_and_probe_use_the_demo_folder_when_the_defaults_hold_nothing(tmp_
     monkeypatch.chdir(tmp_path)
     _demo_folder(tmp_path)
     given = {}
-    note = cli.locate_outputs(given, "results")
+    note = outputs.locate_outputs(given, "results")
     assert given == {("results",): "crs-demo/results", ("store",): "crs-demo/store.zarr"}
     assert "crs-demo" in note and "./crs-results" in note
     given = {("store",): "elsewhere.zarr"}  # what the user names stands
-    cli.locate_outputs(given, "results")
+    outputs.locate_outputs(given, "results")
     assert given == {("store",): "elsewhere.zarr", ("results",): "crs-demo/results"}
     given = {}
-    assert "./crs-store.zarr" in cli.locate_outputs(given, "store")
+    assert "./crs-store.zarr" in outputs.locate_outputs(given, "store")
     assert given[("store",)] == "crs-demo/store.zarr"
-    assert cli.locate_outputs(given := {("results",): "mine"}, "results") is None and given == {("results",): "mine"}
+    assert outputs.locate_outputs(given := {("results",): "mine"}, "results") is None and given == {("results",): "mine"}
 
 
 def test_the_defaults_win_and_two_demo_folders_are_refused(tmp_path, monkeypatch):
@@ -76,18 +76,18 @@ def test_the_defaults_win_and_two_demo_folders_are_refused(tmp_path, monkeypatch
     _demo_folder(tmp_path, "crs-demo")
     _demo_folder(tmp_path, "other", store=False)
     with pytest.raises(BadInput, match="several folders here hold the outputs of `crs demo`: crs-demo, other"):
-        cli.locate_outputs({}, "results")
-    assert cli.locate_outputs(given := {}, "store") is not None and given[("store",)] == "crs-demo/store.zarr"
+        outputs.locate_outputs({}, "results")
+    assert outputs.locate_outputs(given := {}, "store") is not None and given[("store",)] == "crs-demo/store.zarr"
     _demo_folder(tmp_path, "crs-results", store=False)  # not a demo layout: ./crs-results/results is absent
     (tmp_path / "crs-results" / "run_records").mkdir()
     pl.DataFrame({"x": [1]}).write_parquet(tmp_path / "crs-results" / "run_records" / "a__b.parquet")
-    assert cli.locate_outputs(given := {}, "results") is None and given == {}
+    assert outputs.locate_outputs(given := {}, "results") is None and given == {}
 
 
 @pytest.mark.parametrize("out", [Path("crs-demo"), Path("runs/demo 2")])
 def test_the_commands_the_demo_prints_next_parse(out, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    text = cli.demo_next(out)
+    text = run.demo_next(out)
     assert f"store {out / 'store.zarr'}" in text and f"results {out / 'results'}" in text
     commands = [line.split("#")[0].strip() for line in text.splitlines() if line.startswith("  crs ")]
     assert len(commands) == 4
@@ -98,7 +98,7 @@ def test_the_commands_the_demo_prints_next_parse(out, tmp_path, monkeypatch):
         r = runner.invoke(app, [*args, "--help"])  # click parses every option before --help answers
         assert r.exit_code == 0, (c, r.output)
     (tmp_path / "crs-results").mkdir()  # the defaults would win over the demo's folder: the paths are named
-    assert "crs score --results crs-demo/results --store crs-demo/store.zarr" in cli.demo_next(Path("crs-demo"))
+    assert "crs score --results crs-demo/results --store crs-demo/store.zarr" in run.demo_next(Path("crs-demo"))
 
 
 def _row(encoder, crs, rank, **kw):
@@ -108,32 +108,33 @@ def _row(encoder, crs, rank, **kw):
 
 
 def test_the_leaderboard_marks_the_reference_ties_and_the_gap_to_the_leader():
-    rows = cli.leaderboard_rows([
+    rows = tables.leaderboard_rows(pl.DataFrame([
         _row("a", 53.2, 1, tier=True, tie_group="tied 1st-2nd", crs_diff=0.0, crs_diff_low=0.0, crs_diff_high=0.0),
         _row("ref", 50.0, 2, tier=True, reference=True, crs_low=None, crs_high=None, tie_group="tied 1st-2nd",
              crs_diff=-3.2, crs_diff_low=-6.5, crs_diff_high=0.4, gflops=4.1, images_per_s=512.3),
         _row("c", 41.0, 3, tie_group="3rd", crs_diff=-12.2, crs_diff_low=-15.0, crs_diff_high=-9.1),
-    ], reference="ref")
+    ]), reference="ref")
     assert [r["rank"] for r in rows] == ["tied 1st-2nd", "tied 1st-2nd", "3rd"]
     assert rows[1]["CRS [95% interval]"] == "50.0 (reference)"
     assert rows[0]["CRS [95% interval]"] == "53.2 [52.2, 54.2]"
     assert [r["vs leader"] for r in rows] == ["leader", "-3.2 [-6.5, +0.4]", "-12.2 [-15.0, -9.1]"]
     assert [r["tier"] for r in rows] == ["★", "★", ""]
-    cost = cli.cost_rows([_row("a", 53.2, 1, gflops=None), _row("ref", 50, 2, gflops=4.1, images_per_s=512.3,
+    cost = tables.cost_rows([_row("a", 53.2, 1, gflops=None), _row("ref", 50, 2, gflops=4.1, images_per_s=512.3,
                                                                  parameters=25_557_032)])
     assert cost == [{"encoder": "a", "parameters": "", "GFLOPs/image": "", "images/s": ""},
                     {"encoder": "ref", "parameters": "25.6 M", "GFLOPs/image": "4.1", "images/s": "512"}]
-    assert cli.cost_rows([_row("a", 53.2, 1, gflops=None, width=768)]) == []  # no cost recorded: no table
+    assert tables.cost_rows([_row("a", 53.2, 1, gflops=None, width=768)]) == []  # no cost recorded: no table
 
 
 def test_scores_of_before_the_new_columns_still_show():
     """No reference column (the settings name it), no tie groups, no differences: ranks and plain cells."""
-    rows = cli.leaderboard_rows([_row("ref", 50.0, 1, tier=True), _row("b", 49.0, 2, crs_low=float("nan"))],
-                                reference="ref")
+    rows = tables.leaderboard_rows(pl.DataFrame([_row("ref", 50.0, 1, tier=True),
+                                                 _row("b", 49.0, 2, crs_low=float("nan"))]), reference="ref")
     assert rows[0]["CRS [95% interval]"] == "50.0 (reference)" and rows[0]["rank"] == "1"
     assert rows[1]["CRS [95% interval]"] == "49.0 n/a" and rows[1]["vs leader"] == ""
-    rows = cli.leaderboard_rows([_row("a", 52.0, 1, crs_diff=0.0, crs_diff_low=None, crs_diff_high=float("nan")),
-                                 _row("b", 49.0, 2, crs_diff=-3.0, crs_diff_low=None, crs_diff_high=None)], "median")
+    rows = tables.leaderboard_rows(pl.DataFrame([
+        _row("a", 52.0, 1, crs_diff=0.0, crs_diff_low=None, crs_diff_high=float("nan")),
+        _row("b", 49.0, 2, crs_diff=-3.0, crs_diff_low=None, crs_diff_high=None)]), "median")
     assert [r["vs leader"] for r in rows] == ["leader", "-3.0 n/a"]  # a bootstrap without intervals
 
 
@@ -144,7 +145,7 @@ def test_the_verdict_sentences_come_from_the_scoring():
          "members": [{"encoder": "b", "crs_diff": -1.0, "crs_diff_low": -2.5, "crs_diff_high": 0.4,
                       "separable": False, "deciding_axes": []}], "behind": [], "weight_margin": None,
          "weight_shares": []}
-    lines = cli.verdict_lines({"verdict": v})
+    lines = tables.verdict_lines({"verdict": v})
     assert lines == verdict.sentences(v)
     assert any("b cannot be separated from a at 95 %" in s for s in lines)
-    assert cli.verdict_lines({}) == [] and cli.verdict_lines({"verdict": None}) == []  # scores without a verdict
+    assert tables.verdict_lines({}) == [] and tables.verdict_lines({"verdict": None}) == []  # scores without a verdict

@@ -2,7 +2,7 @@
 
 from rich.table import Table
 
-from crs import cli
+from crs.commands import console
 
 
 def test_a_wide_table_is_printed_whole_to_a_pipe():
@@ -10,9 +10,9 @@ def test_a_wide_table_is_printed_whole_to_a_pipe():
     for i in range(30):
         t.add_column(f"col{i}", no_wrap=True)
     t.add_row(*[f"0.{i:06d}" for i in range(30)])
-    assert not cli.out.is_terminal  # pytest captures stdout: what `crs score | cat` sees
-    with cli.out.capture() as cap:
-        cli.show(t)
+    assert not console.out.is_terminal  # pytest captures stdout: what `crs score | cat` sees
+    with console.out.capture() as cap:
+        console.show(t)
     text = cap.get()
     assert "…" not in text and all(f"0.{i:06d}" in text for i in range(30))
-    assert max(len(line) for line in text.splitlines()) > cli.out.width  # wider than the pipe's text width
+    assert max(len(line) for line in text.splitlines()) > console.out.width  # wider than the pipe's text width

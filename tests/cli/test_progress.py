@@ -96,11 +96,11 @@ def test_the_terminal_bar_shows_the_average_rate_with_its_unit(monkeypatch):
 
     from rich.console import Console
 
-    from crs import cli
+    from crs.commands import console
 
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "err", Console(file=buf, force_terminal=True, width=160, color_system=None))
-    bar = cli.progress_bar(False)
+    monkeypatch.setattr(console, "err", Console(file=buf, force_terminal=True, width=160, color_system=None))
+    bar = console.progress_bar(False)
     assert not isinstance(bar, LineProgress)
     t = bar.add_task("demo-stats × demo_derm", total=10, unit="chunks")
     bar.start_task(t)
@@ -120,10 +120,10 @@ def test_the_terminal_bar_of_a_step_without_a_count_shows_its_time_alone(monkeyp
 
     from rich.console import Console
 
-    from crs import cli
+    from crs.commands import console
 
-    monkeypatch.setattr(cli, "err", Console(file=io.StringIO(), force_terminal=True, width=160, color_system=None))
-    bar = cli.progress_bar(False)
+    monkeypatch.setattr(console, "err", Console(file=io.StringIO(), force_terminal=True, width=160, color_system=None))
+    bar = console.progress_bar(False)
     bar.add_task("score (3 encoders)", total=None)
     task = bar.tasks[0]
     monkeypatch.setattr(type(task), "elapsed", property(lambda self: 65.0))

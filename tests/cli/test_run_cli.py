@@ -314,12 +314,12 @@ def test_run_says_the_scores_warnings_without_verbose(monkeypatch, capsys):
     and `crs demo` too, not only with --verbose."""
     from types import SimpleNamespace
 
-    from crs import cli
+    from crs.commands import tables
 
-    monkeypatch.setattr(cli, "print_scores", lambda scores, results: None)
+    monkeypatch.setattr(tables, "print_scores", lambda scores, results: None)
     scores = SimpleNamespace(settings={"warnings": ["demo-stats on demo_cxr: the AUROC rests mostly on ties"]})
     extract = SimpleNamespace(enabled=True, done=[], skipped=[], seconds=0.0, out="s.zarr", detail={})
     result = SimpleNamespace(scores=scores, results="res", probe_summaries=[], stages={"extract": extract},
                              seconds=1.0, report_html=None)
-    cli._print_run(result, "cfg.toml", as_json=False, quiet=False, verbose=False)
+    tables.print_run(result, "cfg.toml", as_json=False, quiet=False, verbose=False)
     assert "rests mostly on ties" in capsys.readouterr().err

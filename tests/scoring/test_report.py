@@ -251,10 +251,10 @@ def test_missing_scores_and_run_records_are_user_errors(tmp_path):
 def test_the_leaderboard_says_when_no_tier_was_assigned(scored):
     _, _, scores = scored
     board = report.leaderboard(scores.encoders)
-    assert "id='no-tier'" not in report._no_tier_note(board) and "no tier" not in report.board_html(board)
+    assert "id='no-tier'" not in report.no_tier_note(board) and "no tier" not in report.board_html(board)
     none = board.with_columns(tier=pl.lit(None, pl.Boolean), crs_low=float("nan"), tie_group=pl.lit(None, pl.String))
     assert report.board_html(none).count(">no tier (no interval)</td>") == board.height
-    assert "No leading tier" in report._no_tier_note(none)
+    assert "No leading tier" in report.no_tier_note(none)
 
 
 def test_results_without_run_records_still_report_and_say_what_is_missing(scored, tmp_path):
