@@ -2,9 +2,9 @@
 
 The other tests run on an editable install, which sees every folder of the checkout whether the
 wheel would ship it or not: crs/stages (the layer every command goes through) and the report's templates,
-for two. This
-builds the wheel, installs it into a fresh virtual environment whose only other path is this environment's
-site-packages (for the dependencies), and runs the command line and the report's page from there."""
+for two. This builds the wheel, installs it into a fresh virtual environment whose only other path is
+this environment's site-packages (for the dependencies), and runs the command line and the report's
+page from there."""
 
 import shutil
 import subprocess

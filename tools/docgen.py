@@ -50,9 +50,9 @@ def configuration_md() -> str:
     """Every key of a `crs run` file: its section, type, default, command-line flag and meaning."""
     schema = cfgmod.json_schema()["properties"]
     flags = {path: f.metadata.get("flags", ()) for path, f, _ in cfgmod.settings()}
-    lines = [GENERATED.format(source="crs/config.py"), "", "# Configuration", "",
+    lines = [GENERATED.format(source="crs/config/schema.py"), "", "# Configuration", "",
              "Every key of a `crs run` file (TOML). Every key is optional; each is also an option of the",
-             "single-stage commands (the flag column), made from the same schema (`crs/config.py`), with",
+             "single-stage commands (the flag column), made from the same schema (`crs/config/schema.py`), with",
              "one default, range and help text each. `crs run --print-default` prints the built-in",
              "demo's file; `crs run --schema` prints this schema as JSON Schema for an editor.", ""]
     top = [(k, p) for k, p in schema.items() if p.get("type") != "object" or "properties" not in p]

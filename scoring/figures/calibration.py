@@ -39,7 +39,7 @@ def ece_before_after(probe_metrics: pl.DataFrame, dataset: str) -> dict[str, tup
         return {}
     rows = probe_metrics.filter((pl.col("dataset") == dataset) & (pl.col("condition") == "clean")
                                 & ((pl.col("fraction") - 1.0).abs() < 1e-9))
-    g = rows.group_by("encoder").agg(pl.col("ece").mean(), pl.col("ece_ts").mean())
+    g = rows.group_by("encoder").agg(pl.col("ece").mean(), pl.col("ece_ts").mean()).sort("encoder")
     return {r["encoder"]: (r["ece"], r["ece_ts"]) for r in g.iter_rows(named=True)}
 
 

@@ -41,3 +41,11 @@ def test_the_terminal_and_the_report_show_the_same_board():
     page = report.board_html(board, "ref")
     assert page.index("data-encoder='b'") < page.index("data-encoder='a'") < page.index("data-encoder='ref'")
     assert "<tr class='row reference' data-encoder='ref'>" in page
+
+
+def test_the_scale_note_links_the_definition_the_scores_were_made_with():
+    from crs.commands.tables import scale_note
+
+    assert scale_note("demo-resnet", "2").endswith("(docs/crs-v2.md).")
+    assert scale_note("demo-resnet", "1").endswith("(docs/crs-v1.md).")
+    assert scale_note(None, None).endswith("(docs/crs-v1.md).")  # scores from before the version was recorded
