@@ -261,7 +261,7 @@ def unit_replicates(x: np.ndarray, n_bootstrap: int, seed: int, unwidened: bool 
     x [1 + replicate, encoder, dataset, seed, axis], as ``crs.scoring.replicates.bootstrap_means``
     forms them (median reference, default weights); with ``unwidened`` also 'both_unwidened',
     the unit 'both' before its seed deviations were widened (``crs.scoring.bootstrap.seed_scale``)."""
-    from crs.scoring.bootstrap import draw_seeds, resample_seeds, seed_means_of, seed_weights, score_replicates
+    from crs.scoring.bootstrap import draw_seeds, resample_seeds, score_replicates, seed_means_of, seed_weights
 
     draw = draw_seeds(SEEDS, n_bootstrap, seed)
     point, x_rep = x[0], x[1:]

@@ -6,15 +6,15 @@ Multi-class labels are class indices; multi-label ones int8 {1, 0, -1} with -1 u
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
 
-class Task(str, Enum):
+class Task(StrEnum):
     """The kind of a dataset's labels; what differs between kinds is defined here.
 
-    A ``str`` enum, so a stored or configured ``"multiclass"`` compares and serialises as
+    A string enum, so a stored or configured ``"multiclass"`` compares and serialises as
     before.
     """
 
@@ -30,9 +30,6 @@ class Task(str, Enum):
     def label_dtype(self) -> type:
         """The dtype labels are stored with."""
         return np.int64 if self.exclusive else np.int8
-
-    def __str__(self) -> str:
-        return self.value
 
 
 TASKS = tuple(t.value for t in Task)

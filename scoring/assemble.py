@@ -17,7 +17,6 @@ from crs.scoring.options import ScoreOptions
 from crs.scoring.ranks import rank_desc
 from crs.scoring.replicates import Bootstrap
 
-
 COMPONENTS = ("dominance", "balance", "worst_axis")
 
 

@@ -17,7 +17,6 @@ import numpy as np
 import polars as pl
 
 from crs.errors import BadInput
-
 from crs.scoring.axes import AXES
 from crs.scoring.crs import DEFAULT_WEIGHTS, LATEST, MEDIAN, score
 from crs.scoring.ranks import rank_desc, tie_group

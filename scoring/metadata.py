@@ -8,7 +8,6 @@ import polars as pl
 
 from crs.errors import CrsError
 
-
 METADATA = {  # column: its Polars type; what encoder_metadata reads from an embedding array's provenance
     "revision": pl.String, "licence": pl.String, "gated": pl.Boolean, "parameters": pl.Int64,
     "gflops": pl.Float64, "width": pl.Int64, "images_per_s": pl.Float64, "device": pl.String,

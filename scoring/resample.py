@@ -28,8 +28,8 @@ from typing import NamedTuple
 import numpy as np
 
 from crs.scoring import kernels
-from crs.scoring.calibration import replicate_errors
 from crs.scoring.axes import AxisArrays, axes_from
+from crs.scoring.calibration import replicate_errors
 from crs.scoring.metrics import ece_draws, nanmean_last, weighted_ece, weighted_macro_auroc
 
 # From this many test images a draw's ECE is one matrix product (``metrics.ece_draws``), below it the

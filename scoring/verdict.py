@@ -24,7 +24,7 @@ challengers, as the share of the total weight moved (0.1 = a tenth of the weight
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl

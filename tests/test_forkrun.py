@@ -7,9 +7,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import forkrun
+import pytest
 
 CASES = {
     "exit status and output": ["-c", "import sys; print('out', sys.argv[1:]); print('err', file=sys.stderr); "

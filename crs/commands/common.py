@@ -4,7 +4,8 @@ the schema (``stage_command``)."""
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Callable
+from collections.abc import Callable
+from typing import Annotated
 
 import typer
 

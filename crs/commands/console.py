@@ -57,8 +57,7 @@ def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval, un
     task every ``interval`` seconds (``crs.progress.LineProgress``). Both show the average rate since
     the start with the task's unit (``add_task(..., unit=)``, else ``unit``: what the one stage a
     command runs counts), and the time left at that rate."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
-                               TimeElapsedColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
     from rich.text import Text
 
     from crs import progress as prog

@@ -15,7 +15,6 @@ from crs.commands.console import err, out, progress_bar
 from crs.commands.tables import print_check
 from crs.errors import BadInput, UserError
 
-
 # The dataset options of `crs extract`, with the same flags, defaults and requirements (one schema).
 CHECK = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"), ("datasets", "shift_target"),
          ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),

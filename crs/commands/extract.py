@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -41,7 +41,7 @@ def extract_cmd(
                                        "--dataset, on every built-in dataset. Same as --set demo.")] = False,
     pretrained: Annotated[bool, typer.Option("--pretrained", help="Every pretrained encoder of the registry "
                                              "(`crs encoders`). Same as --set pretrained.")] = False,
-    family: Annotated[Optional[list[str]], typer.Option("--family", help="Every pretrained encoder of a family: "
+    family: Annotated[list[str] | None, typer.Option("--family", help="Every pretrained encoder of a family: "
                                                         "general, medical or specialty (repeatable). Same as --set "
                                                         "FAMILY.", show_default=False)] = None,
     plan: Annotated[bool, typer.Option("--plan", help="Print what the extraction would do (pairs, images, "

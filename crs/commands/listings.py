@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -16,7 +16,7 @@ from crs.commands.exits import friendly_errors
 
 def encoders_cmd(
     as_json: JsonOpt = False,
-    encoder_file: Annotated[Optional[Path], typer.Option("--encoder-file", help="Also list the records of this "
+    encoder_file: Annotated[Path | None, typer.Option("--encoder-file", help="Also list the records of this "
                                                         "TOML file.")] = None,
     verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,7 +12,6 @@ from crs import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import out
 from crs.errors import BadInput
-
 
 PERTURBATIONS = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"),
                  ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
@@ -23,9 +22,9 @@ PERTURBATIONS = [("datasets", "roots"), ("datasets", "image_root"), ("datasets",
 @stage_command(PERTURBATIONS)
 def perturbations_cmd(
     given: dict,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset whose modality suite to draw "
+    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset whose modality suite to draw "
                                                    "(`crs datasets`; a real one with --root DIR).")] = None,
-    out_path: Annotated[Optional[Path], typer.Option("--out", help="PNG to write the grid to.")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="PNG to write the grid to.")] = None,
     row: Annotated[int, typer.Option(help="Which image of the dataset to draw (row of its table).")] = 0,
     table: Annotated[bool, typer.Option("--table", help="Print the severity table (Markdown) and exit.")] = False,
     as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,

@@ -15,7 +15,6 @@ from crs.commands.console import out, progress_bar
 from crs.commands.outputs import locate_outputs, print_note
 from crs.commands.tables import warn_not_converged
 
-
 PROBE = [("encoders", "names"), ("datasets", "names"), ("store",), ("results",), ("probe", "seeds"),
          ("probe", "fractions"), ("probe", "l2"), ("probe", "select_by"), ("probe", "tol"), ("probe", "head"),
          ("probe", "hidden"), ("log_interval",)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -35,7 +35,7 @@ def _read_config(config: Path | None) -> tuple[cfgmod.Config, str]:
 
 
 def run_cmd(
-    config: Annotated[Optional[Path], typer.Argument(help="The benchmark's TOML file.", show_default=False)] = None,
+    config: Annotated[Path | None, typer.Argument(help="The benchmark's TOML file.", show_default=False)] = None,
     print_default: Annotated[bool, typer.Option("--print-default", help="Print a commented example config "
                                                 "(the built-in demo) and exit.")] = False,
     schema: Annotated[bool, typer.Option("--schema", help="Print the config's JSON Schema (for editors) and "
@@ -43,7 +43,7 @@ def run_cmd(
     check: Annotated[bool, typer.Option("--check", help="Check the config and its names, run nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Recompute probe, score and report even where their "
                                         "outputs match the config (extraction always resumes).")] = False,
-    crs_version: Annotated[Optional[str], typer.Option("--crs-version", help="CRS definition, overriding the "
+    crs_version: Annotated[str | None, typer.Option("--crs-version", help="CRS definition, overriding the "
                                                        "config's score.crs_version: 2 (the default) or 1.",
                                                        show_default=False)] = None,
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,

@@ -14,7 +14,6 @@ from crs.commands.outputs import locate_outputs, print_note
 from crs.commands.tables import print_comparisons, print_scores
 from crs.errors import BadInput
 
-
 SCORE = [("results",), ("score", "bootstrap"), ("score", "reference"), ("score", "weights"), ("score", "seed"),
          ("score", "bootstrap_unit"), ("score", "crs_version"), ("store",), ("log_interval",)]
 

@@ -11,8 +11,24 @@ from importlib import resources
 from crs.config.checks import ENCODER_SETS, WEIGHT_TOL, Bad, ConfigError
 from crs.config.jsonschema import json_schema
 from crs.config.schema import (
-    DEFAULT_FRACTIONS, DEFAULT_HIDDEN, DEFAULT_L2, DEFAULT_N_SEEDS, SECTIONS, Config, Datasets, Encoders, Extract,
-    Probe, Report, Score, as_dict, cross_check, flag_words, settings, settings_hash, with_crs_version,
+    DEFAULT_FRACTIONS,
+    DEFAULT_HIDDEN,
+    DEFAULT_L2,
+    DEFAULT_N_SEEDS,
+    SECTIONS,
+    Config,
+    Datasets,
+    Encoders,
+    Extract,
+    Probe,
+    Report,
+    Score,
+    as_dict,
+    cross_check,
+    flag_words,
+    settings,
+    settings_hash,
+    with_crs_version,
     with_overrides,
 )
 from crs.config.tomlfile import load, locate, parse, resolve, to_toml

@@ -5,8 +5,9 @@ one setting's field (help, check, parser, command-line flag)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import field
-from typing import Any, Callable
+from typing import Any
 
 from crs.errors import UserError
 from crs.names import CRS_VERSIONS, SEVERITIES

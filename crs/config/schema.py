@@ -9,13 +9,31 @@ import dataclasses
 import hashlib
 import json
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from crs.config.checks import (
-    ENCODER_SETS, Bad, ConfigError, _at_least, _choices, _comma_numbers, _comma_weights, _convert_sets,
-    _crs_version, _encoder_sets, _fractions, _l2, _name_values, _non_empty, _opt, _positive, _revisions,
-    _severities, _tol, _weights,
+    ENCODER_SETS,
+    Bad,
+    ConfigError,
+    _at_least,
+    _choices,
+    _comma_numbers,
+    _comma_weights,
+    _convert_sets,
+    _crs_version,
+    _encoder_sets,
+    _fractions,
+    _l2,
+    _name_values,
+    _non_empty,
+    _opt,
+    _positive,
+    _revisions,
+    _severities,
+    _tol,
+    _weights,
 )
 from crs.names import CRS_LATEST, HEADS, MODALITIES, SEVERITIES
 

@@ -397,8 +397,9 @@ def _report(cfg: Config, state: State, scores_digest: str | None, quiet: bool):
 
 def stand_in(scores_json: dict):
     """An object with the parts of ``Scores`` the terminal printers use, rebuilt from scores.json."""
-    import polars as pl
     from types import SimpleNamespace
+
+    import polars as pl
 
     return SimpleNamespace(settings=scores_json["settings"], rank_comparison=scores_json["rank_comparison"],
                            encoders=pl.DataFrame(scores_json["encoders"]),

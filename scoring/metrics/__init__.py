@@ -50,15 +50,12 @@ Conventions (the same as the probe's run-record metrics in crs.probe.metrics):
   order. Multi-label: mean over labels of the binary AURC.
 """
 
-from crs.scoring.metrics.weighted import (
-    EPS,
-    N_BINS,
-    bin_index,
-    binned_ece,
-    ece_draws,
-    weighted_auroc,
-    weighted_ece,
-    weighted_macro_auroc,
+from crs.scoring.metrics.arrays import (
+    ARRAY_METRICS,
+    array_metrics,
+    auroc_rows,
+    nanmean_last,
+    tie_runs,
 )
 from crs.scoring.metrics.tables import (
     BASE,
@@ -78,12 +75,15 @@ from crs.scoring.metrics.tables import (
     reliability,
     top_label,
 )
-from crs.scoring.metrics.arrays import (
-    ARRAY_METRICS,
-    array_metrics,
-    auroc_rows,
-    nanmean_last,
-    tie_runs,
+from crs.scoring.metrics.weighted import (
+    EPS,
+    N_BINS,
+    bin_index,
+    binned_ece,
+    ece_draws,
+    weighted_auroc,
+    weighted_ece,
+    weighted_macro_auroc,
 )
 
 __all__ = [

@@ -7,7 +7,6 @@ import numpy as np
 
 from crs.labels import check_task
 
-
 N_BINS = 15
 
 

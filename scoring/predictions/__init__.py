@@ -12,7 +12,6 @@ metric, bootstrap or reliability bin counts them.
 """
 
 from crs.scoring.predictions.image_bootstrap import image_bootstrap_axes
-from crs.scoring.predictions.stored_metrics import MetricsPass, ProbeMetrics, probe_metrics
 from crs.scoring.predictions.read import (
     MissingPredictions,
     Predictions,
@@ -22,6 +21,7 @@ from crs.scoring.predictions.read import (
     prediction_attrs,
     split_targets,
 )
+from crs.scoring.predictions.stored_metrics import MetricsPass, ProbeMetrics, probe_metrics
 
 __all__ = [
     "MetricsPass", "MissingPredictions", "Predictions", "ProbeMetrics", "calibration_errors", "conditions_of",

@@ -14,15 +14,15 @@ from crs.conditions import parse
 from crs.scoring import resample
 from crs.scoring.axes import AXES
 from crs.scoring.comparison import Runs
-from crs.scoring.predictions.stored_metrics import MetricsPass
 from crs.scoring.predictions.read import (
     MissingPredictions,
     Predictions,
     clean_probs,
-    pair_calibration_errors,
     conditions_of,
+    pair_calibration_errors,
     split_targets,
 )
+from crs.scoring.predictions.stored_metrics import MetricsPass
 from crs.store import Store
 
 

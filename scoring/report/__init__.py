@@ -18,14 +18,30 @@ formats); ``write`` is the thin edge that writes them.
 
 from crs.scoring.leaderboard import board as leaderboard  # the report's tables/leaderboard.*
 from crs.scoring.report.boards import (
-    board_html, diagnostics_html, no_tier_note, per_dataset_html, q_html, test_sets_html,
+    board_html,
+    diagnostics_html,
+    no_tier_note,
+    per_dataset_html,
+    q_html,
+    test_sets_html,
 )
 from crs.scoring.report.inputs import (
-    Inputs, add_from_records, add_reliability_from_store, load, per_dataset_board,
-    retention_intervals, tables, test_sets,
+    Inputs,
+    add_from_records,
+    add_reliability_from_store,
+    load,
+    per_dataset_board,
+    retention_intervals,
+    tables,
+    test_sets,
 )
 from crs.scoring.report.page import (
-    GENERATION_META, HTML_NAME, fallback_sentences, html, page_generation, verdict_sentences,
+    GENERATION_META,
+    HTML_NAME,
+    fallback_sentences,
+    html,
+    page_generation,
+    verdict_sentences,
 )
 from crs.scoring.report.sections import Section, flat_intervals, flat_note, sections
 from crs.scoring.report.write import FIGURES_DIR, TABLES_DIR, remove_stale_temporaries, write_report

@@ -15,7 +15,6 @@ from crs.scoring.axes import AXES
 from crs.scoring.ranks import rank_desc
 from crs.scoring.scoreset import MissingScores, MixedScores, read_scores_json, read_tables, scores_folder
 
-
 SCORE_TABLES = (
     "encoders", "per_dataset", "pareto", "weight_sensitivity", "weight_leaders", "reliability", "robustness",
     "label_efficiency", "calibration_under_shift", "rank_distribution", "probe_metrics", "diagnostics",

@@ -14,7 +14,13 @@ import polars as pl
 
 from crs.scoring import verdict
 from crs.scoring.report.boards import (
-    board_html, diagnostics_html, no_tier_note, per_dataset_html, q_html, scale_note, test_sets_html,
+    board_html,
+    diagnostics_html,
+    no_tier_note,
+    per_dataset_html,
+    q_html,
+    scale_note,
+    test_sets_html,
 )
 from crs.scoring.report.inputs import Inputs
 from crs.scoring.report.markup import esc, num

@@ -13,7 +13,6 @@ from crs.scoring.report.page import HTML_NAME, html
 from crs.scoring.report.sections import png, sections
 from crs.scoring.scoreset import GENERATION_KEY, writer_lock
 
-
 FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
 

@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crs.commands import outputs, run, tables
 from crs.cli import app
+from crs.commands import outputs, run, tables
 from crs.errors import BadInput
 
 runner = CliRunner()

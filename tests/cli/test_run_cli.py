@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from crs.stages import pipeline
 from crs.cli import app
+from crs.stages import pipeline
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # one small `crs run` (the `first` fixture) for the module once

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from faultlib import (CSV_NAME, DATASET, REPAIR, STORE, assert_same, case, crs_here, csv_case, settle,
-                      stage_args)
+from faultlib import CSV_NAME, DATASET, REPAIR, STORE, assert_same, case, crs_here, csv_case, settle, stage_args
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # the session fixtures of faultlib.py (baseline, probe_ref, score_ref, csv_baseline) once per worker

@@ -18,9 +18,18 @@ import time
 from pathlib import Path
 
 import pytest
-
-from faultlib import (BROKEN, CSV_NAME, STORE, assert_same, cli_env, crs_here, csv_case, csv_extract_args,
-                      settle, write_csv)
+from faultlib import (
+    BROKEN,
+    CSV_NAME,
+    STORE,
+    assert_same,
+    cli_env,
+    crs_here,
+    csv_case,
+    csv_extract_args,
+    settle,
+    write_csv,
+)
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # the session fixtures of faultlib.py (baseline, probe_ref, score_ref, csv_baseline) once per worker

@@ -19,9 +19,27 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from faultlib import (BROKEN, CSV_NAME, PROBE_CHANGE, REPORT, SCORE_CHANGE, SIGNALS, STORE, case, crs_here, csv_case,
-                      csv_extract_args, differences, finish, kill, outputs, settle, stage_args, start, wait_for)
+from faultlib import (
+    BROKEN,
+    CSV_NAME,
+    PROBE_CHANGE,
+    REPORT,
+    SCORE_CHANGE,
+    SIGNALS,
+    STORE,
+    case,
+    crs_here,
+    csv_case,
+    csv_extract_args,
+    differences,
+    finish,
+    kill,
+    outputs,
+    settle,
+    stage_args,
+    start,
+    wait_for,
+)
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # the session fixtures of faultlib.py (baseline, probe_ref, score_ref, csv_baseline) once per worker

@@ -13,12 +13,10 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-from faultlib import STORE, RESULTS, case, cli_env, crs_here, stage_args
+from faultlib import RESULTS, STORE, case, cli_env, crs_here, stage_args
 
 pytestmark = pytest.mark.slow
 

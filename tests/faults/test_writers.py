@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from faultlib import STORE, assert_same, case, crs_here, finish, stage_args, start
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds

@@ -13,12 +13,12 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from crs.labels import targets
 from crs.conditions import parse
+from crs.labels import targets
 from crs.scoring import metrics, predictions
-from crs.scoring.predictions import read, stored_metrics
 from crs.scoring import temperature as ts
 from crs.scoring.axes import FRACTION_TOL
+from crs.scoring.predictions import read, stored_metrics
 
 REL = 1e-12
 

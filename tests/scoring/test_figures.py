@@ -9,7 +9,6 @@ seed draw (checked against a slow loop), and the verdict never says more than th
 
 from __future__ import annotations
 
-
 import numpy as np
 import polars as pl
 import pytest

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 
+import forkrun  # tests/forkrun.py
 import polars as pl
 import pytest
 from typer.testing import CliRunner
@@ -22,8 +23,6 @@ from crs.records import records_dir
 from crs.scoring import report, scoreset
 from crs.scoring.options import ScoreOptions
 from crs.scoring.run import score
-
-import forkrun  # tests/forkrun.py
 
 OLD_B, NEW_B = 5, 7  # bootstrap sizes that tell the old set from the new one
 

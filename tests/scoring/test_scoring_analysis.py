@@ -67,9 +67,9 @@ def test_weight_sensitivity_leaders():
     assert grid.height == 231
     assert leaders["share"].sum() == pytest.approx(1.0)
     assert leaders["points"].sum() == 231
-    at = grid.filter((pl.col("w_dominance") == 1.0))
+    at = grid.filter(pl.col("w_dominance") == 1.0)
     assert at["leader"].item() == "b"
-    at = grid.filter((pl.col("w_worst_axis") == 1.0))
+    at = grid.filter(pl.col("w_worst_axis") == 1.0)
     assert at["leader"].item() == "a"
     # each point's leader has the largest CRS there
     for r in grid.iter_rows(named=True):

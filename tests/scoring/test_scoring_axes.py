@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
-
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

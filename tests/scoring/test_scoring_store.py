@@ -8,8 +8,8 @@ import pytest
 
 from crs.errors import BadInput
 from crs.scoring import ScoreOptions, resample, score
-from crs.scoring.comparison import Runs
 from crs.scoring.axes import AXES, axes_by_seed, used_rows
+from crs.scoring.comparison import Runs
 from crs.scoring.predictions import image_bootstrap_axes, probe_metrics
 
 QUALITY = {"a": 1.0, "b": 0.7, "c": 0.4}
