@@ -12,9 +12,9 @@ _WHERE = {
     "store_key": "keys",
     "LockHeld": "locks", "dataset_lock": "locks", "extraction_lock": "locks", "hold_lock": "locks",
     "object_lock": "locks",
-    "DEFAULT_STORE": "zarr_store", "SCHEMA_VERSION": "zarr_store", "DatasetTable": "zarr_store",
-    "EmbeddingArray": "zarr_store", "Store": "zarr_store", "StoreError": "zarr_store",
-    "condition_key": "zarr_store", "store_order": "zarr_store",
+    "DEFAULT_STORE": "layout", "SCHEMA_VERSION": "layout", "condition_key": "layout", "store_order": "layout",
+    "DatasetTable": "table", "Table": "table",
+    "EmbeddingArray": "resume", "EmbeddingShape": "embeddings", "Store": "zarr_store", "StoreError": "errors",
 }
 
 __all__ = ["SPLIT_CODE", "SPLITS", *sorted(_WHERE)]
