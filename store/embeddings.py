@@ -9,7 +9,7 @@ import numpy as np
 import zarr
 
 from crs.store import generators
-from crs.store.commits import chunk_keys, shape_problem
+from crs.store.commits import shape_problem
 from crs.store.errors import StoreError, writes
 from crs.store.layout import condition_key, key_condition
 from crs.store.nodes import as_json, create_arrays, read_robust, require_group, set_attrs

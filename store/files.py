@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 
+import fsspec
+
 from crs.store.location import local_path, url_storage_options
 
 
@@ -15,8 +17,6 @@ class StoredFiles:
     def filesystem(self):
         """(fsspec filesystem, root path in it) of an object-store URL, for files beside the Zarr
         hierarchy (locks); credentials as for the store itself."""
-        import fsspec
-
         fs, root = fsspec.core.url_to_fs(self.path, **url_storage_options(self.path, self.storage_options))
         return fs, root.rstrip("/")
 

@@ -1,8 +1,8 @@
 """`crs store verify`: check a whole store against what was committed, and reset what is damaged.
 
 Checked: every ``zarr.json`` parses as Zarr v3 metadata; every chunk of the dataset arrays,
-the failures table and the predictions is present (every chunk is stored) and decodes (zstd checks each chunk's content checksum); every committed chunk of
-an embedding array is present, of its committed size, decodes, and its values have the
+the failures table and the predictions is present (every chunk is stored) and decodes (zstd
+checks each chunk's content checksum); every committed chunk of an embedding array is present, of its committed size, decodes, and its values have the
 committed CRC-32; every chunk of a prediction array is of its committed size and its values have
 the committed CRC-32 (the array's ``commit`` attribute).
 
@@ -21,7 +21,9 @@ import json
 import os
 from dataclasses import dataclass
 
+import fsspec
 import numpy as np
+import zarr
 
 from crs.errors import writing_to
 from crs.store.commits import chunk_keys, chunk_values, record_problem, shape_problem
@@ -120,8 +122,6 @@ def _verify(store: Store, repair: bool) -> list[Finding]:
 
 def _root_damaged(path: str, storage_options: dict | None) -> bool:
     """Whether ``path`` has a root ``zarr.json`` that is not Zarr v3 metadata (a damaged store, not no store)."""
-    import fsspec
-
     fs, root = fsspec.core.url_to_fs(path, **url_storage_options(path, storage_options))
     try:
         meta = json.loads(fs.cat_file(f"{root.rstrip('/')}/zarr.json"))
@@ -181,8 +181,6 @@ def _metadata(store: Store, repair: bool) -> list[Finding]:
 
 def zarr_reopen(store: Store):
     """The root group opened again (after files changed under it)."""
-    import zarr
-
     kwargs = {"storage_options": store.storage_options} if store.storage_options else {}
     path = store.path[len("file://"):] if store.path.startswith("file://") else store.path
     return zarr.open_group(store=path, mode="r" if store.read_only else "a", **kwargs)

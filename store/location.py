@@ -6,6 +6,7 @@ import os
 import re
 import warnings
 
+import fsspec
 import zarr
 
 from crs.store.errors import StoreError
@@ -93,8 +94,6 @@ def _check_folder(path: str, mode: str) -> None:
 
 def _check_url(url: str, mode: str, storage_options: dict) -> None:
     """The object-store counterpart of the local checks: an existing prefix must be a Zarr store."""
-    import fsspec
-
     try:
         fs, root = fsspec.core.url_to_fs(url, **storage_options)
     except (ImportError, ValueError) as exc:  # no fsspec backend for that protocol (s3fs, gcsfs, adlfs)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
+from zarr.core.group import GroupMetadata
 
 # Every array this store creates: zstd with its checksum of each chunk's content, and every chunk stored
 # (a chunk equal to the fill value too), so that a missing chunk file means damage.
@@ -48,8 +49,6 @@ def create_arrays(parent: zarr.Group, specs: dict[str, dict], *, overwrite: bool
     (as create_group then create_array do), and a caller that needs more order writes what must come last
     afterwards. The arrays' metadata is built in memory by ``create_array`` itself, so the files are byte for
     byte the ones it writes; the arrays come back writing every chunk, as ``CHECKED`` asks."""
-    from zarr.core.group import GroupMetadata
-
     memory = zarr.storage.MemoryStore()
     nodes = {name: zarr.create_array(memory, name=name, **kw, **CHECKED).metadata for name, kw in specs.items()}
     holder = parent

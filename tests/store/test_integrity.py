@@ -27,7 +27,7 @@ KINDS = {
     "image_id": ("datasets/toy/image_id", "c/0"),
     "group": ("datasets/toy/group", "c/0"),
     "failures": ("datasets/toy/failures/reason", "c/0"),
-    "predictions": ("datasets/toy/predictions/enc/clean", "c/0/0/0/0"),  # one chunk: crs.store.predictions.prediction_chunks
+    "predictions": ("datasets/toy/predictions/enc/clean", "c/0/0/0/0"),  # one chunk: prediction_chunks
 }
 
 

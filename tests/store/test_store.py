@@ -52,7 +52,8 @@ def test_round_trip(tmp_path):
     attrs = s.embedding_attrs("toy", "enc", "clean")
     assert attrs["complete"] and attrs["encoder_spec"] == {"name": "enc"} and attrs["rows"] == "all"
     assert list(s.embeddings()) == [("toy", "enc", "clean", True)]
-    s.embedding("toy", "other", "blur@1", EmbeddingShape(rows="test", n_rows=10, width=4, chunk=4), attrs={})  # not finalized
+    s.embedding("toy", "other", "blur@1", EmbeddingShape(rows="test", n_rows=10, width=4, chunk=4),
+                attrs={})  # not finalized
     assert list(s.embeddings("toy")) == [("toy", "enc", "clean", True), ("toy", "other", "blur@1", False)]
     assert list(s.embeddings("toy", "other")) == [("toy", "other", "blur@1", False)]
     assert list(s.embeddings(encoder="enc")) == [("toy", "enc", "clean", True)]
@@ -79,11 +80,12 @@ def test_incomplete_array_is_refused_with_resume_hint(tmp_path):
 def test_mismatched_array_settings_are_refused(tmp_path):
     s = Store(str(tmp_path / "s.zarr"))
     s.write_dataset(table())
-    s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=4, chunk=4), attrs={"encoder_spec": {"a": 1}})
+    shape = EmbeddingShape(rows="all", n_rows=10, width=4, chunk=4)
+    s.embedding("toy", "enc", "clean", shape, attrs={"encoder_spec": {"a": 1}})
     with pytest.raises(StoreError, match="shape"):
         s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=5, chunk=4))
     with pytest.raises(StoreError, match="different encoder spec"):
-        s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=4, chunk=4), attrs={"encoder_spec": {"a": 2}})
+        s.embedding("toy", "enc", "clean", shape, attrs={"encoder_spec": {"a": 2}})
 
 
 def test_non_finite_float16_is_refused(tmp_path):
