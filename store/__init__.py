@@ -1,5 +1,16 @@
 """The Zarr embedding store (numpy + zarr only): schema, read, write, locks, integrity.
 
+One job a module:
+
+- ``layout``: the on-disk format (schema version, node names, row order); ``table``: a dataset's table;
+- ``zarr_store``: ``Store``, composed of ``files`` (the files under it), ``commits`` (reads checked against
+  the commit records), ``datasets``, ``failures``, ``embeddings``, ``resume`` (an embedding array written
+  chunk by chunk and resumed) and ``predictions``; ``location`` opens its root, ``nodes`` creates arrays
+  and groups the store's way, ``errors`` holds ``StoreError``;
+- ``repair``: the commands a refusal names; ``integrity``: ``crs store verify [--repair]``;
+- ``locks``: several runs writing into one store; ``generators``: one perturbation generator per dataset;
+  ``keys``: path-safe names; ``info``: ``crs store info``.
+
 The names below load on first use (PEP 562), so a module that needs only ``crs.store.keys`` (the
 encoder registry, for `crs encoders`) does not pay for importing zarr."""
 
