@@ -296,8 +296,8 @@ def _paper_split(store, rng, ds: str, n: int, k: int, task: str, ordinal: bool, 
     attrs = {"task": task, "classes": [f"c{i}" for i in range(k)], "ordinal": ordinal}
     if shift:
         attrs["shift_target"] = shift
-    store.write_dataset(DatasetTable(ds, np.array([f"{ds}-{i}" for i in range(total)]), labels, split,
-                                     np.array(["g"] * total), attrs))
+    store.write_dataset(DatasetTable(np.array([f"{ds}-{i}" for i in range(total)]), labels, split,
+                                     np.array(["g"] * total), name=ds, attrs=attrs))
     t, known = targets(labels, task, k)
     return t[:n], known[:n], t[n:n + n_val]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
-from crs.store import DatasetTable, Store, store_order, verify, zarr_store
+from crs.store import DatasetTable, EmbeddingShape, Store, nodes, store_order, verify
 
 
 def dataset_table(n: int) -> DatasetTable:
@@ -54,8 +54,8 @@ def build(path: Path, n: int, width: int, chunk: int, conditions: int) -> tuple[
     names = ["clean"] + [f"gaussian_noise@{i}" for i in range(1, conditions + 1)]
     for cond in names:
         rows = n if cond == "clean" else table.n_test
-        arr = store.embedding("bench", "enc", cond, rows="all" if cond == "clean" else "test", n_rows=rows,
-                              width=width, chunk=chunk)
+        arr = store.embedding("bench", "enc", cond, EmbeddingShape(rows="all" if cond == "clean" else "test",
+                                                                   n_rows=rows, width=width, chunk=chunk))
         for j in arr.pending():
             sl = arr.chunk_rows(j)
             arr.write_chunk(j, rng.standard_normal((sl.stop - sl.start, width), dtype=np.float32))
@@ -65,21 +65,21 @@ def build(path: Path, n: int, width: int, chunk: int, conditions: int) -> tuple[
 
 def copy(store: Store, names: list[str], path: Path, compressors) -> Store:
     """The same values in a store whose arrays have other ``compressors`` (``CHECKED`` swapped while written)."""
-    saved = zarr_store.CHECKED
-    zarr_store.CHECKED = {**saved, "compressors": compressors}
+    saved = nodes.CHECKED
+    nodes.CHECKED = {**saved, "compressors": compressors}
     try:
         out = Store(str(path))
         out.write_dataset(store.dataset("bench"))
         for cond in names:
             x = store.read_embedding("bench", "enc", cond)
             chunk = store.root[f"datasets/bench/embeddings/enc/{cond}/x"].chunks[0]
-            arr = out.embedding("bench", "enc", cond, rows="all" if cond == "clean" else "test", n_rows=len(x),
-                                width=x.shape[1], chunk=chunk)
+            arr = out.embedding("bench", "enc", cond, EmbeddingShape(rows="all" if cond == "clean" else "test",
+                                                                     n_rows=len(x), width=x.shape[1], chunk=chunk))
             for j in arr.pending():
                 arr.write_chunk(j, x[arr.chunk_rows(j)])
             assert arr.finalize()
     finally:
-        zarr_store.CHECKED = saved
+        nodes.CHECKED = saved
     return out
 
 
@@ -125,9 +125,10 @@ def main() -> None:
             crc_s = tuple(map(min, crc_s, timed(bare(crc))))
             pairs.append(c[1] / p[1])
         writer = Store(str(Path(tmp) / "checked.zarr"))
-        arrays = [writer.embedding("bench", "enc", c, rows="all" if c == "clean" else "test",
+        arrays = [writer.embedding("bench", "enc", c, EmbeddingShape(
+                                   rows="all" if c == "clean" else "test",
                                    n_rows=writer.root[f"datasets/bench/embeddings/enc/{c}/x"].shape[0],
-                                   width=args.width, chunk=args.chunk) for c in names]
+                                   width=args.width, chunk=args.chunk)) for c in names]
         pending_s = best(lambda: [a.pending() for a in arrays], args.repeat)
         t = time.perf_counter()
         findings = verify(str(Path(tmp) / "checked.zarr"))

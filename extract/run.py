@@ -49,7 +49,7 @@ from crs.extract.cost import device_name, model_cost
 from crs.extract.encoders import EncoderSpec
 from crs.extract.models import load, pick_device
 from crs.names import SPLIT_CODE
-from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_lock, store_order
+from crs.store import DatasetTable, EmbeddingShape, Store, StoreError, dataset_lock, extraction_lock, store_order
 from crs.store.zarr_store import now, set_attrs
 from crs.extract.timing import UNTIMED, DeviceClock
 from crs.extract.units import (HOST_FAMILIES, DecodedUnits, Embedder, ExtractSummary, HostBuffers, Plan, PreparedUnits,
@@ -463,8 +463,8 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
     n, n_test = len(table.ids), table.n_test
     arrays = {
         cond: store.embedding(
-            dataset, spec.name, cond, rows="all" if cond == CLEAN else "test",
-            n_rows=n if cond == CLEAN else n_test, width=spec.width, chunk=chunk, dtype=dtype,
+            dataset, spec.name, cond, EmbeddingShape(rows="all" if cond == CLEAN else "test",
+            n_rows=n if cond == CLEAN else n_test, width=spec.width, chunk=chunk, dtype=dtype),
             attrs={**provenance, "perturbation": _perturbation(cond), **perturb.generator_attrs(cond)},
         )
         for cond in conds
@@ -485,7 +485,7 @@ def _perturbed_conditions(dataset: str, table: DatasetTable, modality, perturbat
     return perturb.conditions(modality, tuple(severities))
 
 
-# the dataset attributes a command line names it by (crs.store.zarr_store's repair commands)
+# the dataset attributes a command line names it by (crs.store.repair's commands)
 IDENTITY = ("csv", "root", "size", "modality", "shift_target", "split_seed", "uncertain", "identity")
 
 

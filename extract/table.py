@@ -7,20 +7,11 @@ imports both, so the shared pieces live here, below all three.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
+from crs.store.table import Table  # one definition, the store's (its DatasetTable adds name and attributes)
 
-
-@dataclass(frozen=True)
-class Table:
-    """A dataset's metadata, one entry a row, rows in the order the dataset defines."""
-
-    ids: np.ndarray  # [N] str, unique, e.g. 'demo_derm-000123'
-    labels: np.ndarray  # [N] int64 class index, or [N, K] int8 in {1, 0, -1} (-1: uncertain or unknown)
-    split: np.ndarray  # [N] int8: 0 train, 1 val, 2 test (crs.names.SPLIT_CODE)
-    group: np.ndarray  # [N] str: lesion or patient id; a group never straddles splits
+__all__ = ["Table", "check_unique", "registry"]
 
 
 R = TypeVar("R")

@@ -521,7 +521,7 @@ def probe(
 def _made_by(store: Store, results, head: str, seeds, fractions, grid, select_by: str, tol: float,
              hidden: int) -> dict:
     """What the stored predictions record of the run that made them, so that a repair command can name it
-    whole (``crs.store.zarr_store.probe_command``): the results folder (relative to a local store, so that
+    whole (``crs.store.repair.probe_command``): the results folder (relative to a local store, so that
     the two moved together still match), and the settings in the schema's names (``crs.config.Probe``).
     Seeds are a count there (0..n-1); other seeds have no flag to name them."""
     import os

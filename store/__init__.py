@@ -1,5 +1,16 @@
 """The Zarr embedding store (numpy + zarr only): schema, read, write, locks, integrity.
 
+One job a module:
+
+- ``layout``: the on-disk format (schema version, node names, row order); ``table``: a dataset's table;
+- ``zarr_store``: ``Store``, composed of ``files`` (the files under it), ``commits`` (reads checked against
+  the commit records), ``datasets``, ``failures``, ``embeddings``, ``resume`` (an embedding array written
+  chunk by chunk and resumed) and ``predictions``; ``location`` opens its root, ``nodes`` creates arrays
+  and groups the store's way, ``errors`` holds ``StoreError``;
+- ``repair``: the commands a refusal names; ``integrity``: ``crs store verify [--repair]``;
+- ``locks``: several runs writing into one store; ``generators``: one perturbation generator per dataset;
+  ``keys``: path-safe names; ``info``: ``crs store info``.
+
 The names below load on first use (PEP 562), so a module that needs only ``crs.store.keys`` (the
 encoder registry, for `crs encoders`) does not pay for importing zarr."""
 
@@ -12,9 +23,9 @@ _WHERE = {
     "store_key": "keys",
     "LockHeld": "locks", "dataset_lock": "locks", "extraction_lock": "locks", "hold_lock": "locks",
     "object_lock": "locks",
-    "DEFAULT_STORE": "zarr_store", "SCHEMA_VERSION": "zarr_store", "DatasetTable": "zarr_store",
-    "EmbeddingArray": "zarr_store", "Store": "zarr_store", "StoreError": "zarr_store",
-    "condition_key": "zarr_store", "store_order": "zarr_store",
+    "DEFAULT_STORE": "layout", "SCHEMA_VERSION": "layout", "condition_key": "layout", "store_order": "layout",
+    "DatasetTable": "table", "Table": "table",
+    "EmbeddingArray": "resume", "EmbeddingShape": "embeddings", "Store": "zarr_store", "StoreError": "errors",
 }
 
 __all__ = ["SPLIT_CODE", "SPLITS", *sorted(_WHERE)]

@@ -1,12 +1,10 @@
 """`crs store verify`: check a whole store against what was committed, and reset what is damaged.
 
 Checked: every ``zarr.json`` parses as Zarr v3 metadata; every chunk of the dataset arrays,
-the failures table and the predictions is present (arrays written with a checksum store every
-chunk) and decodes (zstd checks each chunk's content checksum); every committed chunk of
-an embedding array is present, of its committed size, decodes, and its values have the
+the failures table and the predictions is present (every chunk is stored) and decodes (zstd
+checks each chunk's content checksum); every committed chunk of an embedding array is present, of its committed size, decodes, and its values have the
 committed CRC-32; every chunk of a prediction array is of its committed size and its values have
-the committed CRC-32 (the array's ``commit`` attribute). Stores written before the commit records get
-what can be checked without them (decoding; presence of done embedding chunks).
+the committed CRC-32 (the array's ``commit`` attribute).
 
 ``repair=True`` makes each damaged part recomputable by the command named in its finding:
 an embedding chunk's commit record is reset (``crs extract`` re-does exactly it); a damaged
@@ -23,24 +21,18 @@ import json
 import os
 from dataclasses import dataclass
 
+import fsspec
 import numpy as np
+import zarr
 
 from crs.errors import writing_to
-from crs.store.zarr_store import (
-    Store,
-    StoreError,
-    _read_robust,
-    chunk_keys,
-    chunk_values,
-    extract_command,
-    has_checksums,
-    key_condition,
-    next_step,
-    plain_group,
-    record_problem,
-    repair_hint,
-    shape_problem,
-)
+from crs.store.commits import chunk_keys, chunk_values, record_problem, shape_problem
+from crs.store.errors import StoreError
+from crs.store.layout import key_condition, plain_group
+from crs.store.location import url_storage_options
+from crs.store.nodes import read_robust
+from crs.store.repair import extract_command, next_step, repair_hint
+from crs.store.zarr_store import Store
 
 EMPTY_GROUP = {"zarr_format": 3, "node_type": "group", "attributes": {}}
 
@@ -130,10 +122,6 @@ def _verify(store: Store, repair: bool) -> list[Finding]:
 
 def _root_damaged(path: str, storage_options: dict | None) -> bool:
     """Whether ``path`` has a root ``zarr.json`` that is not Zarr v3 metadata (a damaged store, not no store)."""
-    import fsspec
-
-    from crs.store.zarr_store import url_storage_options
-
     fs, root = fsspec.core.url_to_fs(path, **url_storage_options(path, storage_options))
     try:
         meta = json.loads(fs.cat_file(f"{root.rstrip('/')}/zarr.json"))
@@ -193,8 +181,6 @@ def _metadata(store: Store, repair: bool) -> list[Finding]:
 
 def zarr_reopen(store: Store):
     """The root group opened again (after files changed under it)."""
-    import zarr
-
     kwargs = {"storage_options": store.storage_options} if store.storage_options else {}
     path = store.path[len("file://"):] if store.path.startswith("file://") else store.path
     return zarr.open_group(store=path, mode="r" if store.read_only else "a", **kwargs)
@@ -254,7 +240,7 @@ def _dataset(store: Store, d: str, repair: bool, readable, done_before=()) -> li
             found.append(Finding(node, None, "not written whole (its writer was interrupted)",
                                  repair_hint(store.path, node)))
         elif not found:
-            found = _against_record(store, arr, node, arr.attrs.get("commit"))
+            found = _against_record(store, arr, node, arr.attrs["commit"])
         if found and repair:
             store.remove(node)
             found = [Finding(node, None, "removed (it was damaged)", next_step(store.path, node))]
@@ -292,9 +278,7 @@ def _whole_array(store: Store, arr, node: str) -> list[Finding]:
 
 def _against_record(store: Store, arr, node: str, records) -> list[Finding]:
     """An array whose chunks all decode, each chunk against its commit record (bytes stored, CRC-32 of its
-    values); arrays written before commit records (``records`` None) have nothing to compare."""
-    if records is None:
-        return []
+    values)."""
     values = np.asarray(arr[...])
     sizes = store.chunk_sizes(arr.path, chunk_keys(arr))
     hint = repair_hint(store.path, node, decoded=True)
@@ -309,42 +293,41 @@ def _against_record(store: Store, arr, node: str, records) -> list[Finding]:
 def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: bool) -> list[Finding]:
     node = f"datasets/{d}/embeddings/{enc}/{cond}"
     extract = f"run {extract_command(store.path, d, [enc])} (condition {key_condition(cond)})"
-    if "x" not in g or "done" not in g or "n_chunks" not in g.attrs:
+    if any(a not in g for a in ("x", "done", "commit")) or "n_chunks" not in g.attrs:
         return [Finding(node, None, "created but never written (its creation was interrupted)", extract)]
     x, n = g["x"], int(g.attrs["n_chunks"])
     hint = repair_hint(store.path, f"{node}/x", decoded=True)
-    problem = shape_problem(x, n, g.attrs.get("n_rows"))
+    problem = shape_problem(x, n, g.attrs["n_rows"])
     if problem:  # its chunks cannot be told apart any more: the condition's array goes, extract makes it anew
         if repair:
             store.remove(node)
             return [Finding(node, None, f"removed ({problem})", next_step(store.path, node))]
         return [Finding(f"{node}/x", "zarr.json", problem, hint)]
     keys = chunk_keys(x)[:n]
-    records = {"done": g["done"]} | ({"commit": g["commit"]} if "commit" in g else {})
+    records = {"done": g["done"], "commit": g["commit"]}
     out = []
     for name, arr in records.items():  # a record chunk that does not decode reads as "not committed"
         for k in store.bad_chunks(arr):
             out.append(Finding(f"{node}/{name}", k, "commit record does not decode", hint))
             if repair:
                 store.remove(f"{node}/{name}/{k}")
-    done = _read_robust(g["done"], False).astype(bool)[:n]
-    commit = _read_robust(g["commit"], 0)[:n] if "commit" in g else None
+    done = read_robust(g["done"], False).astype(bool)[:n]
+    commit = read_robust(g["commit"], 0)[:n]
     present = store.files(x.path)
     damaged = []
     for j in np.flatnonzero(done):
-        problem = _chunk_problem(x, int(j), present.get(keys[j]), None if commit is None else commit[j])
+        problem = _chunk_problem(x, int(j), present.get(keys[j]), commit[j])
         if problem:
             out.append(Finding(f"{node}/x", keys[j], problem, hint))
             damaged.append(int(j))
     if repair:
         for j in damaged:  # the record first, then the flag: reset, the chunk is pending for `crs extract`
-            if commit is not None:
-                g["commit"][j] = np.zeros(2, dtype=np.uint64)
+            g["commit"][j] = np.zeros(2, dtype=np.uint64)
             g["done"][j] = False
         if out:
             g.attrs["complete"] = False
         out = []  # what was found is reset; what remains is the chunks `crs extract` has to write
-        done = _read_robust(g["done"], False).astype(bool)[:n]
+        done = read_robust(g["done"], False).astype(bool)[:n]
     left = n - int(done.sum())
     if left:
         out.append(Finding(f"{node}/x", None, f"{left} of {n} chunks not written (extraction incomplete, "
@@ -379,4 +362,4 @@ def _chunk_problem(x, j: int, size: int | None, record) -> str | None:
         raise
     except Exception as exc:  # noqa: BLE001 - any decoder's complaint about these bytes is damage
         return f"does not decode ({exc})"
-    return record_problem(size, record, values) if has_checksums(x) else None
+    return record_problem(size, record, values)

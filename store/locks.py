@@ -22,8 +22,10 @@ from pathlib import Path
 
 import filelock
 
+from crs.provenance import now
+from crs.store.errors import StoreError
 from crs.store.keys import store_key
-from crs.store.zarr_store import Store, StoreError, now
+from crs.store.zarr_store import Store
 
 
 class LockHeld(StoreError):

@@ -208,7 +208,7 @@ def test_a_unit_is_committed_condition_by_condition():
 
 
 def test_a_rerun_repairs_exactly_a_damaged_chunk(tmp_path):
-    """A chunk file deleted after its commit: the store lists it as pending (store/zarr_store.py's
+    """A chunk file deleted after its commit: the store lists it as pending (store/resume.py's
     integrity checks), so the next extract re-does that chunk alone and the store is whole again."""
     path = tmp_path / "s.zarr"
     first = extract(Store(str(path)), "demo-stats", "demo_fundus", size=0.1, chunk=16, severities=(1,))

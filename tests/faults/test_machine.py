@@ -49,14 +49,14 @@ def _assert_named(r, path, what: str) -> None:
 @pytest.mark.parametrize("code", FAULTS, ids=[errno.errorcode[c] for c in FAULTS])
 def test_a_store_writer_names_the_store_for_a_nameless_os_error(monkeypatch, tmp_path, code):
     from crs.errors import UserError
-    from crs.store.zarr_store import DatasetTable, Store
+    from crs.store.zarr_store import DatasetTable, EmbeddingShape, Store
 
     store = Store(str(tmp_path / "s.zarr"))
     n = 8
-    store.write_dataset(DatasetTable("d", np.array([f"i{k}" for k in range(n)]), np.zeros(n, dtype=np.int64),
+    store.write_dataset(DatasetTable(np.array([f"i{k}" for k in range(n)]), np.zeros(n, dtype=np.int64),
                                      np.zeros(n, dtype=np.int8), np.array([f"g{k}" for k in range(n)]),
-                                     {"task": "multiclass", "classes": ["a", "b"]}))
-    emb = store.embedding("d", "e", "clean", rows="all", n_rows=n, width=4, chunk=4)
+                                     name="d", attrs={"task": "multiclass", "classes": ["a", "b"]}))
+    emb = store.embedding("d", "e", "clean", EmbeddingShape(rows="all", n_rows=n, width=4, chunk=4))
     _refuse_zarr_writes(monkeypatch, code)
     for write in (lambda: emb.write_chunk(0, np.ones((4, 4))),
                   lambda: store.write_predictions("d", "e", "clean", np.zeros((1, 1, n, 2)), {})):

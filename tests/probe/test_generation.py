@@ -25,7 +25,7 @@ from crs import records
 from crs.errors import UserError
 from crs.names import SPLIT_CODE, VALIDATION
 from crs.probe import run
-from crs.store import DatasetTable, LockHeld, Store, store_order
+from crs.store import DatasetTable, EmbeddingShape, LockHeld, Store, store_order
 
 NOISE = "gaussian_noise@1"
 SHIFT = "shift:toy_shift"
@@ -43,8 +43,8 @@ def _table(name, labels, split, shift_target=None) -> DatasetTable:
 
 
 def _put(store, dataset, encoder, condition, X, rows):
-    arr = store.embedding(dataset, encoder, condition, rows=rows, n_rows=len(X), width=X.shape[1], chunk=32,
-                          dtype="float32")
+    arr = store.embedding(dataset, encoder, condition, EmbeddingShape(rows=rows, n_rows=len(X), width=X.shape[1],
+                                                                      chunk=32, dtype="float32"))
     for j in arr.pending():
         arr.write_chunk(j, X[arr.chunk_rows(j)])
     assert arr.finalize()

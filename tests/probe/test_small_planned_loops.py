@@ -6,7 +6,7 @@ import pytest
 from crs.names import SPLIT_CODE
 from crs.probe import core, subsets
 from crs.probe.run import embedding_width, load_split, planned_loops
-from crs.store import DatasetTable, Store, store_order
+from crs.store import DatasetTable, EmbeddingShape, Store, store_order
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def store(tmp_path_factory):
                                  attrs={"task": "multiclass", "classes": ["a", "b", "c"], "ordinal": False}))
     X = rng.normal(size=(n, 7)).astype(np.float32)
     X[:, 4] = 1.0  # dead: the probe leaves it out
-    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=n, width=7, chunk=32, dtype="float32")
+    arr = s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=n, width=7, chunk=32, dtype="float32"))
     for j in arr.pending():
         arr.write_chunk(j, X[arr.chunk_rows(j)])
     assert arr.finalize()

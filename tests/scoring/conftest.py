@@ -129,8 +129,8 @@ def build_store(
         attrs = {"task": task, "classes": [f"c{i}" for i in range(k)], "ordinal": task == "multiclass"}
         if shift_target:
             attrs["shift_target"] = shift_target
-        store.write_dataset(DatasetTable(name, np.array([f"{name}-{i}" for i in range(n)]), labels,
-                                         split, np.array(["g"] * n), attrs))  # fmt: skip
+        store.write_dataset(DatasetTable(np.array([f"{name}-{i}" for i in range(n)]), labels,
+                                         split, np.array(["g"] * n), name=name, attrs=attrs))  # fmt: skip
         labels_by[name] = labels
     conditions = {"clean": ("d1", 0.0), "gaussian_noise@1": ("d1", 0.7), "shift:d1_site2": ("d1_site2", 0.5)}
     rows = []

@@ -7,7 +7,7 @@ import pytest
 from crs.errors import UserError
 from crs.extract import perturb
 from crs.names import PERTURBATION_GENERATORS
-from crs.store import DatasetTable, Store
+from crs.store import DatasetTable, EmbeddingShape, Store
 from crs.store import generators
 
 OLD, NEW = PERTURBATION_GENERATORS[0], perturb.GENERATOR
@@ -22,7 +22,7 @@ def _store(tmp_path) -> Store:
 
 
 def _array(store, encoder, condition, **attrs):
-    arr = store.embedding("d", encoder, condition, rows="test", n_rows=2, width=3, chunk=2, attrs=attrs)
+    arr = store.embedding("d", encoder, condition, EmbeddingShape(rows="test", n_rows=2, width=3, chunk=2), attrs=attrs)
     arr.write_chunk(0, np.ones((2, 3), np.float16))
     arr.finalize()
     return arr

@@ -6,7 +6,7 @@ import multiprocessing
 
 import zarr
 
-from crs.store.zarr_store import require_group
+from crs.store.nodes import require_group
 
 
 def test_a_group_created_by_another_writer_meanwhile_is_used(tmp_path):

@@ -25,7 +25,7 @@ moto_server = pytest.importorskip("moto.server")
 from crs.cli import app  # noqa: E402
 from crs.extract.run import extract  # noqa: E402
 from crs.store import LockHeld, Store, StoreError, object_lock  # noqa: E402
-from crs.store.zarr_store import url_storage_options  # noqa: E402
+from crs.store.location import url_storage_options  # noqa: E402
 
 import forkrun  # noqa: E402  (tests/forkrun.py)
 

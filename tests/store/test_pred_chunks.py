@@ -1,6 +1,6 @@
 """Prediction arrays are written as one chunk where they fit in PREDICTION_CHUNK_BYTES (scoring reads each
-whole), split by seeds then images where not; stores written with a chunk per seed read the same, and a
-damaged chunk of either layout is refused naming the chunk and `crs probe`, and found by `crs store verify`."""
+whole), split by seeds then images where not; each layout reads back exactly, and a damaged chunk is refused
+naming the chunk and `crs probe`, and found by `crs store verify`."""
 
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from crs.store import Store, StoreError, verify
-from crs.store import zarr_store
-from crs.store.zarr_store import CHECKED, prediction_chunks
+from crs.store import predictions
+from crs.store.predictions import prediction_chunks
 from tests.store.test_store import table
 
 P = np.random.default_rng(3).random((3, 2, 7, 3)).astype(np.float32)
@@ -50,27 +50,12 @@ def test_paper_scale_array_is_one_chunk():
                                         (2 * 3 * 3 * 4, [f"c/{s}/0/{i}/0" for s in range(3) for i in range(3)])])
 def test_written_layout_reads_back_exactly(tmp_path, monkeypatch, cap, files):
     if cap is not None:
-        monkeypatch.setattr(zarr_store, "PREDICTION_CHUNK_BYTES", cap)
+        monkeypatch.setattr(predictions, "PREDICTION_CHUNK_BYTES", cap)
     s = written(tmp_path / "s.zarr")
     assert chunk_files(tmp_path / "s.zarr") == files
     got, attrs = Store(str(tmp_path / "s.zarr"), mode="r").read_predictions("toy", "enc", "clean")
     assert got.dtype == np.float32 and np.array_equal(got, P) and attrs["seeds"] == [0, 1, 2]
     assert verify(s.path) == []
-
-
-def test_an_old_store_with_a_chunk_per_seed_reads_the_same(tmp_path):
-    s = written(tmp_path / "s.zarr")
-    base = s.root["datasets/toy/predictions/enc"]
-    arr = base.create_array("clean", shape=P.shape, dtype=np.float32, chunks=(1,) + P.shape[1:], overwrite=True,
-                            **CHECKED)  # as written before: one chunk per seed
-    arr[...] = P
-    arr.attrs.update({"seeds": [0, 1, 2], "condition": "clean"})
-    assert chunk_files(tmp_path / "s.zarr") == ["c/0/0/0/0", "c/1/0/0/0", "c/2/0/0/0"]
-    got, _ = Store(str(tmp_path / "s.zarr"), mode="r").read_predictions("toy", "enc", "clean")
-    assert np.array_equal(got, P)
-    (tmp_path / "s.zarr" / ARRAY / "c/1/0/0/0").unlink()
-    with pytest.raises(StoreError, match=r"chunk c/1/0/0/0 of array .*To repair: run .*crs probe"):
-        Store(str(tmp_path / "s.zarr"), mode="r").read_predictions("toy", "enc", "clean")
 
 
 @pytest.mark.parametrize("how", ["delete", "truncate", "alter"])

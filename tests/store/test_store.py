@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -8,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crs.errors import UserError
-from crs.store import (SCHEMA_VERSION, DatasetTable, LockHeld, Store, StoreError, dataset_lock, extraction_lock,
-                       store_key, store_order)
+from crs.store import (SCHEMA_VERSION, DatasetTable, EmbeddingShape, LockHeld, Store, StoreError, dataset_lock,
+                       extraction_lock, store_key, store_order)
 
 
 def table(name="toy", n=10, task="multiclass"):
@@ -38,7 +39,7 @@ def test_round_trip(tmp_path):
     assert back.task == "multiclass" and back.classes == ["a", "b", "c"]
     assert back.rows("test").tolist() == [0, 1, 2]  # test first
 
-    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=4, chunk=4,
+    arr = s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=4, chunk=4),
                       attrs={"encoder_spec": {"name": "enc"}})
     x = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
     assert arr.pending().tolist() == [0, 1, 2]
@@ -51,7 +52,8 @@ def test_round_trip(tmp_path):
     attrs = s.embedding_attrs("toy", "enc", "clean")
     assert attrs["complete"] and attrs["encoder_spec"] == {"name": "enc"} and attrs["rows"] == "all"
     assert list(s.embeddings()) == [("toy", "enc", "clean", True)]
-    s.embedding("toy", "other", "blur@1", rows="test", n_rows=10, width=4, chunk=4, attrs={})  # not finalized
+    s.embedding("toy", "other", "blur@1", EmbeddingShape(rows="test", n_rows=10, width=4, chunk=4),
+                attrs={})  # not finalized
     assert list(s.embeddings("toy")) == [("toy", "enc", "clean", True), ("toy", "other", "blur@1", False)]
     assert list(s.embeddings("toy", "other")) == [("toy", "other", "blur@1", False)]
     assert list(s.embeddings(encoder="enc")) == [("toy", "enc", "clean", True)]
@@ -61,14 +63,14 @@ def test_round_trip(tmp_path):
 def test_incomplete_array_is_refused_with_resume_hint(tmp_path):
     s = Store(str(tmp_path / "s.zarr"))
     s.write_dataset(table())
-    arr = s.embedding("toy", "enc", "gaussian_noise@2", rows="test", n_rows=3, width=2, chunk=2)
+    arr = s.embedding("toy", "enc", "gaussian_noise@2", EmbeddingShape(rows="test", n_rows=3, width=2, chunk=2))
     arr.write_chunk(0, np.ones((2, 2)))
     assert not arr.finalize()
     assert arr.pending().tolist() == [1]
     with pytest.raises(StoreError, match=r"incomplete \(1 of 2 chunks missing\).*crs extract --encoder enc"):
         s.read_embedding("toy", "enc", "gaussian_noise@2")
     # re-opening the same array continues where it stopped
-    again = s.embedding("toy", "enc", "gaussian_noise@2", rows="test", n_rows=3, width=2, chunk=2)
+    again = s.embedding("toy", "enc", "gaussian_noise@2", EmbeddingShape(rows="test", n_rows=3, width=2, chunk=2))
     assert again.pending().tolist() == [1]
     again.write_chunk(1, np.full((1, 2), 2.0))
     assert again.finalize()
@@ -78,17 +80,18 @@ def test_incomplete_array_is_refused_with_resume_hint(tmp_path):
 def test_mismatched_array_settings_are_refused(tmp_path):
     s = Store(str(tmp_path / "s.zarr"))
     s.write_dataset(table())
-    s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=4, chunk=4, attrs={"encoder_spec": {"a": 1}})
+    shape = EmbeddingShape(rows="all", n_rows=10, width=4, chunk=4)
+    s.embedding("toy", "enc", "clean", shape, attrs={"encoder_spec": {"a": 1}})
     with pytest.raises(StoreError, match="shape"):
-        s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=5, chunk=4)
+        s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=5, chunk=4))
     with pytest.raises(StoreError, match="different encoder spec"):
-        s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=4, chunk=4, attrs={"encoder_spec": {"a": 2}})
+        s.embedding("toy", "enc", "clean", shape, attrs={"encoder_spec": {"a": 2}})
 
 
 def test_non_finite_float16_is_refused(tmp_path):
     s = Store(str(tmp_path / "s.zarr"))
     s.write_dataset(table())
-    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=1, chunk=10)
+    arr = s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=1, chunk=10))
     with pytest.raises(StoreError, match="--dtype float32"):
         arr.write_chunk(0, np.full((10, 1), 1e6))
     assert arr.pending().tolist() == [0]
@@ -99,7 +102,7 @@ def test_dataset_must_not_change(tmp_path):
     s.write_dataset(table())
     s.write_dataset(table())  # same: fine
     t = table()
-    changed = DatasetTable(t.name, t.ids, (t.labels + 1) % 3, t.split, t.group, t.attrs)
+    changed = dataclasses.replace(t, labels=(t.labels + 1) % 3)
     with pytest.raises(StoreError, match="Splits never change"):
         s.write_dataset(changed)
 
@@ -184,7 +187,7 @@ def test_an_array_killed_while_being_created_is_recreated(tmp_path):
     s.write_dataset(table())
     g = s.root["datasets/toy"].require_group("embeddings").require_group("enc").create_group("clean")
     g.create_array("x", shape=(10, 2), dtype="float16", chunks=(4, 2))  # no 'done', no attrs yet
-    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=2, chunk=4)
+    arr = s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=2, chunk=4))
     assert arr.pending().tolist() == [0, 1, 2]
 
 
@@ -192,7 +195,7 @@ def test_an_array_killed_while_being_created_is_recreated(tmp_path):
 def test_a_condition_killed_between_its_metadata_writes_is_recreated(tmp_path, made):
     """A new condition is its group, then its three arrays side by side (``create_arrays``), then its attributes:
     a kill after any of those writes leaves something a re-run deletes and creates again."""
-    from crs.store.zarr_store import create_arrays
+    from crs.store.nodes import create_arrays
 
     s = Store(str(tmp_path / "s.zarr"))
     s.write_dataset(table())
@@ -201,7 +204,7 @@ def test_a_condition_killed_between_its_metadata_writes_is_recreated(tmp_path, m
              "done": dict(shape=(3,), dtype=bool, chunks=(1,), fill_value=False),
              "commit": dict(shape=(3, 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}
     create_arrays(enc, {k: v for k, v in specs.items() if k in made}, group="clean")
-    arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=2, chunk=4)
+    arr = s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=2, chunk=4))
     assert arr.pending().tolist() == [0, 1, 2] and arr.commit is not None
     for j in range(3):
         arr.write_chunk(j, np.ones((len(range(10)[arr.chunk_rows(j)]), 2)))
@@ -222,7 +225,7 @@ def test_a_new_condition_writes_its_group_then_its_arrays_then_its_attributes(tm
         return await original(self, key, value, *args, **kwargs)
 
     monkeypatch.setattr(zarr.storage.LocalStore, "set", recorded)
-    s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=2, chunk=4)
+    s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=2, chunk=4))
     mine = [k for k in written if k.startswith("datasets/toy/embeddings/enc/clean/") and k.endswith("zarr.json")]
     group = "datasets/toy/embeddings/enc/clean/zarr.json"
     assert mine[0] == group and mine[-1] == group and len(mine) == 5, mine
@@ -234,7 +237,7 @@ def test_fsspec_urls_use_the_same_code(tmp_path):
     for url in (f"memory://crs-test-{tmp_path.name}/s.zarr", f"file://{tmp_path}/f.zarr"):
         s = Store(url)
         s.write_dataset(table())
-        arr = s.embedding("toy", "enc", "clean", rows="all", n_rows=10, width=3, chunk=4)
+        arr = s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=3, chunk=4))
         for j in arr.pending():
             arr.write_chunk(j, np.full((arr.chunk_rows(j).stop - arr.chunk_rows(j).start, 3), float(j)))
         assert arr.finalize()
@@ -313,7 +316,7 @@ def _metadata_writes(monkeypatch) -> list[str]:
 
 
 def test_set_attrs_writes_the_metadata_once_where_attrs_update_writes_it_per_key(tmp_path, monkeypatch):
-    from crs.store.zarr_store import set_attrs
+    from crs.store.nodes import set_attrs
 
     s = Store(str(tmp_path / "s.zarr"))
     g = s.root.require_group("g")
@@ -379,7 +382,7 @@ def test_create_arrays_writes_what_zarrs_own_calls_write(tmp_path):
     leave, its arrays store every chunk (a fill-valued one too), and ``overwrite`` drops the old chunks."""
     import zarr
 
-    from crs.store.zarr_store import CHECKED, create_arrays
+    from crs.store.nodes import CHECKED, create_arrays
 
     root = zarr.open_group(str(tmp_path / "s.zarr"), mode="w")
     specs = {"x": dict(shape=(5, 3), dtype="float16", chunks=(2, 3), fill_value=0),

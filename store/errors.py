@@ -1,0 +1,22 @@
+"""The store's error, and the wrapper that names the store of a write that failed for lack of room or rights."""
+
+from __future__ import annotations
+
+import functools
+
+from crs.errors import UserError, writing_to
+
+
+class StoreError(UserError):
+    """A store problem the user can act on (bad path, other schema, missing or incomplete data)."""
+
+
+def writes(method):
+    """``method`` of a Store (or of an object holding one as ``store``) that writes into it: a full disk, a
+    quota, a read-only file system or a refused permission met without a file name is named by the store's
+    path (``crs.errors.writing_to``)."""
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        with writing_to(getattr(self, "store", self).path):
+            return method(self, *args, **kwargs)
+    return wrapped

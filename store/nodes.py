@@ -1,0 +1,101 @@
+"""Creating and writing Zarr nodes the way every part of the store does: each array with a checksum in every
+chunk and every chunk stored, attributes merged in one write, groups that another writer may create at once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import ZstdCodec
+from zarr.core.group import GroupMetadata
+
+# Every array this store creates: zstd with its checksum of each chunk's content, and every chunk stored
+# (a chunk equal to the fill value too), so that a missing chunk file means damage.
+CHECKED = {"compressors": (ZstdCodec(level=0, checksum=True),), "config": {"write_empty_chunks": True}}
+
+
+def create_array(parent: zarr.Group, name: str, **kwargs) -> zarr.Array:
+    """``parent.create_array(name, **kwargs)`` with ``CHECKED``."""
+    return parent.create_array(name, **kwargs, **CHECKED)
+
+
+def writing_every_chunk(arr: zarr.Array) -> zarr.Array:
+    """``arr`` opened to store every chunk it writes (one equal to the fill value too), as ``CHECKED`` asks."""
+    return arr.with_config(CHECKED["config"])
+
+
+def set_attrs(node: zarr.Group | zarr.Array, values: dict[str, Any]) -> None:
+    """Merge ``values`` into ``node``'s attributes in one write of its metadata file.
+
+    zarr 3's ``node.attrs.update(d)`` is MutableMapping's: it rewrites the whole ``zarr.json`` once per
+    key, so a kill between two keys leaves only the first ones written (a dataset with its task and
+    classes but no row order, which a resumed run would read as complete). ``update_attributes``
+    writes them all at once; every write of more than one attribute in this store goes through here."""
+    node.update_attributes(dict(values))
+
+
+def create_arrays(parent: zarr.Group, specs: dict[str, dict], *, overwrite: bool = False,
+                  group: str | None = None) -> tuple[zarr.Group, dict[str, zarr.Array]]:
+    """Create the arrays ``specs`` (name -> ``create_array`` keywords; ``CHECKED`` is added) under ``parent``, or
+    under ``group``, a new group of it written just before them, writing each node's metadata file once;
+    ``overwrite`` replaces what is there (chunks too). Returns (the group holding them, the arrays by name).
+
+    zarr's ``create_array`` and ``create_group`` first check, and write where missing, the metadata of every
+    group above the new node, two requests per level and node: on object storage some fifty round trips to
+    create one embedding condition five levels down. ``create_hierarchy`` reads each group above once for
+    all the nodes and writes them side by side, in no set order; the new group is written first, on its own
+    (as create_group then create_array do), and a caller that needs more order writes what must come last
+    afterwards. The arrays' metadata is built in memory by ``create_array`` itself, so the files are byte for
+    byte the ones it writes; the arrays come back writing every chunk, as ``CHECKED`` asks."""
+    memory = zarr.storage.MemoryStore()
+    nodes = {name: zarr.create_array(memory, name=name, **kw, **CHECKED).metadata for name, kw in specs.items()}
+    holder = parent
+    if group:  # first, on its own: arrays whose group was never written would block a re-run's creating it
+        holder = dict(parent.create_hierarchy({group: GroupMetadata()}, overwrite=overwrite))[group]
+    made = dict(holder.create_hierarchy(nodes, overwrite=overwrite))
+    return holder, {name: made[name].with_config(CHECKED["config"]) for name in specs}
+
+
+def require_group(parent: zarr.Group, name: str) -> zarr.Group:
+    """``parent``'s group ``name``, created if absent.
+
+    Two writers creating the same group at once (two ``crs extract`` runs of different encoders into a
+    new store both create ``datasets/<d>/embeddings``) make zarr's ``require_group`` raise
+    ContainsGroupError in the slower one: the group it found is the one it asked for, so it is used.
+    """
+    try:
+        return parent.require_group(name)
+    except zarr.errors.ContainsGroupError:
+        return parent[name]
+
+
+def as_strings(values) -> np.ndarray:
+    """Stored strings as a fixed-width numpy unicode array (numpy's StringDType casts poorly)."""
+    values = np.asarray(values).tolist()
+    return np.array(values, dtype=str) if values else np.zeros(0, dtype=str)
+
+
+def as_json(value: Any) -> Any:
+    """A value as it reads back from JSON attributes (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
+def read_robust(arr: zarr.Array, fill) -> np.ndarray:
+    """All of a small record array, chunks that do not decode read as ``fill`` (i.e. not committed)."""
+    try:
+        return np.asarray(arr[...])
+    except (MemoryError, OSError):
+        raise
+    except Exception:  # noqa: BLE001 - a damaged record chunk means "not committed": that chunk is redone
+        out = np.full(arr.shape, fill, dtype=arr.dtype)
+        for coords in np.ndindex(*arr.cdata_shape):
+            sl = tuple(slice(c * n, (c + 1) * n) for c, n in zip(coords, arr.chunks))
+            try:
+                out[sl] = arr.blocks[coords]
+            except (MemoryError, OSError):
+                raise
+            except Exception:  # noqa: BLE001
+                pass
+        return out
