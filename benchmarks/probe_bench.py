@@ -331,18 +331,19 @@ def ours(Xtr, labels, task, order, sizes, l2, K, max_iter, tol, precondition=Tru
     import jax.numpy as jnp
 
     from crs.probe import core
+    from crs.probe.problem import TrainingSet
     from crs.probe.run import float_targets as targets
 
     T, known = targets(labels, task, K)
-    args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
-            jnp.asarray(l2, jnp.float32))
-    kw = dict(task=task, max_iter=max_iter, tol=tol, precondition=precondition, warm_start=warm_start)
+    data = TrainingSet(jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                       jnp.asarray(l2, jnp.float32), task)
+    options = core.FitOptions(max_iter=max_iter, tol=tol, precondition=precondition, warm_start=warm_start)
     t0 = time.perf_counter()
-    fit = core.fit(*args, **kw)
+    fit = core.fit(data, options)
     jax.block_until_ready(fit.W)
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
-    fit = core.fit(*args, **kw)
+    fit = core.fit(data, options)
     jax.block_until_ready(fit.W)
     run = time.perf_counter() - t0
     return fit, run, max(first - run, 0.0)
@@ -378,7 +379,7 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
         def gradient(x, Xo, XoT, To, ko, s=g_sizes, blocks=blocks):  # data as arguments, not baked-in constants
             plain = core.plain_products(x.shape)  # the engine's product forms, and its transpose (``_objective``)
             Z = core.block_logits(x, Xo, blocks, XoT, plain)
-            dZ = jax.grad(lambda Z: core.loss_from_logits(Z, x, To, ko, s, blocks, l2, task).sum())(Z)
+            dZ = jax.grad(lambda Z: core.loss_from_logits(Z, x, core.Labels(To, ko, s, blocks, task), l2).sum())(Z)
             return core.block_logits_T(dZ, Xo, blocks, x.shape, XoT, plain) + l2[:, None] * x
 
         grads.append(jax.jit(gradient))
@@ -529,6 +530,7 @@ def small_engine(store_path, seeds, max_iter, tol, out_path, side_by_side=False)
     import jax
 
     from crs.probe import core
+    from crs.probe.problem import TrainingSet
     from crs.probe.run import compile_cache, float_targets
 
     compile_cache()  # as crs probe does: $CRS_JAX_CACHE
@@ -536,12 +538,12 @@ def small_engine(store_path, seeds, max_iter, tol, out_path, side_by_side=False)
     for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
         T, known = float_targets(ytr, task, K)
         # numpy in, as ``crs.probe.heads`` passes them (a jnp.asarray of each new shape compiles a program)
-        args = (np.asarray(Xtr, np.float32), np.asarray(T, np.float32), np.asarray(known, np.float32),
-                np.asarray(order), sizes, np.asarray(DEMO_L2, np.float32))
+        data = TrainingSet(np.asarray(Xtr, np.float32), np.asarray(T, np.float32), np.asarray(known, np.float32),
+                           np.asarray(order), sizes, np.asarray(DEMO_L2, np.float32), task)
         for key in ("first", "second"):
             t0, c0 = time.perf_counter(), time.process_time()
-            fit = core.fit(*args, task=task, max_iter=max_iter, tol=tol,
-                           **({"warm_start": False} if side_by_side else {}))
+            fit = core.fit(data, core.FitOptions(max_iter=max_iter, tol=tol,
+                                                 **({"warm_start": False} if side_by_side else {})))
             jax.block_until_ready(fit.W)
             times[key].append(time.perf_counter() - t0)
             times[key + "_cpu"].append(time.process_time() - c0)  # all threads: steadier than wall time under load
@@ -680,6 +682,7 @@ def compile_only(task, n, F, K, seeds, fractions, l2, log) -> dict:
     import jax.numpy as jnp
 
     from crs.probe import core, subsets
+    from crs.probe.problem import TrainingSet
     from crs.probe.run import float_targets
 
     rng = np.random.default_rng(7 if task == "multiclass" else 8)
@@ -688,10 +691,10 @@ def compile_only(task, n, F, K, seeds, fractions, l2, log) -> dict:
     order = subsets.orders(labels, task, list(seeds))
     sizes = subsets.sizes(list(fractions), n)
     T, known = float_targets(labels, task, K)
-    args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
-            jnp.asarray(l2, jnp.float32))
+    data = TrainingSet(jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                       jnp.asarray(l2, jnp.float32), task)
     marks = [time.perf_counter()]
-    fit = core.fit(*args, task=task, max_iter=1, on_loop=lambda: marks.append(time.perf_counter()))
+    fit = core.fit(data, core.FitOptions(max_iter=1), on_loop=lambda: marks.append(time.perf_counter()))
     jax.block_until_ready(fit.W)
     total = time.perf_counter() - marks[0]
     loops = [round(b - a, 2) for a, b in zip(marks[:-1], marks[1:])]

@@ -31,6 +31,7 @@ by every probe of that seed (S copies, never one per probe).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
@@ -41,6 +42,36 @@ import optax
 from crs.probe import lbfgs, padded
 from crs.probe.lbfgs import dot as _dot
 from crs.probe.padded import shape_bucket
+from crs.probe.problem import TrainingSet
+
+
+class Labels(NamedTuple):
+    """What a loop's objective reads besides the weights: the targets in each seed's subset order,
+    and the static layout of the subsets (``plan_blocks``)."""
+
+    To: jax.Array  # [S, n, K] targets in {0, 1}
+    ko: jax.Array  # [S, n, K] known-label mask
+    sizes: object  # the subset sizes: static ints, or an int array [Fr] (``fit``'s shape buckets)
+    blocks: tuple  # ((lo, hi, first fraction), ...)
+    task: str  # static
+
+
+class Rows(NamedTuple):
+    """A loop's training rows in each seed's subset order (``_prepare``): one copy per seed, never one per probe."""
+
+    Xo: jax.Array  # [S, n, F] features (in the eigenbasis when preconditioning)
+    XoT: tuple  # each block's rows transposed, [S, F, hi - lo]
+    To: jax.Array  # [S, n, K]
+    ko: jax.Array  # [S, n, K]
+    m2: object  # [S, Fr, F] ``second_moments`` when preconditioning, else None
+
+
+class Stop(NamedTuple):
+    """When a probe is done (values of the program, so changing them compiles nothing): ``_solve``."""
+
+    max_iter: jax.Array  # int32 scalar
+    tol: jax.Array  # on the preconditioned gradient's largest component
+    gap: jax.Array  # bound on (f - f*) / f (inf: none), broadcasting to [S, Fr, L]
 
 
 class Fit(NamedTuple):
@@ -262,8 +293,9 @@ def _rows_last(A, lo, hi):
     return jnp.swapaxes(A[:, lo:hi], 1, 2)[:, None, None]
 
 
-def loss_from_logits(Z, x, To, ko, sizes, blocks, l2, task):
+def loss_from_logits(Z, x, labels: Labels, l2):
     """Objectives [S, Fr, L] from the block logits of ``block_logits`` and the parameters."""
+    To, ko, sizes, blocks, task = labels
     K = To.shape[-1]
     parts = []
     for (lo, hi, first), logits in zip(blocks, Z):  # logits [S, Fr - first, L, K, nb]
@@ -302,7 +334,7 @@ def _where_saturated(q, near, far):
     return jax.lax.cond(saturated.any(), lambda: jnp.where(saturated, far(), near), lambda: near)
 
 
-def loss_change(P, Zp, t, x, p, To, ko, sizes, blocks, l2, task):
+def loss_change(P, Zp, t, x, p, labels: Labels, l2):
     """f(x + t p) - f(x) per probe [S, Fr, L], accurate when the change is tiny.
 
     Near a minimum the change is far below float32's resolution of f itself, so the
@@ -324,6 +356,7 @@ def loss_change(P, Zp, t, x, p, To, ko, sizes, blocks, l2, task):
     There the change is large, and it is taken from log-space values instead:
     logsumexp_k(log softmax(z)_k + d_k), or softplus(z + d) - softplus(z).
     """
+    To, ko, sizes, blocks, task = labels
     K = To.shape[-1]
     parts = []
     for (lo, hi, first), pz, zp in zip(blocks, P, Zp):
@@ -354,7 +387,7 @@ def blocked_objectives(x, Xo, To, ko, sizes, l2, task, min_rows: int | None = No
     Same value as ``objective`` with a 0/1 subset weight, probe by probe (tested).
     """
     blocks = plan_blocks(tuple(sizes), min_rows)
-    return loss_from_logits(block_logits(x, Xo, blocks), x, To, ko, sizes, blocks, l2, task)
+    return loss_from_logits(block_logits(x, Xo, blocks), x, Labels(To, ko, sizes, blocks, task), l2)
 
 
 DEFAULT_GAP = 1e-3  # each probe's bound on (f - f*) / f, beside the gradient tolerance (``fraction_gap``)
@@ -363,15 +396,42 @@ ONE_BLOCK_BELOW = 1 << 20  # rows x features under which a joint loop is one den
 SHARED_LOOP_BELOW = 1 << 20  # rows x features under which small fractions share one loop (``solver_loops``)
 
 
-def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: float = 1e-4,
-        min_block_rows: int | None = None, precondition: bool = True, warm_start: bool | str = "auto",
-        devices=None, max_bytes: int | None = None, schedule: str = "auto", gap: float | None = DEFAULT_GAP,
-        on_loop=None, buckets: bool = True) -> Fit:
+@dataclass(frozen=True)
+class FitOptions:
+    """How ``fit`` solves; the defaults are what ``crs probe`` uses (``fit`` says what each does)."""
+
+    max_iter: int = 1000
+    tol: float = 1e-4
+    gap: float | None = DEFAULT_GAP
+    min_block_rows: int | None = None
+    precondition: bool = True
+    warm_start: bool | str = "auto"
+    devices: tuple | None = None
+    max_bytes: int | None = None
+    schedule: str = "auto"
+    buckets: bool = True
+
+
+class _Solver(NamedTuple):
+    """What every loop of one ``fit`` shares: the task and the resolved options."""
+
+    task: str
+    warm_start: bool
+    precondition: bool
+    max_iter: int
+    tol: float
+    gap: float | None
+    devices: tuple
+    budget: int  # bytes (``memory_budget``)
+
+
+def fit(data: TrainingSet, options: FitOptions = FitOptions(), on_loop=None) -> Fit:
     """Fit every probe at once.
 
-    X [n, F] standardised training features; T, known [n, K] targets and known-label mask;
+    ``data``: X [n, F] standardised training features; T, known [n, K] targets and known-label mask;
     order [S, n] each seed's subset order of the rows; sizes: the subset size of each
-    fraction, increasing (static); l2 [L]. Returns a Fit with leading axes [S, Fr, L].
+    fraction, increasing (static); grid: l2 [L]; the task. Returns a Fit with leading axes [S, Fr, L].
+    The ``options`` fields:
 
     ``schedule`` "fraction" gives each label fraction its own solver loop over all its seeds and L2 values,
     so the large subsets, which cost the most per step and converge in the fewest, stop as soon as they are
@@ -399,23 +459,26 @@ def fit(X, T, known, order, sizes, l2, *, task: str, max_iter: int = 1000, tol: 
     ``on_loop`` (where given) is called with no arguments as each solver loop finishes
     (``loop_count`` of them), so a caller can report progress per loop.
     """
-    sizes, schedule = _checked(sizes, schedule, X.shape)
+    X, T, known, order, o = data.X, data.T, data.known, data.order, options
+    sizes, schedule = _checked(data.sizes, o.schedule, X.shape)
+    warm_start = o.warm_start
     if warm_start == "auto":
-        warm_start = warm_path(X.shape, schedule, buckets and min_block_rows is None)
-    devices = list(devices) if devices is not None else jax.devices()
-    V, Xs = _rotated(X, precondition)
+        warm_start = warm_path(X.shape, schedule, o.buckets and o.min_block_rows is None)
+    devices = tuple(o.devices) if o.devices is not None else tuple(jax.devices())
+    V, Xs = _rotated(X, o.precondition)
     # what passes between the compiled programs (orders, results) is handled on the host in numpy:
     # an eager jnp operation compiles a program of its own for every new shape
     order = np.asarray(order)
     S = order.shape[0]
-    path, grid = _device_grid(l2, warm_start, len(devices), X.dtype)
-    budget = memory_budget(devices[0]) if max_bytes is None else max_bytes
+    path, grid = _device_grid(data.grid, warm_start, len(devices), X.dtype)
+    budget = memory_budget(devices[0]) if o.max_bytes is None else o.max_bytes
+    solver = _Solver(data.task, warm_start, o.precondition, o.max_iter, o.tol, o.gap, devices, budget)
     fits = []
-    for g_sizes, blocks in solver_loops(sizes, X.shape[0], X.shape[1], schedule, min_block_rows):
+    for g_sizes, blocks in solver_loops(sizes, X.shape[0], X.shape[1], schedule, o.min_block_rows):
         g_order = order[:1] if g_sizes == (X.shape[0],) else order  # the whole set: one problem, whatever the seed
-        bucket = buckets and min_block_rows is None and _one_dense_block(g_sizes, blocks, X.shape)
-        out = _fit_group(Xs, T, known, g_order, g_sizes, blocks, grid, V, devices, task, warm_start, max_iter,
-                         tol, gap, budget, grid.shape[0] // len(devices), precondition, bucket)
+        bucket = o.buckets and o.min_block_rows is None and _one_dense_block(g_sizes, blocks, X.shape)
+        loop = _Loop(Xs, T, known, g_order, g_sizes, blocks, None)
+        out = _fit_group(_bucketed(loop) if bucket else loop, grid, V, solver)
         _one_full_set_probe(out, g_sizes, X.shape[0])
         fits.append(jax.tree.map(lambda a: np.broadcast_to(a, (S,) + a.shape[1:]), out))
         if on_loop is not None:
@@ -530,7 +593,7 @@ class _Loop(NamedTuple):
     n_features: object  # None, or F (an int32 scalar) where F' holds padding
 
 
-def _bucketed(Xs, T, known, order, sizes, blocks) -> _Loop:
+def _bucketed(loop: _Loop) -> _Loop:
     """The loop's data padded to a shape bucket (rows: ``shape_bucket``; features: ``small_width``), so one
     compiled program serves every problem of the same bucket, task, class count and grid.
 
@@ -539,6 +602,7 @@ def _bucketed(Xs, T, known, order, sizes, blocks) -> _Loop:
     order (no subset holds them; their targets and known-label mask are 0), and the subset
     sizes and the feature count become values of the program instead of constants.
     """
+    Xs, T, known, order, sizes = loop.Xs, loop.T, loop.known, loop.order, loop.sizes
     N, F = Xs.shape
     n = sizes[-1]
     n_pad = shape_bucket(n)
@@ -584,29 +648,31 @@ def _one_full_set_probe(out, sizes, n_rows: int) -> None:
             a[:, -1] = a[0, -1]
 
 
-def _fit_group(Xs, T, known, order, sizes, blocks, grid, V, devices, task, warm_start, max_iter, tol, gap, budget,
-               L_local, precondition, bucket=False):
-    """The probes of the fractions ``sizes`` for the seeds of ``order``: one solver loop per seed group
-    (``bucket``: on data padded to a shape bucket, ``_bucketed``)."""
-    S, F = order.shape[0], Xs.shape[1]
-    lp = _bucketed(Xs, T, known, order, sizes, blocks) if bucket else _Loop(Xs, T, known, order, sizes, blocks, None)
-    n, Fr = lp.blocks[-1][1], len(sizes)
-    per_seed = working_set_bytes(n, lp.Xs.shape[1], T.shape[1], 1, sizes, lp.blocks, L_local)
-    group = int(max(1, min(S, (budget - lp.Xs.size * lp.Xs.dtype.itemsize * 2) // max(per_seed, 1))))
+def _fit_group(lp: _Loop, grid, V, solver: _Solver):
+    """The probes of one solver loop's fractions for the seeds of ``lp.order``: one compiled loop run per
+    seed group (on data padded to a shape bucket where ``lp.n_features`` is set, ``_bucketed``)."""
+    bucket = lp.n_features is not None
+    S, F = lp.order.shape[0], int(lp.n_features) if bucket else lp.Xs.shape[1]
+    n, Fr = lp.blocks[-1][1], len(lp.sizes)
+    L_local = grid.shape[0] // len(solver.devices)
+    per_seed = working_set_bytes(n, lp.Xs.shape[1], lp.T.shape[1], 1, lp.sizes, lp.blocks, L_local)
+    group = int(max(1, min(S, (solver.budget - lp.Xs.size * lp.Xs.dtype.itemsize * 2) // max(per_seed, 1))))
     # one fraction per loop: its L2 values in two halves, one after the other (``_stages``)
-    run = _sharded(devices, task, Fr if bucket else sizes, lp.blocks, bool(warm_start), precondition,
-                   halves=Fr == 1)
+    run = _sharded(solver.devices, solver.task, Fr if bucket else lp.sizes, lp.blocks, bool(solver.warm_start),
+                   solver.precondition, halves=Fr == 1)
     dims = (lp.sizes, lp.n_features) if bucket else ()
+    dtype = lp.Xs.dtype
+    stop = Stop(np.int32(solver.max_iter), np.asarray(solver.tol, dtype),
+                np.asarray(np.inf if solver.gap is None else solver.gap, dtype))  # numpy: jnp.asarray compiles per shape
+    prepare = _prepare_host if bucket else _prepare
     parts = []
     for lo in range(0, S, group):
         seeds = np.asarray(lp.order)[lo:lo + group, :n]
         if seeds.shape[0] < group:  # same shapes for every group: one compiled program
             seeds = np.concatenate([seeds, np.repeat(seeds[-1:], group - seeds.shape[0], axis=0)])
-        prepare = _prepare_host if bucket else _prepare
-        Xo, XoT, To, ko, m2 = prepare(lp.Xs, lp.T, lp.known, seeds, lp.sizes, lp.blocks, precondition)
-        out = run(Xo, XoT, To, ko, m2, grid, np.int32(max_iter), np.asarray(tol, Xs.dtype),
-                  np.asarray(np.inf if gap is None else gap, Xs.dtype), *dims)  # numpy: jnp.asarray compiles per shape
-        del Xo, XoT
+        rows = prepare(lp.Xs, lp.T, lp.known, seeds, lp.sizes, lp.blocks, solver.precondition)
+        out = run(rows, grid, stop, *dims)
+        del rows
         out = jax.tree.map(np.array, out)  # on the host (``fit``), writable
         if lp.Xs.shape[1] != F:
             out = out._replace(W=out.W[..., :F, :])  # the padded features' weights, all 0
@@ -632,7 +698,11 @@ def memory_budget(device) -> int:
         return 8 << 30
 
 
-def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int, m: int = 10, itemsize: int = 4) -> int:
+HISTORY = 10  # L-BFGS pairs kept per probe (``lbfgs.run``'s default)
+ITEMSIZE = 4  # float32
+
+
+def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int) -> int:
     """An upper estimate of the solver's memory for S seeds and L L2 values on one device.
 
     The seeds' rows in subset order and transposed (2 x S x n x F), about six live copies of the block
@@ -642,8 +712,8 @@ def working_set_bytes(n: int, F: int, K: int, S: int, sizes, blocks, L: int, m: 
     Fr = len(sizes)
     logits = sum((hi - lo) * (Fr - first) for lo, hi, first in blocks) * L * K * S
     d = F * K + K
-    history = (2 * m + 6) * S * Fr * L * d
-    return itemsize * (2 * S * n * F + 6 * logits + history)
+    history = (2 * HISTORY + 6) * S * Fr * L * d
+    return ITEMSIZE * (2 * S * n * F + 6 * logits + history)
 
 
 def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, halves=False):
@@ -653,10 +723,11 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, halves
     if key not in _PROGRAMS:
         dynamic = isinstance(sizes, int)
 
-        def local(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, *dims):
+        plan = LoopPlan(task, blocks, warm_start, halves)
+
+        def local(rows, l2, stop, *dims):
             sz, n_features = dims if dynamic else (sizes, None)
-            return _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sz, blocks, warm_start, halves,
-                             n_features)
+            return _fit_impl(rows, l2, stop, plan, sz, n_features)
 
         if len(devices) == 1:
             _PROGRAMS[key] = jax.jit(local)
@@ -665,7 +736,7 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, halves
 
             mesh = Mesh(np.array(devices), ("probes",))
             spec = P(None, None, "probes")
-            specs = (P(), P(), P(), P(), P(), P("probes"), P(), P(), P()) + ((P(), P()) if dynamic else ())
+            specs = (P(), P("probes"), P()) + ((P(), P()) if dynamic else ())
             _PROGRAMS[key] = jax.jit(jax.shard_map(
                 local, mesh=mesh, in_specs=specs, out_specs=Fit(spec, spec, spec, spec, spec), check_vma=False))
     return _PROGRAMS[key]
@@ -759,7 +830,7 @@ def preconditioner(m2, l2, task, K, sizes=None, n_features=None):
     return jnp.concatenate([sw, sb], axis=-1)
 
 
-def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, precondition, gap=None):
+def _solve(x0, scale, rows: Rows, labels: Labels, l2, stop: Stop, precondition: bool):
     """Probes [S, Fr, L] from x0 (their own parameters); returns x and the solver's report.
 
     Solved in u, x = scale * u (``preconditioner``). The tolerance applies to the
@@ -767,7 +838,7 @@ def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, p
     max|g_u| < tol bounds each probe's distance to its optimum whatever its L2 (the raw
     gradient lets weakly regularised probes stop far from it).
 
-    ``gap`` (where given) adds a bound on each probe's distance to its minimum: the
+    ``stop.gap`` (where given) adds a bound on each probe's distance to its minimum: the
     penalty makes the objective l2-strongly convex in W, so f - f* <= ||grad_W f||^2 / (2 l2)
     (the bias, unpenalised, aside); a probe also needs that bound below ``gap`` times its
     objective. It matters for the weakly regularised probes of small subsets, which are
@@ -775,28 +846,29 @@ def _solve(x0, scale, Xo, XoT, To, ko, sizes, blocks, l2, task, max_iter, tol, p
     them far from the minimum. ``gap`` is a scalar or broadcasts to [S, Fr, L]
     (``fraction_gap``: one value per fraction).
     """
-    FK = Xo.shape[-1] * To.shape[-1]
+    FK = rows.Xo.shape[-1] * rows.To.shape[-1]
     S_, J, L = x0.shape[:3]
     lam = jnp.broadcast_to(_per_probe(l2), (S_, J, L))
     search = lbfgs.Backtracking(lbfgs.unit_step if precondition else lbfgs.unit_length_step)
 
-    obj = _objective(scale, lam, Xo, XoT, To, ko, sizes, blocks, task, x0.shape)
-    rule = _stopping_rule(tol, gap, scale, lam, FK)
-    state = lbfgs.run(obj, rule, search, lbfgs.start(obj, rule, x0 / scale), lbfgs.within(max_iter))
+    obj = _objective(scale, lam, rows, labels, x0.shape)
+    rule = _stopping_rule(stop.tol, stop.gap, scale, lam, FK)
+    state = lbfgs.run(obj, rule, search, lbfgs.start(obj, rule, x0 / scale), lbfgs.within(stop.max_iter))
     u, converged, used, gmax = lbfgs.report(rule, state)
     return scale * u, converged, used, gmax
 
 
-def _objective(scale, lam, Xo, XoT, To, ko, sizes, blocks, task, shape) -> lbfgs.Objective:
+def _objective(scale, lam, rows: Rows, labels: Labels, shape) -> lbfgs.Objective:
     """The probes' objective in the solver's coordinates u, x = scale * u; shape: u's [S, Fr, L, d]."""
     plain = plain_products(shape)
+    Xo, XoT, blocks, task = rows.Xo, rows.XoT, labels.blocks, labels.task
     return lbfgs.Objective(
         lin=lambda u: block_logits(scale * u, Xo, blocks, XoT, plain),
         lin_T=lambda dZ: scale * block_logits_T(dZ, Xo, blocks, shape, XoT, plain),
-        loss=lambda Z, u: loss_from_logits(Z, scale * u, To, ko, sizes, blocks, lam, task),
+        loss=lambda Z, u: loss_from_logits(Z, scale * u, labels, lam),
         along=along_blocks,
         links=lambda Z: link_values(Z, task),
-        change=lambda P, Zp, t, u, p: loss_change(P, Zp, t, scale * u, scale * p, To, ko, sizes, blocks, lam, task),
+        change=lambda P, Zp, t, u, p: loss_change(P, Zp, t, scale * u, scale * p, labels, lam),
     )
 
 
@@ -823,7 +895,7 @@ def _prepare_impl(Xs, T, known, order, sizes, blocks, precondition):
     Xo, To, ko = Xs[order], T[order], known[order]  # [S, n, .]: one copy per seed, never one per probe
     XoT = transposed_blocks(Xo, blocks)
     m2 = second_moments(Xo, sizes) if precondition else None
-    return Xo, XoT, To, ko, m2
+    return Rows(Xo, XoT, To, ko, m2)
 
 
 _prepare = jax.jit(_prepare_impl, static_argnums=(4, 5, 6))
@@ -842,7 +914,7 @@ def _prepare_host(Xs, T, known, order, sizes, blocks, precondition):
         inside = (np.arange(Xo.shape[1])[None, :] < np.asarray(sizes)[:, None]).astype(np.float32)  # [Fr, n]
         with threadpool_limits(1):
             m2 = np.matmul(inside, Xo * Xo) / np.asarray(sizes, np.float32)[None, :, None]  # [S, Fr, F]
-    return Xo, XoT, To, ko, m2
+    return Rows(Xo, XoT, To, ko, m2)
 
 
 @jax.jit
@@ -877,28 +949,40 @@ def fraction_gap(gap, sizes, F):
 TINY_GAP_SHARE = 0.1  # ``fraction_gap``
 
 
-def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, warm_start, halves=False,
-              n_features=None):
+class LoopPlan(NamedTuple):
+    """What a compiled solver loop is specialised to (static, hashable)."""
+
+    task: str
+    blocks: tuple  # ``plan_blocks``
+    warm_start: bool  # walk the L2 path (``_stages``)
+    halves: bool = False  # the L2 values in two halves, one after the other (``_stages``)
+
+
+def _fit_impl(rows: Rows, l2, stop: Stop, plan: LoopPlan, sizes, n_features=None):
+    """Every probe of one loop: rows from ``_prepare``; l2 [L]; ``sizes`` static ints, or an int array [Fr]
+    with ``n_features`` (an int32 scalar) where the shapes are bucketed (``_bucketed``)."""
+    Xo, To, m2 = rows.Xo, rows.To, rows.m2
+    task, blocks, warm_start = plan.task, plan.blocks, plan.warm_start
     F, K = Xo.shape[2], To.shape[2]
     S, L, d = Xo.shape[0], l2.shape[0], F * K + K
     Fr = len(sizes) if _static(sizes) else sizes.shape[0]
     precondition = m2 is not None
-    gap = fraction_gap(gap, sizes, F if n_features is None else n_features)
+    stop = stop._replace(gap=fraction_gap(stop.gap, sizes, F if n_features is None else n_features))
+    labels = Labels(To, rows.ko, sizes, blocks, task)
 
     def scale_for(l2v):
         if precondition:
             return preconditioner(m2, l2v, task, K, sizes, n_features)
         return jnp.ones((S, Fr, l2v.shape[0], d), Xo.dtype)
 
-    stages = _stages(L, warm_start, halves)
+    stages = _stages(L, warm_start, plan.halves)
     if stages > 1:
         path = jnp.argsort(-l2)  # strongest penalty first
         width = L // stages
 
         def stage(x_prev, l2v):  # on the warm path each probe starts from the last stage's; else from zero
             x0 = x_prev if warm_start else jnp.zeros_like(x_prev)
-            out = _solve(x0, scale_for(l2v), Xo, XoT, To, ko, sizes, blocks, l2v, task, max_iter, tol,
-                         precondition, gap)
+            out = _solve(x0, scale_for(l2v), rows, labels, l2v, stop, precondition)
             return out[0], out
 
         _, out = jax.lax.scan(stage, jnp.zeros((S, Fr, width, d), Xo.dtype), l2[path].reshape(stages, width))
@@ -906,8 +990,8 @@ def _fit_impl(Xo, XoT, To, ko, m2, l2, max_iter, tol, gap, task, sizes, blocks, 
         x, converged, used, gmax = (jnp.moveaxis(a, 0, 2).reshape((S, Fr, L) + a.shape[4:])[:, :, back]
                                     for a in out)
     else:
-        x, converged, used, gmax = _solve(jnp.zeros((S, Fr, L, d), Xo.dtype), scale_for(l2), Xo, XoT, To,
-                                          ko, sizes, blocks, l2, task, max_iter, tol, precondition, gap)
+        x, converged, used, gmax = _solve(jnp.zeros((S, Fr, L, d), Xo.dtype), scale_for(l2), rows, labels, l2,
+                                          stop, precondition)
     W, b = _split(x, F, K)
     return Fit(W, b, converged, used, gmax)
 

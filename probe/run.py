@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -87,6 +87,33 @@ def compile_cache() -> str | None:
     jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     return where
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """The settings of one ``probe`` run: which probes are fitted and how the penalty is chosen.
+
+    ``head`` names a record of ``crs.probe.heads`` ("linear" or "mlp"); ``hidden`` is the MLP's
+    width and ``mlp_settings`` its optimiser and stopping rule (``crs.probe.mlp.Settings``, default
+    ``Settings()``); ``max_iter``, ``tol`` and ``gap`` are the linear solver's."""
+
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    fractions: tuple[float, ...] = DEFAULT_FRACTIONS
+    l2_grid: tuple[float, ...] = DEFAULT_L2
+    max_iter: int = 1000
+    tol: float = 1e-4
+    select_by: str = "loss"
+    gap: float | None = None
+    head: str = "linear"
+    hidden: int = DEFAULT_HIDDEN
+    mlp_settings: object = None
+
+    @classmethod
+    def from_settings(cls, settings) -> ProbeOptions:
+        """The options of a ``crs.config.Probe`` settings record (the one schema): seeds 0..seeds-1."""
+        return cls(seeds=tuple(range(settings.seeds)), fractions=tuple(settings.fractions),
+                   l2_grid=tuple(settings.l2), select_by=settings.select_by, tol=settings.tol, head=settings.head,
+                   hidden=settings.hidden)
 
 
 @dataclass
@@ -455,32 +482,12 @@ def selection_frame(model: str, dataset: str, seeds, fractions, grid, sel: Selec
     })
 
 
-def probe(
-    store: Store,
-    encoder: str,
-    dataset: str,
-    *,
-    results: Path,
-    seeds: tuple[int, ...] = DEFAULT_SEEDS,
-    fractions: tuple[float, ...] = DEFAULT_FRACTIONS,
-    l2_grid: tuple[float, ...] = DEFAULT_L2,
-    max_iter: int = 1000,
-    tol: float = 1e-4,
-    select_by: str = "loss",
-    gap: float | None = None,
-    head: str = "linear",
-    hidden: int = DEFAULT_HIDDEN,
-    mlp_settings=None,
-    progress=None,
-    task=None,
-) -> ProbeSummary:
+def probe(store: Store, encoder: str, dataset: str, options: ProbeOptions = ProbeOptions(), *, results: Path,
+          progress=None, task=None) -> ProbeSummary:
     """Fit, select, evaluate and record every probe of one (encoder, dataset).
 
-    ``head`` names a record of ``crs.probe.heads`` ("linear", the default, or "mlp");
-    ``hidden`` is the MLP's width and ``mlp_settings`` its optimiser and stopping rule
-    (``crs.probe.mlp.Settings``, default ``Settings()``; ``max_iter``, ``tol`` and ``gap``
-    are the linear solver's). Every head reads ``encoder``'s embeddings; its results are
-    written under ``head_name(encoder, head)``.
+    Every head reads ``encoder``'s embeddings; its results are written under
+    ``head_name(encoder, options.head)``.
 
     ``progress`` (a ``crs.progress.Progress``, where given) advances ``task`` by one as each
     solver loop finishes (``planned_loops`` of them for this pair: set the task's total from
@@ -488,29 +495,33 @@ def probe(
     its own."""
     compile_cache()
     t0 = time.perf_counter()
-    if select_by not in SELECT_BY:
-        raise BadInput(f"select_by must be one of {', '.join(SELECT_BY)}, not {select_by!r}")
-    spec = get(head)
-    options = spec.checked({"max_iter": max_iter, "tol": tol, "gap": gap, "hidden": hidden,
-                            "mlp_settings": mlp_settings})
+    if options.select_by not in SELECT_BY:
+        raise BadInput(f"select_by must be one of {', '.join(SELECT_BY)}, not {options.select_by!r}")
+    spec = get(options.head)
+    head_options = spec.checked({"max_iter": options.max_iter, "tol": options.tol, "gap": options.gap,
+                                 "hidden": options.hidden, "mlp_settings": options.mlp_settings})
     model = spec.result_name(encoder)
-    grid, fractions = tuple(sorted(set(l2_grid))), tuple(sorted(set(fractions)))  # nested subsets: smallest first
+    seeds, select_by = options.seeds, options.select_by
+    # nested subsets: smallest first
+    grid, fractions = tuple(sorted(set(options.l2_grid))), tuple(sorted(set(options.fractions)))
+    options = replace(options, l2_grid=grid, fractions=fractions)
     with probe_lock(store, results, model, dataset):
         table = store.dataset(dataset)
         split = load_split(store, encoder, dataset)
         data, drawn = training_set(split, table, seeds, fractions, grid, dataset)
-        fitted = spec.fit(data, **options, on_loop=_loop_reporter(progress, task, model, dataset, spec, data))
+        fitted = spec.fit(data, **head_options, on_loop=_loop_reporter(progress, task, model, dataset, spec, data))
         sel = select(fitted, split, table.task, select_by)
         evals = eval_sets(store, encoder, dataset, split)
         attrs = {"seeds": list(seeds), "fractions": list(fractions), "classes": table.classes,
                  "axes": "seed, fraction, image, class", "features_left_out": split.left_out,
-                 "provenance": _made_by(store, results, head, seeds, fractions, grid, select_by, tol, hidden)}
+                 "provenance": _made_by(store, results, options)}
         meta = record_columns(model, dataset, table, fractions, data, split, fitted, sel)
         predictions, records = evaluate(table, model, split, fitted, sel, evals, meta)
         check_finite(predictions, records, model, dataset)
-        path = commit(store, Path(results), model, dataset, predictions, (attrs, spec.attrs(encoder, options)),
-                      selection_frame(model, dataset, seeds, fractions, grid, sel, fitted, select_by), drawn,
-                      records, provenance=_provenance(head, seeds, fractions, grid, select_by, options))
+        outputs = Outputs(predictions, (attrs, spec.attrs(encoder, head_options)),
+                          selection_frame(model, dataset, seeds, fractions, grid, sel, fitted, select_by), drawn,
+                          records, _provenance(options, head_options))
+        path = commit(store, Path(results), model, dataset, outputs)
     return ProbeSummary(
         encoder=model, dataset=dataset, probes=int(np.prod(fitted.converged.shape)), conditions=len(evals),
         not_converged=int((~meta["converged"]).sum()), max_iterations=int(meta["iterations"].max()),
@@ -518,8 +529,7 @@ def probe(
     )
 
 
-def _made_by(store: Store, results, head: str, seeds, fractions, grid, select_by: str, tol: float,
-             hidden: int) -> dict:
+def _made_by(store: Store, results, options: ProbeOptions) -> dict:
     """What the stored predictions record of the run that made them, so that a repair command can name it
     whole (``crs.store.zarr_store.probe_command``): the results folder (relative to a local store, so that
     the two moved together still match), and the settings in the schema's names (``crs.config.Probe``).
@@ -528,22 +538,24 @@ def _made_by(store: Store, results, head: str, seeds, fractions, grid, select_by
 
     from crs.store.zarr_store import local_path
 
-    settings = {"fractions": list(fractions), "l2": list(grid), "select_by": select_by, "tol": tol, "head": head,
-                "hidden": hidden}
-    if tuple(seeds) == tuple(range(len(seeds))):
-        settings["seeds"] = len(seeds)
+    o = options
+    settings = {"fractions": list(o.fractions), "l2": list(o.l2_grid), "select_by": o.select_by, "tol": o.tol,
+                "head": o.head, "hidden": o.hidden}
+    if tuple(o.seeds) == tuple(range(len(o.seeds))):
+        settings["seeds"] = len(o.seeds)
     here = local_path(store.path)
     where = Path(results).resolve()
     return {"results": os.path.relpath(where, Path(here).resolve()) if here else str(where), "probe": settings}
 
 
-def _provenance(head: str, seeds, fractions, grid, select_by: str, options: dict) -> dict:
+def _provenance(options: ProbeOptions, head_options: dict) -> dict:
     """``crs.provenance.collect`` of this probe run's settings (JSON-safe)."""
     from crs import provenance as tool
 
-    settings = {"head": head, "seeds": list(seeds), "fractions": list(fractions), "l2": list(grid),
-                "select_by": select_by}
-    for k, v in options.items():
+    o = options
+    settings = {"head": o.head, "seeds": list(o.seeds), "fractions": list(o.fractions), "l2": list(o.l2_grid),
+                "select_by": o.select_by}
+    for k, v in head_options.items():
         settings[k] = v if v is None or isinstance(v, (int, float, str, bool)) else repr(v)
     return tool.collect(settings)
 
@@ -650,16 +662,22 @@ def check_finite(predictions: dict[str, np.ndarray], records: pl.DataFrame, mode
             f"with `crs store verify --repair` (or `crs datasets check`) and run `crs probe` again")
 
 
-def commit(store: Store, results: Path, model: str, dataset: str, predictions: dict[str, np.ndarray],
-           attrs: tuple[dict, dict], selection: pl.DataFrame, drawn: pl.DataFrame, records: pl.DataFrame,
-           provenance: dict | None = None) -> Path:
-    """Write one generation of the pair's outputs; the run records last, as its commit point.
+class Outputs(NamedTuple):
+    """Everything one probe run writes (``commit``), computed before anything is written."""
 
-    attrs: (the predictions' attributes, the head's own), stored in that order with the generation;
-    provenance: what the run records' metadata ``crs_provenance`` holds (default
-    ``crs.provenance.collect()`` without settings)."""
+    predictions: dict  # {condition: log-probabilities [S, Fr, n, K]}
+    attrs: tuple  # (the predictions' attributes, the head's own), stored in that order with the generation
+    selection: pl.DataFrame  # ``selection_frame``
+    drawn: pl.DataFrame  # the label subsets (``subsets_frame``)
+    records: pl.DataFrame  # the run records
+    provenance: dict | None = None  # the run records' ``crs_provenance`` (default: ``crs.provenance.collect()``)
+
+
+def commit(store: Store, results: Path, model: str, dataset: str, outputs: Outputs) -> Path:
+    """Write one generation of the pair's outputs; the run records last, as its commit point."""
     from crs import provenance as tool
 
+    predictions, attrs, selection, drawn, records, provenance = outputs
     provenance = tool.collect() if provenance is None else provenance
     generation = uuid.uuid4().hex
     common, head_attrs = attrs
@@ -695,8 +713,8 @@ def training_set(split: Split, table, seeds, fractions, grid, dataset) -> tuple[
     order = subsets.orders(table.labels[tr], table.task, list(seeds))  # [S, n_tr]
     sizes = subsets.sizes(list(fractions), len(tr))
     drawn = subsets_frame(dataset, table.ids[tr], order, sizes, fractions, seeds)
-    return TrainingSet(split.z(split.X[tr]), split.T[tr], split.known[tr], order, sizes, grid, tuple(seeds),
-                       table.task), drawn
+    return TrainingSet(split.z(split.X[tr]), split.T[tr], split.known[tr], order, sizes, grid, table.task,
+                       tuple(seeds)), drawn
 
 
 def record_columns(model, dataset, table, fractions, data: TrainingSet, split: Split, fitted: Fitted,

@@ -7,6 +7,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from crs.probe import core
+from crs.probe.problem import TrainingSet
 
 
 def blobs(seed, n=200, F=8, K=3):
@@ -32,8 +33,9 @@ def random_problem(rng, n, F, K, S, task):
 
 def fit_all(X, T, order, sizes, l2, task, known=None, **kw):
     known = np.ones_like(T) if known is None else known
-    return core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(np.atleast_2d(order)), sizes,
-                    jnp.asarray(l2, dtype=jnp.float32), task=task, **{"tol": 1e-5, **kw})
+    data = TrainingSet(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(np.atleast_2d(order)), sizes,
+                       jnp.asarray(l2, dtype=jnp.float32), task)
+    return core.fit(data, core.FitOptions(**{"tol": 1e-5, **kw}))
 
 
 @pytest.mark.parametrize("min_block_rows,schedule", [(1, "joint"), (2048, "joint"), (None, "joint"), (None, "fraction")])
@@ -274,8 +276,8 @@ def test_the_line_search_change_equals_the_objectives_difference(task, scale):
     f0 = _objectives64(x.astype(np.float64), X, T, known, order, sizes, l2, task)
     for step in (1.0, 0.25, 1e-3):
         t = np.full((S, len(sizes), L), step, np.float32)
-        got = np.asarray(core.loss_change(P, Zp, jnp.asarray(t), jnp.asarray(x), jnp.asarray(p), To, ko, sizes,
-                                          blocks, jnp.asarray(l2), task), np.float64)
+        got = np.asarray(core.loss_change(P, Zp, jnp.asarray(t), jnp.asarray(x), jnp.asarray(p),
+                                          core.Labels(To, ko, sizes, blocks, task), jnp.asarray(l2)), np.float64)
         x1 = x.astype(np.float64) + np.float64(step) * p.astype(np.float64)
         want = _objectives64(x1, X, T, known, order, sizes, l2, task) - f0
         assert np.isfinite(got).all()

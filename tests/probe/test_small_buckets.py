@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from crs.probe import core
+from crs.probe.problem import TrainingSet
 
 
 def problem(seed, n, F, K, S, task):
@@ -23,8 +24,9 @@ def problem(seed, n, F, K, S, task):
 
 
 def fit(X, T, known, order, sizes, l2, task, **kw):
-    return core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
-                    jnp.asarray(l2, jnp.float32), task=task, **{"tol": 1e-5, **kw})
+    data = TrainingSet(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                       jnp.asarray(l2, jnp.float32), task)
+    return core.fit(data, core.FitOptions(**{"tol": 1e-5, **kw}))
 
 
 def objective64(X, T, known, rows, lam, W, b, task):
