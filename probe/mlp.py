@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from crs.labels import check_task
 from crs.probe.problem import TrainingSet
 
 SEED_SALT = 0x6D6C70  # keys the initialisation: fold_in(key(SEED_SALT), seed)
@@ -100,7 +101,7 @@ def init_params(seed: int, F: int, hidden: int, K: int) -> dict:
 
 def data_loss(logits, T, known, task):
     """Mean data term of one probe: logits, T, known [n, K] (known: 0/1 weights)."""
-    if task == "multiclass":
+    if check_task(task).exclusive:
         ce = -(T * jax.nn.log_softmax(logits)).sum(-1)  # [n]
         w = known[:, 0]
         return (w * ce).sum() / jnp.maximum(w.sum(), 1.0)
@@ -197,8 +198,7 @@ def fit(data: TrainingSet, hidden: int = 128, settings: Settings = Settings(), o
         raise ValueError(f"subset sizes must increase within 1..{X.shape[0]}, got {sizes}")
     if int(hidden) < 1:
         raise ValueError(f"hidden width must be at least 1, not {hidden!r}")
-    if task not in ("multiclass", "multilabel"):
-        raise ValueError(f"task must be 'multiclass' or 'multilabel', not {task!r}")
+    check_task(task)  # a ValueError naming the kinds for anything else
     if settings.max_steps < 1 or not settings.tol >= 0:
         raise ValueError(f"max_steps must be at least 1 and tol at least 0, not {settings.max_steps}, {settings.tol}")
     seeds = [int(v) for v in np.asarray(seeds).reshape(-1)]
@@ -236,7 +236,7 @@ def probabilities(X, params, task: str, batch: int = 8):
     lead = k2.shape[:-2]
     flat = jax.tree.map(lambda a: a.reshape((-1,) + a.shape[len(lead):]), params)
     logits = _map_apply(flat, jnp.asarray(X, jnp.float32), hidden, K, batch)
-    probs = jax.nn.softmax(logits, -1) if task == "multiclass" else jax.nn.sigmoid(logits)
+    probs = jax.nn.softmax(logits, -1) if check_task(task).exclusive else jax.nn.sigmoid(logits)
     return probs.reshape(lead + probs.shape[1:])
 
 

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from crs.labels import check_task
 from crs.probe.blocks import block_logits, plan_blocks, split_params
 
 
@@ -41,7 +42,7 @@ def _data_loss(params, X, T, weight, task):
     """Mean loss of one probe. X [n, F]; T [n, K] targets in {0, 1}; weight [n, K] >= 0."""
     W, b = params
     logits = X @ W + b  # [n, K]
-    if task == "multiclass":
+    if check_task(task).exclusive:
         ce = -(T * jax.nn.log_softmax(logits)).sum(-1)  # [n]
         w = weight[:, 0]
         return (w * ce).sum() / jnp.maximum(w.sum(), 1.0)
@@ -74,8 +75,8 @@ def _reduce_rows(parts, x, ko, sizes, blocks, task):
     shape buckets, where rows past the last subset are padding).
     """
     S, Fr, L, _ = x.shape
-    multiclass = task == "multiclass"
-    total = jnp.zeros((S, Fr, L) if multiclass else (S, Fr, L, ko.shape[-1]), x.dtype)
+    exclusive = check_task(task).exclusive
+    total = jnp.zeros((S, Fr, L) if exclusive else (S, Fr, L, ko.shape[-1]), x.dtype)
     for (lo, hi, first), part in zip(blocks, parts):
         inside = inside_subsets(sizes, lo, hi, first)  # which of the block's rows each of its fractions' subsets holds
         if isinstance(inside, np.ndarray) and inside.all():  # every fraction holds the whole block
@@ -84,7 +85,7 @@ def _reduce_rows(parts, x, ko, sizes, blocks, task):
             mask = jnp.expand_dims(jnp.asarray(inside, x.dtype), tuple(range(1, part.ndim - 2)))  # [J, 1(, 1), nb]
             summed = (part * mask).sum(-1)  # [S, Fr - first, L(, K)]
         total = total + jnp.pad(summed, ((0, 0), (first, 0)) + ((0, 0),) * (summed.ndim - 2))
-    if multiclass:
+    if exclusive:
         return total / jnp.asarray(sizes, x.dtype)[None, :, None]
     last = (np.asarray(sizes) if static_sizes(sizes) else sizes) - 1
     n = jnp.cumsum(ko, axis=1)[:, last]  # known labels per subset [S, Fr, K]
@@ -148,7 +149,7 @@ def loss_from_logits(Z, x, labels: Labels, l2):
     parts = []
     for (lo, hi, first), logits in zip(blocks, Z):  # logits [S, Fr - first, L, K, nb]
         Tb, kb = _rows_last(To, lo, hi), _rows_last(ko, lo, hi)
-        if task == "multiclass":
+        if check_task(task).exclusive:
             parts.append(-_class_sum(Tb * _log_softmax(logits)))
         else:
             parts.append(optax.sigmoid_binary_cross_entropy(logits, Tb) * kb)
@@ -168,7 +169,7 @@ def link_values(Z, task):
     Both sides of the sigmoid are computed directly, because 1 - sigmoid(z) is 0 in
     float32 from z = 17 up.
     """
-    if task == "multiclass":
+    if check_task(task).exclusive:
         return tuple((jnp.exp(ls), ls) for ls in (_log_softmax(z) for z in Z))
     return tuple((jax.nn.sigmoid(z), jax.nn.sigmoid(-z), z) for z in Z)
 
@@ -210,7 +211,7 @@ def loss_change(P, Zp, t, x, p, labels: Labels, l2):
     for (lo, hi, first), pz, zp in zip(blocks, P, Zp):
         Tb, kb = _rows_last(To, lo, hi), _rows_last(ko, lo, hi)
         dz = t[:, t.shape[1] - zp.shape[1]:, :, None, None] * zp  # [S, J, L, K, nb]
-        if task == "multiclass":
+        if check_task(task).exclusive:
             prob, logp = pz
             M = jnp.maximum(_class_max(dz)[..., None, :], 0.0)
             q = _class_sum(prob * jnp.expm1(dz - M))

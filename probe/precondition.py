@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crs.labels import check_task
 from crs.probe.objective import inside_subsets, static_sizes
 from crs.probe.schedule import ONE_BLOCK_BELOW
 
@@ -89,7 +90,7 @@ def preconditioner(m2, l2, task, K, sizes=None, n_features=None):
     1 / sqrt(c * sum_f m_sf / m + l2) fits that span.
     m2 [S, Fr, F], l2 [L] -> scale [S, Fr, L, F*K + K].
     """
-    c = 1.0 / K if task == "multiclass" else 0.25
+    c = 1.0 / K if check_task(task).exclusive else 0.25
     if sizes is not None and static_sizes(sizes) and n_features is None:
         F = m2.shape[-1]
         m = np.asarray(sizes, np.float64)

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crs.labels import check_task
 from crs.probe import padded
 from crs.probe.padded import shape_bucket
 
@@ -14,7 +15,7 @@ from crs.probe.padded import shape_bucket
 def probabilities(X, W, b, task: str):
     """X [n, F]; W [..., F, K]; b [..., K] -> probabilities [..., n, K]."""
     logits = jnp.einsum("nf,...fk->...nk", X, W) + b[..., None, :]
-    return jax.nn.softmax(logits, -1) if task == "multiclass" else jax.nn.sigmoid(logits)
+    return jax.nn.softmax(logits, -1) if check_task(task).exclusive else jax.nn.sigmoid(logits)
 
 
 def log_link(logits, task: str):
@@ -27,7 +28,7 @@ def log_link(logits, task: str):
     two rows whose top margins are 40 and 50 stay apart (-4.2e-18 against -1.9e-22).
     Sigmoid: log p = -softplus(-z) (jax.nn.log_sigmoid, likewise exact near 0).
     """
-    if task != "multiclass":
+    if not check_task(task).exclusive:
         return jax.nn.log_sigmoid(logits)
     K = logits.shape[-1]
     d = logits - jax.lax.stop_gradient(logits.max(-1, keepdims=True))
@@ -65,7 +66,7 @@ def validation_loss(log_probs, T, known, task: str):
     over its known entries, then the mean over labels."""
     eps = 1e-7
     p = jnp.clip(jnp.exp(log_probs), eps, 1 - eps)
-    if task == "multiclass":
+    if check_task(task).exclusive:
         w = known[..., 0]
         return -((T * jnp.log(p)).sum(-1) * w).sum(-1) / jnp.maximum(w.sum(-1), 1.0)
     ll = T * jnp.log(p) + (1 - T) * jnp.log1p(-p)
