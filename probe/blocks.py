@@ -58,9 +58,9 @@ def plain_products(shape) -> bool:
     """Whether a solver loop of x's ``shape`` [S, Fr, L, d] multiplies in the plain forms of ``block_logits``:
     the loops of one fraction, whose few dozen columns per seed (L x K) meet thousands of rows.
 
-    There XLA:CPU ran the products straight into the logits' rows-last layout at about half the rate of
+    There XLA:CPU runs the products straight into the logits' rows-last layout at about half the rate of
     plain per-seed products; for the several fractions of a shared or joint loop (a hundred columns and
-    more, a thousand rows or fewer) it was the other way round (benchmarks/probe_bench.py)."""
+    more, a thousand rows or fewer) it is the other way round (benchmarks/probe_bench.py)."""
     return shape[1] == 1
 
 
@@ -81,7 +81,7 @@ def block_logits(x, Xo, blocks, XoT=None, plain=False):
     out = []
     for i, (lo, hi, first) in enumerate(blocks):
         Wb = W[:, first:]
-        if plain:  # the barrier keeps XLA from fusing the turn into the product, which ran it 3-5x slower
+        if plain:  # the barrier keeps XLA from fusing the turn into the product, which runs it several times slower
             z = jax.lax.optimization_barrier(jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], _columns(Wb)))
             z = jnp.swapaxes(z, 1, 2).reshape(Wb.shape[:3] + (Wb.shape[-1], hi - lo))  # [S, J, L, K, rows]
         else:

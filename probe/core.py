@@ -177,8 +177,9 @@ def _fit_group(lp: Loop, grid, V, solver: _Solver):
                    solver.precondition, halves=Fr == 1)
     dims = (lp.sizes, lp.n_features) if bucket else ()
     dtype = lp.Xs.dtype
+    # numpy, not jnp.asarray, which compiles a program per shape
     stop = Stop(np.int32(solver.max_iter), np.asarray(solver.tol, dtype),
-                np.asarray(np.inf if solver.gap is None else solver.gap, dtype))  # numpy: jnp.asarray compiles per shape
+                np.asarray(np.inf if solver.gap is None else solver.gap, dtype))
     prepare = _prepare_host if bucket else _prepare
     parts = []
     for lo in range(0, S, group):

@@ -63,7 +63,7 @@ def solver_loops(sizes, n: int, F: int, schedule: str, min_block_rows: int | Non
     ``ONE_BLOCK_BELOW`` training values, and the shared loop under that many rows x features,
     multiply all their rows as one dense block (unless ``min_block_rows`` says otherwise): each
     block is more code to compile, and on such data compiling costs more than the products the
-    blocks save (the shared loop of 20,000 x 768: 2.8 s to compile instead of 4.5, 0.5 s more to run).
+    blocks save (benchmarks/probe_bench.py measures the trade).
     """
     sizes = tuple(sizes)
     if schedule == "joint":
@@ -125,7 +125,7 @@ def small_width(n_rows: int, F: int) -> int:
     ``SMALL_WIDTH`` while the padded problem stays under ``ONE_BLOCK_BELOW`` values, else F's shape bucket.
 
     So narrow encoders share one compiled program with each other and with 384-wide ones (crs demo's
-    50- to 367-wide features: two solver programs instead of six). Each costs 1-2 s to
+    50- to 367-wide features: two solver programs instead of six). Each costs seconds to
     compile, more than the zero columns cost to run where a loop holds under a million values and a
     step's fixed work outweighs its products (``warm_path``)."""
     wide = max(SMALL_WIDTH, shape_bucket(F))

@@ -177,9 +177,8 @@ def _stages(L: int, warm_start: bool, halves: bool) -> int:
     The warm path (``warm_path``): one value per stage, each from the last one's solution. ``halves``
     (the one-fraction loops of the "fraction" schedule, for an even L): two stages of L / 2, each
     from zero. The weakly regularised probes set a loop's length; in the strong half the loop stops
-    far sooner. It used to drop finished probes instead (a second loop over the slow half, gathered
-    once half of them had stopped), which ran 5-10 % faster but put two loop bodies in each program:
-    compiling 20,000 x 768 took 20-22 s instead of 14-15 (``benchmarks/probe_bench.py``)."""
+    far sooner. Stages keep one loop body per program: a second loop over the slow probes alone runs
+    a little faster but compiles far longer (``benchmarks/probe_bench.py``)."""
     if warm_start:
         return L
     return 2 if halves and L % 2 == 0 else 1
