@@ -41,6 +41,7 @@ def main() -> None:
     import jax.numpy as jnp
 
     from crs.probe import core, mlp, subsets
+    from crs.probe.problem import TrainingSet
     from probe_bench import embeddings
 
     rng = np.random.default_rng(0)
@@ -60,7 +61,7 @@ def main() -> None:
            "device": str(jax.devices()[0]), "cpus": os.cpu_count()}
     for label in ("mlp_first_s", "mlp_run_s"):
         t = time.perf_counter()
-        fit = mlp.fit(X, T, known, order, sizes, wd, seeds, task="multiclass", hidden=args.hidden, settings=settings)
+        fit = mlp.fit(TrainingSet(X, T, known, order, sizes, wd, "multiclass", tuple(seeds)), args.hidden, settings)
         jax.block_until_ready(fit)
         out[label] = round(time.perf_counter() - t, 2)
         print(label, out[label], flush=True)
@@ -70,8 +71,8 @@ def main() -> None:
     if not args.no_linear:
         for label in ("linear_first_s", "linear_run_s"):
             t = time.perf_counter()
-            lin = core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
-                           jnp.asarray(wd, jnp.float32), task="multiclass")
+            lin = core.fit(TrainingSet(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                                       jnp.asarray(wd, jnp.float32), "multiclass"))
             jax.block_until_ready(lin)
             out[label] = round(time.perf_counter() - t, 2)
             print(label, out[label], flush=True)

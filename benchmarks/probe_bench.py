@@ -52,7 +52,7 @@ numbers are this machine's, so rerun before relying on them):
   0.0060 at most (an 8-row multi-label probe, relative gap 6e-4), 1e-4 left 0.0019 for
   up to 20 % more steps: hence ``fraction_gap`` (1e-4 for subsets under 0.2 x features),
   0.0022 at most over the 1260 probes, all converged, steps max 150 -> 167.
-* shape buckets (``core._bucketed``; the nine pairs compile six solver programs instead of
+* shape buckets (``crs.probe.schedule.bucketed``; the nine pairs compile six solver programs instead of
   nine), side by side, one after the other at load 5-8: cold 132.3 s -> 103.7 s, warm in
   the same process 47.0 s -> 45.2 s (the padded rows and features and ``fraction_gap``'s
   extra steps included).
@@ -74,7 +74,7 @@ numbers are this machine's, so rerun before relying on them):
   and ran in 16.2 (each half reads the rows again).
 * that trade again, for the compile goal of 15 s (2 cores, 2026-12-03, another day's load): the
   one-fraction loops now run their L2 values in two halves, one ``lax.scan`` over one loop body
-  (``core._stages``), and the fraction schedule's shared loop multiplies its rows as one dense block.
+  (``crs.probe.solver._stages``), and the fraction schedule's shared loop multiplies its rows as one dense block.
   ``--compile-only``: 20.2 / 22.2 s multiclass and 19.4 / 18.9 s multi-label with the compacted loops;
   14.9 / 14.3 s and 14.2 / 15.7 s with the halves; 13.1 s and 13.6 s with the dense shared loop too
   (its compiling 4.5-4.9 s -> 2.8 s). The run, per loop on the same machine, is noisy (the same code
@@ -127,7 +127,7 @@ numbers are this machine's, so rerun before relying on them):
 
 * the L-BFGS direction from inner products (``lbfgs.gram_direction``: the two-loop recursion as two
   small triangular solves on Gram matrices kept a slot at a time, the buffers read in seven
-  matrix-vector products), and the softmax's class reductions as slices (``core._log_softmax``).
+  matrix-vector products), and the softmax's class reductions as slices (``crs.probe.objective._log_softmax``).
   A trace of one demo pair's solver (jax.profiler, 630 x 367 padded to 768 x 384, multiclass, 319
   steps) had the rolled two-loop recursion at about a third of each 5.3 ms step (20 small dots and
   updates, 30 kernels per history slot) and the log-softmax's class sum, which XLA ran as a library
@@ -331,18 +331,19 @@ def ours(Xtr, labels, task, order, sizes, l2, K, max_iter, tol, precondition=Tru
     import jax.numpy as jnp
 
     from crs.probe import core
+    from crs.probe.problem import TrainingSet
     from crs.probe.run import float_targets as targets
 
     T, known = targets(labels, task, K)
-    args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
-            jnp.asarray(l2, jnp.float32))
-    kw = dict(task=task, max_iter=max_iter, tol=tol, precondition=precondition, warm_start=warm_start)
+    data = TrainingSet(jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                       jnp.asarray(l2, jnp.float32), task)
+    options = core.FitOptions(max_iter=max_iter, tol=tol, precondition=precondition, warm_start=warm_start)
     t0 = time.perf_counter()
-    fit = core.fit(*args, **kw)
+    fit = core.fit(data, options)
     jax.block_until_ready(fit.W)
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
-    fit = core.fit(*args, **kw)
+    fit = core.fit(data, options)
     jax.block_until_ready(fit.W)
     run = time.perf_counter() - t0
     return fit, run, max(first - run, 0.0)
@@ -361,14 +362,15 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
     import jax
     import jax.numpy as jnp
 
-    from crs.probe import core
+    from crs.probe import blocks as row_blocks, core
+    from crs.probe import schedule as schedule_thresholds
     from crs.probe.run import float_targets as targets
 
     T, known = targets(labels, task, K)
     X, T, known = jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known)
     l2 = jnp.asarray(l2, jnp.float32)
     F, n = X.shape[1], X.shape[0]
-    schedule = "joint" if n * F < core.FRACTION_SCHEDULE_FROM else "fraction"
+    schedule = "joint" if n * F < schedule_thresholds.FRACTION_SCHEDULE_FROM else "fraction"
     grads, dots, inputs = [], [], []
     for g_sizes, blocks in core.solver_loops(sizes, n, F, schedule):
         o = jnp.asarray((order[:1] if g_sizes == (n,) else order)[:, : g_sizes[-1]])
@@ -378,7 +380,7 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
         def gradient(x, Xo, XoT, To, ko, s=g_sizes, blocks=blocks):  # data as arguments, not baked-in constants
             plain = core.plain_products(x.shape)  # the engine's product forms, and its transpose (``_objective``)
             Z = core.block_logits(x, Xo, blocks, XoT, plain)
-            dZ = jax.grad(lambda Z: core.loss_from_logits(Z, x, To, ko, s, blocks, l2, task).sum())(Z)
+            dZ = jax.grad(lambda Z: core.loss_from_logits(Z, x, core.Labels(To, ko, s, blocks, task), l2).sum())(Z)
             return core.block_logits_T(dZ, Xo, blocks, x.shape, XoT, plain) + l2[:, None] * x
 
         grads.append(jax.jit(gradient))
@@ -389,7 +391,7 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
             W = x[..., : F * K].reshape(S, J, L, F, K)
             out = jnp.zeros((S, F, J * L * K), x.dtype)
             for (lo, hi, first), xt in zip(blocks, XoT):  # the plain per-seed forms (``core.plain_products``)
-                Z = jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], core._columns(W[:, first:]))
+                Z = jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], row_blocks._columns(W[:, first:]))
                 out = out.at[:, :, first * L * K:].add(jnp.einsum("sfn,snc->sfc", xt, Z))
             return out
 
@@ -529,6 +531,7 @@ def small_engine(store_path, seeds, max_iter, tol, out_path, side_by_side=False)
     import jax
 
     from crs.probe import core
+    from crs.probe.problem import TrainingSet
     from crs.probe.run import compile_cache, float_targets
 
     compile_cache()  # as crs probe does: $CRS_JAX_CACHE
@@ -536,12 +539,12 @@ def small_engine(store_path, seeds, max_iter, tol, out_path, side_by_side=False)
     for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
         T, known = float_targets(ytr, task, K)
         # numpy in, as ``crs.probe.heads`` passes them (a jnp.asarray of each new shape compiles a program)
-        args = (np.asarray(Xtr, np.float32), np.asarray(T, np.float32), np.asarray(known, np.float32),
-                np.asarray(order), sizes, np.asarray(DEMO_L2, np.float32))
+        data = TrainingSet(np.asarray(Xtr, np.float32), np.asarray(T, np.float32), np.asarray(known, np.float32),
+                           np.asarray(order), sizes, np.asarray(DEMO_L2, np.float32), task)
         for key in ("first", "second"):
             t0, c0 = time.perf_counter(), time.process_time()
-            fit = core.fit(*args, task=task, max_iter=max_iter, tol=tol,
-                           **({"warm_start": False} if side_by_side else {}))
+            fit = core.fit(data, core.FitOptions(max_iter=max_iter, tol=tol,
+                                                 **({"warm_start": False} if side_by_side else {})))
             jax.block_until_ready(fit.W)
             times[key].append(time.perf_counter() - t0)
             times[key + "_cpu"].append(time.process_time() - c0)  # all threads: steadier than wall time under load
@@ -680,6 +683,8 @@ def compile_only(task, n, F, K, seeds, fractions, l2, log) -> dict:
     import jax.numpy as jnp
 
     from crs.probe import core, subsets
+    from crs.probe import schedule as schedule_thresholds
+    from crs.probe.problem import TrainingSet
     from crs.probe.run import float_targets
 
     rng = np.random.default_rng(7 if task == "multiclass" else 8)
@@ -688,14 +693,14 @@ def compile_only(task, n, F, K, seeds, fractions, l2, log) -> dict:
     order = subsets.orders(labels, task, list(seeds))
     sizes = subsets.sizes(list(fractions), n)
     T, known = float_targets(labels, task, K)
-    args = (jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
-            jnp.asarray(l2, jnp.float32))
+    data = TrainingSet(jnp.asarray(Xtr), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                       jnp.asarray(l2, jnp.float32), task)
     marks = [time.perf_counter()]
-    fit = core.fit(*args, task=task, max_iter=1, on_loop=lambda: marks.append(time.perf_counter()))
+    fit = core.fit(data, core.FitOptions(max_iter=1), on_loop=lambda: marks.append(time.perf_counter()))
     jax.block_until_ready(fit.W)
     total = time.perf_counter() - marks[0]
     loops = [round(b - a, 2) for a, b in zip(marks[:-1], marks[1:])]
-    schedule = "fraction" if n * F >= core.FRACTION_SCHEDULE_FROM else "joint"
+    schedule = "fraction" if n * F >= schedule_thresholds.FRACTION_SCHEDULE_FROM else "joint"
     shapes = [g for g, _ in core.solver_loops(sizes, n, F, schedule)]
     log(f"[{task}] compile (one step per loop) {total:.1f} s; per loop " +
         ", ".join(f"{g}: {t:.1f} s" for g, t in zip(shapes, loops)))

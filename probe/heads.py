@@ -15,19 +15,7 @@ import numpy as np
 
 from crs.config import DEFAULT_HIDDEN  # noqa: F401 (the one schema's default, re-exported)
 from crs.errors import BadInput
-
-
-class TrainingSet(NamedTuple):
-    """What every head fits on (numpy, float32)."""
-
-    X: np.ndarray  # [n, F] standardised training features
-    T: np.ndarray  # [n, K] targets in {0, 1}
-    known: np.ndarray  # [n, K] 1 where the label is known
-    order: np.ndarray  # [S, n] each seed's subset order of the rows
-    sizes: tuple[int, ...]  # subset size of each fraction, increasing
-    grid: tuple[float, ...]  # the penalty grid [L] (L2, or the MLP's weight decay)
-    seeds: tuple[int, ...]  # [S]
-    task: str
+from crs.probe.problem import TrainingSet  # noqa: F401 (re-exported: what every head fits on)
 
 
 class Fitted(NamedTuple):
@@ -96,9 +84,10 @@ def _fit_linear(data: TrainingSet, *, max_iter: int, tol: float, gap: float | No
 
     # numpy in: each jnp.asarray of a new shape compiles a small program of its own
     X, T, known = (np.asarray(a, np.float32) for a in (data.X, data.T, data.known))
-    fit = core.fit(X, T, known, np.asarray(data.order), data.sizes, np.asarray(data.grid, np.float32),
-                   task=data.task, max_iter=max_iter, tol=tol, gap=core.DEFAULT_GAP if gap is None else gap,
-                   on_loop=on_loop)
+    problem = data._replace(X=X, T=T, known=known, order=np.asarray(data.order),
+                            grid=np.asarray(data.grid, np.float32))
+    options = core.FitOptions(max_iter=max_iter, tol=tol, gap=core.DEFAULT_GAP if gap is None else gap)
+    fit = core.fit(problem, options, on_loop)
 
     W_all, b_all = np.asarray(fit.W), np.asarray(fit.b)  # on the host: an index taken on the device compiles per shape
 
@@ -130,8 +119,7 @@ def _fit_mlp(data: TrainingSet, *, hidden: int, mlp_settings, on_loop=None) -> F
     from crs.probe import mlp
 
     settings = mlp_settings if mlp_settings is not None else mlp.Settings()
-    fit = mlp.fit(data.X, data.T, data.known, data.order, data.sizes, np.asarray(data.grid, np.float32),
-                  list(data.seeds), task=data.task, hidden=hidden, settings=settings, on_loop=on_loop)
+    fit = mlp.fit(data._replace(grid=np.asarray(data.grid, np.float32)), hidden, settings, on_loop)
 
     def predict(A, index=None):
         params = fit.params if index is None else mlp.take(fit.params, index)

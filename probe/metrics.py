@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crs.labels import check_task
 from crs.probe import padded
 
 N_BINS = 15
@@ -71,7 +72,7 @@ def _row_mean(v, known):
 
 
 def ece(p, T, known, task: str):
-    if task == "multiclass":
+    if check_task(task).exclusive:
         conf = p.max(-1)
         correct = p.argmax(-1) == T.argmax(-1)
         return _ece_from(conf, correct, _rows(known) > 0)
@@ -83,14 +84,14 @@ def ece(p, T, known, task: str):
 
 def brier(p, T, known, task: str):
     sq = (p - T) ** 2
-    if task == "multiclass":
+    if check_task(task).exclusive:
         return _row_mean(sq.sum(-1), known)
     return ((known * sq).sum(0) / jnp.maximum(known.sum(0), 1)).mean()
 
 
 def nll(p, T, known, task: str):
     q = jnp.clip(p, EPS, 1 - EPS)
-    if task == "multiclass":
+    if check_task(task).exclusive:
         q = q / q.sum(-1, keepdims=True)  # as sklearn log_loss renormalises after clipping
         return _row_mean(-(T * jnp.log(q)).sum(-1), known)
     ll = T * jnp.log(q) + (1 - T) * jnp.log(1 - q)
@@ -98,7 +99,7 @@ def nll(p, T, known, task: str):
 
 
 def accuracy(p, T, known, task: str):
-    if task == "multiclass":
+    if check_task(task).exclusive:
         return _row_mean((p.argmax(-1) == T.argmax(-1)).astype(p.dtype), known)
     hit = ((p >= 0.5) == (T > 0.5)) & (known > 0)
     return (hit.sum(0) / jnp.maximum(known.sum(0), 1)).mean()

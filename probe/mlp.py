@@ -43,6 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from crs.labels import check_task
+from crs.probe.problem import TrainingSet
+
 SEED_SALT = 0x6D6C70  # keys the initialisation: fold_in(key(SEED_SALT), seed)
 
 
@@ -75,6 +78,21 @@ class Settings(NamedTuple):
     memory: int = 10  # L-BFGS pairs kept
 
 
+class Arch(NamedTuple):
+    """What a compiled training program is specialised to (static, hashable)."""
+
+    task: str
+    hidden: int
+    memory: int  # L-BFGS pairs kept
+
+
+class Stop(NamedTuple):
+    """The stopping rule's values (traced: changing them compiles nothing)."""
+
+    max_steps: jax.Array  # int32 scalar
+    tol: jax.Array  # float32 scalar
+
+
 def init_params(seed: int, F: int, hidden: int, K: int) -> dict:
     """One probe's initial parameters; depends on the seed and the shapes only."""
     key = jax.random.fold_in(jax.random.key(SEED_SALT), int(seed))
@@ -83,7 +101,7 @@ def init_params(seed: int, F: int, hidden: int, K: int) -> dict:
 
 def data_loss(logits, T, known, task):
     """Mean data term of one probe: logits, T, known [n, K] (known: 0/1 weights)."""
-    if task == "multiclass":
+    if check_task(task).exclusive:
         ce = -(T * jax.nn.log_softmax(logits)).sum(-1)  # [n]
         w = known[:, 0]
         return (w * ce).sum() / jnp.maximum(w.sum(), 1.0)
@@ -108,7 +126,7 @@ def _gmax(g):
     return jnp.max(jnp.stack([jnp.abs(a).max() for a in jax.tree.leaves(g)]))
 
 
-def _train(params0, Xo, To, ko, wd, max_steps, tol, task, hidden, memory):
+def _train(params0, Xo, To, ko, wd, stop: Stop, arch: Arch):
     """Train probes [S, L] to the stopping rule: params0 leaves [S, ...]; Xo [S, m, F]; wd [L].
 
     One unbatched loop over steps; each step is one probe's L-BFGS step vmapped over weight
@@ -116,6 +134,7 @@ def _train(params0, Xo, To, ko, wd, max_steps, tol, task, hidden, memory):
     slowest probe's is done, the others' trials being discarded, so a probe's path is the
     one it would take alone.
     """
+    (max_steps, tol), (task, hidden, memory) = stop, arch
     opt = optax.lbfgs(memory_size=memory)
     L = wd.shape[0]
 
@@ -155,32 +174,31 @@ def _train(params0, Xo, To, ko, wd, max_steps, tol, task, hidden, memory):
     return params, gmax <= tol, steps, f, gmax
 
 
-def _fraction_impl(X, T, known, order, wd, params0, max_steps, tol, task, hidden, memory):
+def _fraction_impl(X, T, known, order, wd, params0, stop: Stop, arch: Arch):
     Xo, To, ko = X[order], T[order], known[order]  # [S, m, .]: one copy per seed, never one per probe
-    return _train(params0, Xo, To, ko, wd, max_steps, tol, task, hidden, memory)
+    return _train(params0, Xo, To, ko, wd, stop, arch)
 
 
 # the step budget and tolerance are traced, so changing them does not compile again
-_fraction = jax.jit(_fraction_impl, static_argnums=(8, 9, 10))
+_fraction = jax.jit(_fraction_impl, static_argnums=(7,))
 
 
-def fit(X, T, known, order, sizes, wd, seeds, *, task: str, hidden: int = 128,
-        settings: Settings = Settings(), on_loop=None) -> MLPFit:
+def fit(data: TrainingSet, hidden: int = 128, settings: Settings = Settings(), on_loop=None) -> MLPFit:
     """Fit every MLP probe: one compiled program per label fraction.
 
-    X [n, F] standardised training features; T, known [n, K] targets and known-label
+    ``data``: X [n, F] standardised training features; T, known [n, K] targets and known-label
     mask; order [S, n] each seed's subset order of the rows; sizes: the subset size of
-    each fraction, increasing; wd [L] the weight decays; seeds [S] the integer seeds
-    that key the initialisation. Returns an MLPFit with leading axes [S, Fr, L].
+    each fraction, increasing; grid: wd [L] the weight decays; seeds [S] the integer seeds
+    that key the initialisation; the task. Returns an MLPFit with leading axes [S, Fr, L].
     ``on_loop`` (where given) is called with no arguments as each fraction's program finishes.
     """
+    X, T, known, order, sizes, wd, task, seeds = data
     sizes = tuple(int(v) for v in sizes)
     if list(sizes) != sorted(sizes) or not 0 < sizes[0] or sizes[-1] > X.shape[0]:
         raise ValueError(f"subset sizes must increase within 1..{X.shape[0]}, got {sizes}")
     if int(hidden) < 1:
         raise ValueError(f"hidden width must be at least 1, not {hidden!r}")
-    if task not in ("multiclass", "multilabel"):
-        raise ValueError(f"task must be 'multiclass' or 'multilabel', not {task!r}")
+    check_task(task)  # a ValueError naming the kinds for anything else
     if settings.max_steps < 1 or not settings.tol >= 0:
         raise ValueError(f"max_steps must be at least 1 and tol at least 0, not {settings.max_steps}, {settings.tol}")
     seeds = [int(v) for v in np.asarray(seeds).reshape(-1)]
@@ -192,11 +210,11 @@ def fit(X, T, known, order, sizes, wd, seeds, *, task: str, hidden: int = 128,
     params0 = jax.tree.map(lambda *a: jnp.stack(a), *inits)  # [S, ...]
     X, T, known = jnp.asarray(X, jnp.float32), jnp.asarray(T, jnp.float32), jnp.asarray(known, jnp.float32)
     wd = jnp.asarray(wd, jnp.float32)
+    stop = Stop(jnp.int32(settings.max_steps), jnp.float32(settings.tol))
+    arch = Arch(task, int(hidden), int(settings.memory))
     outs = []
     for m in sizes:
-        outs.append(MLPFit(*_fraction(X, T, known, jnp.asarray(order[:, :m]), wd, params0,
-                                      jnp.int32(settings.max_steps), jnp.float32(settings.tol), task, int(hidden),
-                                      int(settings.memory))))
+        outs.append(MLPFit(*_fraction(X, T, known, jnp.asarray(order[:, :m]), wd, params0, stop, arch)))
         if on_loop is not None:
             jax.block_until_ready(outs[-1])
             on_loop()
@@ -218,7 +236,7 @@ def probabilities(X, params, task: str, batch: int = 8):
     lead = k2.shape[:-2]
     flat = jax.tree.map(lambda a: a.reshape((-1,) + a.shape[len(lead):]), params)
     logits = _map_apply(flat, jnp.asarray(X, jnp.float32), hidden, K, batch)
-    probs = jax.nn.softmax(logits, -1) if task == "multiclass" else jax.nn.sigmoid(logits)
+    probs = jax.nn.softmax(logits, -1) if check_task(task).exclusive else jax.nn.sigmoid(logits)
     return probs.reshape(lead + probs.shape[1:])
 
 

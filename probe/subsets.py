@@ -18,10 +18,12 @@ import math
 
 import numpy as np
 
+from crs.labels import check_task
+
 
 def strata(labels: np.ndarray, task: str) -> np.ndarray:
     """labels [n] (multiclass) or [n, K] in {1, 0, -1} -> stratum id [n]."""
-    if task == "multiclass":
+    if check_task(task).exclusive:
         return np.asarray(labels, dtype=np.int64)
     pos = np.asarray(labels) == 1
     prevalence = pos.sum(0)
@@ -78,7 +80,7 @@ def subset_masks(labels: np.ndarray, task: str, seeds: list[int], fractions: lis
 
 def classes_missing(labels: np.ndarray, task: str, mask: np.ndarray, n_classes: int) -> np.ndarray:
     """Number of classes (labels) with no positive example inside each subset; mask [..., n]."""
-    if task == "multiclass":
+    if check_task(task).exclusive:
         onehot = np.eye(n_classes, dtype=np.float32)[labels]  # [n, K]
     else:
         onehot = (np.asarray(labels) == 1).astype(np.float32)

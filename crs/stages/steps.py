@@ -382,10 +382,11 @@ def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings
     a time, each pair still fitted, evaluated and committed whole on its own: one pair's compiling,
     reading and writing overlap another's solver loop. The results are the same bits as one at a
     time (each pair's programs run as they would alone); ``on_done`` is called in ``pairs`` order."""
-    from crs.probe.run import compile_cache, head_name, planned_loops, small_pair
+    from crs.probe.run import ProbeOptions, compile_cache, head_name, planned_loops, small_pair
     from crs.probe.run import probe as probe_pair
     from crs.store import Store
 
+    options = ProbeOptions.from_settings(settings)
     pairs = list(dict.fromkeys(pairs))  # a pair named twice is probed once (side by side, its lock would refuse it)
     store = Store(store_path, mode="a")
     compile_cache()  # once, before any worker thread
@@ -396,10 +397,7 @@ def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings
     def one(pair):
         enc, d = pair
         progress.update(task, description=f"probes {head_name(enc, settings.head)} × {d}")
-        return probe_pair(store, enc, d, results=Path(results), seeds=tuple(range(settings.seeds)),
-                          fractions=settings.fractions, l2_grid=settings.l2, select_by=settings.select_by,
-                          tol=settings.tol, head=settings.head, hidden=settings.hidden,
-                          progress=progress, task=task)
+        return probe_pair(store, enc, d, options=options, results=Path(results), progress=progress, task=task)
 
     workers = PAIR_WORKERS if len(pairs) > 1 and all(small_pair(store, enc, d) for enc, d in pairs) else 1
     summaries = []

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from crs.probe import core
+from crs.probe import core, schedule
+from crs.probe.problem import TrainingSet
 
 
 def blobs(seed, n=200, F=8, K=3):
@@ -32,8 +33,9 @@ def random_problem(rng, n, F, K, S, task):
 
 def fit_all(X, T, order, sizes, l2, task, known=None, **kw):
     known = np.ones_like(T) if known is None else known
-    return core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(np.atleast_2d(order)), sizes,
-                    jnp.asarray(l2, dtype=jnp.float32), task=task, **{"tol": 1e-5, **kw})
+    data = TrainingSet(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(np.atleast_2d(order)), sizes,
+                       jnp.asarray(l2, dtype=jnp.float32), task)
+    return core.fit(data, core.FitOptions(**{"tol": 1e-5, **kw}))
 
 
 @pytest.mark.parametrize("min_block_rows,schedule", [(1, "joint"), (2048, "joint"), (None, "joint"), (None, "fraction")])
@@ -70,14 +72,14 @@ def test_multilabel_with_masked_labels_matches_per_label_sklearn():
         np.testing.assert_allclose(probs[:, k], ref.predict_proba(X)[:, 1], atol=2e-3)
 
 
-@pytest.mark.parametrize("shared_below", [0, core.SHARED_LOOP_BELOW])
+@pytest.mark.parametrize("shared_below", [0, schedule.SHARED_LOOP_BELOW])
 @pytest.mark.parametrize("task", ["multiclass", "multilabel"])
 def test_a_loop_per_fraction_reaches_the_joint_loops_minima(task, shared_below, monkeypatch):
     """Every probe of the per-fraction schedule has the joint schedule's objective (to the tolerance), and
     in either schedule the whole-training-set fraction, the same problem for every seed, is solved once:
     equal across seeds bit for bit, while the smaller subsets still differ by seed. With the default
     threshold the two small fractions share one loop; with 0 each has its own."""
-    monkeypatch.setattr(core, "SHARED_LOOP_BELOW", shared_below)
+    monkeypatch.setattr("crs.probe.schedule.SHARED_LOOP_BELOW", shared_below)
     rng = np.random.default_rng(3)
     n, F, K = 240, 6, 3
     if task == "multiclass":
@@ -88,7 +90,7 @@ def test_a_loop_per_fraction_reaches_the_joint_loops_minima(task, shared_below, 
         X = (T @ rng.normal(size=(K, F)) + rng.normal(size=(n, F))).astype(np.float32)
         known = (rng.random((n, K)) > 0.1).astype(np.float32)
     order = np.stack([rng.permutation(n) for _ in range(3)])
-    # out of order, so that the one-fraction loops' two halves (``core._stages``) must put each result back
+    # out of order, so that the one-fraction loops' two halves (``crs.probe.solver._stages``) must put each result back
     sizes, l2 = (30, 120, n), [1e-1, 1e-3, 3e-2, 1e-2]
     fits = {s: fit_all(X, T, order, sizes, l2, task, known=known, schedule=s) for s in ("joint", "fraction")}
     assert fits["fraction"].W.shape == fits["joint"].W.shape == (3, 3, 4, F, K)
@@ -274,8 +276,8 @@ def test_the_line_search_change_equals_the_objectives_difference(task, scale):
     f0 = _objectives64(x.astype(np.float64), X, T, known, order, sizes, l2, task)
     for step in (1.0, 0.25, 1e-3):
         t = np.full((S, len(sizes), L), step, np.float32)
-        got = np.asarray(core.loss_change(P, Zp, jnp.asarray(t), jnp.asarray(x), jnp.asarray(p), To, ko, sizes,
-                                          blocks, jnp.asarray(l2), task), np.float64)
+        got = np.asarray(core.loss_change(P, Zp, jnp.asarray(t), jnp.asarray(x), jnp.asarray(p),
+                                          core.Labels(To, ko, sizes, blocks, task), jnp.asarray(l2)), np.float64)
         x1 = x.astype(np.float64) + np.float64(step) * p.astype(np.float64)
         want = _objectives64(x1, X, T, known, order, sizes, l2, task) - f0
         assert np.isfinite(got).all()

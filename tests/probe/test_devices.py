@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from crs.probe import core, subsets
+from crs.probe.problem import TrainingSet
 
 SCRIPT = textwrap.dedent("""
     import jax, numpy as np, jax.numpy as jnp
     from crs.probe import core, subsets
+    from crs.probe.problem import TrainingSet
     assert len(jax.devices()) == 4, jax.devices()
     rng = np.random.default_rng(0)
     n, F, K = 300, 12, 3
@@ -22,12 +24,12 @@ SCRIPT = textwrap.dedent("""
     T = np.eye(K, dtype=np.float32)[y]
     order = subsets.orders(y, "multiclass", [0, 1, 2])
     sizes = subsets.sizes([0.1, 0.5, 1.0], n)
-    args = (jnp.asarray(X), jnp.asarray(T), jnp.ones((n, K), jnp.float32), jnp.asarray(order), sizes,
-            jnp.asarray([1e-3, 1e-2, 1e-1, 1.0, 3.0], jnp.float32))  # 5 L2 values on 4 devices: padded
+    data = TrainingSet(jnp.asarray(X), jnp.asarray(T), jnp.ones((n, K), jnp.float32), jnp.asarray(order), sizes,
+                       jnp.asarray([1e-3, 1e-2, 1e-1, 1.0, 3.0], jnp.float32), "multiclass")  # 5 L2 values, 4 devices
     for warm, schedule in ((False, "joint"), (True, "joint"), (False, "fraction")):
-        one = core.fit(*args, task="multiclass", tol=1e-5, devices=jax.devices()[:1], warm_start=warm,
-                       schedule=schedule)
-        four = core.fit(*args, task="multiclass", tol=1e-5, warm_start=warm, schedule=schedule)
+        one = core.fit(data, core.FitOptions(tol=1e-5, devices=jax.devices()[:1], warm_start=warm,
+                                             schedule=schedule))
+        four = core.fit(data, core.FitOptions(tol=1e-5, warm_start=warm, schedule=schedule))
         assert four.W.shape == one.W.shape == (3, 3, 5, F, K), four.W.shape
         assert len(four.W.sharding.device_set) == 4 or not hasattr(four.W, "sharding"), four.W.sharding
         assert np.asarray(four.converged).all() and np.asarray(one.converged).all()
@@ -42,8 +44,8 @@ SCRIPT = textwrap.dedent("""
                 w = np.zeros((n, K), np.float32)
                 w[order[s, :m]] = 1
                 for i in range(5):
-                    f1, f4 = (float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), args[0], args[1],
-                                                   jnp.asarray(w), args[5][i], "multiclass")) for fit in (one, four))
+                    f1, f4 = (float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), data.X, data.T,
+                                                   jnp.asarray(w), data.grid[i], "multiclass")) for fit in (one, four))
                     assert abs(f1 - f4) <= 1e-4 * abs(f1) + 1e-6, (s, j, i, f1, f4)
     print("SAME")
 """)
@@ -70,13 +72,13 @@ def test_seed_groups_under_a_small_memory_budget_match_all_seeds_at_once(warm):
     T = np.eye(K, dtype=np.float32)[y]
     order = subsets.orders(y, "multiclass", [0, 1, 2, 3, 4])
     sizes = subsets.sizes([0.2, 1.0], n)
-    args = (jnp.asarray(X), jnp.asarray(T), jnp.ones((n, K), jnp.float32), jnp.asarray(order), sizes,
-            jnp.asarray([1e-2, 1e-1], jnp.float32))
-    whole = core.fit(*args, task="multiclass", warm_start=warm)
+    data = TrainingSet(jnp.asarray(X), jnp.asarray(T), jnp.ones((n, K), jnp.float32), jnp.asarray(order), sizes,
+                       jnp.asarray([1e-2, 1e-1], jnp.float32), "multiclass")
+    whole = core.fit(data, core.FitOptions(warm_start=warm))
     blocks = core.plan_blocks(tuple(sizes))
     per_seed = core.working_set_bytes(n, F, K, 1, sizes, blocks, 2)
-    grouped = core.fit(*args, task="multiclass", warm_start=warm,
-                       max_bytes=X.nbytes * 2 + 2 * per_seed)  # two seeds a group: 2+2+1
+    grouped = core.fit(data, core.FitOptions(warm_start=warm,
+                                             max_bytes=X.nbytes * 2 + 2 * per_seed))  # two seeds a group: 2+2+1
     np.testing.assert_array_equal(np.asarray(whole.converged), np.asarray(grouped.converged))
     if not warm:
         for a, b in zip(whole, grouped):  # another batch shape: the same to rounding
@@ -88,8 +90,8 @@ def test_seed_groups_under_a_small_memory_budget_match_all_seeds_at_once(warm):
             w = np.zeros((n, K), np.float32)
             w[order[s, :m]] = 1
             for i in range(2):
-                f = [float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), args[0], args[1], jnp.asarray(w),
-                                          args[5][i], "multiclass")) for fit in (whole, grouped)]
+                f = [float(core.objective((fit.W[s, j, i], fit.b[s, j, i]), data.X, data.T, jnp.asarray(w),
+                                          data.grid[i], "multiclass")) for fit in (whole, grouped)]
                 assert abs(f[0] - f[1]) <= 1e-4 * abs(f[0]) + 1e-6, (s, j, i, f)
 
 

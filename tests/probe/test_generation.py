@@ -29,7 +29,7 @@ from crs.store import DatasetTable, EmbeddingShape, LockHeld, Store, store_order
 
 NOISE = "gaussian_noise@1"
 SHIFT = "shift:toy_shift"
-SETTINGS = dict(seeds=(0, 1), fractions=(0.5, 1.0), l2_grid=(0.1, 1.0))
+SETTINGS = run.ProbeOptions(seeds=(0, 1), fractions=(0.5, 1.0), l2_grid=(0.1, 1.0))
 CONDITIONS = (VALIDATION, "clean", NOISE, SHIFT)
 
 
@@ -103,8 +103,8 @@ def _predictions(store, encoder):
 
 # ------------------------------------------------------------------ standardisation
 def test_dead_and_near_dead_features_leave_every_prediction_as_without_them(toy, tmp_path):
-    a = run.probe(toy, "base", "toy", results=tmp_path / "a", **SETTINGS)
-    b = run.probe(toy, "padded", "toy", results=tmp_path / "b", **SETTINGS)
+    a = run.probe(toy, "base", "toy", SETTINGS, results=tmp_path / "a")
+    b = run.probe(toy, "padded", "toy", SETTINGS, results=tmp_path / "b")
     base, padded = _predictions(toy, "base"), _predictions(toy, "padded")
     for c in CONDITIONS:
         # float32 log-probabilities near -4: a few ulps (relative 1e-6) of reduction-order difference
@@ -142,7 +142,7 @@ def test_a_store_whose_features_are_all_constant_is_refused(tmp_path):
     store = _make_store(tmp_path / "s.zarr")
     _put(store, "toy", "flat", "clean", np.ones((96, 6), np.float32), "all")  # committed as written: not damage
     with pytest.raises(UserError, match="every feature of flat is constant.*crs extract --encoder flat"):
-        run.probe(store, "flat", "toy", results=tmp_path / "r", **SETTINGS)
+        run.probe(store, "flat", "toy", SETTINGS, results=tmp_path / "r")
 
 
 # ------------------------------------------------------------------ ties
@@ -185,13 +185,14 @@ def _check(store, results, encoder="base"):
 def test_a_probe_stopped_at_any_write_is_seen_whole_or_refused(tmp_path, k, monkeypatch):
     store = _make_store(tmp_path / "s.zarr")
     results = tmp_path / "r"
-    run.probe(store, "base", "toy", results=results, **SETTINGS)
+    run.probe(store, "base", "toy", SETTINGS, results=results)
     old = _check(store, results)
     old_records = (results / "run_records" / "base__toy.parquet").read_bytes()
     with monkeypatch.context() as m:
         _kill_after(m, store, k)
         with pytest.raises(Killed):
-            run.probe(store, "base", "toy", results=results, seeds=(0, 1), fractions=(0.5, 1.0), l2_grid=(1e-3, 10.0))
+            run.probe(store, "base", "toy", run.ProbeOptions(seeds=(0, 1), fractions=(0.5, 1.0), l2_grid=(1e-3, 10.0)),
+                      results=results)
     assert (results / "run_records" / "base__toy.parquet").read_bytes() == old_records
     if k == 0:
         assert _check(store, results) == old  # nothing written: the old generation, whole
@@ -199,7 +200,7 @@ def test_a_probe_stopped_at_any_write_is_seen_whole_or_refused(tmp_path, k, monk
         with pytest.raises(records.MixedGeneration, match=r"base × toy .*crs probe --encoder base --dataset toy"):
             _check(store, results)
     assert not list(results.rglob("*.tmp"))
-    run.probe(store, "base", "toy", results=results, **SETTINGS)  # the named repair
+    run.probe(store, "base", "toy", SETTINGS, results=results)  # the named repair
     assert _check(store, results) not in (None, old)
 
 
@@ -220,21 +221,21 @@ def test_the_mlp_head_is_named_in_the_repair(tmp_path):
 def test_damaged_embeddings_or_labels_never_overwrite_good_run_records(tmp_path):
     store = _make_store(tmp_path / "s.zarr")
     results = tmp_path / "r"
-    run.probe(store, "base", "toy", results=results, **SETTINGS)
+    run.probe(store, "base", "toy", SETTINGS, results=results)
     good = {p: p.read_bytes() for p in results.rglob("*.parquet")}
     preds = store.read_predictions("toy", "base", "clean")[0]
     x = store.root["datasets/toy/embeddings/base/clean/x"]
     saved = x[...]
     x[5, 2] = np.nan
     with pytest.raises(UserError, match=r"clean embeddings of base on toy .*non-finite.*crs extract --encoder base"):
-        run.probe(store, "base", "toy", results=results, **SETTINGS)
+        run.probe(store, "base", "toy", SETTINGS, results=results)
     x[...] = saved
     label = Path(tmp_path / "s.zarr" / "datasets" / "toy" / "label")
     for chunk in (label / "c").rglob("*"):
         if chunk.is_file():
             chunk.unlink()  # a deleted label chunk reads as class 0 everywhere
     with pytest.raises(UserError):
-        run.probe(store, "base", "toy", results=results, **SETTINGS)
+        run.probe(store, "base", "toy", SETTINGS, results=results)
     assert {p: p.read_bytes() for p in results.rglob("*.parquet")} == good
     np.testing.assert_array_equal(store.read_predictions("toy", "base", "clean")[0], preds)
 
@@ -260,19 +261,19 @@ def test_a_second_probe_of_a_pair_is_refused_naming_the_holder_and_other_pairs_r
         assert holder.stdout.readline().strip() == "held"
         names = f"pid {holder.pid} on host {socket.gethostname()}"
         with pytest.raises(LockHeld, match=f"base × toy is being probed by another run \\({names}"):
-            run.probe(store, "base", "toy", results=results, **SETTINGS)
+            run.probe(store, "base", "toy", SETTINGS, results=results)
         assert not (results / "run_records").exists()
         cli = subprocess.run([sys.executable, "-m", "crs.cli", "probe", "--encoder", "base", "--dataset", "toy",
                               "--store", store.path, "--results", str(results), "--seeds", "1"],
                              env=env, capture_output=True, text=True, timeout=300)
         assert cli.returncode == 2 and names in " ".join((cli.stdout + cli.stderr).split()), cli.stderr
-        run.probe(store, "padded", "toy", results=results, **SETTINGS)  # another pair runs at once
+        run.probe(store, "padded", "toy", SETTINGS, results=results)  # another pair runs at once
     finally:
         holder.kill()
         holder.wait()
     # a killed holder frees the lock at once; its record is reported as taken over
     lock = next((results / ".crs-locks").glob("*.lock"))
     assert json.loads(lock.read_text())["pid"] == holder.pid
-    run.probe(store, "base", "toy", results=results, **SETTINGS)
+    run.probe(store, "base", "toy", SETTINGS, results=results)
     assert lock.read_text() == ""
     assert records.check_pair(results, "base", "toy") is not None

@@ -12,6 +12,7 @@ from sklearn.metrics import roc_auc_score
 from typer.testing import CliRunner
 
 from crs.probe import core, mlp
+from crs.probe.problem import TrainingSet
 
 
 def blobs(seed, n=160, F=6, K=3, spread=1.0):
@@ -35,8 +36,8 @@ def leaves(params):
 
 def fit(X, T, order, sizes, wd, seeds, task="multiclass", known=None, hidden=8, **settings):
     known = np.ones_like(T) if known is None else known
-    return mlp.fit(X, T, known, np.atleast_2d(order), sizes, wd, seeds, task=task, hidden=hidden,
-                   settings=mlp.Settings(**settings))
+    return mlp.fit(TrainingSet(X, T, known, np.atleast_2d(order), sizes, wd, task, seeds), hidden,
+                   mlp.Settings(**settings))
 
 
 def test_the_objective_is_the_documented_formula():
@@ -159,8 +160,8 @@ def test_the_mlp_separates_xor_where_no_linear_probe_can():
     T = np.eye(2, dtype=np.float32)[y]
     tr, te = np.arange(160), np.arange(160, n)
     order = np.arange(160)
-    lin = core.fit(jnp.asarray(X[tr]), jnp.asarray(T[tr]), jnp.ones((160, 2)), jnp.asarray(order[None]), (160,),
-                   jnp.asarray([1e-3], jnp.float32), task="multiclass")
+    lin = core.fit(TrainingSet(jnp.asarray(X[tr]), jnp.asarray(T[tr]), jnp.ones((160, 2)), jnp.asarray(order[None]),
+                               (160,), jnp.asarray([1e-3], jnp.float32), "multiclass"))
     p_lin = np.asarray(core.probabilities(jnp.asarray(X[te]), lin.W, lin.b, "multiclass"))[0, 0, 0, :, 1]
     out = fit(X[tr], T[tr], order, (160,), [1e-3], [0])
     p_mlp = np.asarray(mlp.probabilities(X[te], out.params, "multiclass"))[0, 0, 0, :, 1]

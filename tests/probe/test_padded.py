@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import log_loss, roc_auc_score
 
-from crs.probe import core, metrics, padded
+from crs.probe import core, metrics, padded, predict
 
 
 def _probs(rng, lead, n, K, task):
@@ -115,8 +115,8 @@ def test_nearby_sizes_share_the_evaluation_programs():
         T, known = _labels(rng, n, K, task)
         metrics.all_metrics(probs, T, known, task)
         if n == 150:
-            sizes = (core._log_probabilities._cache_size(), metrics._all_jit._cache_size())
-    assert (core._log_probabilities._cache_size(), metrics._all_jit._cache_size()) == sizes
+            sizes = (predict._log_probabilities._cache_size(), metrics._all_jit._cache_size())
+    assert (predict._log_probabilities._cache_size(), metrics._all_jit._cache_size()) == sizes
 
 
 def test_the_host_preparation_of_small_loops_equals_the_compiled_one():

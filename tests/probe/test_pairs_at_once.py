@@ -141,7 +141,7 @@ def test_set_metrics_in_bounded_batches_equals_one_batch(monkeypatch):
     evals = [run.EvalSet(f"c{i}", None, T, known, counted) for i in range(5)]
     probs = [rng.dirichlet(np.ones(K), size=(2, 3, n)).astype(np.float32) for _ in evals]
     whole = run.set_metrics(evals, probs, "multiclass")
-    monkeypatch.setattr(run, "STACK_BYTES", probs[0].nbytes * 2)  # batches of two sets
+    monkeypatch.setattr("crs.probe.evaluate.STACK_BYTES", probs[0].nbytes * 2)  # batches of two sets
     for a, b, p in zip(run.set_metrics(evals, probs, "multiclass"), whole, probs):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(a, metrics.all_metrics(p, T, known, "multiclass", counted), rtol=0, atol=0)

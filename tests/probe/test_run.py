@@ -10,7 +10,7 @@ from sklearn.metrics import roc_auc_score
 
 from crs.extract.run import extract
 from crs.names import VALIDATION
-from crs.probe.run import pairs_in_store, planned_loops, probe
+from crs.probe.run import ProbeOptions, pairs_in_store, planned_loops, probe
 from crs.store import Store, StoreError
 
 
@@ -45,8 +45,9 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
     store = cxr_store
     assert pairs_in_store(store) == [("demo-stats", "demo_cxr")]  # the test-only site is not probed
     progress = _Recorder()
-    summary = probe(store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0, 1), fractions=(0.25, 1.0),
-                    l2_grid=(1e-2, 1.0), progress=progress)
+    summary = probe(store, "demo-stats", "demo_cxr",
+                    ProbeOptions(seeds=(0, 1), fractions=(0.25, 1.0), l2_grid=(1e-2, 1.0)),
+                    results=tmp_path, progress=progress)
     # progress per solver loop, as many as planned_loops says (the task's total gives the time left)
     ((description, total, unit),) = progress.tasks
     assert unit == "loops" and total == planned_loops(store, "demo-stats", "demo_cxr", (0.25, 1.0)) >= 1
@@ -114,8 +115,9 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
         assert quarter.height == n_train_by_fraction[0.25]
         assert quarter["position"].max() == quarter.height - 1
     # same seed, same records
-    again = probe(store, "demo-stats", "demo_cxr", results=tmp_path / "again", seeds=(0, 1), fractions=(0.25, 1.0),
-                  l2_grid=(1e-2, 1.0))
+    again = probe(store, "demo-stats", "demo_cxr",
+                  ProbeOptions(seeds=(0, 1), fractions=(0.25, 1.0), l2_grid=(1e-2, 1.0)),
+                  results=tmp_path / "again")
     assert pl.read_parquet(again.records).equals(rec)
 
 
@@ -126,30 +128,33 @@ def test_probe_refuses_an_incomplete_perturbed_array(cxr_store, tmp_path):
     g.attrs["complete"] = False
     try:
         with pytest.raises(StoreError, match="incomplete.*crs extract --encoder demo-stats --dataset demo_cxr"):
-            probe(store, "demo-stats", "demo_cxr", results=Path(tmp_path), seeds=(0,), fractions=(1.0,),
-                  l2_grid=(1.0,))
+            probe(store, "demo-stats", "demo_cxr",
+                  ProbeOptions(seeds=(0,), fractions=(1.0,), l2_grid=(1.0,)),
+                  results=Path(tmp_path))
     finally:
         g["done"][0] = True
         g.attrs["complete"] = True
 
 
 def test_l2_can_be_chosen_by_validation_auroc(cxr_store, tmp_path):
-    summary = probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0,), fractions=(0.5, 1.0),
-                    l2_grid=(1e-3, 1e-1, 10.0), select_by="auroc")
+    summary = probe(cxr_store, "demo-stats", "demo_cxr",
+                    ProbeOptions(seeds=(0,), fractions=(0.5, 1.0), l2_grid=(1e-3, 1e-1, 10.0), select_by="auroc"),
+                    results=tmp_path)
     grid = pl.read_parquet(tmp_path / "probe_selection" / Path(summary.records).name)
     best = grid.group_by("seed", "fraction").agg(pl.col("val_auroc").max().alias("best"))
     chosen = grid.filter(pl.col("chosen")).join(best, on=["seed", "fraction"])
     assert chosen.height == 2 and (chosen["val_auroc"] == chosen["best"]).all()
     with pytest.raises(ValueError, match="select_by"):
-        probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, select_by="accuracy")
+        probe(cxr_store, "demo-stats", "demo_cxr", ProbeOptions(select_by="accuracy"), results=tmp_path)
 
 
 def test_images_extract_could_not_decode_never_train_a_probe(cxr_store, tmp_path, monkeypatch):
     table = cxr_store.dataset("demo_cxr")
     failed = np.concatenate([table.rows("train")[:7], table.rows("val")[:2]])
     monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: failed)
-    summary = probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0,), fractions=(1.0,),
-                    l2_grid=(1e-1,))
+    summary = probe(cxr_store, "demo-stats", "demo_cxr",
+                    ProbeOptions(seeds=(0,), fractions=(1.0,), l2_grid=(1e-1,)),
+                    results=tmp_path)
     rec = pl.read_parquet(summary.records)
     assert rec["n_train"].unique().to_list() == [len(table.rows("train")) - 7]
     val, _ = cxr_store.read_predictions("demo_cxr", "demo-stats", VALIDATION)
@@ -163,7 +168,9 @@ def test_a_split_whose_every_image_failed_to_decode_is_refused_by_name(cxr_store
     """Nothing to fit on, or nothing to choose the L2 on: a clear refusal, not an internal error."""
     monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: cxr_store.dataset(dataset).rows(split))
     with pytest.raises(StoreError, match=f"every {split} image of dataset 'demo_cxr' is one extract could not"):
-        probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0,), fractions=(1.0,), l2_grid=(1e-1,))
+        probe(cxr_store, "demo-stats", "demo_cxr",
+              ProbeOptions(seeds=(0,), fractions=(1.0,), l2_grid=(1e-1,)),
+              results=tmp_path)
 
 
 def test_images_extract_could_not_decode_are_not_scored(cxr_store, tmp_path, monkeypatch):
@@ -175,8 +182,9 @@ def test_images_extract_could_not_decode_are_not_scored(cxr_store, tmp_path, mon
     s_test = cxr_store.dataset("demo_cxr_site2").rows("test")
     failed = {"demo_cxr": test[[0, 3, 5]], "demo_cxr_site2": s_test[[1, 2]]}
     monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: failed.get(dataset, np.zeros(0, np.int64)))
-    summary = probe(cxr_store, "demo-stats", "demo_cxr", results=tmp_path, seeds=(0,), fractions=(1.0,),
-                    l2_grid=(1e-1,))
+    summary = probe(cxr_store, "demo-stats", "demo_cxr",
+                    ProbeOptions(seeds=(0,), fractions=(1.0,), l2_grid=(1e-1,)),
+                    results=tmp_path)
     rec = pl.read_parquet(summary.records)
     shift = rec["condition"] == "shift:demo_cxr_site2"
     assert rec.filter(~shift)["n_eval"].unique().to_list() == [len(test) - 3]

@@ -1,10 +1,12 @@
-"""Shape buckets (``crs.probe.core._bucketed``): padding is inert, and one program serves a bucket."""
+"""Shape buckets (``crs.probe.schedule.bucketed``): padding is inert, and one program serves a bucket."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from crs.probe import core
+from crs.probe.padded import shape_bucket
+from crs.probe.problem import TrainingSet
 
 
 def problem(seed, n, F, K, S, task):
@@ -23,8 +25,9 @@ def problem(seed, n, F, K, S, task):
 
 
 def fit(X, T, known, order, sizes, l2, task, **kw):
-    return core.fit(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
-                    jnp.asarray(l2, jnp.float32), task=task, **{"tol": 1e-5, **kw})
+    data = TrainingSet(jnp.asarray(X), jnp.asarray(T), jnp.asarray(known), jnp.asarray(order), sizes,
+                       jnp.asarray(l2, jnp.float32), task)
+    return core.fit(data, core.FitOptions(**{"tol": 1e-5, **kw}))
 
 
 def objective64(X, T, known, rows, lam, W, b, task):
@@ -51,7 +54,7 @@ def test_a_padded_fit_equals_the_unpadded_one(task):
     """
     X, T, known, order = problem(0, 45, 13, 3, 2, task)
     sizes, l2 = (3, 9, 45), [1e-2, 1e-1]
-    assert (core.shape_bucket(45), core.small_width(48, 13)) == (48, core.SMALL_WIDTH) == (48, 384)
+    assert (shape_bucket(45), core.small_width(48, 13)) == (48, core.SMALL_WIDTH) == (48, 384)
     # both along the warm L2 path, which small data takes by default (``core.warm_path``; unpadded fits would not)
     padded, plain = (fit(X, T, known, order, sizes, l2, task, buckets=b, tol=1e-6, gap=1e-6, warm_start=True)
                      for b in (True, False))
@@ -92,18 +95,18 @@ def test_small_loops_pad_their_features_to_one_width():
     encoders); wider ones, and loops whose padded problem reaches ONE_BLOCK_BELOW values, to their bucket."""
     for F in (1, 13, 54, 192, 334, 367, 384):
         assert core.small_width(768, F) == 384
-    assert core.small_width(768, 385) == core.shape_bucket(385) == 512
+    assert core.small_width(768, 385) == shape_bucket(385) == 512
     n = core.ONE_BLOCK_BELOW // 384  # 2730 rows x 384 = 1,048,320: under
-    assert core.small_width(n, 13) == 384 and core.small_width(n + 1, 13) == core.shape_bucket(13) == 16
+    assert core.small_width(n, 13) == 384 and core.small_width(n + 1, 13) == shape_bucket(13) == 16
     for n in (16, 768, 1024, 4096, 20_000):
         for F in (1, 17, 200, 768, 1000):
             w = core.small_width(n, F)
-            assert w >= F and w in (core.shape_bucket(F), core.SMALL_WIDTH)
+            assert w >= F and w in (shape_bucket(F), core.SMALL_WIDTH)
 
 
 def test_shape_buckets_grow_by_at_most_half():
-    got = [core.shape_bucket(v) for v in range(1, 3000)]
-    assert got[:16] == [16] * 16 and core.shape_bucket(17) == 24 and core.shape_bucket(25) == 32
+    got = [shape_bucket(v) for v in range(1, 3000)]
+    assert got[:16] == [16] * 16 and shape_bucket(17) == 24 and shape_bucket(25) == 32
     for v, b in zip(range(1, 3000), got):
         assert b >= v and (v <= 16 or b <= 1.5 * v)
     assert sorted(set(got)) == [b for b in sorted(set(got)) if b in {16 * 2**k for k in range(9)}

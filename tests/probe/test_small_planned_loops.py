@@ -38,8 +38,8 @@ def store(tmp_path_factory):
 @pytest.mark.parametrize("metadata", ["encoder record", "none"])
 def test_planned_loops_reads_no_embeddings_and_counts_what_probe_runs(store, monkeypatch, fractions, metadata):
     if len(fractions) > 2:  # thresholds this tiny set crosses: a loop per larger fraction, the small ones sharing one
-        monkeypatch.setattr(core, "FRACTION_SCHEDULE_FROM", 200)
-        monkeypatch.setattr(core, "SHARED_LOOP_BELOW", 50)
+        monkeypatch.setattr("crs.probe.schedule.FRACTION_SCHEDULE_FROM", 200)
+        monkeypatch.setattr("crs.probe.schedule.SHARED_LOOP_BELOW", 50)
     split = load_split(store, "enc", "toy")
     n = len(split.train)
     assert n == 38 and split.left_out == 1

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 
-from crs.probe import run
+from crs.probe import evaluate, standardise
 
 
 def _rare_feature_sets(rng, n=1000, healthy=32, rare=3):
@@ -25,17 +25,17 @@ def _rare_feature_sets(rng, n=1000, healthy=32, rare=3):
 
 
 def _z(X, A):
-    keep = run.live_features(X)
-    s = run.feature_scales(X[:, keep])
+    keep = standardise.live_features(X)
+    s = standardise.feature_scales(X[:, keep])
     return (A[:, keep] - X[:, keep].mean(0)) / s, s
 
 
 def test_rare_features_stay_within_the_stated_bound_and_the_shift_does_not_tie():
     X, y, Xs, ys = _rare_feature_sets(np.random.default_rng(0))
-    assert run.live_features(X).all()  # the rare features are not dead: the old rule kept them too
+    assert standardise.live_features(X).all()  # the rare features are not dead: the old rule kept them too
     zs, s = _z(X, Xs)
     typical = np.median(X.std(0))
-    bound = np.abs(Xs - X.mean(0)).max(0) / (run.SCALE_FLOOR * typical)  # docs/standardisation.md
+    bound = np.abs(Xs - X.mean(0)).max(0) / (standardise.SCALE_FLOOR * typical)  # docs/standardisation.md
     assert (np.abs(zs).max(0) <= bound * (1 + 1e-5)).all()
     assert np.abs(zs[:, -3:]).max() < 100  # without the floor: above 1,000 (checked below)
     old = (Xs[:, -3:] - X[:, -3:].mean(0)) / (X[:, -3:].std(0) + 1e-6)
@@ -43,7 +43,7 @@ def test_rare_features_stay_within_the_stated_bound_and_the_shift_does_not_tie()
     z, _ = _z(X, X)
     probe = LogisticRegression(C=1 / (1e-3 * len(y)), max_iter=5000).fit(z, y)  # the grid's weakest L2
     p = probe.predict_proba(zs).astype(np.float32)  # as the store kept probabilities
-    tie = run.tie_share(p[None, None], np.ones_like(p, bool))[0, 0]
+    tie = evaluate.tie_share(p[None, None], np.ones_like(p, bool))[0, 0]
     assert tie < 0.05, tie
 
 
@@ -52,9 +52,9 @@ def test_rare_features_stay_within_the_stated_bound_and_the_shift_does_not_tie()
 def test_no_kept_feature_is_divided_by_less_than_the_floor(seed, unit):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(40, 6)) * np.array([1, 1, 1e-2, 1e-3, 0.5, 2.0]) * unit
-    keep = run.live_features(X)
-    s = run.feature_scales(X[:, keep]).astype(np.float64)
+    keep = standardise.live_features(X)
+    s = standardise.feature_scales(X[:, keep]).astype(np.float64)
     sd = X[:, keep].std(0)
-    typical = np.median(sd[sd > run.DEAD_REL * sd.max()])
-    np.testing.assert_allclose(s, np.maximum(sd, run.SCALE_FLOOR * typical), rtol=1e-6)
-    assert (s >= run.SCALE_FLOOR * typical * (1 - 1e-6)).all()
+    typical = np.median(sd[sd > standardise.DEAD_REL * sd.max()])
+    np.testing.assert_allclose(s, np.maximum(sd, standardise.SCALE_FLOOR * typical), rtol=1e-6)
+    assert (s >= standardise.SCALE_FLOOR * typical * (1 - 1e-6)).all()
