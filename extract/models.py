@@ -194,15 +194,18 @@ def pick_device(name: str | None = None) -> torch.device:
 
 # ------------------------------------------------------------------------ weights
 def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
-    """One clear message for the ways a hub download fails."""
-    name = type(exc).__name__
+    """One clear message for the ways a hub download fails, by the hub's exception class."""
+    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, LocalEntryNotFoundError,
+                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+
     page = spec.page or f"https://huggingface.co/{spec.model_id}"
-    if name == "GatedRepoError" or (spec.gated and "401" in str(exc)) or "403" in str(exc):
+    # GatedRepoError is a RepositoryNotFoundError, LocalEntryNotFoundError an EntryNotFoundError: checked first
+    if isinstance(exc, GatedRepoError) or (spec.gated and "401" in str(exc)) or "403" in str(exc):
         return WeightsError(
             f"encoder {spec.name!r}: {spec.model_id} is gated. Accept its terms at {page} while logged in, "
             "then set HF_TOKEN to a token of that account (or run `hf auth login`) and run again"
         )
-    offline = name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or _offline()
+    offline = isinstance(exc, (LocalEntryNotFoundError, OfflineModeIsEnabled)) or _offline()
     if offline and spec.revision and cached_revisions(_hub_repo(spec)):
         have = cached_revisions(_hub_repo(spec))
         return WeightsError(
@@ -220,13 +223,36 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
             "set by HF_HOME or HF_HUB_CACHE) and HF_HUB_OFFLINE is set. Download them once "
             "with network access, or pass --weights PATH to a local copy"
         )
-    if name == "RevisionNotFoundError":
+    if isinstance(exc, RevisionNotFoundError):
         return WeightsError(f"encoder {spec.name!r}: {spec.model_id} has no revision {spec.revision!r}; pick a "
                             f"commit from {page}/commits/main and pass --revision {spec.name}=COMMIT (or drop it)")
-    if name in ("RepositoryNotFoundError", "EntryNotFoundError"):
+    if isinstance(exc, (RepositoryNotFoundError, EntryNotFoundError)):
         return WeightsError(f"encoder {spec.name!r}: {spec.model_id} (revision {spec.revision or 'main'}) has no "
                             f"such repository or file ({exc.__class__.__name__}); check the record against {page}")
     return WeightsError(f"encoder {spec.name!r}: could not fetch the weights of {spec.model_id}: {exc}")
+
+
+def hub_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes of a failed hub download: huggingface_hub's own, and those of the HTTP
+    libraries it reaches the network with (requests, urllib3) where they are installed."""
+    from huggingface_hub import errors
+
+    found = [getattr(errors, name) for name in ("HfHubHTTPError", "EntryNotFoundError", "OfflineModeIsEnabled",
+                                                "HFValidationError", "LocalTokenNotFoundError")
+             if hasattr(errors, name)]
+    try:
+        import requests
+
+        found.append(requests.RequestException)
+    except ImportError:  # pragma: no cover - huggingface_hub >= 1.0 reaches the network with httpx
+        pass
+    try:
+        import urllib3
+
+        found.append(urllib3.exceptions.HTTPError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(found)
 
 
 def _offline() -> bool:
@@ -407,10 +433,8 @@ def _timm_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
             if "model" in str(exc).lower() and "unknown" in str(exc).lower():
                 raise WeightsError(f"encoder {spec.name!r}: timm has no model {spec.model_id!r}") from exc
             raise
-        except Exception as exc:
-            if type(exc).__module__.startswith(("huggingface_hub", "requests", "urllib3")):
-                raise _hub_error(spec, exc) from exc
-            raise
+        except hub_errors() as exc:
+            raise _hub_error(spec, exc) from exc
     model = timm.create_model(spec.arch.get("timm", spec.model_id), pretrained=False, num_classes=0,
                               **_timm_arch_kwargs(spec))
     _fill(model, read_state_dict(_weights_file(weights)), spec, weights)
@@ -517,7 +541,7 @@ def _hf_model(spec: EncoderSpec, weights: str | None, trust_remote_code: bool) -
         model = cls.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
     except OSError as exc:  # transformers wraps hub errors (gated, offline, missing) in OSError
         cause = exc.__cause__ or exc
-        raise _hub_error(spec, cause if type(cause).__module__.startswith("huggingface_hub") else exc) from exc
+        raise _hub_error(spec, cause if isinstance(cause, hub_errors()) else exc) from exc
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise WeightsError(
