@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from crs.errors import BadInput
+from crs.labels import check_task
 from crs.extract import real, synthetic, targets
 from crs.extract.real import DatasetError
 from crs.extract.table import Table, check_unique
@@ -27,7 +28,7 @@ class Dataset(Protocol):
     """What every dataset offers (``synthetic.SyntheticDataset``, ``real.FileDataset``)."""
 
     name: str  # the store name (``csv:PATH`` -> the file's stem)
-    task: str  # 'multiclass' | 'multilabel' (crs.labels.TASKS)
+    task: str  # a crs.labels.Task value: 'multiclass' | 'multilabel'
     classes: tuple[str, ...]
     ordinal: bool
     modality: str | None  # one of crs.names.MODALITIES: selects the perturbation suite
@@ -104,7 +105,7 @@ def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str]
         if root is None:
             raise DatasetError(f"{name} needs its folder: pass --root {name}=DIR, where DIR holds "
                                f"{real.LAYOUTS[name].root_holds}")
-        chest = real.LAYOUTS[name].task == "multilabel"
+        chest = not check_task(real.LAYOUTS[name].task).exclusive
         return real.open_layout(name, root, seed=seed, uncertain=uncertain, image_size=image_size,
                                 findings=_findings(findings) if chest else None,
                                 allow_absolute_paths=allow_absolute_paths, follow_symlinks=follow_symlinks)

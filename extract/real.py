@@ -60,6 +60,7 @@ from crs.errors import UserError
 from crs.extract import splits
 from crs.extract.images import IMAGE_SUFFIXES, ImageError, decode
 from crs.extract.table import Table, registry
+from crs.labels import Task, check_task
 from crs.names import MODALITIES, SPLIT_CODE, SPLITS
 
 UNCERTAIN = ("ignore", "ones", "zeros")
@@ -501,7 +502,7 @@ class FileDataset:
             raise DatasetError(f"modality {modality!r} is not one of {', '.join(MODALITIES)}")
         if findings is not None:
             unknown = [f for f in findings if f not in CHEXPERT_FINDINGS]
-            if unknown or layout.task != "multilabel" or not findings:
+            if unknown or check_task(layout.task).exclusive or not findings:
                 raise DatasetError(f"findings {list(findings)!r}: expected a non-empty selection of "
                                    f"{', '.join(CHEXPERT_FINDINGS)} for a chest X-ray dataset")
         self.layout = layout
@@ -563,7 +564,7 @@ class FileDataset:
             raise DatasetError(f"{self.name} at {self.root} cannot be used:\n  {shown}{more}\n"
                                f"run `crs datasets check {self.check_args()}` for the full report")
         f = idx.frame
-        if self.task == "multiclass":
+        if check_task(self.task).exclusive:
             labels = f["label"].to_numpy().astype(np.int64)
         else:
             labels = f.select(f"y{k}" for k in range(len(self.classes))).to_numpy().astype(np.int8)
@@ -643,7 +644,7 @@ class FileDataset:
             "image_rule": "shorter side to image_size (bicubic), centre crop; RGB 8-bit (crs.extract.images)",
             "identity": self.identity,
         }
-        if self.task == "multilabel":
+        if not check_task(self.task).exclusive:
             out["uncertain"] = self.uncertain
             out["blank"] = "-1 (unknown)" if self.csv_path else "0 (not mentioned)"
         if self.csv_path is not None:
@@ -738,7 +739,7 @@ def open_csv(csv_path: str | os.PathLike, *, image_root=None, modality: str | No
                            "say which kind of image it holds")
     _check_has_rows(csv_path)
     header = pl.read_csv(csv_path, n_rows=0, infer_schema=False).columns
-    task = "multilabel" if any(c.startswith("label:") for c in header) else "multiclass"
+    task = (Task.MULTILABEL if any(c.startswith("label:") for c in header) else Task.MULTICLASS).value
     layout = Layout(csv_name(csv_path), task, (), False, modality, shift_target,
                     CSV_LAYOUT.root_holds, f"CSV file {csv_path}", f"images listed in {csv_path.name}",
                     read_csv_dataset)
@@ -793,7 +794,7 @@ class CheckReport:
 def counts(table: Table, task: str, classes: Sequence[str]) -> pl.DataFrame:
     """Images per class and split (multi-class), or positive/negative/unknown per finding and split."""
     split = np.asarray(SPLITS)[table.split]
-    if task == "multiclass":
+    if check_task(task).exclusive:
         return (pl.DataFrame({"class": np.asarray(classes)[table.labels], "split": split})
                 .group_by("class", "split").len("images").sort("class", "split"))
     frames = []
@@ -813,7 +814,7 @@ def check_classes(table: Table, task: str, classes: Sequence[str], file: str) ->
     AUROC exists. A class absent from val or test is a warning: its metrics there are undefined."""
     labels, split = np.asarray(table.labels), np.asarray(table.split)
     needed = (0, 1, 2) if (split == 0).any() else (2,)
-    if task == "multiclass" and len(np.unique(labels)) < 2:
+    if check_task(task).exclusive and len(np.unique(labels)) < 2:
         return [Problem(file, None, f"one class only ({', '.join(np.asarray(classes)[np.unique(labels)])}); a probe "
                                     "needs at least two classes: add the images of the others")]
     problems = []
@@ -831,7 +832,7 @@ def check_classes(table: Table, task: str, classes: Sequence[str], file: str) ->
 
 def _absent(y: np.ndarray, task: str, classes: Sequence[str], split: str) -> list[tuple[str, bool]]:
     """(message, fatal) for each class ``y`` (the rows of one split) lacks; see ``check_classes``."""
-    if task == "multiclass":
+    if check_task(task).exclusive:
         absent = [c for k, c in enumerate(classes) if not (y == k).any()]
         if not absent:
             return []

@@ -39,6 +39,7 @@ import numpy as np
 
 from crs.extract import splits
 from crs.extract.table import Table, registry
+from crs.labels import check_task
 _MIN_IMAGES = 40  # floor on a dataset's image count, whatever `size` asks for
 _GROUP, _RENDER, _SPLIT = 0, 1, 2  # generator streams
 _CHUNK = 256  # images rendered between conversions to uint8
@@ -167,7 +168,7 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
             rows.append(spec.draw_row(group, k, rng))
             group_index.append(g)
     group_index = np.array(group_index, dtype=np.int64)
-    labels = np.array([r["label"] for r in rows], dtype=np.int64 if spec.task == "multiclass" else np.int8)
+    labels = np.array([r["label"] for r in rows], dtype=check_task(spec.task).label_dtype)
     if spec.test_only:
         split = np.full(n_rows, 2, dtype=np.int8)
     else:
