@@ -40,6 +40,7 @@ import numpy as np
 from crs.extract import splits
 from crs.extract.table import Table, registry
 from crs.labels import check_task
+from crs.strata import finding_set_strata
 _MIN_IMAGES = 40  # floor on a dataset's image count, whatever `size` asks for
 _GROUP, _RENDER, _SPLIT = 0, 1, 2  # generator streams
 _CHUNK = 256  # images rendered between conversions to uint8
@@ -172,7 +173,7 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
     if spec.test_only:
         split = np.full(n_rows, 2, dtype=np.int8)
     else:
-        strata = _strata(labels, group_index, len(groups))
+        strata = finding_set_strata(labels, group_index, len(groups))
         sizes = np.bincount(group_index, minlength=len(groups))
         split = splits.deal_split(strata, sizes, _rng(name, seed, _SPLIT))[group_index]
     group_ids = np.array([f"{name}-{spec.group_prefix}{g:05d}" for g in range(len(groups))])
@@ -185,21 +186,6 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
     for column in (table.ids, table.labels, table.split, table.group):
         column.flags.writeable = False  # the table is cached and shared by every caller
     return _Plan(table, tuple(groups), group_index, tuple(rows))
-
-
-def _strata(labels: np.ndarray, group_index: np.ndarray, n_groups: int) -> np.ndarray:
-    """int64 [G]: a group's stratum, ranked: its class, or for multi-label which findings
-    it has in any image (ordered as tuples of booleans)."""
-    if labels.ndim == 1:
-        keys = [0] * n_groups
-        for label, g in zip(labels.tolist(), group_index.tolist()):
-            keys[g] = label
-    else:
-        positive = np.zeros((n_groups, labels.shape[1]), dtype=bool)
-        np.logical_or.at(positive, group_index, labels == 1)
-        keys = [tuple(p) for p in positive.tolist()]
-    rank = {key: r for r, key in enumerate(sorted(set(keys)))}
-    return np.array([rank[k] for k in keys], dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------
