@@ -48,6 +48,7 @@ from crs.extract import datasets, encoders, perturb
 from crs.extract.cost import device_name, model_cost
 from crs.extract.encoders import EncoderSpec
 from crs.extract.models import load, pick_device
+from crs.extract.options import ExtractOptions
 from crs.names import SPLIT_CODE
 from crs.store import DatasetTable, Store, StoreError, dataset_lock, extraction_lock, store_order
 from crs.store.zarr_store import now, set_attrs
@@ -161,73 +162,48 @@ class _Writer:
 
 
 # ----------------------------------------------------------------------- extract
-def extract(store: Store, encoder: str | EncoderSpec, dataset, **kwargs) -> ExtractSummary:
-    """Embed ``dataset`` with ``encoder`` into ``store``; resumes whatever is incomplete
-    (``extract_many`` with one encoder; the same keyword arguments)."""
-    return extract_many(store, [encoder], dataset, **kwargs)[0]
+def extract(store: Store, encoder: str | EncoderSpec, dataset, options: ExtractOptions | None = None, *, ds=None,
+            progress=None, stages=None, **settings) -> ExtractSummary:
+    """Embed ``dataset`` with ``encoder`` into ``store``; resumes whatever is incomplete (``extract_many``
+    with one encoder). ``settings``: fields of ``ExtractOptions`` that change ``options``."""
+    options = ExtractOptions.of(options, **settings)
+    return extract_many(store, [encoder], dataset, options, ds=ds, progress=progress, stages=stages)[0]
 
 
-def extract_many(
-    store: Store,
-    encoders_: list[str | EncoderSpec],
-    dataset,
-    *,
-    size: float = 1.0,
-    chunk: int = 256,
-    batch: int = 64,
-    device: str | None = None,
-    dtype: str = "float16",
-    perturbations: bool = True,
-    severities: tuple[int, ...] = perturb.SEVERITIES,
-    workers: int = 0,
-    strict: bool = False,
-    weights: str | None = None,
-    trust_remote_code: bool = False,
-    precision: str = "auto",
-    ds=None,
-    progress=None,
-    executor: str = "local",
-    ray_options: dict | None = None,
-    max_models: int | None = None,
-    stages=None,
-) -> list[ExtractSummary]:
-    """Embed ``dataset`` with each of ``encoders_`` into ``store``; resumes whatever is incomplete.
-    Returns one summary per encoder, in the order given (a name given twice runs once).
+def extract_many(store: Store, encoders_: list[str | EncoderSpec], dataset, options: ExtractOptions | None = None,
+                 *, ds=None, progress=None, stages=None) -> list[ExtractSummary]:
+    """Embed ``dataset`` with each of ``encoders_`` into ``store``, as ``options`` says (default: the
+    defaults); resumes whatever is incomplete. Returns one summary per encoder, in the order given (a
+    name given twice runs once).
 
     Locally, each image is decoded once, and perturbed once per condition, for all the encoders:
     a work unit (chunk j) is decoded if any encoder has a chunk j pending, each of its conditions is
     computed when any encoder needs it and embedded by every encoder that does, each (encoder, chunk,
     condition) committed with its done flag as soon as it is embedded, as for one encoder. The
-    models are loaded in groups (``encoder_groups``): at most ``max_models`` (None: ``MAX_MODELS``) whose
-    float32 weights plus one batch's activations fit ``MEMORY_SHARE`` of the device's free memory (the
-    host's on the CPU), so the whole registry (``--pretrained``) never loads at once; the groups run one
-    after the other, each decoding and perturbing once for its encoders (sharing a decode among 8
-    encoders leaves 1/8 of its cost per encoder; more saves little and holds more memory and locks). The images held are one unit's decoded ones plus one condition's perturbed ones.
-    The locks of a group's (dataset, encoder) pairs are held while it runs.
+    models are loaded in groups (``encoder_groups``): at most ``options.max_models`` (None: ``MAX_MODELS``)
+    whose float32 weights plus one batch's activations fit ``MEMORY_SHARE`` of the device's free memory
+    (the host's on the CPU), so the whole registry (``--pretrained``) never loads at once; the groups run
+    one after the other, each decoding and perturbing once for its encoders (sharing a decode among 8
+    encoders leaves 1/8 of its cost per encoder; more saves little and holds more memory and locks). The
+    images held are one unit's decoded ones plus one condition's perturbed ones. The locks of a group's
+    (dataset, encoder) pairs are held while it runs.
 
     ``encoders_`` are registry names or records (``encoders.resolve``); ``dataset`` a name or an
     opened dataset object; ``ds`` an already opened dataset object (else ``datasets.get(dataset,
-    size=size)``). ``progress`` is an optional ``rich.progress.Progress``; one task per encoder is added
-    to it. ``executor`` 'ray' spreads the work units over a Ray cluster, one encoder after the other
-    (``crs.extract.ray_executor``; options in ``ray_options``: address, actors, gpus_per_actor,
-    cpus_per_actor, retries). ``stages``: a ``crs.extract.timing.StageTimes`` the local run fills with
-    its time per stage (benchmarks/extract_bench.py; None: not timed).
+    size=options.size)``). ``progress`` is an optional ``rich.progress.Progress``; one task per encoder is
+    added to it. ``options.executor`` 'ray' spreads the work units over a Ray cluster, one encoder after
+    the other (``crs.extract.ray_executor``, as ``options.ray`` says). ``stages``: a
+    ``crs.extract.timing.StageTimes`` the local run fills with its time per stage
+    (benchmarks/extract_bench.py; None: not timed).
     """
-    if executor not in ("local", "ray"):
-        raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
-    specs, dataset, ds = _resolved(encoders_, dataset, ds, size)
-    settings = {"chunk": chunk, "batch": batch, "device": device or "auto", "dtype": dtype,
-                "perturbations": perturbations, "severities": list(severities), "workers": workers,
-                "strict": strict, "precision": precision, "executor": executor}
-    if executor == "ray":  # one encoder after the other, each over the cluster
-        return [_extract_on_ray(store, spec, dataset, ds, settings, weights=weights,
-                                trust_remote_code=trust_remote_code, progress=progress, ray_options=ray_options)
-                for spec in specs.values()]
+    options = options or ExtractOptions()
+    specs, dataset, ds = _resolved(encoders_, dataset, ds, options.size)
+    if options.executor == "ray":  # one encoder after the other, each over the cluster
+        return [_extract_on_ray(store, spec, dataset, ds, options, progress=progress) for spec in specs.values()]
     out = {}
-    for group in encoder_groups(specs, device, max_models, batch):
-        runs = _extract_locally(store, {n: specs[n] for n in group}, dataset, ds, settings, device=device,
-                                weights=weights, trust_remote_code=trust_remote_code, precision=precision,
-                                workers=workers, strict=strict, progress=progress, stages=stages)
+    for group in encoder_groups(specs, options.device, options.max_models, options.batch):
+        runs = _extract_locally(store, {n: specs[n] for n in group}, dataset, ds, options, progress=progress,
+                                stages=stages)
         out.update(zip(group, runs))
     return [out[n] for n in specs]
 
@@ -320,30 +296,24 @@ def model_groups(sizes: list[int | None], *, budget: int | None, max_models: int
     return groups
 
 
-def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, device, weights, trust_remote_code,
-                     precision, workers, strict, progress, stages=None) -> list[ExtractSummary]:
+def _extract_locally(store, specs: dict, dataset: str, ds, options: ExtractOptions, *, progress,
+                     stages=None) -> list[ExtractSummary]:
     """``extract_many`` in this process: every encoder's locks and models at once, each unit decoded once."""
-    s = settings
     with contextlib.ExitStack() as locks:
         stale = {}
         for name in specs:
             stale[name] = locks.enter_context(extraction_lock(store, dataset, name))
             remove_partial_files(store, dataset, name)  # left by a killed run: nothing of ours is writing
-        jobs = []
-        for spec in specs.values():
-            plan, model = prepare(store, spec, dataset, ds, chunk=s["chunk"], batch=s["batch"], device=device,
-                                  dtype=s["dtype"], perturbations=s["perturbations"],
-                                  severities=tuple(s["severities"]), weights=weights,
-                                  trust_remote_code=trust_remote_code, precision=precision, settings=settings)
-            jobs.append((plan, model))
+        jobs = [prepare(store, spec, dataset, ds, options) for spec in specs.values()]
         for i, (plan, model) in enumerate(jobs):
             if plan.units and model is None:
-                jobs[i] = (plan, load(plan.spec, pick_device(device), weights=weights,
-                                      trust_remote_code=trust_remote_code, precision=precision))
+                jobs[i] = (plan, load(plan.spec, pick_device(options.device), weights=options.weights,
+                                      trust_remote_code=options.trust_remote_code, precision=options.precision))
         t0 = time.perf_counter()  # the models are loaded
         busy = [(plan, model) for plan, model in jobs if plan.units]
         if busy:
-            _run_units_locally(store, busy, ds, workers=workers, strict=strict, progress=progress, stages=stages)
+            _run_units_locally(store, busy, ds, workers=options.workers, strict=options.strict, progress=progress,
+                               stages=stages)
         out = []
         for (plan, model), name in zip(jobs, specs):
             out.append(_finish(store, plan, t0, stale[name]))
@@ -352,22 +322,14 @@ def _extract_locally(store, specs: dict, dataset: str, ds, settings: dict, *, de
         return out
 
 
-def _extract_on_ray(store, spec, dataset, ds, settings, *, weights, trust_remote_code, progress, ray_options):
+def _extract_on_ray(store, spec, dataset, ds, options: ExtractOptions, *, progress):
     with extraction_lock(store, dataset, spec.name) as stale:
         remove_partial_files(store, dataset, spec.name)
-        plan, model = prepare(store, spec, dataset, ds, chunk=settings["chunk"], batch=settings["batch"],
-                              device=None if settings["device"] == "auto" else settings["device"],
-                              dtype=settings["dtype"], perturbations=settings["perturbations"],
-                              severities=tuple(settings["severities"]), weights=weights,
-                              trust_remote_code=trust_remote_code, precision=settings["precision"],
-                              settings=settings)
+        plan, model = prepare(store, spec, dataset, ds, options)
         t0 = time.perf_counter()
         measured = None
         if plan.units:
-            t0, measured = _run_units(store, plan, ds, model, executor="ray", device=settings["device"],
-                                      workers=settings["workers"], strict=settings["strict"], weights=weights,
-                                      trust_remote_code=trust_remote_code, precision=settings["precision"],
-                                      progress=progress, ray_options=ray_options)
+            t0, measured = _run_units(store, plan, ds, options, progress)
             remove_partial_files(store, dataset, spec.name)  # a Ray replica that died mid-write leaves one
         summary = _finish(store, plan, t0, stale)
         if plan.summary.forward_images:  # as the local executor: the replicas' weights, cost and forward rate
@@ -375,16 +337,13 @@ def _extract_on_ray(store, spec, dataset, ds, settings, *, weights, trust_remote
         return summary
 
 
-def _run_units(store, plan, ds, model, *, executor, device, workers, strict, weights, trust_remote_code,
-               precision, progress, ray_options) -> tuple[float, dict | None]:
+def _run_units(store, plan, ds, options: ExtractOptions, progress) -> tuple[float, dict | None]:
     """Run the pending units of ``plan`` on Ray; returns (when the extraction itself began, the
     replicas' ``model_cost``: None where none could be had)."""
     from crs.extract.ray_executor import run_units_on_ray
 
     t0 = time.perf_counter()
-    measured = run_units_on_ray(store, plan, ds, device=None if device == "auto" else device, workers=workers,
-                                strict=strict, weights=weights, trust_remote_code=trust_remote_code,
-                                precision=precision, progress=progress, **(ray_options or {}))
+    measured = run_units_on_ray(store, plan, ds, options, progress=progress)
     return t0, measured
 
 
@@ -441,9 +400,9 @@ def _finish(store: Store, plan, t0: float, stale: str | None) -> ExtractSummary:
     return summary
 
 
-def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbations, severities, weights,
-            trust_remote_code, precision, settings: dict | None = None):
-    """Write the dataset's metadata, create (or check) every array and list the pending units.
+def prepare(store, spec, dataset, ds, options: ExtractOptions):
+    """Write the dataset's metadata, create (or check) every array and list the pending units, as
+    ``options`` says (chunk, dtype, perturbations and severities, and how to load a model).
 
     Returns (plan, model): the model is loaded here only when the spec does not say its width."""
     table = dataset_table(ds)
@@ -451,27 +410,29 @@ def prepare(store, spec, dataset, ds, *, chunk, batch, device, dtype, perturbati
         store.write_dataset(table)
     table = store.dataset(dataset)  # the stored order is the truth
     modality = ds.modality
-    conds = [CLEAN] + _perturbed_conditions(dataset, table, modality, perturbations, severities)
+    conds = [CLEAN] + _perturbed_conditions(dataset, table, modality, options.perturbations, options.severities)
 
     model = None
     if spec.width == 0:  # a timm:/hf: id: the model tells its width
-        model = load(spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
-                     precision=precision)
+        model = load(spec, pick_device(options.device), weights=options.weights,
+                     trust_remote_code=options.trust_remote_code, precision=options.precision)
         spec = model.spec
 
-    provenance = {**_provenance(spec, weights, modality, settings), "dataset": _identity(table.attrs)}
+    provenance = {**_provenance(spec, options.weights, modality, options.settings()),
+                  "dataset": _identity(table.attrs)}
     n, n_test = len(table.ids), table.n_test
     arrays = {
         cond: store.embedding(
             dataset, spec.name, cond, rows="all" if cond == CLEAN else "test",
-            n_rows=n if cond == CLEAN else n_test, width=spec.width, chunk=chunk, dtype=dtype,
+            n_rows=n if cond == CLEAN else n_test, width=spec.width, chunk=options.chunk, dtype=options.dtype,
             attrs={**provenance, "perturbation": _perturbation(cond), **perturb.generator_attrs(cond)},
         )
         for cond in conds
     }
-    summary = ExtractSummary(encoder=spec.name, dataset=dataset, images=n, conditions=len(conds), batch=batch)
+    summary = ExtractSummary(encoder=spec.name, dataset=dataset, images=n, conditions=len(conds),
+                             batch=options.batch)
     units, summary.chunks_skipped = _pending_units(table, conds, arrays)
-    return Plan(spec=spec, dataset=dataset, conds=conds, arrays=arrays, units=units, batch=batch,
+    return Plan(spec=spec, dataset=dataset, conds=conds, arrays=arrays, units=units, batch=options.batch,
                 summary=summary), model
 
 

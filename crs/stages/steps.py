@@ -198,11 +198,12 @@ def _stored_role(store, name: str) -> str | None:
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
     from crs.extract import targets
+    from crs.extract.options import ExtractOptions
     from crs.extract.run import extract_many
     from crs.store import Store
 
     cfg = with_sets(cfg)
-    enc, ex = cfg.encoders, cfg.extract
+    enc = cfg.encoders
     if enc.weights is not None and len(enc.names) != 1:
         raise BadInput(f"--weights names one checkpoint; pass exactly one --encoder (got {len(enc.names)})")
     extra = encoder_records(enc.file) if extra_encoders is None else extra_encoders
@@ -210,15 +211,9 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
     store = Store(cfg.store, mode="a")
     datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
     specs = encoder_specs(cfg, extra)
-    ray_options = {"address": ex.address, "actors": ex.actors} if ex.executor == "ray" else None
+    options = ExtractOptions.from_config(cfg)
     # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them
-    by_dataset = [
-        extract_many(store, specs, d, size=cfg.datasets.size, chunk=ex.chunk, batch=ex.batch,
-                     device=None if ex.device == "auto" else ex.device, dtype=ex.dtype, perturbations=ex.perturb,
-                     progress=progress, weights=enc.weights, trust_remote_code=enc.trust_remote_code,
-                     workers=ex.workers, strict=ex.strict, severities=tuple(ex.severities), precision=ex.precision,
-                     executor=ex.executor, ray_options=ray_options, max_models=ex.max_models or None)
-        for d in datasets]
+    by_dataset = [extract_many(store, specs, d, options, progress=progress) for d in datasets]
     summaries = [s for i in range(max(map(len, by_dataset), default=0)) for run in by_dataset for s in run[i:i + 1]]
     return Extracted(store, summaries)
 

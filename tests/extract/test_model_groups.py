@@ -9,6 +9,7 @@ import pytest
 from crs.extract import cost, encoders
 from crs.extract import run as runmod
 from crs.extract.models import load
+from crs.extract.options import ExtractOptions
 from crs.store import Store
 
 
@@ -72,7 +73,7 @@ def test_one_model_at_a_time_writes_the_store_of_all_at_once(tmp_path, monkeypat
     stats = encoders.get("demo-stats")
     names = [stats, dataclasses.replace(stats, name="demo-stats-2")]  # cheap models: the grouping is what is tested
     together = Store(str(tmp_path / "together.zarr"))
-    runmod.extract_many(together, names, "demo_fundus", **kw)
+    runmod.extract_many(together, names, "demo_fundus", ExtractOptions(**kw))
 
     groups = []
     locally = runmod._extract_locally
@@ -83,7 +84,7 @@ def test_one_model_at_a_time_writes_the_store_of_all_at_once(tmp_path, monkeypat
 
     monkeypatch.setattr(runmod, "_extract_locally", spy)
     apart = Store(str(tmp_path / "apart.zarr"))
-    runs = runmod.extract_many(apart, names, "demo_fundus", max_models=1, **kw)
+    runs = runmod.extract_many(apart, names, "demo_fundus", ExtractOptions(max_models=1, **kw))
     assert groups == [["demo-stats"], ["demo-stats-2"]]
     assert [r.encoder for r in runs] == ["demo-stats", "demo-stats-2"] and all(r.complete for r in runs)
     assert all(r.decodes == r.images for r in runs)  # each group decoded every image once
