@@ -479,6 +479,21 @@ LAYOUTS: dict[str, Layout] = registry(
 NAMES: tuple[str, ...] = tuple(LAYOUTS)
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """How a file-based dataset is read: the split ``seed`` (where no split is given), decoded
+    ``image_size``, chest X-ray ``uncertain`` label policy and ``findings`` (None: the layout's), and
+    whether image paths outside the root (``allow_absolute_paths``) or led out of it by a symbolic
+    link (``follow_symlinks``) are read."""
+
+    seed: int = 0
+    image_size: int = DEFAULT_IMAGE_SIZE
+    uncertain: str = "ignore"
+    findings: tuple[str, ...] | None = None
+    allow_absolute_paths: bool = False
+    follow_symlinks: bool = False
+
+
 class FileDataset:
     """A dataset read from files; satisfies ``crs.extract.datasets.Dataset``.
 
@@ -491,15 +506,13 @@ class FileDataset:
 
     size = 1.0  # read as it ships: --size scales the built-in datasets only
 
-    def __init__(self, layout: Layout, root: str | os.PathLike, *, seed: int = 0,
-                 image_size: int = DEFAULT_IMAGE_SIZE, uncertain: str = "ignore",
-                 findings: Sequence[str] | None = None, csv_path: str | os.PathLike | None = None,
-                 name: str | None = None, shift_target: str | None = None, modality: str | None = None,
-                 shift_spec: str | None = None, allow_absolute_paths: bool = False, follow_symlinks: bool = False):
+    def __init__(self, layout: Layout, root: str | os.PathLike, options: ReadOptions = ReadOptions(), *,
+                 csv_path: str | os.PathLike | None = None, shift_spec: str | None = None):
+        uncertain, findings = options.uncertain, options.findings
         if uncertain not in UNCERTAIN:
             raise DatasetError(f"uncertain-label policy {uncertain!r} is not one of {', '.join(UNCERTAIN)}")
-        if modality is not None and modality not in MODALITIES:
-            raise DatasetError(f"modality {modality!r} is not one of {', '.join(MODALITIES)}")
+        if layout.modality not in MODALITIES:
+            raise DatasetError(f"modality {layout.modality!r} is not one of {', '.join(MODALITIES)}")
         if findings is not None:
             unknown = [f for f in findings if f not in CHEXPERT_FINDINGS]
             if unknown or check_task(layout.task).exclusive or not findings:
@@ -508,20 +521,20 @@ class FileDataset:
         self.layout = layout
         self.root = Path(root).expanduser().resolve()
         self.csv_path = Path(csv_path).expanduser().resolve() if csv_path is not None else None
-        self.name = name or layout.name
+        self.name = layout.name
         self.task = layout.task
         self.classes = tuple(findings) if findings else layout.classes
         self.ordinal = layout.ordinal
-        self.modality = modality or layout.modality
-        self.shift_target = shift_target if shift_target is not None else layout.shift_target
+        self.modality = layout.modality
+        self.shift_target = layout.shift_target
         self.shift_spec = shift_spec
         self.description = layout.description
         self.source = layout.source
-        self.seed = int(seed)
-        self.image_size = int(image_size)
+        self.seed = int(options.seed)
+        self.image_size = int(options.image_size)
         self.uncertain = uncertain
-        self.allow_absolute_paths = bool(allow_absolute_paths)
-        self.follow_symlinks = bool(follow_symlinks)
+        self.allow_absolute_paths = bool(options.allow_absolute_paths)
+        self.follow_symlinks = bool(options.follow_symlinks)
         if not self.root.is_dir():
             raise DatasetError(f"{self.name}: --root {str(root)!r} is not a folder; expected the folder that holds "
                                f"{layout.root_holds}")
@@ -668,8 +681,8 @@ class _RowPaths(Sequence):
         return self._ds.path(int(row))
 
 
-def open_layout(name: str, root, **options) -> FileDataset:
-    return FileDataset(LAYOUTS[name], root, **options)
+def open_layout(name: str, root, options: ReadOptions = ReadOptions()) -> FileDataset:
+    return FileDataset(LAYOUTS[name], root, options)
 
 
 CSV_LAYOUT = Layout("csv", "multiclass", (), False, "radiology", None,
@@ -727,8 +740,9 @@ def _outside_root(path: pl.Expr) -> pl.Expr:
     return (path.str.contains(r"^(/|\\|[A-Za-z]:)") | path.str.contains(r"(^|[/\\])\.\.([/\\]|$)")).fill_null(False)
 
 
-def open_csv(csv_path: str | os.PathLike, *, image_root=None, modality: str | None = None,
-             shift_target: str | None = None, **options) -> FileDataset:
+def open_csv(csv_path: str | os.PathLike, options: ReadOptions = ReadOptions(), *, image_root=None,
+             modality: str | None = None, shift_target: str | None = None,
+             shift_spec: str | None = None) -> FileDataset:
     csv_path = Path(csv_path).expanduser()
     if not csv_path.is_file():
         what = "not a regular file (a FIFO, device or folder)" if csv_path.exists() else "no such file"
@@ -743,7 +757,7 @@ def open_csv(csv_path: str | os.PathLike, *, image_root=None, modality: str | No
     layout = Layout(csv_name(csv_path), task, (), False, modality, shift_target,
                     CSV_LAYOUT.root_holds, f"CSV file {csv_path}", f"images listed in {csv_path.name}",
                     read_csv_dataset)
-    ds = FileDataset(layout, image_root or csv_path.parent, csv_path=csv_path, modality=modality, **options)
+    ds = FileDataset(layout, image_root or csv_path.parent, options, csv_path=csv_path, shift_spec=shift_spec)
     ds.index  # the classes come from the data
     return ds
 

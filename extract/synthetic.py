@@ -662,9 +662,17 @@ _CXR_PREVALENCE = {"demo_cxr": (0.22, 0.30, 0.12, 0.16), "demo_cxr_site2": (0.28
 _CXR_VISIBILITY = 0.45  # log-sd of how plainly a finding shows on a film
 _CXR_UNCERTAIN = 0.14  # P(an entry is uncertain) at z = 0, falling off as exp(-z^2 / 0.5)
 # Acquisition by site: gamma of the intensity curve, contrast, detector noise, zoom, offset.
+class _CxrSite(NamedTuple):
+    gamma: float
+    contrast: float
+    noise: float
+    zoom: float
+    offset: tuple[float, float]
+
+
 _CXR_SITE = {
-    "demo_cxr": {"gamma": 1.0, "contrast": 1.0, "noise": 0.02, "zoom": 1.0, "offset": (0.0, 0.0)},
-    "demo_cxr_site2": {"gamma": 0.85, "contrast": 0.85, "noise": 0.045, "zoom": 1.25, "offset": (0.08, 0.12)},
+    "demo_cxr": _CxrSite(gamma=1.0, contrast=1.0, noise=0.02, zoom=1.0, offset=(0.0, 0.0)),
+    "demo_cxr_site2": _CxrSite(gamma=0.85, contrast=0.85, noise=0.045, zoom=1.25, offset=(0.08, 0.12)),
 }
 
 
@@ -702,21 +710,10 @@ def _cxr_row_for(site: str) -> Callable[[dict, int, np.random.Generator], dict]:
 
 
 def _cxr_render_for(site: str) -> Callable[[int, dict, dict, np.random.Generator], np.ndarray]:
-    return functools.partial(_render_cxr, **_CXR_SITE[site])
+    return functools.partial(_render_cxr, site=_CXR_SITE[site])
 
 
-def _render_cxr(
-    n: int,
-    patient: dict,
-    row: dict,
-    rng: np.random.Generator,
-    *,
-    gamma: float,
-    contrast: float,
-    noise: float,
-    zoom: float,
-    offset: tuple[float, float],
-) -> np.ndarray:
+def _render_cxr(n: int, patient: dict, row: dict, rng: np.random.Generator, *, site: _CxrSite) -> np.ndarray:
     """Chest-X-ray-like, grayscale (dense is bright): body, lungs, ribs, heart, clavicles.
 
     Label signal, each finding scaled by how far its latent lies above the threshold (so
@@ -730,7 +727,7 @@ def _render_cxr(
         max(z + 0.35, 0.0) ** 0.8 * v for z, v in zip(row["z"], row["visibility"])
     )
     e = rng.standard_normal(6).tolist()
-    img, chest = _cxr_chest(n, patient, e, rng, zoom, offset)
+    img, chest = _cxr_chest(n, patient, e, rng, site.zoom, site.offset)
     x, y = chest.x, chest.y
 
     # Heart: on the diaphragm, bulging to the patient's left (image right).
@@ -749,8 +746,9 @@ def _render_cxr(
 
     # Acquisition: exposure, then the site's intensity curve, then detector noise.
     img = np.clip(img * math.exp(0.1 * e[5]) + float(rng.normal(0.0, 0.03)), 0, 1)
-    img = 0.5 + contrast * ((img**gamma if gamma != 1.0 else img) - 0.5)
-    return img + noise * _pixel_noise(rng, n, 1)
+    gamma = site.gamma
+    img = 0.5 + site.contrast * ((img**gamma if gamma != 1.0 else img) - 0.5)
+    return img + site.noise * _pixel_noise(rng, n, 1)
 
 
 class _Chest(NamedTuple):

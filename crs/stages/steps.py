@@ -249,9 +249,9 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
                 images, test = int(split.size), int((split == SPLIT_CODE["test"]).sum())
                 if cfg.extract.perturb and test and (split == SPLIT_CODE["train"]).any() and d["modality"]:
                     perturbed = len(perturb.conditions(d["modality"], tuple(cfg.extract.severities)))
-            pairs.append(planmod.pair(spec.name, d["name"], width=spec.width, macs=macs, images=images,
-                                      test_images=test, perturbed=perturbed, itemsize=itemsize, rate=rate,
-                                      rate_basis=basis))
+            pairs.append(planmod.pair(spec.name, d["name"], width=spec.width, macs=macs,
+                                      rows=planmod.Rows(images, test, perturbed), itemsize=itemsize,
+                                      speed=planmod.Speed(rate, basis)))
     def named(who, problem):
         return problem if problem.startswith(f"{who}:") else f"{who}: {problem}"
 
