@@ -39,7 +39,7 @@ class ExtractOptions:
     perturbation suite (``perturbations``, ``severities``); DataLoader ``workers``; ``strict`` (stop at the
     first undecodable image); the weights (``weights`` a local file or folder, ``trust_remote_code``,
     ``precision``); ``executor`` local or ray (with ``ray``); ``max_models`` loaded together (None: as many as
-    fit, at most ``run.MAX_MODELS``)."""
+    fit, at most ``groups.MAX_MODELS``)."""
 
     size: float = 1.0
     chunk: int = 256

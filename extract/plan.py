@@ -6,7 +6,7 @@ Pure: numbers in, numbers out; nothing here loads a model, decodes an image or i
 own architecture): it counts that one on the meta device (torch, no weights, no download).
 
 Forward passes of one (encoder, dataset) pair: every image once clean, plus every test image
-once per perturbed condition (``extract.run.prepare``: the suite is embedded only where the
+once per perturbed condition (``crs.extract.prepare.prepare``: the suite is embedded only where the
 dataset has a training split to probe and test images to perturb).
 
 FLOPs: a multiply-add counts as 2 FLOPs (the convention of GPU peak figures; the "17.6

@@ -1,7 +1,7 @@
 """``crs extract --executor ray``: the work units of one (dataset, encoder) spread over a Ray cluster.
 
 The driver (the ``crs extract`` process) holds the (dataset, encoder) lock, writes the
-dataset's metadata and creates every array (``crs.extract.run.prepare``), exactly as the
+dataset's metadata and creates every array (``crs.extract.prepare.prepare``), exactly as the
 local executor does. Then each work unit -- chunk ``j`` of every pending array, i.e. one
 store chunk of one (dataset, encoder, condition group) -- goes to one model replica: a Ray
 actor that loaded the weights once (one GPU each where the cluster has GPUs). The replica
@@ -125,7 +125,7 @@ def run_units_on_ray(store: Store, plan: Plan, ds, options: ExtractOptions, prog
     """Run ``plan.units`` on Ray replicas, as ``options`` (its ``ray`` record: default ``RayOptions()``)
     says; fills ``plan.summary`` as the local run does (each replica commits its units' decoding failures
     itself, before their chunks; the forward seconds are the replicas' summed, so the rate is one
-    replica's). Returns one replica's ``cost.model_cost`` (weights and cost, for ``run.record_cost``), or
+    replica's). Returns one replica's ``cost.model_cost`` (weights and cost, for ``prepare.record_cost``), or
     None where that replica could not give it.
 
     ``actors`` defaults to one per GPU of the cluster (``gpus_per_actor`` 1) or, without GPUs

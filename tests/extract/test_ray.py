@@ -150,7 +150,7 @@ def test_ray_arrays_record_the_weights_and_cost_of_a_local_run(cluster, tmp_path
         return dict(store.open_embedding(DATA, "demo-vit", cond).group.attrs)
 
     got = attrs()
-    want = model_cost(load(encoders.get("demo-vit"), "cpu"))  # what the local executor records (run.record_cost)
+    want = model_cost(load(encoders.get("demo-vit"), "cpu"))  # what the local executor records (prepare.record_cost)
     assert got["weights"] == want["weights"] and got["weights"]["source"]
     cost = got["cost"]
     assert {k: v for k, v in cost.items() if k not in ("images_per_s", "seconds")} == {**want["cost"], "device": "cpu"}
