@@ -1,5 +1,5 @@
 """The local extraction loop never waits for the device: over every modality suite, through the real
-pipeline (``extract`` -> ``_run_units_locally``), each batch (an encoder's chunk of one condition) moves
+pipeline (``extract`` -> ``local.run_units_locally``), each batch (an encoder's chunk of one condition) moves
 data from the device to the host exactly once -- the asynchronous copy of its embeddings into a host
 buffer (``HostBuffers.stage``) -- and reads no scalar and computes no data-dependent shape on the device.
 
