@@ -158,11 +158,12 @@ class Extracted(NamedTuple):
 
 
 def dataset_options(cfg: Config) -> dict:
-    ds = cfg.datasets
-    return {"roots": dict(ds.roots), "image_root": ds.image_root, "uncertain": ds.uncertain,
-            "modality": ds.modality, "shift_target": ds.shift_target, "findings": ds.findings,
-            # image paths outside the root: read only when the config says so (crs.extract.datasets.get)
-            "allow_absolute_paths": ds.allow_absolute_paths, "follow_symlinks": ds.follow_symlinks}
+    """The datasets section of ``cfg`` as keywords of ``crs.extract.datasets.get`` (``DatasetOptions``' fields)."""
+    import dataclasses
+
+    from crs.extract.options import DatasetOptions
+
+    return dataclasses.asdict(DatasetOptions.from_config(cfg))
 
 
 def named_datasets(cfg: Config) -> list:
