@@ -1,5 +1,4 @@
-"""The tensor operations the perturbation families are built from: grey images, per-value uniform
-fields, reflect padding, per-image convolution (direct, or through the FFT for wide kernels), blur
+"""The tensor operations the perturbation families are built from: grey images, reflect padding, per-image convolution (direct, or through the FFT for wide kernels), blur
 kernels, ink strokes and zoom resampling. torch is imported at first use (``Deferred``), so that
 reading the perturbation registry stays free of it."""
 
@@ -29,25 +28,14 @@ class Deferred:
 if TYPE_CHECKING:
     import torch
     import torch.nn.functional as F
-
-    from crs.extract import noise
-    from crs.extract.perturb import Seeds
 else:
     torch = Deferred("torch")
     F = Deferred("torch.nn.functional")
-    noise = Deferred("crs.extract.noise")
 
 
 def _grey(x: torch.Tensor) -> torch.Tensor:
     """[n] bool: images whose three channels are equal."""
     return (x.amax(1) - x.amin(1)).flatten(1).amax(1) < 1e-6
-
-
-def _field(x: torch.Tensor, seeds: Seeds) -> torch.Tensor:
-    """float32 uniforms of x's shape [n, 3, H, W], one per value (counted channel, row, column); grey images
-    take their first channel's in all three, so their noise is grey."""
-    u = noise.field(seeds.keys(x.device), tuple(x.shape[1:]), x.device)
-    return torch.where(_grey(x).view(-1, 1, 1, 1), u[:, :1], u)
 
 
 def _pad(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:

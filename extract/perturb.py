@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from crs.conditions import parse, perturbed
 from crs.errors import BadInput, UserError
-from crs.extract.image_ops import (_DIRECT_MAX, Deferred, _conv_blur, _disc, _field, _gaussian_kernel, _ink, _lines,
+from crs.extract.image_ops import (_DIRECT_MAX, Deferred, _conv_blur, _disc, _gaussian_kernel, _grey, _ink, _lines,
                                    _strokes, _zoom_rows_cols, _zooms)
 from crs.names import MODALITIES, PERTURBATION_GENERATORS, SEVERITIES
 
@@ -103,6 +103,13 @@ class Seeds(NamedTuple):
 
 # fn(x [n, 3, H, W] in [0, 1], the severity's parameter value, seeds) -> a new tensor in [0, 1]
 Perturbation = Callable[["torch.Tensor", float, Seeds], "torch.Tensor"]
+
+
+def _field(x: torch.Tensor, seeds: Seeds) -> torch.Tensor:
+    """float32 uniforms of x's shape [n, 3, H, W], one per value (counted channel, row, column); grey images
+    take their first channel's in all three, so their noise is grey."""
+    u = noise.field(seeds.keys(x.device), tuple(x.shape[1:]), x.device)
+    return torch.where(_grey(x).view(-1, 1, 1, 1), u[:, :1], u)
 
 
 @dataclass(frozen=True)
