@@ -1,5 +1,6 @@
-"""The tensor operations the perturbation families are built from: grey images, reflect padding, per-image convolution (direct, or through the FFT for wide kernels), blur
-kernels, ink strokes and zoom resampling. torch is imported at first use (``Deferred``), so that
+"""The tensor operations the perturbation families are built from: grey images, reflect padding,
+per-image convolution (direct, or through the FFT for wide kernels), blur kernels, ink strokes and
+zoom resampling. torch is imported at first use (``Deferred``), so that
 reading the perturbation registry stays free of it."""
 
 from __future__ import annotations
