@@ -12,17 +12,17 @@ are, never by probing for them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
 from crs.errors import BadInput
-from crs.labels import check_task
 from crs.extract import real, synthetic, targets
 from crs.extract.options import DatasetOptions
 from crs.extract.real import DatasetError
 from crs.extract.table import Table, check_unique
+from crs.labels import check_task
 
 
 class Dataset(Protocol):
