@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from crs.errors import BadInput
 from crs.extract.encoders import EncoderSpec
 from crs.extract.models.weights import _info
 
@@ -87,6 +88,8 @@ class Encoder:
         self.std = torch.tensor(spec.std, device=self.device).view(1, 3, 1, 1)
         # what was loaded: {"source", "revision_requested", "revision_loaded", "weights_sha256"} (set by load)
         self.weights_info: dict = _info(spec.weight_source, spec.revision)
+        # the record is the user's (--encoder-file), not the registry's: a wrong width is bad input (set by load)
+        self.user_record = False
 
     @property
     def width(self) -> int:
@@ -139,11 +142,23 @@ class Encoder:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
             out = self._forward(x)
         if out.ndim != 2 or out.shape[1] != self.spec.width:
-            raise RuntimeError(
-                f"encoder {self.spec.name!r} gave embeddings of shape {tuple(out.shape)}; its registry "
-                f"record says width {self.spec.width}. Fix the record's width or pooling"
-            )
+            raise self._width_error(tuple(out.shape))
         return out.float()
+
+    def _width_error(self, shape: tuple[int, ...]) -> Exception:
+        """Embeddings of another shape than [n, width]: bad input where the user declared the record (an
+        --encoder-file record, ``user_record``), else a registry record that is wrong, our bug."""
+        name, declared = self.spec.name, self.spec.width
+        if not self.user_record:
+            return RuntimeError(f"encoder {name!r} gave embeddings of shape {shape}; its registry record says "
+                                f"width {declared}. Fix the record's width or pooling")
+        if len(shape) != 2:
+            return BadInput(f"encoder {name!r}: its record declares width {declared}, but the model gives "
+                            f"embeddings of shape {shape}, not [images, width]; set `pooling` (model, cls or mean) "
+                            "of its record in the encoder file (--encoder-file)")
+        return BadInput(f"encoder {name!r}: its record in the encoder file declares width {declared}, but the "
+                        f"model gives embeddings of width {shape[1]}; correct `width` to {shape[1]} in the "
+                        "encoder file (--encoder-file)")
 
 
 def _is_cnn(model: torch.nn.Module) -> bool:

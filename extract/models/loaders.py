@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from crs.extract.encoders import EncoderSpec
+from crs.extract.encoders import ENCODERS, EncoderSpec
 from crs.extract.models.encoder import Encoder, _builtin_model, pick_device
 from crs.extract.models.hub import WeightsError, _hub_error, _hub_file, _timm_hub_id, hub_errors
 from crs.extract.models.weights import _fill, _weights_file, loaded_weights_info, map_keys, read_state_dict
@@ -209,12 +209,16 @@ def load(spec: EncoderSpec, device: torch.device | str | None = None, *, weights
         raise ValueError(f"encoder {spec.name!r}: loader {spec.loader!r} is not supported")
     model = loader.load(spec, weights, trust_remote_code)
     info = loaded_weights_info(spec, weights, model)
+    # a width the user declared: a record of an --encoder-file (their names are not the registry's); a timm:/hf:
+    # id's width (0) comes from the model
+    user_record = spec.width != 0 and spec.name not in ENCODERS
     if spec.width == 0 and loader.kind != "builtin":  # a timm:/hf: id: width, size and normalisation from the model
         spec = _complete_user_spec(spec, model, loader.kind)
         if loader.kind == "hf":
             spec = _with_processor(spec, _processor_config(spec, weights))
     encoder = Encoder(spec, model, device, loader.kind, precision)
     encoder.weights_info = info
+    encoder.user_record = user_record
     return encoder
 
 
