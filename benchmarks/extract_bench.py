@@ -284,15 +284,16 @@ def unit_costs(commits: list, n_cond: int, at_chunk: int) -> dict:
 
 def pipeline(store_path: Path, spec, weights, ds, args, sev, device) -> tuple:
     """(b) once: (the run's summary, seconds per stage per 1,000 forward images, the commit times)."""
+    from crs.extract.options import ExtractOptions
     from crs.extract.run import extract
     from crs.extract.timing import StageTimes
     from crs.store import Store
 
     stages = StageTimes(device)
     with timed_commits() as commits:
-        run = extract(Store(str(store_path)), spec, "bench", ds=ds, chunk=args.chunk, batch=args.batch,
-                      device=str(device), severities=sev, workers=args.workers, weights=weights,
-                      precision=args.precision, stages=stages)
+        options = ExtractOptions(chunk=args.chunk, batch=args.batch, device=str(device), severities=sev,
+                                 workers=args.workers, weights=weights, precision=args.precision)
+        run = extract(Store(str(store_path)), spec, "bench", options, ds=ds, stages=stages)
     assert run.complete
     return run, stages.per_thousand(run.forward_images), commits
 

@@ -12,22 +12,24 @@ are, never by probing for them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
 from crs.errors import BadInput
 from crs.extract import real, synthetic, targets
+from crs.extract.options import DatasetOptions
 from crs.extract.real import DatasetError
 from crs.extract.table import Table, check_unique
+from crs.labels import check_task
 
 
 class Dataset(Protocol):
     """What every dataset offers (``synthetic.SyntheticDataset``, ``real.FileDataset``)."""
 
     name: str  # the store name (``csv:PATH`` -> the file's stem)
-    task: str  # 'multiclass' | 'multilabel' (crs.labels.TASKS)
+    task: str  # a crs.labels.Task value: 'multiclass' | 'multilabel'
     classes: tuple[str, ...]
     ordinal: bool
     modality: str | None  # one of crs.names.MODALITIES: selects the perturbation suite
@@ -79,11 +81,10 @@ def store_name(name: str) -> str:
     return real.csv_name(name[len(CSV_PREFIX):]) if name.startswith(CSV_PREFIX) else name
 
 
-def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str] | None = None,
-        image_root: str | None = None, uncertain: str = "ignore", modality: str | None = None,
-        shift_target: str | None = None, image_size: int = real.DEFAULT_IMAGE_SIZE,
-        findings: str = "competition", allow_absolute_paths: bool = False, follow_symlinks: bool = False) -> Dataset:
-    """The dataset ``name``; real ones need ``roots[name]``, ``csv:PATH`` reads PATH.
+def get(name: str, size: float = 1.0, seed: int = 0, options: DatasetOptions | None = None,
+        **settings) -> Dataset:
+    """The dataset ``name``, opened as ``options`` says (default: the defaults; ``settings``: fields of
+    ``DatasetOptions`` that change it); real ones need ``options.roots[name]``, ``csv:PATH`` reads PATH.
 
     ``shift_target`` (a dataset name or ``csv:PATH``) applies to ``csv:`` datasets; the real
     ones name theirs in the registry (chexpert -> mimic-cxr). ``findings`` (chexpert and
@@ -92,6 +93,7 @@ def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str]
     image paths outside the root (absolute, or with '..') instead of refusing them; ``follow_symlinks``: read
     image paths that a symbolic link leads out of the root.
     """
+    opts = DatasetOptions.of(options, **settings)
     if not size > 0:
         raise BadInput(f"--size must be positive, not {size!r}")
     if name in BUILTIN:
@@ -100,23 +102,25 @@ def get(name: str, size: float = 1.0, seed: int = 0, *, roots: Mapping[str, str]
         if size != 1.0:
             raise DatasetError(f"--size scales the built-in datasets only; {name} is read as it ships (drop --size)")
     if name in REAL:
-        root = (roots or {}).get(name)
+        root = (opts.roots or {}).get(name)
         if root is None:
             raise DatasetError(f"{name} needs its folder: pass --root {name}=DIR, where DIR holds "
                                f"{real.LAYOUTS[name].root_holds}")
-        chest = real.LAYOUTS[name].task == "multilabel"
-        return real.open_layout(name, root, seed=seed, uncertain=uncertain, image_size=image_size,
-                                findings=_findings(findings) if chest else None,
-                                allow_absolute_paths=allow_absolute_paths, follow_symlinks=follow_symlinks)
+        chest = not check_task(real.LAYOUTS[name].task).exclusive
+        return real.open_layout(name, root, _read_options(opts, seed, _findings(opts.findings) if chest else None))
     if name.startswith(CSV_PREFIX) and len(name) > len(CSV_PREFIX):
         if store_name(name) in BUILTIN or store_name(name) in REAL:
             raise DatasetError(f"{name}: its store name {store_name(name)!r} (the file's stem) is taken by a "
                                "built-in or real dataset; rename the CSV file")
-        target = store_name(shift_target) if shift_target else None
-        return real.open_csv(name[len(CSV_PREFIX):], image_root=image_root, modality=modality, shift_target=target,
-                             shift_spec=shift_target, seed=seed, uncertain=uncertain, image_size=image_size,
-                             allow_absolute_paths=allow_absolute_paths, follow_symlinks=follow_symlinks)
+        target = store_name(opts.shift_target) if opts.shift_target else None
+        return real.open_csv(name[len(CSV_PREFIX):], _read_options(opts, seed, None), image_root=opts.image_root,
+                             modality=opts.modality, shift_target=target, shift_spec=opts.shift_target)
     raise KeyError(f"unknown dataset {name!r}; valid datasets: {', '.join(all_names())}")
+
+
+def _read_options(opts: DatasetOptions, seed: int, findings: tuple[str, ...] | None) -> real.ReadOptions:
+    return real.ReadOptions(seed=seed, image_size=opts.image_size, uncertain=opts.uncertain, findings=findings,
+                            allow_absolute_paths=opts.allow_absolute_paths, follow_symlinks=opts.follow_symlinks)
 
 
 def _findings(text: str | None) -> tuple[str, ...] | None:
@@ -127,16 +131,17 @@ def _findings(text: str | None) -> tuple[str, ...] | None:
     return tuple(f.strip() for f in text.split(",") if f.strip())
 
 
-def shift_target_of(ds: Dataset, **options) -> Dataset | None:
+def shift_target_of(ds: Dataset, options: DatasetOptions | None = None, **settings) -> Dataset | None:
     """The dataset ``ds`` names as its shift target (None if it names none), in the target role
     (``crs.extract.targets``: test rows only, so it is embedded clean and never probed); its classes
     and task must equal ``ds``'s, since ``ds``'s probes are evaluated on its test rows."""
     spec = ds.shift_spec or ds.shift_target
     if not spec:
         return None
+    options = DatasetOptions.of(options, **settings)
     if spec.startswith(CSV_PREFIX):
-        options = {**options, "shift_target": None}
-    target = get(spec, size=ds.size, seed=ds.seed, **options)
+        options = DatasetOptions.of(options, shift_target=None)
+    target = get(spec, size=ds.size, seed=ds.seed, options=options)
     if target.task != ds.task or tuple(target.classes) != tuple(ds.classes):
         raise DatasetError(f"{ds.name}'s shift target {target.name} has task {target.task} and classes "
                            f"{list(target.classes)}; expected the same as {ds.name} ({ds.task}, {list(ds.classes)})")

@@ -6,7 +6,7 @@ Pure: numbers in, numbers out; nothing here loads a model, decodes an image or i
 own architecture): it counts that one on the meta device (torch, no weights, no download).
 
 Forward passes of one (encoder, dataset) pair: every image once clean, plus every test image
-once per perturbed condition (``extract.run.prepare``: the suite is embedded only where the
+once per perturbed condition (``crs.extract.prepare.prepare``: the suite is embedded only where the
 dataset has a training split to probe and test images to perturb).
 
 FLOPs: a multiply-add counts as 2 FLOPs (the convention of GPU peak figures; the "17.6
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 # timm architecture names used by the registry -> (width, depth, patch, mlp width, class token)
 TIMM_VIT = {"vit_base_patch16_224": (768, 12, 16, 3072, 1), "vit_large_patch16_224": (1024, 24, 16, 4096, 1)}
@@ -143,19 +144,39 @@ class Pair:
         return asdict(self)
 
 
-def pair(encoder: str, dataset: str, *, width: int, macs: float | None, images: int | None,
-         test_images: int | None, perturbed: int, itemsize: int, peak_tflops: float = PEAK_TFLOPS,
-         utilisation: float = UTILISATION, rate: float | None = None, rate_basis: str | None = None) -> Pair:
+class Rows(NamedTuple):
+    """A dataset's images to embed: all its rows, its test rows (None: its files could not be read) and
+    how many perturbed conditions each test row is embedded under."""
+
+    images: int | None
+    test_images: int | None
+    perturbed: int = 0
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How fast forward passes run: a measured or scaled ``rate`` in images/s with its ``basis``
+    (``forward_rate``), or, where no rate is given, the FLOP model at ``peak_tflops`` and ``utilisation``."""
+
+    rate: float | None = None
+    basis: str | None = None
+    peak_tflops: float = PEAK_TFLOPS
+    utilisation: float = UTILISATION
+
+
+def pair(encoder: str, dataset: str, *, width: int, macs: float | None, rows: Rows, itemsize: int,
+         speed: Speed = Speed()) -> Pair:
     """Forward passes = images + test_images * perturbed; store bytes = width * itemsize * forward passes;
-    GPU seconds = forward passes / ``rate`` (images/s), or by the FLOP model where no rate is given."""
+    GPU seconds = forward passes / ``speed.rate`` (images/s), or by the FLOP model where no rate is given."""
+    images, test_images, perturbed = rows
     if images is None or test_images is None:
         return Pair(encoder, dataset, None, None, None, None, None,
-                    None if not macs else 2 * macs / 1e9, None, rate_basis)
+                    None if not macs else 2 * macs / 1e9, None, speed.basis)
     forward = images + test_images * perturbed
-    rate = images_per_second(macs, peak_tflops, utilisation) if rate is None else rate
+    rate = images_per_second(macs, speed.peak_tflops, speed.utilisation) if speed.rate is None else speed.rate
     return Pair(encoder, dataset, images, test_images, 1 + perturbed, forward,
                 width * itemsize * forward if width else None, None if not macs else 2 * macs / 1e9,
-                None if rate is None else forward / rate, rate_basis)
+                None if rate is None else forward / rate, speed.basis)
 
 
 def totals(pairs: list[Pair]) -> dict:

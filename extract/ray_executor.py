@@ -1,7 +1,7 @@
 """``crs extract --executor ray``: the work units of one (dataset, encoder) spread over a Ray cluster.
 
 The driver (the ``crs extract`` process) holds the (dataset, encoder) lock, writes the
-dataset's metadata and creates every array (``crs.extract.run.prepare``), exactly as the
+dataset's metadata and creates every array (``crs.extract.prepare.prepare``), exactly as the
 local executor does. Then each work unit -- chunk ``j`` of every pending array, i.e. one
 store chunk of one (dataset, encoder, condition group) -- goes to one model replica: a Ray
 actor that loaded the weights once (one GPU each where the cluster has GPUs). The replica
@@ -29,6 +29,7 @@ import time
 from collections import deque
 
 from crs.errors import CrsError, UserError
+from crs.extract.options import ExtractOptions, RayOptions
 from crs.extract.units import (DecodedUnits, Embedder, Plan, Unit, after_commit, commit_failures, embed_groups,
                                unit_conditions, unit_failures)
 from crs.store import Store
@@ -56,8 +57,8 @@ def _import_ray():
 class Replica:
     """A model replica (a Ray actor): loads the weights once, then embeds and writes whole units."""
 
-    def __init__(self, store_path, storage_options, plan_spec, dataset, ds, *, device, batch, weights,
-                 trust_remote_code, precision, strict, threads):
+    def __init__(self, store_path, storage_options, plan_spec, dataset, ds, *, options: ExtractOptions, batch,
+                 threads):
         import torch
 
         from crs.extract.models import load, pick_device
@@ -66,10 +67,10 @@ class Replica:
             torch.set_num_threads(threads)
 
         self.store = Store(store_path, mode="a", storage_options=storage_options)
-        self.model = load(plan_spec, pick_device(device), weights=weights, trust_remote_code=trust_remote_code,
-                          precision=precision)
+        self.model = load(plan_spec, pick_device(options.device), weights=options.weights,
+                          trust_remote_code=options.trust_remote_code, precision=options.precision)
         self.embed = Embedder(self.model, batch)
-        self.encoder, self.dataset, self.ds, self.strict = plan_spec.name, dataset, ds, strict
+        self.encoder, self.dataset, self.ds, self.strict = plan_spec.name, dataset, ds, options.strict
         self.arrays = {}
         self.device_lock = threading.Lock()  # two units in flight: one decodes while the other embeds
 
@@ -120,20 +121,20 @@ def connect(address: str | None = None):
     return ray
 
 
-def run_units_on_ray(store: Store, plan: Plan, ds, *, device=None, workers=0, strict=False,
-                     weights=None, trust_remote_code=False, precision="auto", progress=None, address=None,
-                     actors: int | None = None, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
-                     retries: int = 3) -> dict | None:
-    """Run ``plan.units`` on Ray replicas; fills ``plan.summary`` as the local run does (each replica
-    commits its units' decoding failures itself, before their chunks; the forward seconds are the
-    replicas' summed, so the rate is one replica's). Returns one replica's ``cost.model_cost`` (weights
-    and cost, for ``run.record_cost``), or None where that replica could not give it.
+def run_units_on_ray(store: Store, plan: Plan, ds, options: ExtractOptions, progress=None) -> dict | None:
+    """Run ``plan.units`` on Ray replicas, as ``options`` (its ``ray`` record: default ``RayOptions()``)
+    says; fills ``plan.summary`` as the local run does (each replica commits its units' decoding failures
+    itself, before their chunks; the forward seconds are the replicas' summed, so the rate is one
+    replica's). Returns one replica's ``cost.model_cost`` (weights and cost, for ``prepare.record_cost``), or
+    None where that replica could not give it.
 
     ``actors`` defaults to one per GPU of the cluster (``gpus_per_actor`` 1) or, without GPUs
-    (or with ``device='cpu'``), one per ``cpus_per_actor`` CPUs; never more than there are units.
-    ``workers`` (DataLoader processes) does not apply: each replica decodes its own units."""
-    ray = connect(address)
-    n_actors, gpus_per_actor = _actor_count(ray, store, plan, device, actors, gpus_per_actor, cpus_per_actor)
+    (or with device 'cpu'), one per ``cpus_per_actor`` CPUs; never more than there are units.
+    ``options.workers`` (DataLoader processes) does not apply: each replica decodes its own units."""
+    ray_options = options.ray or RayOptions()
+    ray = connect(ray_options.address)
+    n_actors, gpus_per_actor = _actor_count(ray, store, plan, options.device, ray_options)
+    cpus_per_actor, retries = ray_options.cpus_per_actor, ray_options.retries
     import torch
 
     # CPU replicas run as many intra-op threads as this process's torch, whatever OMP_NUM_THREADS Ray
@@ -143,9 +144,8 @@ def run_units_on_ray(store: Store, plan: Plan, ds, *, device=None, workers=0, st
     remote = ray.remote(max_restarts=-1, max_task_retries=retries)(Replica)
     ds_ref = ray.put(ds)
     pool = [remote.options(num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, max_concurrency=IN_FLIGHT_PER_ACTOR)
-            .remote(store.path, store.storage_options, plan.spec, plan.dataset, ds_ref, device=device,
-                    batch=plan.batch, weights=weights, trust_remote_code=trust_remote_code, precision=precision,
-                    strict=strict, threads=threads)
+            .remote(store.path, store.storage_options, plan.spec, plan.dataset, ds_ref, options=options,
+                    batch=plan.batch, threads=threads)
             for _ in range(n_actors)]
     task = (progress.add_task(f"{plan.spec.name} × {plan.dataset} (ray, {n_actors} replicas)",
                               total=sum(len(u.conds) for u in plan.units), unit="chunks")
@@ -167,8 +167,9 @@ def run_units_on_ray(store: Store, plan: Plan, ds, *, device=None, workers=0, st
             ray.kill(a)
 
 
-def _actor_count(ray, store: Store, plan: Plan, device, actors, gpus_per_actor, cpus_per_actor) -> tuple[int, float]:
+def _actor_count(ray, store: Store, plan: Plan, device, ray_options: RayOptions) -> tuple[int, float]:
     """(how many replicas, GPUs per replica) for the cluster ``ray`` is connected to."""
+    actors, gpus_per_actor, cpus_per_actor = ray_options.actors, ray_options.gpus_per_actor, ray_options.cpus_per_actor
     resources = ray.cluster_resources()
     cluster_gpus = float(resources.get("GPU", 0))
     if gpus_per_actor is None:

@@ -11,38 +11,24 @@ in that order becomes a split:
   in the running count of images falls at a phase ``(position / 10 + offset) mod 1`` and
   the phase picks the split: [0, 0.7) train, [0.7, 0.8) val, [0.8, 1) test for the
   default 70/10/20. Each run of ten consecutive images holds the split shares exactly.
-  Strata: multiclass, the group's rarest class; multilabel, the rarest finding any image
-  of the group is positive for (or none), as in ``crs.probe.subsets``. Vectorised: no
+  Strata: the group's rarest row stratum (``crs.strata.rarity_strata``: multiclass, its
+  class; multilabel, the rarest finding the row is positive for, or none). Vectorised: no
   Python loop over rows or groups.
 * ``deal_split`` (the built-in synthetic datasets, at most a few thousand groups): each
   group goes to the split furthest below its target share of the images dealt so far.
-  Strata are given by the caller (crs.extract.synthetic: the group's class, or the exact
-  set of findings it is positive for). It stays a second rule because the synthetic
-  datasets' splits are part of what every stored demo run is compared against; the phase
-  rule, its strata or its random stream would move them.
+  Strata are given by the caller (crs.extract.synthetic: ``crs.strata.finding_set_strata``,
+  the group's class, or the exact set of findings it is positive for). It stays a second
+  rule because the synthetic datasets' splits are part of what every stored demo run is
+  compared against; the phase rule, its strata or its random stream would move them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from crs.strata import rarity_strata
+
 FRACTIONS = (0.7, 0.1, 0.2)  # train, val, test (crs.names.SPLITS)
-
-
-def row_strata(labels: np.ndarray) -> np.ndarray:
-    """int64 [N]: a row's stratum; smaller = rarer. labels [N] class ids or [N, K] in {1, 0, -1}."""
-    labels = np.asarray(labels)
-    if labels.ndim == 1:
-        counts = np.bincount(labels, minlength=int(labels.max(initial=0)) + 1)
-        rarity = np.empty_like(counts)
-        rarity[np.argsort(counts, kind="stable")] = np.arange(len(counts))  # 0 = rarest class
-        return rarity[labels]
-    pos = labels == 1
-    K = labels.shape[1]
-    rarity = np.empty(K, dtype=np.int64)
-    rarity[np.argsort(pos.sum(0), kind="stable")] = np.arange(K)
-    ranked = np.where(pos, rarity[None, :], K)  # K = not positive
-    return ranked.min(axis=1) if K else np.zeros(len(labels), dtype=np.int64)
 
 
 def group_split(groups: np.ndarray, labels: np.ndarray, seed: int,
@@ -57,7 +43,7 @@ def group_split(groups: np.ndarray, labels: np.ndarray, seed: int,
     G = len(uniq)
     sizes = np.bincount(inverse, minlength=G)
     stratum = np.full(G, np.iinfo(np.int64).max)
-    np.minimum.at(stratum, inverse, row_strata(labels))  # the group's rarest stratum
+    np.minimum.at(stratum, inverse, rarity_strata(labels))  # the group's rarest stratum
 
     rng = np.random.default_rng(np.random.SeedSequence([0x5EED, int(seed)]))
     order = stratified_order(stratum, rng)

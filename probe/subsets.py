@@ -19,20 +19,12 @@ import math
 import numpy as np
 
 from crs.labels import check_task
+from crs.strata import strata as _strata
 
 
 def strata(labels: np.ndarray, task: str) -> np.ndarray:
-    """labels [n] (multiclass) or [n, K] in {1, 0, -1} -> stratum id [n]."""
-    if check_task(task).exclusive:
-        return np.asarray(labels, dtype=np.int64)
-    pos = np.asarray(labels) == 1
-    prevalence = pos.sum(0)
-    order = np.argsort(prevalence, kind="stable")  # rarest label first
-    K = labels.shape[1]
-    out = np.full(len(labels), K, dtype=np.int64)  # K = no positive label
-    for k in order[::-1]:  # rarest written last, so it wins
-        out[pos[:, k]] = k
-    return out
+    """labels [n] (multiclass) or [n, K] in {1, 0, -1} -> stratum id [n] (``crs.strata.strata``)."""
+    return _strata(labels, check_task(task).exclusive)
 
 
 def ordering(stratum: np.ndarray, seed: int) -> np.ndarray:

@@ -158,11 +158,12 @@ class Extracted(NamedTuple):
 
 
 def dataset_options(cfg: Config) -> dict:
-    ds = cfg.datasets
-    return {"roots": dict(ds.roots), "image_root": ds.image_root, "uncertain": ds.uncertain,
-            "modality": ds.modality, "shift_target": ds.shift_target, "findings": ds.findings,
-            # image paths outside the root: read only when the config says so (crs.extract.datasets.get)
-            "allow_absolute_paths": ds.allow_absolute_paths, "follow_symlinks": ds.follow_symlinks}
+    """The datasets section of ``cfg`` as keywords of ``crs.extract.datasets.get`` (``DatasetOptions``' fields)."""
+    import dataclasses
+
+    from crs.extract.options import DatasetOptions
+
+    return dataclasses.asdict(DatasetOptions.from_config(cfg))
 
 
 def named_datasets(cfg: Config) -> list:
@@ -198,11 +199,12 @@ def _stored_role(store, name: str) -> str | None:
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
     from crs.extract import targets
+    from crs.extract.options import ExtractOptions
     from crs.extract.run import extract_many
     from crs.store import Store
 
     cfg = with_sets(cfg)
-    enc, ex = cfg.encoders, cfg.extract
+    enc = cfg.encoders
     if enc.weights is not None and len(enc.names) != 1:
         raise BadInput(f"--weights names one checkpoint; pass exactly one --encoder (got {len(enc.names)})")
     extra = encoder_records(enc.file) if extra_encoders is None else extra_encoders
@@ -210,15 +212,9 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
     store = Store(cfg.store, mode="a")
     datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
     specs = encoder_specs(cfg, extra)
-    ray_options = {"address": ex.address, "actors": ex.actors} if ex.executor == "ray" else None
+    options = ExtractOptions.from_config(cfg)
     # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them
-    by_dataset = [
-        extract_many(store, specs, d, size=cfg.datasets.size, chunk=ex.chunk, batch=ex.batch,
-                     device=None if ex.device == "auto" else ex.device, dtype=ex.dtype, perturbations=ex.perturb,
-                     progress=progress, weights=enc.weights, trust_remote_code=enc.trust_remote_code,
-                     workers=ex.workers, strict=ex.strict, severities=tuple(ex.severities), precision=ex.precision,
-                     executor=ex.executor, ray_options=ray_options, max_models=ex.max_models or None)
-        for d in datasets]
+    by_dataset = [extract_many(store, specs, d, options, progress=progress) for d in datasets]
     summaries = [s for i in range(max(map(len, by_dataset), default=0)) for run in by_dataset for s in run[i:i + 1]]
     return Extracted(store, summaries)
 
@@ -254,9 +250,9 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
                 images, test = int(split.size), int((split == SPLIT_CODE["test"]).sum())
                 if cfg.extract.perturb and test and (split == SPLIT_CODE["train"]).any() and d["modality"]:
                     perturbed = len(perturb.conditions(d["modality"], tuple(cfg.extract.severities)))
-            pairs.append(planmod.pair(spec.name, d["name"], width=spec.width, macs=macs, images=images,
-                                      test_images=test, perturbed=perturbed, itemsize=itemsize, rate=rate,
-                                      rate_basis=basis))
+            pairs.append(planmod.pair(spec.name, d["name"], width=spec.width, macs=macs,
+                                      rows=planmod.Rows(images, test, perturbed), itemsize=itemsize,
+                                      speed=planmod.Speed(rate, basis)))
     def named(who, problem):
         return problem if problem.startswith(f"{who}:") else f"{who}: {problem}"
 

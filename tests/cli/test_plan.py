@@ -24,12 +24,12 @@ def invoke(*args, **env):
 
 # ---------------------------------------------------------------- the pure part
 def test_a_pair_counts_forward_passes_bytes_and_time_by_hand():
-    p = planmod.pair("e", "d", width=768, macs=1e9, images=100, test_images=20, perturbed=5, itemsize=2,
-                     peak_tflops=1.0, utilisation=0.5)
+    p = planmod.pair("e", "d", width=768, macs=1e9, rows=planmod.Rows(100, 20, 5), itemsize=2,
+                     speed=planmod.Speed(peak_tflops=1.0, utilisation=0.5))
     assert (p.conditions, p.forward_passes) == (6, 100 + 20 * 5)
     assert p.store_bytes == 768 * 2 * 200
     assert p.gpu_seconds == pytest.approx(200 * 2e9 / 0.5e12)  # 2 FLOPs a multiply-add, at half of 1 TFLOP/s
-    unknown = planmod.pair("e", "x", width=768, macs=None, images=None, test_images=None, perturbed=0, itemsize=2)
+    unknown = planmod.pair("e", "x", width=768, macs=None, rows=planmod.Rows(None, None), itemsize=2)
     t = planmod.totals([p, unknown])
     assert t["pairs"] == 2 and t["forward_passes"] is None and t["gpu_seconds"] is None  # never understated
 

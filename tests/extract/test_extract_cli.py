@@ -68,3 +68,17 @@ def test_a_hub_model_offline_without_cache_exits_2(tmp_path, monkeypatch):
     r = invoke("extract", "-e", "hf:org/model", "-d", "demo_fundus", "--size", "0.05", "--store", tmp_path / "s.zarr")
     assert r.exit_code == 2, r.output
     assert "HF_HUB_OFFLINE" in r.output
+
+
+def test_an_encoder_file_width_the_model_does_not_give_exits_2_naming_both_widths(tmp_path):
+    """A user's record that declares the wrong width is bad input (exit 2), not our bug: the message names the
+    encoder, the width declared, the width measured and the fix."""
+    f = tmp_path / "spec.toml"
+    f.write_text('[[encoder]]\nname = "my-vit"\nfamily = "general"\nsource = "timm"\n'
+                 'model_id = "vit_tiny_patch16_224"\nwidth = 200\ninput_size = 32\npretrained = false\n'
+                 'init_seed = 0\npooling = "mean"\nkwargs = { img_size = 32 }\n')  # vit_tiny gives 192
+    r = invoke("extract", "--encoder-file", f, "-e", "my-vit", "-d", "demo_fundus", "--size", "0.05",
+               "--no-perturb", "--store", tmp_path / "s.zarr")
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert "'my-vit'" in text and "200" in text and "192" in text and "width" in text and "encoder file" in text

@@ -1,5 +1,5 @@
 """The local extraction loop never waits for the device: over every modality suite, through the real
-pipeline (``extract`` -> ``_run_units_locally``), each batch (an encoder's chunk of one condition) moves
+pipeline (``extract`` -> ``local.run_units_locally``), each batch (an encoder's chunk of one condition) moves
 data from the device to the host exactly once -- the asynchronous copy of its embeddings into a host
 buffer (``HostBuffers.stage``) -- and reads no scalar and computes no data-dependent shape on the device.
 
@@ -10,9 +10,9 @@ data-dependent shape computed from one (``nonzero``, ``masked_select``, boolean 
 or a copy of one into an unmarked tensor, ``.cpu()``, ``.numpy()`` or ``.tolist()`` of one.
 
 Bound, per batch: 1 device-to-host copy, 0 scalar reads, 0 data-dependent shapes. Ops inside
-``perturb.apply`` are not counted yet (``COUNT_INSIDE_PERTURB``): its noise is still drawn on the host
-and synchronises; its counter-based, device-side generator (issue 41, part A) removes that, and this
-flag is then set to True.
+``perturb.apply`` are counted too (``COUNT_INSIDE_PERTURB``): its noise comes from the counter-based
+generator on the device (``crs.extract.noise``), and the families whose codec runs on the host (JPEG)
+are applied by the DataLoader workers, not in this loop.
 """
 
 import weakref

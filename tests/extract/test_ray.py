@@ -22,7 +22,7 @@ from crs.store import Store  # noqa: E402
 # one local Ray instance and one local-executor store for the module once
 pytestmark = pytest.mark.slow
 
-RUN = dict(size=0.05, chunk=16, severities=(2,), ray_options={"actors": 1})
+RUN = dict(size=0.05, chunk=16, severities=(2,), ray={"actors": 1})
 DATA = "demo_fundus"
 
 
@@ -40,7 +40,7 @@ def cluster():
 def local(tmp_path_factory):
     """The local executor's store (demo-vit: matrix products, where thread counts could show)."""
     path = tmp_path_factory.mktemp("local") / "local.zarr"
-    run = extract(Store(str(path)), "demo-vit", DATA, **{**RUN, "ray_options": None})
+    run = extract(Store(str(path)), "demo-vit", DATA, **{**RUN, "ray": None})
     assert run.complete
     return path, run
 
@@ -150,7 +150,7 @@ def test_ray_arrays_record_the_weights_and_cost_of_a_local_run(cluster, tmp_path
         return dict(store.open_embedding(DATA, "demo-vit", cond).group.attrs)
 
     got = attrs()
-    want = model_cost(load(encoders.get("demo-vit"), "cpu"))  # what the local executor records (run.record_cost)
+    want = model_cost(load(encoders.get("demo-vit"), "cpu"))  # what the local executor records (prepare.record_cost)
     assert got["weights"] == want["weights"] and got["weights"]["source"]
     cost = got["cost"]
     assert {k: v for k, v in cost.items() if k not in ("images_per_s", "seconds")} == {**want["cost"], "device": "cpu"}

@@ -14,6 +14,7 @@ from PIL import Image
 
 from crs.extract import perturb, units
 from crs.extract.images import decode
+from crs.extract.options import ExtractOptions
 from crs.extract.run import extract, extract_many
 from crs.extract.table import Table
 from crs.store import Store
@@ -121,7 +122,7 @@ def test_several_encoders_decode_and_perturb_once_write_what_one_writes_and_resu
     extract(alone, _encoders()[0], "demo_fundus", **kw)
     calls = _count_calls(monkeypatch)
     store = Store(str(tmp_path / "together.zarr"))
-    runs = extract_many(store, _encoders(), "demo_fundus", **kw)
+    runs = extract_many(store, _encoders(), "demo_fundus", ExtractOptions(**kw))
     assert [r.encoder for r in runs] == ENCODERS and all(r.complete for r in runs)
     n_chunks = store.open_embedding("demo_fundus", ENCODERS[0], "clean").n_chunks
     assert n_chunks > 1 and sorted(calls["decode"]) == list(range(n_chunks))  # once, not once per encoder
@@ -136,7 +137,7 @@ def test_several_encoders_decode_and_perturb_once_write_what_one_writes_and_resu
     digest = store.content_digest("demo_fundus", ENCODERS[0])
     store.open_embedding("demo_fundus", ENCODERS[1], "clean").group["done"][1] = False  # chunk 1 pending again
     calls["decode"].clear(), calls["apply"].clear()
-    runs = extract_many(store, _encoders(), "demo_fundus", **kw)
+    runs = extract_many(store, _encoders(), "demo_fundus", ExtractOptions(**kw))
     assert calls["decode"] == [1] and calls["apply"] == []  # a clean chunk: decoded, nothing perturbed
     assert [r.chunks_written for r in runs] == [0, 1] and all(r.complete for r in runs)
     assert store.content_digest("demo_fundus", ENCODERS[0]) == digest
