@@ -27,9 +27,10 @@ import math
 import time
 from typing import NamedTuple
 
-import bootstrap_coverage as bc
 import numpy as np
 from scipy.optimize import brentq
+
+import bootstrap_coverage as bc
 
 SEEDS = bc.SEEDS
 VERSIONS = ("1", "2")

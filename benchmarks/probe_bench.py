@@ -495,8 +495,8 @@ DEMO_L2 = (1e-3, 1e-2, 1e-1, 1.0)
 
 def small_pairs(store_path: str | None, seeds):
     """The nine pairs: [(name, task, K, Xtr, ytr, Xte, yte, order, sizes)], standardised as crs probe does."""
-    from crs.probe import subsets
     from crs.config import DEFAULT_FRACTIONS
+    from crs.probe import subsets
 
     out = []
     if store_path is None:

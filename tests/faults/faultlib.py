@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "tests" / "golden"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fingerprint as fp  # noqa: E402
+
 import forkrun  # noqa: E402
 
 ENCODERS = ("demo-stats", "demo-resnet")

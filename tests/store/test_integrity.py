@@ -4,7 +4,6 @@ redo exactly the lost chunks; `verify` lists each damage and `verify(repair=True
 commands restore the store to equality."""
 
 import dataclasses
-import os
 import shutil
 from pathlib import Path
 

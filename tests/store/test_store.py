@@ -9,8 +9,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crs.errors import UserError
-from crs.store import (SCHEMA_VERSION, DatasetTable, EmbeddingShape, LockHeld, Store, StoreError, dataset_lock,
-                       extraction_lock, store_key, store_order)
+from crs.store import (
+    SCHEMA_VERSION,
+    DatasetTable,
+    EmbeddingShape,
+    LockHeld,
+    Store,
+    StoreError,
+    dataset_lock,
+    extraction_lock,
+    store_key,
+    store_order,
+)
 
 
 def table(name="toy", n=10, task="multiclass"):
