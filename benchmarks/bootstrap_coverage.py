@@ -217,7 +217,7 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator, encode
         delta = enc.strength * ds.base
         common = math.sqrt(RHO) * z + math.sqrt(LAM) * rng.standard_normal(ds.n)
 
-        def score(d: float | np.ndarray) -> np.ndarray:
+        def score(d: float | np.ndarray, common: np.ndarray = common) -> np.ndarray:
             return d * y + common + rest * rng.standard_normal(ds.n)
 
         clean = score(delta)

@@ -533,7 +533,7 @@ def small_engine(store_path, seeds, max_iter, tol, out_path, side_by_side=False)
 
     compile_cache()  # as crs probe does: $CRS_JAX_CACHE
     saved, times = {}, {"first": [], "second": [], "first_cpu": [], "second_cpu": []}
-    for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
+    for p, (_name, task, K, Xtr, ytr, _Xte, _yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
         T, known = float_targets(ytr, task, K)
         # numpy in, as ``crs.probe.heads`` passes them (a jnp.asarray of each new shape compiles a program)
         args = (np.asarray(Xtr, np.float32), np.asarray(T, np.float32), np.asarray(known, np.float32),
@@ -583,7 +583,7 @@ def small(store_path, seeds, workers, max_iter, tol, log, side_by_side=False) ->
             stage = _stage_times(store_path, tmp, log, variants)
     fits = runs["cold"]
     jobs, where = [], []
-    for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(pairs):
+    for p, (*_, order, sizes) in enumerate(pairs):
         for s in range(len(seeds)):
             for f, m in enumerate(sizes):
                 for li, lam in enumerate(DEMO_L2):

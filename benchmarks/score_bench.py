@@ -189,8 +189,8 @@ def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds
         target = np.eye(k, dtype=np.int8)[y]
         known = np.ones_like(target, dtype=bool)
 
-        def probs(noise: float, z0: np.ndarray | None = None) -> np.ndarray:
-            z = 1.5 * target + noise * rng.normal(size=(n, k)) if z0 is None else z0
+        def probs(noise: float, z0: np.ndarray | None = None, target: np.ndarray = target) -> np.ndarray:
+            z = 1.5 * target + noise * rng.normal(size=target.shape) if z0 is None else z0
             p = np.exp(z - z.max(-1, keepdims=True))
             return (p / p.sum(-1, keepdims=True)).astype(np.float32)
 
@@ -423,7 +423,8 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
         try:
             arr = self.root[where]
         except KeyError:
-            raise StoreError(f"no {what} in {self.path!r}; run `crs probe --encoder {encoder} --dataset {dataset}`")
+            raise StoreError(
+                f"no {what} in {self.path!r}; run `crs probe --encoder {encoder} --dataset {dataset}`") from None
         attrs = dict(arr.attrs)
     if "condition" not in attrs:
         raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "

@@ -282,7 +282,7 @@ def check_same_settings(results, pairs, store: str | None = None) -> None:
         found = probe_settings(path(results, encoder, dataset))
         if found is not None:
             groups.setdefault((str(found[0].get("head")), dataset), {})[encoder] = found
-    for (head, dataset), by_encoder in sorted(groups.items()):
+    for (_head, dataset), by_encoder in sorted(groups.items()):
         kinds: dict[str, list[str]] = {}
         for encoder, (settings, _) in sorted(by_encoder.items()):
             kinds.setdefault(_canonical(settings), []).append(encoder)

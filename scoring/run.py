@@ -39,9 +39,10 @@ __all__ = ["METRIC_TABLE", "Scores", "check_probe_runs", "score"]
 
 MEDIAN = core.MEDIAN
 UNITS = ("seed", "image", "both")
+DEFAULT_OPTIONS = ScoreOptions()  # frozen: one instance serves every call that passes none
 
 
-def score(records: pl.DataFrame, options: ScoreOptions = ScoreOptions(), *, store=None, results=None) -> Scores:
+def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, store=None, results=None) -> Scores:
     """Score run records by docs/crs-v2.md (``options.crs_version`` "2", the default) or docs/crs-v1.md ("1"): axes,
     q, components, CRS, ranks, bootstrap and tiers. v2's calibration axis is read from the store's test
     probabilities (``calibration_axis``), so v2 needs ``store``.

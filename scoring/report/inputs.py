@@ -125,7 +125,7 @@ def per_dataset_board(per_dataset: pl.DataFrame) -> pl.DataFrame:
     if not per_dataset.height:
         return per_dataset
     frames = []
-    for (dataset,), g in per_dataset.group_by("dataset", maintain_order=True):
+    for (_dataset,), g in per_dataset.group_by("dataset", maintain_order=True):
         g = g.with_columns(
             crs_rank=pl.Series(rank_desc(g["crs"].to_numpy())),
             auroc=pl.col("discrimination"),
