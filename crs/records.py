@@ -297,7 +297,8 @@ def check_same_settings(results, pairs, store: str | None = None) -> None:
         raise MixedSettings(
             f"the encoders compared on {dataset} were probed with different settings ({described}); scores "
             "compare encoders only under one probe protocol (a `crs probe` stopped part-way leaves such a mix). "
-            f"To repair, probe them alike, e.g. with the newest run's settings: {_probe_again(results, store, newest, differ)}")
+            "To repair, probe them alike, e.g. with the newest run's settings: "
+            f"{_probe_again(results, store, newest, differ)}")
 
 
 def _canonical(settings: dict) -> str:
