@@ -44,8 +44,8 @@ of every encoder to encoder 0 (the true leader), (b) each axis averaged over dat
 Monte Carlo error of a coverage near 0.95 over R replications: 1.96 sqrt(0.95 * 0.05 / R),
 +/- 1.5 % at R = 811. Each row is also given for the basic interval, a candidate fix.
 ``--calibration`` runs only the study of C's estimator (crs's binned ECE against two debiased
-candidates: per bin |gap|, and the squared calibration error). Findings: docs/bootstrap-coverage.md. Usage (one JSON line per scenario, unit and
-interval, then a summary line):
+candidates: per bin |gap|, and the squared calibration error). Findings: docs/bootstrap-coverage.md.
+Usage (one JSON line per scenario, unit and interval, then a summary line):
 
     python benchmarks/bootstrap_coverage.py [--replications 800] [--bootstrap 200] [--quick]
         [--scenario mixed|small|large|all] [--seed 0] [--every N] [--calibration]
@@ -217,7 +217,7 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator, encode
         delta = enc.strength * ds.base
         common = math.sqrt(RHO) * z + math.sqrt(LAM) * rng.standard_normal(ds.n)
 
-        def score(d: float | np.ndarray) -> np.ndarray:
+        def score(d: float | np.ndarray, common: np.ndarray = common) -> np.ndarray:
             return d * y + common + rest * rng.standard_normal(ds.n)
 
         clean = score(delta)

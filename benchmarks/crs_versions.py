@@ -27,9 +27,10 @@ import math
 import time
 from typing import NamedTuple
 
-import bootstrap_coverage as bc
 import numpy as np
 from scipy.optimize import brentq
+
+import bootstrap_coverage as bc
 
 SEEDS = bc.SEEDS
 VERSIONS = ("1", "2")
@@ -107,43 +108,42 @@ def _true_one(enc: bc.Encoder, ds: bc.Dataset, version: str) -> np.ndarray:
 def power_pair(gap: float, datasets) -> tuple[tuple[bc.Encoder, ...], tuple[bc.Encoder, ...]]:
     """(A, B) per dataset: B's true D, L, R are A's plus ``gap`` exactly and its v2 calibration error A's
     minus ``gap``, on every dataset (each parameter solved with brentq)."""
-    a_per, b_per = [], []
-    for ds in datasets:
-        a = BASE
-        ta = {v: _true_one(a, ds, v) for v in VERSIONS}
-        if gap == 0.0:
-            a_per.append(a)
-            b_per.append(a)
-            continue
-        d_b = ta["1"][0] + gap
-        strength = math.sqrt(2) * _ndtri(d_b) / ds.base
-        delta = strength * ds.base
+    pairs = [_pair_one(gap, ds) for ds in datasets]
+    return tuple(a for a, _ in pairs), tuple(b for _, b in pairs)
 
-        def l_of(k: float) -> float:
-            b = a._replace(strength=strength, low=tuple(h * k for h in a.low))
-            return _true_one(b, ds, "1")[2]
 
-        k_low = brentq(lambda k: l_of(k) - (ta["1"][2] + gap), 0.5, 1.0 / min(a.low) - 1e-9)
+def _pair_one(gap: float, ds) -> tuple[bc.Encoder, bc.Encoder]:
+    """(A, B) on one dataset, as ``power_pair`` describes."""
+    a = BASE
+    ta = {v: _true_one(a, ds, v) for v in VERSIONS}
+    if gap == 0.0:
+        return a, a
+    d_b = ta["1"][0] + gap
+    strength = math.sqrt(2) * _ndtri(d_b) / ds.base
+    delta = strength * ds.base
 
-        def r_of(k: float) -> float:
-            b = a._replace(strength=strength, perturbed=tuple(min(r * k, 1.2) for r in a.perturbed),
-                           shift=a.shift * k)
-            return _true_one(b, ds, "1")[3]
+    def l_of(k: float) -> float:
+        b = a._replace(strength=strength, low=tuple(h * k for h in a.low))
+        return _true_one(b, ds, "1")[2]
 
-        k_rob = brentq(lambda k: r_of(k) - (ta["1"][3] + gap), 0.5, 1.0 / max(a.perturbed) - 1e-9)
-        b = a._replace(strength=strength, low=tuple(h * k_low for h in a.low),
-                       perturbed=tuple(r * k_rob for r in a.perturbed), shift=a.shift * k_rob)
-        ce_a = 1.0 - ta["2"][1]
+    k_low = brentq(lambda k: l_of(k) - (ta["1"][2] + gap), 0.5, 1.0 / min(a.low) - 1e-9)
 
-        def ce_of(t: float) -> float:  # t in [0, 1]: slope and offset moved towards calibrated
-            c = b._replace(gamma=b.gamma + t * (1.0 - b.gamma), beta=b.beta * (1.0 - t))
-            return population_ce(delta, ds.prevalence, c)
+    def r_of(k: float) -> float:
+        b = a._replace(strength=strength, perturbed=tuple(min(r * k, 1.2) for r in a.perturbed),
+                       shift=a.shift * k)
+        return _true_one(b, ds, "1")[3]
 
-        t = brentq(lambda t: ce_of(t) - max(ce_a - gap, 0.0), 0.0, 1.0) if ce_of(1.0) < ce_a - gap else 1.0
-        b = b._replace(gamma=b.gamma + t * (1.0 - b.gamma), beta=b.beta * (1.0 - t))
-        a_per.append(a)
-        b_per.append(b)
-    return tuple(a_per), tuple(b_per)
+    k_rob = brentq(lambda k: r_of(k) - (ta["1"][3] + gap), 0.5, 1.0 / max(a.perturbed) - 1e-9)
+    b = a._replace(strength=strength, low=tuple(h * k_low for h in a.low),
+                   perturbed=tuple(r * k_rob for r in a.perturbed), shift=a.shift * k_rob)
+    ce_a = 1.0 - ta["2"][1]
+
+    def ce_of(t: float) -> float:  # t in [0, 1]: slope and offset moved towards calibrated
+        c = b._replace(gamma=b.gamma + t * (1.0 - b.gamma), beta=b.beta * (1.0 - t))
+        return population_ce(delta, ds.prevalence, c)
+
+    t = brentq(lambda t: ce_of(t) - max(ce_a - gap, 0.0), 0.0, 1.0) if ce_of(1.0) < ce_a - gap else 1.0
+    return a, b._replace(gamma=b.gamma + t * (1.0 - b.gamma), beta=b.beta * (1.0 - t))
 
 
 def _ndtri(p: float) -> float:

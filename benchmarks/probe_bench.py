@@ -179,7 +179,8 @@ The last line of output is one JSON object (see ``main``). Usage:
     python benchmarks/probe_bench.py                 # 20,000 x 768, 5 classes, 280 probes, + multi-label
     python benchmarks/probe_bench.py --quick         # a small run for a smoke test
     python benchmarks/probe_bench.py --small [--store crs-demo/store.zarr]   # the demo's nine pairs
-    python benchmarks/probe_bench.py --small --side-by-side --store crs-demo/store.zarr  # and the L2 values side by side
+    # and the L2 values side by side:
+    python benchmarks/probe_bench.py --small --side-by-side --store crs-demo/store.zarr
     python benchmarks/probe_bench.py --compile-only  # compiling the 20,000 x 768 grid alone, per solver loop
 """
 
@@ -202,7 +203,8 @@ def embeddings(n: int, F: int, K: int, rng: np.random.Generator, multilabel: boo
 
     Returns X [n, F] float32 and labels: class index [n] (multiclass) or {1, 0, -1} [n, K].
     """
-    spectrum = (1.0 + np.arange(F)) ** -SPECTRUM_DECAY  # variance per principal direction, decaying like real embeddings
+    # variance per principal direction, decaying like real embeddings
+    spectrum = (1.0 + np.arange(F)) ** -SPECTRUM_DECAY
     basis, _ = np.linalg.qr(rng.normal(size=(F, F)))
     latent = rng.normal(size=(n, F)) * np.sqrt(spectrum)
     signal_dims = min(F, 96)
@@ -285,7 +287,8 @@ def sk_all(X, labels, jobs, task, tol, max_iter, K, n_jobs, inits=None, float64=
         with threadpool_limits(1):
             return sk_fit(X, labels, rows, l2, task, tol, max_iter, K, init, float64)
 
-    return Parallel(n_jobs=n_jobs, backend="loky")(delayed(one)(rows, l2, init) for (rows, l2), init in zip(jobs, inits))
+    return Parallel(n_jobs=n_jobs, backend="loky")(
+        delayed(one)(rows, l2, init) for (rows, l2), init in zip(jobs, inits))
 
 
 # ----------------------------------------------------------------------------- agreement
@@ -470,7 +473,8 @@ def bench(task, n, n_test, F, K, seeds, fractions, l2, workers, max_iter, tol, l
     f_ours = np.array([objective64(Xtr, ytr, rows, lam, W[i], b[i], task) for i, (rows, lam) in enumerate(sk_jobs)])
     f_ref = np.array([objective64(Xtr, ytr, rows, lam, Wr, br, task) for (rows, lam), (Wr, br) in zip(sk_jobs, tight)])
     gap = (f_ours - f_ref) / np.abs(f_ref)
-    log(f"  agreement with tightly converged scikit-learn ({n_sk} probes): test AUROC |diff| max {np.nanmax(diff):.2e}, "
+    log(f"  agreement with tightly converged scikit-learn ({n_sk} probes): "
+        f"test AUROC |diff| max {np.nanmax(diff):.2e}, "
         f"median {np.nanmedian(diff):.2e}; objective relative gap max {gap.max():.2e} "
         f"(negative: ours lower)")
     g_s, d_s = cpu_efficiency(Xtr, ytr, task, order, sizes, l2, K)
@@ -497,8 +501,8 @@ DEMO_L2 = (1e-3, 1e-2, 1e-1, 1.0)
 
 def small_pairs(store_path: str | None, seeds):
     """The nine pairs: [(name, task, K, Xtr, ytr, Xte, yte, order, sizes)], standardised as crs probe does."""
-    from crs.probe import subsets
     from crs.config import DEFAULT_FRACTIONS
+    from crs.probe import subsets
 
     out = []
     if store_path is None:
@@ -536,7 +540,7 @@ def small_engine(store_path, seeds, max_iter, tol, out_path, side_by_side=False)
 
     compile_cache()  # as crs probe does: $CRS_JAX_CACHE
     saved, times = {}, {"first": [], "second": [], "first_cpu": [], "second_cpu": []}
-    for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
+    for p, (_name, task, K, Xtr, ytr, _Xte, _yte, order, sizes) in enumerate(small_pairs(store_path, seeds)):
         T, known = float_targets(ytr, task, K)
         # numpy in, as ``crs.probe.heads`` passes them (a jnp.asarray of each new shape compiles a program)
         data = TrainingSet(np.asarray(Xtr, np.float32), np.asarray(T, np.float32), np.asarray(known, np.float32),
@@ -577,7 +581,8 @@ def small(store_path, seeds, workers, max_iter, tol, log, side_by_side=False) ->
                 subprocess.run(cmd + (["--side-by-side"] if v else []), env=env, check=True)
                 wall = time.perf_counter() - t0
                 runs[v + which] = dict(np.load(out))
-                log(f"  engine{' (side by side)' if v else ''}, {which:9s}: fits {runs[v + which]['first'].sum():6.2f} s "
+                log(f"  engine{' (side by side)' if v else ''}, {which:9s}: "
+                    f"fits {runs[v + which]['first'].sum():6.2f} s "
                     f"(process {wall:.1f} s); per pair " + " ".join(f"{t:.1f}" for t in runs[v + which]["first"]))
         for v in variants:
             log(f"  engine{' (side by side)' if v else ''}, warm (same process, second fit): "
@@ -586,7 +591,7 @@ def small(store_path, seeds, workers, max_iter, tol, log, side_by_side=False) ->
             stage = _stage_times(store_path, tmp, log, variants)
     fits = runs["cold"]
     jobs, where = [], []
-    for p, (name, task, K, Xtr, ytr, Xte, yte, order, sizes) in enumerate(pairs):
+    for p, (*_, order, sizes) in enumerate(pairs):
         for s in range(len(seeds)):
             for f, m in enumerate(sizes):
                 for li, lam in enumerate(DEMO_L2):
@@ -646,8 +651,8 @@ def _stage_times(store_path: str, tmp: str, log, variants=("",)) -> dict:
             for d in os.listdir(os.path.join(copy, "datasets")):
                 shutil.rmtree(os.path.join(copy, "datasets", d, "predictions"), ignore_errors=True)
             env = {**os.environ, "CRS_JAX_CACHE": os.path.join(tmp, f"stage-jax-cache-{v}")}
-            argv = ["crs", "probe", "--all", "--store", copy, "--results", os.path.join(tmp, f"stage-{v}{which}-results"),
-                    "-q"]
+            argv = ["crs", "probe", "--all", "--store", copy,
+                    "--results", os.path.join(tmp, f"stage-{v}{which}-results"), "-q"]
             patch = "import crs.probe.core as c; c.warm_path = lambda *a, **k: False; " if v else ""
             code = f"{patch}import sys; from crs.cli import main; sys.argv = {argv!r}; main()"
             t0 = time.perf_counter()

@@ -176,8 +176,9 @@ def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds
     per seed; timed on one encoder and scaled by encoders. As the probe fits them, the seeds'
     arrays at fraction 1 are one array (``shared_full``: the whole training set is one problem,
     one probe for every seed), so the image part scores it once; ``shared_full=False`` gives
-    them different last bits (~1e-6), as the probe did before, so no array is shared. 'before': ``run_axes`` without a batch (the exact kernel per array), timed on
-    one (encoder, seed) and scaled by encoders x seeds.
+    them different last bits (~1e-6), as the probe did before, so no array is shared. 'before':
+    ``run_axes`` without a batch (the exact kernel per array), timed on one (encoder, seed) and
+    scaled by encoders x seeds.
     """
     from crs.scoring import resample
 
@@ -189,8 +190,8 @@ def default_unit_cost(test_sets: list[tuple[int, int]], n_encoders: int, n_seeds
         target = np.eye(k, dtype=np.int8)[y]
         known = np.ones_like(target, dtype=bool)
 
-        def probs(noise: float, z0: np.ndarray | None = None) -> np.ndarray:
-            z = 1.5 * target + noise * rng.normal(size=(n, k)) if z0 is None else z0
+        def probs(noise: float, z0: np.ndarray | None = None, target: np.ndarray = target) -> np.ndarray:
+            z = 1.5 * target + noise * rng.normal(size=target.shape) if z0 is None else z0
             p = np.exp(z - z.max(-1, keepdims=True))
             return (p / p.sum(-1, keepdims=True)).astype(np.float32)
 
@@ -423,7 +424,8 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
         try:
             arr = self.root[where]
         except KeyError:
-            raise StoreError(f"no {what} in {self.path!r}; run `crs probe --encoder {encoder} --dataset {dataset}`")
+            raise StoreError(
+                f"no {what} in {self.path!r}; run `crs probe --encoder {encoder} --dataset {dataset}`") from None
         attrs = dict(arr.attrs)
     if "condition" not in attrs:
         raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "
@@ -524,7 +526,8 @@ def main() -> None:
     ap.add_argument("--default-only", action="store_true", help="time only the default unit's image part (part 5)")
     ap.add_argument("--after-only", action="store_true", help="part 5: leave out the exact per-run timing")
     ap.add_argument("--jittered-full", action="store_true",
-                    help="part 5: the seeds' fraction-1 arrays differ in the last bits (the probe before it shared them)")
+                    help="part 5: the seeds' fraction-1 arrays differ in the last bits "
+                         "(the probe before it shared them)")
     ap.add_argument("--test-sets", default="5000x8,730x5,500x5", help="part 5: test images x classes per dataset")
     ap.add_argument("--end-to-end", action="store_true",
                     help="part 6 alone: `crs score` with the default settings on a paper-scale store, per phase")

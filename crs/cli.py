@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from crs import provenance
 from crs.commands import datasets, extract, listings, perturbations, probe, run, score, store
 from crs.commands.exits import on_sigterm
 from crs.errors import BadInput
@@ -53,8 +54,6 @@ app.add_typer(store_app, name="store")
 
 def _version(value: bool) -> None:
     if value:
-        from crs import provenance
-
         print(provenance.version_line())
         raise typer.Exit(0)
 

@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 import types
 import typing
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -90,7 +90,7 @@ def parameter(path: Path_, base: config.Config) -> inspect.Parameter:
                                  annotation=Annotated[bool, opt])
     opt = typer.Option(*meta["flags"], help=help_, show_default=_default_text(f, path, base))
     return inspect.Parameter(param_name(path), inspect.Parameter.KEYWORD_ONLY, default=None,
-                             annotation=Annotated[Optional[_cli_type(f, tp)], opt])
+                             annotation=Annotated[_cli_type(f, tp) | None, opt])
 
 
 def read(paths: list[Path_], values: dict) -> dict[Path_, Any]:

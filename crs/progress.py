@@ -148,7 +148,7 @@ class LineProgress:
         while not self._stop.wait(self.interval):
             self.log()
 
-    def __enter__(self) -> "LineProgress":
+    def __enter__(self) -> LineProgress:
         self._thread = threading.Thread(target=self._run, name="crs-progress-log", daemon=True)
         self._thread.start()
         return self

@@ -15,11 +15,17 @@ them leaves the old run records, whose generation the new pieces do not carry.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
+import polars as pl
+
 from crs.errors import UserError
+from crs.files import atomic_write
 
 # name -> (polars dtype name, meaning)
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -98,8 +104,6 @@ def selection_path(results, encoder: str, dataset: str) -> Path:
 
 def read(results):
     """Every run-record file under ``RESULTS/run_records`` as one polars DataFrame; MissingRunRecords if none."""
-    import polars as pl
-
     files = sorted(records_dir(results).glob("*.parquet"))
     if not files:
         raise MissingRunRecords(f"no run records under {records_dir(results)}; run `crs probe --all` first, or "
@@ -110,8 +114,6 @@ def read(results):
 def read_checked(target: Path):
     """One run-record file, its values checked against the digest its writer recorded (files written
     before digests: unchecked); ``DamagedRecords`` (exit 2) naming the file and the probe that rewrites it."""
-    import polars as pl
-
     try:
         frame = pl.read_parquet(target)
     except (OSError, pl.exceptions.PolarsError) as exc:
@@ -128,12 +130,6 @@ def read_checked(target: Path):
 def frame_digest(frame) -> str:
     """sha256 of a table's column names, types, null masks and values (numbers as their bytes), whatever
     the Parquet encoding that carried them."""
-    import hashlib
-    import json
-
-    import numpy as np
-    import polars as pl
-
     h = hashlib.sha256()
     for name in frame.columns:
         col = frame[name]
@@ -148,16 +144,12 @@ def frame_digest(frame) -> str:
 
 def write_parquet(target: Path, frame, generation: str, metadata: Mapping[str, str] | None = None) -> None:
     """``frame`` to ``target`` whole (``crs.files.atomic_write``), its metadata naming ``generation``."""
-    from crs.files import atomic_write
-
     meta = {**(metadata or {}), GENERATION: generation, DIGEST: frame_digest(frame)}
     atomic_write(Path(target), lambda tmp: frame.write_parquet(tmp, metadata=meta))
 
 
 def metadata(target: Path) -> dict[str, str]:
     """The Parquet key-value metadata of ``target`` ({} for a file without, or no file)."""
-    import polars as pl
-
     target = Path(target)
     if not target.exists():
         return {}
@@ -211,8 +203,6 @@ def recorded_store(results) -> str | None:
 
 def _beside(results: Path, store: str) -> str:
     """A recorded store path (relative to the results folder, or absolute, or a URL) as a command names it."""
-    import os
-
     if "://" in store or os.path.isabs(store):
         return store
     return os.path.normpath(os.path.join(results, store))
@@ -251,8 +241,6 @@ _FLAGS = (("head", "--head", str), ("seeds", "--seeds", len), ("fractions", "--f
 
 def probe_settings(target: Path) -> tuple[dict, str] | None:
     """(the probe settings, when they were recorded) of a run-record file; None for files that record none."""
-    import json
-
     raw = metadata(target).get(PROVENANCE)
     if raw is None:
         return None
@@ -282,7 +270,7 @@ def check_same_settings(results, pairs, store: str | None = None) -> None:
         found = probe_settings(path(results, encoder, dataset))
         if found is not None:
             groups.setdefault((str(found[0].get("head")), dataset), {})[encoder] = found
-    for (head, dataset), by_encoder in sorted(groups.items()):
+    for (_head, dataset), by_encoder in sorted(groups.items()):
         kinds: dict[str, list[str]] = {}
         for encoder, (settings, _) in sorted(by_encoder.items()):
             kinds.setdefault(_canonical(settings), []).append(encoder)
@@ -297,12 +285,11 @@ def check_same_settings(results, pairs, store: str | None = None) -> None:
         raise MixedSettings(
             f"the encoders compared on {dataset} were probed with different settings ({described}); scores "
             "compare encoders only under one probe protocol (a `crs probe` stopped part-way leaves such a mix). "
-            f"To repair, probe them alike, e.g. with the newest run's settings: {_probe_again(results, store, newest, differ)}")
+            "To repair, probe them alike, e.g. with the newest run's settings: "
+            f"{_probe_again(results, store, newest, differ)}")
 
 
 def _canonical(settings: dict) -> str:
-    import json
-
     return json.dumps(settings, sort_keys=True, default=str)
 
 

@@ -10,8 +10,10 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from crs.conditions import parse
 from crs.errors import BadInput
-from crs.scoring.axes import FRACTION_TOL
+from crs.scoring.axes import FRACTION_TOL, retain
+from crs.scoring.bootstrap import resample_seeds, seed_weights
 from crs.scoring.crs import combine, dominates
 
 SIMPLEX_STEP = 0.05
@@ -132,9 +134,6 @@ def robustness_detail(used: pl.DataFrame) -> pl.DataFrame:
     ``used`` is ``axes.used_rows`` output; retention is docs/crs-v1.md's retain(A(1, c)) with
     the seed's own D. Shift conditions have family 'shift' and a null severity.
     """
-    from crs.conditions import parse
-    from crs.scoring.axes import retain
-
     full = used.filter(pl.col("full"))
     d = full.filter(pl.col("kind") == "clean").select("encoder", "dataset", "seed", d=pl.col("auroc"))
     rows = (
@@ -168,8 +167,6 @@ def label_efficiency_curve(
         clean, on=["encoder", "dataset", "fraction", "seed"], how="left", maintain_order="left"
     )
     a = grid["auroc"].to_numpy().reshape(keys.height, len(seeds))  # [cell, seed]
-    from crs.scoring.bootstrap import resample_seeds, seed_weights
-
     reps = resample_seeds(seed_weights(draw, len(seeds)), a)  # [replicate, cell]
     tail = 100.0 * (1.0 - confidence) / 2.0
     low, high = np.percentile(reps, [tail, 100.0 - tail], axis=0)

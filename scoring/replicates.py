@@ -21,6 +21,7 @@ from crs.scoring.bootstrap import (
 from crs.scoring.caveats import say_if_few_seeds, say_if_no_interval
 from crs.scoring.comparison import Comparison
 from crs.scoring.options import ScoreOptions
+from crs.scoring.predictions import MissingPredictions, calibration_errors, image_bootstrap_axes
 
 
 class Bootstrap(NamedTuple):
@@ -54,8 +55,6 @@ def calibration_axis(by_seed: pl.DataFrame, store, encoders, datasets, errors: d
     probabilities at fraction 1 (docs/crs-v2.md section 1). ``errors``: {(encoder, dataset, seed): error} the
     image bootstrap computed as it read them; None reads them here. A store without them is refused
     (BadInput) saying what to do."""
-    from crs.scoring.predictions import MissingPredictions, calibration_errors
-
     seeds = sorted(by_seed.get_column("seed").unique().to_list())
     if errors is None:
         try:
@@ -85,8 +84,6 @@ def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, st
     x_rep = None
     errors: dict | None = {} if version != "1" else None  # v2: the clean calibration errors the bootstrap reads
     if unit != "seed":
-        from crs.scoring.predictions import MissingPredictions, image_bootstrap_axes
-
         if store is None:
             warnings.append(
                 f"bootstrap unit {unit!r} needs the stored test probabilities and no store was "

@@ -225,7 +225,6 @@ class AurocDraws:
 
     def compute(self) -> None:
         pending, self._pending = list(self._pending.items()), {}
-        d = self.draw
         for i in range(0, len(pending), _SORT_BLOCK):
             block = pending[i:i + _SORT_BLOCK]
             values = exact_batch([sort_classes(p) for _, p in block], self._masks(), self._small_counts())

@@ -31,6 +31,7 @@ from crs.scoring.caveats import shifted_axis_warnings, tie_warnings
 from crs.scoring.comparison import Comparison, comparison_of, comparison_records
 from crs.scoring.metadata import encoder_metadata
 from crs.scoring.options import ScoreOptions
+from crs.scoring.predictions import MetricsPass, MissingPredictions, ProbeMetrics, prediction_attrs, probe_metrics
 from crs.scoring.ranks import compare
 from crs.scoring.replicates import V2_NEEDS, run_bootstrap
 from crs.scoring.scores import METRIC_TABLE, Scores
@@ -39,9 +40,10 @@ __all__ = ["METRIC_TABLE", "Scores", "check_probe_runs", "score"]
 
 MEDIAN = core.MEDIAN
 UNITS = ("seed", "image", "both")
+DEFAULT_OPTIONS = ScoreOptions()  # frozen: one instance serves every call that passes none
 
 
-def score(records: pl.DataFrame, options: ScoreOptions = ScoreOptions(), *, store=None, results=None) -> Scores:
+def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, store=None, results=None) -> Scores:
     """Score run records by docs/crs-v2.md (``options.crs_version`` "2", the default) or docs/crs-v1.md ("1"): axes,
     q, components, CRS, ranks, bootstrap and tiers. v2's calibration axis is read from the store's test
     probabilities (``calibration_axis``), so v2 needs ``store``.
@@ -108,8 +110,6 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
     attributes of every stored prediction array of the pair that scoring may read: each
     condition of its run records and the validation split. Records from a crs without
     that check pass unchecked."""
-    from crs.scoring.predictions import prediction_attrs
-
     check = getattr(run_records, "check_pair", None)
     if check is None:
         return
@@ -141,16 +141,12 @@ def _metrics_pass(store, cmp: Comparison):
     array, so ``_from_store`` need not read them again), else None."""
     if store is None:
         return None
-    from crs.scoring.predictions import MetricsPass
-
     return MetricsPass(store, cmp.records, cmp.encoders, cmp.datasets)
 
 
 def _from_store(store, cmp: Comparison, warnings: list[str], metrics_pass=None):
     """``predictions.probe_metrics`` where a store is given and holds them, else empty tables; ``metrics_pass``'s
     result where the image bootstrap handed it every pair."""
-    from crs.scoring.predictions import MissingPredictions, ProbeMetrics, probe_metrics
-
     empty = ProbeMetrics(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), [])
     if store is None:
         warnings.append(

@@ -26,6 +26,7 @@ SIGKILL at that point; the kill tests use it to stop a write exactly there.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -36,8 +37,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import polars as pl
+from filelock import FileLock
 
 from crs.errors import UserError, writing_to
+from crs.files import atomic_write
+from crs.records import frame_digest
 
 SCORES_DIR = "scores"
 SCORES_JSON = "scores.json"
@@ -149,12 +153,6 @@ def _write_and_swap(out_dir: Path, tables: Mapping[str, pl.DataFrame], doc: dict
 
 def writer_lock(out_dir: Path):
     """Two runs writing one folder (scores, a report) write one after the other (held for the write only)."""
-    try:
-        from filelock import FileLock
-    except ModuleNotFoundError:  # pragma: no cover - filelock is a dependency
-        import contextlib
-
-        return contextlib.nullcontext()
     return FileLock(str(out_dir.parent / f".{out_dir.name}.lock"), timeout=120)
 
 
@@ -180,29 +178,21 @@ def _fsync_dir(folder: Path) -> None:
 
 def write_table(path: Path, table: pl.DataFrame, generation: str) -> None:
     """One Parquet table outside the set's folder (the metric table), marked with the set's generation."""
-    from crs.files import atomic_write
-
     atomic_write(Path(path), lambda p: table.write_parquet(p, metadata=_table_metadata(table, generation)))
 
 
 def _table_metadata(table: pl.DataFrame, generation: str) -> dict[str, str]:
-    from crs.records import frame_digest
-
     return {GENERATION_KEY: generation, DIGEST_KEY: frame_digest(table)}
 
 
 def doc_digest(doc: dict) -> str:
     """sha256 of scores.json's content without its own digest (keys sorted, so the layout does not count)."""
-    import hashlib
-
     rest = {k: v for k, v in doc.items() if k != DOC_DIGEST}
     return hashlib.sha256(json.dumps(rest, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
 def altered(table: pl.DataFrame, path: Path) -> bool:
     """Whether a table's values differ from the digest its writer recorded (tables written before digests: no)."""
-    from crs.records import frame_digest
-
     want = pl.read_parquet_metadata(path).get(DIGEST_KEY)
     return want is not None and want != frame_digest(table)
 

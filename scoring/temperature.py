@@ -26,7 +26,8 @@ from crs.labels import check_task
 EPS = float(np.finfo(np.float32).eps)
 LOG_T_RANGE = (float(np.log(1 / 20)), float(np.log(20.0)))
 MAX_STEPS = 100  # safeguarded Newton steps (a handful in practice; each bisection halves the bracket)
-_TOL = 1e-12  # stop when a Newton step is this small relative to beta (quadratic convergence: the next error would be ~1e-24)
+# stop when a Newton step is this small relative to beta (quadratic convergence: the next error would be ~1e-24)
+_TOL = 1e-12
 
 
 def logits(probs: np.ndarray, task: str) -> np.ndarray:

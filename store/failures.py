@@ -57,7 +57,8 @@ class Failures:
         # ``writing`` marks as torn (refused on read, repaired by resetting the dataset's chunks), never one
         # that reads as a shorter list of failures
         g.attrs["writing"] = True
-        for k, values in (("image_id", ids), ("file", [rows[i][0] for i in ids]), ("reason", [rows[i][1] for i in ids])):
+        columns = (("image_id", ids), ("file", [rows[i][0] for i in ids]), ("reason", [rows[i][1] for i in ids]))
+        for k, values in columns:
             arr = create_array(g, k, shape=(len(ids),), dtype=str, chunks=(max(1, len(ids)),), overwrite=True)
             arr[:] = np.asarray(values, dtype=str)
         set_attrs(g, {"writing": False, "rows": len(ids), "written": now()})

@@ -2,9 +2,10 @@
 
 Checked: every ``zarr.json`` parses as Zarr v3 metadata; every chunk of the dataset arrays,
 the failures table and the predictions is present (every chunk is stored) and decodes (zstd
-checks each chunk's content checksum); every committed chunk of an embedding array is present, of its committed size, decodes, and its values have the
-committed CRC-32; every chunk of a prediction array is of its committed size and its values have
-the committed CRC-32 (the array's ``commit`` attribute).
+checks each chunk's content checksum); every committed chunk of an embedding array is present,
+of its committed size, decodes, and its values have the committed CRC-32; every chunk of a
+prediction array is of its committed size and its values have the committed CRC-32 (the array's
+``commit`` attribute).
 
 ``repair=True`` makes each damaged part recomputable by the command named in its finding:
 an embedding chunk's commit record is reset (``crs extract`` re-does exactly it); a damaged

@@ -7,8 +7,9 @@ import subprocess
 import sys
 import time
 
-import forkrun
 import pytest
+
+import forkrun
 
 CASES = {
     "exit status and output": ["-c", "import sys; print('out', sys.argv[1:]); print('err', file=sys.stderr); "

@@ -24,7 +24,8 @@ import fingerprint  # noqa: E402
 PRODUCTION_XLA_FLAGS = "CRS_TESTS_PRODUCTION_XLA_FLAGS"  # set by tests/conftest.py
 PRODUCTION_OMP_NUM_THREADS = "CRS_TESTS_PRODUCTION_OMP_NUM_THREADS"  # likewise
 
-REPIN = "if the change is meant to move them, re-pin with `python tests/golden/fingerprint.py --write` and say so in the commit"
+REPIN = ("if the change is meant to move them, re-pin with `python tests/golden/fingerprint.py --write` "
+         "and say so in the commit")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """README.md and the pages of docs/ cannot drift from the code: every `crs` command in their command
-blocks is parsed by the command line as typed (an unknown option or a bad value fails), and the ones that can run in a second
-are run: `crs extract` with --plan, `crs run` with --check (the blocks in order, redirections
+blocks is parsed by the command line as typed (an unknown option or a bad value fails), and the ones
+that can run in a second are run: `crs extract` with --plan, `crs run` with --check (the blocks in order, redirections
 written to files), `crs datasets check` against the README's folders (absent here, so refused with
 the folder named). Every option named in running text (`crs score --bootstrap-unit ...`) must exist.
 """

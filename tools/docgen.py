@@ -99,7 +99,8 @@ def cli_md() -> str:
         lines += [f"## `crs {' '.join(path)}`", "", (cmd.help or "").strip(), ""]
         args = [p for p in cmd.params if p.param_type_name == "argument"]
         if args:
-            lines += ["Arguments: " + ", ".join(f"`{p.name.upper()}`" + (f" ({p.help})" if getattr(p, "help", None) else "") for p in args), ""]
+            described = (f"`{p.name.upper()}`" + (f" ({p.help})" if getattr(p, "help", None) else "") for p in args)
+            lines += ["Arguments: " + ", ".join(described), ""]
         opts = [p for p in cmd.params if p.param_type_name == "option" and not p.hidden]
         if opts:
             lines += ["| option | default | meaning |", "|---|---|---|", *map(_option_row, opts), ""]

@@ -7,8 +7,12 @@ import os
 import sys
 
 from rich.console import Console
+from rich.measure import Measurement
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from crs import config as cfgmod
+from crs import progress as prog
 
 
 class _Console(Console):
@@ -40,8 +44,6 @@ def show(table) -> None:
     if out.is_terminal:
         out.print(table)
         return
-    from rich.measure import Measurement
-
     need = Measurement.get(out, out.options.update(width=10_000), table).maximum
     text_width = out.width
     out.width = max(text_width, need)  # Console.print(width=) cannot go beyond the console's own width
@@ -57,11 +59,6 @@ def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval, un
     task every ``interval`` seconds (``crs.progress.LineProgress``). Both show the average rate since
     the start with the task's unit (``add_task(..., unit=)``, else ``unit``: what the one stage a
     command runs counts), and the time left at that rate."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
-    from rich.text import Text
-
-    from crs import progress as prog
-
     unit = unit or prog.DEFAULT_UNIT
     if not quiet and not err.is_terminal:
         return prog.LineProgress(interval, lambda line: err.print(line, markup=False, highlight=False,

@@ -35,9 +35,9 @@ def datasets_check_cmd(
 ):
     """Validate a dataset, and the shift target it names, as `crs extract` would read them: files, ids, label
     codes, columns, images. Takes every dataset option of `crs extract`. Exit 0 usable, 2 not."""
-    from crs import stages
-    from crs.extract import datasets as dsreg
-    from crs.stages.steps import dataset_options
+    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
+    from crs.stages.steps import dataset_options  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     stages.check_dataset_names([name])
     if sample < 0:
@@ -83,7 +83,7 @@ def _check_shift_target(ds, opts: dict, all_images: bool, sample: int, progress)
     """(the shift target ``ds`` names, its check report, a UserError's message or None); all None where ``ds``
     names none. The target is opened as extraction opens it and checked like ``ds``; where its files are
     usable, ``shift_target_of`` compares its classes and test rows with ``ds``'s."""
-    from crs.extract import datasets as dsreg
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
 
     spec = getattr(ds, "shift_spec", None) or ds.shift_target
     target = report = None
@@ -101,7 +101,7 @@ def _check_shift_target(ds, opts: dict, all_images: bool, sample: int, progress)
 
 def _check_one(ds, all_images: bool, sample: int, progress):
     """``extract.real.check`` of one dataset, with the data stage's label and class checks where it has them."""
-    from crs.extract import real
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
 
     report = real.check(ds, all_images=all_images, sample=sample, progress=progress)
     labels = getattr(real, LABEL_CHECK, None)

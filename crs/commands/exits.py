@@ -53,12 +53,12 @@ def friendly_errors(verbose: bool):
         raise
     except BrokenPipeError:  # the reader went away (`crs encoders -q | head`): nothing is wrong
         quiet_stdout()
-        raise typer.Exit(0)
+        raise typer.Exit(0) from None
     except KeyboardInterrupt as exc:
         what, code = ("terminated (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         err.print(f"[yellow]{what}[/]: everything committed so far is kept; run the same command again to resume",
                   soft_wrap=True)
-        raise typer.Exit(code)
+        raise typer.Exit(code) from None
     except UserError as exc:
         raise _user(exc, verbose) from None
     except OSError as exc:

@@ -21,8 +21,8 @@ def encoders_cmd(
     verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """List the encoder registry (name, family, width, input size, gated, ...)."""
-    from crs import stages
-    from crs.extract import encoders as encreg
+    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs.extract import encoders as encreg  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
 
     with friendly_errors(verbose):
         specs = list(encreg.ENCODERS.values()) + list(stages.encoder_records(encoder_file).values())
@@ -52,8 +52,8 @@ def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False, quiet: QuietOpt =
 
 
 def _list_datasets(as_json: bool, quiet: bool) -> None:
-    from crs.extract import datasets as dsreg
-    from crs.extract import real
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
 
     rows = []
     for name in dsreg.names():

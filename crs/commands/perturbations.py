@@ -30,7 +30,7 @@ def perturbations_cmd(
     as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """Draw every perturbation of a dataset's suite at every severity on one image (a PNG grid)."""
-    from crs.extract import perturb
+    from crs.extract import perturb  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
 
     if table:
         if as_json:
@@ -42,9 +42,9 @@ def perturbations_cmd(
         return
     if dataset is None or out_path is None:
         raise BadInput("pass --dataset NAME and --out grid.png (or --table); a real dataset also needs --root DIR")
-    from crs import stages
-    from crs.extract import datasets as dsreg
-    from crs.stages.steps import dataset_options
+    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
+    from crs.stages.steps import dataset_options  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     stages.check_dataset_names([dataset])
     given[("datasets", "roots")] = stages.parse_roots(given.pop(("datasets", "roots"), None), [dataset])
@@ -58,8 +58,8 @@ def perturbations_cmd(
     modality = ds.modality
     if modality is None:
         raise BadInput(f"dataset {dataset!r} has no modality, so no perturbation suite; pass --modality")
-    import numpy as np
-    import torch
+    import numpy as np  # noqa: PLC0415 -- numpy: keeps crs --help fast
+    import torch  # noqa: PLC0415 -- torch: keeps crs --help fast
 
     img = ds.load_image(row)
     x = torch.from_numpy(np.array(img, copy=True)).permute(2, 0, 1).float().div(255)  # a writable copy

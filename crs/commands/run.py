@@ -58,7 +58,7 @@ def run_cmd(
         cfg, text = _read_config(config)
         if crs_version is not None:
             cfg = cfgmod.with_crs_version(cfg, crs_version)
-        from crs import stages
+        from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
         extra = stages.check_names(cfg, text=text, source=str(config))
         cfg = stages.with_sets(cfg)
@@ -84,8 +84,8 @@ def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str
     """``score.reference`` must be 'auto', 'median' or an encoder the run scores (under the name its results
     go by: the store key of a timm:/hf: id, ENCODER+mlp with the mlp head); a ConfigError naming the key and
     its line otherwise, before any stage runs. Returns the names the run scores."""
-    from crs.extract import encoders as encreg
-    from crs.probe import heads
+    from crs.extract import encoders as encreg  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
+    from crs.probe import heads  # noqa: PLC0415 -- the probe stage (numpy): keeps crs --help fast
 
     ref = cfg.score.reference
     head = heads.get(cfg.probe.head)
@@ -106,7 +106,7 @@ def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str
 
 
 def _run_stages(cfg, *, quiet, text="", source="", force=False, store_hint=""):
-    from crs import stages
+    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     with progress_bar(quiet, cfg.log_interval) as progress:
         return stages.run(cfg, progress, text=text, source=source, force=force, store_hint=store_hint, quiet=quiet)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from typing import Annotated
 
@@ -22,9 +24,6 @@ def store_verify_cmd(
     as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False,
 ):
     """Check a whole store: every array, chunk and metadata file against what was committed. Exit 0 sound, 2 not."""
-    import dataclasses
-    import importlib
-
     with friendly_errors(verbose):
         integrity = importlib.import_module("crs.store.integrity")  # the store's own checks (numpy + zarr only)
         findings = list(integrity.verify(path, repair=repair))
@@ -48,8 +47,8 @@ def store_info_cmd(
     """What a store holds: per dataset its images, encoders, embedding arrays and the perturbation generator
     that drew its perturbed embeddings."""
     with friendly_errors(verbose):
-        from crs.store import Store
-        from crs.store.info import describe
+        from crs.store import Store  # noqa: PLC0415 -- zarr: keeps crs --help fast
+        from crs.store.info import describe  # noqa: PLC0415 -- zarr: keeps crs --help fast
 
         rows = describe(Store(path, mode="r"))
         if as_json:

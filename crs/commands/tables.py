@@ -100,8 +100,8 @@ def leaderboard_rows(board: pl.DataFrame, reference: str | None) -> list[dict]:
     interval. Rank: the tie group where the scoring gives one ("tied 1st-2nd"), else the rank. Against
     the leader: the paired CRS difference and its 95 % interval, where the scoring gives them. An axis value
     resting on tied AUROCs carries the mark of ``crs.scoring.diagnostics``."""
-    from crs.scoring import leaderboard  # polars and the scoring package: not for `crs --help`
-    from crs.scoring.diagnostics import mark
+    from crs.scoring import leaderboard  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.scoring.diagnostics import mark  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
     rows = []
     reference = leaderboard.reference(board, reference)
@@ -187,14 +187,14 @@ def scale_note(reference: str | None, crs_version: str | None) -> str:
 
 def verdict_lines(scores_json: dict) -> list[str]:
     """The verdict in sentences (``crs.scoring.verdict.sentences``); none for scores from before the verdict."""
-    from crs.scoring import verdict
+    from crs.scoring import verdict  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
     v = scores_json.get("verdict")
     return list(verdict.sentences(v)) if v else []
 
 
 def print_scores(scores, results):
-    from crs.scoring import leaderboard
+    from crs.scoring import leaderboard  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
     s = scores.settings
     rc = scores.rank_comparison
@@ -203,7 +203,7 @@ def print_scores(scores, results):
     out.print(scale_note(s.get("reference"), s.get("crs_version")), highlight=False, soft_wrap=True)
     marked = "ties_marked" in board.columns and any(board["ties_marked"].fill_null(""))
     if marked:
-        from crs.scoring.diagnostics import TIE_MARK
+        from crs.scoring.diagnostics import TIE_MARK  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
         out.print(f"{TIE_MARK} computed from AUROCs with more than 20% tied test scores: read with care "
                   "(Verdict notes)")

@@ -4,9 +4,23 @@ only parses and prints; nothing here imports ``crs.cli``.
 """
 
 from crs.stages.pipeline import RunResult, Stage, check_datasets, check_names, run
-from crs.stages.steps import (Extracted, check_dataset_names, check_encoders, encoder_records, extract,
-                              parse_roots, plan, probe, probe_pairs, report, resolve_reference, score, set_members,
-                              with_sets)
+from crs.stages.steps import (
+    Extracted,
+    check_dataset_names,
+    check_encoders,
+    encoder_records,
+    extract,
+    parse_roots,
+    plan,
+    probe,
+    probe_pairs,
+    report,
+    resolve_reference,
+    score,
+    set_members,
+    with_sets,
+)
 
 __all__ = ["Extracted", "RunResult", "Stage", "check_dataset_names", "check_datasets", "check_encoders", "check_names",
-           "encoder_records", "extract", "parse_roots", "plan", "probe", "probe_pairs", "report", "resolve_reference", "run", "score", "set_members", "with_sets"]
+           "encoder_records", "extract", "parse_roots", "plan", "probe", "probe_pairs", "report", "resolve_reference",
+           "run", "score", "set_members", "with_sets"]

@@ -33,6 +33,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 from crs.config import Config, ConfigError, locate, settings_hash
 from crs.errors import BadInput, UserError
@@ -40,6 +41,7 @@ from crs.files import atomic_write
 from crs.progress import NO_PROGRESS, Progress
 from crs.stages import steps
 from crs.stages.steps import REPORT_MODULE
+from crs.store import StoreError
 
 STATE_FILE = "run_state.json"
 
@@ -121,7 +123,7 @@ def check_names(cfg: Config, *, text: str = "", source: str = "") -> dict:
 
     An unknown name is a ConfigError naming the key and its line.
     """
-    from crs.extract import datasets as dsreg
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders loads this layer
 
     try:
         extra = steps.encoder_records(cfg.encoders.file)
@@ -154,7 +156,7 @@ def check_datasets(cfg: Config, *, text: str = "", source: str = "") -> list[str
     naming the key: ``datasets.names`` for a dataset, ``datasets.shift_target`` (where the config sets
     it, else ``datasets.names``) for a target; so is one none of whose images is where its rows say.
     A dataset some of whose images are missing passes: extraction records those as failures."""
-    from crs.extract import real
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders loads this layer
     try:
         named = steps.named_datasets(cfg)
     except UserError as exc:
@@ -214,8 +216,6 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, text: str = "", source
 
 
 def _extract(cfg: Config, progress: Progress, extra: dict, store_hint: str):
-    from crs.store import StoreError
-
     st = Stage("extract", out=cfg.store)
     t0 = time.perf_counter()
     try:
@@ -236,8 +236,8 @@ def _extract(cfg: Config, progress: Progress, extra: dict, store_hint: str):
 
 def _probed_pairs(cfg: Config, store, summaries) -> list[tuple[str, str]]:
     """The (encoder, dataset) pairs with a training split that were extracted; BadInput where one lacks embeddings."""
-    from crs.extract import datasets as dsreg
-    from crs.probe.run import pairs_in_store
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders loads this layer
+    from crs.probe.run import pairs_in_store  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
 
     trained = {dsreg.store_name(d) for d in cfg.datasets.names}
     wanted = sorted({(s.encoder, s.dataset) for s in summaries if s.dataset in trained})
@@ -275,7 +275,7 @@ def _pair_hash(digest, store, settings: dict, e: str, d: str) -> str:
 
 def _probe_outputs(results: Path, model: str, d: str) -> str | None:
     """A digest of the files ``crs probe`` writes for one pair under RESULTS (None: its run records are gone)."""
-    from crs.probe.run import SELECTION_DIR, records_path
+    from crs.probe.run import SELECTION_DIR, records_path  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
 
     path = records_path(results, model, d)
     records = _file_digest(path)
@@ -285,7 +285,7 @@ def _probe_outputs(results: Path, model: str, d: str) -> str | None:
 
 
 def _probe(cfg: Config, progress: Progress, state: State, store, summaries, wanted):
-    from crs.probe.run import head_name
+    from crs.probe.run import head_name  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
 
     results = Path(cfg.results)
     sp = Stage("probe", out=str(results / "run_records"))
@@ -325,7 +325,7 @@ def _probe(cfg: Config, progress: Progress, state: State, store, summaries, want
 
 
 def _score(cfg: Config, progress: Progress, state: State, wanted):
-    from crs.probe.run import head_name, records_path
+    from crs.probe.run import head_name, records_path  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
 
     results = Path(cfg.results)
     sc = Stage("score", out=str(results / "scores"))
@@ -357,7 +357,7 @@ def _score(cfg: Config, progress: Progress, state: State, wanted):
 def _store_content(store_path: str, datasets: list[str]) -> list:
     """What scoring reads from the store (its identity and the datasets' tables), not its path;
     empty where the store cannot be opened (scoring then works from the run records alone)."""
-    from crs.store import Store, StoreError
+    from crs.store import Store, StoreError  # noqa: PLC0415 -- zarr: crs encoders loads this layer
 
     try:
         store = Store(str(store_path), mode="r")
@@ -397,9 +397,7 @@ def _report(cfg: Config, state: State, scores_digest: str | None, quiet: bool):
 
 def stand_in(scores_json: dict):
     """An object with the parts of ``Scores`` the terminal printers use, rebuilt from scores.json."""
-    from types import SimpleNamespace
-
-    import polars as pl
+    import polars as pl  # noqa: PLC0415 -- polars: crs encoders loads this layer
 
     return SimpleNamespace(settings=scores_json["settings"], rank_comparison=scores_json["rank_comparison"],
                            encoders=pl.DataFrame(scores_json["encoders"]),

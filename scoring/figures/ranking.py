@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -133,9 +135,6 @@ def pareto(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
     lo, hi = float(np.nanmin(r)), float(np.nanmax(r))
     if not hi > lo:
         lo, hi = lo - 0.01, hi + 0.01
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
-
     sm = ScalarMappable(Normalize(lo, hi), SCALAR_CMAP)
     for row in encoders.iter_rows(named=True):
         e = row["encoder"]

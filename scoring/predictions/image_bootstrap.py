@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 import polars as pl
+from threadpoolctl import threadpool_limits
 
 from crs.conditions import parse
 from crs.scoring import resample
@@ -51,8 +52,6 @@ def image_bootstrap_axes(
     ``point_errors``: a dict that receives CRS v2's calibration error of the full test set per (encoder,
     dataset, seed), from the arrays read here (``calibration_errors`` without the second read).
     """
-    from threadpoolctl import threadpool_limits
-
     kept = None if metrics_pass is None else metrics_pass.kept
     rows, encoders, datasets, seeds = runs.used, runs.encoders, runs.datasets, runs.seeds
     out = np.empty((n_bootstrap, len(encoders), len(datasets), len(seeds), len(AXES)))

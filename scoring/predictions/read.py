@@ -14,6 +14,7 @@ from crs.errors import UserError
 from crs.labels import targets
 from crs.names import SPLITS, VALIDATION
 from crs.scoring.axes import FRACTION_TOL
+from crs.scoring.calibration import point_error
 from crs.store import Store, StoreError
 
 _, VAL, TEST = SPLITS  # the split names, in crs.names' order
@@ -150,8 +151,6 @@ def pair_calibration_errors(pred: Predictions, split: tuple, seeds: Sequence[int
                             encoder: str) -> dict:
     """{(encoder, dataset, seed): CRS v2's calibration error} of one pair's clean probabilities at fraction 1;
     ``split``: (target, known, task) of the dataset's test split."""
-    from crs.scoring.calibration import point_error
-
     target, known, task = split
     probs = clean_probs(pred, dataset, encoder, seeds, [], target.shape[0])  # [seed, 1, image, class]
     done: dict[bytes, float] = {}  # a linear probe's seeds share their full-label probabilities

@@ -14,6 +14,7 @@ from crs.conditions import parse
 from crs.labels import check_task
 from crs.names import VALIDATION
 from crs.scoring import metrics, resample
+from crs.scoring import temperature as ts
 from crs.scoring.axes import FRACTION_TOL
 from crs.scoring.predictions.read import VAL, MissingPredictions, Predictions, find_index, split_targets
 from crs.store import Store
@@ -156,8 +157,6 @@ def _temperatures(store: Store, dataset: str, encoder: str, task: str, val_split
     Each distinct validation array is fitted once (``temperature.fit`` fits every array on its own,
     so the values are those of fitting them all). ``val_split``: (target, known) of the validation
     split where the caller has them."""
-    from crs.scoring import temperature as ts
-
     try:
         val = Predictions(store, dataset, encoder, VALIDATION, kept)
         v_target, v_known = split_targets(store, dataset, VAL)[:2] if val_split is None else val_split
@@ -253,8 +252,6 @@ def _scaled(flat: np.ndarray, kinds: np.ndarray, temps, seeds, fr, split, task: 
     """(scaled probabilities [seed, fraction, image, class], {temperature, ece_ts, brier_ts, nll_ts: [seed x
     fraction]}, kind [seed x fraction]) of flat [seed x fraction, image, class]; each distinct (array,
     temperature), one kind, is scaled once."""
-    from crs.scoring import temperature as ts
-
     val, t_all = temps
     s_idx = find_index(val.seeds, seeds, "seeds", val.where)
     t = t_all[np.ix_(s_idx, find_index(val.fractions, fr, "fractions", val.where))].reshape(-1)

@@ -58,7 +58,8 @@ def _board_columns(board: pl.DataFrame, ref: str | None) -> list[tuple[str, str,
     if _has(board, "crs_diff"):
         cols.append(("crs-diff", "CRS minus the leader's, paired 95% interval",
                      lambda r: (f"{num(r['crs_diff'], '+.1f')} "
-                                f"{nobreak(interval(r.get('crs_diff_low'), r.get('crs_diff_high'), '+.1f'))}", r["crs_diff"])))
+                                f"{nobreak(interval(r.get('crs_diff_low'), r.get('crs_diff_high'), '+.1f'))}",
+                                r["crs_diff"])))
     cols += [
         ("tier", "leading tier: cannot be separated from the top CRS", lambda r: (_tier_text(r), _tier_text(r))),
         ("rank-ci", "rank interval", lambda r: (f"{num(r['rank_low'], 'g')}–{num(r['rank_high'], 'g')}",

@@ -9,11 +9,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from crs import records
+from crs.conditions import parse
 from crs.names import VALIDATION
-from crs.scoring import leaderboard
-from crs.scoring.axes import AXES
+from crs.scoring import figures, leaderboard
+from crs.scoring.axes import AXES, retain
+from crs.scoring.bootstrap import draw_seeds, interval, resample_seeds, seed_weights
+from crs.scoring.predictions import MissingPredictions, probe_metrics
 from crs.scoring.ranks import rank_desc
 from crs.scoring.scoreset import MissingScores, MixedScores, read_scores_json, read_tables, scores_folder
+from crs.store import Store, StoreError
 
 SCORE_TABLES = (
     "encoders", "per_dataset", "pareto", "weight_sensitivity", "weight_leaders", "reliability", "robustness",
@@ -75,10 +80,6 @@ def add_reliability_from_store(inputs: Inputs, results: Path, store: str) -> Non
     """Reliability bins from the stored probabilities, when the score was run without the store."""
     if inputs.table("reliability").height:
         return
-    from crs import records
-    from crs.scoring.predictions import MissingPredictions, probe_metrics
-    from crs.store import Store, StoreError
-
     try:
         opened = Store(str(store), mode="r")
         recs = records.read(results)
@@ -99,8 +100,6 @@ def add_reliability_from_store(inputs: Inputs, results: Path, store: str) -> Non
 
 def add_from_records(inputs: Inputs, results: Path) -> None:
     """Test-set sizes and retention intervals from RESULTS' run records; a note when there are none."""
-    from crs import records
-
     try:
         recs = records.read(results)
     except records.MissingRunRecords as exc:
@@ -125,7 +124,7 @@ def per_dataset_board(per_dataset: pl.DataFrame) -> pl.DataFrame:
     if not per_dataset.height:
         return per_dataset
     frames = []
-    for (dataset,), g in per_dataset.group_by("dataset", maintain_order=True):
+    for (_dataset,), g in per_dataset.group_by("dataset", maintain_order=True):
         g = g.with_columns(
             crs_rank=pl.Series(rank_desc(g["crs"].to_numpy())),
             auroc=pl.col("discrimination"),
@@ -177,10 +176,6 @@ def retention_intervals(recs: pl.DataFrame, seeds: list[int], n_bootstrap: int, 
     retention_low, retention_high). The draw is ``bootstrap.draw_seeds(len(seeds), n, seed)``,
     the score's own, so these intervals pair with the CRS intervals; a cell missing a seed
     gets null ends."""
-    from crs.conditions import parse
-    from crs.scoring.axes import retain
-    from crs.scoring.bootstrap import draw_seeds, interval, resample_seeds, seed_weights
-
     full = _full(recs).filter(pl.col("seed").is_in(seeds))
     d = full.filter(pl.col("condition") == "clean").select("encoder", "dataset", "seed", d=pl.col("auroc"))
     rows = full.filter(pl.col("condition") != "clean").join(d, on=["encoder", "dataset", "seed"])
@@ -219,8 +214,6 @@ def retention_intervals(recs: pl.DataFrame, seeds: list[int], n_bootstrap: int, 
 
 def tables(inputs: Inputs) -> dict[str, pl.DataFrame]:
     """Every table the page shows or a figure draws, by file name."""
-    from crs.scoring import figures
-
     out = {
         "leaderboard": leaderboard.board(inputs.table("encoders")),
         "leaderboard_per_dataset": per_dataset_board(inputs.table("per_dataset")),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+import crs
 from crs.scoring import verdict
 from crs.scoring.report.boards import (
     board_html,
@@ -64,8 +65,6 @@ def _version(settings: dict) -> str:
 
 def _spec_link(version: str) -> str:
     """The version's page as a link where this installation runs from a checkout that holds it, else its path."""
-    import crs
-
     page = Path(crs.__file__).resolve().parents[1] / SPECS[version]
     code = f"<code>{esc(SPECS[version])}</code>"
     return f'<a href="{esc(page.as_uri())}">{code}</a>' if page.is_file() else code

@@ -9,7 +9,9 @@ from typing import NamedTuple
 
 import polars as pl
 
+from crs.scoring import figures as fg
 from crs.scoring.axes import AXES, REGISTRY
+from crs.scoring.figures import Absent
 from crs.scoring.report.inputs import Inputs
 from crs.scoring.report.markup import num
 
@@ -33,8 +35,6 @@ class Section:
 
 
 def _try(section: Section, stem: str, build, caption: str, alt: str) -> None:
-    from crs.scoring.figures import Absent
-
     try:
         section.figures.append(Drawn(stem, build(), caption, alt))
     except Absent as exc:
@@ -67,8 +67,6 @@ def _ref_words(v: _View) -> str:
 
 
 def _cost(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     enc = v.inputs.table("encoders")
     sec = Section("cost", "Cost beside quality",
                   "CRS against what each encoder costs to run: floating-point operations per image at its input "
@@ -114,8 +112,6 @@ def flat_note(encoders: pl.DataFrame, settings: dict) -> str:
 
 
 def _profiles(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     sec = Section("profiles", "Profiles on the four axes",
                   "Each encoder's discrimination (D), calibration (C), label efficiency (L) and robustness (R), "
                   f"seed means over the comparison set with {v.conf:.0f}% bootstrap intervals; the grey dash "
@@ -134,8 +130,6 @@ def _profiles(v: _View) -> Section:
 
 
 def _rank_change(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     rc = v.inputs.rank_comparison
     sec = Section("rank-change", "AUROC rank versus CRS rank",
                   "Left: rank by mean clean AUROC; right: rank by CRS. Encoders in a pair whose order the two "
@@ -148,8 +142,6 @@ def _rank_change(v: _View) -> Section:
 
 
 def _pareto(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     sec = Section("pareto", "Pareto view",
                   "q discrimination against q calibration with their intervals; the colour and the printed value "
                   "give q robustness. Stars mark encoders no other encoder dominates on all four q-axes (so a "
@@ -166,8 +158,6 @@ def _pareto(v: _View) -> Section:
 
 
 def _reliability(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     sec = Section("reliability", "Reliability diagrams",
                   "Observed accuracy against confidence in 15 equal-width bins of the top-label confidence "
                   "(multi-label: each label's max(p, 1 - p)), clean test split, probes trained on all labels; "
@@ -192,8 +182,6 @@ def _reliability(v: _View) -> Section:
 
 
 def _label_efficiency(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     sec = Section("label-efficiency", "Label efficiency",
                   f"Clean test AUROC against the share of training labels the probe saw; bands are {v.conf:.0f}% "
                   "seed-bootstrap intervals (the same seed draws as the CRS intervals).")
@@ -207,8 +195,6 @@ def _label_efficiency(v: _View) -> Section:
 
 
 def _robustness(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     sec = Section("robustness", "Robustness",
                   "Retention (the share of the clean, full-label above-chance AUROC that survives) against "
                   "severity: per dataset, the mean over the perturbation families (left) and each family at the "
@@ -236,8 +222,6 @@ def _robustness(v: _View) -> Section:
 
 
 def _uncertainty(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     s = v.inputs.settings
     sec = Section("uncertainty", "Rank uncertainty and weight sensitivity",
                   f"How often each encoder took each CRS rank across the {v.unit} bootstrap replicates; then, for "
@@ -262,8 +246,6 @@ def _uncertainty(v: _View) -> Section:
 
 
 def _appendix(v: _View) -> Section:
-    from crs.scoring import figures as fg
-
     sec = Section("appendix", "Appendix: robustness per perturbation family",
                   "Every family's retention against severity, per dataset, with seed-bootstrap bands where the "
                   "run records give them.")

@@ -48,7 +48,7 @@ def _write_tables(out: Path, tabs: dict, generation: str | None) -> list[str]:
     paths = []
     for name, table in tabs.items():
         mark = {GENERATION_KEY: generation or ""}
-        for ext, writer in (("parquet", lambda p, t=table: t.write_parquet(p, metadata=mark)),
+        for ext, writer in (("parquet", lambda p, t=table, m=mark: t.write_parquet(p, metadata=m)),
                             ("csv", table.write_csv)):
             path = out / TABLES_DIR / f"{name}.{ext}"
             atomic_write(path, writer)

@@ -68,7 +68,8 @@ def test_score_and_probe_use_the_demo_folder_when_the_defaults_hold_nothing(tmp_
     given = {}
     assert "./crs-store.zarr" in outputs.locate_outputs(given, "store")
     assert given[("store",)] == "crs-demo/store.zarr"
-    assert outputs.locate_outputs(given := {("results",): "mine"}, "results") is None and given == {("results",): "mine"}
+    given = {("results",): "mine"}
+    assert outputs.locate_outputs(given, "results") is None and given == {("results",): "mine"}
 
 
 def test_the_defaults_win_and_two_demo_folders_are_refused(tmp_path, monkeypatch):

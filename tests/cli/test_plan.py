@@ -92,7 +92,8 @@ def test_the_demo_plan_counts_what_extraction_would_embed(tmp_path):
 
 def test_the_plan_loads_no_model_and_decodes_no_image(tmp_path):
     code = ("import sys; from crs.cli import main; sys.argv = ['crs', 'extract', '--demo', '-d', 'demo_fundus', "
-            "'--size', '0.2', '--plan', '--quiet']\ntry:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e\n"
+            "'--size', '0.2', '--plan', '--quiet']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e\n"
             "assert 'torch' not in sys.modules and 'timm' not in sys.modules, 'the plan imported torch'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "tests" / "golden"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fingerprint as fp  # noqa: E402
+
 import forkrun  # noqa: E402
 
 ENCODERS = ("demo-stats", "demo-resnet")
@@ -340,7 +341,8 @@ def settle(first: Ran, again: list[str], folder: Path, want: dict, what: str, na
             fix = run(*cmd)
             # `crs store verify --repair` exits 2 while chunks it reset still wait for the next named command
             ok = (0, 2) if cmd[:2] == ["store", "verify"] else (0,)
-            assert fix.rc in ok, f"{what}: the named repair `crs {' '.join(cmd)}` exited {fix.rc}:\n{fix.message[-1500:]}"
+            assert fix.rc in ok, (f"{what}: the named repair `crs {' '.join(cmd)}` exited {fix.rc}:\n"
+                                  f"{fix.message[-1500:]}")
         r = run(*again)
         if r.rc == 0:
             break

@@ -160,8 +160,8 @@ def test_verify_hint_followed_literally_restores_the_run(baseline, tmp_path, mon
     assert_same(folder, baseline.outputs, f"{rels} {op}d, then {commands}", only=("results/scores", "store/"))
 
 
-CSV_LITERAL = [("embeddings/demo-stats/clean/x/c/1/0", "alter"), ("embeddings/demo-stats/clean/x/zarr.json", "truncate"),
-               ("zarr.json", "truncate")]
+CSV_LITERAL = [("embeddings/demo-stats/clean/x/c/1/0", "alter"),
+               ("embeddings/demo-stats/clean/x/zarr.json", "truncate"), ("zarr.json", "truncate")]
 
 
 @pytest.mark.parametrize("rel, op", CSV_LITERAL, ids=[f"{r.replace('/', '.')}-{o}" for r, o in CSV_LITERAL])

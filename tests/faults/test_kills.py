@@ -71,7 +71,8 @@ def killed(args, folder: Path, writes: int, sig: str, point=None):
         kill(p, SIGNALS[sig])
     r = finish(p)
     if sig == "SIGTERM" and r.rc != 0:
-        assert r.rc == 143, f"SIGTERM must end crs {args[0]} as Ctrl-C does (exit 143), not {r.rc}:\n{r.message[-1500:]}"
+        assert r.rc == 143, (f"SIGTERM must end crs {args[0]} as Ctrl-C does (exit 143), not {r.rc}:\n"
+                             f"{r.message[-1500:]}")
         assert r.stderr.strip(), f"SIGTERM: crs {args[0]} exited 143 without a word"
     elif sig == "SIGKILL":
         assert r.rc in (0, -9), f"crs {args[0]} exited {r.rc} before the SIGKILL:\n{r.message[-1500:]}"

@@ -25,7 +25,8 @@ def both(args_a, args_b):
 def refused_for_the_other(r, what):
     assert r.rc in (0, 2), f"{what}: exit {r.rc}:\n{r.message[-1500:]}"
     if r.rc == 2:
-        assert "pid" in r.message.lower(), f"{what}: refused without naming the other writer's pid:\n{r.message[-1500:]}"
+        assert "pid" in r.message.lower(), (f"{what}: refused without naming the other writer's pid:\n"
+                                            f"{r.message[-1500:]}")
 
 
 def test_two_extracts_into_one_new_store(baseline, tmp_path):

@@ -160,7 +160,8 @@ def build_store(
             long = metrics.long_table(probs, y, task, {"seed": list(seeds), "fraction": list(fractions)})
             m = metrics.all_metrics(long, ["seed", "fraction"], task)
             for r in m.iter_rows(named=True):
-                rows.append({"encoder": enc, "dataset": "d1", "task": task, "seed": r["seed"], "fraction": r["fraction"],
+                rows.append({"encoder": enc, "dataset": "d1", "task": task, "seed": r["seed"],
+                             "fraction": r["fraction"],
                              "condition": cond, "auroc": r["auroc"], "ece": r["ece"], "brier": r["brier"],
                              "nll": r["nll"], "accuracy": r["accuracy"], "n_eval": len(idx)})  # fmt: skip
     return store, table(rows)

@@ -26,7 +26,8 @@ def _probes(task, rng, m=6, n=400, k=4):
 
 
 def _slope(z, t, known, task, beta):
-    """d NLL / d beta of one probe, written out: E_p[z] - z_y (multi-class), (sigmoid - y) z over known (multi-label)."""
+    """d NLL / d beta of one probe, written out: E_p[z] - z_y (multi-class), (sigmoid - y) z over known
+    (multi-label)."""
     if task == "multiclass":
         p = np.exp(beta * z)
         p /= p.sum(-1, keepdims=True)

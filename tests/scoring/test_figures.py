@@ -247,7 +247,8 @@ def test_the_leaderboard_shows_cost_reference_and_sort_keys(inputs):
 
 def test_the_missing_revision_is_named_only_where_an_encoder_should_have_one(inputs):
     got, _, _ = inputs
-    enc = got.table("encoders").with_columns(licence=pl.lit("mit"), gated=pl.lit(False), revision=pl.lit(None, pl.String))
+    enc = got.table("encoders").with_columns(licence=pl.lit("mit"), gated=pl.lit(False),
+                                             revision=pl.lit(None, pl.String))
     none_expected = report.board_html(report.leaderboard(enc.with_columns(revision_expected=pl.lit(False))), REF)
     assert "id='no-metadata'" not in none_expected  # random-weight and built-in encoders have no hub revision
     one_expected = enc.with_columns(revision_expected=pl.col("encoder") == REF)

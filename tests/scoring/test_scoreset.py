@@ -12,11 +12,11 @@ import os
 import shutil
 import signal
 
-import forkrun  # tests/forkrun.py
 import polars as pl
 import pytest
 from typer.testing import CliRunner
 
+import forkrun  # tests/forkrun.py
 from crs.cli import app
 from crs.errors import UserError
 from crs.records import records_dir

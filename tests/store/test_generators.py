@@ -7,8 +7,7 @@ import pytest
 from crs.errors import UserError
 from crs.extract import perturb
 from crs.names import PERTURBATION_GENERATORS
-from crs.store import DatasetTable, EmbeddingShape, Store
-from crs.store import generators
+from crs.store import DatasetTable, EmbeddingShape, Store, generators
 
 OLD, NEW = PERTURBATION_GENERATORS[0], perturb.GENERATOR
 

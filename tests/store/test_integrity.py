@@ -4,7 +4,6 @@ redo exactly the lost chunks; `verify` lists each damage and `verify(repair=True
 commands restore the store to equality."""
 
 import dataclasses
-import os
 import shutil
 from pathlib import Path
 
@@ -286,7 +285,7 @@ def test_a_torn_failures_table_is_refused_and_verify_repair_resets_the_dataset(t
 
 
 def test_finalize_unmarks_an_array_whose_chunk_was_lost(tmp_path):
-    s = build(tmp_path / "s.zarr")
+    build(tmp_path / "s.zarr")
     before = snapshot(tmp_path / "s.zarr")["x"]
     (tmp_path / "s.zarr" / "datasets/toy/embeddings/enc/clean/x/c/1/0").unlink()
     arr = Store(str(tmp_path / "s.zarr")).open_embedding("toy", "enc", "clean")

@@ -22,12 +22,11 @@ from typer.testing import CliRunner
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
+import forkrun  # noqa: E402  (tests/forkrun.py)
 from crs.cli import app  # noqa: E402
 from crs.extract.run import extract  # noqa: E402
 from crs.store import LockHeld, Store, StoreError, object_lock  # noqa: E402
 from crs.store.location import url_storage_options  # noqa: E402
-
-import forkrun  # noqa: E402  (tests/forkrun.py)
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # one moto server for the module once

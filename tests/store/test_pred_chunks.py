@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crs.store import Store, StoreError, verify
-from crs.store import predictions
+from crs.store import Store, StoreError, predictions, verify
 from crs.store.predictions import prediction_chunks
 from tests.store.test_store import table
 

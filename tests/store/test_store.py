@@ -9,8 +9,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crs.errors import UserError
-from crs.store import (SCHEMA_VERSION, DatasetTable, EmbeddingShape, LockHeld, Store, StoreError, dataset_lock,
-                       extraction_lock, store_key, store_order)
+from crs.store import (
+    SCHEMA_VERSION,
+    DatasetTable,
+    EmbeddingShape,
+    LockHeld,
+    Store,
+    StoreError,
+    dataset_lock,
+    extraction_lock,
+    store_key,
+    store_order,
+)
 
 
 def table(name="toy", n=10, task="multiclass"):
@@ -281,7 +291,7 @@ def test_processes_that_create_one_new_store_at_once_all_open_it(tmp_path):
         path = str(tmp_path / f"s{trial}.zarr")
         barrier, errors = threading.Barrier(6), []
 
-        def open_it():
+        def open_it(barrier, path, errors):
             barrier.wait()
             try:
                 with warnings.catch_warnings():
@@ -290,7 +300,7 @@ def test_processes_that_create_one_new_store_at_once_all_open_it(tmp_path):
             except Exception as exc:  # noqa: BLE001 - collected and asserted below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=open_it) for _ in range(6)]
+        threads = [threading.Thread(target=open_it, args=(barrier, path, errors)) for _ in range(6)]
         for t in threads:
             t.start()
         for t in threads:
