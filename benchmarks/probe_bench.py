@@ -365,7 +365,8 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
     import jax
     import jax.numpy as jnp
 
-    from crs.probe import blocks as row_blocks, core
+    from crs.probe import blocks as row_blocks
+    from crs.probe import core
     from crs.probe import schedule as schedule_thresholds
     from crs.probe.run import float_targets as targets
 
