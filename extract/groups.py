@@ -10,7 +10,6 @@ import torch
 
 from crs.extract.models import pick_device
 
-
 log = logging.getLogger("crs.extract")
 
 MEMORY_SHARE = 0.8  # of the device's free memory (the host's available memory on the CPU) a group may take

@@ -37,15 +37,27 @@ import hashlib
 import math
 import sys
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from crs.conditions import parse, perturbed
 from crs.errors import BadInput, UserError
-from crs.extract.image_ops import (_DIRECT_MAX, Deferred, _conv_blur, _disc, _gaussian_kernel, _grey, _ink, _lines,
-                                   _strokes, _zoom_rows_cols, _zooms)
+from crs.extract.image_ops import (
+    _DIRECT_MAX,
+    Deferred,
+    _conv_blur,
+    _disc,
+    _gaussian_kernel,
+    _grey,
+    _ink,
+    _lines,
+    _strokes,
+    _zoom_rows_cols,
+    _zooms,
+)
 from crs.names import MODALITIES, PERTURBATION_GENERATORS, SEVERITIES
 
 if TYPE_CHECKING:

@@ -30,8 +30,17 @@ from collections import deque
 
 from crs.errors import CrsError, UserError
 from crs.extract.options import ExtractOptions, RayOptions
-from crs.extract.units import (DecodedUnits, Embedder, Plan, Unit, after_commit, commit_failures, embed_groups,
-                               unit_conditions, unit_failures)
+from crs.extract.units import (
+    DecodedUnits,
+    Embedder,
+    Plan,
+    Unit,
+    after_commit,
+    commit_failures,
+    embed_groups,
+    unit_conditions,
+    unit_failures,
+)
 from crs.store import Store
 
 IN_FLIGHT_PER_ACTOR = 2  # one unit decoding while the other runs on the device

@@ -11,11 +11,11 @@ from typing import NamedTuple
 
 import polars as pl
 
-from crs import forms, records as run_records
+from crs import forms
+from crs import records as run_records
 from crs.names import VALIDATION
 from crs.probe.options import ProbeOptions
 from crs.store import Store
-
 
 SELECTION_DIR = run_records.SELECTION_DIR
 

@@ -23,8 +23,18 @@ from crs.probe.precondition import ISOTROPIC_BELOW, rotated, second_moments, unr
 from crs.probe.predict import log_link, log_probabilities, predict, probabilities, validation_loss, validation_losses
 from crs.probe.problem import TrainingSet
 from crs.probe.schedule import (
-    Loop, ONE_BLOCK_BELOW, SMALL_WIDTH, bucketed, checked_schedule, loop_count, memory_budget, one_dense_block,
-    small_width, solver_loops, warm_path, working_set_bytes,
+    ONE_BLOCK_BELOW,
+    SMALL_WIDTH,
+    Loop,
+    bucketed,
+    checked_schedule,
+    loop_count,
+    memory_budget,
+    one_dense_block,
+    small_width,
+    solver_loops,
+    warm_path,
+    working_set_bytes,
 )
 from crs.probe.solver import Fit, LoopPlan, Rows, Stop, fit_loop
 
@@ -135,7 +145,8 @@ def _placement(devices):
     """Where ``fit`` leaves its results: the device, or every device of a shared fit (replicated)."""
     if len(devices) == 1:
         return devices[0]
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     return NamedSharding(Mesh(np.array(devices), ("probes",)), P())
 
@@ -214,7 +225,8 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, halves
         if len(devices) == 1:
             _PROGRAMS[key] = jax.jit(local)
         else:
-            from jax.sharding import Mesh, PartitionSpec as P
+            from jax.sharding import Mesh
+            from jax.sharding import PartitionSpec as P
 
             mesh = Mesh(np.array(devices), ("probes",))
             spec = P(None, None, "probes")

@@ -28,17 +28,40 @@ import numpy as np
 from crs.config import DEFAULT_FRACTIONS
 from crs.errors import BadInput
 from crs.probe.commit import (
-    Outputs, PROVENANCE_KEY, SELECTION_DIR, SUBSETS_DIR, commit, made_by, records_path, run_provenance, subsets_path,
+    PROVENANCE_KEY,
+    SELECTION_DIR,
+    SUBSETS_DIR,
+    Outputs,
+    commit,
+    made_by,
+    records_path,
+    run_provenance,
+    subsets_path,
 )
 from crs.probe.evaluate import (
-    Selection, check_finite, evaluate, predictions, record_columns, select, selection_frame, set_metrics, tie_share,
+    Selection,
+    check_finite,
+    evaluate,
+    predictions,
+    record_columns,
+    select,
+    selection_frame,
+    set_metrics,
+    tie_share,
 )
 from crs.probe.heads import REGISTRY, get
 from crs.probe.inputs import (
-    EvalSet, Split, embedding_width, eval_sets, float_targets, load_split, pairs_in_store, training_rows,
+    EvalSet,
+    Split,
+    embedding_width,
+    eval_sets,
+    float_targets,
+    load_split,
+    pairs_in_store,
+    training_rows,
     training_set,
 )
-from crs.probe.options import DEFAULT_SEEDS, ProbeOptions, SELECT_BY
+from crs.probe.options import DEFAULT_SEEDS, SELECT_BY, ProbeOptions
 from crs.probe.problem import TrainingSet
 from crs.probe.standardise import feature_scales, live_features
 from crs.store import Store

@@ -11,7 +11,6 @@ import numpy as np
 from crs.probe.blocks import plan_blocks
 from crs.probe.padded import shape_bucket
 
-
 FRACTION_SCHEDULE_FROM = 1 << 22  # rows x features (about 5,500 x 768) from which a loop per fraction pays
 
 

@@ -8,8 +8,9 @@ answer. Heavy libraries are imported inside the stage that needs them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from crs.config import Config, Probe, Score
 from crs.errors import BadInput

@@ -19,8 +19,14 @@ class WeightsError(UserError):
 
 def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
     """One clear message for the ways a hub download fails, by the hub's exception class."""
-    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, LocalEntryNotFoundError,
-                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     page = spec.page or f"https://huggingface.co/{spec.model_id}"
     # GatedRepoError is a RepositoryNotFoundError, LocalEntryNotFoundError an EntryNotFoundError: checked first

@@ -50,8 +50,16 @@ from crs.extract.options import DEFAULT_IMAGE_SIZE
 from crs.extract.real.check import CheckReport, check, check_classes, counts, files_found
 from crs.extract.real.csv_file import CSV_LAYOUT, csv_name, open_csv, read_csv_dataset
 from crs.extract.real.dataset import FileDataset, ReadOptions, open_layout
-from crs.extract.real.index import (CHEXPERT_FINDINGS, COMPETITION, MISSING, UNCERTAIN, DatasetError, Index, Layout,
-                                    Problem)
+from crs.extract.real.index import (
+                                    CHEXPERT_FINDINGS,
+                                    COMPETITION,
+                                    MISSING,
+                                    UNCERTAIN,
+                                    DatasetError,
+                                    Index,
+                                    Layout,
+                                    Problem,
+)
 from crs.extract.real.layouts import ISIC_CLASSES, LAYOUTS, NAMES, read_aptos, read_chexpert, read_isic, read_mimic
 
 __all__ = [

@@ -12,8 +12,18 @@ import numpy as np
 import polars as pl
 
 from crs.extract.real.dataset import FileDataset, ReadOptions
-from crs.extract.real.index import (MISSING, DatasetError, Index, Layout, Problem, _check_codes, _check_unique,
-                                    _label_columns, _read, _report)
+from crs.extract.real.index import (
+    MISSING,
+    DatasetError,
+    Index,
+    Layout,
+    Problem,
+    _check_codes,
+    _check_unique,
+    _label_columns,
+    _read,
+    _report,
+)
 from crs.labels import Task
 from crs.names import MODALITIES, SPLITS
 

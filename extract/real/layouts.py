@@ -8,10 +8,17 @@ from pathlib import Path
 
 import polars as pl
 
-from crs.extract.real.index import (COMPETITION, Index, Layout, _check_codes, _check_unique, _label_columns, _read,
-                                    _report)
+from crs.extract.real.index import (
+    COMPETITION,
+    Index,
+    Layout,
+    _check_codes,
+    _check_unique,
+    _label_columns,
+    _read,
+    _report,
+)
 from crs.extract.table import registry
-
 
 ISIC_CLASSES = ("MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC")
 ISIC_GT, ISIC_META, ISIC_IMAGES = (

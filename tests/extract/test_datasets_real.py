@@ -3,8 +3,17 @@ splits (seeded and official), shift targets, the generic CSV; and the split func
 
 import numpy as np
 import pytest
-from datasets_fakes import (COMPETITION, MIMIC_FINDINGS, make_aptos, make_chexpert, make_isic, make_mimic,
-                            mimic_path, read_rows, write_csv)
+from datasets_fakes import (
+    COMPETITION,
+    MIMIC_FINDINGS,
+    make_aptos,
+    make_chexpert,
+    make_isic,
+    make_mimic,
+    mimic_path,
+    read_rows,
+    write_csv,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -19,6 +19,7 @@ from crs.extract.run import extract, extract_many
 from crs.extract.table import Table
 from crs.store import Store
 
+
 def _encoders():
     """Two cheap encoders: demo-stats, and the same builtin under a second name (other store arrays)."""
     import dataclasses

@@ -191,7 +191,7 @@ def _histograms(img):  # 16-bin histogram, mean and std of each channel
     return np.concatenate(feats, axis=1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dataset(name, size):
     ds = synthetic.get(name, size=size)
     return ds.table(), ds.images(np.arange(len(ds.table().ids)))
