@@ -81,8 +81,8 @@ def parameters(spec) -> int | None:
 
 def model_cost(model) -> dict:
     """{"weights": the loaded encoder's ``weights_info``, "cost": ``crs.extract.cost.measure`` of it}
-    (``{}`` where no model was loaded); the part of ``crs.extract.prepare.record_cost`` that needs the model, so that a Ray
-    replica can work it out where its model lives."""
+    (``{}`` where no model was loaded); the part of ``crs.extract.prepare.record_cost`` that needs the model,
+    so that a Ray replica can work it out where its model lives."""
     if model is None:
         return {"weights": None, "cost": {}}
     return {"weights": getattr(model, "weights_info", None), "cost": measure(model)}

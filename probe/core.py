@@ -205,7 +205,7 @@ def _fit_group(lp: Loop, grid, V, solver: _Solver):
             out = out._replace(W=out.W[..., :F, :])  # the padded features' weights, all 0
         if V is not None:
             out = out._replace(W=unrotate(V, out.W))
-        parts.append(jax.tree.map(lambda a: a[: min(group, S - lo)], out))
+        parts.append(jax.tree.map(lambda a, lo=lo: a[: min(group, S - lo)], out))
     return jax.tree.map(lambda *a: np.concatenate(a, axis=0), *parts) if len(parts) > 1 else parts[0]
 
 

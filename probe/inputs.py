@@ -145,7 +145,7 @@ def eval_sets(store: Store, encoder: str, dataset: str, split: Split) -> list[Ev
     keep = ~np.isin(te, split.failed)
     T, known = split.T[te], split.known[te]  # one copy, shared by every condition of the test split
     out = [EvalSet(CLEAN, split.X[te], T, known, keep)]
-    for d, enc, cond, _ in store.embeddings(dataset, encoder):
+    for _d, _enc, cond, _ in store.embeddings(dataset, encoder):
         if cond != CLEAN:
             X = finite_embeddings(store.read_embedding(dataset, encoder, cond), store, encoder, dataset, cond)
             out.append(EvalSet(cond, X, T, known, keep))

@@ -78,6 +78,9 @@ class Settings(NamedTuple):
     memory: int = 10  # L-BFGS pairs kept
 
 
+DEFAULT_SETTINGS = Settings()
+
+
 class Arch(NamedTuple):
     """What a compiled training program is specialised to (static, hashable)."""
 
@@ -183,7 +186,7 @@ def _fraction_impl(X, T, known, order, wd, params0, stop: Stop, arch: Arch):
 _fraction = jax.jit(_fraction_impl, static_argnums=(7,))
 
 
-def fit(data: TrainingSet, hidden: int = 128, settings: Settings = Settings(), on_loop=None) -> MLPFit:
+def fit(data: TrainingSet, hidden: int = 128, settings: Settings = DEFAULT_SETTINGS, on_loop=None) -> MLPFit:
     """Fit every MLP probe: one compiled program per label fraction.
 
     ``data``: X [n, F] standardised training features; T, known [n, K] targets and known-label

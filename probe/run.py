@@ -128,7 +128,10 @@ class ProbeSummary:
         return dict(self.__dict__)
 
 
-def probe(store: Store, encoder: str, dataset: str, options: ProbeOptions = ProbeOptions(), *, results: Path,
+DEFAULT_OPTIONS = ProbeOptions()
+
+
+def probe(store: Store, encoder: str, dataset: str, options: ProbeOptions = DEFAULT_OPTIONS, *, results: Path,
           progress=None, task=None) -> ProbeSummary:
     """Fit, select, evaluate and record every probe of one (encoder, dataset).
 

@@ -261,7 +261,8 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
     missing += [named(d["name"], d["problem"]) for d in datasets if d["problem"]]
     unknown_cost = sorted({p.encoder for p in pairs if p.gpu_seconds is None and p.forward_passes is not None})
     return {"store": cfg.store, "dtype": cfg.extract.dtype, "device": planmod.DEVICE,
-            "utilisation": planmod.UTILISATION, "peak_tflops": planmod.PEAK_TFLOPS, "gpu_time_source": planmod.RATE_SOURCE,
+            "utilisation": planmod.UTILISATION, "peak_tflops": planmod.PEAK_TFLOPS,
+            "gpu_time_source": planmod.RATE_SOURCE,
             "store_size_note": planmod.COMPRESSED_NOTE,
             "encoders": encoders, "datasets": [{k: v for k, v in d.items() if k != "table"} for d in datasets],
             "pairs": [p.as_dict() for p in pairs], "totals": planmod.totals(pairs),
@@ -325,11 +326,11 @@ def _plan_datasets(cfg: Config) -> list[dict]:
 
     for d in ds.names:
         seed = 0 if d in dsreg.BUILTIN else ds.split_seed
-        dataset = add(d, lambda: dsreg.get(d, size=ds.size, seed=seed, **opts))
+        dataset = add(d, lambda d=d, seed=seed: dsreg.get(d, size=ds.size, seed=seed, **opts))
         if dataset is not None:
             target = dataset.shift_spec if getattr(dataset, "shift_spec", None) else dataset.shift_target
             if target:
-                add(target, lambda: dsreg.shift_target_of(dataset, **{**opts, "shift_target": None}))
+                add(target, lambda dataset=dataset: dsreg.shift_target_of(dataset, **{**opts, "shift_target": None}))
     return list(out.values())
 
 

@@ -149,7 +149,8 @@ def test_findings_all_or_a_list_and_the_target_follows(tmp_path):
     assert two.classes == ("Edema", "Fracture") and two.table().labels.shape[1] == 2
     with pytest.raises(DatasetError, match="findings"):
         dsreg.get("chexpert", roots=roots, findings="Edema,Headache")
-    assert dsreg.get("aptos2019", roots={"aptos2019": make_aptos(tmp_path / "a", n=10)}, findings="all").classes[0] == "0"
+    aptos = dsreg.get("aptos2019", roots={"aptos2019": make_aptos(tmp_path / "a", n=10)}, findings="all")
+    assert aptos.classes[0] == "0"
 
 
 def test_chexpert_full_release_prefix_and_codes_in_fixture(tmp_path):
