@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tomllib
 from dataclasses import dataclass, field
 
 from crs.errors import BadInput
@@ -460,8 +461,6 @@ def from_id(text: str) -> EncoderSpec:
 
 def from_toml(path: str) -> list[EncoderSpec]:
     """Records from a TOML file: one ``[[encoder]]`` table per record, keys as in EncoderSpec."""
-    import tomllib
-
     with open(path, "rb") as f:
         try:
             data = tomllib.load(f)

@@ -16,6 +16,9 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from threadpoolctl import threadpool_limits
 
 from crs.probe.blocks import block_logits, block_logits_T, plain_products, plan_blocks, transposed_blocks
 from crs.probe.objective import Labels, blocked_objectives, link_values, loss_change, loss_from_logits, objective
@@ -145,9 +148,6 @@ def _placement(devices):
     """Where ``fit`` leaves its results: the device, or every device of a shared fit (replicated)."""
     if len(devices) == 1:
         return devices[0]
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
     return NamedSharding(Mesh(np.array(devices), ("probes",)), P())
 
 
@@ -225,9 +225,6 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, halves
         if len(devices) == 1:
             _PROGRAMS[key] = jax.jit(local)
         else:
-            from jax.sharding import Mesh
-            from jax.sharding import PartitionSpec as P
-
             mesh = Mesh(np.array(devices), ("probes",))
             spec = P(None, None, "probes")
             specs = (P(), P("probes"), P()) + ((P(), P()) if dynamic else ())
@@ -258,8 +255,6 @@ _prepare = jax.jit(_prepare_impl, static_argnums=(4, 5, 6))
 def _prepare_host(Xs, T, known, order, sizes, blocks, precondition):
     """``_prepare_impl`` in numpy, for the small loops of shape buckets (``bucketed``: ``sizes`` an
     int array [Fr]): a few milliseconds of gathers there, against a program to compile per bucket."""
-    from threadpoolctl import threadpool_limits
-
     Xs = np.asarray(Xs, np.float32)
     Xo, To, ko = Xs[order], np.asarray(T)[order], np.asarray(known)[order]
     XoT = tuple(np.ascontiguousarray(np.swapaxes(Xo[:, lo:hi], 1, 2)) for lo, hi, _ in blocks)

@@ -14,6 +14,7 @@ import polars as pl
 from crs.conditions import CLEAN, shift
 from crs.labels import targets
 from crs.names import SPLIT_CODE
+from crs.probe import subsets
 from crs.probe.problem import TrainingSet
 from crs.probe.standardise import feature_scales, live_features
 from crs.store import Store, StoreError
@@ -188,8 +189,6 @@ def embedding_width(store: Store, encoder: str, dataset: str) -> int:
 
 def training_set(split: Split, table, seeds, fractions, grid, dataset) -> tuple[TrainingSet, pl.DataFrame]:
     """The standardised training rows and each seed's nested label subsets, with the subsets' table."""
-    from crs.probe import subsets
-
     tr = split.train
     order = subsets.orders(table.labels[tr], table.task, list(seeds))  # [S, n_tr]
     sizes = subsets.sizes(list(fractions), len(tr))

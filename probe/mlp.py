@@ -44,6 +44,7 @@ import numpy as np
 import optax
 
 from crs.labels import check_task
+from crs.probe import core
 from crs.probe.problem import TrainingSet
 
 SEED_SALT = 0x6D6C70  # keys the initialisation: fold_in(key(SEED_SALT), seed)
@@ -245,8 +246,6 @@ def probabilities(X, params, task: str, batch: int = 8):
 
 def log_probabilities(X, params, task: str, batch: int = 8):
     """``probabilities`` as log-probabilities that do not saturate (``crs.probe.core.log_link``)."""
-    from crs.probe import core
-
     k2 = params["Dense_1"]["kernel"]
     hidden, K = k2.shape[-2], k2.shape[-1]
     lead = k2.shape[:-2]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import jax
@@ -146,8 +147,6 @@ def memory_budget(device) -> int:
     if "bytes_limit" in stats:
         return int(0.6 * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
     try:
-        import os
-
         return int(0.6 * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return 8 << 30
