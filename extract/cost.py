@@ -15,11 +15,12 @@ and a ViT counts the same on either device.
 from __future__ import annotations
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+from crs.extract.models import Encoder, build_random, load
 
 
 def _cpu_attention() -> dict:
-    from torch.utils.flop_counter import sdpa_flop_count
-
     op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if op is None:
         return {}
@@ -33,8 +34,6 @@ def _cpu_attention() -> dict:
 def measure(encoder) -> dict:
     """{"parameters": int, "flops_per_image": int | None (None: the counter failed on this model),
     "width": int, "input_size": int} of a loaded ``crs.extract.models.Encoder``."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     parameters = sum(p.numel() for p in encoder.model.parameters())
     size = int(encoder.spec.input_size)
     x = torch.zeros(1, 3, size, size, device=encoder.device)
@@ -53,8 +52,6 @@ def estimate(spec) -> dict:
     """``measure`` of a registry record without its weights: the architecture is built on the meta device
     (no memory, no download) and counted the same way (for a plan before a long run). Records whose width
     comes from the model (``timm:``/``hf:`` ids, width 0) have no architecture to build: ValueError."""
-    from crs.extract.models import Encoder, build_random, load
-
     if spec.source == "builtin":  # no learned weights: the real thing, moved to the meta device
         return measure(load(spec, "meta"))
     if spec.width == 0:
@@ -67,8 +64,6 @@ def estimate(spec) -> dict:
 def parameters(spec) -> int | None:
     """The parameter count of a registry record without its weights (built on the meta device, no
     forward pass), as ``estimate`` counts it; None for a timm:/hf: id (no architecture before loading)."""
-    from crs.extract.models import build_random, load
-
     if spec.source == "builtin":
         model = load(spec, "meta").model
     elif spec.width == 0:
@@ -81,8 +76,8 @@ def parameters(spec) -> int | None:
 
 def model_cost(model) -> dict:
     """{"weights": the loaded encoder's ``weights_info``, "cost": ``crs.extract.cost.measure`` of it}
-    (``{}`` where no model was loaded); the part of ``crs.extract.prepare.record_cost`` that needs the model, so that a Ray
-    replica can work it out where its model lives."""
+    (``{}`` where no model was loaded); the part of ``crs.extract.prepare.record_cost`` that needs the model,
+    so that a Ray replica can work it out where its model lives."""
     if model is None:
         return {"weights": None, "cost": {}}
     return {"weights": getattr(model, "weights_info", None), "cost": measure(model)}

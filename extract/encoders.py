@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tomllib
 from dataclasses import dataclass, field
 
 from crs.errors import BadInput
@@ -138,7 +139,7 @@ def check_spec(spec: EncoderSpec) -> EncoderSpec:
             problems.append(f"{what} {value!r} is not one of {', '.join(map(str, valid))}")
     if spec.loader == "hf" and spec.hf_class not in HF_CLASSES:
         problems.append(f"hf_class {spec.hf_class!r} is not one of {', '.join(HF_CLASSES)}")
-    if not (isinstance(spec.width, int) and spec.width > 0) or not (isinstance(spec.input_size, int) and spec.input_size > 0):
+    if not all(isinstance(v, int) and v > 0 for v in (spec.width, spec.input_size)):
         problems.append(f"width and input_size must be positive integers (got {spec.width!r}, {spec.input_size!r})")
     if len(spec.mean) != 3 or len(spec.std) != 3 or any(s <= 0 for s in spec.std):
         problems.append(f"mean and std need three values each, std positive (got {spec.mean!r}, {spec.std!r})")
@@ -174,8 +175,8 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     # ------------------------------------------------------------------ general purpose
     # https://huggingface.co/timm/resnet50.a1_in1k (ResNet-50 A1 recipe, supervised on ImageNet-1k; 2048 features,
     # 224 train, bicubic). The CRS reference of real runs: a well-known supervised ImageNet CNN.
-    # Revision: the snapshot several public projects pin or hold in their hub cache (six or more, incl. a cache path; found by code
-    # search, not checked against the hub).
+    # Revision: the snapshot several public projects pin or hold in their hub cache (six or more, incl. a cache
+    # path; found by code search, not checked against the hub).
     EncoderSpec(
         name="resnet50", family="general", source="timm", model_id="resnet50.a1_in1k", width=2048, input_size=224,
         interpolation="bicubic", licence="apache-2.0", arch={"timm": "resnet50"}, reference=True,
@@ -192,8 +193,8 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         page="https://huggingface.co/timm/convnext_base.fb_in22k_ft_in1k",
     ),
     # https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k (ViT-B/16, mean/std 0.5)
-    # Revision: the snapshot several public projects pin or hold in their hub cache (five or more, incl. two cache paths; found by code
-    # search, not checked against the hub).
+    # Revision: the snapshot several public projects pin or hold in their hub cache (five or more, incl. two cache
+    # paths; found by code search, not checked against the hub).
     EncoderSpec(
         name="vit-base", family="general", source="timm", model_id="vit_base_patch16_224.augreg2_in21k_ft_in1k",
         width=768, input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="cls",
@@ -253,8 +254,8 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     ),
     # ------------------------------------------------------------------ broad medical
     # https://huggingface.co/google/medsiglip-448 (gated, HAI-DEF terms; 400M SigLIP vision encoder, 448 px)
-    # Revision: the snapshot several public projects pin or hold in their hub cache (about eight, incl. a cache path; found by code
-    # search, not checked against the hub).
+    # Revision: the snapshot several public projects pin or hold in their hub cache (about eight, incl. a cache
+    # path; found by code search, not checked against the hub).
     EncoderSpec(
         name="medsiglip", family="medical", source="hf", model_id="google/medsiglip-448", width=1152,
         input_size=448, mean=HALF, std=HALF, interpolation="bilinear", pooling="model",
@@ -265,8 +266,8 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     ),
     # https://huggingface.co/google/medgemma-4b-it (gated; Gemma 3 with a SigLIP-400M vision tower at 896 px,
     # no pooling head in the tower: the embedding is the mean of its 4096 patch tokens)
-    # Revision: the snapshot several public projects pin or hold in their hub cache (eight or more, incl. cache paths; the repo's update of 2025-10-28; found by code
-    # search, not checked against the hub).
+    # Revision: the snapshot several public projects pin or hold in their hub cache (eight or more, incl. cache
+    # paths; the repo's update of 2025-10-28; found by code search, not checked against the hub).
     EncoderSpec(
         name="medgemma", family="medical", source="hf", model_id="google/medgemma-4b-it", width=1152,
         input_size=896, mean=HALF, std=HALF, interpolation="bilinear", pooling="mean",
@@ -289,8 +290,8 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
         page="https://huggingface.co/microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224",
     ),
     # https://huggingface.co/flaviagiammarino/pubmed-clip-vit-base-patch32 (CLIP ViT-B/32 tuned on ROCO, proj 512)
-    # Revision: the snapshot several public projects pin or hold in their hub cache (two or three authors, incl. a cache path; found by code
-    # search, not checked against the hub).
+    # Revision: the snapshot several public projects pin or hold in their hub cache (two or three authors, incl. a
+    # cache path; found by code search, not checked against the hub).
     EncoderSpec(
         name="pubmedclip", family="medical", source="hf", model_id="flaviagiammarino/pubmed-clip-vit-base-patch32",
         width=512, input_size=224, mean=CLIP_MEAN, std=CLIP_STD, interpolation="bicubic", pooling="model",
@@ -314,8 +315,8 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     ),
     # https://huggingface.co/YukunZhou/RETFound_mae_natureCFP (gated; MAE ViT-L/16 on colour fundus photographs;
     # a PyTorch checkpoint {'model': ...}: loaded with weights_only=True, decoder tensors dropped)
-    # Revision: the snapshot several public projects pin or hold in their hub cache (two, one a cache path; found by code
-    # search, not checked against the hub).
+    # Revision: the snapshot several public projects pin or hold in their hub cache (two, one a cache path; found by
+    # code search, not checked against the hub).
     EncoderSpec(
         name="retfound", family="specialty", source="timm", model_id="YukunZhou/RETFound_mae_natureCFP", width=1024,
         input_size=224, interpolation="bicubic", pooling="mean", licence="cc-by-nc-4.0", gated=True,
@@ -460,8 +461,6 @@ def from_id(text: str) -> EncoderSpec:
 
 def from_toml(path: str) -> list[EncoderSpec]:
     """Records from a TOML file: one ``[[encoder]]`` table per record, keys as in EncoderSpec."""
-    import tomllib
-
     with open(path, "rb") as f:
         try:
             data = tomllib.load(f)

@@ -8,8 +8,8 @@ import os
 
 import torch
 
+from crs.extract.cost import parameters
 from crs.extract.models import pick_device
-
 
 log = logging.getLogger("crs.extract")
 
@@ -26,8 +26,6 @@ ACTIVATION_BYTES_PER_PIXEL = 64 * 4
 def model_bytes(spec, batch: int) -> tuple[int | None, int]:
     """(float32 weights in bytes, from the record's parameter count on the meta device: None where unknown
     before loading; one batch's activations, ``batch * input_size**2 * ACTIVATION_BYTES_PER_PIXEL``)."""
-    from crs.extract.cost import parameters
-
     p = parameters(spec)
     return (None if p is None else BYTES_PER_PARAMETER * p), batch * spec.input_size ** 2 * ACTIVATION_BYTES_PER_PIXEL
 

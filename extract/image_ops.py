@@ -165,7 +165,7 @@ def _zoom_rows_cols(x: torch.Tensor, size: tuple[int, int], upto: tuple[int, int
     takes any output size, so the rows and columns below/right of the crop (up to a sixth of the work
     at 1.2x) are never computed. The scale passed is the one the kernel would derive itself
     (float32(in) / float32(out)), so every sample lands where the full resample puts it."""
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 -- numpy: crs perturbations --table imports this module without it
 
     h, w = x.shape[-2:]
     if upto[0] == h or upto[1] == w:  # the kernel skips a side whose output length is the input's, whatever

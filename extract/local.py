@@ -13,8 +13,19 @@ import torch
 from crs.conditions import CLEAN, parse
 from crs.extract.cost import device_name
 from crs.extract.timing import UNTIMED, DeviceClock
-from crs.extract.units import (HOST_FAMILIES, DecodedUnits, Embedder, HostBuffers, Plan, PreparedUnits, Staged,
-                               after_commit, commit_failures, unit_conditions, unit_failures)
+from crs.extract.units import (
+    HOST_FAMILIES,
+    DecodedUnits,
+    Embedder,
+    HostBuffers,
+    Plan,
+    PreparedUnits,
+    Staged,
+    after_commit,
+    commit_failures,
+    unit_conditions,
+    unit_failures,
+)
 from crs.store import Store
 
 

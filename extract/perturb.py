@@ -37,16 +37,29 @@ import hashlib
 import math
 import sys
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from crs.conditions import parse, perturbed
 from crs.errors import BadInput, UserError
-from crs.extract.image_ops import (_DIRECT_MAX, Deferred, _conv_blur, _disc, _gaussian_kernel, _grey, _ink, _lines,
-                                   _strokes, _zoom_rows_cols, _zooms)
+from crs.extract.image_ops import (
+    _DIRECT_MAX,
+    Deferred,
+    _conv_blur,
+    _disc,
+    _gaussian_kernel,
+    _grey,
+    _ink,
+    _lines,
+    _strokes,
+    _zoom_rows_cols,
+    _zooms,
+)
 from crs.names import MODALITIES, PERTURBATION_GENERATORS, SEVERITIES
+from crs.store import generators
 
 if TYPE_CHECKING:
     import torch
@@ -381,8 +394,6 @@ def generator_attrs(condition: str) -> dict:
     """What an embedding array of ``condition`` records about the generator of its draws (with the store's
     attribute name, ``crs.store.generators.ATTR``): ``GENERATOR`` for a perturbed condition, nothing for
     another. The store refuses a perturbed array whose generator is not the dataset's."""
-    from crs.store import generators
-
     return {generators.ATTR: GENERATOR} if generators.is_perturbed(condition) else {}
 
 
@@ -395,7 +406,7 @@ def apply(x: torch.Tensor, family: str, severity: int, image_ids: list[str]) -> 
 
 def grid(image: torch.Tensor, image_id: str, modality: str, cell: int = 128):
     """A PIL image: the clean image and every family of the suite at every severity (rows = families)."""
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw  # noqa: PLC0415 -- PIL: crs perturbations --table lists without it
 
     families = suite(modality)
     x = image.unsqueeze(0)  # [1, 3, H, W] in [0, 1]

@@ -34,6 +34,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
+from crs.extract import encoders
+
 # timm architecture names used by the registry -> (width, depth, patch, mlp width, class token)
 TIMM_VIT = {"vit_base_patch16_224": (768, 12, 16, 3072, 1), "vit_large_patch16_224": (1024, 24, 16, 4096, 1)}
 CNN_GMACS = {"resnet50": 4.1, "convnext_base": 15.4}  # at 224, published
@@ -85,11 +87,9 @@ def macs_for(spec) -> float | None:
     macs = macs_per_image(spec)
     if macs is not None:
         return macs
-    from crs.extract import encoders
-
     if spec.name in COUNTED_FLOPS and encoders.ENCODERS.get(spec.name) == spec:
         return COUNTED_FLOPS[spec.name] / 2
-    from crs.extract import cost
+    from crs.extract import cost  # noqa: PLC0415 -- torch: crs extract --plan runs without it
 
     try:
         flops = cost.estimate(spec)["flops_per_image"]
@@ -113,8 +113,6 @@ def forward_rate(name: str, macs: float | None) -> tuple[float | None, str | Non
         return MEASURED[name], "measured"
     if not macs:
         return None, None
-    from crs.extract import encoders
-
     anchors = {n: macs_per_image(encoders.get(n)) for n in MEASURED}
     nearest = min(anchors, key=lambda n: abs(math.log(anchors[n] / macs)))
     return MEASURED[nearest] * anchors[nearest] / macs, f"scaled from {nearest} by FLOPs"

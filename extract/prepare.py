@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from crs import provenance
 from crs.conditions import CLEAN, parse
 from crs.extract import perturb
 from crs.extract.cost import model_cost
@@ -115,8 +116,6 @@ def _perturbation(cond: str) -> dict | None:
 def _provenance(spec: EncoderSpec, weights: str | None, modality, settings: dict | None = None) -> dict:
     """What every array of one extraction records about how its embeddings were made, when created
     (``record_cost`` adds the encoder's weights and cost once it has embedded)."""
-    from crs import provenance
-
     return {
         "encoder_spec": spec.as_dict(),
         "weight_source": spec.weight_source if weights is None else f"local file {weights}",

@@ -26,12 +26,26 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections import deque
 
+import torch
+
 from crs.errors import CrsError, UserError
+from crs.extract.cost import device_name, model_cost
+from crs.extract.models import load, pick_device
 from crs.extract.options import ExtractOptions, RayOptions
-from crs.extract.units import (DecodedUnits, Embedder, Plan, Unit, after_commit, commit_failures, embed_groups,
-                               unit_conditions, unit_failures)
+from crs.extract.units import (
+    DecodedUnits,
+    Embedder,
+    Plan,
+    Unit,
+    after_commit,
+    commit_failures,
+    embed_groups,
+    unit_conditions,
+    unit_failures,
+)
 from crs.store import Store
 
 IN_FLIGHT_PER_ACTOR = 2  # one unit decoding while the other runs on the device
@@ -47,7 +61,7 @@ class UnitFailed(CrsError):
 
 def _import_ray():
     try:
-        import ray
+        import ray  # noqa: PLC0415 -- ray: an optional extra (crs-bench[ray])
     except ImportError:
         raise RayUnavailable("--executor ray needs Ray: pip install 'crs-bench[ray]' "
                              "(or use the default --executor local)") from None
@@ -59,10 +73,6 @@ class Replica:
 
     def __init__(self, store_path, storage_options, plan_spec, dataset, ds, *, options: ExtractOptions, batch,
                  threads):
-        import torch
-
-        from crs.extract.models import load, pick_device
-
         if threads:
             torch.set_num_threads(threads)
 
@@ -75,8 +85,6 @@ class Replica:
         self.device_lock = threading.Lock()  # two units in flight: one decodes while the other embeds
 
     def run(self, unit: Unit) -> dict:
-        from crs.extract.cost import device_name
-
         units = DecodedUnits(self.ds, {unit.j: unit.source_rows}, self.ds.paths)
         _, images, failures = units[unit.j]
         failed = unit_failures(unit, failures, self.strict)
@@ -104,8 +112,6 @@ class Replica:
 
     def cost(self) -> dict:
         """``crs.extract.cost.model_cost`` of this replica's model (its weights_info and measured cost)."""
-        from crs.extract.cost import model_cost
-
         return model_cost(self.model)
 
 
@@ -135,8 +141,6 @@ def run_units_on_ray(store: Store, plan: Plan, ds, options: ExtractOptions, prog
     ray = connect(ray_options.address)
     n_actors, gpus_per_actor = _actor_count(ray, store, plan, options.device, ray_options)
     cpus_per_actor, retries = ray_options.cpus_per_actor, ray_options.retries
-    import torch
-
     # CPU replicas run as many intra-op threads as this process's torch, whatever OMP_NUM_THREADS Ray
     # gives its workers: a matrix product's float sums depend on how it is split over threads, and
     # this keeps a Ray run on the CPU equal bit for bit to a local run from the same driver
@@ -179,8 +183,6 @@ def _actor_count(ray, store: Store, plan: Plan, device, ray_options: RayOptions)
     slots = int(cluster_gpus // gpus_per_actor) if gpus_per_actor else int(resources.get("CPU", 1) // cpus_per_actor)
     n_actors = max(1, min(actors or slots or 1, len(plan.units)))
     if not store.is_url and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
-        import warnings
-
         warnings.warn(f"--store {store.path!r} is a local path and the Ray cluster has several nodes: every "
                       "node must see the same folder (a shared file system), or use an object-store URL",
                       stacklevel=3)
@@ -189,10 +191,10 @@ def _actor_count(ray, store: Store, plan: Plan, device, ray_options: RayOptions)
 
 def _lost_errors() -> tuple:
     """The Ray exceptions that mean a replica died (its unit was retried and still failed)."""
-    from ray.exceptions import RayActorError
+    from ray.exceptions import RayActorError  # noqa: PLC0415 -- ray: an optional extra (crs-bench[ray])
 
     try:
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, WorkerCrashedError
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, WorkerCrashedError  # noqa: PLC0415 -- ray: an optional extra (crs-bench[ray])
         return (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
     except ImportError:  # older Ray
         return (RayActorError,)
@@ -201,7 +203,7 @@ def _lost_errors() -> tuple:
 def _drain(ray, pool: list, plan: Plan, retries: int, advance) -> list[int]:
     """Keep IN_FLIGHT_PER_ACTOR units on each replica until every unit is done; returns the
     replicas' final batch sizes. ``advance(n)`` reports n more chunks written."""
-    from ray.exceptions import RayTaskError
+    from ray.exceptions import RayTaskError  # noqa: PLC0415 -- ray: an optional extra (crs-bench[ray])
 
     lost = _lost_errors()
     summary = plan.summary

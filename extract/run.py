@@ -48,6 +48,7 @@ from crs.extract.local import run_units_locally
 from crs.extract.models import load, pick_device
 from crs.extract.options import ExtractOptions
 from crs.extract.prepare import prepare, record_cost
+from crs.extract.ray_executor import run_units_on_ray
 from crs.extract.units import ExtractSummary
 from crs.store import Store, dataset_lock, extraction_lock
 
@@ -154,8 +155,6 @@ def _extract_on_ray(store, spec, dataset, ds, options: ExtractOptions, *, progre
 def _run_units(store, plan, ds, options: ExtractOptions, progress) -> tuple[float, dict | None]:
     """Run the pending units of ``plan`` on Ray; returns (when the extraction itself began, the
     replicas' ``model_cost``: None where none could be had)."""
-    from crs.extract.ray_executor import run_units_on_ray
-
     t0 = time.perf_counter()
     measured = run_units_on_ray(store, plan, ds, options, progress=progress)
     return t0, measured

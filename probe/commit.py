@@ -5,17 +5,20 @@ label subsets, then the run records, which commit it.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import NamedTuple
 
 import polars as pl
 
-from crs import forms, records as run_records
+from crs import forms
+from crs import provenance as tool
+from crs import records as run_records
 from crs.names import VALIDATION
 from crs.probe.options import ProbeOptions
 from crs.store import Store
-
+from crs.store.location import local_path
 
 SELECTION_DIR = run_records.SELECTION_DIR
 
@@ -39,10 +42,6 @@ def made_by(store: Store, results, options: ProbeOptions) -> dict:
     whole (``crs.store.repair.probe_command``): the results folder (relative to a local store, so that
     the two moved together still match), and the settings in the schema's names (``crs.config.Probe``).
     Seeds are a count there (0..n-1); other seeds have no flag to name them."""
-    import os
-
-    from crs.store.location import local_path
-
     o = options
     settings = {"fractions": list(o.fractions), "l2": list(o.l2_grid), "select_by": o.select_by, "tol": o.tol,
                 "head": o.head, "hidden": o.hidden}
@@ -55,8 +54,6 @@ def made_by(store: Store, results, options: ProbeOptions) -> dict:
 
 def run_provenance(options: ProbeOptions, head_options: dict) -> dict:
     """``crs.provenance.collect`` of this probe run's settings (JSON-safe)."""
-    from crs import provenance as tool
-
     o = options
     settings = {"head": o.head, "seeds": list(o.seeds), "fractions": list(o.fractions), "l2": list(o.l2_grid),
                 "select_by": o.select_by}
@@ -78,8 +75,6 @@ class Outputs(NamedTuple):
 
 def commit(store: Store, results: Path, model: str, dataset: str, outputs: Outputs) -> Path:
     """Write one generation of the pair's outputs; the run records last, as its commit point."""
-    from crs import provenance as tool
-
     predictions, attrs, selection, drawn, records, provenance = outputs
     provenance = tool.collect() if provenance is None else provenance
     generation = uuid.uuid4().hex
@@ -100,9 +95,5 @@ def commit(store: Store, results: Path, model: str, dataset: str, outputs: Outpu
 def _store_from(store: Store, results: Path) -> str:
     """The store as the run records name it: relative to the results folder where both are local, so that
     the two moved together still match (``crs.records.STORE``)."""
-    import os
-
-    from crs.store.location import local_path
-
     here = local_path(store.path)
     return os.path.relpath(Path(here).resolve(), Path(results).resolve()) if here else store.path

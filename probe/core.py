@@ -16,6 +16,9 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from threadpoolctl import threadpool_limits
 
 from crs.probe.blocks import block_logits, block_logits_T, plain_products, plan_blocks, transposed_blocks
 from crs.probe.objective import Labels, blocked_objectives, link_values, loss_change, loss_from_logits, objective
@@ -23,8 +26,18 @@ from crs.probe.precondition import ISOTROPIC_BELOW, rotated, second_moments, unr
 from crs.probe.predict import log_link, log_probabilities, predict, probabilities, validation_loss, validation_losses
 from crs.probe.problem import TrainingSet
 from crs.probe.schedule import (
-    Loop, ONE_BLOCK_BELOW, SMALL_WIDTH, bucketed, checked_schedule, loop_count, memory_budget, one_dense_block,
-    small_width, solver_loops, warm_path, working_set_bytes,
+    ONE_BLOCK_BELOW,
+    SMALL_WIDTH,
+    Loop,
+    bucketed,
+    checked_schedule,
+    loop_count,
+    memory_budget,
+    one_dense_block,
+    small_width,
+    solver_loops,
+    warm_path,
+    working_set_bytes,
 )
 from crs.probe.solver import Fit, LoopPlan, Rows, Stop, fit_loop
 
@@ -135,8 +148,6 @@ def _placement(devices):
     """Where ``fit`` leaves its results: the device, or every device of a shared fit (replicated)."""
     if len(devices) == 1:
         return devices[0]
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
     return NamedSharding(Mesh(np.array(devices), ("probes",)), P())
 
 
@@ -194,7 +205,7 @@ def _fit_group(lp: Loop, grid, V, solver: _Solver):
             out = out._replace(W=out.W[..., :F, :])  # the padded features' weights, all 0
         if V is not None:
             out = out._replace(W=unrotate(V, out.W))
-        parts.append(jax.tree.map(lambda a: a[: min(group, S - lo)], out))
+        parts.append(jax.tree.map(lambda a, lo=lo: a[: min(group, S - lo)], out))
     return jax.tree.map(lambda *a: np.concatenate(a, axis=0), *parts) if len(parts) > 1 else parts[0]
 
 
@@ -214,8 +225,6 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, halves
         if len(devices) == 1:
             _PROGRAMS[key] = jax.jit(local)
         else:
-            from jax.sharding import Mesh, PartitionSpec as P
-
             mesh = Mesh(np.array(devices), ("probes",))
             spec = P(None, None, "probes")
             specs = (P(), P("probes"), P()) + ((P(), P()) if dynamic else ())
@@ -246,8 +255,6 @@ _prepare = jax.jit(_prepare_impl, static_argnums=(4, 5, 6))
 def _prepare_host(Xs, T, known, order, sizes, blocks, precondition):
     """``_prepare_impl`` in numpy, for the small loops of shape buckets (``bucketed``: ``sizes`` an
     int array [Fr]): a few milliseconds of gathers there, against a program to compile per bucket."""
-    from threadpoolctl import threadpool_limits
-
     Xs = np.asarray(Xs, np.float32)
     Xo, To, ko = Xs[order], np.asarray(T)[order], np.asarray(known)[order]
     XoT = tuple(np.ascontiguousarray(np.swapaxes(Xo[:, lo:hi], 1, 2)) for lo, hi, _ in blocks)

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from crs.names import VALIDATION
+from crs.probe import padded, subsets
 from crs.probe.heads import Fitted
 from crs.probe.inputs import EvalSet, Split
 from crs.probe.problem import TrainingSet
@@ -31,7 +32,7 @@ class Selection(NamedTuple):
 def select(fitted: Fitted, split: Split, task: str, select_by: str) -> Selection:
     """Lowest validation loss, or highest validation AUROC with ties to the stronger penalty
     (the later grid value); a non-finite figure is never chosen over a finite one."""
-    from crs.probe import core, metrics
+    from crs.probe import core, metrics  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
 
     va = split.val
     pv = predictions(fitted, split, [split.X[va]])[0]  # [S, Fr, L, n_va, K]
@@ -51,8 +52,6 @@ def predictions(fitted: Fitted, split: Split, arrays: list[np.ndarray], index=No
     """The probes' log-probabilities [..., m_i, K] on the rows of each embedding array [m_i, F] (as stored),
     standardised chunk by chunk and predicted ``crs.probe.padded.PREDICT_ROWS`` rows at a time.
     ``peaks``: a list that receives each array's [m_i] largest |z| per row, from the same standardising."""
-    from crs.probe import padded
-
     if peaks is None:
         return padded.chunked_rows(fitted.predict, arrays, index, prepare=split.z)
     row_peaks = []
@@ -82,7 +81,7 @@ def condition_records(ev: EvalSet, probs, m: np.ndarray, meta: dict) -> pl.DataF
 
     ``meta`` holds the columns every condition shares (encoder, dataset, task, seed, fraction,
     l2, n_train, classes_missing, converged, iterations), each [S * Fr] or one value."""
-    from crs.probe import metrics
+    from crs.probe import metrics  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
 
     kept = ev.counted
     counted = probs if kept.all() else probs[:, :, kept]
@@ -104,7 +103,7 @@ def set_metrics(evals: list[EvalSet], probs: list[np.ndarray], task: str) -> lis
     """``metrics.all_metrics`` of each evaluation set's probabilities [S, Fr, n, K] -> [S, Fr, 5];
     sets that share their labels and counted rows (the clean test split and its perturbed
     copies) in one batch."""
-    from crs.probe import metrics
+    from crs.probe import metrics  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
 
     out: list = [None] * len(evals)
     groups: dict = {}
@@ -221,8 +220,6 @@ def check_finite(predictions: dict[str, np.ndarray], records: pl.DataFrame, mode
 def record_columns(model, dataset, table, fractions, data: TrainingSet, split: Split, fitted: Fitted,
                    sel: Selection) -> dict:
     """The run-record columns every condition shares, one value per (seed, fraction) in seed-major order."""
-    from crs.probe import subsets
-
     S, Fr = sel.best.shape
     chosen = _chosen(sel.best)
     masks = subsets.masks_from(data.order, data.sizes)  # [S, Fr, n_tr]

@@ -14,6 +14,7 @@ import polars as pl
 from crs.conditions import CLEAN, shift
 from crs.labels import targets
 from crs.names import SPLIT_CODE
+from crs.probe import subsets
 from crs.probe.problem import TrainingSet
 from crs.probe.standardise import feature_scales, live_features
 from crs.store import Store, StoreError
@@ -145,7 +146,7 @@ def eval_sets(store: Store, encoder: str, dataset: str, split: Split) -> list[Ev
     keep = ~np.isin(te, split.failed)
     T, known = split.T[te], split.known[te]  # one copy, shared by every condition of the test split
     out = [EvalSet(CLEAN, split.X[te], T, known, keep)]
-    for d, enc, cond, _ in store.embeddings(dataset, encoder):
+    for _d, _enc, cond, _ in store.embeddings(dataset, encoder):
         if cond != CLEAN:
             X = finite_embeddings(store.read_embedding(dataset, encoder, cond), store, encoder, dataset, cond)
             out.append(EvalSet(cond, X, T, known, keep))
@@ -188,8 +189,6 @@ def embedding_width(store: Store, encoder: str, dataset: str) -> int:
 
 def training_set(split: Split, table, seeds, fractions, grid, dataset) -> tuple[TrainingSet, pl.DataFrame]:
     """The standardised training rows and each seed's nested label subsets, with the subsets' table."""
-    from crs.probe import subsets
-
     tr = split.train
     order = subsets.orders(table.labels[tr], table.task, list(seeds))  # [S, n_tr]
     sizes = subsets.sizes(list(fractions), len(tr))

@@ -44,6 +44,7 @@ import numpy as np
 import optax
 
 from crs.labels import check_task
+from crs.probe import core
 from crs.probe.problem import TrainingSet
 
 SEED_SALT = 0x6D6C70  # keys the initialisation: fold_in(key(SEED_SALT), seed)
@@ -76,6 +77,9 @@ class Settings(NamedTuple):
     max_steps: int = 500
     tol: float = 1e-4  # on the largest gradient component, as the linear probe's raw test
     memory: int = 10  # L-BFGS pairs kept
+
+
+DEFAULT_SETTINGS = Settings()
 
 
 class Arch(NamedTuple):
@@ -183,7 +187,7 @@ def _fraction_impl(X, T, known, order, wd, params0, stop: Stop, arch: Arch):
 _fraction = jax.jit(_fraction_impl, static_argnums=(7,))
 
 
-def fit(data: TrainingSet, hidden: int = 128, settings: Settings = Settings(), on_loop=None) -> MLPFit:
+def fit(data: TrainingSet, hidden: int = 128, settings: Settings = DEFAULT_SETTINGS, on_loop=None) -> MLPFit:
     """Fit every MLP probe: one compiled program per label fraction.
 
     ``data``: X [n, F] standardised training features; T, known [n, K] targets and known-label
@@ -242,8 +246,6 @@ def probabilities(X, params, task: str, batch: int = 8):
 
 def log_probabilities(X, params, task: str, batch: int = 8):
     """``probabilities`` as log-probabilities that do not saturate (``crs.probe.core.log_link``)."""
-    from crs.probe import core
-
     k2 = params["Dense_1"]["kernel"]
     hidden, K = k2.shape[-2], k2.shape[-1]
     lead = k2.shape[:-2]

@@ -147,7 +147,7 @@ def loss_from_logits(Z, x, labels: Labels, l2):
     To, ko, sizes, blocks, task = labels
     K = To.shape[-1]
     parts = []
-    for (lo, hi, first), logits in zip(blocks, Z):  # logits [S, Fr - first, L, K, nb]
+    for (lo, hi, _first), logits in zip(blocks, Z):  # logits [S, Fr - first, L, K, nb]
         Tb, kb = _rows_last(To, lo, hi), _rows_last(ko, lo, hi)
         if check_task(task).exclusive:
             parts.append(-_class_sum(Tb * _log_softmax(logits)))
@@ -208,7 +208,7 @@ def loss_change(P, Zp, t, x, p, labels: Labels, l2):
     To, ko, sizes, blocks, task = labels
     K = To.shape[-1]
     parts = []
-    for (lo, hi, first), pz, zp in zip(blocks, P, Zp):
+    for (lo, hi, _first), pz, zp in zip(blocks, P, Zp):
         Tb, kb = _rows_last(To, lo, hi), _rows_last(ko, lo, hi)
         dz = t[:, t.shape[1] - zp.shape[1]:, :, None, None] * zp  # [S, J, L, K, nb]
         if check_task(task).exclusive:
@@ -216,14 +216,14 @@ def loss_change(P, Zp, t, x, p, labels: Labels, l2):
             M = jnp.maximum(_class_max(dz)[..., None, :], 0.0)
             q = _class_sum(prob * jnp.expm1(dz - M))
             near = M[..., 0, :] + jnp.log1p(jnp.maximum(q, SATURATED))
-            lse = _where_saturated(q, near, lambda: jax.nn.logsumexp(logp + dz, axis=-2))
+            lse = _where_saturated(q, near, lambda logp=logp, dz=dz: jax.nn.logsumexp(logp + dz, axis=-2))
             parts.append(lse - _class_sum(Tb * dz))
         else:
             s, s_neg, z = pz
             up = dz > 0
             q = jnp.where(up, s_neg, s) * jnp.expm1(-jnp.abs(dz))
             near = jnp.where(up, dz, 0.0) + jnp.log1p(jnp.maximum(q, SATURATED))
-            sp = _where_saturated(q, near, lambda: jax.nn.softplus(z + dz) - jax.nn.softplus(z))
+            sp = _where_saturated(q, near, lambda z=z, dz=dz: jax.nn.softplus(z + dz) - jax.nn.softplus(z))
             parts.append((sp - Tb * dz) * kb)
     W, Pw = _weights(x, K), _weights(p, K)
     penalty = per_probe(l2) * (t * _dot2(W, Pw) + 0.5 * t * t * _dot2(Pw, Pw))

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from crs.config import DEFAULT_FRACTIONS, DEFAULT_HIDDEN, DEFAULT_L2, DEFAULT_N_SEEDS
 
-
 DEFAULT_SEEDS = tuple(range(DEFAULT_N_SEEDS))
 
 

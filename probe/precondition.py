@@ -8,6 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from crs.labels import check_task
 from crs.probe.objective import inside_subsets, static_sizes
@@ -37,8 +38,6 @@ def rotation(X, host: bool = False) -> np.ndarray:
     program to compile for a few milliseconds of work); the small F x F eigendecomposition runs
     in LAPACK on the host (float64, one thread), because XLA's CPU eigh is orders of magnitude slower.
     """
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(1):  # BLAS threads would fight JAX's pool for the cores
         if host:
             X64 = np.asarray(X, np.float64)
@@ -51,8 +50,6 @@ def rotation(X, host: bool = False) -> np.ndarray:
 
 def _host_rotate(X, V) -> np.ndarray:
     """X V on the host (float32, one BLAS thread): small data's rotation (``fit``)."""
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(1):
         return np.asarray(X, np.float32) @ V
 
@@ -117,7 +114,5 @@ def _rotate(X, V):
 
 def unrotate(V, W) -> np.ndarray:
     """Weights W [..., F, K] in the eigenbasis back to the features: V W (float32, on the host, one BLAS thread)."""
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(1):  # BLAS threads would fight JAX's pool for the cores
         return np.matmul(V, W)

@@ -19,6 +19,7 @@ as one more model beside the linear one.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,18 +28,42 @@ import numpy as np
 
 from crs.config import DEFAULT_FRACTIONS
 from crs.errors import BadInput
+from crs.probe import subsets
 from crs.probe.commit import (
-    Outputs, PROVENANCE_KEY, SELECTION_DIR, SUBSETS_DIR, commit, made_by, records_path, run_provenance, subsets_path,
+    PROVENANCE_KEY,
+    SELECTION_DIR,
+    SUBSETS_DIR,
+    Outputs,
+    commit,
+    made_by,
+    records_path,
+    run_provenance,
+    subsets_path,
 )
 from crs.probe.evaluate import (
-    Selection, check_finite, evaluate, predictions, record_columns, select, selection_frame, set_metrics, tie_share,
+    Selection,
+    check_finite,
+    evaluate,
+    predictions,
+    record_columns,
+    select,
+    selection_frame,
+    set_metrics,
+    tie_share,
 )
 from crs.probe.heads import REGISTRY, get
 from crs.probe.inputs import (
-    EvalSet, Split, embedding_width, eval_sets, float_targets, load_split, pairs_in_store, training_rows,
+    EvalSet,
+    Split,
+    embedding_width,
+    eval_sets,
+    float_targets,
+    load_split,
+    pairs_in_store,
+    training_rows,
     training_set,
 )
-from crs.probe.options import DEFAULT_SEEDS, ProbeOptions, SELECT_BY
+from crs.probe.options import DEFAULT_SEEDS, SELECT_BY, ProbeOptions
 from crs.probe.problem import TrainingSet
 from crs.probe.standardise import feature_scales, live_features
 from crs.store import Store
@@ -72,9 +97,7 @@ def compile_cache() -> str | None:
     (staging, prediction, metrics) cost as much to compile as the solver loops. The folder:
     $CRS_JAX_CACHE, else $XDG_CACHE_HOME/crs-bench/jax (default ~/.cache/crs-bench/jax); left
     alone when JAX's own cache folder is already set."""
-    import os
-
-    import jax
+    import jax  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
 
     where = os.environ.get(CACHE_ENV)
     if where == "off" or jax.config.jax_compilation_cache_dir:
@@ -105,7 +128,10 @@ class ProbeSummary:
         return dict(self.__dict__)
 
 
-def probe(store: Store, encoder: str, dataset: str, options: ProbeOptions = ProbeOptions(), *, results: Path,
+DEFAULT_OPTIONS = ProbeOptions()
+
+
+def probe(store: Store, encoder: str, dataset: str, options: ProbeOptions = DEFAULT_OPTIONS, *, results: Path,
           progress=None, task=None) -> ProbeSummary:
     """Fit, select, evaluate and record every probe of one (encoder, dataset).
 
@@ -158,8 +184,6 @@ def planned_loops(store: Store, encoder: str, dataset: str, fractions=DEFAULT_FR
     the embedding width (``embedding_width``). ``probe`` fits the live features only
     (``live_features``), so where dead features take the data across a schedule threshold of
     ``crs.probe.core.solver_loops`` the count is off by the loops that crossing adds or removes."""
-    from crs.probe import subsets
-
     n = training_rows(store, dataset)
     fractions = tuple(sorted(set(fractions)))
     if n == 0:
@@ -172,7 +196,7 @@ def small_pair(store: Store, encoder: str, dataset: str) -> bool:
     """Whether a pair's training set is small data: under ``crs.probe.core.ONE_BLOCK_BELOW`` values
     (rows x embedding width), where compiling and the work around the fit cost more than the solver
     loops, so pairs can be probed side by side (``crs.stages.steps.probe``) in little memory."""
-    from crs.probe.core import ONE_BLOCK_BELOW
+    from crs.probe.core import ONE_BLOCK_BELOW  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
 
     return training_rows(store, dataset) * embedding_width(store, encoder, dataset) < ONE_BLOCK_BELOW
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import jax
@@ -10,7 +11,6 @@ import numpy as np
 
 from crs.probe.blocks import plan_blocks
 from crs.probe.padded import shape_bucket
-
 
 FRACTION_SCHEDULE_FROM = 1 << 22  # rows x features (about 5,500 x 768) from which a loop per fraction pays
 
@@ -147,8 +147,6 @@ def memory_budget(device) -> int:
     if "bytes_limit" in stats:
         return int(0.6 * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
     try:
-        import os
-
         return int(0.6 * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return 8 << 30

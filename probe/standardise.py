@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 DEAD_REL = 1e-4  # a feature whose training std is below this share of the typical (median) std is left out
 
 

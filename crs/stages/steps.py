@@ -8,11 +8,24 @@ answer. Heavy libraries are imported inside the stage that needs them.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
+from threadpoolctl import threadpool_limits
+
+from crs import records
 from crs.config import Config, Probe, Score
-from crs.errors import BadInput
+from crs.errors import BadInput, UserError
+from crs.extract import encoders as encreg
+from crs.extract import perturb
+from crs.extract import plan as planmod
+from crs.extract.options import DatasetOptions, ExtractOptions
+from crs.names import SPLIT_CODE
 from crs.progress import NO_PROGRESS, Progress
 
 HUB_PREFIXES = ("timm:", "hf:")
@@ -31,7 +44,7 @@ def check_names(given: list[str], valid: list[str], what: str) -> list[str]:
 
 
 def check_dataset_names(given: list[str]) -> list[str]:
-    from crs.extract import datasets as dsreg
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
 
     if not given:
         raise BadInput(f"no dataset given; pass --dataset NAME (valid: {', '.join(dsreg.all_names())})")
@@ -43,8 +56,6 @@ def check_dataset_names(given: list[str]) -> list[str]:
 
 def encoder_records(file: str | None) -> dict:
     """The extra encoder records of an --encoder-file (name -> record); BadInput for a bad file."""
-    from crs.extract import encoders as encreg
-
     if file is None:
         return {}
     try:
@@ -55,8 +66,6 @@ def encoder_records(file: str | None) -> dict:
 
 def check_encoders(names: list[str], extra: dict) -> list[str]:
     """Registry names, names of ``extra`` records and well-formed timm:/hf: ids, once each."""
-    from crs.extract import encoders as encreg
-
     for e in names:
         if e.startswith(HUB_PREFIXES):
             try:
@@ -71,7 +80,7 @@ def check_encoders(names: list[str], extra: dict) -> list[str]:
 
 def parse_roots(values: list[str] | None, datasets: list[str]) -> dict[str, str]:
     """--root NAME=DIR binds a folder to a real dataset; a bare --root DIR goes to the one real dataset given."""
-    from crs.extract import datasets as dsreg
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
 
     roots, bare = {}, []
     for v in values or []:
@@ -91,8 +100,6 @@ def parse_roots(values: list[str] | None, datasets: list[str]) -> dict[str, str]
 
 def set_members(name: str) -> list[str]:
     """The registry encoders of one set: demo (no download), pretrained (every pretrained record), or a family."""
-    from crs.extract import encoders as encreg
-
     if name == "demo":
         return encreg.demo_names()
     pretrained = [s for s in encreg.ENCODERS.values() if s.pretrained and s.source != "builtin"]
@@ -107,8 +114,6 @@ def set_members(name: str) -> list[str]:
 
 def with_sets(cfg: Config) -> Config:
     """``cfg`` with ``encoders.names`` = the names given, then every member of ``encoders.set``, once each."""
-    import dataclasses
-
     enc = cfg.encoders
     if not enc.set:
         return cfg
@@ -118,10 +123,6 @@ def with_sets(cfg: Config) -> Config:
 
 def with_revision(spec, revision: str | None):
     """``spec`` pinned to ``revision`` (the registry's ``with_revision`` where it has one, which checks the form)."""
-    import dataclasses
-
-    from crs.extract import encoders as encreg
-
     if revision is None:
         return spec
     if spec.source not in ("timm", "hf") or not spec.pretrained:
@@ -139,8 +140,6 @@ def with_revision(spec, revision: str | None):
 def encoder_specs(cfg: Config, extra: dict) -> list:
     """The records ``cfg`` extracts, each pinned to its ``encoders.revisions`` entry; BadInput for a revision
     of an encoder the run does not extract."""
-    from crs.extract import encoders as encreg
-
     names = with_sets(cfg).encoders.names
     specs = [encreg.resolve(e, extra) for e in names]
     revisions = dict(cfg.encoders.revisions)
@@ -159,16 +158,12 @@ class Extracted(NamedTuple):
 
 def dataset_options(cfg: Config) -> dict:
     """The datasets section of ``cfg`` as keywords of ``crs.extract.datasets.get`` (``DatasetOptions``' fields)."""
-    import dataclasses
-
-    from crs.extract.options import DatasetOptions
-
     return dataclasses.asdict(DatasetOptions.from_config(cfg))
 
 
 def named_datasets(cfg: Config) -> list:
     """The config's datasets, opened as extraction opens them (a CSV read, a folder indexed; no image decoded)."""
-    from crs.extract import datasets as dsreg
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
 
     opts, ds = dataset_options(cfg), cfg.datasets
     return [dsreg.get(d, size=ds.size, seed=0 if d in dsreg.BUILTIN else ds.split_seed, **opts) for d in ds.names]
@@ -177,7 +172,7 @@ def named_datasets(cfg: Config) -> list:
 def _datasets_with_shift_targets(cfg: Config, named: list | None = None) -> list:
     """The config's datasets (``named``: as ``named_datasets`` opened them), then the shift targets not among
     them, in the target role (clean test rows only): probing evaluates the shift on them."""
-    from crs.extract import datasets as dsreg
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
 
     opts = dataset_options(cfg)
     named = named_datasets(cfg) if named is None else named
@@ -198,10 +193,9 @@ def _stored_role(store, name: str) -> str | None:
 
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
-    from crs.extract import targets
-    from crs.extract.options import ExtractOptions
-    from crs.extract.run import extract_many
-    from crs.store import Store
+    from crs.extract import targets  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
+    from crs.extract.run import extract_many  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
+    from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
     cfg = with_sets(cfg)
     enc = cfg.encoders
@@ -226,11 +220,7 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
     missing (weights not in the cache, a gated model without a token, a dataset whose files cannot be read).
 
     ``complete`` is False where anything is missing."""
-    import numpy as np
-
-    from crs.extract import perturb
-    from crs.extract import plan as planmod
-    from crs.names import SPLIT_CODE
+    import numpy as np  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
 
     cfg = with_sets(cfg)
     extra = encoder_records(cfg.encoders.file) if extra is None else extra
@@ -260,7 +250,8 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
     missing += [named(d["name"], d["problem"]) for d in datasets if d["problem"]]
     unknown_cost = sorted({p.encoder for p in pairs if p.gpu_seconds is None and p.forward_passes is not None})
     return {"store": cfg.store, "dtype": cfg.extract.dtype, "device": planmod.DEVICE,
-            "utilisation": planmod.UTILISATION, "peak_tflops": planmod.PEAK_TFLOPS, "gpu_time_source": planmod.RATE_SOURCE,
+            "utilisation": planmod.UTILISATION, "peak_tflops": planmod.PEAK_TFLOPS,
+            "gpu_time_source": planmod.RATE_SOURCE,
             "store_size_note": planmod.COMPRESSED_NOTE,
             "encoders": encoders, "datasets": [{k: v for k, v in d.items() if k != "table"} for d in datasets],
             "pairs": [p.as_dict() for p in pairs], "totals": planmod.totals(pairs),
@@ -269,8 +260,6 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
 
 def _weights_entry(spec, weights: str | None) -> dict:
     """The encoder's weights as the plan sees them: where they come from, in the cache or not, gated, a problem."""
-    import os
-
     entry = {"encoder": spec.name, "source": spec.weight_source, "revision": spec.revision, "gated": spec.gated,
              "in_cache": None, "problem": None}
     if spec.source == "builtin" or not spec.pretrained:
@@ -282,7 +271,7 @@ def _weights_entry(spec, weights: str | None) -> dict:
         entry["problem"] = None if entry["in_cache"] else f"--weights {weights} does not exist"
         return entry
     try:
-        from crs.extract.models import weights_status
+        from crs.extract.models import weights_status  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
 
         status = weights_status(spec, weights)
     except (ImportError, AttributeError):  # a registry without weights_status: the token check alone
@@ -300,8 +289,7 @@ def _weights_entry(spec, weights: str | None) -> dict:
 def _plan_datasets(cfg: Config) -> list[dict]:
     """Each dataset of ``cfg`` and its shift target, indexed from its files (no image decoded); a dataset
     that cannot be read carries the reason (as `crs datasets check` would give it) instead of its table."""
-    from crs.errors import UserError
-    from crs.extract import datasets as dsreg
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
 
     opts, ds = dataset_options(cfg), cfg.datasets
     out: dict[str, dict] = {}
@@ -324,11 +312,11 @@ def _plan_datasets(cfg: Config) -> list[dict]:
 
     for d in ds.names:
         seed = 0 if d in dsreg.BUILTIN else ds.split_seed
-        dataset = add(d, lambda: dsreg.get(d, size=ds.size, seed=seed, **opts))
+        dataset = add(d, lambda d=d, seed=seed: dsreg.get(d, size=ds.size, seed=seed, **opts))
         if dataset is not None:
             target = dataset.shift_spec if getattr(dataset, "shift_spec", None) else dataset.shift_target
             if target:
-                add(target, lambda: dsreg.shift_target_of(dataset, **{**opts, "shift_target": None}))
+                add(target, lambda dataset=dataset: dsreg.shift_target_of(dataset, **{**opts, "shift_target": None}))
     return list(out.values())
 
 
@@ -337,10 +325,9 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
     """The (encoder, dataset) pairs to probe: the ones named; with ``every``, or with only datasets or
     only encoders named, every pair in the store (filtered by the names given); BadInput naming what
     the store holds when a pair lacks embeddings."""
-    from crs.extract import datasets as dsreg
-    from crs.extract import encoders as encreg
-    from crs.probe.run import pairs_in_store
-    from crs.store import Store
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.probe.run import pairs_in_store  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
+    from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
     datasets = [dsreg.store_name(d) for d in datasets]  # csv:PATH -> its store name
     st = Store(store_path, mode="r")
@@ -378,9 +365,9 @@ def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings
     a time, each pair still fitted, evaluated and committed whole on its own: one pair's compiling,
     reading and writing overlap another's solver loop. The results are the same bits as one at a
     time (each pair's programs run as they would alone); ``on_done`` is called in ``pairs`` order."""
-    from crs.probe.run import ProbeOptions, compile_cache, head_name, planned_loops, small_pair
-    from crs.probe.run import probe as probe_pair
-    from crs.store import Store
+    from crs.probe.run import ProbeOptions, compile_cache, head_name, planned_loops, small_pair  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
+    from crs.probe.run import probe as probe_pair  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
+    from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
     options = ProbeOptions.from_settings(settings)
     pairs = list(dict.fromkeys(pairs))  # a pair named twice is probed once (side by side, its lock would refuse it)
@@ -397,8 +384,6 @@ def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings
 
     workers = PAIR_WORKERS if len(pairs) > 1 and all(small_pair(store, enc, d) for enc, d in pairs) else 1
     summaries = []
-    from threadpoolctl import threadpool_limits
-
     # One BLAS thread for the whole stage, set before any worker starts. The probes' host products
     # (crs.probe.core) each run under threadpool_limits(1), which is process-wide: from two threads,
     # one's exit put back two BLAS threads under the other's product, and the pair's bits then
@@ -423,9 +408,6 @@ def _in_order(fn, items: list, workers: int):
     if workers <= 1:
         yield from map(fn, items)
         return
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
     stop = threading.Event()
 
     def guarded(item):
@@ -453,14 +435,13 @@ def _in_order(fn, items: list, workers: int):
 def score(results: Path, settings: Score, store: str | None = None, pairs: list[tuple[str, str]] | None = None,
           progress: Progress = NO_PROGRESS):
     """Score the run records under ``results`` (only ``pairs`` if given) and write RESULTS/scores."""
-    from crs import records
-    from crs.scoring.options import ScoreOptions
-    from crs.scoring.run import METRIC_TABLE
-    from crs.scoring.run import score as score_table
+    from crs.scoring.options import ScoreOptions  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
+    from crs.scoring.run import METRIC_TABLE  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
+    from crs.scoring.run import score as score_table  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
 
     table = records.read(results)
     if pairs is not None:  # crs run scores the (encoder, dataset) pairs its config names, not older leftovers
-        import polars as pl
+        import polars as pl  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
 
         keep = pl.DataFrame({"encoder": [e for e, _ in pairs], "dataset": [d for _, d in pairs]})
         table = table.join(keep, on=["encoder", "dataset"], how="semi")
@@ -492,8 +473,6 @@ def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | N
     """(the reference scoring uses, a warning or None). 'auto' is the registry's reference when it is among
     ``encoders`` (a probe head's ENCODER+HEAD counts as ENCODER); otherwise 'median', with a warning
     saying so. Any other value is used as given."""
-    from crs.extract import encoders as encreg
-
     if requested != "auto":
         return requested, None
     base = {e.split("+", 1)[0]: e for e in reversed(encoders)}  # the first model of an encoder wins
@@ -503,7 +482,7 @@ def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | N
 
 def _open_for_scoring(store: str | None):
     """(the store or None, a note): the run records still allow a score without the store."""
-    from crs.store import Store, StoreError
+    from crs.store import Store, StoreError  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
     if store is None:
         return None, None
@@ -520,7 +499,7 @@ REPORT_MODULE = "crs.scoring.report"
 def report(results: Path, out: Path | None = None, *, store: str | None = None, quiet: bool = True) -> dict:
     """Write RESULTS' scores as one HTML page with its figures and tables (``out``: default RESULTS/report)."""
     try:
-        from crs.scoring.report import write_report
+        from crs.scoring.report import write_report  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
     except ModuleNotFoundError as exc:
         if exc.name != REPORT_MODULE:
             raise

@@ -19,8 +19,15 @@ was loaded) and ``hub`` (hub errors, the local cache, ``weights_status``).
 
 from crs.extract.models.encoder import ColourTextureStats, Encoder, NullModel, pick_device
 from crs.extract.models.hub import WeightsError, cached_revisions, hub_errors, weights_status
-from crs.extract.models.loaders import (LOADERS, Loader, ProjectedTrunk, build_random, load, processor_settings,
-                                        register_loader)
+from crs.extract.models.loaders import (
+    LOADERS,
+    Loader,
+    ProjectedTrunk,
+    build_random,
+    load,
+    processor_settings,
+    register_loader,
+)
 from crs.extract.models.weights import file_sha256, loaded_weights_info, map_keys, read_state_dict, weights_sha256
 
 __all__ = [

@@ -19,8 +19,14 @@ class WeightsError(UserError):
 
 def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
     """One clear message for the ways a hub download fails, by the hub's exception class."""
-    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, LocalEntryNotFoundError,
-                                        OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError)
+    from huggingface_hub.errors import (  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+        EntryNotFoundError,
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     page = spec.page or f"https://huggingface.co/{spec.model_id}"
     # GatedRepoError is a RepositoryNotFoundError, LocalEntryNotFoundError an EntryNotFoundError: checked first
@@ -59,19 +65,19 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
 def hub_errors() -> tuple[type[BaseException], ...]:
     """The exception classes of a failed hub download: huggingface_hub's own, and those of the HTTP
     libraries it reaches the network with (requests, urllib3) where they are installed."""
-    from huggingface_hub import errors
+    from huggingface_hub import errors  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
 
     found = [getattr(errors, name) for name in ("HfHubHTTPError", "EntryNotFoundError", "OfflineModeIsEnabled",
                                                 "HFValidationError", "LocalTokenNotFoundError")
              if hasattr(errors, name)]
     try:
-        import requests
+        import requests  # noqa: PLC0415 -- optional: huggingface_hub >= 1.0 does without requests
 
         found.append(requests.RequestException)
     except ImportError:  # pragma: no cover - huggingface_hub >= 1.0 reaches the network with httpx
         pass
     try:
-        import urllib3
+        import urllib3  # noqa: PLC0415 -- optional: huggingface_hub >= 1.0 does without urllib3
 
         found.append(urllib3.exceptions.HTTPError)
     except ImportError:  # pragma: no cover
@@ -80,13 +86,13 @@ def hub_errors() -> tuple[type[BaseException], ...]:
 
 
 def _offline() -> bool:
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
 
     return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
 def _cache_dir() -> str:
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
 
     return str(constants.HF_HUB_CACHE)
 
@@ -99,8 +105,8 @@ def _hub_repo(spec: EncoderSpec) -> str:
 
 
 def _repo_cache(repo_id: str) -> Path:
-    from huggingface_hub import constants
-    from huggingface_hub.file_download import repo_folder_name
+    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
 
     return Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
 
@@ -130,7 +136,7 @@ def _commit_of(path: str | os.PathLike | None) -> str | None:
 def _cached_file(repo_id: str, filenames, revision: str | None) -> str | None:
     """The cache path of the first of ``filenames`` held for ``revision`` (refs resolved), else None.
     Looks only at the local cache: never downloads."""
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
 
     for name in filenames:
         path = try_to_load_from_cache(repo_id, name, revision=revision)
@@ -140,7 +146,7 @@ def _cached_file(repo_id: str, filenames, revision: str | None) -> str | None:
 
 
 def _hub_file(spec: EncoderSpec, filename: str) -> str:
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
 
     try:
         return hf_hub_download(spec.model_id, filename, revision=spec.revision)
@@ -153,7 +159,7 @@ def _timm_hub_id(spec: EncoderSpec) -> str | None:
     ``hf_hub_id``), without a revision; None when timm takes them from a URL or has no such model."""
     if spec.model_id.startswith("hf-hub:"):
         return spec.model_id[len("hf-hub:"):].split("@")[0]
-    import timm
+    import timm  # noqa: PLC0415 -- timm: only a timm encoder needs it (1.7 s to import)
 
     try:
         cfg = timm.models.get_pretrained_cfg(spec.model_id)
@@ -170,7 +176,7 @@ _HUB_FILES = {"timm": ("model.safetensors", "pytorch_model.bin", "open_clip_pyto
 
 # ------------------------------------------------------------------------ before a run (crs extract --plan)
 def _has_token() -> bool:
-    from huggingface_hub import get_token
+    from huggingface_hub import get_token  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
 
     return bool(os.environ.get("HF_TOKEN")) or get_token() is not None
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from crs.extract.encoders import EncoderSpec, is_commit
 from crs.extract.models.hub import _HUB_FILES, WeightsError, _cached_file, _commit_of, _hub_repo, _timm_hub_id
@@ -17,8 +18,6 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """Tensors of a checkpoint file: safetensors as is, else ``torch.load(weights_only=True)``."""
     path = str(path)
     if path.endswith(".safetensors"):
-        from safetensors.torch import load_file
-
         return load_file(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

@@ -12,8 +12,18 @@ import numpy as np
 import polars as pl
 
 from crs.extract.real.dataset import FileDataset, ReadOptions
-from crs.extract.real.index import (MISSING, DatasetError, Index, Layout, Problem, _check_codes, _check_unique,
-                                    _label_columns, _read, _report)
+from crs.extract.real.index import (
+    MISSING,
+    DatasetError,
+    Index,
+    Layout,
+    Problem,
+    _check_codes,
+    _check_unique,
+    _label_columns,
+    _read,
+    _report,
+)
 from crs.labels import Task
 from crs.names import MODALITIES, SPLITS
 
@@ -56,10 +66,10 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
                                                "a probe needs at least two classes: add the images of the others"))
         return idx
     idx.frame = df.select(
-        id=pl.col("id"), path=pl.col("path"),
+        *label_cols, id=pl.col("id"), path=pl.col("path"),
         group=pl.col("group").fill_null(pl.col("id")) if "group" in header else pl.col("id"),
         split=pl.col("split") if "split" in header else pl.lit(None, dtype=pl.String),
-        *label_cols, file=pl.col("file"), line=pl.col("line"),
+        file=pl.col("file"), line=pl.col("line"),
     )
     idx.named = idx.frame["path"]
     return idx
@@ -133,7 +143,10 @@ def csv_name(csv_path: str | os.PathLike) -> str:
     return f"{safe or 'csv'}-{hashlib.sha256(stem.encode()).hexdigest()[:8]}"
 
 
-def open_csv(csv_path: str | os.PathLike, options: ReadOptions = ReadOptions(), *, image_root=None,
+DEFAULT_READ = ReadOptions()
+
+
+def open_csv(csv_path: str | os.PathLike, options: ReadOptions = DEFAULT_READ, *, image_root=None,
              modality: str | None = None, shift_target: str | None = None,
              shift_spec: str | None = None) -> FileDataset:
     csv_path = Path(csv_path).expanduser()
@@ -151,7 +164,7 @@ def open_csv(csv_path: str | os.PathLike, options: ReadOptions = ReadOptions(), 
                     CSV_LAYOUT.root_holds, f"CSV file {csv_path}", f"images listed in {csv_path.name}",
                     read_csv_dataset)
     ds = FileDataset(layout, image_root or csv_path.parent, options, csv_path=csv_path, shift_spec=shift_spec)
-    ds.index  # the classes come from the data
+    _ = ds.index  # the classes come from the data
     return ds
 
 

@@ -11,7 +11,6 @@ import polars as pl
 
 from crs.errors import UserError
 
-
 UNCERTAIN = ("ignore", "ones", "zeros")
 
 COMPETITION = ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion")

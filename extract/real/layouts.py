@@ -8,10 +8,17 @@ from pathlib import Path
 
 import polars as pl
 
-from crs.extract.real.index import (COMPETITION, Index, Layout, _check_codes, _check_unique, _label_columns, _read,
-                                    _report)
+from crs.extract.real.index import (
+    COMPETITION,
+    Index,
+    Layout,
+    _check_codes,
+    _check_unique,
+    _label_columns,
+    _read,
+    _report,
+)
 from crs.extract.table import registry
-
 
 ISIC_CLASSES = ("MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC")
 ISIC_GT, ISIC_META, ISIC_IMAGES = (
@@ -116,8 +123,8 @@ def read_chexpert(root: Path, *, findings: Sequence[str], uncertain: str, **_) -
         idx.notes.append("valid.csv (the 200-study radiologist-labelled validation set) is not used: the split "
                          "is by patient over train.csv, since the download has no labelled test split")
     idx.frame = df.filter(view == "Frontal").select(
-        id=rel, path=rel, group=patient, split=pl.lit(None, dtype=pl.String),
-        *_label_columns(findings, uncertain, blank=0), file=pl.col("file"), line=pl.col("line"),
+        *_label_columns(findings, uncertain, blank=0),
+        id=rel, path=rel, group=patient, split=pl.lit(None, dtype=pl.String), file=pl.col("file"), line=pl.col("line"),
     )
     idx.named = df.select(rel.alias("path"))["path"]
     return idx
@@ -157,9 +164,9 @@ def read_mimic(root: Path, *, findings: Sequence[str], uncertain: str, **_) -> I
     path = (pl.lit("files/p") + pl.col("subject_id").str.slice(0, 2) + pl.lit("/p") + pl.col("subject_id")
             + pl.lit("/s") + pl.col("study_id") + pl.lit("/") + pl.col("dicom_id") + pl.lit(".jpg"))
     idx.frame = labelled.select(
+        *_label_columns(findings, uncertain, blank=0),
         id=pl.col("dicom_id"), path=path, group=pl.lit("p") + pl.col("subject_id"),
-        split=pl.col("split").replace({"validate": "val"}),
-        *_label_columns(findings, uncertain, blank=0), file=pl.col("file"), line=pl.col("line"),
+        split=pl.col("split").replace({"validate": "val"}), file=pl.col("file"), line=pl.col("line"),
     )
     idx.named = split.select(path.alias("path"))["path"]
     return idx

@@ -29,8 +29,7 @@ a dataset), ``spec`` (the record and the keyed generators), ``draw`` (shared dra
 helpers) and one renderer a modality: ``derm``, ``fundus``, ``cxr``.
 """
 
-from crs.extract.synthetic.dataset import SOURCE, SyntheticDataset, _plan, get
-from crs.extract.synthetic.registry import _SPECS, DATASETS, MODALITY
-from crs.extract.synthetic.spec import _GROUP, _RENDER, _SPLIT, _rng
+from crs.extract.synthetic.dataset import SOURCE, SyntheticDataset, get
+from crs.extract.synthetic.registry import DATASETS, MODALITY
 
 __all__ = ["DATASETS", "MODALITY", "SOURCE", "SyntheticDataset", "get"]

@@ -13,7 +13,6 @@ import numpy as np
 
 from crs.extract.synthetic.draw import _F, _choice, _f32, _grid, _pixel_noise, _sigmoid, _smooth
 
-
 _CXR_CLASSES = ("cardiomegaly", "effusion", "consolidation", "edema")
 # Latent model: finding k is present when z_k = a_k + L_k . (heart failure, infection)
 # + e_k > 0; a patient's two factors are shared by all their images, e_k ~ N(0, 0.6) is

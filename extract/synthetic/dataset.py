@@ -18,7 +18,6 @@ from crs.extract.table import Table
 from crs.labels import check_task
 from crs.strata import finding_set_strata
 
-
 _MIN_IMAGES = 40  # floor on a dataset's image count, whatever `size` asks for
 
 _CHUNK = 256  # images rendered between conversions to uint8

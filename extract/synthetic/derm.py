@@ -9,7 +9,6 @@ import numpy as np
 
 from crs.extract.synthetic.draw import _F, _choice, _f32, _grid, _pixel_noise, _rgb, _sigmoid, _smooth, _upsample
 
-
 _DERM_CLASSES = ("nevus", "melanoma", "keratosis", "carcinoma", "vascular")
 _DERM_PRIOR = np.array([0.45, 0.20, 0.15, 0.12, 0.08])
 # One row a class: radius (in half-widths), border irregularity (harmonic amplitude),

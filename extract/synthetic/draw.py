@@ -7,7 +7,6 @@ import functools
 
 import numpy as np
 
-
 _F = np.float32  # every image is drawn in float32: float64 exp/cos are several times slower
 _ONE_THREAD_MNK = 64**3  # OpenBLAS runs a matrix product of more multiply-adds on several threads
 

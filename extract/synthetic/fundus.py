@@ -8,9 +8,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crs.extract.synthetic.draw import (_arc_mass, _blur, _choice, _f32, _grid, _pixel_noise, _rgb, _sigmoid, _smooth,
-                                        _spots, _strokes)
-
+from crs.extract.synthetic.draw import (
+    _arc_mass,
+    _blur,
+    _choice,
+    _f32,
+    _grid,
+    _pixel_noise,
+    _rgb,
+    _sigmoid,
+    _smooth,
+    _spots,
+    _strokes,
+)
 
 _FUNDUS_CLASSES = ("grade_0", "grade_1", "grade_2", "grade_3", "grade_4")
 _FUNDUS_PRIOR = np.array([0.40, 0.15, 0.25, 0.10, 0.10])

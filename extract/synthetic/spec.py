@@ -10,11 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 _GROUP, _RENDER, _SPLIT = 0, 1, 2  # generator streams
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stable_int(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
 

@@ -15,6 +15,7 @@ from crs.errors import UserError
 from crs.extract import datasets as dsreg
 from crs.extract import real, splits, synthetic
 from crs.extract.real import DatasetError
+from crs.extract.synthetic.registry import _SPECS
 from crs.extract.table import Table, check_unique, registry
 from crs.names import MODALITIES
 
@@ -27,7 +28,8 @@ def _csv(tmp_path, multilabel: bool):
     paths = [f"train_images/{p.name}" for p in sorted((root / "train_images").iterdir())]
     if multilabel:
         write_csv(tmp_path / "b.csv", ["path", "label:Edema", "split"], [[p, "1", "test"] for p in paths[:3]])
-        write_csv(tmp_path / "a.csv", ["path", "label:Edema"], [[p, ("1", "0", "")[i % 3]] for i, p in enumerate(paths)])
+        write_csv(tmp_path / "a.csv", ["path", "label:Edema"],
+                  [[p, ("1", "0", "")[i % 3]] for i, p in enumerate(paths)])
         return dsreg.get(f"csv:{tmp_path / 'a.csv'}", image_root=str(root), modality="radiology",
                          shift_target=f"csv:{tmp_path / 'b.csv'}", image_size=16)
     write_csv(tmp_path / "a.csv", ["path", "label"], [[p, "ab"[i % 2]] for i, p in enumerate(paths)])
@@ -96,9 +98,9 @@ def test_shift_spec_is_what_the_user_named(tmp_path):
 
 
 def test_registries_refuse_a_duplicate_name():
-    spec = synthetic._SPECS["demo_derm"]
+    spec = _SPECS["demo_derm"]
     with pytest.raises(ValueError, match="synthetic dataset 'demo_derm' is registered twice"):
-        registry([spec, synthetic._SPECS["demo_cxr"], spec], "synthetic dataset")
+        registry([spec, _SPECS["demo_cxr"], spec], "synthetic dataset")
     isic = real.LAYOUTS["isic2019"]
     with pytest.raises(ValueError, match="dataset layout 'isic2019' is registered twice"):
         registry([isic, isic], "dataset layout")

@@ -3,8 +3,17 @@ splits (seeded and official), shift targets, the generic CSV; and the split func
 
 import numpy as np
 import pytest
-from datasets_fakes import (COMPETITION, MIMIC_FINDINGS, make_aptos, make_chexpert, make_isic, make_mimic,
-                            mimic_path, read_rows, write_csv)
+from datasets_fakes import (
+    COMPETITION,
+    MIMIC_FINDINGS,
+    make_aptos,
+    make_chexpert,
+    make_isic,
+    make_mimic,
+    mimic_path,
+    read_rows,
+    write_csv,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -140,7 +149,8 @@ def test_findings_all_or_a_list_and_the_target_follows(tmp_path):
     assert two.classes == ("Edema", "Fracture") and two.table().labels.shape[1] == 2
     with pytest.raises(DatasetError, match="findings"):
         dsreg.get("chexpert", roots=roots, findings="Edema,Headache")
-    assert dsreg.get("aptos2019", roots={"aptos2019": make_aptos(tmp_path / "a", n=10)}, findings="all").classes[0] == "0"
+    aptos = dsreg.get("aptos2019", roots={"aptos2019": make_aptos(tmp_path / "a", n=10)}, findings="all")
+    assert aptos.classes[0] == "0"
 
 
 def test_chexpert_full_release_prefix_and_codes_in_fixture(tmp_path):

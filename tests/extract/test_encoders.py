@@ -16,9 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crs.extract import encoders
 from crs.errors import UserError
-from crs.extract import models
+from crs.extract import encoders, models
 from crs.extract.models import WeightsError, build_random, load, map_keys
 
 REAL = [s.name for s in encoders.ENCODERS.values() if s.pretrained and s.source != "builtin"]

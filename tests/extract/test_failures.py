@@ -12,8 +12,8 @@ from PIL import Image
 from crs.errors import UserError
 from crs.extract.images import ImageError
 from crs.extract.run import extract
-from crs.extract.units import StrictFailure
 from crs.extract.table import Table
+from crs.extract.units import StrictFailure
 from crs.store import Store
 
 SIZE = 16
@@ -180,9 +180,9 @@ def test_a_kill_at_any_commit_keeps_the_failures_table_of_an_uninterrupted_run(t
     import os
     import signal
 
-    from crs.extract import datasets
-
     import forkrun  # tests/forkrun.py
+
+    from crs.extract import datasets
 
     (tmp_path / "img").mkdir()
     table = csv_with_broken_images(tmp_path / "img")

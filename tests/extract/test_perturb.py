@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from crs.cli import app
-from crs.extract import perturb, synthetic
 from crs.errors import UserError
+from crs.extract import perturb, synthetic
 from crs.names import MODALITIES
 
 README = Path(__file__).resolve().parents[2] / "docs" / "datasets-and-encoders.md"  # the page that holds the table

@@ -13,8 +13,8 @@ import zarr
 ray = pytest.importorskip("ray")
 
 from crs.extract import datasets, encoders  # noqa: E402
-from crs.extract.models import load  # noqa: E402
 from crs.extract.cost import model_cost  # noqa: E402
+from crs.extract.models import load  # noqa: E402
 from crs.extract.run import extract  # noqa: E402
 from crs.store import Store  # noqa: E402
 

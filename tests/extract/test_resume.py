@@ -10,6 +10,7 @@ import sys
 import time
 import warnings
 
+import forkrun  # tests/forkrun.py
 import numpy as np
 import pytest
 import torch
@@ -19,8 +20,6 @@ from crs.extract import perturb
 from crs.extract.run import extract
 from crs.extract.units import Embedder, Unit, embed_unit
 from crs.store import LockHeld, Store, hold_lock
-
-import forkrun  # tests/forkrun.py
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # one uninterrupted reference extraction for the module once

@@ -175,8 +175,8 @@ def test_weights_status_flags_a_gated_repo_without_a_token(hub, monkeypatch, tmp
 
 def test_a_timm_record_is_pinned_through_its_hub_id(hub):
     """A registry-style timm record (arch.tag, weights on the hub under timm/...) loaded from the cache."""
-    from safetensors.torch import save_file
     import timm
+    from safetensors.torch import save_file
 
     kwargs = {"depth": 1, "embed_dim": 32, "num_heads": 2, "img_size": 32}
     spec = encoders.EncoderSpec(name="tiny-vit", family="general", source="timm",
@@ -247,8 +247,8 @@ def test_a_timm_hf_hub_id_is_pinned_with_at_revision(hub):
     """``timm:hf-hub:ORG/NAME``: timm reads config.json and the weights of 'ORG/NAME@REVISION'."""
     import json
 
-    from safetensors.torch import save_file
     import timm
+    from safetensors.torch import save_file
 
     args = {"depth": 1, "embed_dim": 32, "num_heads": 2, "img_size": 32}
     config = {"architecture": "vit_tiny_patch16_224", "num_classes": 0, "num_features": 32, "model_args": args,

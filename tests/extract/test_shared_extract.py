@@ -19,6 +19,7 @@ from crs.extract.run import extract, extract_many
 from crs.extract.table import Table
 from crs.store import Store
 
+
 def _encoders():
     """Two cheap encoders: demo-stats, and the same builtin under a second name (other store arrays)."""
     import dataclasses
@@ -81,8 +82,9 @@ def reference(x, family, severity, ids):
 @pytest.mark.parametrize("family", ["gaussian_blur", "defocus_blur", "motion_blur", "ink_marks"])
 @pytest.mark.parametrize("shape", [(96, 96), (33, 50)])
 def test_fast_forms_equal_the_direct_convolutions(family, shape):
-    """FFT / separable / windowed forms against the former direct ones, every severity: kernels of 3 to 27 pixels at 96 px
-    (direct and FFT paths), square and not. Tolerance 2e-5 on [0, 1] (float32 rounding, far below 1/255)."""
+    """FFT / separable / windowed forms against the former direct ones, every severity: kernels of 3 to 27
+    pixels at 96 px (direct and FFT paths), square and not. Tolerance 2e-5 on [0, 1] (float32 rounding, far
+    below 1/255)."""
     x = torch.rand(2, 3, *shape, generator=torch.Generator().manual_seed(1))
     ids = ["a", "b"]
     for s in perturb.SEVERITIES:

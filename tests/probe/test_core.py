@@ -38,7 +38,8 @@ def fit_all(X, T, order, sizes, l2, task, known=None, **kw):
     return core.fit(data, core.FitOptions(**{"tol": 1e-5, **kw}))
 
 
-@pytest.mark.parametrize("min_block_rows,schedule", [(1, "joint"), (2048, "joint"), (None, "joint"), (None, "fraction")])
+@pytest.mark.parametrize("min_block_rows,schedule",
+                         [(1, "joint"), (2048, "joint"), (None, "joint"), (None, "fraction")])
 def test_multiclass_matches_sklearn_for_every_l2_and_subset(min_block_rows, schedule):
     """A block per fraction, one masked block, the default blocks, and a solver loop per fraction."""
     X, y = blobs(0)
@@ -95,10 +96,10 @@ def test_a_loop_per_fraction_reaches_the_joint_loops_minima(task, shared_below, 
     fits = {s: fit_all(X, T, order, sizes, l2, task, known=known, schedule=s) for s in ("joint", "fraction")}
     assert fits["fraction"].W.shape == fits["joint"].W.shape == (3, 3, 4, F, K)
     assert np.asarray(fits["fraction"].converged).all()
-    for schedule, fit in fits.items():
+    for kind, fit in fits.items():
         W = np.asarray(fit.W)  # [S, Fr, L, F, K]
-        assert (W[:, -1] == W[:1, -1]).all(), schedule
-        assert not (W[1, 0] == W[0, 0]).all(), schedule
+        assert (W[:, -1] == W[:1, -1]).all(), kind
+        assert not (W[1, 0] == W[0, 0]).all(), kind
     for s in range(3):
         for j, m in enumerate(sizes):
             w = np.zeros((n, K), np.float32)
@@ -168,7 +169,8 @@ def test_a_subset_equals_fitting_on_its_rows_alone():
     keep = np.flatnonzero(np.arange(len(y)) % 2 == 0)
     order = np.concatenate([keep, np.setdiff1d(np.arange(len(y)), keep)])
     # without the preconditioner the masked rows change nothing, to the last bit
-    subset = fit_all(X, T, order, (len(keep),), [1e-2], "multiclass", precondition=False)  # rows after the subset are masked
+    # rows after the subset are masked
+    subset = fit_all(X, T, order, (len(keep),), [1e-2], "multiclass", precondition=False)
     alone = fit_all(X[keep], T[keep], np.arange(len(keep)), (len(keep),), [1e-2], "multiclass", precondition=False)
     ps = core.probabilities(jnp.asarray(X), subset.W, subset.b, "multiclass")
     pa = core.probabilities(jnp.asarray(X), alone.W, alone.b, "multiclass")

@@ -65,14 +65,16 @@ def test_the_direction_from_inner_products_is_the_two_loop_recursion(it):
     m, d, batch = 5, 7, (3, 2)
     rng = np.random.default_rng(it)
     B = rng.normal(size=batch + (m, d, d))
-    A = B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(d)  # an SPD Hessian per problem and pair (<s_i, y_k> is not symmetric)
+    # an SPD Hessian per problem and pair (<s_i, y_k> is not symmetric)
+    A = B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(d)
     S = rng.normal(size=batch + (m, d))
     Y = np.einsum("...mij,...mj->...mi", A, S)
     rho = 1.0 / np.einsum("...md,...md->...m", S, Y)
     filled = [(it - 1 - k) % m for k in range(min(it, m))]  # the slots the last min(it, m) steps wrote
     for j in range(m):
         if j not in filled:  # never written in this ring: garbage, rho 0
-            S[..., j, :], Y[..., j, :], rho[..., j] = 1e3 * rng.normal(size=batch + (d,)), rng.normal(size=batch + (d,)), 0
+            S[..., j, :] = 1e3 * rng.normal(size=batch + (d,))
+            Y[..., j, :], rho[..., j] = rng.normal(size=batch + (d,)), 0
     if len(filled) > 2:
         rho[..., filled[1]] = 0.0  # a pair that failed the curvature test
     g = rng.normal(size=batch + (d,))

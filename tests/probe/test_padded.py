@@ -111,7 +111,8 @@ def test_nearby_sizes_share_the_evaluation_programs():
         X = rng.normal(size=(n, F)).astype(np.float32)
         W = rng.normal(size=(5, 7, F, K)).astype(np.float32)
         b = np.zeros((5, 7, K), np.float32)
-        probs = padded.chunked_rows(lambda A, index: core.predict(A, W, b, task), [X])[0]  # as crs.probe.run predicts
+        # as crs.probe.run predicts
+        probs = padded.chunked_rows(lambda A, index, W=W, b=b: core.predict(A, W, b, task), [X])[0]
         T, known = _labels(rng, n, K, task)
         metrics.all_metrics(probs, T, known, task)
         if n == 150:
