@@ -181,7 +181,6 @@ def test_a_kill_at_any_commit_keeps_the_failures_table_of_an_uninterrupted_run(t
     import signal
 
     import forkrun  # tests/forkrun.py
-
     from crs.extract import datasets
 
     (tmp_path / "img").mkdir()

@@ -182,7 +182,7 @@ def test_the_readme_holds_the_registrys_table():
     text = README.read_text()
     assert perturb.readme_with_table(text) == text, (
         "README.md's perturbation table differs from the registry in extract/perturb.py; run "
-        "`python -m crs.extract.perturb --write-readme README.md` from the repository root")
+        "`python -m crs.extract.perturb --write-readme docs/datasets-and-encoders.md` from the repository root")
 
 
 def test_write_readme_replaces_only_the_table_between_the_markers(tmp_path, capsys):

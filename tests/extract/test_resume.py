@@ -10,12 +10,12 @@ import sys
 import time
 import warnings
 
-import forkrun  # tests/forkrun.py
 import numpy as np
 import pytest
 import torch
 import zarr
 
+import forkrun  # tests/forkrun.py
 from crs.extract import perturb
 from crs.extract.run import extract
 from crs.extract.units import Embedder, Unit, embed_unit
