@@ -86,6 +86,3 @@ def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval, un
         TextColumn("[bold]{task.description}"), BarColumn(), Count(), Rate(),
         TimeElapsedColumn(), Left(), console=err, disable=quiet,
     )
-
-
-STAGE_OPTIONS: dict[str, list[tuple[str, ...]]] = {}  # command -> the settings it has options for

@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 from threadpoolctl import threadpool_limits
 
-from crs import records
 from crs.config import Config, Probe, Score
 from crs.errors import BadInput, UserError
 from crs.extract import encoders as encreg
@@ -435,6 +434,7 @@ def _in_order(fn, items: list, workers: int):
 def score(results: Path, settings: Score, store: str | None = None, pairs: list[tuple[str, str]] | None = None,
           progress: Progress = NO_PROGRESS):
     """Score the run records under ``results`` (only ``pairs`` if given) and write RESULTS/scores."""
+    from crs import records  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
     from crs.scoring.options import ScoreOptions  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
     from crs.scoring.run import METRIC_TABLE  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
     from crs.scoring.run import score as score_table  # noqa: PLC0415 -- polars: crs encoders lists the registry without it

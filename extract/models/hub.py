@@ -63,13 +63,13 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
 
 
 def hub_errors() -> tuple[type[BaseException], ...]:
-    """The exception classes of a failed hub download: huggingface_hub's own, and those of the HTTP
-    libraries it reaches the network with (requests, urllib3) where they are installed."""
+    """The exception classes of a failed hub download: every one huggingface_hub.errors defines or brings
+    in (its own, and the HTTP client's error it builds on), and those of the HTTP libraries older versions
+    reach the network with (requests, urllib3) where they are installed. Taken from the module, not
+    listed, so that an error class a new huggingface_hub adds is still the user's to repair (exit 2)."""
     from huggingface_hub import errors  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
 
-    found = [getattr(errors, name) for name in ("HfHubHTTPError", "EntryNotFoundError", "OfflineModeIsEnabled",
-                                                "HFValidationError", "LocalTokenNotFoundError")
-             if hasattr(errors, name)]
+    found = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
     try:
         import requests  # noqa: PLC0415 -- optional: huggingface_hub >= 1.0 does without requests
 

@@ -41,3 +41,13 @@ def test_listing_commands_and_every_help_import_no_torch_or_jax():
     assert got["runs"] > len(listing) + 10  # every command's --help ran too
     assert got["imported"] == []
 
+
+
+def test_the_encoder_and_perturbation_listings_and_every_help_import_no_array_library():
+    """`crs datasets` reads its registry's tables (polars, PIL); the others print records and need none."""
+    listing = [["encoders"], ["encoders", "--json"], ["perturbations", "--table"]]
+    p = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(listing),
+                        json.dumps(["numpy", "polars", "zarr", "PIL", "scipy", "numba"])],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1])["imported"] == []

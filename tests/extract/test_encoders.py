@@ -419,3 +419,26 @@ def test_an_hf_id_takes_its_normalisation_from_its_processor_config(tmp_path):
     assert enc.spec.mean == (0.5, 0.5, 0.5) and enc.spec.std == (0.5, 0.5, 0.5)
     assert enc.spec.interpolation == "bilinear" and enc.spec.width == 32
     assert torch.allclose(enc.mean.flatten().cpu(), torch.full((3,), 0.5))
+
+
+@pytest.mark.parametrize("name", ["XetDownloadError", "FileMetadataError", "RevisionResolutionError"])
+def test_every_hub_error_class_is_the_users_to_repair(monkeypatch, name):
+    """A download failing with any error huggingface_hub defines, not only the ones named in our code, is a
+    weights problem (exit 2) with the encoder named, never "our bug"."""
+    import timm
+    from huggingface_hub import errors
+
+    cls = getattr(errors, name, None)
+    if cls is None:
+        pytest.skip(f"this huggingface_hub has no {name}")
+
+    def fail(*a, pretrained=False, **k):
+        exc = cls.__new__(cls)  # as the hub raises it, without a live HTTP response
+        Exception.__init__(exc, "download failed")
+        raise exc
+
+    monkeypatch.setattr(timm, "create_model", fail)
+    spec = encoders.get("vit-base")
+    assert spec.loader == "timm" and spec.pretrained
+    with pytest.raises(WeightsError, match="vit-base"):
+        load(spec, "cpu")
