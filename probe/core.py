@@ -139,8 +139,14 @@ def fit(data: TrainingSet, options: FitOptions = FitOptions(), on_loop=None) -> 
         fits.append(jax.tree.map(lambda a: np.broadcast_to(a, (S,) + a.shape[1:]), out))
         if on_loop is not None:
             on_loop()
+    return _gathered(fits, path, devices)
+
+
+def _gathered(fits: list[Fit], path: np.ndarray, devices) -> Fit:
+    """The solver loops' results joined along the fraction axis, in grid order (padding dropped), where
+    ``fit`` leaves them (``_placement``)."""
     out = jax.tree.map(lambda *a: np.concatenate(a, axis=1), *fits) if len(fits) > 1 else fits[0]
-    back = np.argsort(path)  # grid order, padding dropped
+    back = np.argsort(path)
     return jax.tree.map(lambda a: jax.device_put(a[:, :, back], _placement(devices)), out)
 
 

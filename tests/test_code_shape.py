@@ -1,4 +1,5 @@
-"""The shape the code keeps for the next reader (CONTRIBUTING.md): short signatures and files of one job.
+"""The shape the code keeps for the next reader (CONTRIBUTING.md): short functions and signatures, files of
+one job.
 
 Settings travel as frozen option records, so no product function takes more than 8 parameters; the
 typer command functions (``*_cmd`` in crs/commands) are the exception, as each parameter is a CLI
@@ -11,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("crs", "extract", "probe", "scoring", "store")
 MAX_PARAMETERS = 8
 MAX_LINES = 600
+MAX_FUNCTION_LINES = 60
 
 
 def _files():
@@ -42,6 +44,14 @@ def test_no_product_function_takes_more_than_eight_parameters():
 def test_no_product_file_is_over_600_lines():
     big = [f"{f.relative_to(ROOT)}: {n}" for f in _files() if (n := len(f.read_text().splitlines())) > MAX_LINES]
     assert big == [], "split by job: " + "; ".join(big)
+
+
+def test_no_product_function_is_over_60_lines():
+    long = [f"{f.relative_to(ROOT)}:{node.lineno} {node.name}: {n}" for f in _files()
+            for node in ast.walk(ast.parse(f.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (n := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES]
+    assert long == [], "a function fits on a screen: " + "; ".join(long)
 
 
 def test_the_parameter_count_counts_what_a_caller_passes():
