@@ -235,7 +235,8 @@ class Tally:
 
 def tune(paths: list[str], grid: dict, gaps=GAPS) -> list[dict]:
     """v2's figures on cached benchmarks (``crs_versions_cache.py``) for every combination of the constants in
-    ``grid`` ({'Q_FLOOR': [...], 'DOMINANCE_SCALE': [...], 'BALANCE_OFFSET': [...]}), and v1's once."""
+    ``grid`` ({'Q_FLOOR': [...], 'DOMINANCE_SCALE': [...], 'DOMINANCE_SLACK': [...], 'BALANCE_OFFSET': [...]}), and
+    v1's once. ``tune(paths, {})`` gives v2's figures with the constants as they are."""
     import itertools
 
     from crs.scoring import crs as core

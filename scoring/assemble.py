@@ -78,6 +78,8 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
         "simplex_step": options.simplex_step,
         "warnings": warnings,
     }
+    if core.constants(options.crs_version):
+        settings["crs_constants"] = core.constants(options.crs_version)
     if boot.unit != options.bootstrap_unit:
         settings["bootstrap"]["requested_unit"] = options.bootstrap_unit
     if boot.image_method and boot.unit != "seed":

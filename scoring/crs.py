@@ -27,9 +27,12 @@ DEFAULT_WEIGHTS = (1 / 3, 1 / 3, 1 / 3)  # (dominance, balance, worst axis)
 
 VERSIONS, LATEST = CRS_VERSIONS, CRS_LATEST
 # CRS v2's constants (docs/crs-v2.md says how each was chosen)
-Q_FLOOR = 0.25  # g: q's denominators are at least this, so no axis moves q by more than 1/g its change
-DOMINANCE_SCALE = 0.1  # tau: the margin, in q, over which a dominance degree goes from 0 to 1
+Q_FLOOR = 0.35  # g: q's denominators are at least this, so no axis moves q by more than 1/g its change
+DOMINANCE_SCALE = 0.07  # tau: the margin, in q, over which a dominance degree goes from 0 to 1
+DOMINANCE_SLACK = 0.02  # delta: trailing by at most this on an axis does not lower a dominance degree
 BALANCE_OFFSET = 0.25  # epsilon: the balance is a geometric mean of (q + 1) / 2 + epsilon, less epsilon
+# the constants of v2 outputs that do not record theirs (written before 2026-12-05, when g was 0.25 and delta 0)
+V2_UNRECORDED = {"q_floor": 0.25, "dominance_scale": 0.1, "dominance_slack": 0.0, "balance_offset": 0.25}
 
 
 def lipschitz_bound(n_datasets: int, weights: Sequence[float] = DEFAULT_WEIGHTS) -> float:
@@ -48,6 +51,15 @@ def lipschitz_bound(n_datasets: int, weights: Sequence[float] = DEFAULT_WEIGHTS)
     g, tau, eps = Q_FLOOR, DOMINANCE_SCALE, BALANCE_OFFSET
     per_q = w_dom * 10.0 / tau + w_bal * ((1.0 + eps) / eps) ** 0.75 * 3.0 / 8.0 + w_worst * 1.5
     return 100.0 * per_q / (g * n_datasets)
+
+
+def constants(version: str = LATEST) -> dict[str, float]:
+    """The constants a version's definition uses, as every v2 output records them (``settings.crs_constants``);
+    v1 has none (docs/crs-v1.md fixes everything)."""
+    if check_version(version) == "1":
+        return {}
+    return {"q_floor": Q_FLOOR, "dominance_scale": DOMINANCE_SCALE, "dominance_slack": DOMINANCE_SLACK,
+            "balance_offset": BALANCE_OFFSET}
 
 
 def check_version(version) -> str:
@@ -142,31 +154,33 @@ def q_scores_v2(x: np.ndarray, reference: int | str, floor: float | None = None)
     return (x - r) / den
 
 
-def dominance_degree(q: np.ndarray, scale: float | None = None) -> np.ndarray:
+def dominance_degree(q: np.ndarray, scale: float | None = None, slack: float | None = None) -> np.ndarray:
     """sigma [..., e, e']: how far e dominates e' on q [..., encoder, axis] (docs/crs-v2.md section 3),
 
-        sigma = clip(1 + min_a m_a / tau, 0, 1) * clip(max_a m_a / tau, 0, 1),  m = q_e - q_e',
+        sigma = clip(1 + (min_a m_a + delta) / tau, 0, 1) * clip(max_a m_a / tau, 0, 1),  m = q_e - q_e',
 
-    1 when e is ahead by tau on some axis and behind on none, 0 when it is behind by tau on some
-    axis or ahead on none; linear in between, so a swap of two close encoders on one axis moves
-    it continuously (v1 counts a strict dominance, which jumps). When e dominates e' in v1's
-    sense, sigma(e, e') > 0 = sigma(e', e).
+    1 when e is ahead by tau on some axis and behind by at most delta on every axis, 0 when it is
+    behind by delta + tau on some axis or ahead on none; linear in between, so a swap of two close
+    encoders on one axis moves it continuously (v1 counts a strict dominance, which jumps). The slack
+    delta keeps a true near-tie on one axis from pulling a clear dominance down in every sample. When
+    e dominates e' in v1's sense, sigma(e, e') > 0 = sigma(e', e) (e' is ahead nowhere).
     """
     q = np.asarray(q, dtype=float)
     scale = DOMINANCE_SCALE if scale is None else scale
+    slack = DOMINANCE_SLACK if slack is None else slack
     m = q[..., :, None, :] - q[..., None, :, :]  # [..., e, e', axis]
-    worst = np.clip(1.0 + m.min(axis=-1) / scale, 0.0, 1.0)
+    worst = np.clip(1.0 + (m.min(axis=-1) + slack) / scale, 0.0, 1.0)
     best = np.clip(m.max(axis=-1) / scale, 0.0, 1.0)
     return worst * best
 
 
-def dominance_v2(q: np.ndarray, scale: float | None = None) -> np.ndarray:
+def dominance_v2(q: np.ndarray, scale: float | None = None, slack: float | None = None) -> np.ndarray:
     """CRS v2's Dom_e [..., encoder]: (1 + sum_e' (sigma(e, e') - sigma(e', e)) / (n - 1)) / 2 in [0, 1]."""
     q = np.asarray(q, dtype=float)
     n = q.shape[-2]
     if n < 2:
         raise ValueError(f"dominance needs at least 2 encoders, got {n}")
-    sigma = dominance_degree(q, scale)
+    sigma = dominance_degree(q, scale, slack)
     dom = (sigma.sum(axis=-1) - sigma.sum(axis=-2)) / (n - 1)  # the diagonal is 0 (no axis ahead)
     return (dom + 1.0) / 2.0
 

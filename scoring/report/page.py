@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 import crs
+from crs.scoring import crs as core
 from crs.scoring import verdict
 from crs.scoring.report.boards import (
     board_html,
@@ -70,14 +71,33 @@ def _spec_link(version: str) -> str:
     return f'<a href="{esc(page.as_uri())}">{code}</a>' if page.is_file() else code
 
 
-def _q_words(version: str) -> str:
+def _q_words(version: str, recorded: dict | None = None) -> str:
+    """The q sentence of the Methods section, with the constants the scores recorded (``core.V2_UNRECORDED`` for
+    v2 scores written before they were recorded)."""
     if version == "1":
         return ("q = (x − x_ref) / (1 − x_ref) above the reference and (x − x_ref) / x_ref below it, so q lies in "
                 "[−1, 1] and the reference scores 0;")
-    return ("q = (x − x_ref) / max(1 − x_ref, 0.25) above the reference and (x − x_ref) / max(x_ref, 0.25) below "
-            "it, so q lies in [−1, 1], the reference scores 0 and no axis moves q by more than 4 times its change; "
-            "C is 1 − the debiased calibration error (Kumar et al. 2019); dominance is a degree that grows with "
-            "the margins, so CRS moves continuously;")
+    c = {k: num(v, ".3g") for k, v in (recorded or core.V2_UNRECORDED).items()}
+    g, gain = c["q_floor"], num(1 / float(c["q_floor"]), ".3g")
+    return (f"q = (x − x_ref) / max(1 − x_ref, {g}) above the reference and (x − x_ref) / max(x_ref, {g}) below "
+            f"it, so q lies in [−1, 1], the reference scores 0 and no axis moves q by more than {gain} times its "
+            "change; C is 1 − the debiased calibration error (Kumar et al. 2019); dominance is a degree that grows "
+            f"with the margins (over {c['dominance_scale']} in q, a trail of up to {c['dominance_slack']} on an "
+            "axis forgiven), so CRS moves continuously;")
+
+
+def _c_words(version: str) -> str:
+    if version == "1":
+        return "1 − ECE (15 equal-width bins on the top-label confidence)"
+    return ("1 − the debiased L2 calibration error of Kumar et al. (2019) (15 equal-mass bins on the top-label "
+            "confidence, from the stored test probabilities)")
+
+
+def _balance_words(version: str, recorded: dict | None = None) -> str:
+    if version == "1":
+        return "the geometric mean of (q + 1) / 2"
+    eps = num((recorded or core.V2_UNRECORDED)["balance_offset"], ".3g")
+    return f"the geometric mean of (q + 1) / 2 + {eps}, less {eps}"
 
 
 def settings_block(s: dict, provenance: dict | None = None) -> str:
@@ -136,15 +156,17 @@ def methods(s: dict, rc: dict) -> str:
         f"dataset(s) ({esc(', '.join(s.get('datasets', [])))}) with {len(s.get('seeds', []))} seed(s). Four axes "
         "are computed per encoder, dataset and seed, all in [0, 1] and higher-better: <b>D</b>, the macro "
         "one-vs-rest AUROC (mean per-label AUROC for multi-label tasks) on the clean test split with all "
-        "training labels; <b>C</b> = 1 − ECE (15 equal-width bins on the top-label confidence); <b>L</b>, the "
+        "training labels; <b>C</b> = " + _c_words(_version(s)) + "; <b>L</b>, the "
         "mean retained above-chance AUROC over the label fractions below 100% ("
         + esc(", ".join(f"{100 * f:g}%" for f in fr) or "none") + "); <b>R</b>, the mean retention over the "
         "perturbation families and severities, averaged with the retention on the shift target where the "
         "dataset has one. Retention is clip((a − 0.5) / (D − 0.5), 0, 1).</p>",
-        f"<p>Each axis is scored against {esc(ref_text)}: " + _q_words(_version(s)) + " the overall q is the "
+        f"<p>Each axis is scored against {esc(ref_text)}: "
+        + _q_words(_version(s), s.get("crs_constants")) + " the overall q is the "
         "mean over the datasets of the comparison set (the encoders and datasets where every encoder has "
         "every dataset). From the q-profile come dominance (the Pareto dominance balance over the other "
-        "encoders, mapped to [0, 1]), profile balance (the geometric mean of (q + 1) / 2) and the worst axis "
+        "encoders, mapped to [0, 1]), profile balance (" + _balance_words(_version(s), s.get("crs_constants"))
+        + ") and the worst axis "
         f"((min q + 1) / 2). CRS v{esc(s.get('crs_version'))} = 100 × ("
         + esc(" + ".join(f"{v:.3g} · {k}" for k, v in w.items())) + ").</p>",
         f"<p>Uncertainty: a paired bootstrap with {esc(b.get('n'))} replicates (seed {esc(b.get('seed'))}) "

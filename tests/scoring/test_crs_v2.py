@@ -18,7 +18,7 @@ unit = st.floats(0.0, 1.0, allow_nan=False)
 
 def slow_v2(x: np.ndarray, ref, weights=core.DEFAULT_WEIGHTS) -> np.ndarray:
     """CRS v2 [encoder] of x [encoder, dataset, axis], one number at a time, as docs/crs-v2.md writes it."""
-    g, tau, eps = core.Q_FLOOR, core.DOMINANCE_SCALE, core.BALANCE_OFFSET
+    g, tau, delta, eps = core.Q_FLOOR, core.DOMINANCE_SCALE, core.DOMINANCE_SLACK, core.BALANCE_OFFSET
     n_e, n_d, n_a = x.shape
     q = np.zeros((n_e, n_a))
     for d in range(n_d):
@@ -30,7 +30,7 @@ def slow_v2(x: np.ndarray, ref, weights=core.DEFAULT_WEIGHTS) -> np.ndarray:
 
     def sigma(e, f):
         m = [q[e, a] - q[f, a] for a in range(n_a)]
-        return min(1.0, max(0.0, 1 + min(m) / tau)) * min(1.0, max(0.0, max(m) / tau))
+        return min(1.0, max(0.0, 1 + (min(m) + delta) / tau)) * min(1.0, max(0.0, max(m) / tau))
 
     out = np.empty(n_e)
     for e in range(n_e):
@@ -112,13 +112,34 @@ def test_v1_is_untouched_by_v2():
 
 
 def test_dominance_degree_hand_worked():
-    tau = core.DOMINANCE_SCALE
-    q = np.array([[0.0, 0.0, 0.0, 0.0], [tau / 2, 0.0, 0.0, 0.0], [tau, tau, -tau / 4, tau]])
+    tau, delta = core.DOMINANCE_SCALE, core.DOMINANCE_SLACK
+    q = np.array([[0.0, 0.0, 0.0, 0.0], [tau / 2, 0.0, 0.0, 0.0], [tau + delta, tau, -delta - tau / 4, tau],
+                  [tau + delta, -delta / 2, 0.0, 0.0]])
     s = core.dominance_degree(q)
     assert s[1, 0] == pytest.approx(0.5) and s[0, 1] == 0.0  # ahead by tau/2 on one axis, behind on none
-    assert s[2, 0] == pytest.approx(0.75)  # ahead by tau, behind by tau/4: (1 - 1/4) * 1
-    assert s[0, 2] == pytest.approx(0.0)  # 0 is behind 2 by tau on an axis: fully
+    assert s[2, 0] == pytest.approx(0.75)  # ahead by tau, behind by delta + tau/4: (1 - 1/4) * 1
+    assert s[0, 2] == pytest.approx(0.0)  # 0 is behind 2 by delta + tau on an axis: fully
+    assert s[3, 0] == pytest.approx(1.0)  # ahead by tau, behind by only delta/2: the slack forgives it
+    assert s[0, 3] == pytest.approx(0.0)  # 0 trails 3 by delta + tau on an axis: fully
     assert np.all(np.diag(s) == 0)
+    assert core.dominance_degree(q, slack=0.0)[3, 0] == pytest.approx(1 - delta / 2 / tau)  # without it
+
+
+def test_the_slack_keeps_dominance_strictly_rewarded():
+    """Property 2 with the slack: e dominating e' by any margin gives sigma(e, e') > 0 = sigma(e', e), also where
+    e' trails by less than the slack everywhere (it is ahead nowhere, so it gets nothing)."""
+    for tiny in (1e-9, core.DOMINANCE_SLACK / 3):
+        q = np.array([[tiny, tiny, tiny, tiny], [0.0, 0.0, 0.0, 0.0]])
+        s = core.dominance_degree(q)
+        assert s[0, 1] > 0.0 and s[1, 0] == 0.0
+        assert core.score(np.full((2, 1, 4), 0.5) + np.array([tiny, 0.0])[:, None, None], 1).crs[0] > 50.0
+
+
+def test_v2_outputs_name_their_constants():
+    assert core.constants("2") == {"q_floor": core.Q_FLOOR, "dominance_scale": core.DOMINANCE_SCALE,
+                                   "dominance_slack": core.DOMINANCE_SLACK, "balance_offset": core.BALANCE_OFFSET}
+    assert core.constants("1") == {}
+    assert set(core.V2_UNRECORDED) == set(core.constants("2"))
 
 
 def test_the_constant_is_what_the_page_states():

@@ -150,6 +150,23 @@ def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
     for needle in (f"{s['bootstrap']['n']} replicates, unit {s['bootstrap']['unit']}", "per-axis median",
                    "Methods", f"CRS v{s['crs_version']}", "docs/crs-v1.md"):
         assert needle in text, needle
+    if s["crs_version"] == "2":  # the q sentence gives the constants the scores recorded
+        from crs.scoring.crs import constants
+
+        assert s["crs_constants"] == constants("2")
+        assert f"max(1 − x_ref, {s['crs_constants']['q_floor']:.3g})" in text
+        assert "<b>C</b> = 1 − the debiased L2 calibration error" in text  # not v1's binned ECE
+        assert f"(q + 1) / 2 + {s['crs_constants']['balance_offset']:.3g}, less" in text
+
+
+def test_the_methods_describe_v2_scores_with_the_constants_they_were_made_with():
+    from crs.scoring import crs as core
+    from crs.scoring.report.page import _q_words
+
+    assert "max(1 − x_ref, 0.25)" in _q_words("2", None)  # written before v2 recorded its constants
+    assert "by more than 4 times" in _q_words("2", None) and "up to 0 on an axis" in _q_words("2", None)
+    now = _q_words("2", core.constants("2"))
+    assert f"max(1 − x_ref, {core.Q_FLOOR:.3g})" in now and f"{1 / core.Q_FLOOR:.3g} times" in now
 
 
 def _rescored(results, scores, tmp_path, **empty):
