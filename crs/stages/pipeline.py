@@ -326,14 +326,17 @@ def _probe(cfg: Config, progress: Progress, state: State, store, summaries, want
 
 def _score(cfg: Config, progress: Progress, state: State, wanted):
     from crs.probe.run import head_name, records_path  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
+    from crs.scoring.crs import constants  # noqa: PLC0415 -- numpy: crs encoders loads this layer
 
     results = Path(cfg.results)
     sc = Stage("score", out=str(results / "scores"))
     t0 = time.perf_counter()
     s_ = cfg.score
     scored = [(head_name(e, cfg.probe.head), d) for e, d in wanted]
+    # the definition too: another version, or v2 with other constants, must score again
     score_settings = {"reference": s_.reference, "weights": list(s_.weights), "bootstrap": s_.bootstrap,
-                      "bootstrap_unit": s_.bootstrap_unit, "seed": s_.seed}
+                      "bootstrap_unit": s_.bootstrap_unit, "seed": s_.seed, "crs_version": s_.crs_version,
+                      "crs_constants": constants(s_.crs_version)}
     score_hash = settings_hash(score_settings, _store_content(cfg.store, sorted({d for _, d in scored})), sorted(
         (e, d, _file_digest(records_path(results, e, d))) for e, d in scored))
     scores_json_path = results / "scores" / "scores.json"

@@ -93,6 +93,14 @@ def test_rerun_skips_what_is_current_and_recomputes_what_changed(first, monkeypa
     assert changed["stages"]["probe"]["done"] == [] and changed["stages"]["score"]["done"] == ["scores"]
     assert changed["settings"]["bootstrap"]["n"] == 30
 
+    # the CRS version changed (and back): the scores are made again, never read back from the other version
+    for version in ("1", "2"):
+        r = invoke("run", cfg, "--json", "--crs-version", version)
+        assert r.exit_code == 0, r.output
+        other = json.loads(r.stdout)
+        assert other["stages"]["score"]["done"] == ["scores"] and other["settings"]["crs_version"] == version
+    assert "crs_constants" in other["settings"] and other["stages"]["probe"]["done"] == []
+
     # a probe setting changed: both pairs are probed again (the refit itself is stubbed out here)
     asked = []
 
