@@ -78,8 +78,9 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
         "simplex_step": options.simplex_step,
         "warnings": warnings,
     }
-    if core.constants(options.crs_version):
-        settings["crs_constants"] = core.constants(options.crs_version)
+    constants = core.constants(options.crs_version)
+    if constants:  # v2's g, tau, delta, eps; v1 has none
+        settings["crs_constants"] = constants
     if boot.unit != options.bootstrap_unit:
         settings["bootstrap"]["requested_unit"] = options.bootstrap_unit
     if boot.image_method and boot.unit != "seed":
