@@ -12,6 +12,11 @@ from crs.scoring.axes import AXES
 from crs.scoring.bootstrap import incomplete, interval, seed_scale
 
 SHIFT_WARN = 0.5  # half-widths: mean replicate vs estimate (shifted_axis_warnings)
+V2_CALIBRATION_SHIFT = (
+    "docs/crs-v2.md section 1: CRS v2's calibration error is the root of a debiased squared error, cut at 0, "
+    "so where it is near 0 or the test set is small its replicates fall to one side of the estimate, and the "
+    "estimate can sit at the edge of its interval; a C at or near 1 reads as no calibration error detectable"
+)
 
 
 TIE_SHARE_WARN = 0.5  # above this share of tied test predictions an AUROC says little about ranking
@@ -49,13 +54,15 @@ def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[s
 
 
 def shifted_axis_warnings(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: Sequence[str],
-                          warnings: list[str], limit: float = SHIFT_WARN) -> None:
+                          warnings: list[str], limit: float = SHIFT_WARN, version: str = "1") -> None:
     """A warning per axis whose replicates sit off the estimate: mean(replicates) - estimate beyond ``limit``
     half-widths of the 95 % interval, for the encoder where it is largest.
 
     A percentile interval then covers what the estimator gives at this test size, not the population value:
     docs/bootstrap-coverage.md measured it for C, whose binned ECE is biased upwards on small test sets
-    (shift about -1 half-width for C, at most 0.3 for D, L and R; this limit separates them).
+    (shift about -1 half-width for C, at most 0.3 for D, L and R; this limit separates them). Under CRS v2
+    (``version`` "2") C is debiased and its replicates recentred, so a shift there has another cause, which
+    the warning names instead.
     """
     if axis_reps.shape[0] < 2:
         return
@@ -68,9 +75,13 @@ def shifted_axis_warnings(axis_reps: np.ndarray, axis_point: np.ndarray, encoder
         if not np.isfinite(col).any() or np.nanmax(col) <= limit:
             continue
         e = int(np.nanargmax(col))
+        said = (f"the {a} intervals are off-centre: the bootstrap replicates of {encoders[e]} sit "
+                f"{shift[e, k]:+.2f} half-widths from its estimate")
+        if a == "calibration" and version != "1":
+            warnings.append(f"{said} ({V2_CALIBRATION_SHIFT}); read the {a} interval with that in mind")
+            continue
         warnings.append(
-            f"the {a} intervals are off-centre: the bootstrap replicates of {encoders[e]} sit "
-            f"{shift[e, k]:+.2f} half-widths from its estimate, so they cover what the estimator gives at this "
+            f"{said}, so they cover what the estimator gives at this "
             f"test-set size rather than the population value ({_why_shifted(a)}); read the {a} interval with that in "
             "mind"
         )

@@ -84,7 +84,7 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     tables = analysis_tables(cmp, point, boot, options.simplex_step, found)
     settings = settings_of(options, cmp, boot, warnings)
     settings["test_images"] = test_images(cmp.records, cmp.datasets)
-    shifted_axis_warnings(boot.reps.axis, x.mean(axis=1), cmp.encoders, warnings)
+    shifted_axis_warnings(boot.reps.axis, x.mean(axis=1), cmp.encoders, warnings, version=options.crs_version)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     table = encoder_table(cmp.encoders, x, point, auroc,
                           summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference),

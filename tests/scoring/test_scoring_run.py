@@ -311,3 +311,7 @@ def test_an_axis_whose_replicates_sit_off_the_estimate_is_warned_about():
     shifted_axis_warnings(reps, point, ["a", "b"], warnings)
     assert len(warnings) == 1 and warnings[0].startswith("the calibration intervals are off-centre")
     assert " b sit -" in warnings[0] and "bootstrap-coverage" in warnings[0]
+    v2: list[str] = []  # v2's C is debiased and recentred: the warning names v2's cause, not a biased ECE
+    shifted_axis_warnings(reps, point, ["a", "b"], v2, version="2")
+    assert len(v2) == 1 and v2[0].startswith("the calibration intervals are off-centre") and " b sit -" in v2[0]
+    assert "docs/crs-v2.md section 1" in v2[0] and "binned ECE" not in v2[0] and "population value" not in v2[0]
