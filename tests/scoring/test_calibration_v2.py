@@ -11,7 +11,11 @@ from hypothesis import strategies as st
 
 from crs.scoring import calibration as ce
 
-kc = pytest.importorskip("calibration")  # the reference: in the test extra only
+try:  # the reference, in the test extra: a missing reference is a failure, never a skip
+    import calibration as kc
+except ImportError as missing:  # pragma: no cover - only without the test extra
+    raise ImportError("the reference package `uncertainty-calibration` is missing: pip install -e '.[test]' "
+                      "(pyproject.toml's test extra pins it)") from missing
 
 
 def _probs(rng, n, k, sharp):
@@ -77,3 +81,21 @@ def test_a_replicate_is_the_estimator_on_the_images_repeated_by_their_counts():
     full_s, full_p = ce.squared_error(conf, hit, np.ones((1, n)), edges)
     got = ce.replicate_errors(p, np.eye(k)[y], np.ones((n, k), bool), counts, "multiclass")
     assert got == pytest.approx(np.sqrt(np.maximum(s + full_s - full_p, 0)))
+
+
+@pytest.mark.parametrize("n, decimals", [(10_000, None), (10_000, 2), (3_000, 1), (500, 2)])
+def test_large_sets_and_tied_probabilities_equal_the_reference(n, decimals):
+    """Up to 10,000 images, and probabilities rounded so that many images share a confidence (ties across
+    the equal-mass bin edges)."""
+    rng = np.random.default_rng(n + (decimals or 0))
+    k = 3
+    p = _probs(rng, n, k, 1.5)
+    if decimals is not None:
+        p = np.round(p, decimals)
+        p[:, -1] = 1.0 - p[:, :-1].sum(axis=1)
+        p = np.clip(p, 0.0, 1.0)
+    y = rng.integers(0, k, n)
+    want = kc.lower_bound_scaling_ce(p, y, p=2, debias=True, num_bins=15, binning_scheme=kc.get_equal_bins,
+                                     mode="top-label")
+    got = ce.point_error(p, np.eye(k)[y], np.ones((n, k), bool), "multiclass")
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
