@@ -90,7 +90,9 @@ def _c_words(version: str) -> str:
     if version == "1":
         return "1 − ECE (15 equal-width bins on the top-label confidence)"
     return ("1 − the debiased L2 calibration error of Kumar et al. (2019) (15 equal-mass bins on the top-label "
-            "confidence, from the stored test probabilities)")
+            "confidence, from the stored test probabilities); near perfect calibration it understates C a little "
+            "(about 0.02 at 500 test images, 0.005 at 5,000), so a C that close to 1 means no calibration error "
+            "was detectable")
 
 
 def _balance_words(version: str, recorded: dict | None = None) -> str:
