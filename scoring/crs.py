@@ -53,6 +53,20 @@ def lipschitz_bound(n_datasets: int, weights: Sequence[float] = DEFAULT_WEIGHTS)
     return 100.0 * per_q / (g * n_datasets)
 
 
+def local_slope(x: np.ndarray, reference: int | str = MEDIAN, weights: Sequence[float] = DEFAULT_WEIGHTS,
+                version: str = LATEST, step: float = 1e-4) -> float:
+    """The measured slope of CRS at the observed profile x [encoder, dataset, axis], in points per unit of one axis
+    value: the largest central difference max_{e, x_i} |CRS_e(x + step 1_i) - CRS_e(x - step 1_i)| / (2 step) over
+    every encoder e and every single seed-mean axis value x_i. ``lipschitz_bound`` is its worst case over all
+    profiles; this is what a change of one axis value does near the profiles actually scored."""
+    x = np.asarray(x, dtype=float)
+    bump = step * np.eye(x.size).reshape(x.size, *x.shape)  # [value, encoder, dataset, axis]
+    up = score(np.clip(x + bump, 0.0, 1.0), reference, weights, version).crs  # [value, encoder]
+    down = score(np.clip(x - bump, 0.0, 1.0), reference, weights, version).crs
+    width = (np.clip(x + bump, 0.0, 1.0) - np.clip(x - bump, 0.0, 1.0)).reshape(x.size, -1).sum(axis=1)
+    return float(np.max(np.abs(up - down).max(axis=1) / np.maximum(width, 1e-12)))
+
+
 def constants(version: str = LATEST) -> dict[str, float]:
     """The constants a version's definition uses, as every v2 output records them (``settings.crs_constants``);
     v1 has none (docs/crs-v1.md fixes everything)."""

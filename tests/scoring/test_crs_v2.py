@@ -147,3 +147,17 @@ def test_the_constant_is_what_the_page_states():
         g, tau, eps = core.Q_FLOOR, core.DOMINANCE_SCALE, core.BALANCE_OFFSET
         per_q = w[0] * 10 / tau + w[1] * ((1 + eps) / eps) ** 0.75 * 3 / 8 + w[2] * 1.5
         assert core.lipschitz_bound(n_d, w) == pytest.approx(100 * per_q / (g * n_d))
+
+
+def test_the_local_slope_is_the_hand_worked_derivative():
+    """Worst axis alone, encoder 0 the reference, one dataset: CRS_1 = 50 (min_a q_1,a + 1) with q_1,0 =
+    (x_1,0 - x_0,0) / (1 - x_0,0) its worst axis; d CRS_1 / d x_1,0 = 50 / 0.5 = 100 and d CRS_1 / d x_0,0 =
+    50 (x_1,0 - 1) / (1 - x_0,0)^2 = -80, while the reference's own CRS stays 50: the slope is 100."""
+    x = np.array([[[0.5, 0.5, 0.5, 0.5]], [[0.6, 0.7, 0.7, 0.7]]])
+    assert core.local_slope(x, 0, (0.0, 0.0, 1.0), "2") == pytest.approx(100.0, rel=1e-6)
+
+
+@given(arrays(np.float64, (4, 3, 4), elements=st.floats(0.3, 0.99)), st.sampled_from(["median", 1]))
+@settings(max_examples=15, deadline=None)
+def test_the_local_slope_stays_within_the_stated_constant(x, ref):
+    assert 0.0 <= core.local_slope(x, ref) <= core.lipschitz_bound(x.shape[1]) + 1e-6
