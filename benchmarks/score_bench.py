@@ -68,6 +68,9 @@ FAMILIES = (
 )  # fmt: skip
 
 
+STORELESS = "1"  # the CRS version of the parts that score run records without a store (v2 needs one)
+
+
 def run_table(n_encoders: int = 15, n_seeds: int = 5, rng_seed: int = 0) -> pl.DataFrame:
     from crs.records import COLUMNS
 
@@ -556,10 +559,14 @@ def main() -> None:
     from crs.scoring.bootstrap import draw_seeds, seed_tensor
 
     # ---------------------------------------------------------------- seed-paired
+    # Parts 1-4 score run records alone, without a store: CRS v1, since v2 reads C from the stored test
+    # probabilities (docs/crs-v2.md section 1); the seed bootstrap they time is the same code under either
+    # version, and part 6 (--end-to-end, --versions 1,2) times v2 on a store.
     records = run_table(args.encoders, args.seeds)
-    score(records.filter(pl.col("encoder") <= "enc01"), ScoreOptions(n_bootstrap=10))  # warm-up: imports, first plans
+    score(records.filter(pl.col("encoder") <= "enc01"), ScoreOptions(n_bootstrap=10, crs_version=STORELESS))  # warm-up
     t0, c0 = time.perf_counter(), time.process_time()
-    scores = score(records, ScoreOptions(n_bootstrap=args.bootstrap, seed=0, bootstrap_unit="seed"))
+    scores = score(records, ScoreOptions(n_bootstrap=args.bootstrap, seed=0, bootstrap_unit="seed",
+                                         crs_version=STORELESS))
     seed_s, seed_cpu = time.perf_counter() - t0, time.process_time() - c0
     set_s, files_s = write_cost(scores)
     print(f"writing the scores ({len(scores.written_tables())} tables as Parquet and CSV, scores.json, the metric "
@@ -586,11 +593,12 @@ def main() -> None:
         records_dir(tmp).mkdir(parents=True)
         records.write_parquet(records_dir(tmp) / "bench.parquet")
         cmd = [sys.executable, "-m", "crs.cli", "score", "--results", tmp, "--bootstrap", str(args.bootstrap),
-               "--reference", "median", "--store", f"{tmp}/no-store.zarr", "--quiet"]
+               "--reference", "median", "--crs-version", STORELESS, "--quiet"]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True)
         cli_s = time.perf_counter() - t0
-    print(f"`crs score --bootstrap {args.bootstrap}` on them (no store), a fresh process: {cli_s:.2f} s wall")
+    print(f"`crs score --bootstrap {args.bootstrap} --crs-version {STORELESS}` on them (no store), a fresh process: "
+          f"{cli_s:.2f} s wall")
     print(f"run records: {records.height} rows; score(..., n_bootstrap={args.bootstrap}) "
           f"{seed_s:.2f} s wall, {seed_cpu:.2f} s CPU in all (leader {scores.encoders['encoder'][0]})")
     print(f"seed bootstrap alone: vectorised {seed_core_s * 1e3:.1f} ms, per-replicate loop "
