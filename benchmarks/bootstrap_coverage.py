@@ -482,7 +482,8 @@ def main() -> None:
     ap.add_argument("--versions", action="store_true",
                     help="CRS v1 and v2 side by side (benchmarks/crs_versions.py): coverage, width ratio, power")
     ap.add_argument("--json", action="store_true",
-                    help="with --versions (implied): one JSON object {scenario: {version: {coverage, width, power}}}")
+                    help="with --versions (implied): one JSON object {scenario: {version: {coverage, width, power, "
+                         "bias, baseline, best_set, ...}}}")
     args = ap.parse_args()
     if args.versions or args.json:
         import crs_versions as cv
@@ -498,8 +499,10 @@ def main() -> None:
                         print(json.dumps(row), flush=True)
             result[name] = rows
         if args.json:
-            print(json.dumps({name: {v: {k: row[k] for k in ("coverage", "width", "power", "replications")}
-                                     for v, row in rows.items()} for name, rows in result.items()}))
+            keys = ("coverage", "width", "power", "bias", "baseline", "best_set", "power_one_axis", "power_top_pairs",
+                    "replications")
+            print(json.dumps({name: {v: {k: row[k] for k in keys} for v, row in rows.items()}
+                              for name, rows in result.items()}))
         return
     if args.seeds_only:
         for row in seed_study(args.replications, args.bootstrap, args.seed):

@@ -35,6 +35,7 @@ import bootstrap_coverage as bc
 SEEDS = bc.SEEDS
 VERSIONS = ("1", "2")
 GAPS = (0.0, 0.005, 0.01, 0.02, 0.03)
+ONE_AXIS = ("D", 0.02)  # the one-axis power pair: B ahead of A by 0.02 on D alone
 
 
 # 15 encoders shaped like the paper's leaderboard: a leading three close together, a middle group of
@@ -59,7 +60,7 @@ PAPER = (bc.Dataset(5000, 1.8, 0.2, 5000), bc.Dataset(550, 1.3, 0.3, 0), bc.Data
 QUICK_PAPER = (bc.Dataset(2000, 1.8, 0.2, 2000), bc.Dataset(550, 1.3, 0.3, 0), bc.Dataset(500, 1.5, 0.15, 0))
 # scenario -> (its datasets, its encoders); the power pair is added to each
 SCENARIOS = {"paper": (PAPER, PAPER_ENCODERS), "mixed": (bc.SCENARIOS["mixed"], bc.ENCODERS)}
-QUICK = {"paper": (QUICK_PAPER, PAPER_ENCODERS)}
+QUICK = {"paper": (QUICK_PAPER, PAPER_ENCODERS), "mixed": (bc.QUICK["mixed"], bc.ENCODERS)}
 # A of every power pair: mid-table, and miscalibrated enough (population error 0.055-0.061) that B can be
 # better calibrated by every gap studied
 BASE = bc.Encoder(0.97, 0.75, 0.15, (0.82, 0.93), (0.87, 0.82), 0.86, 0.06)
@@ -105,20 +106,21 @@ def _true_one(enc: bc.Encoder, ds: bc.Dataset, version: str) -> np.ndarray:
     return x
 
 
-def power_pair(gap: float, datasets) -> tuple[tuple[bc.Encoder, ...], tuple[bc.Encoder, ...]]:
-    """(A, B) per dataset: B's true D, L, R are A's plus ``gap`` exactly and its v2 calibration error A's
-    minus ``gap``, on every dataset (each parameter solved with brentq)."""
-    pairs = [_pair_one(gap, ds) for ds in datasets]
+def power_pair(gap: float, datasets, axes: str = "DCLR") -> tuple[tuple[bc.Encoder, ...], tuple[bc.Encoder, ...]]:
+    """(A, B) per dataset: on each axis named in ``axes`` B is ahead of A by ``gap`` exactly (D, L, R: the axis
+    value plus ``gap``; C: v2's calibration error minus ``gap``), on every other axis B equals A (each parameter
+    solved with brentq)."""
+    pairs = [_pair_one({a: (gap if a in axes else 0.0) for a in "DCLR"}, ds) for ds in datasets]
     return tuple(a for a, _ in pairs), tuple(b for _, b in pairs)
 
 
-def _pair_one(gap: float, ds) -> tuple[bc.Encoder, bc.Encoder]:
-    """(A, B) on one dataset, as ``power_pair`` describes."""
+def _pair_one(gaps: dict[str, float], ds) -> tuple[bc.Encoder, bc.Encoder]:
+    """(A, B) on one dataset, as ``power_pair`` describes; ``gaps`` maps each axis to B's lead on it."""
     a = BASE
     ta = {v: _true_one(a, ds, v) for v in VERSIONS}
-    if gap == 0.0:
+    if not any(gaps.values()):
         return a, a
-    d_b = ta["1"][0] + gap
+    d_b = ta["1"][0] + gaps["D"]
     strength = math.sqrt(2) * _ndtri(d_b) / ds.base
     delta = strength * ds.base
 
@@ -126,23 +128,24 @@ def _pair_one(gap: float, ds) -> tuple[bc.Encoder, bc.Encoder]:
         b = a._replace(strength=strength, low=tuple(h * k for h in a.low))
         return _true_one(b, ds, "1")[2]
 
-    k_low = brentq(lambda k: l_of(k) - (ta["1"][2] + gap), 0.5, 1.0 / min(a.low) - 1e-9)
+    k_low = brentq(lambda k: l_of(k) - (ta["1"][2] + gaps["L"]), 0.5, 1.0 / min(a.low) - 1e-9)
 
     def r_of(k: float) -> float:
         b = a._replace(strength=strength, perturbed=tuple(min(r * k, 1.2) for r in a.perturbed),
                        shift=a.shift * k)
         return _true_one(b, ds, "1")[3]
 
-    k_rob = brentq(lambda k: r_of(k) - (ta["1"][3] + gap), 0.5, 1.0 / max(a.perturbed) - 1e-9)
+    k_rob = brentq(lambda k: r_of(k) - (ta["1"][3] + gaps["R"]), 0.5, 1.0 / max(a.perturbed) - 1e-9)
     b = a._replace(strength=strength, low=tuple(h * k_low for h in a.low),
                    perturbed=tuple(r * k_rob for r in a.perturbed), shift=a.shift * k_rob)
     ce_a = 1.0 - ta["2"][1]
 
-    def ce_of(t: float) -> float:  # t in [0, 1]: slope and offset moved towards calibrated
+    def ce_of(t: float) -> float:  # t in [-1, 1]: slope and offset moved towards calibrated (t > 0) or away
         c = b._replace(gamma=b.gamma + t * (1.0 - b.gamma), beta=b.beta * (1.0 - t))
         return population_ce(delta, ds.prevalence, c)
 
-    t = brentq(lambda t: ce_of(t) - max(ce_a - gap, 0.0), 0.0, 1.0) if ce_of(1.0) < ce_a - gap else 1.0
+    want = max(ce_a - gaps["C"], 0.0)
+    t = brentq(lambda t: ce_of(t) - want, -1.0, 1.0) if ce_of(1.0) < want else 1.0
     return a, b._replace(gamma=b.gamma + t * (1.0 - b.gamma), beta=b.beta * (1.0 - t))
 
 
@@ -163,18 +166,29 @@ def simulate(encoders: list[tuple[bc.Encoder, ...]], datasets, n_bootstrap: int,
 
 class Totals(NamedTuple):
     diff_hits: np.ndarray  # [pair]
+    diff_below: np.ndarray  # [pair]: misses with the truth below the interval
     diff_width: np.ndarray  # [pair], summed
+    diff_error: np.ndarray  # [pair]: point estimate minus truth, summed
+    diff_separated: np.ndarray  # [pair]: the interval excludes 0
     axis_hits: np.ndarray  # [encoder, axis]
     axis_dataset_hits: np.ndarray  # [encoder, dataset, axis]
     separated: np.ndarray  # [gap]
+    one_axis: np.ndarray  # [1]: the one-axis pair separated
+    best_hits: np.ndarray  # [1]: the true best is in the best set
+    best_size: np.ndarray  # [1]: the best set's size, summed
+    tier_hits: np.ndarray  # [1]: the true best is in the per-pair tier (the leader and every encoder whose
+    tier_size: np.ndarray  # [1]   difference interval to it holds 0), and that tier's size, summed
+    mean_width: np.ndarray  # [1]: the plain-mean test's pairwise interval widths, mean over pairs, summed
+    mean_separated: np.ndarray  # [gap + 1]: the plain-mean test separates B_g from A (and the one-axis pair)
 
 
 def benchmark_encoders(datasets, scenario_encoders=PAPER_ENCODERS, gaps=GAPS):
-    """(every simulated encoder's parameters per dataset: the scenario's, A, then B_g per gap; the truth per
-    version)."""
+    """(every simulated encoder's parameters per dataset: the scenario's, A, B_g per gap, then the one-axis B
+    (``ONE_AXIS``); the truth per version)."""
     paper = [tuple(e for _ in datasets) for e in scenario_encoders]
     pairs = {g: power_pair(g, datasets) for g in gaps}
-    encoders = paper + [pairs[gaps[0]][0]] + [pairs[g][1] for g in gaps]
+    one_axis = power_pair(ONE_AXIS[1], datasets, ONE_AXIS[0])[1]
+    encoders = paper + [pairs[gaps[0]][0]] + [pairs[g][1] for g in gaps] + [one_axis]
     return encoders, true_axes(encoders, datasets)
 
 
@@ -195,68 +209,143 @@ def study(name: str, scenario, replications: int, n_bootstrap: int, seed: int, g
                            r + 1 < replications) for v in VERSIONS}
 
 
+def plain_mean(x: np.ndarray) -> np.ndarray:
+    """The paired plain-mean baseline [..., encoder]: the mean of the twelve axis values (every axis of every
+    dataset) of seed means x [..., encoder, dataset, axis]; no q, no dominance."""
+    return np.asarray(x, dtype=float).mean(axis=(-2, -1))
+
+
+def _separates(diff_reps: np.ndarray) -> np.ndarray:
+    low, high = _interval(diff_reps)
+    return (low > 0) | (high < 0)
+
+
+def _interval(values: np.ndarray):
+    from crs.scoring.bootstrap import interval
+
+    return interval(values)
+
+
 class Tally:
-    """Coverage, widths and separations of one version summed over simulated benchmarks."""
+    """Coverage, bias, widths, separations and best sets of one version summed over simulated benchmarks."""
 
-    def __init__(self, truth: np.ndarray, version: str, n_datasets: int, n_gaps: int, n_encoders: int):
-        from crs.scoring.crs import score
-
+    def __init__(self, truth: np.ndarray, version: str, n_datasets: int, n_gaps: int, n_encoders: int,
+                 scorer=None):
         n = self.n_encoders = n_encoders
         self.truth, self.version, self.n = truth, version, 0
-        self.true_crs = score(truth[:n], "median", version=version).crs
+        # (x [encoder, dataset, axis], replicates [replicate, encoder, dataset, axis] or None) -> (CRS, replicate
+        # CRS or None): crs's own by default, or a candidate definition's (its truth too)
+        self.scorer = scorer or self._product_scorer
+        self.c_shift = None  # [encoder, dataset]: taken from C of the scenario's encoders (tune's diagnostic)
+        self.true_crs = self.scorer(truth[:n], None)[0]
+        self.true_mean = plain_mean(truth[:n])
         self.i, self.j = np.triu_indices(n, 1)
         self.power_sets = [list(range(n - 2)) + [n, n + 1 + k] for k in range(n_gaps)]
-        self.t = Totals(np.zeros(self.i.size), np.zeros(self.i.size), np.zeros((n, 4)),
-                        np.zeros((n, n_datasets, 4)), np.zeros(n_gaps))
+        self.power_sets.append(list(range(n - 2)) + [n, n + 1 + n_gaps])  # the one-axis pair
+        pairs, z = self.i.size, np.zeros(1)
+        self.t = Totals(np.zeros(pairs), np.zeros(pairs), np.zeros(pairs), np.zeros(pairs), np.zeros(pairs),
+                        np.zeros((n, 4)),
+                        np.zeros((n, n_datasets, 4)), np.zeros(n_gaps), z.copy(), z.copy(), z.copy(), z.copy(),
+                        z.copy(), z.copy(), np.zeros(n_gaps + 1))
 
     def add(self, x: np.ndarray, draw_seed: int) -> None:
         """One benchmark's x [1 + replicate, encoder, dataset, seed, axis]."""
-        from crs.scoring.bootstrap import draw_seeds, interval, score_replicates, seed_means_of
+        from crs.scoring.bootstrap import draw_seeds, seed_means_of
 
-        n, t, v, truth = self.n_encoders, self.t, self.version, self.truth
+        n, t, truth = self.n_encoders, self.t, self.truth
         draw = draw_seeds(SEEDS, x.shape[0] - 1, draw_seed)
         m = seed_means_of(x[1:].astype(float), draw)  # [replicate, encoder, dataset, axis]
-        reps = score_replicates(m[:, :n], "median", version=v)
-        low, high = interval(reps.crs[:, self.i] - reps.crs[:, self.j])
+        point = x[0].astype(float).mean(axis=2)  # [encoder, dataset, axis]
+        main_point, main_reps = point[:n], m[:, :n]
+        if self.c_shift is not None:  # tune's c_unbiased diagnostic
+            main_point, main_reps = main_point.copy(), main_reps.copy()
+            main_point[..., 1] -= self.c_shift
+            main_reps[..., 1] -= self.c_shift
+        crs, crs_reps = self.scorer(main_point, main_reps)
+        diff = crs_reps[:, self.i] - crs_reps[:, self.j]
+        low, high = _interval(diff)
         want = self.true_crs[self.i] - self.true_crs[self.j]
         t.diff_hits[:] += (low <= want + 1e-12) & (want - 1e-12 <= high)
+        t.diff_below[:] += want + 1e-12 < low
         t.diff_width[:] += high - low
-        low, high = interval(reps.axis)
+        t.diff_error[:] += (crs[self.i] - crs[self.j]) - want
+        t.diff_separated[:] += (low > 0) | (high < 0)
+        low, high = _interval(m[:, :n].mean(axis=2))
         want = truth[:n].mean(axis=1)
         t.axis_hits[:] += (low <= want + 1e-12) & (want - 1e-12 <= high)
-        low, high = interval(m[:, :n])
+        low, high = _interval(m[:, :n])
         t.axis_dataset_hits[:] += (low <= truth[:n] + 1e-12) & (truth[:n] - 1e-12 <= high)
+        self._sets(crs_reps, crs)
+        means = plain_mean(m)  # [replicate, encoder]
+        low, high = _interval(means[:, self.i] - means[:, self.j])
+        t.mean_width[:] += (high - low).mean()
         for k, idx in enumerate(self.power_sets):
-            g_reps = score_replicates(m[:, idx], "median", version=v)
-            low, high = interval(g_reps.crs[:, -1] - g_reps.crs[:, -2])
-            t.separated[k] += (low > 0) | (high < 0)
+            g_reps = self.scorer(point[idx], m[:, idx])[1]
+            hit = _separates(g_reps[:, -1] - g_reps[:, -2])
+            if k < t.separated.size:
+                t.separated[k] += hit
+            else:
+                t.one_axis[:] += hit
+            t.mean_separated[k] += _separates(means[:, idx[-1]] - means[:, idx[-2]])
         self.n += 1
 
+    def _product_scorer(self, point: np.ndarray, reps: np.ndarray | None):
+        """(point CRS [encoder], replicate CRS [replicate, encoder] or None) as crs scores them."""
+        from crs.scoring.bootstrap import score_replicates
+        from crs.scoring.crs import score
 
-def tune(paths: list[str], grid: dict, gaps=GAPS) -> list[dict]:
-    """v2's figures on cached benchmarks (``crs_versions_cache.py``) for every combination of the constants in
+        crs = score(point, "median", version=self.version).crs
+        return crs, None if reps is None else score_replicates(reps, "median", version=self.version).crs
+
+    def _sets(self, crs_reps: np.ndarray, crs: np.ndarray) -> None:
+        """The best set and the per-pair tier of one benchmark, against the true best."""
+        from crs.scoring.best_set import best_set
+
+        t, best = self.t, int(np.argmax(self.true_crs))
+        chosen = best_set(crs_reps, crs)
+        t.best_hits[:] += bool(chosen[best])
+        t.best_size[:] += chosen.sum()
+        leader = int(np.argmax(crs))
+        low, high = _interval(crs_reps - crs_reps[:, [leader]])
+        tier = (low <= 0) & (high >= 0)
+        tier[leader] = True
+        t.tier_hits[:] += bool(tier[best])
+        t.tier_size[:] += tier.sum()
+
+
+def tune(paths: list[str], grid: dict, gaps=GAPS, c_unbiased: bool = False) -> list[dict]:
+    """Figures on cached benchmarks (``crs_versions_cache.py``): v2's for every combination of the constants in
     ``grid`` ({'Q_FLOOR': [...], 'DOMINANCE_SCALE': [...], 'DOMINANCE_SLACK': [...], 'BALANCE_OFFSET': [...]}), and
-    v1's once. ``tune(paths, {})`` gives v2's figures with the constants as they are."""
+    v1's once where the cache holds v1. ``tune(paths, {})`` gives v2's figures with the constants as they are.
+
+    ``c_unbiased`` (a diagnostic, not an estimator: it uses the truth): C's mean error over the cached benchmarks
+    (per encoder and dataset) is taken out of the point and the replicates of the scenario's encoders, so the
+    figures show what the rest of the definition does when C's estimator is unbiased."""
     import itertools
 
     from crs.scoring import crs as core
 
     data = [np.load(p) for p in paths]
-    xs = {v: np.concatenate([d[f"x{v}"] for d in data]) for v in VERSIONS}
-    truth = {v: data[0][f"truth{v}"] for v in VERSIONS}
-    n_scenario = truth["1"].shape[0] - 1 - len(gaps)
+    versions = [v for v in VERSIONS if f"x{v}" in data[0]]
+    xs = {v: np.concatenate([d[f"x{v}"] for d in data]) for v in versions}
+    truth = {v: data[0][f"truth{v}"] for v in versions}
+    n_scenario = truth[versions[0]].shape[0] - 2 - len(gaps)  # less A, B per gap and the one-axis B
     rows = []
 
     def run(version: str, label: dict) -> None:
         tally = Tally(truth[version], version, truth[version].shape[1], len(gaps), n_scenario)
+        if c_unbiased:
+            tally.c_shift = (xs[version][:, 0, :n_scenario, :, :, 1].astype(float).mean(axis=(0, 3))
+                             - truth[version][:n_scenario, :, 1])
         for r, x in enumerate(xs[version]):
             tally.add(x, 100_003 * 7 + r)
-        row = _row("cached", [], version, tally, xs[version].shape[1] - 2, gaps, 0.0, False)
-        rows.append({**label, **{k: row[k] for k in ("width", "width_points", "true_crs_spread", "power")},
+        row = _row("cached", [], version, tally, xs[version].shape[1] - 1, gaps, 0.0, False)
+        rows.append({**label, "c_unbiased": c_unbiased, **{k: row[k] for k in STUDY_KEYS},
                      "crs_diff": row["coverage"]["crs_diff"], "axis": row["coverage"]["axis"],
-                     "replications": tally.n})
+                     "pairs": row["coverage"]["pairs"], "replications": tally.n})
 
-    run("1", {"crs_version": "1"})
+    if "1" in versions:
+        run("1", {"crs_version": "1"})
     names = list(grid)
     saved = {k: getattr(core, k) for k in names}
     try:
@@ -270,6 +359,13 @@ def tune(paths: list[str], grid: dict, gaps=GAPS) -> list[dict]:
     return rows
 
 
+STUDY_KEYS = ("width", "width_points", "true_crs_spread", "power", "power_one_axis", "power_top_pairs", "bias",
+              "baseline", "best_set")
+
+
+PAIR_FLOOR = 0.92  # every pair's coverage must be at least this (issue 51), tested per pair
+
+
 def _row(name, datasets, version, tally: Tally, n_bootstrap: int, gaps, seconds, partial):
     from crs.scoring.axes import AXES
 
@@ -277,6 +373,7 @@ def _row(name, datasets, version, tally: Tally, n_bootstrap: int, gaps, seconds,
     datasets = datasets or [bc.Dataset(j, 0, 0, 0) for j in range(t.axis_dataset_hits.shape[1])]
     diff = t.diff_hits / n
     spread = float(true_crs.max() - true_crs.min())
+    mean_spread = float(tally.true_mean.max() - tally.true_mean.min())
     return {
         "scenario": name, "crs_version": version, "replications": n, "bootstrap": n_bootstrap, "unit": "both",
         "test_images": [ds.n for ds in datasets], "shift_images": [ds.shift_n for ds in datasets],
@@ -288,10 +385,71 @@ def _row(name, datasets, version, tally: Tally, n_bootstrap: int, gaps, seconds,
             "axis_min": {a: round(float(t.axis_hits[:, k].min() / n), 3) for k, a in enumerate(AXES)},
             "axis_by_dataset": {a: {str(ds.n): round(float(t.axis_dataset_hits[:, j, k].mean() / n), 3)
                                     for j, ds in enumerate(datasets)} for k, a in enumerate(AXES)},
+            "pairs": _pair_test(t.diff_hits, t.diff_below, n),
         },
+        "bias": _bias(tally),
         "width": round(float((t.diff_width / n).mean()) / spread, 4),
         "width_points": round(float((t.diff_width / n).mean()), 2), "true_crs_spread": round(spread, 2),
         "power": {str(g): round(float(s / n), 3) for g, s in zip(gaps, t.separated, strict=True)},
+        "power_one_axis": {f"{ONE_AXIS[0]}+{ONE_AXIS[1]}": round(float(t.one_axis[0] / n), 3)},
+        "power_top_pairs": _top_pairs(tally, t.diff_separated / n),
+        "baseline": {"width": round(float(t.mean_width[0] / n) / mean_spread, 4),
+                     "power": {str(g): round(float(s / n), 3) for g, s in zip(gaps, t.mean_separated, strict=False)},
+                     "power_one_axis": {f"{ONE_AXIS[0]}+{ONE_AXIS[1]}": round(float(t.mean_separated[-1] / n), 3)}},
+        "best_set": {"coverage": round(float(t.best_hits[0] / n), 3), "mean_size": round(float(t.best_size[0] / n), 2),
+                     "tier_coverage": round(float(t.tier_hits[0] / n), 3),
+                     "tier_mean_size": round(float(t.tier_size[0] / n), 2)},
         "monte_carlo_half_width": round(1.96 * math.sqrt(0.95 * 0.05 / n), 4),
         "seconds": round(seconds, 1), "partial": partial,
     }
+
+
+def _top_three_pairs(tally: Tally) -> list[int]:
+    """The pair indices (of ``tally.i``, ``tally.j``) whose encoders are both among the true top three."""
+    top = set(np.argsort(-tally.true_crs)[:3].tolist())
+    return [k for k, (a, b) in enumerate(zip(tally.i, tally.j)) if a in top and b in top]
+
+
+def _bias(tally: Tally) -> dict:
+    """The point estimate's mean error (CRS points) for the pairs of the true top three, and its largest |value|."""
+    pairs = _top_three_pairs(tally)
+    err = tally.t.diff_error / max(tally.n, 1)
+    return {"top_pairs_max_abs": round(float(np.abs(err[pairs]).max()), 3),
+            "top_pairs": {f"{tally.i[k]}-{tally.j[k]}": round(float(err[k]), 3) for k in pairs},
+            "all_pairs_max_abs": round(float(np.abs(err).max()), 3)}
+
+
+def _top_pairs(tally: Tally, separated: np.ndarray) -> dict:
+    return {f"{tally.i[k]}-{tally.j[k]}": round(float(separated[k]), 3) for k in _top_three_pairs(tally)}
+
+
+def _pair_test(hits: np.ndarray, below: np.ndarray, n: int) -> dict:
+    """Each pair's coverage against PAIR_FLOOR: a one-sided binomial test per pair at 5 % / pairs (Bonferroni);
+    and the side of the misses (truth below or above the interval) for pairs with 10 or more misses."""
+    from scipy.stats import binom
+
+    p = binom.cdf(hits, n, PAIR_FLOOR)  # P(this few hits or fewer | coverage = PAIR_FLOOR)
+    misses = n - hits
+    heavy = misses >= 10
+    one_sided = heavy & (np.maximum(below, misses - below) > 2 * misses / 3)
+    return {"below_floor": int((p < 0.05 / hits.size).sum()), "floor": PAIR_FLOOR,
+            "smallest_p": float(p.min()), "misses_below": int(below.sum()), "misses_above": int((misses - below).sum()),
+            "one_sided_pairs": int(one_sided.sum()), "pairs_with_10_misses": int(heavy.sum())}
+
+
+def main() -> None:
+    """``python benchmarks/crs_versions.py CACHE.npz [CACHE.npz ...] [--c-unbiased]``: the figures of the cached
+    benchmarks (``tune`` with the constants as they are), one JSON line per version."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("caches", nargs="+")
+    ap.add_argument("--c-unbiased", action="store_true", help="the diagnostic of ``tune``: C's mean error taken out")
+    a = ap.parse_args()
+    for row in tune(a.caches, {}, c_unbiased=a.c_unbiased):
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
