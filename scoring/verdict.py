@@ -199,7 +199,7 @@ def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
     if out["intervals"]:
         out["best_set"] = {"encoders": [lead["encoder"]] + [m["encoder"] for m in out["members"]],
                            "confidence": conf,
-                           "meaning": f"With {_pct(conf)} confidence the best encoder is one of these ({SET_WHY})."}
+                           "meaning": f"With {percent(conf)} confidence the best encoder is one of these ({SET_WHY})."}
     if len(rows) > 1:
         out["weight_margin"] = _weight_margin(enc, 0, w)
     if not out["intervals"] and len(rows) > 1:
@@ -214,7 +214,7 @@ def _f(v: float | None, spec: str = ".1f") -> str:
     return "n/a" if v is None else format(v, spec)
 
 
-def _pct(p: float) -> str:
+def percent(p: float) -> str:
     """A share in whole per cent, never rounded to a certainty: '>99 %' and '<1 %' at the ends."""
     pct = round(100 * p)
     return ">99 %" if pct >= 100 else "<1 %" if pct <= 0 else f"{pct} %"
@@ -246,11 +246,11 @@ def _axes_words(axes: list[dict]) -> str:
 def settle_words(p: dict, leader: str, n_seeds: int | None) -> str:
     """One sentence of a ``settle.plan``: what would tell its encoder from the leader."""
     b, now = p["encoder"], f"at {n_seeds} seeds" if n_seeds else "at today's seeds"
-    why = (f" ({_pct(p['power'])} power to detect a true gap of {p['min_difference']:g} CRS points; "
-           f"{_pct(p['current_power'])} today).")
+    why = (f" ({percent(p['power'])} power to detect a true gap of {p['min_difference']:g} CRS points; "
+           f"{percent(p['current_power'])} today).")
     if p["current_power"] >= p["power"]:
         return (f"Today's data would detect a true gap of {p['min_difference']:g} CRS points between {b} and "
-                f"{leader} {_pct(p['current_power'])} of the time, so a real gap is likely smaller than that.")
+                f"{leader} {percent(p['current_power'])} of the time, so a real gap is likely smaller than that.")
     if p["images"] is None and p["seeds"] is None:
         return f"Neither more test images nor more seeds alone would settle {b} against {leader}: both must grow" + why
     if p["images"] is None:
@@ -311,10 +311,10 @@ def sentences(v: dict) -> list[str]:
     """A few plain sentences that say no more than the numbers in ``v`` (from ``build``)."""
     if not v or v.get("leader") is None:
         return ["No verdict: " + ("; ".join(v.get("notes", [])) if v else "no scores") + "."]
-    conf = _pct(float(v.get("confidence") or CONFIDENCE))
+    conf = percent(float(v.get("confidence") or CONFIDENCE))
     leader = v["leader"]
     p = v.get("p_rank1")
-    out = [f"{leader} ranks first in {_pct(p)} of the bootstrap replicates and has the highest CRS "
+    out = [f"{leader} ranks first in {percent(p)} of the bootstrap replicates and has the highest CRS "
            f"({_f(v.get('crs'))})." if p is not None else f"{leader} has the highest CRS ({_f(v.get('crs'))})."]
     if v.get("intervals"):
         out.extend(_set_sentences(v, conf))
