@@ -255,10 +255,10 @@ def settle_words(p: dict, leader: str, n_seeds: int | None) -> str:
         return f"Neither more test images nor more seeds alone would settle {b} against {leader}: both must grow" + why
     if p["images"] is None:
         return f"No number of test images settles {b} against {leader} {now}: about {p['seeds']:,} seeds would" + why
-    sizes = _listed([f"{n:,} on {d}" for d, n in p["images"].items()]) if p["images"] else (
-        f"{p['image_factor']:.2g} times today's")
+    sizes = [f"{n:,}{' test images' if not i else ''} on {d}" for i, (d, n) in enumerate(p["images"].items())]
+    sizes = _listed(sizes) if sizes else f"{p['image_factor']:.2g} times today's test images"
     seeds = f", or about {p['seeds']:,} seeds at today's test images," if p["seeds"] is not None else ""
-    return f"About {sizes} test images {now}{seeds} would settle {b} against {leader}" + why
+    return f"About {sizes} {now}{seeds} would settle {b} against {leader}" + why
 
 
 def _reference_sentence(v: dict) -> str | None:

@@ -251,9 +251,10 @@ def test_the_verdict_plans_how_to_settle_every_member_of_the_best_set(make_store
     for p in v["settle"]:
         assert p["min_difference"] == 3.0 and p["power"] == 0.8 and 0 <= p["current_power"] <= 1
         assert p["variance"]["seed"] >= 0 and p["variance"]["image"] >= 0
-    print(verdict.sentences(v))
+    assert v["settle"]  # b is close enough to a to stay in the set
+    words = verdict.sentences(v)
+    assert all(verdict.settle_words(p, v["leader"], 3) in words for p in v["settle"])
     # the seed bootstrap cannot split the variance: no plan, and the verdict says why
     seed_only = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=60, seed=1), store=store)
-    assert seed_only.verdict["settle"] == []
-    if seed_only.verdict["members"]:
-        assert any("--bootstrap-unit both" in n for n in seed_only.verdict["notes"])
+    assert seed_only.verdict["members"] and seed_only.verdict["settle"] == []
+    assert verdict.NO_PLAN in seed_only.verdict["notes"]

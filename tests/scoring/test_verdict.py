@@ -75,12 +75,17 @@ def plan_of(**kw) -> dict:
 
 def test_the_plan_in_words():
     assert verdict.settle_words(plan_of(), "a", 5) == (
-        "About 1,300 on derm and 12,000 on cxr test images at 5 seeds, or about 23 seeds at today's test images, "
+        "About 1,300 test images on derm and 12,000 on cxr at 5 seeds, or about 23 seeds at today's test images, "
         "would settle b against a (80 % power to detect a true gap of 2 CRS points; 31 % today).")
     assert verdict.settle_words(plan_of(images=None, only_seeds=True, seeds=140), "a", 5).startswith(
         "No number of test images settles b against a at 5 seeds: about 140 seeds would (80 % power")
     assert verdict.settle_words(plan_of(seeds=None), "a", 5).startswith(
-        "About 1,300 on derm and 12,000 on cxr test images at 5 seeds would settle b against a (")
+        "About 1,300 test images on derm and 12,000 on cxr at 5 seeds would settle b against a (")
+    assert verdict.settle_words(plan_of(images={}, seeds=None), "a", None).startswith(
+        "About 4.3 times today's test images at today's seeds would settle b against a (")
+    three = plan_of(images={"a1": 100, "b2": 2000, "c3": 30000})
+    assert verdict.settle_words(three, "a", 5).startswith(
+        "About 100 test images on a1, 2,000 on b2 and 30,000 on c3 at 5 seeds")
     assert verdict.settle_words(plan_of(images=None, seeds=None, only_seeds=True), "a", 5).startswith(
         "Neither more test images nor more seeds alone would settle b against a: both must grow")
     assert "a real gap is likely smaller" in verdict.settle_words(plan_of(current_power=0.85), "a", 5)
