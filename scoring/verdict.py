@@ -154,7 +154,7 @@ def _sets_known(enc: pl.DataFrame) -> bool:
     return enc.height > 1 and "tier" in enc.columns and enc["tier"].null_count() == 0
 
 
-NO_INTERVAL = "the bootstrap gave no interval, so no set of encoders that could be the best"
+NO_INTERVAL = "the bootstrap gave no interval, so there is no set for the best encoder"
 SET_WHY = "a simultaneous set, allowing for every comparison and for the leader being chosen from the same data"
 NO_PLAN = ("no plan to settle the set: it needs the bootstrap of seeds and test images together "
            "(--bootstrap-unit both)")
