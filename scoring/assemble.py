@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from crs.scoring import analysis, diagnostics, verdict
+from crs.scoring import analysis, diagnostics, settle, verdict
 from crs.scoring import crs as core
 from crs.scoring.axes import AXES, FRACTION_TOL
-from crs.scoring.bootstrap import CONFIDENCE
+from crs.scoring.bootstrap import CONFIDENCE, replicates, seed_tensor
 from crs.scoring.comparison import Comparison
 from crs.scoring.options import ScoreOptions
 from crs.scoring.ranks import rank_desc
@@ -76,6 +76,7 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
         "datasets": list(cmp.datasets),
         "excluded": cmp.excluded,
         "simplex_step": options.simplex_step,
+        "min_difference": options.min_difference,
         "warnings": warnings,
     }
     constants = core.constants(options.crs_version)
@@ -170,12 +171,27 @@ def axis_grid(means: pl.DataFrame, encoders: Sequence[str], datasets: Sequence[s
     return x.select(AXES).to_numpy().astype(float).reshape(len(encoders), len(datasets), len(AXES))
 
 
-def diagnosed(table: pl.DataFrame, records: pl.DataFrame, tables: dict, settings: dict):
-    """(the encoders table with its tie marks, the probe diagnostics, the verdict naming the marked axes)."""
+def settle_plans(cmp: Comparison, boot: Bootstrap, options: ScoreOptions, point_crs: np.ndarray,
+                 tier: pl.Series, images: dict[str, int]) -> list[dict] | None:
+    """``settle.plans`` for the members of the best set (``tier``, in ``cmp.encoders`` order): the default
+    bootstrap's CRS against a seed-only bootstrap of the point per-seed axes with the same seed draw. None where
+    the bootstrap did not resample seeds and test images together, or gave no set."""
+    if boot.unit != "both" or tier.null_count():
+        return None
+    x_seed, _ = seed_tensor(boot.by_seed, cmp.encoders, cmp.datasets)  # [encoder, dataset, seed, axis]
+    seed_only = replicates(x_seed, boot.draw, cmp.reference, options.weights, options.crs_version).crs
+    return settle.plans(boot.reps.crs, seed_only, point_crs, list(cmp.encoders), tier.to_numpy(), images,
+                        len(cmp.seeds), options.min_difference)
+
+
+def diagnosed(table: pl.DataFrame, records: pl.DataFrame, tables: dict, settings: dict,
+              plans: list[dict] | None = None):
+    """(the encoders table with its tie marks, the probe diagnostics, the verdict naming the marked axes;
+    ``plans``: ``settle_plans``)."""
     health = diagnostics.probe_health(records)
     marked = diagnostics.marked_axes(health)
     table = table.with_columns(ties_marked=pl.Series([diagnostics.marks_text(marked.get(e, []))
                                                       for e in table["encoder"]], dtype=pl.String))
-    decided = verdict.build(table, tables["weight_leaders"], tables["weight_grid"], settings)
+    decided = verdict.build(table, tables["weight_leaders"], tables["weight_grid"], settings, plans)
     decided["notes"].extend(diagnostics.notes(records))
     return table, health, decided

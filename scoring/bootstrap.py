@@ -1,4 +1,4 @@
-"""Paired seed bootstrap, intervals and the leading tier (docs/crs-v1.md section 5).
+"""Paired seed bootstrap, intervals and the tier, a confidence set for the best (docs/crs-v1.md section 5).
 
 Each of B replicates draws S seed indices with replacement; the draw is the same for
 every encoder and dataset (paired: seed s is the same label subset and initialisation
@@ -18,6 +18,7 @@ import polars as pl
 
 from crs.errors import BadInput
 from crs.scoring.axes import AXES
+from crs.scoring.best_set import best_set
 from crs.scoring.crs import DEFAULT_WEIGHTS, LATEST, MEDIAN, score
 from crs.scoring.ranks import rank_desc, tie_group
 
@@ -176,7 +177,7 @@ def summarise(
     confidence: float = CONFIDENCE,
     reference: int | str = MEDIAN,
 ) -> pl.DataFrame:
-    """One row per encoder: CRS, difference, rank and axis intervals, tie group, P(rank 1), the leading tier.
+    """One row per encoder: CRS, difference, rank and axis intervals, tie group, P(rank 1), the tier.
 
     Rank intervals use the observed ranks at the tails (numpy's 'lower' and 'higher'
     quantile methods), so their ends are ranks some replicate gave; ``tie_group`` says
@@ -184,8 +185,9 @@ def summarise(
     place equally among encoders tied for the top CRS. The leader is the top point
     estimate (the first encoder given, on a tie). ``crs_diff`` is the point
     CRS_e - CRS_leader, ``crs_diff_low`` and ``crs_diff_high`` the percentile interval of
-    that paired difference over the replicates (0, 0, 0 for the leader); the tier is the
-    leader and every encoder whose difference interval contains 0.
+    that paired difference over the replicates (0, 0, 0 for the leader). The tier is the
+    simultaneous ``confidence`` set for the best encoder (``best_set.best_set``): one statement
+    over every comparison, allowing for the leader being chosen from the same replicates.
 
     ``reference`` (an encoder index, or 'median') marks the reference row
     (``reference`` column). Its CRS is the zero point of the scale, and its q is 0 by
@@ -217,8 +219,9 @@ def _intervals(reps: Replicates, encoders: Sequence[str], point_crs: np.ndarray,
     diff = reps.crs - reps.crs[:, [leader]]  # [replicate, encoder], encoder minus leader
     diff_low, diff_high = interval(diff, confidence)
     diff_low[leader] = diff_high[leader] = 0.0  # exactly, not a rounding of x - x
-    tier = (diff_low <= 0.0) & (diff_high >= 0.0)
-    tier[leader] = True
+    tier = best_set(reps.crs, point_crs, confidence)
+    if tier is None:  # a point CRS that is not finite: no set, as with no interval
+        tier = pl.Series("tier", [None] * len(encoders), dtype=pl.Boolean)
     return {
         "encoder": list(encoders),
         "crs_low": crs_low,

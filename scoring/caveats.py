@@ -99,7 +99,7 @@ def _known_cause(axis: str) -> str:
 
 
 def say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: str, warnings: list[str]) -> None:
-    """A warning when some replicate has no CRS, so the intervals are empty and no tier is given."""
+    """A warning when some replicate has no CRS, so the intervals are empty and no best set (tier) is given."""
     bad = incomplete(reps)
     if not bad.any():
         return
@@ -109,7 +109,7 @@ def say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: 
         f"{int(bad.sum())} of {bad.size} {unit}-bootstrap replicates have no CRS: the test split of "
         f"{', '.join(names)} is too small for the {unit} bootstrap (a draw left no class with both positive "
         "and negative images to score), so the CRS and rank intervals and P(rank 1) are empty and no "
-        "leading tier is assigned; use `--bootstrap-unit seed` or a larger test split"
+        "set for the best encoder (tier) is given; use `--bootstrap-unit seed` or a larger test split"
     )
 
 

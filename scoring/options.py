@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from crs.config import Score
 from crs.scoring import crs as core
 from crs.scoring.analysis import SIMPLEX_STEP
+from crs.scoring.settle import MIN_DIFFERENCE
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,8 @@ class ScoreOptions:
     ``reference``: an encoder name or 'median'; ``weights``: (dominance, balance, worst_axis),
     non-negative and summing to 1; ``bootstrap_unit``: 'both', 'seed' or 'image'
     (docs/crs-v1.md section 5); ``simplex_step``: the weight-sensitivity grid's step;
-    ``crs_version``: "2" or "1".
+    ``crs_version``: "2" or "1"; ``min_difference``: the true CRS difference the verdict's plan to settle a tie
+    is sized to detect (``settle.plan``).
     """
 
     reference: str = core.MEDIAN
@@ -31,6 +33,7 @@ class ScoreOptions:
     bootstrap_unit: str = "both"
     simplex_step: float = SIMPLEX_STEP
     crs_version: str = core.LATEST
+    min_difference: float = MIN_DIFFERENCE
 
     @classmethod
     def from_settings(cls, settings: Score, reference: str | None = None) -> ScoreOptions:
@@ -43,4 +46,5 @@ class ScoreOptions:
             seed=settings.seed,
             bootstrap_unit=settings.bootstrap_unit,
             crs_version=settings.crs_version,
+            min_difference=settings.min_difference,
         )

@@ -23,6 +23,7 @@ from crs.scoring.assemble import (
     encoder_table,
     per_dataset_table,
     settings_of,
+    settle_plans,
     test_images,
 )
 from crs.scoring.axes import AXES, require_columns, seed_means
@@ -90,10 +91,11 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
                                                                   options.crs_version) * 0.01}
     shifted_axis_warnings(boot.reps.axis, x.mean(axis=1), cmp.encoders, warnings, version=options.crs_version)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
-    table = encoder_table(cmp.encoders, x, point, auroc,
-                          summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference),
-                          tables["pareto"], encoder_metadata(store, cmp.encoders, cmp.datasets))
-    table, health, decided = diagnosed(table, cmp.records, tables, settings)
+    summary = summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference)
+    table = encoder_table(cmp.encoders, x, point, auroc, summary, tables["pareto"],
+                          encoder_metadata(store, cmp.encoders, cmp.datasets))
+    plans = settle_plans(cmp, boot, options, point.crs, summary["tier"], settings["test_images"])
+    table, health, decided = diagnosed(table, cmp.records, tables, settings, plans)
     return Scores(
         settings=settings,
         encoders=table,

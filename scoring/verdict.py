@@ -1,10 +1,10 @@
-"""The verdict: who leads, who cannot be told apart from the leader, why, and how sure.
+"""The verdict: who leads, which encoders could be the best, why, how sure, and what would settle it.
 
-``build`` turns the scores (the encoder table, the weight-sensitivity tables and the
-settings) into data; ``sentences`` turns that data into a few plain sentences for the
-terminal and the report. The sentences never claim more than the intervals allow: an
-encoder whose paired difference to the leader has a 95 % interval holding 0 "cannot be
-separated" from it; only an interval clear of 0 says "behind".
+``build`` turns the scores (the encoder table, the weight-sensitivity tables, the settings and the plans of
+``settle``) into data; ``sentences`` turns that data into a few plain sentences for the terminal and the
+report. The sentences never claim more than the bootstrap allows: they lead with P(rank 1), then the
+simultaneous 95 % set for the best encoder (``best_set``, the table's tier column), then, for each other
+member, what test images or seeds would tell it from the leader (``settle.plan``).
 
 What decides a gap (docs/crs-v1.md section 3). CRS is not a sum over axes (balance is a
 geometric mean, worst axis a minimum, dominance a count), so the gap between a member m
@@ -149,26 +149,31 @@ def _diff(row: dict, lead: dict) -> tuple[float | None, float | None, float | No
     return d, _num(row.get("crs_diff_low")), _num(row.get("crs_diff_high"))
 
 
-def _intervals_known(rows: list[dict]) -> bool:
-    """Whether the bootstrap gave intervals: a tier column with values, or difference intervals."""
-    if any(r.get("crs_diff_low") is not None for r in rows[1:]):
-        return all(_num(r.get("crs_diff_low")) is not None for r in rows[1:])
-    return any(r.get("tier") for r in rows) and all(r.get("tier") is not None for r in rows)
+def _sets_known(enc: pl.DataFrame) -> bool:
+    """Whether the bootstrap gave the best set: a tier column with a value in every row."""
+    return enc.height > 1 and "tier" in enc.columns and enc["tier"].null_count() == 0
 
 
-NO_INTERVAL = "the bootstrap gave no interval, so no encoder is called separable from the leader"
+NO_INTERVAL = "the bootstrap gave no interval, so there is no set for the best encoder"
+SET_WHY = "a simultaneous set, allowing for every comparison and for the leader being chosen from the same data"
+NO_PLAN = ("no plan to settle the set: it needs the bootstrap of seeds and test images together "
+           "(--bootstrap-unit both)")
 
 
 def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
-          weight_grid: pl.DataFrame | None = None, settings: dict | None = None) -> dict:
-    """The verdict as data (JSON-able): leader, tier, P(rank 1), each tier member's gap and what decides it,
-    the encoders clear of the leader, the least weight change that changes the leader, the reference."""
+          weight_grid: pl.DataFrame | None = None, settings: dict | None = None,
+          settle: list[dict] | None = None) -> dict:
+    """The verdict as data (JSON-able): leader, P(rank 1), the best set (the table's tier column,
+    ``best_set.best_set``) and what it means, each member's gap and what decides it, the encoders outside
+    the set, the plans that would settle it (``settle``: the score's ``settle.plans``, None where it made
+    none), the least weight change that changes the leader, the reference."""
     settings = settings or {}
     boot = settings.get("bootstrap") or {}
-    out = {"leader": None, "tier": [], "p_rank1": None, "members": [], "behind": [], "weight_margin": None,
+    conf = float(boot.get("confidence", CONFIDENCE))
+    out = {"leader": None, "p_rank1": None, "best_set": None, "members": [], "behind": [], "settle": settle or [],
+           "n_seeds": len(settings.get("seeds") or []) or None, "weight_margin": None,
            "weight_shares": _grid_shares(weight_leaders), "reference": settings.get("reference"),
-           "confidence": float(boot.get("confidence", CONFIDENCE)), "unit": boot.get("unit"),
-           "intervals": False, "notes": []}
+           "confidence": conf, "unit": boot.get("unit"), "intervals": False, "notes": []}
     if encoders is None or not encoders.height or "crs" not in encoders.columns:
         out["notes"].append("no encoder has a CRS")
         return out
@@ -179,52 +184,40 @@ def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
     rows = enc.to_dicts()
     lead = rows[0]
     out.update(leader=lead["encoder"], p_rank1=_num(lead.get("p_rank1")), crs=_num(lead["crs"]),
-               intervals=len(rows) > 1 and _intervals_known(rows))
-    q, w = _q(enc), _weights(settings)
+               intervals=_sets_known(enc))
+    q, w, version = _q(enc), _weights(settings), _version(settings)
     for i, row in enumerate(rows[1:], start=1):
         d, lo, hi = _diff(row, lead)
-        separable = None if lo is None or hi is None else not (lo <= 0.0 <= hi)
-        if separable is None and out["intervals"] and row.get("tier") is not None:
-            separable = not bool(row["tier"])
+        inside = bool(row["tier"]) if out["intervals"] else None
         entry = {"encoder": row["encoder"], "crs": _num(row["crs"]), "crs_diff": d, "crs_diff_low": lo,
-                 "crs_diff_high": hi, "separable": separable, "tie_group": row.get("tie_group")}
-        if separable is False:
-            version = _version(settings)
+                 "crs_diff_high": hi, "in_best_set": inside, "tie_group": row.get("tie_group")}
+        if inside:
             entry["deciding_axes"] = [] if q is None else _deciding(axis_effects(q, 0, i, w, version), q, 0, i)
-            entry["to_separate"] = images_to_separate(d, lo, hi, settings.get("test_images") or {})
             out["members"].append(entry)
         else:
             out["behind"].append(entry)
-    out["tier"] = [lead["encoder"]] + [m["encoder"] for m in out["members"]] if out["intervals"] else []
+    if out["intervals"]:
+        out["best_set"] = {"encoders": [lead["encoder"]] + [m["encoder"] for m in out["members"]],
+                           "confidence": conf,
+                           "meaning": f"With {percent(conf)} confidence the best encoder is one of these ({SET_WHY})."}
     if len(rows) > 1:
         out["weight_margin"] = _weight_margin(enc, 0, w)
     if not out["intervals"] and len(rows) > 1:
         out["notes"].append(NO_INTERVAL)
+    if settle is None and out["members"] and out["unit"] not in (None, "both"):
+        out["notes"].append(NO_PLAN)
     return out
-
-
-def images_to_separate(diff: float | None, low: float | None, high: float | None, sizes: dict) -> dict | None:
-    """The test images per dataset at which a tied member's observed gap to the leader would be separated at
-    the interval's confidence, were the interval to narrow as 1/sqrt(n) (an extrapolation, said so).
-
-    The interval's distance from the gap to its end across 0, u, shrinks to u / sqrt(k) with k times the
-    images, which separates the gap when u / sqrt(k) < |gap|: k = (u / |gap|)^2, each dataset's test size
-    times k (rounded up). None without a gap or an interval; ``sizes``: dataset -> test images now."""
-    if diff is None or low is None or high is None or not sizes:
-        return None
-    if diff == 0.0:
-        return {"factor": None, "test_images": None, "extrapolation": True,
-                "why": "no gap observed: no test size separates two equal scores"}
-    reach = (high - diff) if diff < 0 else (diff - low)  # from the gap to the interval's end across 0
-    factor = (reach / abs(diff)) ** 2
-    return {"factor": factor, "test_images": {d: int(math.ceil(n * factor)) for d, n in sorted(sizes.items())},
-            "extrapolation": True,
-            "why": "if the interval narrows as 1/sqrt(test images), the observed gap is separated at these sizes"}
 
 
 # ------------------------------------------------------------------ words
 def _f(v: float | None, spec: str = ".1f") -> str:
     return "n/a" if v is None else format(v, spec)
+
+
+def percent(p: float) -> str:
+    """A share in whole per cent, never rounded to a certainty: '>99 %' and '<1 %' at the ends."""
+    pct = round(100 * p)
+    return ">99 %" if pct >= 100 else "<1 %" if pct <= 0 else f"{pct} %"
 
 
 def _interval(m: dict) -> str:
@@ -250,12 +243,22 @@ def _axes_words(axes: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def _settle_words(t: dict | None) -> str:
-    if not t or not t.get("test_images"):
-        return ""
-    sizes = ", ".join(f"{n:,} on {d}" for d, n in t["test_images"].items())
-    return (f" Its gap would be separated with about {t['factor']:.1f} times the test images ({sizes}), "
-            "an extrapolation that assumes the interval narrows as 1/sqrt(images).")
+def settle_words(p: dict, leader: str, n_seeds: int | None) -> str:
+    """One sentence of a ``settle.plan``: what would tell its encoder from the leader."""
+    b, now = p["encoder"], f"at {n_seeds} seeds" if n_seeds else "at today's seeds"
+    why = (f" ({percent(p['power'])} power to detect a true gap of {p['min_difference']:g} CRS points; "
+           f"{percent(p['current_power'])} today).")
+    if p["current_power"] >= p["power"]:
+        return (f"Today's data would detect a true gap of {p['min_difference']:g} CRS points between {b} and "
+                f"{leader} {percent(p['current_power'])} of the time, so a real gap is likely smaller than that.")
+    if p["images"] is None and p["seeds"] is None:
+        return f"Neither more test images nor more seeds alone would settle {b} against {leader}: both must grow" + why
+    if p["images"] is None:
+        return f"No number of test images settles {b} against {leader} {now}: about {p['seeds']:,} seeds would" + why
+    sizes = [f"{n:,}{' test images' if not i else ''} on {d}" for i, (d, n) in enumerate(p["images"].items())]
+    sizes = _listed(sizes) if sizes else f"{p['image_factor']:.2g} times today's test images"
+    seeds = f", or about {p['seeds']:,} seeds at today's test images," if p["seeds"] is not None else ""
+    return f"About {sizes} {now}{seeds} would settle {b} against {leader}" + why
 
 
 def _reference_sentence(v: dict) -> str | None:
@@ -284,32 +287,39 @@ def _weight_sentence(v: dict) -> str | None:
     return text.strip() or None
 
 
+def _set_sentences(v: dict, conf: str) -> list[str]:
+    """The best set, each member's gap and plan, and the encoders outside the set."""
+    leader, members = v["leader"], v.get("members", [])
+    if not members:
+        out = [f"With {conf} confidence {leader} is the best encoder ({SET_WHY})."]
+    else:
+        names = _listed([leader] + [m["encoder"] for m in members])
+        out = [f"With {conf} confidence the best encoder is one of {names} ({SET_WHY})."]
+    plans = {p["encoder"]: p for p in v.get("settle") or []}
+    for m in members:
+        words = _axes_words(m.get("deciding_axes") or [])
+        out.append(f"{m['encoder']} against {leader}: {_interval(m)}" + (f"; {words}." if words else "."))
+        if m["encoder"] in plans:
+            out.append(settle_words(plans[m["encoder"]], leader, v.get("n_seeds")))
+    behind = v.get("behind", [])
+    if behind:
+        out.append("Outside the set: " + ", ".join(f"{b['encoder']} ({_interval(b)})" for b in behind) + ".")
+    return out
+
+
 def sentences(v: dict) -> list[str]:
     """A few plain sentences that say no more than the numbers in ``v`` (from ``build``)."""
     if not v or v.get("leader") is None:
         return ["No verdict: " + ("; ".join(v.get("notes", [])) if v else "no scores") + "."]
-    conf = f"{100 * float(v.get('confidence') or CONFIDENCE):.0f} %"
+    conf = percent(float(v.get("confidence") or CONFIDENCE))
     leader = v["leader"]
     p = v.get("p_rank1")
-    out = [f"{leader} has the highest CRS ({_f(v.get('crs'))})"
-           + (f" and ranks first in {100 * p:.0f} % of the bootstrap replicates." if p is not None else ".")]
-    if not v.get("intervals"):
-        if v.get("members") or v.get("behind"):
-            out.append("The bootstrap gave no intervals, so this run cannot say whether any other encoder "
-                       "is really behind it.")
-    else:
-        for m in v.get("members", []):
-            s = f"{m['encoder']} cannot be separated from {leader} at {conf} ({_interval(m)})"
-            words = _axes_words(m.get("deciding_axes") or [])
-            out.append(s + (f"; {words}." if words else ".") + _settle_words(m.get("to_separate")))
-        behind = [b for b in v.get("behind", []) if b.get("separable")]
-        if behind and not v.get("members"):
-            nearest = behind[0]
-            out.append(f"{leader} is ahead of every other encoder at {conf}; the nearest, {nearest['encoder']}, "
-                       f"trails ({_interval(nearest)}).")
-        elif behind:
-            out.append(f"Behind the tier at {conf}: " + ", ".join(
-                f"{b['encoder']} ({_interval(b)})" for b in behind) + ".")
+    out = [f"{leader} ranks first in {percent(p)} of the bootstrap replicates and has the highest CRS "
+           f"({_f(v.get('crs'))})." if p is not None else f"{leader} has the highest CRS ({_f(v.get('crs'))})."]
+    if v.get("intervals"):
+        out.extend(_set_sentences(v, conf))
+    elif v.get("members") or v.get("behind"):
+        out.append("The bootstrap gave no intervals, so this run cannot say which encoders could be the best.")
     for s in (_weight_sentence(v), _reference_sentence(v)):
         if s:
             out.append(s)

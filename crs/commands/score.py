@@ -15,7 +15,8 @@ from crs.commands.tables import print_comparisons, print_scores
 from crs.errors import BadInput
 
 SCORE = [("results",), ("score", "bootstrap"), ("score", "reference"), ("score", "weights"), ("score", "seed"),
-         ("score", "bootstrap_unit"), ("score", "crs_version"), ("store",), ("log_interval",)]
+         ("score", "bootstrap_unit"), ("score", "crs_version"), ("score", "min_difference"), ("store",),
+         ("log_interval",)]
 
 
 @stage_command(SCORE)

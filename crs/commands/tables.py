@@ -119,7 +119,7 @@ def leaderboard_rows(board: pl.DataFrame, reference: str | None) -> list[dict]:
             "encoder": r["encoder"],
             "CRS [95% interval]": (f"{r['crs']:.1f} (reference)" if ref else
                                    f"{r['crs']:.1f} {interval_text(r.get('crs_low'), r.get('crs_high'))}"),
-            "tier": "no tier" if r.get("tier") is None else "★" if r["tier"] else "",
+            "tier": "no set" if r.get("tier") is None else "★" if r["tier"] else "",
             "vs leader": versus,
             "AUROC": f"{r['auroc']:.3f}{mark(r, 'D')}", "AUROC\nrank": f"{r['auroc_rank']:g}",
             "C": f"{r['calibration']:.3f}{mark(r, 'C')}", "L": f"{r['label_efficiency']:.3f}{mark(r, 'L')}",
@@ -216,7 +216,8 @@ def print_scores(scores, results):
         show(_table("Cost to run (recorded by crs extract)", cost))
     w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
     out.print(f"AUROC = D (discrimination); C calibration, L label efficiency, R robustness (seed means over "
-              f"{', '.join(s['datasets'])}).\n★ = leading tier (paired {s['bootstrap']['unit']} bootstrap, "
+              f"{', '.join(s['datasets'])}).\n★ = in the 95% confidence set for the best encoder (paired "
+              f"{s['bootstrap']['unit']} bootstrap, "
               f"B={s['bootstrap']['n']}); "
               + ("vs leader: paired CRS difference to the leader [95% interval]; "
                  if "crs_diff" in board.columns else "")

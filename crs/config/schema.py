@@ -148,6 +148,9 @@ class Score:
                                "(seeds and test images together, paired across encoders)",
                                _choices("seed", "image", "both"), flag="--bootstrap-unit", default="both")
     seed: int = _opt("bootstrap seed", flag="--seed", default=0)
+    min_difference: float = _opt("the smallest true CRS difference (points) worth detecting: the verdict sizes "
+                                 "the test images or seeds that would settle a tie at 80 % power to detect it",
+                                 _positive, flag="--min-difference", default=2.0)
     crs_version: str = _opt("CRS definition: 2 (docs/crs-v2.md, the default) or 1 (docs/crs-v1.md, as it was; "
                             "its numbers bit for bit)", parse=_crs_version, flag="--crs-version",
                             default=CRS_LATEST)

@@ -336,7 +336,7 @@ def _score(cfg: Config, progress: Progress, state: State, wanted):
     # the definition too: another version, or v2 with other constants, must score again
     score_settings = {"reference": s_.reference, "weights": list(s_.weights), "bootstrap": s_.bootstrap,
                       "bootstrap_unit": s_.bootstrap_unit, "seed": s_.seed, "crs_version": s_.crs_version,
-                      "crs_constants": constants(s_.crs_version)}
+                      "min_difference": s_.min_difference, "crs_constants": constants(s_.crs_version)}
     score_hash = settings_hash(score_settings, _store_content(cfg.store, sorted({d for _, d in scored})), sorted(
         (e, d, _file_digest(records_path(results, e, d))) for e, d in scored))
     scores_json_path = results / "scores" / "scores.json"

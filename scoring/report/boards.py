@@ -16,9 +16,9 @@ def _has(board: pl.DataFrame, col: str) -> bool:
 
 
 def _tier_text(r: dict) -> str:
-    if r.get("tie_group"):
-        return str(r["tie_group"])
-    return "★ leading" if r["tier"] else "no tier (no interval)" if r["tier"] is None else ""
+    if r["tier"] is None:
+        return "no set (no interval)"
+    return (("★ " if r["tier"] else "") + str(r.get("tie_group") or "")).strip()
 
 
 def _crs_text(r: dict, reference: str | None) -> str:
@@ -61,7 +61,8 @@ def _board_columns(board: pl.DataFrame, ref: str | None) -> list[tuple[str, str,
                                 f"{nobreak(interval(r.get('crs_diff_low'), r.get('crs_diff_high'), '+.1f'))}",
                                 r["crs_diff"])))
     cols += [
-        ("tier", "leading tier: cannot be separated from the top CRS", lambda r: (_tier_text(r), _tier_text(r))),
+        ("tier", "★: in the 95% confidence set for the best encoder; then the places the rank interval covers",
+         lambda r: (_tier_text(r), _tier_text(r))),
         ("rank-ci", "rank interval", lambda r: (f"{num(r['rank_low'], 'g')}–{num(r['rank_high'], 'g')}",
                                                 r["rank_low"])),
         ("p1", "P(rank 1)", lambda r: (num(r["p_rank1"], ".2f"), r["p_rank1"])),
@@ -169,12 +170,12 @@ def scale_note(board: pl.DataFrame, settings: dict, reference: str | None) -> st
 
 
 def no_tier_note(board: pl.DataFrame) -> str:
-    """A sentence under the board when the bootstrap left no interval, so no tier was assigned."""
+    """A sentence under the board when the bootstrap left no interval, so no best set was given."""
     if "tier" not in board.columns or not board["tier"].is_null().any():
         return ""
-    return ("<p class='absent' id='no-tier'>No leading tier: some bootstrap replicates have no CRS (a test split "
-            "too small for the bootstrap unit), so the intervals are empty and no tier is assigned; see the "
-            "warnings at the end of the page.</p>")
+    return ("<p class='absent' id='no-tier'>No best set: some bootstrap replicates have no CRS (a test split "
+            "too small for the bootstrap unit), so the intervals are empty and no set for the best is given; see "
+            "the warnings at the end of the page.</p>")
 
 
 def per_dataset_html(board: pl.DataFrame) -> str:

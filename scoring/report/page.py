@@ -37,7 +37,8 @@ def fallback_sentences(inputs: Inputs) -> list[str]:
     """The verdict rebuilt from the stored tables, for scores written before scores.json had a "verdict".
 
     The same ``crs.scoring.verdict`` rules as ``crs score`` uses, so it says only what the
-    paired intervals (or, in the oldest scores, the tier column) allow."""
+    tier column (the best set) allows; the plans to settle the set need the bootstrap's replicates, which the
+    tables do not hold, so it makes none."""
     board = inputs.table("encoders")
     if not board.height:
         return []
@@ -173,8 +174,11 @@ def methods(s: dict, rc: dict) -> str:
         + esc(" + ".join(f"{v:.3g} · {k}" for k, v in w.items())) + ").</p>",
         f"<p>Uncertainty: a paired bootstrap with {esc(b.get('n'))} replicates (seed {esc(b.get('seed'))}) "
         f"{esc(unit_text)}, and recomputes q, every component and the ranks in each replicate. Intervals are "
-        f"{100 * b.get('confidence', 0.95):.0f}% percentile intervals. The leading tier (★) is the top CRS and "
-        "every encoder whose paired CRS difference to it has an interval containing 0. AUROC and CRS rankings "
+        f"{100 * b.get('confidence', 0.95):.0f}% percentile intervals. The tier (★) is a simultaneous "
+        f"{100 * b.get('confidence', 0.95):.0f}% confidence set for the best encoder, one statement over every "
+        "comparison that allows for the leader being chosen from the same data (a max-type bootstrap test "
+        "inverted, after Mogstad, Romano, Shaikh and Wilhelm's confidence set for the best); each encoder's paired "
+        "CRS difference to the leader keeps its own interval. AUROC and CRS rankings "
         f"are compared by the pairs they reverse ({esc(rc.get('discordant_pairs'))} of {esc(rc.get('pairs'))} "
         f"here) and Kendall's tau-b ({esc(num(rc.get('kendall_tau_b'), '.2f'))}).</p>",
         f"<p>Definitions: the CRS v{esc(_version(s))} specification, {_spec_link(_version(s))} in the CRS-Bench "

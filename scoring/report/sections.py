@@ -14,6 +14,7 @@ from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.figures import Absent
 from crs.scoring.report.inputs import Inputs
 from crs.scoring.report.markup import num
+from crs.scoring.verdict import percent
 
 AXIS_SYMBOL = {a.name: a.symbol for a in REGISTRY.values()}
 
@@ -228,8 +229,8 @@ def _uncertainty(v: _View) -> Section:
                   "every weighting of the three components on a grid over the simplex, which encoder has the "
                   "top CRS.")
     enc = v.inputs.table("encoders")
-    p1 = "; ".join(f"{r['encoder']} first in {100 * r['p_rank1']:.0f}%" for r in enc.iter_rows(named=True)
-                   if r.get("p_rank1") is not None)
+    p1 = "; ".join(f"{r['encoder']} first in {percent(r['p_rank1'])}" for r in enc.iter_rows(named=True)
+                   if r.get("p_rank1") is not None and r["p_rank1"] == r["p_rank1"])  # not NaN
     _try(sec, "rank_distribution", lambda: fg.rank_distribution(v.inputs.table("rank_distribution"), v.order,
                                                                 s.get("bootstrap", {}).get("n"), v.reference),
          "A row spread over several ranks is a rank the data do not pin down.",

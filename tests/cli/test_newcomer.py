@@ -144,9 +144,12 @@ def test_the_verdict_sentences_come_from_the_scoring():
 
     v = {"leader": "a", "crs": 61.0, "p_rank1": 0.6, "intervals": True, "confidence": 0.95, "reference": "r",
          "members": [{"encoder": "b", "crs_diff": -1.0, "crs_diff_low": -2.5, "crs_diff_high": 0.4,
-                      "separable": False, "deciding_axes": []}], "behind": [], "weight_margin": None,
-         "weight_shares": []}
+                      "in_best_set": True, "deciding_axes": []}], "behind": [], "weight_margin": None,
+         "weight_shares": [], "n_seeds": 5,
+         "settle": [{"encoder": "b", "images": None, "image_factor": None, "seeds": 30, "power": 0.8,
+                     "min_difference": 2.0, "current_power": 0.2, "only_seeds": True}]}
     lines = tables.verdict_lines({"verdict": v})
     assert lines == verdict.sentences(v)
-    assert any("b cannot be separated from a at 95 %" in s for s in lines)
+    assert any(s.startswith("With 95 % confidence the best encoder is one of a and b") for s in lines)
+    assert "No number of test images settles b against a at 5 seeds: about 30 seeds would" in " ".join(lines)
     assert tables.verdict_lines({}) == [] and tables.verdict_lines({"verdict": None}) == []  # scores without a verdict

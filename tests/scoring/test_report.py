@@ -6,6 +6,7 @@ Built once per module from a tiny synthetic store scored with ``crs.scoring.run.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import re
@@ -29,6 +30,7 @@ from crs.scoring.axes import AXES
 from crs.scoring.options import ScoreOptions
 from crs.scoring.run import METRIC_TABLE, score
 from crs.scoring.scoreset import new_generation
+from crs.scoring.verdict import settle_words
 
 QUALITY = {"a": 1.0, "b": 0.7, "c": 0.4}
 EXPECTED_FIGURES = {"profiles", "rank_change", "pareto", "reliability_d1", "label_efficiency", "robustness_d1",
@@ -143,7 +145,12 @@ def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
     assert rows == [(r["encoder"], str(r["crs"]), f"{r['crs']:.1f}") for r in scores.encoders.iter_rows(named=True)]
     leader = scores.encoders["encoder"][0]
     verdict = re.search(r"<section id='verdict'.*?</section>", text).group(0)
-    assert f"{leader} has the highest CRS" in verdict
+    assert f"{leader} ranks first in" in verdict and "has the highest CRS" in verdict
+    # the page shows the set for the best and, for each other member, the plan that would settle it
+    assert "95 % confidence" in verdict and "a simultaneous set" in verdict
+    assert scores.verdict["settle"]  # the fixture has a tie to settle
+    for p in scores.verdict["settle"]:
+        assert html.escape(settle_words(p, leader, len(scores.settings["seeds"])), quote=False) in verdict
     assert text.index("id='verdict'") < text.index("id='leaderboard'") < text.index("id='fig-")
     assert "id='scale'" in text and "CRS 50" in text and "id='test-sets'" in text
     s = scores.settings
@@ -268,10 +275,10 @@ def test_missing_scores_and_run_records_are_user_errors(tmp_path):
 def test_the_leaderboard_says_when_no_tier_was_assigned(scored):
     _, _, scores = scored
     board = report.leaderboard(scores.encoders)
-    assert "id='no-tier'" not in report.no_tier_note(board) and "no tier" not in report.board_html(board)
+    assert "id='no-tier'" not in report.no_tier_note(board) and "no set" not in report.board_html(board)
     none = board.with_columns(tier=pl.lit(None, pl.Boolean), crs_low=float("nan"), tie_group=pl.lit(None, pl.String))
-    assert report.board_html(none).count(">no tier (no interval)</td>") == board.height
-    assert "No leading tier" in report.no_tier_note(none)
+    assert report.board_html(none).count(">no set (no interval)</td>") == board.height
+    assert "No best set" in report.no_tier_note(none)
 
 
 def test_results_without_run_records_still_report_and_say_what_is_missing(scored, tmp_path):

@@ -1,4 +1,4 @@
-"""The paired seed bootstrap against a slow per-replicate loop; the tier rule (docs/crs-v1.md s. 5)."""
+"""The paired seed bootstrap against a slow per-replicate loop; the tier, the set for the best (crs-v1.md s. 5)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from scipy.stats import norm, rankdata
 from scipy.stats import t as t_dist
 
 from crs.scoring.axes import AXES
+from crs.scoring.best_set import best_set
 from crs.scoring.bootstrap import (
     draw_seeds,
     paired_bootstrap,
@@ -127,9 +128,7 @@ def test_vectorised_equals_per_replicate_loop(x_seed, ref):
         assert got["rank_high"][e] == ranks[math.ceil(0.975 * 19)]
         assert got["p_rank1"][e] == pytest.approx(np.mean(rank[:, e] == 1))
     leader = int(np.argmax(point))
-    diff = crs[:, [leader]] - crs
-    lo, hi = np.percentile(diff, [2.5, 97.5], axis=0)
-    assert got["tier"].to_list() == [bool(lo[e] <= 0 <= hi[e]) for e in range(4)]
+    assert got["tier"].to_list() == best_set(crs, point).tolist()  # the tier is the set for the best
     assert got["tier"][leader]
     # the paired difference encoder minus leader, one replicate at a time, sorted by hand
     for e in range(4):
@@ -140,7 +139,6 @@ def test_vectorised_equals_per_replicate_loop(x_seed, ref):
         want_hi = d[math.floor(pos)] + (pos - math.floor(pos)) * (d[math.ceil(pos)] - d[math.floor(pos)])
         assert got["crs_diff"][e] == pytest.approx(point[e] - point[leader])
         assert (got["crs_diff_low"][e], got["crs_diff_high"][e]) == pytest.approx((want_lo, want_hi))
-        assert got["tier"][e] == (want_lo <= 0 <= want_hi or e == leader)
     assert (got["crs_diff"][leader], got["crs_diff_low"][leader], got["crs_diff_high"][leader]) == (0, 0, 0)
 
 
@@ -220,7 +218,8 @@ def test_a_test_split_too_small_for_the_image_bootstrap_gives_no_tier(tmp_path, 
     assert enc["tier"].null_count() == enc.height  # no tier at all, not the leader alone
     assert enc["crs_low"].is_nan().all() and enc["p_rank1"].is_nan().all()
     note = [w for w in s.settings["warnings"] if "no CRS" in w]
-    assert len(note) == 1 and "d1" in note[0] and "no leading tier" in note[0] and "--bootstrap-unit seed" in note[0]
+    assert len(note) == 1 and "d1" in note[0] and "no set for the best encoder" in note[0]
+    assert "--bootstrap-unit seed" in note[0]
     # the seed bootstrap of the same records has intervals and a tier
     seed = score(records, ScoreOptions(n_bootstrap=60, bootstrap_unit="seed"), store=store)
     assert seed.encoders["tier"].null_count() == 0 and seed.encoders["tier"].any()

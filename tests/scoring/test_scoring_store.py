@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from crs.errors import BadInput
-from crs.scoring import ScoreOptions, resample, score
+from crs.scoring import ScoreOptions, resample, score, verdict
 from crs.scoring.axes import AXES, axes_by_seed, used_rows
 from crs.scoring.comparison import Runs
 from crs.scoring.predictions import image_bootstrap_axes, probe_metrics
@@ -52,7 +52,7 @@ def test_image_bootstrap(built, unit):
 
 def test_image_draw_is_paired_across_encoders(make_store, tmp_path):
     # two encoders with the same probabilities get the same CRS in every replicate, so
-    # their paired difference is exactly 0 and both are in the leading tier
+    # their paired difference is exactly 0 and both are in the set for the best
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "c": 0.4}, rng_seed=5)
     for cond in ("clean", "gaussian_noise@1", "shift:d1_site2", "validation"):
         probs, attrs = store.read_predictions("d1", "a", cond)
@@ -238,3 +238,23 @@ def test_scores_without_embeddings_in_the_store_have_null_metadata(built):
     enc = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=5), store=store).encoders
     assert enc.select("revision", "licence", "gated", "parameters", "gflops", "width", "images_per_s",
                       "device").null_count().row(0) == (enc.height,) * 8
+
+
+def test_the_verdict_plans_how_to_settle_every_member_of_the_best_set(make_store, tmp_path):
+    store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.97, "c": 0.4}, rng_seed=5)
+    s = score(records, ScoreOptions(bootstrap_unit="both", n_bootstrap=60, seed=1, min_difference=3.0), store=store)
+    v = s.verdict
+    assert s.settings["min_difference"] == 3.0
+    best = s.encoders.filter("tier")["encoder"].to_list()
+    assert v["best_set"]["encoders"] == best and v["best_set"]["confidence"] == 0.95
+    assert [p["encoder"] for p in v["settle"]] == best[1:]
+    for p in v["settle"]:
+        assert p["min_difference"] == 3.0 and p["power"] == 0.8 and 0 <= p["current_power"] <= 1
+        assert p["variance"]["seed"] >= 0 and p["variance"]["image"] >= 0
+    assert v["settle"]  # b is close enough to a to stay in the set
+    words = verdict.sentences(v)
+    assert all(verdict.settle_words(p, v["leader"], 3) in words for p in v["settle"])
+    # the seed bootstrap cannot split the variance: no plan, and the verdict says why
+    seed_only = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=60, seed=1), store=store)
+    assert seed_only.verdict["members"] and seed_only.verdict["settle"] == []
+    assert verdict.NO_PLAN in seed_only.verdict["notes"]

@@ -1,4 +1,5 @@
-"""The verdict: leader, tier, what decides a gap, how far the weights can move; words that match the numbers."""
+"""The verdict: leader, best set, what decides a gap, what would settle it, how far the weights can move; words that
+match the numbers."""
 
 import itertools
 
@@ -14,8 +15,9 @@ W = (1 / 3, 1 / 3, 1 / 3)
 SETTINGS = {"reference": "a", "weights": dict(zip(verdict.COMPONENTS, W)), "bootstrap": {"confidence": 0.95}}
 
 
-def table(q: np.ndarray, names, diffs=None, p_rank1=None) -> pl.DataFrame:
-    """An encoder table as scoring writes it, from overall q [encoder, axis] and paired-difference intervals."""
+def table(q: np.ndarray, names, diffs=None, p_rank1=None, best=None) -> pl.DataFrame:
+    """An encoder table as scoring writes it, from overall q [encoder, axis], paired-difference intervals and the
+    best set (``best``: the names with tier true)."""
     comp = core.components(q, W)
     cols = {"encoder": list(names), "crs": comp.crs, "dominance": comp.dominance, "balance": comp.balance,
             "worst_axis": comp.worst_axis, **{f"q_{a}": q[:, k] for k, a in enumerate(AXES)}}
@@ -29,27 +31,84 @@ def table(q: np.ndarray, names, diffs=None, p_rank1=None) -> pl.DataFrame:
         )
     if p_rank1 is not None:
         t = t.with_columns(p_rank1=pl.col("encoder").replace_strict(p_rank1, default=0.0))
+    if best is not None:
+        t = t.with_columns(tier=pl.col("encoder").is_in(list(best)))
     return t
 
 
-def test_tier_is_the_encoders_whose_difference_interval_holds_zero():
+def test_the_best_set_is_the_tier_column_and_says_what_it_means():
     q = np.array([[0.0, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0], [-0.3, -0.2, 0.0, -0.1]])
     t = table(q, ["a", "b", "c"], diffs={"b": (0.0, 0.0), "a": (-2.0, 0.5), "c": (-9.0, -1.0)},
-              p_rank1={"b": 0.7, "a": 0.3})
+              p_rank1={"b": 0.7, "a": 0.3}, best=["a", "b"])
     v = verdict.build(t, settings=SETTINGS)
-    assert v["leader"] == "b" and v["tier"] == ["b", "a"] and v["p_rank1"] == 0.7
-    assert [m["encoder"] for m in v["members"]] == ["a"] and v["members"][0]["separable"] is False
-    assert [b["encoder"] for b in v["behind"]] == ["c"] and v["behind"][0]["separable"] is True
-    words = " ".join(verdict.sentences(v))
-    assert "a cannot be separated from b at 95 %" in words
-    assert "difference" in words and "[-2.0, +0.5]" in words
-    assert "c (difference" in words  # behind the tier, with its interval
+    assert v["leader"] == "b" and v["p_rank1"] == 0.7
+    assert v["best_set"]["encoders"] == ["b", "a"] and v["best_set"]["confidence"] == 0.95
+    assert v["best_set"]["meaning"].startswith("With 95 % confidence the best encoder is one of these (a simultaneous")
+    assert [m["encoder"] for m in v["members"]] == ["a"] and v["members"][0]["in_best_set"] is True
+    assert [b["encoder"] for b in v["behind"]] == ["c"] and v["behind"][0]["in_best_set"] is False
+    words = verdict.sentences(v)
+    assert words[0] == "b ranks first in 70 % of the bootstrap replicates and has the highest CRS ({:.1f}).".format(
+        t["crs"][0])
+    assert words[1].startswith("With 95 % confidence the best encoder is one of b and a (a simultaneous set")
+    assert "a against b: difference" in words[2] and "[-2.0, +0.5]" in words[2]
+    assert "Outside the set: c (difference" in " ".join(words)
+    # the set decides membership, not the pairwise interval: c's interval may hold 0 and c still be out
+    t = table(q, ["a", "b", "c"], diffs={"b": (0.0, 0.0), "a": (-2.0, 0.5), "c": (-9.0, 1.0)}, best=["b"])
+    v = verdict.build(t, settings=SETTINGS)
+    assert v["best_set"]["encoders"] == ["b"] and v["members"] == []
+    assert "With 95 % confidence b is the best encoder" in " ".join(verdict.sentences(v))
+
+
+@pytest.mark.parametrize(("p", "said"), [(0.9951, ">99 %"), (1.0, ">99 %"), (0.98, "98 %"), (0.004, "<1 %"),
+                                         (0.0, "<1 %"), (0.006, "1 %")])
+def test_p_rank1_is_never_rounded_to_a_certainty(p, said):
+    q = np.array([[0.1, 0.1, 0.1, 0.1], [0.0, 0.0, 0.0, 0.0]])
+    v = verdict.build(table(q, ["a", "b"], p_rank1={"a": p}, best=["a"]), settings=SETTINGS)
+    assert verdict.sentences(v)[0].startswith(f"a ranks first in {said} of the bootstrap replicates")
+
+
+def plan_of(**kw) -> dict:
+    return {"encoder": "b", "images": {"derm": 1300, "cxr": 12000}, "image_factor": 4.3, "seeds": 23, "power": 0.8,
+            "min_difference": 2.0, "current_power": 0.31, "only_seeds": False,
+            "variance": {"image": 1.0, "seed": 0.2}, **kw}
+
+
+def test_the_plan_in_words():
+    assert verdict.settle_words(plan_of(), "a", 5) == (
+        "About 1,300 test images on derm and 12,000 on cxr at 5 seeds, or about 23 seeds at today's test images, "
+        "would settle b against a (80 % power to detect a true gap of 2 CRS points; 31 % today).")
+    assert verdict.settle_words(plan_of(images=None, only_seeds=True, seeds=140), "a", 5).startswith(
+        "No number of test images settles b against a at 5 seeds: about 140 seeds would (80 % power")
+    assert verdict.settle_words(plan_of(seeds=None), "a", 5).startswith(
+        "About 1,300 test images on derm and 12,000 on cxr at 5 seeds would settle b against a (")
+    assert verdict.settle_words(plan_of(images={}, seeds=None), "a", None).startswith(
+        "About 4.3 times today's test images at today's seeds would settle b against a (")
+    three = plan_of(images={"a1": 100, "b2": 2000, "c3": 30000})
+    assert verdict.settle_words(three, "a", 5).startswith(
+        "About 100 test images on a1, 2,000 on b2 and 30,000 on c3 at 5 seeds")
+    assert verdict.settle_words(plan_of(images=None, seeds=None, only_seeds=True), "a", 5).startswith(
+        "Neither more test images nor more seeds alone would settle b against a: both must grow")
+    assert "a real gap is likely smaller" in verdict.settle_words(plan_of(current_power=0.85), "a", 5)
+
+
+def test_each_member_of_the_set_gets_its_plan_in_the_sentences():
+    q = np.array([[0.0, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0], [-0.3, -0.2, 0.0, -0.1]])
+    t = table(q, ["a", "b", "c"], diffs={"b": (0.0, 0.0), "a": (-2.0, 0.5), "c": (-9.0, -1.0)}, best=["a", "b"])
+    plan = plan_of(encoder="a")
+    v = verdict.build(t, settings={**SETTINGS, "seeds": [0, 1, 2, 3, 4]}, settle=[plan])
+    assert v["settle"] == [plan] and v["n_seeds"] == 5
+    words = verdict.sentences(v)
+    assert verdict.settle_words(plan, "b", 5) in words
+    assert words.index(verdict.settle_words(plan, "b", 5)) == 3  # after the set and the member's gap
+    # the seed bootstrap makes no plan, and the verdict says so
+    seed = verdict.build(t, settings={**SETTINGS, "bootstrap": {"confidence": 0.95, "unit": "seed"}})
+    assert seed["settle"] == [] and verdict.NO_PLAN in seed["notes"]
 
 
 def test_the_axis_that_makes_the_whole_gap_decides_it():
     # b equals a except on calibration, where it is behind: giving b a's calibration closes the whole gap
     q = np.array([[0.2, 0.3, 0.1, 0.2], [0.2, -0.1, 0.1, 0.2], [-0.5, -0.5, -0.5, -0.5]])
-    t = table(q, ["a", "b", "c"], diffs={"b": (-5.0, 1.0), "c": (-30.0, -10.0)})
+    t = table(q, ["a", "b", "c"], diffs={"b": (-5.0, 1.0), "c": (-30.0, -10.0)}, best=["a", "b"])
     v = verdict.build(t, settings=SETTINGS)
     (m,) = v["members"]
     assert [d["axis"] for d in m["deciding_axes"]] == ["calibration"]
@@ -61,7 +120,7 @@ def test_the_axis_that_makes_the_whole_gap_decides_it():
 
 def test_an_axis_where_the_member_is_ahead_is_named_as_such():
     q = np.array([[0.4, 0.4, 0.0, 0.4], [0.0, 0.0, 0.3, 0.0]])
-    t = table(q, ["a", "b"], diffs={"b": (-40.0, 3.0)})
+    t = table(q, ["a", "b"], diffs={"b": (-40.0, 3.0)}, best=["a", "b"])
     v = verdict.build(t, settings=SETTINGS)
     where = {d["axis"]: d["where"] for d in v["members"][0]["deciding_axes"]}
     assert where["label_efficiency"] == "ahead"
@@ -113,21 +172,15 @@ def test_weight_margin_names_the_challenger_that_needs_the_least_move():
     assert np.asarray(m["weights"]) @ (comp[0] - comp[i]) == pytest.approx(0, abs=1e-9)
 
 
-def test_no_intervals_means_no_claim_of_separation():
+def test_no_intervals_means_no_set():
     q = np.array([[0.1, 0.1, 0.1, 0.1], [0.0, 0.0, 0.0, 0.0]])
     t = table(q, ["a", "b"]).with_columns(tier=pl.lit(None, dtype=pl.Boolean))
     v = verdict.build(t, settings=SETTINGS)
-    assert v["intervals"] is False and v["tier"] == [] and v["members"] == []
+    assert v["intervals"] is False and v["best_set"] is None and v["members"] == []
     words = " ".join(verdict.sentences(v))
-    assert "cannot say whether any other encoder" in words
-    assert "ahead of every other" not in words and "cannot be separated" not in words
-
-
-def test_the_tier_column_alone_gives_the_tier_when_difference_intervals_are_absent():
-    q = np.array([[0.1, 0.1, 0.1, 0.1], [0.0, 0.0, 0.05, 0.0], [-0.4, -0.4, -0.4, -0.4]])
-    t = table(q, ["a", "b", "c"]).with_columns(tier=pl.col("encoder").is_in(["a", "b"]))
-    v = verdict.build(t, settings=SETTINGS)
-    assert v["tier"] == ["a", "b"] and [b["encoder"] for b in v["behind"]] == ["c"]
+    assert "cannot say which encoders could be the best" in words
+    assert "confidence" not in words
+    assert verdict.build(table(q, ["a", "b"]), settings=SETTINGS)["best_set"] is None  # no tier column at all
 
 
 def test_one_encoder_empty_and_nan_tables():
@@ -150,21 +203,16 @@ def test_the_reference_sentence_says_what_50_means():
     assert any("median encoder" in s for s in words)
 
 
-def test_every_member_sentence_matches_its_interval():
+def test_every_member_and_only_members_are_in_the_set_sentence():
     rng = np.random.default_rng(3)
     q = rng.uniform(-0.3, 0.3, size=(6, 4))
     names = list("abcdef")
-    lows = rng.uniform(-6, 1, size=6)
-    diffs = {n: (float(lo), float(lo + rng.uniform(0.5, 6))) for n, lo in zip(names, lows)}
-    t = table(q, names, diffs=diffs)
-    lead = t["encoder"][0]
-    diffs[lead] = (0.0, 0.0)
-    t = table(q, names, diffs=diffs)
-    v = verdict.build(t, settings=SETTINGS)
-    for m in v["members"]:
-        assert m["crs_diff_low"] <= 0 <= m["crs_diff_high"]
-    for b in v["behind"]:
-        assert not (b["crs_diff_low"] <= 0 <= b["crs_diff_high"])
+    lead = table(q, names)["encoder"][0]
+    best = [lead, *rng.choice([n for n in names if n != lead], size=2, replace=False)]
+    v = verdict.build(table(q, names, best=best), settings=SETTINGS)
+    assert sorted(v["best_set"]["encoders"]) == sorted(best) and v["best_set"]["encoders"][0] == lead
     text = " ".join(verdict.sentences(v))
     for m in v["members"]:
-        assert f"{m['encoder']} cannot be separated from {lead}" in text
+        assert f"{m['encoder']} against {lead}:" in text
+    for b in v["behind"]:
+        assert f"{b['encoder']} against" not in text and f"{b['encoder']} (difference" in text
