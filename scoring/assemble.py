@@ -62,9 +62,11 @@ EXTRA_METRICS = (
 )  # fmt: skip
 
 
-def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warnings: list[str]) -> dict:
+def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warnings: list[str], x: np.ndarray) -> dict:
     """The score's settings; the image bootstrap's ``image_method`` (per dataset: arrays computed exactly,
-    shared) is recorded where it ran."""
+    shared) is recorded where it ran, and each dataset's test images. Under a version with constants (v2), also
+    ``sensitivity``: CRS points per 0.01 of one axis value, the worst case (``crs.lipschitz_bound``) and the
+    largest measured at the profile scored, x [encoder, dataset, axis] (``crs.local_slope``)."""
     settings = {
         "crs_version": options.crs_version,
         "reference": options.reference,
@@ -82,10 +84,14 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
     constants = core.constants(options.crs_version)
     if constants:  # v2's g, tau, delta, eps; v1 has none
         settings["crs_constants"] = constants
+        settings["sensitivity"] = {
+            "bound": core.lipschitz_bound(len(cmp.datasets), options.weights) * 0.01,
+            "local_slope": core.local_slope(x, cmp.reference, options.weights, options.crs_version) * 0.01}
     if boot.unit != options.bootstrap_unit:
         settings["bootstrap"]["requested_unit"] = options.bootstrap_unit
     if boot.image_method and boot.unit != "seed":
         settings["bootstrap"]["image_method"] = boot.image_method
+    settings["test_images"] = test_images(cmp.records, cmp.datasets)
     return settings
 
 

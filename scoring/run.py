@@ -24,7 +24,6 @@ from crs.scoring.assemble import (
     per_dataset_table,
     settings_of,
     settle_plans,
-    test_images,
 )
 from crs.scoring.axes import AXES, require_columns, seed_means
 from crs.scoring.bootstrap import summarise
@@ -83,12 +82,7 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     point = core.score(x, cmp.reference, options.weights, options.crs_version)
     found = _from_store(store, cmp, warnings, metrics_pass)
     tables = analysis_tables(cmp, point, boot, options.simplex_step, found)
-    settings = settings_of(options, cmp, boot, warnings)
-    settings["test_images"] = test_images(cmp.records, cmp.datasets)
-    if "crs_constants" in settings:  # CRS points per 0.01 of one axis value: the worst case and what was measured
-        settings["sensitivity"] = {"bound": core.lipschitz_bound(len(cmp.datasets), options.weights) * 0.01,
-                                   "local_slope": core.local_slope(x, cmp.reference, options.weights,
-                                                                  options.crs_version) * 0.01}
+    settings = settings_of(options, cmp, boot, warnings, x)
     shifted_axis_warnings(boot.reps.axis, x.mean(axis=1), cmp.encoders, warnings, version=options.crs_version)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     summary = summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference)

@@ -16,7 +16,9 @@ With k times the test images of every dataset and m times the seeds, the varianc
 so ``power`` needs V <= V* = (Δ / (z_{1-α/2} + z_power))^2: the usual sample-size formula for a difference
 of means (e.g. Chow, Shao and Wang, "Sample size calculations in clinical research", section 3.2). Solving
 V(k, 1) = V* gives k = V_img / (V* - V_seed), which exists only while V_seed < V*: past that, no number
-of test images settles it at today's seeds. V(1, m) = V* gives m = V_seed / (V* - V_img) likewise.
+of test images settles it at today's seeds. V(1, m) = V* gives m = V_seed / (V* - V_img) likewise. Where
+neither exists, both must grow: giving each part half of V*, k = 2 V_img / V* and m = 2 V_seed / V*
+(``together``).
 
 V_seed carries the bootstrap's seed widening for today's seed count (``bootstrap.seed_scale``, Student's
 t over z), which shrinks as seeds are added, so the seeds asked for err on the side of too many.
@@ -52,7 +54,8 @@ def plan(diff_both: np.ndarray, diff_seed: np.ndarray, images: dict[str, int], n
     [replicate]: the same under the seed-only bootstrap; ``images``: dataset -> test images today.
     ``images`` is None when only more seeds can settle it (``only_seeds``), ``seeds`` None when only more
     images can; counts are rounded up to two significant figures and never below today's.
-    ``current_power``: the power today's design has."""
+    ``current_power``: the power today's design has; ``together`` (where neither alone can): the test images per
+    dataset and the seeds that do it together, or None."""
     both, seed = np.asarray(diff_both, dtype=float), np.asarray(diff_seed, dtype=float)
     if not (np.isfinite(both).all() and np.isfinite(seed).all()) or both.size < 2 or seed.size < 2:
         raise ValueError("plan needs at least two finite replicates of each difference")
@@ -67,6 +70,10 @@ def plan(diff_both: np.ndarray, diff_seed: np.ndarray, images: dict[str, int], n
     current = 1.0 if v_now == 0 else NormalDist().cdf(min_difference / math.sqrt(v_now) - z)
     image_factor = max(v_img / (v_star - v_seed), 1.0) if v_seed < v_star else None
     seed_factor = max(v_seed / (v_star - v_img), 1.0) if v_img < v_star else None
+    together = None
+    if image_factor is None and seed_factor is None:  # each part takes half of V*
+        together = {"images": {d: round_up(max(2 * v_img / v_star, 1.0) * n) for d, n in sorted(images.items())},
+                    "seeds": max(round_up(max(2 * v_seed / v_star, 1.0) * n_seeds), n_seeds)}
     return {
         "images": None if image_factor is None else {d: round_up(image_factor * n) for d, n in sorted(images.items())},
         "image_factor": image_factor,
@@ -75,6 +82,7 @@ def plan(diff_both: np.ndarray, diff_seed: np.ndarray, images: dict[str, int], n
         "min_difference": min_difference,
         "current_power": current,
         "only_seeds": v_seed >= v_star,
+        "together": together,
         "variance": {"image": v_img, "seed": v_seed},
     }
 

@@ -252,7 +252,13 @@ def settle_words(p: dict, leader: str, n_seeds: int | None) -> str:
         return (f"Today's data would detect a true gap of {p['min_difference']:g} CRS points between {b} and "
                 f"{leader} {percent(p['current_power'])} of the time, so a real gap is likely smaller than that.")
     if p["images"] is None and p["seeds"] is None:
-        return f"Neither more test images nor more seeds alone would settle {b} against {leader}: both must grow" + why
+        both = p.get("together") or {}
+        sizes = [f"{n:,}{' test images' if not i else ''} on {d}"
+                 for i, (d, n) in enumerate((both.get("images") or {}).items())]
+        sizes = _listed(sizes) if sizes else ""
+        grow = f": about {sizes} with {both['seeds']:,} seeds would" if sizes and both.get("seeds") else ""
+        return (f"Neither more test images nor more seeds alone would settle {b} against {leader}; both must "
+                f"grow{grow}" + why)
     if p["images"] is None:
         return f"No number of test images settles {b} against {leader} {now}: about {p['seeds']:,} seeds would" + why
     sizes = [f"{n:,}{' test images' if not i else ''} on {d}" for i, (d, n) in enumerate(p["images"].items())]

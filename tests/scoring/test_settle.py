@@ -37,6 +37,18 @@ def test_seed_variance_past_the_target_leaves_only_seeds():
     assert p["seeds"] == 8
 
 
+def test_where_neither_alone_can_both_grow_together():
+    # V_img = 1.2 - 0.6 = 0.6 and V_seed = 0.6, both >= V* = 0.509627: neither alone; together each part takes
+    # half of V*: k = 2 * 0.6 / 0.509627 = 2.3547 (300 -> 706.4 -> 710, two significant figures up),
+    # m = 2.3547 (5 -> 11.8 -> 12 seeds)
+    p = plan(spread(1.2), spread(0.6), {"x": 300}, 5)
+    assert p["images"] is None and p["seeds"] is None and p["only_seeds"] is True
+    assert p["together"] == {"images": {"x": 710}, "seeds": 12}
+    v_together = 0.6 / (710 / 300) + 0.6 / (12 / 5)
+    assert v_together <= 0.509627
+    assert plan(spread(1.25), spread(0.25), {"x": 300}, 5)["together"] is None
+
+
 def test_a_design_that_already_has_the_power_asks_for_nothing_more():
     p = plan(spread(0.2), spread(0.1), {"x": 300}, 5)
     assert p["current_power"] > 0.8

@@ -87,7 +87,12 @@ def test_the_plan_in_words():
     assert verdict.settle_words(three, "a", 5).startswith(
         "About 100 test images on a1, 2,000 on b2 and 30,000 on c3 at 5 seeds")
     assert verdict.settle_words(plan_of(images=None, seeds=None, only_seeds=True), "a", 5).startswith(
-        "Neither more test images nor more seeds alone would settle b against a: both must grow")
+        "Neither more test images nor more seeds alone would settle b against a; both must grow (")
+    together = {"images": {"derm": 2400, "cxr": 24000}, "seeds": 12}
+    grown = plan_of(images=None, seeds=None, only_seeds=True, together=together)
+    assert verdict.settle_words(grown, "a", 5).startswith(
+        "Neither more test images nor more seeds alone would settle b against a; both must grow: about 2,400 test "
+        "images on derm and 24,000 on cxr with 12 seeds would (80 % power")
     assert "a real gap is likely smaller" in verdict.settle_words(plan_of(current_power=0.85), "a", 5)
 
 
