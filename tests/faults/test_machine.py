@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
-from faultlib import RESULTS, STORE, case, cli_env, crs_here, stage_args
+from faultlib import RESULTS, STORE, case, cli_env, crs_here, outputs, stage_args
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +173,27 @@ def test_a_listed_file_that_is_not_an_image_is_named_so_not_missing(tmp_path):
     r = crs_here("datasets", "check", f"csv:{csv}", "--modality", "dermatology", "--image-root", str(tmp_path))
     assert r.rc == 2 and "imgs/notimg.txt is not an image file" in r.message, r.message
     assert "notimg.txt not found" not in r.message
+
+
+FITS = re.compile(r"the largest count that fits is (\d+)")
+
+
+def test_a_bootstrap_larger_than_memory_is_refused_naming_the_count_that_fits(baseline, tmp_path, monkeypatch):
+    """`crs score --bootstrap 1000000000` met a MemoryError (exit 1). The need is estimated before the draw:
+    refused in one line with the largest count that fits, which then runs, and one more does not."""
+    from crs.scoring import memory
+
+    folder = case(baseline, tmp_path)
+    before = outputs(folder)
+    r = crs_here(*stage_args("score", folder, bootstrap="1000000000"))  # this machine's own memory figure
+    assert r.rc == 2 and FITS.search(r.message) and "--bootstrap" in r.message, r.message[-1500:]
+    assert len([x for x in r.message.splitlines() if x.strip()]) == 1, r.message
+    monkeypatch.setattr(memory, "available_bytes", lambda: 64 * 1024)  # a machine with 64 KiB to spare
+    r = crs_here(*stage_args("score", folder, bootstrap="1000000000"))
+    assert r.rc == 2 and "64.0 KiB is available" in r.message, r.message[-1500:]
+    fits = int(FITS.search(r.message).group(1))
+    assert 1 <= fits < 1000, r.message
+    assert outputs(folder) == before, "a refused score changed the outputs"
+    assert crs_here(*stage_args("score", folder, bootstrap=str(fits + 1))).rc == 2
+    r = crs_here(*stage_args("score", folder, bootstrap=str(fits)))
+    assert r.rc == 0, r.message[-1500:]
