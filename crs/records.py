@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from crs.errors import UserError
-from crs.files import atomic_write
+from crs.files import write_frame
 
 # name -> (polars dtype name, meaning)
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -143,9 +143,9 @@ def frame_digest(frame) -> str:
 
 
 def write_parquet(target: Path, frame, generation: str, metadata: Mapping[str, str] | None = None) -> None:
-    """``frame`` to ``target`` whole (``crs.files.atomic_write``), its metadata naming ``generation``."""
+    """``frame`` to ``target`` whole (``crs.files.write_frame``), its metadata naming ``generation``."""
     meta = {**(metadata or {}), GENERATION: generation, DIGEST: frame_digest(frame)}
-    atomic_write(Path(target), lambda tmp: frame.write_parquet(tmp, metadata=meta))
+    write_frame(Path(target), frame, "parquet", meta)
 
 
 def metadata(target: Path) -> dict[str, str]:
