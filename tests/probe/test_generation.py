@@ -206,9 +206,10 @@ def test_a_probe_stopped_at_any_write_is_seen_whole_or_refused(tmp_path, k, monk
 def test_the_mlp_head_is_named_in_the_repair(tmp_path):
     (tmp_path / "run_records").mkdir()
     pl.DataFrame({"a": [1]}).write_parquet(tmp_path / "run_records" / "base+mlp__toy.parquet")
-    with pytest.raises(records.MixedGeneration, match="--encoder base --dataset toy --head mlp"):
-        records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {"generation": "abc"}})
-    assert records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {}}) is None  # written before generations
+    for predictions in ({"clean": {"generation": "abc"}}, {"clean": {}}):  # run records naming no generation
+        with pytest.raises(records.DamagedRecords, match=r"records no probe generation.*--encoder base --dataset toy"
+                                                         r".* --head mlp"):
+            records.check_pair(tmp_path, "base+mlp", "toy", predictions)
     records.write_parquet(tmp_path / "run_records" / "base+mlp__toy.parquet", pl.DataFrame({"a": [1]}), "g1")
     assert records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {"generation": "g1"}}) == "g1"
     # an array created but killed before its attributes were written names no generation
