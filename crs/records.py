@@ -254,8 +254,9 @@ def probe_settings(target: Path) -> tuple[dict, str]:
     file that records none."""
     raw = metadata(target).get(PROVENANCE)
     if raw is None:
-        raise DamagedRecords(f"{target} records no probe settings ({PROVENANCE}), which every run-record file of this "
-                             f"crs holds; write it again with {_repair(target.parent.parent, *_pair_of(target))}")
+        what = "records no probe settings" if Path(target).exists() else "is missing, and with it the probe settings"
+        raise DamagedRecords(f"{target} {what} ({PROVENANCE}), which every run-record file of this crs holds; write "
+                             f"it again with {_repair(target.parent.parent, *_pair_of(target))}")
     try:
         block = json.loads(raw)
         return dict(block["settings"]), str(block.get("created", ""))

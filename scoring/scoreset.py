@@ -184,9 +184,9 @@ def doc_digest(doc: dict) -> str:
 
 
 def altered(table: pl.DataFrame, path: Path) -> bool:
-    """Whether a table's values differ from the digest its writer recorded (tables written before digests: no)."""
-    want = pl.read_parquet_metadata(path).get(DIGEST_KEY)
-    return want is not None and want != frame_digest(table)
+    """Whether a table's values differ from the digest its writer recorded; a table that records none is
+    altered too (every table crs score writes records one)."""
+    return pl.read_parquet_metadata(path).get(DIGEST_KEY) != frame_digest(table)
 
 
 def generation_of(path: Path) -> str | None:
@@ -208,7 +208,11 @@ def read_scores_json(folder: Path, results: Path) -> dict:
         raise UserError(f"{meta} is damaged ({exc}); re-run `crs score --results {results}`") from exc
     if not isinstance(doc, dict):
         raise UserError(f"{meta} is not a scores.json (not a JSON object); re-run `crs score --results {results}`")
-    if DOC_DIGEST in doc and doc[DOC_DIGEST] != doc_digest(doc):
+    if DOC_DIGEST not in doc:
+        raise UserError(f"{meta} records no digest of its values ({DOC_DIGEST!r}), which every scores.json of this crs "
+                        f"holds (it was written by an older development version, or altered); re-run "
+                        f"`crs score --results {results}`")
+    if doc[DOC_DIGEST] != doc_digest(doc):
         raise UserError(f"{meta}: its values are not those crs score wrote (their digest differs: the file was "
                         f"altered or damaged); re-run `crs score --results {results}`")
     return doc
@@ -247,7 +251,8 @@ def read_tables(folder: Path, doc: dict, names: Callable[[], list[str]] | list[s
             bad.append(f"{path.name} (generation {got}, scores.json {generation})")
             continue
         if altered(table, path):
-            bad.append(f"{path.name} (its values are not those crs score wrote: altered or damaged)")
+            bad.append(f"{path.name} (its values are not those crs score wrote, or it records no digest: altered or "
+                       "damaged)")
             continue
         out[name] = table
     if bad:
