@@ -197,3 +197,9 @@ def _save_records(results, records: pl.DataFrame, settings: dict | None = None):
 @pytest.fixture
 def save_records():
     return _save_records
+
+
+@pytest.fixture(scope="session")
+def save_records_fn():
+    """``save_records`` for session- and module-scoped fixtures."""
+    return _save_records
