@@ -22,9 +22,9 @@ import pytest
 
 from crs import records
 from crs.errors import UserError
-from crs.names import SPLIT_CODE, VALIDATION
+from crs.names import PERTURBATION_GENERATORS, SPLIT_CODE, VALIDATION
 from crs.probe import run
-from crs.store import DatasetTable, EmbeddingShape, LockHeld, Store, store_order
+from crs.store import DatasetTable, EmbeddingShape, LockHeld, Store, generators, store_order
 
 NOISE = "gaussian_noise@1"
 SHIFT = "shift:toy_shift"
@@ -42,8 +42,9 @@ def _table(name, labels, split, shift_target=None) -> DatasetTable:
 
 
 def _put(store, dataset, encoder, condition, X, rows):
+    drawn = {generators.ATTR: PERTURBATION_GENERATORS[-1]} if generators.is_perturbed(condition) else {}
     arr = store.embedding(dataset, encoder, condition, EmbeddingShape(rows=rows, n_rows=len(X), width=X.shape[1],
-                                                                      chunk=32, dtype="float32"))
+                                                                      chunk=32, dtype="float32"), attrs=drawn)
     for j in arr.pending():
         arr.write_chunk(j, X[arr.chunk_rows(j)])
     assert arr.finalize()
