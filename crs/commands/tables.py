@@ -206,8 +206,8 @@ def print_scores(scores, results):
 
         out.print(f"{TIE_MARK} computed from AUROCs with more than 20% tied test scores: read with care "
                   "(Verdict notes)")
-    health = getattr(scores, "diagnostics", None)  # absent from a summary rebuilt from older scores
-    if health is not None and health.height:
+    health = scores.diagnostics
+    if health.height:
         show(_table("Probe diagnostics (features left out, largest standardised value, ties)",
                     diagnostics_rows(health.to_dicts()), left=("encoder", "dataset", "tied test scores > 5%")))
     cost = cost_rows(board.to_dicts())

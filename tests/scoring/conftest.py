@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from crs import forms
 from crs import records as run_records
 from crs.records import COLUMNS
 
@@ -155,9 +156,9 @@ def build_store(
             else:
                 z = mu * (2.0 * (y == 1) - 1.0) + sigma * noise
                 probs = 1.0 / (1.0 + np.exp(-z * 2.5 * 2.0 * mu / sigma**2))
-            store.write_predictions("d1", enc, cond, probs, {
+            store.write_predictions("d1", enc, cond, np.log(probs), {  # stored as crs probe stores them
                 "seeds": list(seeds), "fractions": list(fractions), "classes": [f"c{i}" for i in range(k)],
-                run_records.PREDICTION_GENERATION: GENERATION,
+                run_records.PREDICTION_GENERATION: GENERATION, forms.KEY: forms.LOG_PROB,
             })  # fmt: skip
             if cond == "validation":
                 continue
