@@ -149,4 +149,3 @@ def test_the_verdict_sentences_come_from_the_scoring():
     lines = tables.verdict_lines({"verdict": v})
     assert lines == verdict.sentences(v)
     assert any("b cannot be separated from a at 95 %" in s for s in lines)
-    assert tables.verdict_lines({}) == [] and tables.verdict_lines({"verdict": None}) == []  # scores without a verdict
