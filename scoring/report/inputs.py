@@ -74,15 +74,15 @@ def load(results: Path) -> Inputs:
         raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run "
                             f"`crs score --results {results}`")
     return Inputs(settings=doc["settings"], rank_comparison=doc["rank_comparison"], tables=tables,
-                  generation=doc["generation"], verdict=doc["verdict"], provenance=doc.get("provenance") or None)
+                  generation=doc["generation"], verdict=doc["verdict"], provenance=doc["provenance"] or None)
 
 
 def _check_recorded(doc: dict, folder: Path, results: Path) -> None:
     """Refuse (``MissingScores``, exit 2) a scores.json that lacks what every ``crs score`` of this crs records:
-    its settings with the CRS version (and v2's constants), the rank comparison and the verdict. Such a file
-    was written by an older development version; its page would describe it with guesses."""
+    its settings with the CRS version (and v2's constants), the rank comparison, the verdict and the provenance.
+    Such a file was written by an older development version; its page would describe it with guesses."""
     settings = doc.get("settings") if isinstance(doc.get("settings"), dict) else {}
-    lacks = [k for k in ("settings", "rank_comparison", "verdict") if not isinstance(doc.get(k), dict)]
+    lacks = [k for k in ("settings", "rank_comparison", "verdict", "provenance") if not isinstance(doc.get(k), dict)]
     if settings and "crs_version" not in settings:
         lacks.append("settings.crs_version")
     elif settings and core.check_version(settings["crs_version"]) != "1":
