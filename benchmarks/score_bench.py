@@ -252,6 +252,22 @@ def _paper_probs(rng: np.random.Generator, target: np.ndarray, task: str, signal
     return (p / p.sum(-1, keepdims=True)).astype(np.float32)
 
 
+BENCH_GENERATION = "bench"  # the probe generation the benchmark's predictions and run records name
+
+
+def save_records(results, table: pl.DataFrame) -> None:
+    """Run records as ``crs probe`` leaves them: a file per (encoder, dataset) with every column (those the
+    benchmark does not compute null), its digest, generation and probe settings."""
+    from crs import records as run_records
+
+    table = table.with_columns(pl.lit(None, getattr(pl, dtype)).alias(name)
+                               for name, (dtype, _) in run_records.COLUMNS.items() if name not in table.columns)
+    meta = {run_records.PROVENANCE: json.dumps({"created": "2026-12-01T00:00:00+00:00",
+                                                "settings": {"head": "linear"}})}
+    for (encoder, dataset), rows in table.group_by("encoder", "dataset"):
+        run_records.write_parquet(run_records.path(results, encoder, dataset), rows, BENCH_GENERATION, meta)
+
+
 def paper_store(path: str, n_encoders: int = 15, n_seeds: int = 5, n_perturbed: int = 68,
                 datasets=PAPER_DATASETS, rng_seed: int = 0) -> pl.DataFrame:
     """A store at the published benchmark's scale with synthetic probe predictions, and its run records.
@@ -308,8 +324,11 @@ def _paper_split(store, rng, ds: str, n: int, k: int, task: str, ordinal: bool, 
 
 def _paper_encoder(store, rng, name: str, enc: str, task: str, n_seeds: int, conditions, splits) -> dict:
     """Write one encoder's predictions on dataset ``name``; {condition: (probs, target, known)} of its test arrays."""
+    from crs import forms
+
     (target, known, val_target), (s_target, s_known, _) = splits[name], splits[f"{name}_site2"]
-    meta = {"seeds": list(range(n_seeds)), "classes": [f"c{i}" for i in range(target.shape[1])]}
+    meta = {"seeds": list(range(n_seeds)), "classes": [f"c{i}" for i in range(target.shape[1])],
+            forms.KEY: forms.LOG_PROB, "generation": BENCH_GENERATION}  # as crs probe stores them
     signal = 0.6 + 0.6 * rng.random()
     scale = [signal * (1.0 - 0.5 * (1.0 - f) ** 2) for f in FRACTIONS]  # fewer labels, less signal
 
@@ -318,14 +337,15 @@ def _paper_encoder(store, rng, name: str, enc: str, task: str, n_seeds: int, con
                                          (n_seeds, *t.shape)) for j, f in enumerate(FRACTIONS)], axis=1)
 
     clean = at_fractions(target)
-    store.write_predictions(name, enc, "clean", clean, {**meta, "fractions": list(FRACTIONS)})
-    store.write_predictions(name, enc, "validation", at_fractions(val_target), {**meta, "fractions": list(FRACTIONS)})
+    store.write_predictions(name, enc, "clean", np.log(clean), {**meta, "fractions": list(FRACTIONS)})
+    store.write_predictions(name, enc, "validation", np.log(at_fractions(val_target)),
+                            {**meta, "fractions": list(FRACTIONS)})
     arrays = {"clean": (clean, target, known)}
     for c in [*conditions, f"shift:{name}_site2"]:
         t, kn = (s_target, s_known) if c.startswith("shift:") else (target, known)
         sev = 3 if c.startswith("shift:") else int(c.split("@")[1])
         probs = np.broadcast_to(_paper_probs(rng, t, task, signal * (1.0 - 0.08 * sev), (1, 1)), (n_seeds, 1, *t.shape))
-        store.write_predictions(name, enc, c, probs, {**meta, "fractions": [1.0]})
+        store.write_predictions(name, enc, c, np.log(probs), {**meta, "fractions": [1.0]})
         arrays[c] = (probs, t, kn)
     return arrays
 
@@ -454,18 +474,15 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
     tmp = tempfile.mkdtemp(prefix="crs-e2e-") if store_dir is None else store_dir
     store_path, results = os.path.join(tmp, "store.zarr"), Path(tmp) / "results"
     built = None
-    if not (results / "run_records" / "bench.parquet").exists():
+    if not any(run_records.records_dir(results).glob("*.parquet")):
         t0 = time.perf_counter()
-        table = paper_store(store_path, n_encoders, n_seeds, n_perturbed)
-        run_records.records_dir(results).mkdir(parents=True, exist_ok=True)
-        table.write_parquet(run_records.records_dir(results) / "bench.parquet")
+        save_records(results, paper_store(store_path, n_encoders, n_seeds, n_perturbed))
         built = time.perf_counter() - t0
     if first_encoders:  # score the first N encoders of a larger store: their own results folder
-        table = pl.read_parquet(run_records.records_dir(results) / "bench.parquet")
+        table = run_records.read(results)
         results = Path(tmp) / f"results-{first_encoders}"
-        run_records.records_dir(results).mkdir(parents=True, exist_ok=True)
         keep = sorted(table["encoder"].unique().to_list())[:first_encoders]
-        table.filter(pl.col("encoder").is_in(keep)).write_parquet(run_records.records_dir(results) / "bench.parquet")
+        save_records(results, table.filter(pl.col("encoder").is_in(keep)))
     phases = [
         (run_records, "read", "reading run records"),
         (Store, "read_predictions", "reading predictions"),
@@ -588,10 +605,7 @@ def main() -> None:
     seed_loop_s = time.perf_counter() - t0
     # the command itself, in a fresh process: imports, reading the Parquet, writing every table
     with tempfile.TemporaryDirectory() as tmp:
-        from crs.records import records_dir
-
-        records_dir(tmp).mkdir(parents=True)
-        records.write_parquet(records_dir(tmp) / "bench.parquet")
+        save_records(tmp, records)
         cmd = [sys.executable, "-m", "crs.cli", "score", "--results", tmp, "--bootstrap", str(args.bootstrap),
                "--reference", "median", "--crs-version", STORELESS, "--quiet"]
         t0 = time.perf_counter()

@@ -41,8 +41,12 @@ _OS_FAULTS = {
     errno.ENOTDIR: ("has a file where a folder is expected (this path or one of its parents)",
                     "pass a folder's path, or move the file away"),
     errno.EEXIST: ("already exists", "remove or rename it, or choose another path"),
-    errno.ENOSPC: ("no space left on the device", "free space there or choose a folder on another device"),
-    errno.EDQUOT: ("disk quota exceeded", "free space in your quota or choose a folder elsewhere"),
+    errno.ENOSPC: ("no space left on the device", "free space there (or choose a folder on another device), then "
+                   "run the command again"),
+    errno.EDQUOT: ("disk quota exceeded", "free space in your quota (or choose a folder elsewhere), then run the "
+                   "command again"),
+    errno.EFBIG: ("file too large (for this process's file-size limit, `ulimit -f`, or the file system)",
+                  "raise the limit (or choose a folder on another file system), then run the command again"),
     errno.ENAMETOOLONG: ("name too long", "choose a shorter path"),
 }
 
@@ -60,7 +64,7 @@ def user_os_error(exc: OSError) -> UserError | None:
 
 
 # what a write can meet that is the machine's or the user's doing, whichever call raised it
-WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 @contextlib.contextmanager

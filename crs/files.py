@@ -1,10 +1,17 @@
-"""Small file helpers shared by the stages."""
+"""Small file helpers shared by the stages.
+
+A table is encoded in memory and its bytes written by Python's own file calls (``write_frame``): polars,
+writing a file itself, reports a full disk as a ComputeError or an OSError without an errno, which no
+writer can tell from a bug of ours; Python's write raises OSError(ENOSPC), which ``crs.errors.writing_to``
+turns into a message naming the folder and the repair.
+"""
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from crs.errors import writing_to
@@ -50,3 +57,28 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def encode(frame, kind: str, metadata: Mapping[str, str] | None = None) -> bytes:
+    """A polars DataFrame as the bytes of a ``kind`` ("parquet" or "csv") file, made in memory."""
+    buf = io.BytesIO()
+    if kind == "parquet":
+        frame.write_parquet(buf, metadata=dict(metadata) if metadata else None)
+    elif kind == "csv":
+        frame.write_csv(buf)
+    else:
+        raise ValueError(f"no table file kind {kind!r} (parquet, csv)")
+    return buf.getvalue()
+
+
+def put(path: Path, data: bytes) -> None:
+    """``data`` as the file ``path``, flushed to the disk before returning (a rename after it publishes it whole)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_frame(path: Path, frame, kind: str = "parquet", metadata: Mapping[str, str] | None = None) -> None:
+    """A table as the file ``path``, whole or not at all (``atomic_write``)."""
+    atomic_write(Path(path), lambda tmp: put(tmp, encode(frame, kind, metadata)))

@@ -2,10 +2,11 @@
 
 ``crs probe`` stores log-probabilities (``LOG_PROB``, from ``crs.probe.core.log_link``): a
 probability stored as float32 rounds to exactly 1 once the other logits are about 17 below the
-top one, and every such row ties in an AUROC; its log stays distinct. Arrays written before the
-form was recorded hold probabilities (``PROB``) and stay readable. The array's attribute
-``form`` says which; AUROC ranks the stored values as they are (both forms order the rows
-alike), every other metric reads ``probabilities``, computed in float64.
+top one, and every such row ties in an AUROC; its log stays distinct. The array's attribute
+``form`` says so, and a reader refuses an array that records no form or another one (arrays of
+probabilities, written before the form was recorded, came only from unreleased development).
+AUROC ranks the stored values as they are; every other metric reads ``probabilities``, computed
+in float64.
 """
 
 from __future__ import annotations
@@ -16,20 +17,22 @@ from crs.errors import UserError
 
 KEY = "form"
 LOG_PROB = "log_prob"
-PROB = "prob"
-FORMS = (LOG_PROB, PROB)
+FORMS = (LOG_PROB,)
 
 
-def form_of(attrs: dict, where: str = "a prediction array") -> str:
-    """The form an array's attributes record (``PROB`` where none is: written before forms existed)."""
-    form = attrs.get(KEY, PROB)
+def form_of(attrs: dict, where: str = "a prediction array", repair: str = "re-run `crs probe` for it") -> str:
+    """The form an array's attributes record; UserError (exit 2) naming ``where``, what is wrong and ``repair``
+    where they record none, or one this version does not read."""
+    if KEY not in attrs:
+        raise UserError(f"{where} records no form (attribute {KEY!r}), which every prediction array of this crs "
+                        f"records (it was written by an older development version); {repair}")
+    form = attrs[KEY]
     if form not in FORMS:
         raise UserError(f"{where} records its form as {form!r}, which this version does not read (one of "
-                         f"{', '.join(FORMS)}); re-run `crs probe` for it, or score it with the version that wrote it")
+                        f"{', '.join(FORMS)}); {repair}, or score it with the version that wrote it")
     return form
 
 
-def probabilities(values: np.ndarray, form: str) -> np.ndarray:
-    """The probabilities of stored ``values`` of ``form``: exp in float64 of log-probabilities;
-    stored probabilities as they are (so an older store's numbers do not move)."""
-    return np.exp(np.asarray(values, np.float64)) if form == LOG_PROB else np.asarray(values)
+def probabilities(values: np.ndarray) -> np.ndarray:
+    """The probabilities of stored log-probabilities: exp in float64."""
+    return np.exp(np.asarray(values, np.float64))

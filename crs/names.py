@@ -18,11 +18,11 @@ SPLIT_CODE = {name: i for i, name in enumerate(SPLITS)}
 VALIDATION = "validation"
 MODALITIES = ("dermatology", "ophthalmology", "radiology")
 SEVERITIES = (1, 2, 3, 4, 5)
-# torch-generator-v0: a CPU torch.Generator per image seeded by (image id, condition), draws copied to the
-# device (the stores written before arrays recorded their generator). counter-lowbias32-v1: a counter-based
-# hash of (image id, condition, position) on the image's device (crs.extract.noise). The same image under
-# another generator is another image: a store's perturbed embeddings of a dataset share one.
-PERTURBATION_GENERATORS = ("torch-generator-v0", "counter-lowbias32-v1")
+# counter-lowbias32-v1: a counter-based hash of (image id, condition, position) on the image's device
+# (crs.extract.noise). The same image under another generator is another image: a store's perturbed
+# embeddings of a dataset share one. (Stores of unreleased development drew with a torch.Generator per image
+# and recorded no generator; they are refused, not read: crs.store.generators.)
+PERTURBATION_GENERATORS = ("counter-lowbias32-v1",)
 HEADS = ("linear", "mlp")
 
 # CRS definitions: v1 frozen (docs/crs-v1.md), v2 the default (docs/crs-v2.md)

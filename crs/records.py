@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from crs.errors import UserError
-from crs.files import atomic_write
+from crs.files import write_frame
 
 # name -> (polars dtype name, meaning)
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -112,15 +112,21 @@ def read(results):
 
 
 def read_checked(target: Path):
-    """One run-record file, its values checked against the digest its writer recorded (files written
-    before digests: unchecked); ``DamagedRecords`` (exit 2) naming the file and the probe that rewrites it."""
+    """One run-record file, checked against what its probe run recorded: its digest, its generation and
+    every column of ``COLUMNS``. ``DamagedRecords`` (exit 2) naming the file, what is wrong and the probe that
+    writes it again; a file that records no digest or no generation (a format no release wrote) is refused so."""
     try:
         frame = pl.read_parquet(target)
+        meta = metadata(target)
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise DamagedRecords(f"{target} does not read as Parquet ({exc}); write it again with "
                              f"{_repair_for(target)}") from exc
-    want = metadata(target).get(DIGEST)
-    if want is not None and want != frame_digest(frame):
+    lacks = [k for k in (DIGEST, GENERATION) if k not in meta] + [c for c in COLUMNS if c not in frame.columns]
+    if lacks:
+        raise DamagedRecords(f"{target} lacks {', '.join(lacks)}, which every run-record file of this crs holds (it "
+                             f"was written by an older development version, or altered); write it again with "
+                             f"{_repair_for(target)}")
+    if meta[DIGEST] != frame_digest(frame):
         raise DamagedRecords(f"{target}: its values are not those its probe run wrote (their digest differs from the "
                              f"recorded one: the file was altered or damaged); write it again with "
                              f"{_repair_for(target)}")
@@ -143,9 +149,9 @@ def frame_digest(frame) -> str:
 
 
 def write_parquet(target: Path, frame, generation: str, metadata: Mapping[str, str] | None = None) -> None:
-    """``frame`` to ``target`` whole (``crs.files.atomic_write``), its metadata naming ``generation``."""
+    """``frame`` to ``target`` whole (``crs.files.write_frame``), its metadata naming ``generation``."""
     meta = {**(metadata or {}), GENERATION: generation, DIGEST: frame_digest(frame)}
-    atomic_write(Path(target), lambda tmp: frame.write_parquet(tmp, metadata=meta))
+    write_frame(Path(target), frame, "parquet", meta)
 
 
 def metadata(target: Path) -> dict[str, str]:
@@ -214,11 +220,15 @@ def check_pair(results, encoder: str, dataset: str,
 
     ``predictions`` maps each condition a reader uses to the attributes of its stored
     predictions (``Store.read_predictions``' second value). The run records, the probe
-    selection (where present) and each of those must name the same generation. Results
-    written before generations existed name none anywhere and pass. Returns the generation.
+    selection (where present) and each of those must name the same generation; run records
+    that name none are refused (``DamagedRecords``, as ``read_checked`` does). Returns the generation.
     """
     results = Path(results)
     expected = generation(path(results, encoder, dataset))
+    if expected is None:
+        target = path(results, encoder, dataset)
+        raise DamagedRecords(f"{target} records no probe generation ({GENERATION}), which every run-record file of "
+                             f"this crs holds; write it again with {_repair_for(target)}")
     found = {"probe selection": (generation(selection_path(results, encoder, dataset))
                                  if selection_path(results, encoder, dataset).exists() else expected)}
     for condition, attrs in (predictions or {}).items():
@@ -239,11 +249,14 @@ _FLAGS = (("head", "--head", str), ("seeds", "--seeds", len), ("fractions", "--f
           ("l2", "--l2", None), ("select_by", "--select-by", str), ("tol", "--tol", None), ("hidden", "--hidden", str))
 
 
-def probe_settings(target: Path) -> tuple[dict, str] | None:
-    """(the probe settings, when they were recorded) of a run-record file; None for files that record none."""
+def probe_settings(target: Path) -> tuple[dict, str]:
+    """(the probe settings, when they were recorded) of a run-record file; ``DamagedRecords`` (exit 2) for a
+    file that records none."""
     raw = metadata(target).get(PROVENANCE)
     if raw is None:
-        return None
+        what = "records no probe settings" if Path(target).exists() else "is missing, and with it the probe settings"
+        raise DamagedRecords(f"{target} {what} ({PROVENANCE}), which every run-record file of this crs holds; write "
+                             f"it again with {_repair(target.parent.parent, *_pair_of(target))}")
     try:
         block = json.loads(raw)
         return dict(block["settings"]), str(block.get("created", ""))
@@ -263,13 +276,12 @@ def check_same_settings(results, pairs, store: str | None = None) -> None:
 
     A ``crs probe --all`` with new settings stopped part-way leaves exactly that: the pairs it reached
     hold the new settings, the others the old, and a score of the mix would compare encoders under
-    two protocols with exit 0. ``pairs``: the comparison set's (result name, dataset). Files that
-    record no settings (older results) are not compared. The repair named is the newest run's settings."""
+    two protocols with exit 0. ``pairs``: the comparison set's (result name, dataset); a file that records no
+    settings is refused (``probe_settings``). The repair named is the newest run's settings."""
     groups: dict[tuple[str, str], dict[str, tuple[dict, str]]] = {}
     for encoder, dataset in pairs:
         found = probe_settings(path(results, encoder, dataset))
-        if found is not None:
-            groups.setdefault((str(found[0].get("head")), dataset), {})[encoder] = found
+        groups.setdefault((str(found[0].get("head")), dataset), {})[encoder] = found
     for (_head, dataset), by_encoder in sorted(groups.items()):
         kinds: dict[str, list[str]] = {}
         for encoder, (settings, _) in sorted(by_encoder.items()):

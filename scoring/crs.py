@@ -31,8 +31,6 @@ Q_FLOOR = 0.35  # g: q's denominators are at least this, so no axis moves q by m
 DOMINANCE_SCALE = 0.07  # tau: the margin, in q, over which a dominance degree goes from 0 to 1
 DOMINANCE_SLACK = 0.02  # delta: trailing by at most this on an axis does not lower a dominance degree
 BALANCE_OFFSET = 0.25  # epsilon: the balance is a geometric mean of (q + 1) / 2 + epsilon, less epsilon
-# the constants of v2 outputs that do not record theirs (written before 2026-12-05, when g was 0.25 and delta 0)
-V2_UNRECORDED = {"q_floor": 0.25, "dominance_scale": 0.1, "dominance_slack": 0.0, "balance_offset": 0.25}
 
 
 def lipschitz_bound(n_datasets: int, weights: Sequence[float] = DEFAULT_WEIGHTS) -> float:

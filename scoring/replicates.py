@@ -20,6 +20,7 @@ from crs.scoring.bootstrap import (
 )
 from crs.scoring.caveats import say_if_few_seeds, say_if_no_interval
 from crs.scoring.comparison import Comparison
+from crs.scoring.memory import check_fits
 from crs.scoring.options import ScoreOptions
 from crs.scoring.predictions import MissingPredictions, calibration_errors, image_bootstrap_axes
 
@@ -36,7 +37,9 @@ class Bootstrap(NamedTuple):
 
 def run_bootstrap(cmp: Comparison, options: ScoreOptions, store, metrics_pass, warnings: list[str]) -> Bootstrap:
     """The bootstrap of the comparison set (``Bootstrap``); says in ``warnings`` where the unit fell back or a
-    replicate had no CRS."""
+    replicate had no CRS. Refuses (BadInput) a count of replicates that does not fit in memory
+    (``memory.check_fits``)."""
+    check_fits(cmp, int(options.n_bootstrap), options.bootstrap_unit != "seed" and store is not None)
     draw = draw_seeds(len(cmp.seeds), int(options.n_bootstrap), options.seed)  # [replicate, draw]
     image_method: dict = {}  # per dataset: arrays exact / shared (predictions.image_bootstrap_axes)
     x_boot, unit, by_seed = bootstrap_means(cmp, draw, options, store, metrics_pass, warnings, image_method)

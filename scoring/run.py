@@ -108,16 +108,12 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
 
     Calls ``crs.records.check_pair`` (the probe's own definition of one run) with the
     attributes of every stored prediction array of the pair that scoring may read: each
-    condition of its run records and the validation split. Records from a crs without
-    that check pass unchecked."""
-    check = getattr(run_records, "check_pair", None)
-    if check is None:
-        return
+    condition of its run records and the validation split."""
     pairs = records.select("encoder", "dataset", "condition").unique().sort("encoder", "dataset", "condition")
     for (encoder, dataset), g in pairs.group_by("encoder", "dataset", maintain_order=True):
         conditions = sorted({*g["condition"].to_list(), VALIDATION})
         attrs = {c: a for c in conditions if (a := prediction_attrs(store, dataset, encoder, c)) is not None}
-        check(results, encoder, dataset, attrs)
+        run_records.check_pair(results, encoder, dataset, attrs)
 
 
 def _check_options(records: pl.DataFrame, options: ScoreOptions, store) -> ScoreOptions:

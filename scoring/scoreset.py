@@ -40,7 +40,7 @@ import polars as pl
 from filelock import FileLock
 
 from crs.errors import UserError, writing_to
-from crs.files import atomic_write
+from crs.files import encode, put, write_frame
 from crs.records import frame_digest
 
 SCORES_DIR = "scores"
@@ -136,13 +136,12 @@ def _write_and_swap(out_dir: Path, tables: Mapping[str, pl.DataFrame], doc: dict
     try:
         n = 0
         for name, table in tables.items():
-            table.write_parquet(stage / f"{name}.parquet", metadata=_table_metadata(table, generation))
-            table.write_csv(stage / f"{name}.csv")
+            put(stage / f"{name}.parquet", encode(table, "parquet", _table_metadata(table, generation)))
+            put(stage / f"{name}.csv", encode(table, "csv"))
             n += 1
             _kill_point(f"file:{n}")
         text = json.dumps({**doc, DOC_DIGEST: doc_digest(doc)}, indent=2, allow_nan=False) + "\n"
-        (stage / SCORES_JSON).write_text(text, encoding="utf-8")
-        _fsync_dir(stage)
+        put(stage / SCORES_JSON, text.encode("utf-8"))  # each file flushed to disk: the renames publish them whole
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -169,16 +168,9 @@ def _swap(stage: Path, out_dir: Path, generation: str) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Flush the folder's files to disk, so the renames never publish data still in the page cache only."""
-    for p in folder.iterdir():
-        with open(p, "rb") as f:
-            os.fsync(f.fileno())
-
-
 def write_table(path: Path, table: pl.DataFrame, generation: str) -> None:
     """One Parquet table outside the set's folder (the metric table), marked with the set's generation."""
-    atomic_write(Path(path), lambda p: table.write_parquet(p, metadata=_table_metadata(table, generation)))
+    write_frame(Path(path), table, "parquet", _table_metadata(table, generation))
 
 
 def _table_metadata(table: pl.DataFrame, generation: str) -> dict[str, str]:
@@ -192,9 +184,9 @@ def doc_digest(doc: dict) -> str:
 
 
 def altered(table: pl.DataFrame, path: Path) -> bool:
-    """Whether a table's values differ from the digest its writer recorded (tables written before digests: no)."""
-    want = pl.read_parquet_metadata(path).get(DIGEST_KEY)
-    return want is not None and want != frame_digest(table)
+    """Whether a table's values differ from the digest its writer recorded; a table that records none is
+    altered too (every table crs score writes records one)."""
+    return pl.read_parquet_metadata(path).get(DIGEST_KEY) != frame_digest(table)
 
 
 def generation_of(path: Path) -> str | None:
@@ -216,7 +208,11 @@ def read_scores_json(folder: Path, results: Path) -> dict:
         raise UserError(f"{meta} is damaged ({exc}); re-run `crs score --results {results}`") from exc
     if not isinstance(doc, dict):
         raise UserError(f"{meta} is not a scores.json (not a JSON object); re-run `crs score --results {results}`")
-    if DOC_DIGEST in doc and doc[DOC_DIGEST] != doc_digest(doc):
+    if DOC_DIGEST not in doc:
+        raise UserError(f"{meta} records no digest of its values ({DOC_DIGEST!r}), which every scores.json of this crs "
+                        f"holds (it was written by an older development version, or altered); re-run "
+                        f"`crs score --results {results}`")
+    if doc[DOC_DIGEST] != doc_digest(doc):
         raise UserError(f"{meta}: its values are not those crs score wrote (their digest differs: the file was "
                         f"altered or damaged); re-run `crs score --results {results}`")
     return doc
@@ -255,7 +251,8 @@ def read_tables(folder: Path, doc: dict, names: Callable[[], list[str]] | list[s
             bad.append(f"{path.name} (generation {got}, scores.json {generation})")
             continue
         if altered(table, path):
-            bad.append(f"{path.name} (its values are not those crs score wrote: altered or damaged)")
+            bad.append(f"{path.name} (its values are not those crs score wrote, or it records no digest: altered or "
+                       "damaged)")
             continue
         out[name] = table
     if bad:

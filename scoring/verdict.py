@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from crs.errors import BadInput
 from crs.scoring import crs as core
 from crs.scoring.axes import AXES, REGISTRY
 
@@ -52,8 +53,11 @@ def _weights(settings: dict) -> np.ndarray:
 
 
 def _version(settings: dict) -> str:
-    """The CRS version the settings record; results scored before versions were recorded are v1."""
-    return core.check_version(settings.get("crs_version", "1"))
+    """The CRS version the settings record; BadInput where they record none (every score records one)."""
+    if "crs_version" not in settings:
+        raise BadInput("the scores' settings record no CRS version (crs_version); re-run `crs score` to write them "
+                       "again")
+    return core.check_version(settings["crs_version"])
 
 
 def _q(encoders: pl.DataFrame) -> np.ndarray | None:

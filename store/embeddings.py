@@ -102,7 +102,7 @@ class Embeddings:
 
     def perturbation_generators(self, dataset: str) -> dict[str, list[str]]:
         """{generator: ["ENCODER/CONDITION", ...]} over the dataset's perturbed embedding arrays, in key order
-        (``crs.store.generators``: an array that records none was drawn by the first generator)."""
+        (``crs.store.generators``: an array that records none is listed under ``generators.NONE``)."""
         found: dict[str, list[str]] = {}
         if dataset not in self.datasets():
             return found
@@ -157,6 +157,8 @@ class Embeddings:
                 f"{g.attrs.get('n_chunks')} chunks missing): the extraction was interrupted. Resume it with "
                 f"`crs extract --encoder {encoder} --dataset {dataset} --store {self.path}`"
             )
+        if generators.is_perturbed(condition) and generators.ATTR not in g.attrs:
+            raise StoreError(generators.unrecorded(self.path, dataset, encoder, condition))
         with self.reading(g.path):
             if "x" not in g:
                 raise StoreError(f"{what} in {self.path!r} lack their array's metadata ({g.path}/x/zarr.json is "

@@ -3,9 +3,9 @@
 The same image under another generator (``crs.names.PERTURBATION_GENERATORS``) is another image, so the
 perturbed embeddings of one dataset in a store must all come from one: else two encoders' robustness
 would be measured on different images. Each perturbed embedding array records its generator in the
-attribute ``perturbation_generator`` when created (``crs extract`` passes it); an array without it was
-written before the record, by the first generator. Reading never looks at it: every store stays
-readable, whichever generator wrote it.
+attribute ``perturbation_generator`` when created (``crs extract`` passes it). A perturbed array without
+it was drawn by unreleased development's generator (a torch.Generator per image), whose images differ:
+``Store.read_embedding`` refuses it (``unrecorded``), and a writer refuses to add to its dataset.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from crs.conditions import parse
 from crs.names import PERTURBATION_GENERATORS
 
 ATTR = "perturbation_generator"
-BEFORE_THE_RECORD = PERTURBATION_GENERATORS[0]  # the generator of arrays that record none
+NONE = "none recorded"  # what Store.perturbation_generators lists a perturbed array that records no generator under
 
 
 def is_perturbed(condition: str) -> bool:
@@ -25,8 +25,20 @@ def is_perturbed(condition: str) -> bool:
 
 
 def recorded(attrs: dict) -> str:
-    """The generator an embedding array's attributes say drew it (a perturbed array's)."""
-    return attrs.get(ATTR) or BEFORE_THE_RECORD
+    """The generator an embedding array's attributes say drew it (a perturbed array's); ``NONE`` where none."""
+    return attrs.get(ATTR) or NONE
+
+
+def unrecorded(path: str, dataset: str, encoder: str, condition: str) -> str:
+    """Why the perturbed array ``dataset/encoder/condition`` of the store at ``path``, which records no generator,
+    is not read, with the repair."""
+    return (f"embeddings {dataset}/{encoder}/{condition} in {path!r} record no perturbation generator "
+            f"(attribute {ATTR!r}), which every perturbed array of this crs records: they were drawn by an older "
+            f"development version, on other perturbed images than {PERTURBATION_GENERATORS[-1]!r} draws. To "
+            f"repair: extract into a new store (`crs extract --encoder {encoder} --dataset {dataset} --store "
+            f"NEW.zarr`), or delete the dataset's perturbed arrays (the folders datasets/{dataset}/embeddings/"
+            f"ENCODER/FAMILY@SEVERITY) and run `crs extract --encoder {encoder} --dataset {dataset} --store {path}` "
+            "again for each of its encoders")
 
 
 def refusal(path: str, dataset: str, generator: str, found: dict[str, list[str]]) -> str | None:
@@ -36,6 +48,13 @@ def refusal(path: str, dataset: str, generator: str, found: dict[str, list[str]]
     if not other:
         return None
     old, arrays = next(iter(other.items()))
+    if old == NONE:
+        return (f"dataset {dataset!r} in {path!r} holds perturbed embeddings that record no perturbation generator "
+                f"({len(arrays)} arrays, e.g. {arrays[0]}): an older development version drew them, on other "
+                f"images than {generator!r} draws, and one dataset never mixes them. To repair: extract into a new "
+                f"store (pass --store with a new path); or delete that dataset's perturbed arrays (the folders "
+                f"datasets/{dataset}/embeddings/ENCODER/FAMILY@SEVERITY; its clean embeddings stay valid) and run "
+                "`crs extract` again for each of its encoders")
     return (
         f"dataset {dataset!r} in {path!r} holds perturbed embeddings drawn by the perturbation generator "
         f"{old!r} ({len(arrays)} arrays, e.g. {arrays[0]}); this crs draws perturbations with {generator!r}, "

@@ -8,7 +8,7 @@ from crs.store.zarr_store import Store
 
 def describe(store: Store) -> list[dict]:
     """One row a dataset: name, images, encoders, arrays (complete of all), perturbation generators
-    ({generator: perturbed arrays}; a store from before the record: the first generator)."""
+    ({generator: perturbed arrays}; arrays that record none under ``generators.NONE``)."""
     rows = []
     for d in store.datasets():
         arrays = list(store.embeddings(d))

@@ -42,11 +42,43 @@ def test_a_setting_only_a_config_gives_is_named_with_its_value(tmp_path):
         records.check_same_settings(tmp_path, pairs)
 
 
-def test_heads_datasets_and_unrecorded_files_are_not_compared(tmp_path):
+def test_heads_and_datasets_are_not_compared(tmp_path):
     pairs = [_write(tmp_path, "a", "x", BASE), _write(tmp_path, "a+mlp", "x", {**BASE, "head": "mlp", "l2": [1e-4]}),
-             _write(tmp_path, "a", "y", {**BASE, "seeds": [0]}), _write(tmp_path, "b", "y", {**BASE, "seeds": [0]}),
-             _write(tmp_path, "old", "x", None)]
+             _write(tmp_path, "a", "y", {**BASE, "seeds": [0]}), _write(tmp_path, "b", "y", {**BASE, "seeds": [0]})]
     records.check_same_settings(tmp_path, pairs)
+
+
+def test_a_file_that_records_no_settings_is_refused_not_skipped(tmp_path):
+    pairs = [_write(tmp_path, "a", "x", BASE), _write(tmp_path, "old", "x", None)]
+    with pytest.raises(records.DamagedRecords, match=r"old__x.parquet records no probe settings.*"
+                                                     r"`crs probe --encoder old --dataset x --results"):
+        records.check_same_settings(tmp_path, pairs)
+
+
+def _full_records(**change) -> pl.DataFrame:
+    row = {name: {"String": "s", "Int64": 1, "Float64": 0.5, "Boolean": True}[dtype]
+           for name, (dtype, _) in records.COLUMNS.items()}
+    return pl.DataFrame([{**row, **change}])
+
+
+@pytest.mark.parametrize("lacks", ["digest", "generation", "column"])
+def test_a_run_record_file_without_its_digest_generation_or_a_column_is_refused(tmp_path, lacks):
+    """Removing crs:digest from a run-record file and editing its AUROCs changed the ranking with exit 0: a
+    file without a digest was read unchecked. Now each thing a probe run records is required."""
+    target = records.path(tmp_path, "a", "x")
+    records.write_parquet(target, _full_records(), "g")
+    meta = records.metadata(target)
+    frame = pl.read_parquet(target)
+    if lacks == "column":
+        frame = frame.drop("tie_share")
+    else:
+        meta.pop(records.DIGEST if lacks == "digest" else records.GENERATION)
+        frame = frame.with_columns(auroc=pl.lit(0.99))  # the edit the missing digest would have hidden
+    frame.write_parquet(target, metadata=meta)
+    missing = {"digest": records.DIGEST, "generation": records.GENERATION, "column": "tie_share"}[lacks]
+    with pytest.raises(records.DamagedRecords, match=rf"a__x.parquet lacks {missing}.*`crs probe --encoder a "
+                                                     r"--dataset x --results"):
+        records.read(tmp_path)
 
 
 def test_unreadable_provenance_is_refused_with_the_pairs_repair(tmp_path):

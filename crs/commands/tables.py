@@ -177,20 +177,19 @@ def leaderboard_table(board: pl.DataFrame, reference: str | None) -> Table:
     return _table("CRS leaderboard (overall, comparison set)", rows)
 
 
-def scale_note(reference: str | None, crs_version: str | None) -> str:
-    """What CRS 50 means; the page linked is the definition the scores were made with (v1 before versions)."""
+def scale_note(reference: str | None, crs_version: str) -> str:
+    """What CRS 50 means; the page linked is the definition the scores were made with."""
     who = f"the reference encoder {reference}" if reference and reference != "median" else "the per-axis median"
     return (f"CRS 50 is the level of {who}: an encoder equal to it on every axis (q = 0) that dominates as many "
             "encoders as dominate it scores 50; above 50 is better on balance, below worse "
-            f"(docs/crs-v{crs_version or 1}.md).")
+            f"(docs/crs-v{crs_version}.md).")
 
 
 def verdict_lines(scores_json: dict) -> list[str]:
-    """The verdict in sentences (``crs.scoring.verdict.sentences``); none for scores from before the verdict."""
+    """The verdict in sentences (``crs.scoring.verdict.sentences``)."""
     from crs.scoring import verdict  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
-    v = scores_json.get("verdict")
-    return list(verdict.sentences(v)) if v else []
+    return list(verdict.sentences(scores_json["verdict"]))
 
 
 def print_scores(scores, results):
@@ -200,15 +199,15 @@ def print_scores(scores, results):
     rc = scores.rank_comparison
     board = leaderboard.board(scores.encoders)
     show(leaderboard_table(board, s.get("reference")))
-    out.print(scale_note(s.get("reference"), s.get("crs_version")), highlight=False, soft_wrap=True)
+    out.print(scale_note(s.get("reference"), s["crs_version"]), highlight=False, soft_wrap=True)
     marked = "ties_marked" in board.columns and any(board["ties_marked"].fill_null(""))
     if marked:
         from crs.scoring.diagnostics import TIE_MARK  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
         out.print(f"{TIE_MARK} computed from AUROCs with more than 20% tied test scores: read with care "
                   "(Verdict notes)")
-    health = getattr(scores, "diagnostics", None)  # absent from a summary rebuilt from older scores
-    if health is not None and health.height:
+    health = scores.diagnostics
+    if health.height:
         show(_table("Probe diagnostics (features left out, largest standardised value, ties)",
                     diagnostics_rows(health.to_dicts()), left=("encoder", "dataset", "tied test scores > 5%")))
     cost = cost_rows(board.to_dicts())

@@ -404,6 +404,6 @@ def stand_in(scores_json: dict):
 
     return SimpleNamespace(settings=scores_json["settings"], rank_comparison=scores_json["rank_comparison"],
                            encoders=pl.DataFrame(scores_json["encoders"]),
-                           weight_leaders=pl.DataFrame(scores_json.get("weight_sensitivity", [])),
-                           diagnostics=pl.DataFrame(scores_json.get("diagnostics", [])),
+                           weight_leaders=pl.DataFrame(scores_json["weight_sensitivity"]),
+                           diagnostics=pl.DataFrame(scores_json["diagnostics"]),
                            to_json=lambda: scores_json)

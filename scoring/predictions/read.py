@@ -16,6 +16,7 @@ from crs.names import SPLITS, VALIDATION
 from crs.scoring.axes import FRACTION_TOL
 from crs.scoring.calibration import point_error
 from crs.store import Store, StoreError
+from crs.store.repair import probe_command
 
 _, VAL, TEST = SPLITS  # the split names, in crs.names' order
 
@@ -53,8 +54,9 @@ class Predictions:
             raise MissingPredictions(str(exc)) from exc
         # AUROC ranks ``scores`` (the stored values: log-probabilities do not saturate); everything else
         # reads ``probs`` (crs.forms)
-        self.form = forms.form_of(attrs, f"the stored predictions {where} in {store.path!r}")
-        self.scores, self.probs = stored, forms.probabilities(stored, self.form)
+        self.form = forms.form_of(attrs, f"the stored predictions {where} in {store.path!r}",
+                                  f"write them again with {probe_command(store.path, dataset, encoder)}")
+        self.scores, self.probs = stored, forms.probabilities(stored)
         self.seeds = list(attrs.get("seeds", []))
         self.fractions = list(attrs.get("fractions", []))
         self.where, self.dataset, self.encoder = where, dataset, encoder
@@ -73,7 +75,7 @@ class Predictions:
             counted = kept[(rows_of, split)]
         if counted is not None and self.probs.ndim == 4 and self.probs.shape[2] == counted.size:
             self.probs = self.probs[:, :, counted]
-            self.scores = self.scores[:, :, counted] if self.form == forms.LOG_PROB else self.probs
+            self.scores = self.scores[:, :, counted]
 
     def select(self, seeds: Sequence[int], fractions: Sequence[float], scores: bool = False) -> np.ndarray:
         """[seed, fraction, image, class] in the given order: probabilities, or with ``scores`` what

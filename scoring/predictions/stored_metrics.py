@@ -9,7 +9,6 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from crs import forms
 from crs.conditions import parse
 from crs.labels import check_task
 from crs.names import VALIDATION
@@ -223,14 +222,14 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
         labels = _labels_from(split.target, split.known, test.task)
         views = []  # (scaled, long table of the distinct seeds' arrays at fraction 1, seed -> its seed there)
         groups = [(False, probs, kinds)] + ([] if scaled is None else [(True, scaled, scaled_kinds)])
-        ranked = pred.select(seeds, fr, scores=True) if pred.form != forms.PROB else None  # per-class AUROC's
+        ranked = pred.select(seeds, fr, scores=True)  # per-class AUROC's
         for is_scaled, arrays, kind_of in groups:
             at = np.asarray(kind_of).reshape(len(seeds), len(fr))[:, full[0]]
             rep = [int(np.flatnonzero(at == a)[0]) for a in at]  # the first seed with the same array
             mine = sorted(set(rep))
             table = metrics.long_table(arrays[mine][:, full], labels, test.task,
                                        {"seed": [seeds[i] for i in mine], "fraction": [fr[full[0]]]},
-                                       scores=None if is_scaled or ranked is None else ranked[mine][:, full])
+                                       scores=None if is_scaled else ranked[mine][:, full])
             views.append((is_scaled, table, [seeds[i] for i in rep]))
         _full_label_views(test, fr[full[0]], views, seeds, head, parts)
 
@@ -238,9 +237,8 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
 def _array_metrics(pred: Predictions, flat: np.ndarray, distinct: np.ndarray, seeds, fr, split, task: str,
                    names: list[str]) -> dict[str, np.ndarray]:
     """``metrics.array_metrics`` of the distinct arrays of flat [seed x fraction, image, class], in the order of
-    ``names``; AUROC from the stored scores where they are not the probabilities (they do not tie where
-    probabilities saturate)."""
-    if pred.form == forms.PROB or "auroc" not in names:
+    ``names``; AUROC from the stored log-probabilities (they do not tie where probabilities saturate)."""
+    if "auroc" not in names:
         return metrics.array_metrics(flat[distinct], split.target, split.known, task, names)
     values = metrics.array_metrics(flat[distinct], split.target, split.known, task, [n for n in names if n != "auroc"])
     ranked = pred.select(seeds, fr, scores=True).reshape(flat.shape)[distinct]

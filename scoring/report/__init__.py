@@ -38,7 +38,6 @@ from crs.scoring.report.inputs import (
 from crs.scoring.report.page import (
     GENERATION_META,
     HTML_NAME,
-    fallback_sentences,
     html,
     page_generation,
     verdict_sentences,
@@ -48,7 +47,7 @@ from crs.scoring.report.write import FIGURES_DIR, TABLES_DIR, remove_stale_tempo
 
 __all__ = [
     "FIGURES_DIR", "GENERATION_META", "HTML_NAME", "TABLES_DIR", "Inputs", "Section", "add_from_records",
-    "add_reliability_from_store", "board_html", "diagnostics_html", "fallback_sentences", "flat_intervals",
+    "add_reliability_from_store", "board_html", "diagnostics_html", "flat_intervals",
     "flat_note", "html", "leaderboard", "load", "no_tier_note", "page_generation", "per_dataset_board",
     "per_dataset_html", "q_html", "remove_stale_temporaries", "retention_intervals", "sections", "tables", "test_sets",
     "test_sets_html", "verdict_sentences", "write_report",

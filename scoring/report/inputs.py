@@ -12,12 +12,13 @@ import polars as pl
 from crs import records
 from crs.conditions import parse
 from crs.names import VALIDATION
+from crs.scoring import crs as core
 from crs.scoring import figures, leaderboard
 from crs.scoring.axes import AXES, retain
 from crs.scoring.bootstrap import draw_seeds, interval, resample_seeds, seed_weights
 from crs.scoring.predictions import MissingPredictions, probe_metrics
 from crs.scoring.ranks import rank_desc
-from crs.scoring.scoreset import MissingScores, MixedScores, read_scores_json, read_tables, scores_folder
+from crs.scoring.scoreset import SCORES_JSON, MissingScores, MixedScores, read_scores_json, read_tables, scores_folder
 from crs.store import Store, StoreError
 
 SCORE_TABLES = (
@@ -33,7 +34,7 @@ class Inputs:
     tables: dict[str, pl.DataFrame]
     notes: list[str] = field(default_factory=list)  # what the report itself found missing or did
     generation: str | None = None  # the scores set the report is made from (scores.json's generation)
-    verdict: dict | None = None  # scores.json's "verdict" (crs.scoring.verdict.build), None in older scores
+    verdict: dict | None = None  # scores.json's "verdict" (crs.scoring.verdict.build), which ``load`` requires
     provenance: dict | None = None  # scores.json's "provenance" (crs.provenance.collect)
 
     def table(self, name: str) -> pl.DataFrame:
@@ -68,12 +69,29 @@ def load(results: Path) -> Inputs:
             now = read_scores_json(scores_folder(Path(results)), results).get("generation")
             if attempt == 2 or now == doc.get("generation"):
                 raise
+    _check_recorded(doc, folder, results)
     if "encoders" not in tables or not tables["encoders"].height:
         raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run "
                             f"`crs score --results {results}`")
-    return Inputs(settings=doc.get("settings", {}), rank_comparison=doc.get("rank_comparison", {}), tables=tables,
-                  generation=doc["generation"], verdict=doc.get("verdict") or None,
-                  provenance=doc.get("provenance") or None)
+    return Inputs(settings=doc["settings"], rank_comparison=doc["rank_comparison"], tables=tables,
+                  generation=doc["generation"], verdict=doc["verdict"], provenance=doc["provenance"] or None)
+
+
+def _check_recorded(doc: dict, folder: Path, results: Path) -> None:
+    """Refuse (``MissingScores``, exit 2) a scores.json that lacks what every ``crs score`` of this crs records:
+    its settings with the CRS version (and v2's constants), the rank comparison, the verdict and the provenance.
+    Such a file was written by an older development version; its page would describe it with guesses."""
+    settings = doc.get("settings") if isinstance(doc.get("settings"), dict) else {}
+    lacks = [k for k in ("settings", "rank_comparison", "verdict", "provenance") if not isinstance(doc.get(k), dict)]
+    if settings and "crs_version" not in settings:
+        lacks.append("settings.crs_version")
+    elif settings and core.check_version(settings["crs_version"]) != "1":
+        have = settings.get("crs_constants") if isinstance(settings.get("crs_constants"), dict) else {}
+        lacks += [f"settings.crs_constants.{k}" for k in core.constants(settings["crs_version"]) if k not in have]
+    if lacks:
+        raise MissingScores(f"{folder / SCORES_JSON} lacks {', '.join(lacks)}, which every scores.json of this crs "
+                            f"records (it was written by an older development version); re-run "
+                            f"`crs score --results {results}` to write it again")
 
 
 def add_reliability_from_store(inputs: Inputs, results: Path, store: str) -> None:

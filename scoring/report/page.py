@@ -33,36 +33,17 @@ SPECS = {"1": "docs/crs-v1.md", "2": "docs/crs-v2.md"}  # each CRS version's spe
 HTML_NAME = "report.html"
 GENERATION_META = "crs-scores-generation"  # <meta name=...> holding the scores set the page is made from
 
-def fallback_sentences(inputs: Inputs) -> list[str]:
-    """The verdict rebuilt from the stored tables, for scores written before scores.json had a "verdict".
-
-    The same ``crs.scoring.verdict`` rules as ``crs score`` uses, so it says only what the
-    tier column (the best set) allows; the plans to settle the set need the bootstrap's replicates, which the
-    tables do not hold, so it makes none."""
-    board = inputs.table("encoders")
-    if not board.height:
+def verdict_sentences(inputs: Inputs) -> list[str]:
+    """The score's own verdict (scores.json's "verdict", which ``load`` requires) in sentences; none where the
+    scores hold no encoders."""
+    if not inputs.table("encoders").height:
         return []
-    built = verdict.build(board, inputs.table("weight_leaders"), inputs.table("weight_grid"), inputs.settings)
-    return verdict.sentences(built)
-
-
-def verdict_sentences(inputs: Inputs) -> tuple[list[str], bool]:
-    """(sentences, from_score): the score's own verdict when the scores hold one, else ``fallback_sentences``."""
-    if inputs.verdict:
-        try:
-            said = [str(x) for x in verdict.sentences(inputs.verdict)]
-            if said:
-                return said, True
-        except (KeyError, TypeError, ValueError) as exc:
-            inputs.notes.append(f"the score's verdict could not be read ({type(exc).__name__}: {exc}); the "
-                                "verdict above is built from the leaderboard")
-    return fallback_sentences(inputs), False
+    return [str(x) for x in verdict.sentences(inputs.verdict)]
 
 
 def _version(settings: dict) -> str:
-    """The CRS version the scores record; scores written before versions existed are v1."""
-    v = str(settings.get("crs_version") or "1")
-    return v if v in SPECS else "1"
+    """The CRS version the scores record (``load`` requires it)."""
+    return core.check_version(settings["crs_version"])
 
 
 def _spec_link(version: str) -> str:
@@ -72,13 +53,13 @@ def _spec_link(version: str) -> str:
     return f'<a href="{esc(page.as_uri())}">{code}</a>' if page.is_file() else code
 
 
-def _q_words(version: str, recorded: dict | None = None) -> str:
-    """The q sentence of the Methods section, with the constants the scores recorded (``core.V2_UNRECORDED`` for
-    v2 scores written before they were recorded)."""
+def _q_words(version: str, recorded: dict | None) -> str:
+    """The q sentence of the Methods section, with the constants the scores recorded (``settings.crs_constants``,
+    which ``load`` requires of v2 scores; v1 has none)."""
     if version == "1":
         return ("q = (x − x_ref) / (1 − x_ref) above the reference and (x − x_ref) / x_ref below it, so q lies in "
                 "[−1, 1] and the reference scores 0;")
-    c = {k: num(v, ".3g") for k, v in (recorded or core.V2_UNRECORDED).items()}
+    c = {k: num(v, ".3g") for k, v in recorded.items()}
     g, gain = c["q_floor"], num(1 / float(c["q_floor"]), ".3g")
     return (f"q = (x − x_ref) / max(1 − x_ref, {g}) above the reference and (x − x_ref) / max(x_ref, {g}) below "
             f"it, so q lies in [−1, 1], the reference scores 0 and no axis moves q by more than {gain} times its "
@@ -96,10 +77,10 @@ def _c_words(version: str) -> str:
             "was detectable")
 
 
-def _balance_words(version: str, recorded: dict | None = None) -> str:
+def _balance_words(version: str, recorded: dict | None) -> str:
     if version == "1":
         return "the geometric mean of (q + 1) / 2"
-    eps = num((recorded or core.V2_UNRECORDED)["balance_offset"], ".3g")
+    eps = num(recorded["balance_offset"], ".3g")
     return f"the geometric mean of (q + 1) / 2 + {eps}, less {eps}"
 
 
@@ -129,13 +110,11 @@ def settings_block(s: dict, provenance: dict | None = None) -> str:
         f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows) + "</dl>"
 
 
-def verdict_html(sentences: list[str], from_score: bool) -> str:
+def verdict_html(sentences: list[str]) -> str:
     if not sentences:
         return "<section id='verdict'><p class='absent'>No verdict: the scores hold no encoders.</p></section>"
-    src = ("" if from_score else "<p class='source'>Built from the leaderboard's tier, P(rank 1) and the weight "
-           "grid (these scores carry no verdict of their own; re-run <code>crs score</code> for it).</p>")
     return ("<section id='verdict' class='verdict'><h2>Verdict</h2><ul>"
-            + "".join(f"<li>{esc(x)}</li>" for x in sentences) + "</ul>" + src + "</section>")
+            + "".join(f"<li>{esc(x)}</li>" for x in sentences) + "</ul></section>")
 
 
 def methods(s: dict, rc: dict) -> str:
@@ -216,7 +195,7 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         f"<p>Clinical Reliability Score (CRS v{esc(s.get('crs_version'))}) of {len(inputs.order)} encoders on "
         f"{esc(', '.join(s.get('datasets', [])))}.</p>",
         f"<nav>{nav}</nav>",
-        verdict_html(*verdict_sentences(inputs)),
+        verdict_html(verdict_sentences(inputs)),
         leaderboard_section(inputs, board, per_board, sizes),
         *[_section_html(sec, images) for sec in main_secs],
         "<h2 id='methods'>Methods</h2>" + methods(s, rc),

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from crs.files import atomic_write
+from crs.files import atomic_write, put, write_frame
 from crs.scoring.report.inputs import add_from_records, add_reliability_from_store, load, tables
 from crs.scoring.report.page import HTML_NAME, html
 from crs.scoring.report.sections import png, sections
@@ -35,7 +35,7 @@ def _write_figures(out: Path, secs: list, quiet: bool) -> tuple[dict, list[str]]
         for stem, fig, *_ in sec.figures:
             images[stem] = png(fig)
             path = out / FIGURES_DIR / f"{stem}.png"
-            atomic_write(path, lambda p, b=images[stem]: p.write_bytes(b))
+            atomic_write(path, lambda p, b=images[stem]: put(p, b))
             paths.append(str(path))
             if not quiet:
                 print(f"figure {path}", file=sys.stderr)
@@ -48,10 +48,9 @@ def _write_tables(out: Path, tabs: dict, generation: str | None) -> list[str]:
     paths = []
     for name, table in tabs.items():
         mark = {GENERATION_KEY: generation or ""}
-        for ext, writer in (("parquet", lambda p, t=table, m=mark: t.write_parquet(p, metadata=m)),
-                            ("csv", table.write_csv)):
+        for ext in ("parquet", "csv"):
             path = out / TABLES_DIR / f"{name}.{ext}"
-            atomic_write(path, writer)
+            write_frame(path, table, ext, mark if ext == "parquet" else None)
             paths.append(str(path))
     return paths
 
@@ -78,7 +77,7 @@ def write_report(results: Path, out: Path, *, store: str | None = None, quiet: b
         text = html(inputs, tabs["leaderboard"], tabs["leaderboard_per_dataset"], secs, images,
                     inputs.table("test_sets"))
         page = out / HTML_NAME
-        atomic_write(page, lambda p: p.write_text(text, encoding="utf-8"))
+        atomic_write(page, lambda p: put(p, text.encode("utf-8")))
     return {
         "html": str(page),
         "figures": figure_paths,

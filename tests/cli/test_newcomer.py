@@ -152,4 +152,3 @@ def test_the_verdict_sentences_come_from_the_scoring():
     assert lines == verdict.sentences(v)
     assert any(s.startswith("With 95 % confidence the best encoder is one of a and b") for s in lines)
     assert "No number of test images settles b against a at 5 seeds: about 30 seeds would" in " ".join(lines)
-    assert tables.verdict_lines({}) == [] and tables.verdict_lines({"verdict": None}) == []  # scores without a verdict

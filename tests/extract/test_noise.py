@@ -111,4 +111,4 @@ def test_exact_poisson_inversion_is_the_quantile_of_each_uniform():
 
 def test_the_generator_is_named_and_the_last_of_the_list():
     assert perturb.GENERATOR == PERTURBATION_GENERATORS[-1] == "counter-lowbias32-v1"
-    assert PERTURBATION_GENERATORS[0] == "torch-generator-v0" and len(set(PERTURBATION_GENERATORS)) == 2
+    assert len(set(PERTURBATION_GENERATORS)) == len(PERTURBATION_GENERATORS)

@@ -206,20 +206,27 @@ def test_store_files_that_are_symlinks_are_refused_by_verify_and_repaired(baseli
     assert_same(folder, baseline.outputs, f"{LINKED} linked, then {commands}", only=("results/scores", "store/"))
 
 
-def test_run_records_whose_values_were_altered_are_refused_and_repaired(baseline, tmp_path):
+@pytest.mark.parametrize("digest", ["kept", "removed"])
+def test_run_records_whose_values_were_altered_are_refused_and_repaired(baseline, tmp_path, digest):
     """Valid Parquet with its metadata kept (generation, settings) and one AUROC changed: only the
-    records' digest tells it apart."""
+    records' digest tells it apart. With the digest removed too, the file was read unchecked and the
+    ranking changed with exit 0: a file without a digest is now refused as well."""
     import polars as pl
+
+    from crs.records import DIGEST
 
     folder = case(baseline, tmp_path)
     target = folder / "results" / "run_records" / f"demo-stats__{DATASET}.parquet"
     meta = pl.read_parquet_metadata(target)
+    if digest == "removed":
+        meta.pop(DIGEST)
     frame = pl.read_parquet(target)
     frame.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(0.99).otherwise(pl.col("auroc")).alias("auroc")) \
         .write_parquet(target, metadata=meta)
     cmd = stage_args("score", folder)
     r = crs_here(*cmd)
-    assert r.rc == 2 and "not those" in r.message and target.name in r.message, r.message[-1500:]
+    said = "not those" if digest == "kept" else f"lacks {DIGEST}"
+    assert r.rc == 2 and said in r.message and target.name in r.message, r.message[-1500:]
     for text in dict.fromkeys(REPAIR.findall(r.message)):  # followed literally
         fix = crs_here(*shlex.split(text)[1:])
         assert fix.rc == 0, f"the repair `{text}` exited {fix.rc}:\n{fix.message[-1500:]}"

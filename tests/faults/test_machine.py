@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
-from faultlib import RESULTS, STORE, case, cli_env, crs_here, stage_args
+from faultlib import RESULTS, STORE, case, cli_env, crs_here, outputs, stage_args
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +173,58 @@ def test_a_listed_file_that_is_not_an_image_is_named_so_not_missing(tmp_path):
     r = crs_here("datasets", "check", f"csv:{csv}", "--modality", "dermatology", "--image-root", str(tmp_path))
     assert r.rc == 2 and "imgs/notimg.txt is not an image file" in r.message, r.message
     assert "notimg.txt not found" not in r.message
+
+
+FITS = re.compile(r"the largest count that fits is (\d+)")
+
+
+def test_a_bootstrap_larger_than_memory_is_refused_naming_the_count_that_fits(baseline, tmp_path, monkeypatch):
+    """`crs score --bootstrap 1000000000` met a MemoryError (exit 1). The need is estimated before the draw:
+    refused in one line with the largest count that fits, which then runs, and one more does not."""
+    from crs.scoring import memory
+
+    folder = case(baseline, tmp_path)
+    before = outputs(folder)
+    r = crs_here(*stage_args("score", folder, bootstrap="1000000000"))  # this machine's own memory figure
+    assert r.rc == 2 and FITS.search(r.message) and "--bootstrap" in r.message, r.message[-1500:]
+    assert len([x for x in r.message.splitlines() if x.strip()]) == 1, r.message
+    monkeypatch.setattr(memory, "available_bytes", lambda: 64 * 1024)  # a machine with 64 KiB to spare
+    r = crs_here(*stage_args("score", folder, bootstrap="1000000000"))
+    assert r.rc == 2 and "64.0 KiB is available" in r.message, r.message[-1500:]
+    fits = int(FITS.search(r.message).group(1))
+    assert 1 <= fits < 1000, r.message
+    assert outputs(folder) == before, "a refused score changed the outputs"
+    assert crs_here(*stage_args("score", folder, bootstrap=str(fits + 1))).rc == 2
+    r = crs_here(*stage_args("score", folder, bootstrap=str(fits)))
+    assert r.rc == 0, r.message[-1500:]
+
+
+SIZE_LIMITED = textwrap.dedent("""
+    # no file this process writes may grow past 2048 bytes: the kernel refuses the write (EFBIG, as a full
+    # disk refuses one with ENOSPC) instead of sending SIGXFSZ
+    import resource, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+    from crs import cli
+    sys.argv = ["crs", *sys.argv[1:]]
+    cli.main()
+""")
+
+
+@pytest.mark.parametrize("stage", ["score", "report"])
+def test_a_write_the_kernel_refuses_ends_in_one_line_and_leaves_the_old_outputs(baseline, tmp_path, stage):
+    """A real refused write, not a simulated one: polars writing a file itself reported it as a ComputeError (or an
+    OSError without errno), so `crs score` ended in exit 1 "internal error" and a half-written Parquet file
+    could be read later ("Invalid thrift"). Tables are now encoded in memory and written by Python: exit 2, one
+    line naming the folder and the repair, and the previous outputs stay whole, with nothing half-written."""
+    folder = case(baseline, tmp_path)
+    before = outputs(folder)
+    args = stage_args(stage, folder, bootstrap="7") if stage == "score" else stage_args(stage, folder)
+    p = subprocess.run([sys.executable, "-c", SIZE_LIMITED, *args], capture_output=True, text=True, env=cli_env(),
+                       timeout=300)
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 2, p.stderr[-1500:]
+    assert len(lines) == 1 and "file too large" in lines[0] and "run the command again" in lines[0], p.stderr
+    assert str(folder / (RESULTS if stage == "score" else "report")) in lines[0], p.stderr
+    assert outputs(folder) == before, f"`crs {stage}` refused a write and changed or left outputs"
+    assert not [q for q in folder.rglob(".*") if q.name.startswith((".scores.next", ".scores.old"))]

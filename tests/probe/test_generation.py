@@ -22,9 +22,9 @@ import pytest
 
 from crs import records
 from crs.errors import UserError
-from crs.names import SPLIT_CODE, VALIDATION
+from crs.names import PERTURBATION_GENERATORS, SPLIT_CODE, VALIDATION
 from crs.probe import run
-from crs.store import DatasetTable, EmbeddingShape, LockHeld, Store, store_order
+from crs.store import DatasetTable, EmbeddingShape, LockHeld, Store, generators, store_order
 
 NOISE = "gaussian_noise@1"
 SHIFT = "shift:toy_shift"
@@ -42,8 +42,9 @@ def _table(name, labels, split, shift_target=None) -> DatasetTable:
 
 
 def _put(store, dataset, encoder, condition, X, rows):
+    drawn = {generators.ATTR: PERTURBATION_GENERATORS[-1]} if generators.is_perturbed(condition) else {}
     arr = store.embedding(dataset, encoder, condition, EmbeddingShape(rows=rows, n_rows=len(X), width=X.shape[1],
-                                                                      chunk=32, dtype="float32"))
+                                                                      chunk=32, dtype="float32"), attrs=drawn)
     for j in arr.pending():
         arr.write_chunk(j, X[arr.chunk_rows(j)])
     assert arr.finalize()
@@ -206,9 +207,10 @@ def test_a_probe_stopped_at_any_write_is_seen_whole_or_refused(tmp_path, k, monk
 def test_the_mlp_head_is_named_in_the_repair(tmp_path):
     (tmp_path / "run_records").mkdir()
     pl.DataFrame({"a": [1]}).write_parquet(tmp_path / "run_records" / "base+mlp__toy.parquet")
-    with pytest.raises(records.MixedGeneration, match="--encoder base --dataset toy --head mlp"):
-        records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {"generation": "abc"}})
-    assert records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {}}) is None  # written before generations
+    for predictions in ({"clean": {"generation": "abc"}}, {"clean": {}}):  # run records naming no generation
+        with pytest.raises(records.DamagedRecords, match=r"records no probe generation.*--encoder base --dataset toy"
+                                                         r".* --head mlp"):
+            records.check_pair(tmp_path, "base+mlp", "toy", predictions)
     records.write_parquet(tmp_path / "run_records" / "base+mlp__toy.parquet", pl.DataFrame({"a": [1]}), "g1")
     assert records.check_pair(tmp_path, "base+mlp", "toy", {"clean": {"generation": "g1"}}) == "g1"
     # an array created but killed before its attributes were written names no generation

@@ -8,7 +8,11 @@ import numpy as np
 import polars as pl
 import pytest
 
+from crs import forms
+from crs import records as run_records
 from crs.records import COLUMNS
+
+GENERATION = "g-test"  # the probe generation the tiny store's predictions and the saved run records name
 
 FRACTIONS = (0.1, 0.5, 1.0)
 CONDITIONS = ("clean", "gaussian_noise@1", "gaussian_noise@2", "shift:other")
@@ -152,8 +156,9 @@ def build_store(
             else:
                 z = mu * (2.0 * (y == 1) - 1.0) + sigma * noise
                 probs = 1.0 / (1.0 + np.exp(-z * 2.5 * 2.0 * mu / sigma**2))
-            store.write_predictions("d1", enc, cond, probs, {
+            store.write_predictions("d1", enc, cond, np.log(probs), {  # stored as crs probe stores them
                 "seeds": list(seeds), "fractions": list(fractions), "classes": [f"c{i}" for i in range(k)],
+                run_records.PREDICTION_GENERATION: GENERATION, forms.KEY: forms.LOG_PROB,
             })  # fmt: skip
             if cond == "validation":
                 continue
@@ -176,3 +181,26 @@ def make_store():
 def build_store_fn():
     """``build_store`` for session- and module-scoped fixtures (``make_store`` is per test)."""
     return build_store
+
+
+def _save_records(results, records: pl.DataFrame, settings: dict | None = None):
+    """``records`` as ``crs probe`` leaves them under RESULTS/run_records: a file per (encoder, dataset) with its
+    digest, generation (``GENERATION``) and probe settings. Returns the folder."""
+    import json
+
+    meta = {run_records.PROVENANCE: json.dumps({"created": "2026-12-01T00:00:00+00:00",
+                                                "settings": settings or {"head": "linear"}})}
+    for (encoder, dataset), rows in records.group_by("encoder", "dataset"):
+        run_records.write_parquet(run_records.path(results, encoder, dataset), rows, GENERATION, meta)
+    return run_records.records_dir(results)
+
+
+@pytest.fixture
+def save_records():
+    return _save_records
+
+
+@pytest.fixture(scope="session")
+def save_records_fn():
+    """``save_records`` for session- and module-scoped fixtures."""
+    return _save_records

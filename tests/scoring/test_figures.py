@@ -15,7 +15,6 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 
-from crs.records import records_dir
 from crs.scoring import figures as fg
 from crs.scoring import report, verdict
 from crs.scoring.options import ScoreOptions
@@ -28,13 +27,12 @@ COST = {"parameters": [86_000_000, 22_000_000, 5_000_000], "gflops": [17.6, 4.6,
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory, build_store_fn):
+def inputs(tmp_path_factory, build_store_fn, save_records_fn):
     """report.Inputs of the synthetic run (reference beta), cost columns added, run-record extras read."""
     root = tmp_path_factory.mktemp("figures")
     store, records = build_store_fn(root / "s.zarr", QUALITY)
     results = root / "results"
-    records_dir(results).mkdir(parents=True)
-    records.write_parquet(records_dir(results) / "all.parquet")
+    save_records_fn(results, records)
     scores = score(records, ScoreOptions(reference=REF, n_bootstrap=30), store=store)
     scores.write(results / "scores", metric_table=results / METRIC_TABLE)
     got = report.load(results)
@@ -194,29 +192,19 @@ def test_test_set_sizes_come_from_the_run_records(inputs, make_table):
 def test_the_verdict_says_no_more_than_the_best_set(inputs):
     got, _, _ = inputs
     leader, others = got.order[0], got.order[1:]
-    assert report.verdict_sentences(got) == (verdict.sentences(got.verdict), True)
-    older = report.Inputs(got.settings, got.rank_comparison, got.tables)  # scores from before the verdict
-    said, from_score = report.verdict_sentences(older)
-    # rebuilt from the stored tables by the same rules, it says what the score's own verdict said, less the plans
-    # to settle the set (they need the bootstrap's replicates, which the tables do not hold)
-    assert not from_score and said == verdict.sentences({**got.verdict, "settle": []})
-    # the oldest scores: no paired differences, only the tier column
-    oldest = got.table("encoders").drop("crs_diff", "crs_diff_low", "crs_diff_high", strict=False)
+    assert report.verdict_sentences(got) == verdict.sentences(got.verdict)
+    # the verdict's rules on an encoder table without paired differences, only the tier column
+    no_diffs = got.table("encoders").drop("crs_diff", "crs_diff_low", "crs_diff_high", strict=False)
 
     def with_tier(tier) -> str:
-        tables = {**got.tables, "encoders": oldest.with_columns(tier=tier)}
-        return " ".join(report.fallback_sentences(report.Inputs(got.settings, got.rank_comparison, tables)))
+        return " ".join(verdict.sentences(verdict.build(no_diffs.with_columns(tier=tier), got.table("weight_leaders"),
+                                                        got.table("weight_grid"), got.settings)))
 
     tied = with_tier(pl.lit(True))
     assert all(f"{e} against {leader}:" in tied for e in others)
     assert f"confidence {leader} is the best encoder" not in tied
     alone = with_tier(pl.col("encoder") == leader)
     assert "against" not in alone and f"With 95 % confidence {leader} is the best encoder" in alone
-    # a verdict that cannot be read is said in the notes, and the page falls back to the tables
-    broken = report.Inputs(got.settings, got.rank_comparison, got.tables,
-                           verdict={"leader": "x", "intervals": True, "members": [{}]})
-    said, from_score = report.verdict_sentences(broken)
-    assert not from_score and said[0].startswith(leader) and "KeyError" in broken.notes[-1]
 
 
 def test_zero_width_intervals_are_said_not_hidden(inputs):

@@ -54,9 +54,12 @@ def test_scoring_reads_the_form_and_ranks_the_stored_log_probabilities(make_stor
 
     want, saturated = ovr(lp[0, 0]), ovr(np.exp(lp[0, 0]).astype(np.float32))
     assert got.item() == pytest.approx(want, abs=1e-12) and abs(want - saturated) > 0.05
-    # an array written before the form was recorded holds probabilities, read as they are
-    old = Predictions(store, "d1", "b", "clean")
-    assert old.form == forms.PROB and old.probs is old.scores and old.probs.dtype == np.float32
+    # an array that records no form (probabilities, as unreleased development stored them) is refused
+    probs, attrs = store.read_predictions("d1", "b", "clean")
+    store.write_predictions("d1", "b", "clean", np.exp(probs), {k: v for k, v in attrs.items() if k != forms.KEY})
+    with pytest.raises(UserError, match=r"b/d1/clean .* records no form .*write them again with `crs probe "
+                                        r"--encoder b --dataset d1 --store"):
+        Predictions(store, "d1", "b", "clean")
 
 
 def test_an_unknown_form_is_refused_with_the_repair():

@@ -48,4 +48,3 @@ def test_the_scale_note_links_the_definition_the_scores_were_made_with():
 
     assert scale_note("demo-resnet", "2").endswith("(docs/crs-v2.md).")
     assert scale_note("demo-resnet", "1").endswith("(docs/crs-v1.md).")
-    assert scale_note(None, None).endswith("(docs/crs-v1.md).")  # scores from before the version was recorded

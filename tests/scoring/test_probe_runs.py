@@ -3,10 +3,12 @@
 The probe defines one run (``crs.records.check_pair``, generation ids in every piece);
 scoring hands it the attributes of every prediction array it may read, validation
 included. The first test checks that hand-over with a stand-in for ``check_pair``; the
-second uses the probe's own definition where this checkout has it.
+second uses the probe's own definition.
 """
 
 from __future__ import annotations
+
+import json
 
 import polars as pl
 import pytest
@@ -29,8 +31,10 @@ def _restamp(store, encoder, condition, generation):
     store.write_predictions("d1", encoder, condition, probs, {**attrs, "generation": generation})
 
 
-def test_score_hands_every_prediction_array_of_a_pair_to_the_probe_check(tmp_path, make_store, monkeypatch):
+def test_score_hands_every_prediction_array_of_a_pair_to_the_probe_check(tmp_path, make_store, monkeypatch,
+                                                                         save_records):
     store, recs, results = _setup(tmp_path, make_store)
+    save_records(results, recs)
     calls = []
 
     def check_pair(res, encoder, dataset, predictions=None):
@@ -50,11 +54,12 @@ def test_score_hands_every_prediction_array_of_a_pair_to_the_probe_check(tmp_pat
     score(recs, ScoreOptions(n_bootstrap=5), store=store)  # without the results folder nothing is checked (library use)
 
 
-@pytest.mark.skipif(not hasattr(run_records, "check_pair"), reason="this checkout's crs.records has no check_pair")
 def test_score_refuses_validation_probabilities_of_another_probe_run(tmp_path, make_store):
     store, recs, results = _setup(tmp_path, make_store)
+    settings = {run_records.PROVENANCE: json.dumps({"created": "2026-12-01", "settings": {"head": "linear"}})}
     for e in ("a", "b"):
-        run_records.write_parquet(run_records.path(results, e, "d1"), recs.filter(pl.col("encoder") == e), f"g-{e}")
+        run_records.write_parquet(run_records.path(results, e, "d1"), recs.filter(pl.col("encoder") == e), f"g-{e}",
+                                  settings)
         for c in CONDITIONS:
             _restamp(store, e, c, f"g-{e}")
     table = run_records.read(results)

@@ -39,13 +39,12 @@ NO_COST = {"cost"}  # the synthetic store records no cost: the cost section says
 
 
 @pytest.fixture(scope="module")
-def scored(tmp_path_factory, build_store_fn):
+def scored(tmp_path_factory, build_store_fn, save_records_fn):
     """(results folder, store path, Scores) of the synthetic benchmark."""
     root = tmp_path_factory.mktemp("report")
     store, records = build_store_fn(root / "s.zarr", QUALITY)
     results = root / "results"
-    records_dir(results).mkdir(parents=True)
-    records.write_parquet(records_dir(results) / "all.parquet")
+    save_records_fn(results, records)
     scores = score(records, ScoreOptions(reference="median", n_bootstrap=40), store=store)
     scores.write(results / "scores", metric_table=results / METRIC_TABLE)
     return results, root / "s.zarr", scores
@@ -170,8 +169,6 @@ def test_the_methods_describe_v2_scores_with_the_constants_they_were_made_with()
     from crs.scoring import crs as core
     from crs.scoring.report.page import _q_words
 
-    assert "max(1 − x_ref, 0.25)" in _q_words("2", None)  # written before v2 recorded its constants
-    assert "by more than 4 times" in _q_words("2", None) and "up to 0 on an axis" in _q_words("2", None)
     now = _q_words("2", core.constants("2"))
     assert f"max(1 − x_ref, {core.Q_FLOOR:.3g})" in now and f"{1 / core.Q_FLOOR:.3g} times" in now
 
@@ -182,6 +179,31 @@ def _rescored(results, scores, tmp_path, **empty):
     shutil.copytree(results, copy)
     replace(scores, **{k: pl.DataFrame() for k in empty}, generation=new_generation()).write(copy / "scores")
     return copy
+
+
+@pytest.mark.parametrize("lacks", ["verdict", "crs_version", "crs_constants"])
+def test_scores_without_their_verdict_version_or_constants_are_refused_not_guessed(scored, tmp_path, lacks):
+    """The report rebuilt a missing verdict from the tables, read a missing CRS version as v1 and described v2
+    scores without recorded constants with older ones: each is refused now, naming the file and `crs score`."""
+    import json
+    import shutil
+
+    from crs.scoring import scoreset
+
+    results = tmp_path / "results"
+    shutil.copytree(scored[0], results)
+    meta = results / "scores" / "scores.json"
+    doc = {k: v for k, v in json.loads(meta.read_text()).items() if k != scoreset.DOC_DIGEST}
+    assert doc["settings"]["crs_version"] == "2"
+    if lacks == "verdict":
+        del doc["verdict"]
+    else:
+        del doc["settings"][lacks]
+    meta.write_text(json.dumps({**doc, scoreset.DOC_DIGEST: scoreset.doc_digest(doc)}))
+    with pytest.raises(scoreset.MissingScores, match=rf"scores.json lacks [a-z_.]*{lacks}.*`crs score --results "):
+        report.load(results)
+    r = CliRunner().invoke(app, ["report", "--results", str(results), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and lacks in r.output and not (tmp_path / "out" / "report.html").exists(), r.output
 
 
 def test_absent_reliability_is_said_and_the_store_fills_it(scored, tmp_path):

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import forkrun  # tests/forkrun.py
 from crs.cli import app
 from crs.errors import UserError
-from crs.records import records_dir
+from crs.records import read as read_records
 from crs.scoring import report, scoreset
 from crs.scoring.options import ScoreOptions
 from crs.scoring.run import score
@@ -27,10 +27,9 @@ from crs.scoring.run import score
 OLD_B, NEW_B = 5, 7  # bootstrap sizes that tell the old set from the new one
 
 
-def _results(tmp_path, make_records):
+def _results(tmp_path, make_records, save_records):
     results = tmp_path / "results"
-    records_dir(results).mkdir(parents=True)
-    make_records({"a": 0.9, "b": 0.8, "c": 0.7}).write_parquet(records_dir(results) / "all.parquet")
+    save_records(results, make_records({"a": 0.9, "b": 0.8, "c": 0.7}))
     return results
 
 
@@ -48,9 +47,9 @@ def _leftovers(results):
 
 
 @pytest.mark.parametrize("kill_at", ["file:1", "staged", "old-moved", "new-moved"])
-def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at, tmp_path, make_records):
-    results = _results(tmp_path, make_records)
-    records = pl.read_parquet(records_dir(results) / "all.parquet")
+def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at, tmp_path, make_records, save_records):
+    results = _results(tmp_path, make_records, save_records)
+    records = read_records(results)
     old = score(records, ScoreOptions(reference="median", n_bootstrap=OLD_B, crs_version="1"))
     old.write(results / "scores")
     killed = _score_cli(results, NEW_B, kill_at)
@@ -72,9 +71,9 @@ def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at,
     assert report.load(results).generation == old.generation
 
 
-def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records):
-    results = _results(tmp_path, make_records)
-    records = pl.read_parquet(records_dir(results) / "all.parquet")
+def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records, save_records):
+    results = _results(tmp_path, make_records, save_records)
+    records = read_records(results)
     first = score(records, ScoreOptions(n_bootstrap=OLD_B, crs_version="1"))
     first.write(tmp_path / "other")
     score(records, ScoreOptions(n_bootstrap=NEW_B, crs_version="1")).write(results / "scores")
@@ -86,9 +85,9 @@ def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records):
     assert not (tmp_path / "r" / "report.html").exists()
 
 
-def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records):
-    results = _results(tmp_path, make_records)
-    scores = score(pl.read_parquet(records_dir(results) / "all.parquet"),
+def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records, save_records):
+    results = _results(tmp_path, make_records, save_records)
+    scores = score(read_records(results),
                    ScoreOptions(n_bootstrap=OLD_B, crs_version="1"))
     scores.write(results / "scores")
     (results / "scores" / "rank_distribution.parquet").unlink()
@@ -97,8 +96,11 @@ def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records)
     scores.write(results / "scores")
     meta = results / "scores" / "scores.json"
     doc = json.loads(meta.read_text())
-    del doc["generation"], doc["digest"]  # as an older crs score wrote it
-    meta.write_text(json.dumps(doc))
+    meta.write_text(json.dumps({k: v for k, v in doc.items() if k != "digest"}))  # values then unchecked: refused
+    with pytest.raises(UserError, match=r"scores.json records no digest.*re-run `crs score"):
+        report.load(results)
+    del doc["generation"]
+    meta.write_text(json.dumps({**doc, "digest": scoreset.doc_digest(doc)}))
     with pytest.raises(scoreset.MixedScores, match="no generation id.*re-run `crs score"):
         report.load(results)
     meta.write_text("{not json")
@@ -131,8 +133,6 @@ def test_a_value_changed_by_hand_in_a_score_table_or_scores_json_is_refused(tmp_
     valid JSON) is refused naming the file and `crs score`, never shown."""
     import json
 
-    import polars as pl
-
     from crs.scoring import scoreset
 
     out = tmp_path / "results" / "scores"
@@ -143,6 +143,11 @@ def test_a_value_changed_by_hand_in_a_score_table_or_scores_json_is_refused(tmp_
     meta = pl.read_parquet_metadata(out / "encoders.parquet")  # rewritten keeping its metadata: only a value moves
     table.with_columns(crs=pl.Series([40.0, 61.0])).write_parquet(out / "encoders.parquet", metadata=meta)
     with pytest.raises(scoreset.MixedScores, match="encoders.parquet .its values are not those crs score wrote"):
+        scoreset.read_tables(out, doc, ["encoders"], tmp_path / "results")
+    del meta[scoreset.DIGEST_KEY]  # without its digest the changed value was read unchecked: refused too
+    table.with_columns(crs=pl.Series([40.0, 61.0])).write_parquet(out / "encoders.parquet", metadata=meta)
+    with pytest.raises(scoreset.MixedScores, match="encoders.parquet .its values are not those crs score wrote, or "
+                                                   "it records no digest"):
         scoreset.read_tables(out, doc, ["encoders"], tmp_path / "results")
     text = json.loads((out / "scores.json").read_text())
     (out / "scores.json").write_text(json.dumps({**text, "tables": ["encoders", "x"]}))

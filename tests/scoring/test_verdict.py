@@ -12,7 +12,8 @@ from crs.scoring import verdict
 from crs.scoring.axes import AXES
 
 W = (1 / 3, 1 / 3, 1 / 3)
-SETTINGS = {"reference": "a", "weights": dict(zip(verdict.COMPONENTS, W)), "bootstrap": {"confidence": 0.95}}
+SETTINGS = {"reference": "a", "weights": dict(zip(verdict.COMPONENTS, W)), "bootstrap": {"confidence": 0.95},
+            "crs_version": "1"}
 
 
 def table(q: np.ndarray, names, diffs=None, p_rank1=None, best=None) -> pl.DataFrame:

@@ -1,15 +1,15 @@
 """One perturbation generator per dataset in a store: recorded with each perturbed array, another refused with
-both names and the repair; stores from before the record read as the first generator and stay readable."""
+both names and the repair; a perturbed array that records none (drawn by unreleased development's generator) is
+refused, by the reader and by a writer into its dataset, naming the array and the repair."""
 
 import numpy as np
 import pytest
 
 from crs.errors import UserError
 from crs.extract import perturb
-from crs.names import PERTURBATION_GENERATORS
-from crs.store import DatasetTable, EmbeddingShape, Store, generators
+from crs.store import DatasetTable, EmbeddingShape, Store, StoreError, generators
 
-OLD, NEW = PERTURBATION_GENERATORS[0], perturb.GENERATOR
+OLD, NEW = generators.NONE, perturb.GENERATOR
 
 
 def _store(tmp_path) -> Store:
@@ -32,19 +32,25 @@ def test_perturbed_arrays_record_the_generator_and_clean_ones_do_not():
     assert perturb.generator_attrs("clean") == {} and perturb.generator_attrs("shift:mimic_cxr") == {}
 
 
-def test_a_store_from_before_the_record_reads_as_the_first_generator_and_is_refused(tmp_path):
+def test_a_perturbed_array_that_records_no_generator_is_refused_by_reader_and_writer(tmp_path):
+    """Such arrays were read as the first generator's (torch-generator-v0) and so kept readable; only
+    unreleased development wrote them, so they are refused now (CONTRIBUTING, Compatibility)."""
     store = _store(tmp_path)
     _array(store, "enc", "clean")
-    _array(store, "enc", "gaussian_noise@1")  # no attribute: written before arrays recorded their generator
+    _array(store, "enc", "gaussian_noise@1")  # no attribute, as unreleased development wrote them
     assert store.perturbation_generators("d") == {OLD: ["enc/gaussian_noise@1"]}
     reopened = Store(store.path)
     for encoder in ("enc", "other"):  # the same array, or another encoder's in the same dataset
         with pytest.raises(UserError) as info:
             _array(reopened, encoder, "gaussian_noise@1", **perturb.generator_attrs("gaussian_noise@1"))
         message = str(info.value)
-        assert OLD in message and NEW in message and "--store" in message and "delete" in message
+        assert "record no perturbation generator" in message and NEW in message and "--store" in message
+        assert "delete" in message
     _array(reopened, "other", "clean", **perturb.generator_attrs("clean"))  # clean embeddings: any generator
-    np.testing.assert_array_equal(reopened.read_embedding("d", "enc", "gaussian_noise@1"), np.ones((2, 3)))
+    np.testing.assert_array_equal(reopened.read_embedding("d", "enc", "clean"), np.ones((2, 3)))
+    with pytest.raises(StoreError, match=r"embeddings d/enc/gaussian_noise@1 in .* record no perturbation generator "
+                                         r".*`crs extract --encoder enc --dataset d --store "):
+        reopened.read_embedding("d", "enc", "gaussian_noise@1")
 
 
 def test_the_same_generator_writes_on_and_a_writer_that_names_none_is_not_checked(tmp_path):
@@ -93,5 +99,5 @@ def test_extract_records_the_generator_and_refuses_a_store_of_another(tmp_path):
     for enc_cond in store.perturbation_generators("demo_fundus")[NEW]:  # as a store written before the record
         enc, cond = enc_cond.split("/")
         del root[f"datasets/demo_fundus/embeddings/{enc}/{cond}"].attrs[generators.ATTR]
-    with pytest.raises(UserError, match=OLD):
+    with pytest.raises(UserError, match="record no perturbation generator"):
         extract(Store(store.path), "demo-stats", "demo_fundus", **kw)

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crs.errors import UserError
+from crs.names import PERTURBATION_GENERATORS
 from crs.store import (
     SCHEMA_VERSION,
     DatasetTable,
@@ -18,6 +19,7 @@ from crs.store import (
     StoreError,
     dataset_lock,
     extraction_lock,
+    generators,
     store_key,
     store_order,
 )
@@ -73,14 +75,17 @@ def test_round_trip(tmp_path):
 def test_incomplete_array_is_refused_with_resume_hint(tmp_path):
     s = Store(str(tmp_path / "s.zarr"))
     s.write_dataset(table())
-    arr = s.embedding("toy", "enc", "gaussian_noise@2", EmbeddingShape(rows="test", n_rows=3, width=2, chunk=2))
+    drawn = {generators.ATTR: PERTURBATION_GENERATORS[-1]}
+    arr = s.embedding("toy", "enc", "gaussian_noise@2", EmbeddingShape(rows="test", n_rows=3, width=2, chunk=2),
+                      attrs=drawn)
     arr.write_chunk(0, np.ones((2, 2)))
     assert not arr.finalize()
     assert arr.pending().tolist() == [1]
     with pytest.raises(StoreError, match=r"incomplete \(1 of 2 chunks missing\).*crs extract --encoder enc"):
         s.read_embedding("toy", "enc", "gaussian_noise@2")
     # re-opening the same array continues where it stopped
-    again = s.embedding("toy", "enc", "gaussian_noise@2", EmbeddingShape(rows="test", n_rows=3, width=2, chunk=2))
+    again = s.embedding("toy", "enc", "gaussian_noise@2", EmbeddingShape(rows="test", n_rows=3, width=2, chunk=2),
+                        attrs=drawn)
     assert again.pending().tolist() == [1]
     again.write_chunk(1, np.full((1, 2), 2.0))
     assert again.finalize()
