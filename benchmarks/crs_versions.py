@@ -178,6 +178,8 @@ class Totals(NamedTuple):
     best_size: np.ndarray  # [1]: the best set's size, summed
     tier_hits: np.ndarray  # [1]: the true best is in the per-pair tier (the leader and every encoder whose
     tier_size: np.ndarray  # [1]   difference interval to it holds 0), and that tier's size, summed
+    union_hits: np.ndarray  # [1]: the true best is in the union of the best set and the per-pair tier
+    union_size: np.ndarray  # [1]: that union's size, summed
     mean_width: np.ndarray  # [1]: the plain-mean test's pairwise interval widths, mean over pairs, summed
     mean_separated: np.ndarray  # [gap + 1]: the plain-mean test separates B_g from A (and the one-axis pair)
 
@@ -246,7 +248,7 @@ class Tally:
         self.t = Totals(np.zeros(pairs), np.zeros(pairs), np.zeros(pairs), np.zeros(pairs), np.zeros(pairs),
                         np.zeros((n, 4)),
                         np.zeros((n, n_datasets, 4)), np.zeros(n_gaps), z.copy(), z.copy(), z.copy(), z.copy(),
-                        z.copy(), z.copy(), np.zeros(n_gaps + 1))
+                        z.copy(), z.copy(), z.copy(), z.copy(), np.zeros(n_gaps + 1))
 
     def add(self, x: np.ndarray, draw_seed: int) -> None:
         """One benchmark's x [1 + replicate, encoder, dataset, seed, axis]."""
@@ -311,6 +313,8 @@ class Tally:
         tier[leader] = True
         t.tier_hits[:] += bool(tier[best])
         t.tier_size[:] += tier.sum()
+        t.union_hits[:] += bool(tier[best] or chosen[best])
+        t.union_size[:] += (tier | chosen).sum()
 
 
 def tune(paths: list[str], grid: dict, gaps=GAPS, c_unbiased: bool = False) -> list[dict]:
@@ -398,7 +402,9 @@ def _row(name, datasets, version, tally: Tally, n_bootstrap: int, gaps, seconds,
                      "power_one_axis": {f"{ONE_AXIS[0]}+{ONE_AXIS[1]}": round(float(t.mean_separated[-1] / n), 3)}},
         "best_set": {"coverage": round(float(t.best_hits[0] / n), 3), "mean_size": round(float(t.best_size[0] / n), 2),
                      "tier_coverage": round(float(t.tier_hits[0] / n), 3),
-                     "tier_mean_size": round(float(t.tier_size[0] / n), 2)},
+                     "tier_mean_size": round(float(t.tier_size[0] / n), 2),
+                     "union_coverage": round(float(t.union_hits[0] / n), 3),
+                     "union_mean_size": round(float(t.union_size[0] / n), 2)},
         "monte_carlo_half_width": round(1.96 * math.sqrt(0.95 * 0.05 / n), 4),
         "seconds": round(seconds, 1), "partial": partial,
     }

@@ -159,7 +159,8 @@ def _sets_known(enc: pl.DataFrame) -> bool:
 
 
 NO_INTERVAL = "the bootstrap gave no interval, so there is no set for the best encoder"
-SET_WHY = "a simultaneous set, allowing for every comparison and for the leader being chosen from the same data"
+SET_WHY = ("a simultaneous set, allowing for every comparison and for the leader being chosen from the same data, "
+           "that keeps every encoder not clearly behind the leader")
 NO_PLAN = ("no plan to settle the set: it needs the bootstrap of seeds and test images together "
            "(--bootstrap-unit both)")
 
