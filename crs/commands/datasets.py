@@ -40,6 +40,7 @@ def datasets_check_cmd(
     from crs.stages.steps import dataset_options  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     stages.check_dataset_names([name])
+    stages.check_shift_target(given.get(("datasets", "shift_target")), [name])
     if sample < 0:
         raise BadInput(f"--sample must be at least 0, not {sample}")
     given[("datasets", "roots")] = stages.parse_roots(given.pop(("datasets", "roots"), None), [name])

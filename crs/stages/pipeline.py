@@ -134,7 +134,9 @@ def check_names(cfg: Config, *, text: str = "", source: str = "") -> dict:
                         cfg.encoders.set else None),
                        (("encoders", "set"), lambda: steps.with_sets(cfg)),
                        (("encoders", "revisions"), lambda: steps.encoder_specs(cfg, extra)),
-                       (("datasets", "names"), lambda: steps.check_dataset_names(list(cfg.datasets.names)))):
+                       (("datasets", "names"), lambda: steps.check_dataset_names(list(cfg.datasets.names))),
+                       (("datasets", "shift_target"),
+                        lambda: steps.check_shift_target(cfg.datasets.shift_target, list(cfg.datasets.names)))):
         try:
             check()
         except BadInput as exc:

@@ -53,6 +53,23 @@ def check_dataset_names(given: list[str]) -> list[str]:
     return list(dict.fromkeys(given))
 
 
+def check_shift_target(spec: str | None, datasets: list[str]) -> None:
+    """BadInput where --shift-target names no dataset, or where no dataset given is a ``csv:`` one (the only
+    kind it applies to: the others name their own target in the registry, and it would go unused)."""
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+
+    if not spec:
+        return
+    try:
+        dsreg.check_shift_target(spec)
+    except UserError as exc:
+        raise BadInput(str(exc)) from None
+    if not any(d.startswith(dsreg.CSV_PREFIX) for d in datasets):
+        raise BadInput(f"--shift-target {spec} applies to csv:PATH datasets only, and none is given "
+                       f"({', '.join(datasets) or 'none'}); the others name their own (`crs datasets`): "
+                       "drop --shift-target, or add the csv: dataset it belongs to")
+
+
 def encoder_records(file: str | None) -> dict:
     """The extra encoder records of an --encoder-file (name -> record); BadInput for a bad file."""
     if file is None:
