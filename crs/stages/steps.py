@@ -209,7 +209,7 @@ def _stored_role(store, name: str) -> str | None:
 
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
-    from crs.extract import targets  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
+    from crs.extract import real, targets  # noqa: PLC0415 -- numpy, polars: crs encoders lists the registry without them
     from crs.extract.run import extract_many  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
     from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
@@ -219,6 +219,8 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
         raise BadInput(f"--weights names one checkpoint; pass exactly one --encoder (got {len(enc.names)})")
     extra = encoder_records(enc.file) if extra_encoders is None else extra_encoders
     datasets = _datasets_with_shift_targets(cfg)
+    for d in datasets:  # what `crs datasets check` refuses for its classes, refused before the store is touched
+        real.require_measurable(d)
     store = Store(cfg.store, mode="a")
     datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
     specs = encoder_specs(cfg, extra)
@@ -306,6 +308,7 @@ def _plan_datasets(cfg: Config) -> list[dict]:
     """Each dataset of ``cfg`` and its shift target, indexed from its files (no image decoded); a dataset
     that cannot be read carries the reason (as `crs datasets check` would give it) instead of its table."""
     from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
 
     opts, ds = dataset_options(cfg), cfg.datasets
     out: dict[str, dict] = {}
@@ -316,6 +319,7 @@ def _plan_datasets(cfg: Config) -> list[dict]:
             if dataset is None:
                 return None
             key = dataset.name
+            real.require_measurable(dataset)
             if key not in out:
                 out[key] = {"name": key, "modality": dataset.modality, "table": dataset.table(), "problem": None}
             return dataset
@@ -323,7 +327,8 @@ def _plan_datasets(cfg: Config) -> list[dict]:
             if name not in out:
                 msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
                 out[name] = {"name": name, "modality": None, "table": None,
-                             "problem": f"{msg} (`crs datasets check {name}` says more)"}
+                             "problem": msg if "`crs datasets check " in msg else
+                             f"{msg} (`crs datasets check {name}` says more)"}
             return None
 
     for d in ds.names:
@@ -356,6 +361,8 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
         if st.has_dataset(d) and not (st.dataset(d).split == 0).any():
             raise BadInput(f"dataset {d!r} has no training split (an external test set); it is evaluated "
                            "as the shift target of the dataset that names it, not probed itself")
+    for d in dict.fromkeys(d for _, d in available if not datasets or d in datasets):
+        require_measurable_stored(st, d)
     held = ", ".join(f"{e} × {d}" for e, d in available) or "nothing yet"
     if every or bool(encoders) != bool(datasets):  # one side named: every pair the store holds for it
         pairs = [(e, d) for e, d in available if (not encoders or e in encoders) and (not datasets or d in datasets)]
@@ -371,6 +378,26 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
             raise BadInput(f"no complete clean embeddings of {d!r} by {e!r} in {store_path!r} (it holds: "
                            f"{held}); run `crs extract --encoder {e} --dataset {d} --store {store_path}`")
     return pairs
+
+
+def require_measurable_stored(store, dataset: str) -> None:
+    """``crs.extract.real.refuse_unmeasurable`` of a dataset as the store holds it, where it was read from
+    files (its attributes record their identity): the check `crs datasets check` and extraction apply, so a
+    store written without it (by another crs, or the library directly) is refused the same way. BadInput."""
+    import shlex  # noqa: PLC0415 -- only the refusal needs it
+
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+
+    table = store.dataset(dataset)
+    attrs = table.attrs
+    if not attrs.get("identity"):
+        return
+    words = ([f"csv:{attrs['csv']}", "--image-root", str(attrs.get("root")), "--modality", str(attrs.get("modality"))]
+             if attrs.get("csv") else [dataset, "--root", f"{dataset}={attrs.get('root')}"])
+    try:
+        real.refuse_unmeasurable(table, table.task, table.classes, dataset, shlex.join(words))
+    except UserError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings: Probe,
@@ -470,6 +497,9 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
         reopened, _ = _open_for_scoring(found)
         if reopened is not None:
             opened, note = reopened, f"scored with the store the run records name, {found} (--store {store} holds none)"
+    if opened is not None:
+        for d in sorted(set(table["dataset"].unique().to_list()) & set(opened.datasets())):
+            require_measurable_stored(opened, d)
     # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
     progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap_unit} bootstrap "
                       f"B={settings.bootstrap})", total=None)

@@ -47,3 +47,74 @@ def test_a_shift_target_without_a_csv_dataset_is_refused_not_ignored(tmp_path):
                  "--shift-target", "demo_cxr_site2", "--store", tmp_path / STORE, "--quiet")
     assert r.rc == 2 and "csv:PATH datasets only" in r.message and "drop --shift-target" in r.message, r.message
     assert not (tmp_path / STORE).exists()
+
+
+# ------------------------------------------------------------------ item 3: a task no probe can measure
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _own_class_rows(rows):
+    """Each image its own class: the test split's classes never appear in training."""
+    return [[p, f"c{i:02d}", s] for i, (p, _, s) in enumerate(rows)]
+
+
+def _check_reason(csv_path: Path, data: Path) -> str:
+    """The first fatal problem `crs datasets check` gives (its text after 'FILE: ')."""
+    r = crs_here("datasets", "check", f"csv:{csv_path}", "--image-root", data, "--modality", "dermatology", "--quiet")
+    assert r.rc == 2, f"crs datasets check: exit {r.rc}:\n{r.message[-1500:]}"
+    errors = [line for line in r.message.splitlines() if line.startswith("error: ")]
+    assert errors, r.message
+    return _words(errors[0].split(": ", 2)[2])
+
+
+@pytest.fixture(scope="module")
+def unmeasurable(csv_baseline, tmp_path_factory):
+    """A store and run records of the each-image-its-own-class CSV, written through the library (which
+    checks nothing, as another crs might have): what probe and score meet when they did not make it."""
+    from crs.config import Probe
+    from crs.extract import datasets as dsreg
+    from crs.extract.run import extract
+    from crs.probe.run import ProbeOptions, probe
+    from crs.store import Store
+
+    folder = tmp_path_factory.mktemp("unmeasurable")
+    data, rows = _data(csv_baseline, folder)
+    csv_path = write_csv(data / "own.csv", _own_class_rows(rows))
+    ds = dsreg.get(f"csv:{csv_path}", modality="dermatology", image_root=str(data))
+    extract(Store(str(folder / STORE)), "demo-stats", ds, perturbations=False)
+    probe(Store(str(folder / STORE)), "demo-stats", "own", results=folder / "results",
+          options=ProbeOptions.from_settings(Probe(seeds=1, fractions=(1.0,), l2=(1.0,))))
+    return folder, data, csv_path
+
+
+def test_a_csv_no_probe_can_measure_is_refused_by_every_stage_for_the_reason_check_gives(unmeasurable, tmp_path):
+    folder, data, csv_path = unmeasurable
+    reason = _check_reason(csv_path, data)
+    assert "train split has no image of class" in reason, reason
+    r = crs_here(*csv_extract_args(data, tmp_path / STORE, csv_path))
+    outcomes = {"extract": r}
+    outcomes["probe"] = crs_here("probe", "--all", "--store", folder / STORE, "--results", tmp_path / "results",
+                                 "--quiet")
+    outcomes["score"] = crs_here("score", "--store", folder / STORE, "--results", folder / "results",
+                                 "--bootstrap", "5", "--quiet")
+    config = tmp_path / "bench.toml"
+    config.write_text(f'store = "{tmp_path / "run.zarr"}"\nresults = "{tmp_path / "run"}"\n[encoders]\n'
+                      f'names = ["demo-stats", "demo-resnet"]\n[datasets]\nnames = ["csv:{csv_path}"]\nmodality = "dermatology"\n'
+                      f'image_root = "{data}"\n[extract]\nperturb = false\n')
+    outcomes["run"] = crs_here("run", config)
+    for stage, r in outcomes.items():
+        assert r.rc == 2, f"crs {stage}: exit {r.rc}:\n{r.message[-1500:]}"
+        assert reason in _words(r.message), f"crs {stage} does not give check's reason {reason!r}:\n{r.message}"
+        assert "`crs datasets check csv:" in r.message and "--modality dermatology" in r.message, r.message
+    assert not (tmp_path / STORE).exists() and not (tmp_path / "run.zarr").exists()
+    assert not (folder / "results" / "scores").exists()
+
+
+def test_a_csv_of_two_training_images_is_refused_by_extract_as_by_check(csv_baseline, tmp_path):
+    data, rows = _data(csv_baseline, tmp_path)
+    csv_path = write_csv(data / "two.csv", [rows[0], rows[1]])  # two classes, both in train: no val, no test
+    reason = _check_reason(csv_path, data)
+    r = crs_here(*csv_extract_args(data, tmp_path / STORE, csv_path))
+    assert r.rc == 2 and reason in _words(r.message), f"exit {r.rc}, check said {reason!r}:\n{r.message}"
+    assert not (tmp_path / STORE).exists()
