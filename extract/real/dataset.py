@@ -206,6 +206,8 @@ class FileDataset:
             out["blank"] = "-1 (unknown)" if self.csv_path else "0 (not mentioned)"
         if self.csv_path is not None:
             out["csv"] = str(self.csv_path)
+        if self.shift_spec and self.shift_spec.startswith("csv:"):  # how a command line names the target again
+            out["shift_spec"] = f"csv:{Path(self.shift_spec[len('csv:'):]).expanduser().resolve()}"
         return out
 
 

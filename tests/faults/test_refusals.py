@@ -100,7 +100,8 @@ def test_a_csv_no_probe_can_measure_is_refused_by_every_stage_for_the_reason_che
                                  "--bootstrap", "5", "--quiet")
     config = tmp_path / "bench.toml"
     config.write_text(f'store = "{tmp_path / "run.zarr"}"\nresults = "{tmp_path / "run"}"\n[encoders]\n'
-                      f'names = ["demo-stats", "demo-resnet"]\n[datasets]\nnames = ["csv:{csv_path}"]\nmodality = "dermatology"\n'
+                      f'names = ["demo-stats", "demo-resnet"]\n[datasets]\nnames = ["csv:{csv_path}"]\n'
+                      'modality = "dermatology"\n'
                       f'image_root = "{data}"\n[extract]\nperturb = false\n')
     outcomes["run"] = crs_here("run", config)
     for stage, r in outcomes.items():
@@ -118,3 +119,42 @@ def test_a_csv_of_two_training_images_is_refused_by_extract_as_by_check(csv_base
     r = crs_here(*csv_extract_args(data, tmp_path / STORE, csv_path))
     assert r.rc == 2 and reason in _words(r.message), f"exit {r.rc}, check said {reason!r}:\n{r.message}"
     assert not (tmp_path / STORE).exists()
+
+
+# ------------------------------------------------------------------ item 5: a csv: shift target in a repair
+def _printed(message: str, stage: str) -> list[list[str]]:
+    """Each backquoted `crs STAGE ...` command of ``message``, split as a shell would (without 'crs')."""
+    import re
+    import shlex
+
+    return [shlex.split(c)[1:] for c in re.findall(r"`(crs [^`]+)`", message) if shlex.split(c)[1:2] == [stage]]
+
+
+@pytest.mark.parametrize("roots", ["each CSV's folder", "one --image-root"])
+def test_the_repair_of_a_csv_with_a_csv_shift_target_runs_as_printed(csv_baseline, tmp_path, roots):
+    data, rows = _data(csv_baseline, tmp_path)
+    source = write_csv(data / f"{CSV_NAME}.csv", rows)
+    (tmp_path / "target").mkdir()
+    if roots == "one --image-root":  # both CSVs name images under data/
+        target = write_csv(tmp_path / "target" / "shift.csv", rows)
+    else:  # the target's images beside its own CSV
+        shutil.copytree(data / "imgs", tmp_path / "target" / "imgs")
+        target = write_csv(tmp_path / "target" / "shift.csv", rows)
+    store = tmp_path / STORE
+    args = csv_extract_args(data, store, source) + ["--shift-target", f"csv:{target}"]
+    if roots != "one --image-root":
+        i = args.index("--image-root")
+        del args[i:i + 2]
+    r = crs_here(*args)
+    assert r.rc == 0, r.message
+    chunk = store / "datasets" / CSV_NAME / "embeddings" / "demo-stats" / "clean" / "x" / "c" / "0" / "0"
+    chunk.write_bytes(b"damaged")
+    r = crs_here("probe", "--all", "--store", store, "--results", tmp_path / "results", "--quiet")
+    assert r.rc == 2, r.message
+    hints = _printed(r.message, "extract")
+    assert hints and f"csv:{target}" in hints[0], f"the hint does not name the target's CSV:\n{r.message}"
+    assert crs_here("store", "verify", store, "--repair").rc in (0, 2)
+    fix = crs_here(*hints[0], "--quiet")
+    assert fix.rc == 0, f"the printed repair `crs {' '.join(hints[0])}` exited {fix.rc}:\n{fix.message[-1500:]}"
+    r = crs_here("probe", "--all", "--store", store, "--results", tmp_path / "results", "--quiet")
+    assert r.rc == 0, r.message
