@@ -159,7 +159,7 @@ def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
     """The command that recomputes the node at store key ``key`` (``datasets/D/...``). ``decoded``: the damage
     was found by decoding or in metadata, which ``crs extract``'s cheap resume check does not see."""
     parts = key.strip("/").split("/") if key.strip("/") else []
-    verify = f"`crs store verify --repair {path}`"
+    verify = f"`{shlex.join(['crs', 'store', 'verify', '--repair', path])}`"
     if len(parts) < 2 or parts[0] != "datasets":
         return (f"run {verify}; if it is the store's root metadata that is damaged, extract into a new store "
                 "(pass --store with a new path)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -375,8 +376,9 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
     pairs = [(e, d) for e in encoders for d in datasets]
     for e, d in pairs:
         if (e, d) not in available:
+            fix = shlex.join(["crs", "extract", "--encoder", e, "--dataset", d, "--store", store_path])
             raise BadInput(f"no complete clean embeddings of {d!r} by {e!r} in {store_path!r} (it holds: "
-                           f"{held}); run `crs extract --encoder {e} --dataset {d} --store {store_path}`")
+                           f"{held}); run `{fix}`")
     return pairs
 
 
@@ -384,8 +386,6 @@ def require_measurable_stored(store, dataset: str) -> None:
     """``crs.extract.real.refuse_unmeasurable`` of a dataset as the store holds it, where it was read from
     files (its attributes record their identity): the check `crs datasets check` and extraction apply, so a
     store written without it (by another crs, or the library directly) is refused the same way. BadInput."""
-    import shlex  # noqa: PLC0415 -- only the refusal needs it
-
     from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
 
     table = store.dataset(dataset)

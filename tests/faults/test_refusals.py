@@ -123,11 +123,13 @@ def test_a_csv_of_two_training_images_is_refused_by_extract_as_by_check(csv_base
 
 # ------------------------------------------------------------------ item 5: a csv: shift target in a repair
 def _printed(message: str, stage: str) -> list[list[str]]:
-    """Each backquoted `crs STAGE ...` command of ``message``, split as a shell would (without 'crs')."""
+    """Each backquoted `crs STAGE ...` command of ``message`` with arguments (a bare `crs probe` names the
+    command, not a repair), split as a shell would (without 'crs')."""
     import re
     import shlex
 
-    return [shlex.split(c)[1:] for c in re.findall(r"`(crs [^`]+)`", message) if shlex.split(c)[1:2] == [stage]]
+    return [shlex.split(c)[1:] for c in re.findall(r"`(crs [^`]+)`", message)
+            if shlex.split(c)[1:2] == [stage] and len(shlex.split(c)) > 2]
 
 
 @pytest.mark.parametrize("roots", ["each CSV's folder", "one --image-root"])
@@ -158,3 +160,64 @@ def test_the_repair_of_a_csv_with_a_csv_shift_target_runs_as_printed(csv_baselin
     assert fix.rc == 0, f"the printed repair `crs {' '.join(hints[0])}` exited {fix.rc}:\n{fix.message[-1500:]}"
     r = crs_here("probe", "--all", "--store", store, "--results", tmp_path / "results", "--quiet")
     assert r.rc == 0, r.message
+
+
+# ------------------------------------------------------------------ item 6: probe hints runnable as printed
+def _spaced(baseline, tmp_path: Path, monkeypatch) -> Path:
+    """A copy of the baseline run in a folder whose name has spaces, the commands run from another folder
+    (where no default store is: a hint without --store fails there)."""
+    folder = tmp_path / "my run"
+    shutil.copytree(baseline.folder, folder, symlinks=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    return folder
+
+
+def _run_printed(message: str, stage: str) -> None:
+    hints = _printed(message, stage)
+    assert hints, f"no `crs {stage} ...` hint in:\n{message}"
+    for words in hints[:1]:
+        r = crs_here(*words, "--quiet")
+        assert r.rc == 0, f"the hint `crs {' '.join(words)}` as printed: exit {r.rc}:\n{r.message[-1500:]}"
+
+
+def _rewrite_records(results: Path, generation: str | None = None, alter: bool = False) -> None:
+    """Rewrite the first run-record file: under another generation (its digest made anew), or with one value
+    altered under the old digest (a damaged file)."""
+    import polars as pl
+
+    from crs import records
+
+    target = sorted((results / "run_records").glob("*.parquet"))[0]
+    meta = records.metadata(target)
+    frame = pl.read_parquet(target)
+    if alter:
+        frame = frame.with_columns(pl.col("auroc") * 0.5)
+        frame.write_parquet(target, metadata=meta)
+    else:
+        keep = {k: v for k, v in meta.items() if k not in (records.GENERATION, records.DIGEST)}
+        records.write_parquet(target, frame, generation, keep)
+
+
+@pytest.mark.parametrize("fault", ["another generation", "altered values"])
+def test_probe_hints_of_score_name_the_store_and_quote_paths(baseline, tmp_path, monkeypatch, fault):
+    folder = _spaced(baseline, tmp_path, monkeypatch)
+    _rewrite_records(folder / "results", generation="not-the-probes", alter=fault == "altered values")
+    score = ("score", "--results", folder / "results", "--store", folder / STORE, "--bootstrap", "5", "--quiet")
+    r = crs_here(*score)
+    assert r.rc == 2, f"{fault}: exit {r.rc}:\n{r.message[-1500:]}"
+    _run_printed(r.message, "probe")
+    r = crs_here(*score)
+    assert r.rc == 0, f"{fault}: score after the printed probe: exit {r.rc}:\n{r.message[-1500:]}"
+
+
+def test_the_verify_alternative_quotes_a_store_path_with_spaces(baseline, tmp_path, monkeypatch):
+    folder = _spaced(baseline, tmp_path, monkeypatch)
+    chunks = sorted((folder / STORE / "datasets").glob("*/embeddings/demo-stats/clean/x/c/*/*"))
+    chunks[0].write_bytes(b"damaged")
+    r = crs_here("probe", "--all", "--store", folder / STORE, "--results", folder / "results", "--quiet")
+    assert r.rc == 2, r.message
+    verify = _printed(r.message, "store")
+    assert verify and verify[0][-1] == str(folder / STORE), f"the verify hint does not name the store:\n{r.message}"
+    fix = crs_here(*verify[0])
+    assert fix.rc in (0, 2) and "reset" in fix.message.lower(), fix.message
