@@ -211,6 +211,7 @@ def _stored_role(store, name: str) -> str | None:
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
     from crs.extract import real, targets  # noqa: PLC0415 -- numpy, polars: crs encoders lists the registry without them
+    from crs.extract.models import preflight  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
     from crs.extract.run import extract_many  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
     from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
@@ -222,9 +223,12 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
     datasets = _datasets_with_shift_targets(cfg)
     for d in datasets:  # what `crs datasets check` refuses for its classes, refused before the store is touched
         real.require_measurable(d)
+    specs = encoder_specs(cfg, extra)
+    if cfg.extract.executor != "ray":  # weights that cannot be had stop the run before a store is made
+        for spec in specs:  # (Ray's workers fetch their own)
+            preflight(spec, enc.weights)
     store = Store(cfg.store, mode="a")
     datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
-    specs = encoder_specs(cfg, extra)
     options = ExtractOptions.from_config(cfg)
     # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them
     by_dataset = [extract_many(store, specs, d, options, progress=progress) for d in datasets]

@@ -221,3 +221,60 @@ def test_the_verify_alternative_quotes_a_store_path_with_spaces(baseline, tmp_pa
     assert verify and verify[0][-1] == str(folder / STORE), f"the verify hint does not name the store:\n{r.message}"
     fix = crs_here(*verify[0])
     assert fix.rc in (0, 2) and "reset" in fix.message.lower(), fix.message
+
+
+# ------------------------------------------------------------------ items 11, 12: a model that cannot be had
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the block ends: a connection there is refused
+
+
+def _no_network_env(tmp_path: Path, token: bool) -> dict:
+    """The environment of a user without the network: the hub at a closed local port (nothing reaches the real
+    one), HF_HUB_OFFLINE not set, an empty hub cache, no proxy, a token or none."""
+    import os
+
+    from faultlib import cli_env
+
+    env = {k: v for k, v in cli_env().items()
+           if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE")
+           and not k.lower().endswith("_proxy")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}", HF_HOME=str(tmp_path / "hf"),
+               HF_TOKEN_PATH=str(tmp_path / "hf" / "token"), HF_HUB_DISABLE_TELEMETRY="1")
+    if token:
+        env["HF_TOKEN"] = "hf_not_a_real_token"
+    os.makedirs(tmp_path / "hf", exist_ok=True)
+    return env
+
+
+@pytest.mark.parametrize("token", [False, True], ids=["gated without a token", "no connection"])
+def test_a_model_that_cannot_be_had_is_refused_at_once_saying_why_and_leaves_no_store(tmp_path, token):
+    import subprocess
+    import sys
+
+    (tmp_path / "here").mkdir()
+    p = subprocess.run([sys.executable, "-m", "crs.cli", "extract", "--encoder", "medgemma", "--dataset", "demo_derm",
+                        "--size", "0.05", "--no-perturb", "--quiet"], cwd=tmp_path / "here",
+                       env=_no_network_env(tmp_path, token), capture_output=True, text=True, timeout=300)
+    said = p.stdout + p.stderr
+    assert p.returncode == 2, f"exit {p.returncode}:\n{said[-1500:]}"
+    assert "HF_HUB_OFFLINE is set" not in said and "Retrying" not in said, said[-1500:]
+    if token:
+        assert "cannot be reached" in said and "127.0.0.1" in said and "--weights PATH" in said, said[-1500:]
+    else:
+        assert "gated" in said and "HF_TOKEN" in said, said[-1500:]
+    assert not list((tmp_path / "here").iterdir()), "the failed extract left something behind"
+
+
+def test_an_empty_default_store_does_not_hide_the_demo_outputs(baseline, tmp_path, monkeypatch):
+    from crs.store import Store
+
+    shutil.copytree(baseline.folder, tmp_path / "crs-demo", symlinks=True)
+    monkeypatch.chdir(tmp_path)
+    Store("crs-store.zarr")  # what a failed extract left before: a store with nothing in it
+    r = crs_here("probe", "--all", "--seeds", "1", "--fractions", "0.5,1", "--l2", "1")
+    assert r.rc == 0, f"exit {r.rc}:\n{r.message[-1500:]}"
+    assert "crs-demo" in r.message and "nothing to probe" not in r.message, r.message[-1500:]
