@@ -27,6 +27,7 @@ from crs.extract import plan as planmod
 from crs.extract.options import DatasetOptions, ExtractOptions
 from crs.names import SPLIT_CODE
 from crs.progress import NO_PROGRESS, Progress
+from crs.stages import fresh
 
 HUB_PREFIXES = ("timm:", "hf:")
 
@@ -227,11 +228,17 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
     if cfg.extract.executor != "ray":  # weights that cannot be had stop the run before a store is made
         for spec in specs:  # (Ray's workers fetch their own)
             preflight(spec, enc.weights)
+    new = fresh.is_new(cfg.store)
     store = Store(cfg.store, mode="a")
-    datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
-    options = ExtractOptions.from_config(cfg)
-    # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them
-    by_dataset = [extract_many(store, specs, d, options, progress=progress) for d in datasets]
+    try:
+        datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
+        options = ExtractOptions.from_config(cfg)
+        # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them
+        by_dataset = [extract_many(store, specs, d, options, progress=progress) for d in datasets]
+    except Exception:
+        if new:  # a model that failed to load leaves no store behind that holds nothing
+            fresh.remove_if_unused(cfg.store)
+        raise
     summaries = [s for i in range(max(map(len, by_dataset), default=0)) for run in by_dataset for s in run[i:i + 1]]
     return Extracted(store, summaries)
 

@@ -278,3 +278,21 @@ def test_an_empty_default_store_does_not_hide_the_demo_outputs(baseline, tmp_pat
     r = crs_here("probe", "--all", "--seeds", "1", "--fractions", "0.5,1", "--l2", "1")
     assert r.rc == 0, f"exit {r.rc}:\n{r.message[-1500:]}"
     assert "crs-demo" in r.message and "nothing to probe" not in r.message, r.message[-1500:]
+
+
+def test_a_model_that_fails_to_load_leaves_no_new_store_and_an_old_one_as_it_was(baseline, tmp_path):
+    from faultlib import fp, outputs
+
+    (tmp_path / "junk.pth").write_bytes(b"not a checkpoint")
+    failing = ("--encoder", "dinov2", "--weights", tmp_path / "junk.pth", "--dataset", "demo_derm", "--size", "0.1",
+               "--no-perturb", "--quiet")
+    r = crs_here("extract", *failing, "--store", tmp_path / "new.zarr")
+    assert r.rc == 2, f"exit {r.rc}:\n{r.message[-1500:]}"
+    assert not (tmp_path / "new.zarr").exists(), "the failed extract left a new store behind"
+    folder = tmp_path / "old"
+    shutil.copytree(baseline.folder, folder, symlinks=True)
+    r = crs_here("extract", *failing, "--store", folder / STORE)
+    assert r.rc == 2 and (folder / STORE / "zarr.json").exists(), r.message[-1500:]
+    got = outputs(folder)
+    changed = [k for k, v in baseline.outputs.items() if k.startswith("store/") and not fp.same(got.get(k), v)]
+    assert not changed, f"the failed extract changed the old store's arrays: {changed[:5]}"
