@@ -152,8 +152,10 @@ def _listing(root: Path, named: pl.Series) -> tuple[set[str], set[str]]:
 
 
 def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | None = None,
-          progress=None) -> CheckReport:
-    """Validate a dataset folder: CSVs, ids, codings, missing and extra files, unreadable images."""
+          progress=None, classes: bool = True) -> CheckReport:
+    """Validate a dataset folder: CSVs, ids, codings, missing and extra files, unreadable images, and with
+    ``classes`` what a probe needs of its classes per split (``check_classes``; a shift target's are those of
+    its test rows, which the caller checks on the target's view: ``require_measurable``)."""
     if not isinstance(ds, FileDataset):  # a built-in dataset: nothing on disk to check
         t = ds.table()
         return CheckReport(ds.name, "(built in)", [], [], len(t.ids), 0, counts(t, ds.task, ds.classes))
@@ -165,7 +167,8 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
     t = ds.table()
     report.rows = len(t.ids)
     report.counts = counts(t, ds.task, ds.classes)
-    problems.extend(check_classes(t, ds.task, ds.classes, idx.files[0] if idx.files else str(ds.root)))
+    if classes:
+        problems.extend(check_classes(t, ds.task, ds.classes, idx.files[0] if idx.files else str(ds.root)))
     exists = _check_files(ds, problems)
 
     # unreadable images: a seeded sample, or every image with all_images

@@ -121,6 +121,28 @@ def test_a_csv_of_two_training_images_is_refused_by_extract_as_by_check(csv_base
     assert not (tmp_path / STORE).exists()
 
 
+@pytest.mark.parametrize("target", ["one class in its test rows", "a class missing from its train rows only"])
+def test_a_shift_target_is_checked_on_the_rows_extraction_takes_by_check_and_extract_alike(csv_baseline, tmp_path,
+                                                                                          target):
+    data, rows = _data(csv_baseline, tmp_path)
+    source = write_csv(data / f"{CSV_NAME}.csv", rows)
+    if target.startswith("one class"):
+        shifted = [[p, "a" if s == "test" else lab, s] for p, lab, s in rows]
+    else:  # only its test rows are the shift condition: its train rows need not hold every class
+        shifted = [[p, "a" if s == "train" else lab, s] for p, lab, s in rows]
+    shift = write_csv(data / "shift.csv", shifted)
+    check = crs_here("datasets", "check", f"csv:{source}", "--image-root", data, "--modality", "dermatology",
+                     "--shift-target", f"csv:{shift}", "--quiet")
+    r = crs_here(*csv_extract_args(data, tmp_path / STORE, source), "--shift-target", f"csv:{shift}")
+    if target.startswith("one class"):
+        assert check.rc == 2 and r.rc == 2, f"check: exit {check.rc}, extract: exit {r.rc}:\n{r.message[-1500:]}"
+        reason = "dataset shift cannot be measured: one class only (a)"  # the target's rows: all test, all 'a'
+        assert reason in _words(check.message) and reason in _words(r.message), check.message + r.message
+        assert not (tmp_path / STORE).exists()
+    else:
+        assert check.rc == 0 and r.rc == 0, f"check: exit {check.rc}:\n{check.message}\nextract:\n{r.message}"
+
+
 # ------------------------------------------------------------------ item 5: a csv: shift target in a repair
 def _printed(message: str, stage: str) -> list[list[str]]:
     """Each backquoted `crs STAGE ...` command of ``message`` with arguments (a bare `crs probe` names the
