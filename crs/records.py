@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -171,9 +172,8 @@ def generation(target: Path) -> str | None:
 
 
 def _repair(results, encoder: str, dataset: str) -> str:
-    base, _, head = encoder.partition("+")
-    return (f"`crs probe --encoder {base} --dataset {dataset}{f' --head {head}' if head else ''} "
-            f"--results {results}`")
+    """The `crs probe` that writes the pair's probe outputs again, as its run records say they were made."""
+    return _repair_for(path(results, encoder, dataset))
 
 
 def _repair_for(target: Path) -> str:
@@ -181,16 +181,24 @@ def _repair_for(target: Path) -> str:
     probe settings its metadata recorded (where they read)."""
     encoder, dataset = _pair_of(target)
     results = Path(target).parent.parent
-    base, _, head = encoder.partition("+")
     try:
         meta = metadata(target)
         settings = dict(json.loads(meta[PROVENANCE])["settings"]) if PROVENANCE in meta else {}
     except (UserError, ValueError, KeyError, TypeError):
         meta, settings = {}, {}
-    words = ["crs probe", f"--encoder {base}", f"--dataset {dataset}"] + \
-        ([f"--store {_beside(results, meta[STORE])}"] if meta.get(STORE) else []) + [f"--results {results}"] + \
-        (_flags(settings) if settings else [f"--head {head}"] if head else [])
-    return f"`{' '.join(words)}`"
+    store = _beside(results, meta[STORE]) if meta.get(STORE) else None
+    return probe_command(results, encoder, dataset, store, settings)
+
+
+def probe_command(results, encoder: str, dataset: str, store: str | None = None, settings: dict | None = None) -> str:
+    """`crs probe` of one (result name, dataset) pair into ``results``, runnable as printed: the probe
+    ``settings`` (else the head the name says), the store where known (without it the command reads the
+    default store, which a results folder kept elsewhere does not sit beside), each word quoted for a shell."""
+    base, _, head = encoder.partition("+")
+    words = ["crs", "probe", "--encoder", base, "--dataset", dataset]
+    words += _flags(settings) if settings else ["--head", head] if head else []
+    words += (["--store", str(store)] if store else []) + ["--results", str(results)]
+    return f"`{shlex.join(words)}`"
 
 
 def recorded_store(results) -> str | None:
@@ -306,7 +314,7 @@ def _canonical(settings: dict) -> str:
 
 
 def _flags(settings: dict) -> list[str]:
-    """``crs probe``'s options that give the recorded probe ``settings``."""
+    """``crs probe``'s options that give the recorded probe ``settings``, as command-line words."""
     flags = []
     for key, flag, shown in _FLAGS:
         value = settings.get(key)
@@ -314,12 +322,13 @@ def _flags(settings: dict) -> list[str]:
             continue
         text = (shown(value) if shown is not None else
                 ",".join(format(v, "g") for v in value) if isinstance(value, list) else format(value, "g"))
-        flags.append(f"{flag} {text}")
+        flags += [flag, str(text)]
     return flags
 
 
 def _probe_again(results, store: str | None, settings: dict, differ: list[str]) -> str:
-    flags = _flags(settings)
     others = sorted(set(differ) - {k for k, _, _ in _FLAGS})  # settings a config file gives (crs run)
     tail = f", with {', '.join(f'{k} {settings.get(k)}' for k in others)} as in that run's config" if others else ""
-    return f"`crs probe --all --store {store or 'STORE'} --results {results} {' '.join(flags)}`{tail}"
+    store = store or recorded_store(results) or "STORE"
+    words = ["crs", "probe", "--all", "--store", str(store), "--results", str(results), *_flags(settings)]
+    return f"`{shlex.join(words)}`{tail}"

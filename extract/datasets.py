@@ -112,10 +112,18 @@ def get(name: str, size: float = 1.0, seed: int = 0, options: DatasetOptions | N
         if store_name(name) in BUILTIN or store_name(name) in REAL:
             raise DatasetError(f"{name}: its store name {store_name(name)!r} (the file's stem) is taken by a "
                                "built-in or real dataset; rename the CSV file")
+        check_shift_target(opts.shift_target)
         target = store_name(opts.shift_target) if opts.shift_target else None
         return real.open_csv(name[len(CSV_PREFIX):], _read_options(opts, seed, None), image_root=opts.image_root,
                              modality=opts.modality, shift_target=target, shift_spec=opts.shift_target)
-    raise KeyError(f"unknown dataset {name!r}; valid datasets: {', '.join(all_names())}")
+    raise DatasetError(f"unknown dataset {name!r}; valid datasets: {', '.join(all_names())}")
+
+
+def check_shift_target(spec: str | None) -> None:
+    """DatasetError (exit 2) naming ``spec`` and the valid names where it names no dataset."""
+    if spec and not is_known(spec):
+        raise DatasetError(f"--shift-target {spec!r} is not a dataset; valid: {', '.join(all_names())} "
+                           "(a dataset name, or csv:PATH of a CSV like the dataset's own)")
 
 
 def _read_options(opts: DatasetOptions, seed: int, findings: tuple[str, ...] | None) -> real.ReadOptions:

@@ -96,7 +96,8 @@ def _perturbed_conditions(dataset: str, table: DatasetTable, modality, perturbat
 
 
 # the dataset attributes a command line names it by (crs.store.repair's commands)
-IDENTITY = ("csv", "root", "size", "modality", "shift_target", "split_seed", "uncertain", "identity")
+IDENTITY = ("csv", "root", "size", "modality", "shift_target", "shift_spec", "split_seed", "uncertain",
+            "identity")
 
 
 def _identity(attrs: dict) -> dict:

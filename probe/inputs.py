@@ -6,6 +6,7 @@ overwrite good results; images extract could not decode never train or choose a 
 
 from __future__ import annotations
 
+import shlex
 from typing import NamedTuple
 
 import numpy as np
@@ -85,6 +86,11 @@ class EvalSet(NamedTuple):
     counted: np.ndarray  # [n] bool: rows the metrics count (not in the failures table)
 
 
+def _extract(store: Store, encoder: str, dataset: str) -> str:
+    """`crs extract` of one pair into ``store``, quoted for a shell."""
+    return f"`{shlex.join(['crs', 'extract', '--encoder', encoder, '--dataset', dataset, '--store', store.path])}`"
+
+
 def finite_embeddings(X: np.ndarray, store: Store, encoder: str, dataset: str, condition: str) -> np.ndarray:
     """X as read, or a StoreError naming the array and the extraction that rewrites it."""
     bad = ~np.isfinite(X).all(axis=tuple(range(1, X.ndim)))
@@ -92,8 +98,8 @@ def finite_embeddings(X: np.ndarray, store: Store, encoder: str, dataset: str, c
         raise StoreError(
             f"the {condition} embeddings of {encoder} on {dataset} in {store.path!r} hold non-finite values in "
             f"{int(bad.sum())} rows (first row {int(np.flatnonzero(bad)[0])}): the array is damaged; check it with "
-            f"`crs store verify --repair` or delete it and run `crs extract --encoder {encoder} --dataset {dataset} "
-            f"--store {store.path}`")
+            f"`{shlex.join(['crs', 'store', 'verify', '--repair', store.path])}` or delete it and run "
+            f"{_extract(store, encoder, dataset)}")
     return X
 
 
@@ -125,7 +131,7 @@ def load_split(store: Store, encoder: str, dataset: str) -> Split:
     if not keep.any():
         raise StoreError(f"every feature of {encoder} is constant on the training split of {dataset}: nothing to "
                          f"probe; the embeddings are damaged or the encoder's weights are; re-extract them with "
-                         f"`crs extract --encoder {encoder} --dataset {dataset} --store {store.path}`")
+                         f"{_extract(store, encoder, dataset)}")
     Xk = X[tr][:, keep] if not keep.all() else X[tr]
     return Split(X, T, known, tr, va, te, failed, keep, Xk.mean(0), feature_scales(Xk))
 
@@ -156,7 +162,7 @@ def eval_sets(store: Store, encoder: str, dataset: str, split: Split) -> list[Ev
         if not store.has_dataset(target):
             raise StoreError(
                 f"{dataset!r} names {target!r} as its shift target, which is not in the store; run "
-                f"`crs extract --encoder {encoder} --dataset {target} --store {store.path}`"
+                f"{_extract(store, encoder, target)}"
             )
         tt = store.dataset(target)
         if tt.classes != table.classes or tt.task != table.task:

@@ -62,11 +62,13 @@ EXTRA_METRICS = (
 )  # fmt: skip
 
 
-def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warnings: list[str], x: np.ndarray) -> dict:
+def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warnings: list[str], x: np.ndarray,
+                unmeasured: list[dict]) -> dict:
     """The score's settings; the image bootstrap's ``image_method`` (per dataset: arrays computed exactly,
     shared) is recorded where it ran, and each dataset's test images. Under a version with constants (v2), also
     ``sensitivity``: CRS points per 0.01 of one axis value, the worst case (``crs.lipschitz_bound``) and the
-    largest measured at the profile scored, x [encoder, dataset, axis] (``crs.local_slope``)."""
+    largest measured at the profile scored, x [encoder, dataset, axis] (``crs.local_slope``). ``not_measurable``:
+    the datasets no probe can measure (``measurable.not_measurable``), from which the verdict names no leader."""
     settings = {
         "crs_version": options.crs_version,
         "reference": options.reference,
@@ -91,6 +93,7 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
         settings["bootstrap"]["requested_unit"] = options.bootstrap_unit
     if boot.image_method and boot.unit != "seed":
         settings["bootstrap"]["image_method"] = boot.image_method
+    settings["not_measurable"] = unmeasured
     settings["test_images"] = test_images(cmp.records, cmp.datasets)
     return settings
 

@@ -29,6 +29,7 @@ from crs.scoring.axes import AXES, require_columns, seed_means
 from crs.scoring.bootstrap import summarise
 from crs.scoring.caveats import shifted_axis_warnings, tie_warnings
 from crs.scoring.comparison import Comparison, comparison_of, comparison_records
+from crs.scoring.measurable import not_measurable, with_measurable, without_tier
 from crs.scoring.metadata import encoder_metadata
 from crs.scoring.options import ScoreOptions
 from crs.scoring.predictions import MetricsPass, MissingPredictions, ProbeMetrics, prediction_attrs, probe_metrics
@@ -82,10 +83,11 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     point = core.score(x, cmp.reference, options.weights, options.crs_version)
     found = _from_store(store, cmp, warnings, metrics_pass)
     tables = analysis_tables(cmp, point, boot, options.simplex_step, found)
-    settings = settings_of(options, cmp, boot, warnings, x)
+    settings = settings_of(options, cmp, boot, warnings, x, not_measurable(store, cmp.datasets))
     shifted_axis_warnings(boot.reps.axis, x.mean(axis=1), cmp.encoders, warnings, version=options.crs_version)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
-    summary = summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference)
+    summary = summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference).pipe(
+        without_tier, settings["not_measurable"])
     table = encoder_table(cmp.encoders, x, point, auroc, summary, tables["pareto"],
                           encoder_metadata(store, cmp.encoders, cmp.datasets))
     plans = settle_plans(cmp, boot, options, point.crs, summary["tier"], settings["test_images"])
@@ -94,7 +96,7 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
         settings=settings,
         encoders=table,
         per_dataset=per_dataset_table(cmp.encoders, cmp.datasets, x, point, options.weights, means,
-                                      options.crs_version),
+                                      options.crs_version).pipe(with_measurable, settings["not_measurable"]),
         rank_comparison=compare(cmp.encoders, auroc, point.crs),
         axes_by_seed=boot.by_seed,
         provenance=provenance.collect(settings),

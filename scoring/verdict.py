@@ -182,6 +182,13 @@ def build(encoders: pl.DataFrame, weight_leaders: pl.DataFrame | None = None,
     if encoders is None or not encoders.height or "crs" not in encoders.columns:
         out["notes"].append("no encoder has a CRS")
         return out
+    # values no probe could measure (crs.scoring.measurable) decide nothing: no leader, no tier
+    out["not_measurable"] = list(settings.get("not_measurable") or [])
+    if out["not_measurable"]:
+        out["settle"] = []
+        out["notes"].extend(f"not measurable: {u['dataset']} ({', '.join(u['axes'])}): {u['reason']}"
+                            for u in out["not_measurable"])
+        return out
     enc = encoders.filter(pl.col("crs").is_not_nan()).sort(["crs", "encoder"], descending=[True, False])
     if not enc.height:
         out["notes"].append("no encoder has a CRS")

@@ -25,6 +25,7 @@ _WHERE = {
     "object_lock": "locks",
     "DEFAULT_STORE": "layout", "SCHEMA_VERSION": "layout", "condition_key": "layout", "store_order": "layout",
     "DatasetTable": "table", "Table": "table",
+    "probe_command": "repair", "repair_hint": "repair",
     "EmbeddingArray": "resume", "EmbeddingShape": "embeddings", "Store": "zarr_store", "StoreError": "errors",
 }
 

@@ -13,7 +13,7 @@ from crs.store.commits import chunk_values, commit_record
 from crs.store.errors import StoreError, writes
 from crs.store.layout import condition_key
 from crs.store.nodes import create_arrays, require_group, set_attrs
-from crs.store.repair import repair_hint
+from crs.store.repair import probe_command, repair_hint
 
 PREDICTION_CHUNK_BYTES = 64 << 20  # the most one chunk of test probabilities holds (float32)
 
@@ -65,7 +65,7 @@ class Predictions:
                 arr = None
             if not isinstance(arr, zarr.Array):
                 raise StoreError(
-                    f"no {what} in {self.path!r}; run `crs probe --encoder {encoder} --dataset {dataset}`"
+                    f"no {what} in {self.path!r}; run {probe_command(self.path, dataset, encoder)}"
                 )
             attrs = dict(arr.attrs)
         if "condition" not in attrs:

@@ -54,14 +54,26 @@ def _dataset_words(path: str, dataset: str) -> list[str]:
     identity = attrs.get("identity") or {}
     reads = {k: bool(identity.get(k)) for k in ("allow_absolute_paths", "follow_symlinks")}  # paths out of the root
     if attrs.get("csv"):
+        target = attrs.get("shift_spec") or attrs.get("shift_target")  # csv:PATH where the target is a CSV
         return ["--dataset", f"csv:{attrs['csv']}"] + flag_words("datasets", {
-            "image_root": attrs.get("root"), "modality": attrs.get("modality"),
-            "shift_target": attrs.get("shift_target"), "split_seed": attrs.get("split_seed"), **reads})
+            "image_root": _image_root(path, attrs), "modality": attrs.get("modality"),
+            "shift_target": target, "split_seed": attrs.get("split_seed"), **reads})
     if attrs.get("root"):
         return ["--dataset", dataset] + flag_words("datasets", {
             "roots": {dataset: attrs["root"]}, "split_seed": attrs.get("split_seed"),
             "uncertain": attrs.get("uncertain"), **reads})
     return ["--dataset", dataset] + flag_words("datasets", {"size": attrs.get("size")})
+
+
+def _image_root(path: str, attrs: dict) -> str | None:
+    """The --image-root a csv: dataset's command names: its root, except where that is the CSV's own folder
+    (the default) and a csv: shift target was read from its own folder, which --image-root would replace
+    (both CSVs are read relative to one --image-root when it is given)."""
+    root, target = attrs.get("root"), attrs.get("shift_spec")
+    if not target or root != os.path.dirname(str(attrs["csv"])):
+        return root
+    target_root = _attrs_of(path, f"datasets/{attrs.get('shift_target')}").get("root")
+    return None if target_root in (None, os.path.dirname(target[len("csv:"):])) else root
 
 
 def _identity_copy(path: str, dataset: str) -> dict:
@@ -147,7 +159,7 @@ def repair_hint(path: str, key: str, *, decoded: bool = False) -> str:
     """The command that recomputes the node at store key ``key`` (``datasets/D/...``). ``decoded``: the damage
     was found by decoding or in metadata, which ``crs extract``'s cheap resume check does not see."""
     parts = key.strip("/").split("/") if key.strip("/") else []
-    verify = f"`crs store verify --repair {path}`"
+    verify = f"`{shlex.join(['crs', 'store', 'verify', '--repair', path])}`"
     if len(parts) < 2 or parts[0] != "datasets":
         return (f"run {verify}; if it is the store's root metadata that is damaged, extract into a new store "
                 "(pass --store with a new path)")

@@ -40,6 +40,7 @@ def datasets_check_cmd(
     from crs.stages.steps import dataset_options  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     stages.check_dataset_names([name])
+    stages.check_shift_target(given.get(("datasets", "shift_target")), [name])
     if sample < 0:
         raise BadInput(f"--sample must be at least 0, not {sample}")
     given[("datasets", "roots")] = stages.parse_roots(given.pop(("datasets", "roots"), None), [name])
@@ -82,8 +83,10 @@ def datasets_check_cmd(
 def _check_shift_target(ds, opts: dict, all_images: bool, sample: int, progress):
     """(the shift target ``ds`` names, its check report, a UserError's message or None); all None where ``ds``
     names none. The target is opened as extraction opens it and checked like ``ds``; where its files are
-    usable, ``shift_target_of`` compares its classes and test rows with ``ds``'s."""
+    usable, ``shift_target_of`` compares its classes and test rows with ``ds``'s, and its classes are
+    checked on the rows extraction takes from it (its test rows), as every stage checks them."""
     from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
 
     spec = getattr(ds, "shift_spec", None) or ds.shift_target
     target = report = None
@@ -91,19 +94,19 @@ def _check_shift_target(ds, opts: dict, all_images: bool, sample: int, progress)
         return None, None, None
     try:
         target = dsreg.get(spec, size=ds.size, seed=ds.seed, **{**opts, "shift_target": None})
-        report = _check_one(target, all_images, sample, progress)
-        if report.usable:
-            dsreg.shift_target_of(ds, **{**opts, "shift_target": None})
+        report = _check_one(target, all_images, sample, progress, classes=False)
+        if report.usable:  # its classes as extraction reads the target: its test rows
+            real.require_measurable(dsreg.shift_target_of(ds, **{**opts, "shift_target": None}))
     except UserError as exc:
         return target, report, str(exc)
     return target, report, None
 
 
-def _check_one(ds, all_images: bool, sample: int, progress):
+def _check_one(ds, all_images: bool, sample: int, progress, classes: bool = True):
     """``extract.real.check`` of one dataset, with the data stage's label and class checks where it has them."""
     from crs.extract import real  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
 
-    report = real.check(ds, all_images=all_images, sample=sample, progress=progress)
+    report = real.check(ds, all_images=all_images, sample=sample, progress=progress, classes=classes)
     labels = getattr(real, LABEL_CHECK, None)
     if labels is not None and report.usable:
         report.problems.extend(labels(ds))

@@ -101,6 +101,7 @@ def _select_encoders(given: dict, *, demo: bool, pretrained: bool, family: list[
     if not datasets and "demo" in sets:
         datasets = dsreg.names()
     datasets = stages.check_dataset_names(datasets)
+    stages.check_shift_target(given.get(("datasets", "shift_target")), datasets)
     given.update({("encoders", "names"): tuple(encoders), ("encoders", "set"): tuple(dict.fromkeys(sets)),
                   ("datasets", "names"): tuple(datasets),
                   ("datasets", "roots"): stages.parse_roots(given.pop(("datasets", "roots"), None), datasets)})

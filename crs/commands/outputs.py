@@ -18,6 +18,15 @@ def _is_store(path: Path) -> bool:
     return (path / "zarr.json").is_file()
 
 
+def _holds_data(path: Path) -> bool:
+    """A store with at least one dataset in it: an empty one (a run that failed before writing anything, by an
+    older crs) does not hide the demo's outputs."""
+    try:
+        return _is_store(path) and any(p.is_dir() for p in (path / "datasets").iterdir())
+    except OSError:
+        return False
+
+
 def demo_folders(here: Path) -> list[Path]:
     """The folders directly under ``here`` laid out as `crs demo --out` lays them out: store.zarr, results
     (with run records) and report side by side."""
@@ -38,7 +47,7 @@ def locate_outputs(given: dict, need: str, here: Path = Path(".")) -> str | None
     keeps its outputs (``records.ELSEWHERE``); where several do, BadInput lists them."""
     defaults = cfgmod.Config()
     if need == "store":
-        if ("store",) in given or _is_store(Path(defaults.store)):
+        if ("store",) in given or _holds_data(Path(defaults.store)):
             return None
         found = [f for f in demo_folders(here) if _is_store(f / "store.zarr")]
     else:

@@ -8,6 +8,7 @@ from crs.stages.steps import (
     Extracted,
     check_dataset_names,
     check_encoders,
+    check_shift_target,
     encoder_records,
     extract,
     parse_roots,
@@ -22,5 +23,6 @@ from crs.stages.steps import (
 )
 
 __all__ = ["Extracted", "RunResult", "Stage", "check_dataset_names", "check_datasets", "check_encoders", "check_names",
+           "check_shift_target",
            "encoder_records", "extract", "parse_roots", "plan", "probe", "probe_pairs", "report", "resolve_reference",
            "run", "score", "set_members", "with_sets"]

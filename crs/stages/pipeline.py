@@ -134,7 +134,9 @@ def check_names(cfg: Config, *, text: str = "", source: str = "") -> dict:
                         cfg.encoders.set else None),
                        (("encoders", "set"), lambda: steps.with_sets(cfg)),
                        (("encoders", "revisions"), lambda: steps.encoder_specs(cfg, extra)),
-                       (("datasets", "names"), lambda: steps.check_dataset_names(list(cfg.datasets.names)))):
+                       (("datasets", "names"), lambda: steps.check_dataset_names(list(cfg.datasets.names))),
+                       (("datasets", "shift_target"),
+                        lambda: steps.check_shift_target(cfg.datasets.shift_target, list(cfg.datasets.names)))):
         try:
             check()
         except BadInput as exc:
@@ -168,6 +170,12 @@ def check_datasets(cfg: Config, *, text: str = "", source: str = "") -> list[str
         raise ConfigError(f"the shift target of {', '.join(d.name for d in named)} cannot be opened: {exc}",
                           **_where(text, source, target_key)) from None
     for d in every:
+        try:
+            real.require_measurable(d)
+        except UserError as exc:
+            named_one = any(d is n for n in named)
+            raise ConfigError(str(exc), **_where(text, source, ("datasets", "names") if named_one else target_key)) \
+                from None
         found, rows = real.files_found(d)
         if rows and not found:  # extraction would record every image as a failure, and the probe refuse
             role = "dataset" if any(d is n for n in named) else "shift target"

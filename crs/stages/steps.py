@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from crs.extract import plan as planmod
 from crs.extract.options import DatasetOptions, ExtractOptions
 from crs.names import SPLIT_CODE
 from crs.progress import NO_PROGRESS, Progress
+from crs.stages import fresh
 
 HUB_PREFIXES = ("timm:", "hf:")
 
@@ -51,6 +53,23 @@ def check_dataset_names(given: list[str]) -> list[str]:
         if not dsreg.is_known(name):
             raise BadInput(f"unknown dataset {name!r}; valid datasets: {', '.join(dsreg.all_names())}")
     return list(dict.fromkeys(given))
+
+
+def check_shift_target(spec: str | None, datasets: list[str]) -> None:
+    """BadInput where --shift-target names no dataset, or where no dataset given is a ``csv:`` one (the only
+    kind it applies to: the others name their own target in the registry, and it would go unused)."""
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+
+    if not spec:
+        return
+    try:
+        dsreg.check_shift_target(spec)
+    except UserError as exc:
+        raise BadInput(str(exc)) from None
+    if not any(d.startswith(dsreg.CSV_PREFIX) for d in datasets):
+        raise BadInput(f"--shift-target {spec} applies to csv:PATH datasets only, and none is given "
+                       f"({', '.join(datasets) or 'none'}); the others name their own (`crs datasets`): "
+                       "drop --shift-target, or add the csv: dataset it belongs to")
 
 
 def encoder_records(file: str | None) -> dict:
@@ -192,7 +211,8 @@ def _stored_role(store, name: str) -> str | None:
 
 def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
-    from crs.extract import targets  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
+    from crs.extract import real, targets  # noqa: PLC0415 -- numpy, polars: crs encoders lists the registry without them
+    from crs.extract.models import preflight  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
     from crs.extract.run import extract_many  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
     from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
@@ -202,12 +222,23 @@ def extract(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: di
         raise BadInput(f"--weights names one checkpoint; pass exactly one --encoder (got {len(enc.names)})")
     extra = encoder_records(enc.file) if extra_encoders is None else extra_encoders
     datasets = _datasets_with_shift_targets(cfg)
-    store = Store(cfg.store, mode="a")
-    datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
+    for d in datasets:  # what `crs datasets check` refuses for its classes, refused before the store is touched
+        real.require_measurable(d)
     specs = encoder_specs(cfg, extra)
-    options = ExtractOptions.from_config(cfg)
-    # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them
-    by_dataset = [extract_many(store, specs, d, options, progress=progress) for d in datasets]
+    if cfg.extract.executor != "ray":  # weights that cannot be had stop the run before a store is made
+        for spec in specs:  # (Ray's workers fetch their own)
+            preflight(spec, enc.weights)
+    new = fresh.is_new(cfg.store)
+    store = Store(cfg.store, mode="a")
+    try:
+        datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]
+        options = ExtractOptions.from_config(cfg)
+        # per dataset, every encoder at once: each image decoded, and perturbed per condition, once for all of them
+        by_dataset = [extract_many(store, specs, d, options, progress=progress) for d in datasets]
+    except Exception:
+        if new:  # a model that failed to load leaves no store behind that holds nothing
+            fresh.remove_if_unused(cfg.store)
+        raise
     summaries = [s for i in range(max(map(len, by_dataset), default=0)) for run in by_dataset for s in run[i:i + 1]]
     return Extracted(store, summaries)
 
@@ -289,6 +320,7 @@ def _plan_datasets(cfg: Config) -> list[dict]:
     """Each dataset of ``cfg`` and its shift target, indexed from its files (no image decoded); a dataset
     that cannot be read carries the reason (as `crs datasets check` would give it) instead of its table."""
     from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
 
     opts, ds = dataset_options(cfg), cfg.datasets
     out: dict[str, dict] = {}
@@ -299,6 +331,7 @@ def _plan_datasets(cfg: Config) -> list[dict]:
             if dataset is None:
                 return None
             key = dataset.name
+            real.require_measurable(dataset)
             if key not in out:
                 out[key] = {"name": key, "modality": dataset.modality, "table": dataset.table(), "problem": None}
             return dataset
@@ -306,7 +339,8 @@ def _plan_datasets(cfg: Config) -> list[dict]:
             if name not in out:
                 msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
                 out[name] = {"name": name, "modality": None, "table": None,
-                             "problem": f"{msg} (`crs datasets check {name}` says more)"}
+                             "problem": msg if "`crs datasets check " in msg else
+                             f"{msg} (`crs datasets check {name}` says more)"}
             return None
 
     for d in ds.names:
@@ -339,6 +373,8 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
         if st.has_dataset(d) and not (st.dataset(d).split == 0).any():
             raise BadInput(f"dataset {d!r} has no training split (an external test set); it is evaluated "
                            "as the shift target of the dataset that names it, not probed itself")
+    for d in dict.fromkeys(d for _, d in available if not datasets or d in datasets):
+        require_measurable_stored(st, d)
     held = ", ".join(f"{e} × {d}" for e, d in available) or "nothing yet"
     if every or bool(encoders) != bool(datasets):  # one side named: every pair the store holds for it
         pairs = [(e, d) for e, d in available if (not encoders or e in encoders) and (not datasets or d in datasets)]
@@ -351,9 +387,28 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
     pairs = [(e, d) for e in encoders for d in datasets]
     for e, d in pairs:
         if (e, d) not in available:
+            fix = shlex.join(["crs", "extract", "--encoder", e, "--dataset", d, "--store", store_path])
             raise BadInput(f"no complete clean embeddings of {d!r} by {e!r} in {store_path!r} (it holds: "
-                           f"{held}); run `crs extract --encoder {e} --dataset {d} --store {store_path}`")
+                           f"{held}); run `{fix}`")
     return pairs
+
+
+def require_measurable_stored(store, dataset: str) -> None:
+    """``crs.extract.real.refuse_unmeasurable`` of a dataset as the store holds it, where it was read from
+    files (its attributes record their identity): the check `crs datasets check` and extraction apply, so a
+    store written without it (by another crs, or the library directly) is refused the same way. BadInput."""
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+
+    table = store.dataset(dataset)
+    attrs = table.attrs
+    if not attrs.get("identity"):
+        return
+    words = ([f"csv:{attrs['csv']}", "--image-root", str(attrs.get("root")), "--modality", str(attrs.get("modality"))]
+             if attrs.get("csv") else [dataset, "--root", f"{dataset}={attrs.get('root')}"])
+    try:
+        real.refuse_unmeasurable(table, table.task, table.classes, dataset, shlex.join(words))
+    except UserError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings: Probe,
@@ -453,6 +508,9 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
         reopened, _ = _open_for_scoring(found)
         if reopened is not None:
             opened, note = reopened, f"scored with the store the run records name, {found} (--store {store} holds none)"
+    if opened is not None:
+        for d in sorted(set(table["dataset"].unique().to_list()) & set(opened.datasets())):
+            require_measurable_stored(opened, d)
     # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
     progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap_unit} bootstrap "
                       f"B={settings.bootstrap})", total=None)

@@ -18,7 +18,7 @@ was loaded) and ``hub`` (hub errors, the local cache, ``weights_status``).
 """
 
 from crs.extract.models.encoder import ColourTextureStats, Encoder, NullModel, pick_device
-from crs.extract.models.hub import WeightsError, cached_revisions, hub_errors, weights_status
+from crs.extract.models.hub import WeightsError, cached_revisions, hub_errors, preflight, weights_status
 from crs.extract.models.loaders import (
     LOADERS,
     Loader,
@@ -33,5 +33,5 @@ from crs.extract.models.weights import file_sha256, loaded_weights_info, map_key
 __all__ = [
     "LOADERS", "ColourTextureStats", "Encoder", "Loader", "NullModel", "ProjectedTrunk", "WeightsError", "build_random",
     "cached_revisions", "file_sha256", "hub_errors", "load", "loaded_weights_info", "map_keys", "pick_device",
-    "processor_settings", "read_state_dict", "register_loader", "weights_sha256", "weights_status",
+    "preflight", "processor_settings", "read_state_dict", "register_loader", "weights_sha256", "weights_status",
 ]

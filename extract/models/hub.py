@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 from crs.errors import UserError
@@ -35,7 +36,9 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
             f"encoder {spec.name!r}: {spec.model_id} is gated. Accept its terms at {page} while logged in, "
             "then set HF_TOKEN to a token of that account (or run `hf auth login`) and run again"
         )
-    offline = isinstance(exc, (LocalEntryNotFoundError, OfflineModeIsEnabled)) or _offline()
+    offline = _offline() or isinstance(exc, OfflineModeIsEnabled)
+    if not offline and isinstance(exc, LocalEntryNotFoundError):  # the hub did not answer: no connection
+        return WeightsError(_unreachable(spec, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
     if offline and spec.revision and cached_revisions(_hub_repo(spec)):
         have = cached_revisions(_hub_repo(spec))
         return WeightsError(
@@ -60,6 +63,24 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
         return WeightsError(f"encoder {spec.name!r}: {spec.model_id} (revision {spec.revision or 'main'}) has no "
                             f"such repository or file ({exc.__class__.__name__}); check the record against {page}")
     return WeightsError(f"encoder {spec.name!r}: could not fetch the weights of {spec.model_id}: {exc}")
+
+
+def _unreachable(spec: EncoderSpec, why: str) -> str:
+    """The message for weights that are not in the cache while the hub cannot be reached."""
+    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+
+    gated = (f"; it is also gated: accept its terms at {spec.page or 'its model page'} and set HF_TOKEN"
+             if spec.gated and not _has_token() else "")
+    return (f"encoder {spec.name!r}: the weights of {_hub_repo(spec)}"
+            + (f" (revision {spec.revision})" if spec.revision else "")
+            + f" are not in the local cache ({_cache_dir()}) and the hub at {constants.ENDPOINT} cannot be reached "
+            f"({why}): no connection to it. Connect (behind a proxy, set HTTPS_PROXY), or download them once "
+            f"where there is one ({_download(spec)}) into HF_HOME, or pass --weights PATH{gated}")
+
+
+def _download(spec: EncoderSpec) -> str:
+    words = ["hf", "download", _hub_repo(spec)] + (["--revision", spec.revision] if spec.revision else [])
+    return f"`{shlex.join(words)}`"
 
 
 def hub_errors() -> tuple[type[BaseException], ...]:
@@ -237,3 +258,58 @@ def weights_status(spec: EncoderSpec, weights: str | None = None) -> dict:
                         f"is set; accept its terms at {page}, then set HF_TOKEN (or run `hf auth login`)")
     out["problem"] = "; ".join(problems) or None
     return out
+
+
+# ------------------------------------------------------------------------ before loading (crs extract)
+HUB_TIMEOUT_S = 5.0  # a connection to the hub (or the proxy in front of it) must open within this
+
+
+def reachable(url: str, timeout: float = HUB_TIMEOUT_S) -> str | None:
+    """None where a TCP connection to ``url``'s host (or to the proxy the environment names for it) opens within
+    ``timeout`` seconds; else why not. The name lookup counts too: it runs in a thread, since a resolver without
+    a network can block for longer than any socket timeout."""
+    import socket  # noqa: PLC0415 -- only a run that must download needs it
+    import threading  # noqa: PLC0415
+    import urllib.parse  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    u = urllib.parse.urlsplit(url)
+    host, port = u.hostname or "", u.port or (443 if u.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(u.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        p = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = p.hostname or "", p.port or 80
+    found: dict = {}
+
+    def connect():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            found["ok"] = True
+        except OSError as exc:
+            found["error"] = exc
+
+    worker = threading.Thread(target=connect, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if found.get("ok"):
+        return None
+    exc = found.get("error")
+    return f"{host}:{port}: " + (getattr(exc, "strerror", None) or str(exc) if exc is not None
+                                 else f"no answer within {timeout:g} s")
+
+
+def preflight(spec: EncoderSpec, weights: str | None = None) -> None:
+    """WeightsError at once where ``spec``'s weights cannot be had, before anything is loaded or written: what
+    ``weights_status`` finds (a --weights path that does not exist, weights on no hub, HF_HUB_OFFLINE without
+    them in the cache, a gated repo without a token), or a hub that cannot be reached for weights the cache
+    lacks (``reachable``), instead of the hub client's retries and a message that blames HF_HUB_OFFLINE."""
+    status = weights_status(spec, weights)
+    if status["problem"]:
+        raise WeightsError(status["problem"])
+    if status["in_cache"] is not False or (spec.loader == "timm" and _timm_hub_id(spec) is None):
+        return  # nothing to download, or timm downloads from a URL of its own
+    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+
+    why = reachable(constants.ENDPOINT)
+    if why is not None:
+        raise WeightsError(_unreachable(spec, why))

@@ -47,7 +47,15 @@ Frontal; MIMIC ViewPosition PA or AP).
 """
 
 from crs.extract.options import DEFAULT_IMAGE_SIZE
-from crs.extract.real.check import CheckReport, check, check_classes, counts, files_found
+from crs.extract.real.check import (
+    CheckReport,
+    check,
+    check_classes,
+    counts,
+    files_found,
+    refuse_unmeasurable,
+    require_measurable,
+)
 from crs.extract.real.csv_file import CSV_LAYOUT, csv_name, open_csv, read_csv_dataset
 from crs.extract.real.dataset import FileDataset, ReadOptions, open_layout
 from crs.extract.real.index import (
@@ -66,5 +74,5 @@ __all__ = [
     "CHEXPERT_FINDINGS", "COMPETITION", "CSV_LAYOUT", "DEFAULT_IMAGE_SIZE", "ISIC_CLASSES", "LAYOUTS", "MISSING",
     "NAMES", "UNCERTAIN", "CheckReport", "DatasetError", "FileDataset", "Index", "Layout", "Problem", "ReadOptions",
     "check", "check_classes", "counts", "csv_name", "files_found", "open_csv", "open_layout", "read_aptos",
-    "read_chexpert", "read_csv_dataset", "read_isic", "read_mimic",
+    "read_chexpert", "read_csv_dataset", "read_isic", "read_mimic", "refuse_unmeasurable", "require_measurable",
 ]

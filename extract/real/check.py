@@ -15,7 +15,7 @@ import polars as pl
 
 from crs.extract.images import IMAGE_SUFFIXES, ImageError
 from crs.extract.real.dataset import FileDataset
-from crs.extract.real.index import _SHOW, Problem
+from crs.extract.real.index import _SHOW, DatasetError, Problem
 from crs.extract.table import Table
 from crs.labels import check_task
 from crs.names import SPLITS
@@ -92,7 +92,7 @@ def _absent(y: np.ndarray, task: str, classes: Sequence[str], split: str) -> lis
             return []
         if split == "test" and len(classes) - len(absent) < 2:
             return [("the test split holds one class only; AUROC needs at least two", True)]
-        return [(f"the {split} split has no image of class(es) {', '.join(map(repr, absent))}"
+        return [(f"the {split} split has no image of class(es) {_some(absent)}"
                  + ("; a probe cannot learn a class it never sees" if split == "train" else
                     "; their metrics on this split are undefined"), split == "train")]
     out = []
@@ -103,6 +103,34 @@ def _absent(y: np.ndarray, task: str, classes: Sequence[str], split: str) -> lis
                         + ("; a probe cannot learn it" if split == "train" else
                            "; its AUROC on this split is undefined"), split in ("train", "test")))
     return out
+
+
+def _some(names: Sequence[str]) -> str:
+    """The first few of ``names`` quoted, and how many more: a problem stays one line."""
+    shown = ", ".join(map(repr, names[:_SHOW]))
+    return shown + (f" and {len(names) - _SHOW} more" if len(names) > _SHOW else "")
+
+
+def refuse_unmeasurable(table, task: str, classes: Sequence[str], name: str, check_args: str) -> None:
+    """DatasetError (exit 2) where ``check_classes`` finds a fatal problem: the one check of the classes
+    that `crs datasets check` reports and every stage (extract, probe, score, `crs run`) applies before it
+    writes, so that none of them measures a task no probe can measure (AUROC undefined, classes never
+    seen in training). ``table`` has ``labels`` and ``split`` (a ``Table`` or a stored ``DatasetTable``);
+    ``check_args`` are the `crs datasets check` arguments that give the full report."""
+    fatal = [p for p in check_classes(table, task, classes, name) if p.fatal]
+    if fatal:
+        more = f" (and {len(fatal) - 1} more problem{'s' * (len(fatal) > 2)})" if len(fatal) > 1 else ""
+        raise DatasetError(f"dataset {name} cannot be measured: {fatal[0].message}{more}; "
+                           f"`crs datasets check {check_args}` gives the full report")
+
+
+def require_measurable(ds) -> None:
+    """``refuse_unmeasurable`` of an opened dataset read from files (``FileDataset``, or a shift target's
+    view of one); the built-in ones are made to be measurable, and `crs datasets check` checks no class
+    of theirs either."""
+    if getattr(ds, "index", None) is None or not hasattr(ds, "check_args"):
+        return
+    refuse_unmeasurable(ds.table(), ds.task, ds.classes, ds.name, ds.check_args())
 
 
 def _listing(root: Path, named: pl.Series) -> tuple[set[str], set[str]]:
@@ -124,8 +152,10 @@ def _listing(root: Path, named: pl.Series) -> tuple[set[str], set[str]]:
 
 
 def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | None = None,
-          progress=None) -> CheckReport:
-    """Validate a dataset folder: CSVs, ids, codings, missing and extra files, unreadable images."""
+          progress=None, classes: bool = True) -> CheckReport:
+    """Validate a dataset folder: CSVs, ids, codings, missing and extra files, unreadable images, and with
+    ``classes`` what a probe needs of its classes per split (``check_classes``; a shift target's are those of
+    its test rows, which the caller checks on the target's view: ``require_measurable``)."""
     if not isinstance(ds, FileDataset):  # a built-in dataset: nothing on disk to check
         t = ds.table()
         return CheckReport(ds.name, "(built in)", [], [], len(t.ids), 0, counts(t, ds.task, ds.classes))
@@ -137,7 +167,8 @@ def check(ds, *, all_images: bool = False, sample: int = 200, workers: int | Non
     t = ds.table()
     report.rows = len(t.ids)
     report.counts = counts(t, ds.task, ds.classes)
-    problems.extend(check_classes(t, ds.task, ds.classes, idx.files[0] if idx.files else str(ds.root)))
+    if classes:
+        problems.extend(check_classes(t, ds.task, ds.classes, idx.files[0] if idx.files else str(ds.root)))
     exists = _check_files(ds, problems)
 
     # unreadable images: a seeded sample, or every image with all_images

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,12 +140,11 @@ class FileDataset:
         return self._built[0]
 
     def check_args(self) -> str:
-        """The `crs datasets check` arguments for this dataset."""
-        extra = (" --allow-absolute-paths" if self.allow_absolute_paths else "") + \
-            (" --follow-symlinks" if self.follow_symlinks else "")
-        if self.csv_path is not None:
-            return f"csv:{self.csv_path} --image-root {self.root}{extra}"
-        return f"{self.name} --root {self.root}{extra}"
+        """The `crs datasets check` arguments for this dataset, quoted for a shell."""
+        words = ([f"csv:{self.csv_path}", "--image-root", str(self.root), "--modality", self.modality]
+                 if self.csv_path is not None else [self.name, "--root", f"{self.name}={self.root}"])
+        words += ["--allow-absolute-paths"] * self.allow_absolute_paths + ["--follow-symlinks"] * self.follow_symlinks
+        return shlex.join(words)
 
     def path(self, row: int) -> str:
         return str(self.root / self._built[1][row])  # an absolute path in the CSV stays as it is
@@ -206,6 +206,8 @@ class FileDataset:
             out["blank"] = "-1 (unknown)" if self.csv_path else "0 (not mentioned)"
         if self.csv_path is not None:
             out["csv"] = str(self.csv_path)
+        if self.shift_spec and self.shift_spec.startswith("csv:"):  # how a command line names the target again
+            out["shift_spec"] = f"csv:{Path(self.shift_spec[len('csv:'):]).expanduser().resolve()}"
         return out
 
 

@@ -3,6 +3,7 @@ what is stored and which images are dropped)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,8 +16,7 @@ from crs.labels import targets
 from crs.names import SPLITS, VALIDATION
 from crs.scoring.axes import FRACTION_TOL
 from crs.scoring.calibration import point_error
-from crs.store import Store, StoreError
-from crs.store.repair import probe_command
+from crs.store import Store, StoreError, probe_command
 
 _, VAL, TEST = SPLITS  # the split names, in crs.names' order
 
@@ -60,6 +60,7 @@ class Predictions:
         self.seeds = list(attrs.get("seeds", []))
         self.fractions = list(attrs.get("fractions", []))
         self.where, self.dataset, self.encoder = where, dataset, encoder
+        self.store_path = store.path
         # the rows are a split of this dataset, of the shift target, or the validation split
         if condition == VALIDATION:
             rows_of, split = dataset, VAL
@@ -76,6 +77,11 @@ class Predictions:
         if counted is not None and self.probs.ndim == 4 and self.probs.shape[2] == counted.size:
             self.probs = self.probs[:, :, counted]
             self.scores = self.scores[:, :, counted]
+
+    @property
+    def repair(self) -> str:
+        """The `crs probe` that writes these predictions again (store, results and settings as recorded)."""
+        return probe_command(self.store_path, self.dataset, self.encoder)
 
     def select(self, seeds: Sequence[int], fractions: Sequence[float], scores: bool = False) -> np.ndarray:
         """[seed, fraction, image, class] in the given order: probabilities, or with ``scores`` what
@@ -120,7 +126,8 @@ def split_targets(
     except ValueError as exc:  # the stored labels do not fit the stored task and classes
         raise UserError(
             f"the stored labels of dataset {dataset!r} ({split} split) in {store.path!r} are damaged: {exc}; "
-            f"check the store with `crs store verify {store.path} --repair`, or extract the dataset again"
+            f"check the store with `{shlex.join(['crs', 'store', 'verify', store.path, '--repair'])}`, or extract the "
+            "dataset again"
         ) from exc
     return t, known, table.task, table.attrs
 
@@ -144,7 +151,7 @@ def clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[i
     if clean.shape[2] != n_images:
         raise MissingPredictions(
             f"{encoder}/{dataset}/clean has {clean.shape[2]} test images, the dataset "
-            f"{n_images}; re-run `crs probe --encoder {encoder} --dataset {dataset}`"
+            f"{n_images}; re-run {pred.repair}"
         )
     return clean
 

@@ -196,8 +196,7 @@ def _condition_metrics(metrics_pass: MetricsPass, test: _TestSplit, pred: Predic
     if probs.shape[2:] != split.target.shape:
         raise MissingPredictions(
             f"{encoder}/{dataset}/{condition} holds probabilities for {probs.shape[2]} images x {probs.shape[3]} "
-            f"classes, the split {split.target.shape[0]} x {split.target.shape[1]}; re-run "
-            f"`crs probe --encoder {encoder} --dataset {dataset}`"
+            f"classes, the split {split.target.shape[0]} x {split.target.shape[1]}; re-run {pred.repair}"
         )
     names = [*metrics.BASE, *(["kappa_quadratic"] if test.ordinal else [])]
     flat = probs.reshape(-1, *probs.shape[2:])  # [seed x fraction, image, class]

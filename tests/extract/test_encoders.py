@@ -237,6 +237,24 @@ def test_offline_without_cache_says_so(monkeypatch, tmp_path):
         load(encoders.get("dinov2"), "cpu")
 
 
+def test_no_connection_is_said_as_such_not_blamed_on_hf_hub_offline(monkeypatch, tmp_path):
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def refuse(*a, **k):  # what the hub client raises once its retries found no connection
+        raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
+    with pytest.raises(WeightsError) as info:
+        load(encoders.get("retfound"), "cpu")
+    msg = str(info.value)
+    assert "cannot be reached" in msg and "HF_HUB_OFFLINE" not in msg and "--weights PATH" in msg, msg
+
+
 def test_map_keys_cae_builds_the_qkv_bias_with_a_zero_key_bias():
     q, v = torch.ones(4), 2 * torch.ones(4)
     out = map_keys({"encoder.blocks.0.attn.q_bias": q, "encoder.blocks.0.attn.v_bias": v,

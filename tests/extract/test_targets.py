@@ -12,8 +12,8 @@ from crs.probe.run import pairs_in_store
 from crs.store import Store
 
 
-def _csvs(tmp_path, target_split: bool):
-    root = make_aptos(tmp_path / "imgs", n=30)
+def _csvs(tmp_path, target_split: bool, n: int = 30):
+    root = make_aptos(tmp_path / "imgs", n=n)
     paths = [f"train_images/{p.name}" for p in sorted((root / "train_images").iterdir())]
     write_csv(tmp_path / "a.csv", ["path", "label"], [[p, "ab"[i % 2]] for i, p in enumerate(paths[:20])])
     header, rows = ["path", "label"], [[p, "ab"[i % 2]] for i, p in enumerate(paths[20:])]
@@ -69,7 +69,7 @@ def test_extract_embeds_a_csv_target_clean_only_and_probe_never_trains_on_it(tmp
 
 
 def test_a_target_the_store_holds_as_a_dataset_stays_one_and_the_other_way_round_is_refused(tmp_path):
-    root = _csvs(tmp_path, target_split=False)
+    root = _csvs(tmp_path, target_split=False, n=60)  # b of its own: both classes in its seeded test split
     a, b = f"csv:{tmp_path / 'a.csv'}", f"csv:{tmp_path / 'b.csv'}"
     common = ["extract", "--encoder", "demo-stats", "--image-root", str(root), "--modality", "radiology",
               "--no-perturb", "--quiet"]

@@ -55,6 +55,16 @@ The cases and how each ends ("a" or "b" as above):
 | test_mixed_settings | score after a probe stopped between two pairs                 | b                        |
 | test_machine        | a full disk, quota, read-only file system or refused          | b (the path named);      |
 |                     | permission; an empty CSV; verify on no store; stdout closed   | the closed pipe: exit 0  |
+| test_refusals       | --shift-target unknown, or with no csv: dataset               | b (the value, the valid  |
+|                     |                                                               | names), no store         |
+| test_refusals       | a csv: no probe can measure (each image its own class; two    | b from extract, probe,   |
+|                     | training images): the reason `crs datasets check` gives       | score and run alike      |
+| test_refusals       | a csv: with a csv: shift target, a chunk damaged              | b: the extract hint runs |
+|                     |                                                               | as printed               |
+| test_refusals       | run records of another generation or altered, a chunk         | b: the probe and verify  |
+|                     | damaged, the run in a folder with spaces, run from elsewhere  | hints run as printed     |
+| test_refusals       | a gated model without a token; the hub unreachable (a closed  | b at once, no store; an  |
+|                     | local port); a junk --weights file; an empty default store    | old store kept as it was |
 """
 
 import sys
