@@ -108,7 +108,9 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
 
     Calls ``crs.records.check_pair`` (the probe's own definition of one run) with the
     attributes of every stored prediction array of the pair that scoring may read: each
-    condition of its run records and the validation split. Records from a crs without
+    condition of its run records and the validation split. The probe run that wrote the records
+    wrote each of those arrays, so one that is not in the store was lost since: refused too
+    (``crs.records.refuse_lost_predictions``), never scored around. Records from a crs without
     that check pass unchecked."""
     check = getattr(run_records, "check_pair", None)
     if check is None:
@@ -116,8 +118,11 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
     pairs = records.select("encoder", "dataset", "condition").unique().sort("encoder", "dataset", "condition")
     for (encoder, dataset), g in pairs.group_by("encoder", "dataset", maintain_order=True):
         conditions = sorted({*g["condition"].to_list(), VALIDATION})
-        attrs = {c: a for c in conditions if (a := prediction_attrs(store, dataset, encoder, c)) is not None}
-        check(results, encoder, dataset, attrs)
+        attrs = {c: prediction_attrs(store, dataset, encoder, c) for c in conditions}
+        generation = check(results, encoder, dataset, {c: a for c, a in attrs.items() if a is not None})
+        gone = [c for c, a in attrs.items() if a is None]
+        if gone and generation is not None:  # the probe run that wrote these records wrote them: they were lost
+            run_records.refuse_lost_predictions(results, encoder, dataset, gone, store.path)
 
 
 def _check_options(records: pl.DataFrame, options: ScoreOptions, store) -> ScoreOptions:
@@ -158,9 +163,9 @@ def _from_store(store, cmp: Comparison, warnings: list[str], metrics_pass=None):
     try:
         found = metrics_pass.result() if metrics_pass is not None and metrics_pass.complete else probe_metrics(
             store, cmp.records, cmp.encoders, cmp.datasets)
-    except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
-        warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
-        return empty
+    except MissingPredictions as exc:  # a store was given: what it lacks is refused (exit 2), never left out
+        raise BadInput(f"{exc}; the metrics that need stored probabilities read them from the store given "
+                       "(or score without --store)") from exc
     warnings.extend(found.warnings)
     return found
 
