@@ -20,6 +20,7 @@ remains is returned: findings that still need a command.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
@@ -329,52 +330,58 @@ def _children(store: Store, key: str) -> list[str]:
 
 def _whole_array(store: Store, arr, node: str) -> list[Finding]:
     """An array written at once: every chunk present (where every chunk is stored) and decoding."""
-    hint = repair_hint(store.path, node, decoded=True)
-    out = [Finding(node, k, "missing (its file was deleted)", hint) for k in store.missing_chunks(arr)]
-    missing = {f.chunk for f in out}
-    out += [Finding(node, k, "does not decode (checksum mismatch, truncated or garbled)", hint)
-            for k in store.bad_chunks(arr) if k not in missing]
-    return out
+    missing = store.missing_chunks(arr)
+    bad = [k for k in store.bad_chunks(arr) if k not in missing]
+    if not missing and not bad:
+        return []
+    hint = repair_hint(store.path, node, decoded=True)  # only where needed: it reads the writers' attributes
+    return ([Finding(node, k, "missing (its file was deleted)", hint) for k in missing]
+            + [Finding(node, k, "does not decode (checksum mismatch, truncated or garbled)", hint) for k in bad])
 
 
 def _against_record(store: Store, arr, node: str, records) -> list[Finding]:
     """An array whose chunks all decode, each chunk against its commit record (bytes stored, CRC-32 of its
     values)."""
-    hint = repair_hint(store.path, node, decoded=True)
     if records is None:
         return [Finding(node, None, "no commit record (its writer was stopped, or it was written by other means)",
-                        hint)]
+                        repair_hint(store.path, node, decoded=True))]
     values = np.asarray(arr[...])
     sizes = store.chunk_sizes(arr.path, chunk_keys(arr))
-    out = []
-    for record, coords, key, size in zip(records, np.ndindex(*arr.cdata_shape), chunk_keys(arr), sizes):
-        problem = record_problem(size, record, chunk_values(arr, values, coords))
-        if problem:
-            out.append(Finding(node, key, problem, hint))
-    return out
+    found = [(key, problem) for record, coords, key, size in zip(records, np.ndindex(*arr.cdata_shape),
+                                                                 chunk_keys(arr), sizes)
+             if (problem := record_problem(size, record, chunk_values(arr, values, coords)))]
+    hint = repair_hint(store.path, node, decoded=True) if found else ""
+    return [Finding(node, key, problem, hint) for key, problem in found]
 
 
 def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: Repairs | None) -> list[Finding]:
     node = f"datasets/{d}/embeddings/{enc}/{cond}"
-    extract = f"run {extract_command(store.path, d, [enc])} (condition {key_condition(cond)})"
+
+    @functools.cache
+    def extract() -> str:  # the repairs, made only where needed (once): each reads the writers' attributes
+        return f"run {extract_command(store.path, d, [enc])} (condition {key_condition(cond)})"
+
+    @functools.cache
+    def hint() -> str:
+        return repair_hint(store.path, f"{node}/x", decoded=True)
+
     if any(a not in g for a in ("x", "done", "commit")) or "n_chunks" not in g.attrs:
-        return [Finding(node, None, "created but never written (its creation was interrupted)", extract)]
+        return [Finding(node, None, "created but never written (its creation was interrupted)", extract())]
     x, n = g["x"], int(g.attrs["n_chunks"])
-    hint = repair_hint(store.path, f"{node}/x", decoded=True)
     problem = shape_problem(x, n, g.attrs["n_rows"])
     if problem:  # its chunks cannot be told apart any more: the condition's array goes, extract makes it anew
         if repair:
             return _removed(store, node, repair, problem)
-        return [Finding(f"{node}/x", "zarr.json", problem, hint)]
+        return [Finding(f"{node}/x", "zarr.json", problem, hint())]
     out = []
     for name in ("done", "commit"):  # a record chunk that does not decode reads as "not committed"
         for k in store.bad_chunks(g[name]):
-            out.append(Finding(f"{node}/{name}", k, "commit record does not decode", hint))
+            out.append(Finding(f"{node}/{name}", k, "commit record does not decode", hint()))
             if repair:
                 store.remove(f"{node}/{name}/{k}")
                 repair.did(f"removed {node}/{name}/{k} (a commit record that does not decode): chunk {k} is redone")
     damaged, kept = _committed_chunks(store, x, g, n)
-    out += [Finding(f"{node}/x", key, problem, hint) for _, key, problem in damaged]
+    out += [Finding(f"{node}/x", key, problem, hint()) for _, key, problem in damaged]
     out += [Finding(f"{node}/x", key, f"re-encoded: its values are as committed, but its file is {size} bytes, not "
                     f"the {committed} committed (reads refuse it by its size)",
                     f"run `crs store verify --repair {store.path}` (it keeps the chunk and records its new size)")
@@ -388,7 +395,7 @@ def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: Repairs | N
     left = n - int(done.sum())
     if left:
         out.append(Finding(f"{node}/x", None, f"{left} of {n} chunks not written (extraction incomplete, "
-                           "or reset by a repair)", extract))
+                           "or reset by a repair)", extract()))
     elif repair and kept and not damaged and not g.attrs.get("complete"):
         sizes = [int(b) for b in read_robust(g["commit"], 0)[:n, 0]]
         set_attrs(g, {"complete": True, "chunk_bytes": sizes})

@@ -39,10 +39,10 @@ chunk file is a missing file, never a silent block of zeros. Before ``done[j]`` 
 ``commit[j]`` = (stored bytes of chunk j, CRC-32 of its values): ``pending()`` re-does done chunks
 whose file is missing or of another size, ``read_embedding`` refuses them (against ``chunk_bytes``,
 the record's sizes copied into the attributes once complete), ``crs store verify`` decodes each and
-compares the CRC. A prediction array and each dataset array keep the same record per chunk in their ``commit``
-attribute, compared in full on every read; a probe run records which prediction arrays it wrote in
-``committed``, so that one deleted since is found. A file or folder that is a symbolic link is refused. Readers name the array, the chunk and the command that repairs it
-(``repair``).
+compares the CRC. A prediction array and each dataset array keep the same record per chunk in their
+``commit`` attribute, compared in full on every read; a probe run records which prediction arrays it
+wrote in ``committed``, so that one deleted since is found. A file or folder that is a symbolic link is
+refused. Readers name the array, the chunk and the command that repairs it (``repair``).
 """
 
 from __future__ import annotations
