@@ -11,11 +11,12 @@ decodes, and its values have the committed CRC-32.
 ``repair=True`` makes each damaged part recomputable by the command named in its finding, and says what it
 changed (``changed``): a link is removed; an embedding chunk's commit record is reset (``crs extract`` re-does
 exactly it), unless the chunk was only re-encoded (its values are those committed: it is kept, its record
-names its new size); a damaged dataset array is removed (``crs extract`` rewrites it); a damaged failures table
-is removed and the dataset's chunks reset (the failures are only found again by decoding every image); damaged
-predictions are removed (``crs probe``); a damaged metadata file of a group without attributes is rewritten, of
-any other node the node is removed; a damaged root metadata file is written anew with a new identity. What
-remains is returned: findings that still need a command.
+names its new size; so is a re-encoded chunk of a dataset or prediction array); a damaged dataset array is
+removed (``crs extract`` rewrites it); a damaged failures table is removed and the dataset's chunks reset (the
+failures are only found again by decoding every image); damaged predictions are removed (``crs probe``); a
+damaged metadata file of a group without attributes is rewritten, of any other node the node is removed; a
+damaged root metadata file is written anew with a new identity. What remains is returned: findings that
+still need a command.
 """
 
 from __future__ import annotations
@@ -258,7 +259,7 @@ def _table_arrays(store: Store, g, d: str, repair: Repairs | None, readable, don
             continue
         found = _whole_array(store, g[key], node)
         if not found:
-            found = _against_record(store, g[key], node, g[key].attrs.get("commit"))
+            found = _against_record(store, g[key], node, g[key].attrs.get("commit"), repair)
         out += _removed(store, node, repair) if found and repair else found
     return out
 
@@ -288,13 +289,13 @@ def _prediction(store: Store, arr, node: str, repair: Repairs | None) -> list[Fi
         found.append(Finding(node, None, "not written whole (its writer was interrupted)",
                              repair_hint(store.path, node)))
     elif not found:
-        found = _against_record(store, arr, node, arr.attrs["commit"])
+        found = _against_record(store, arr, node, arr.attrs["commit"], repair)
     return _removed(store, node, repair) if found and repair else found
 
 
 def _committed_predictions(store: Store, g, d: str, readable) -> list[Finding]:
     """Each prediction array that the last probe run of an encoder committed (``Store.commit_predictions``)
-    and that is gone, or is another run's: a repair cannot make it, the probe that wrote it can."""
+    and that is gone: a repair cannot make it, the probe that wrote it can."""
     base = f"datasets/{d}/predictions"
     out = []
     for enc in _children(store, base) if readable(base) and "predictions" in g else []:
@@ -339,19 +340,38 @@ def _whole_array(store: Store, arr, node: str) -> list[Finding]:
             + [Finding(node, k, "does not decode (checksum mismatch, truncated or garbled)", hint) for k in bad])
 
 
-def _against_record(store: Store, arr, node: str, records) -> list[Finding]:
+def _against_record(store: Store, arr, node: str, records, repair: Repairs | None = None) -> list[Finding]:
     """An array whose chunks all decode, each chunk against its commit record (bytes stored, CRC-32 of its
-    values)."""
+    values). A chunk whose file is of another size but whose values are those committed (re-encoded) is
+    kept: with ``repair`` its record names its new size (when nothing else is wrong with the array)."""
     if records is None:
         return [Finding(node, None, "no commit record (its writer was stopped, or it was written by other means)",
                         repair_hint(store.path, node, decoded=True))]
     values = np.asarray(arr[...])
     sizes = store.chunk_sizes(arr.path, chunk_keys(arr))
-    found = [(key, problem) for record, coords, key, size in zip(records, np.ndindex(*arr.cdata_shape),
-                                                                 chunk_keys(arr), sizes)
-             if (problem := record_problem(size, record, chunk_values(arr, values, coords)))]
+    found, kept = [], []
+    for i, (record, coords, key, size) in enumerate(zip(records, np.ndindex(*arr.cdata_shape), chunk_keys(arr),
+                                                        sizes)):
+        part = chunk_values(arr, values, coords)
+        problem = record_problem(size, record, part)
+        if problem and size is not None and record_problem(int(record[0]), record, part) is None:
+            kept.append((i, key, size))
+        elif problem:
+            found.append((key, problem))
+    if kept and repair and not found:
+        new = [list(map(int, r)) for r in records]
+        for i, key, size in kept:
+            new[i][0] = size
+            repair.did(f"kept chunk {key} of {node}: re-encoded, its values are as committed; its commit record "
+                       f"now names its new size ({size} bytes)")
+        set_attrs(arr, {"commit": new})
+        kept = []
     hint = repair_hint(store.path, node, decoded=True) if found else ""
-    return [Finding(node, key, problem, hint) for key, problem in found]
+    return [Finding(node, key, problem, hint) for key, problem in found] + [
+        Finding(node, key, f"re-encoded: its values are as committed, but its file is {size} bytes, not the "
+                f"{int(records[i][0])} committed (reads refuse it by its size)",
+                f"run `crs store verify --repair {store.path}` (it keeps the chunk and records its new size)")
+        for i, key, size in kept]
 
 
 def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: Repairs | None) -> list[Finding]:

@@ -251,6 +251,32 @@ def test_a_dataset_array_rewritten_through_zarr_is_refused_and_extract_restores_
     assert snapshot(store_copy) == pristine[1]
 
 
+@pytest.mark.parametrize("kind", ["label", "predictions", "x"])
+def test_a_chunk_reencoded_with_its_values_is_kept_by_repair_and_reads_again(store_copy, pristine, kind):
+    """Another zstd level: the file differs from its record, its values do not. Reads refuse it by its size;
+    verify says so, and --repair keeps the chunk and records its new size instead of discarding it."""
+    from numcodecs import Zstd
+
+    array, chunk = KINDS[kind]
+    file = store_copy / array / chunk
+    data = file.read_bytes()
+    reencoded = Zstd(level=19, checksum=True).encode(Zstd().decode(data))
+    if len(reencoded) == len(data):  # random values do not compress: the frame without its checksum instead
+        reencoded = Zstd(level=19, checksum=False).encode(Zstd().decode(data))
+    assert len(reencoded) != len(data)
+    file.write_bytes(reencoded)
+    with pytest.raises(StoreError, match="not as committed"):
+        read(store_copy, kind)
+    (f,) = verify(str(store_copy))
+    assert (f.array, f.chunk) == (array, chunk)
+    assert f.problem.startswith("re-encoded") and "crs store verify --repair" in f.repair
+    changed: list[str] = []
+    assert verify(str(store_copy), repair=True, changed=changed) == []
+    assert len(changed) == 1 and changed[0].startswith(f"kept chunk {chunk}"), changed
+    assert file.read_bytes() == reencoded and verify(str(store_copy)) == []
+    assert snapshot(store_copy) == pristine[1]  # the values, and the digest of what was committed
+
+
 def test_a_store_folder_that_is_a_symlink_is_refused_on_read(store_copy, tmp_path):
     node = store_copy / KINDS["predictions"][0]
     shutil.move(node, tmp_path / "elsewhere")
