@@ -71,7 +71,9 @@ def store_order(split: np.ndarray) -> np.ndarray:
 
 def plain_group(key: str) -> bool:
     """Whether store key ``key`` is a group this store creates without attributes (``datasets``,
-    ``datasets/D/embeddings[/E]``, ``datasets/D/predictions[/E]``): its metadata can be written anew."""
+    ``datasets/D/embeddings[/E]``, ``datasets/D/predictions[/E]``): its metadata can be written anew. The one
+    attribute such a group may hold, the ``committed`` record of ``predictions/E``, is then lost until the next
+    probe run of E writes it; the run records still name what that run wrote."""
     parts = key.strip("/").split("/")
     return parts == ["datasets"] or (len(parts) in (3, 4) and parts[0] == "datasets"
                                      and parts[2] in ("embeddings", "predictions"))
