@@ -252,6 +252,22 @@ def check_pair(results, encoder: str, dataset: str,
     return expected
 
 
+class LostPredictions(UserError):
+    """Stored predictions that a pair's probe run committed (its run records name them) are gone from the store."""
+
+
+def refuse_lost_predictions(results, encoder: str, dataset: str, conditions, store: str) -> None:
+    """Raise ``LostPredictions`` (exit 2) for ``conditions`` of the pair, whose probe run wrote them (its run
+    records name a generation) and which the store at ``store`` no longer holds, with the probe that writes
+    them again."""
+    shown = ", ".join(conditions[:5]) + (f" and {len(conditions) - 5} more" if len(conditions) > 5 else "")
+    raise LostPredictions(
+        f"the stored predictions of {encoder} × {dataset} under {shown} are not in {store!r}, though the probe "
+        f"run that wrote the run records committed them (generation {generation(path(results, encoder, dataset))}):"
+        " they were deleted or lost since, and a score without them would rest on other data than the run records. "
+        f"To repair: run {_repair_for(path(Path(results), encoder, dataset))} (it writes them again)")
+
+
 # settings crs probe takes on its command line: (settings key, flag, how its value is written there)
 _FLAGS = (("head", "--head", str), ("seeds", "--seeds", len), ("fractions", "--fractions", None),
           ("l2", "--l2", None), ("select_by", "--select-by", str), ("tol", "--tol", None), ("hidden", "--hidden", str))

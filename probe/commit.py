@@ -83,6 +83,8 @@ def commit(store: Store, results: Path, model: str, dataset: str, outputs: Outpu
         extra = {"rows": "the dataset's validation rows in store order"} if condition == VALIDATION else {}
         store.write_predictions(dataset, model, condition, probs, {
             **common, **extra, **head_attrs, forms.KEY: forms.LOG_PROB, run_records.PREDICTION_GENERATION: generation})
+    if predictions:  # the record of what this run wrote, once it all is
+        store.commit_predictions(dataset, model, generation, list(predictions))
     run_records.write_parquet(run_records.selection_path(results, model, dataset), selection, generation)
     run_records.write_parquet(subsets_path(results, dataset), drawn, generation)
     path = records_path(results, model, dataset)

@@ -1,5 +1,5 @@
 """The bootstrap of a score: seed means of every replicate under the unit asked for (seed, image or both),
-falling back to seeds where the store lacks what the image draws read, and CRS v2's calibration axis."""
+falling back to seeds where no store was given, and CRS v2's calibration axis."""
 
 from __future__ import annotations
 
@@ -79,10 +79,10 @@ def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, st
     """(seed means x [replicate, encoder, dataset, axis] of the bootstrap, the unit used, ``by_seed`` with C by the
     CRS version: v2's from the image bootstrap's reads, else read for it, ``calibration_axis``).
 
-    Falls back to the seed bootstrap, saying why in ``warnings``, where the image
-    bootstrap cannot read what it needs. ``metrics_pass``: a ``predictions.MetricsPass`` the image
-    bootstrap hands the arrays it reads (``_metrics_pass``); ``image_method`` receives per dataset how its
-    arrays were computed."""
+    Falls back to the seed bootstrap, saying why in ``warnings``, where no store was given; a store that lacks
+    what the image bootstrap reads is refused (BadInput, exit 2), never resampled around. ``metrics_pass``: a
+    ``predictions.MetricsPass`` the image bootstrap hands the arrays it reads (``_metrics_pass``);
+    ``image_method`` receives per dataset how its arrays were computed."""
     unit, version, by_seed = options.bootstrap_unit, options.crs_version, cmp.by_seed
     x_rep = None
     errors: dict | None = {} if version != "1" else None  # v2: the clean calibration errors the bootstrap reads
@@ -98,8 +98,9 @@ def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, st
                     store, cmp, draw.shape[0], np.random.default_rng([options.seed, 1]), methods=image_method,
                     metrics_pass=metrics_pass, version=version, point_errors=errors,
                 )
-            except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
-                warnings.append(f"{exc}; fell back to the seed bootstrap")
+            except MissingPredictions as exc:  # a store was given: what it lacks is refused, never resampled around
+                raise BadInput(f"bootstrap unit {unit!r} resamples the stored test probabilities: {exc}; or pass "
+                               "--bootstrap-unit seed") from exc
     if version != "1":
         by_seed = calibration_axis(by_seed, store, cmp.encoders, cmp.datasets, errors if x_rep is not None else None)
     if x_rep is None:

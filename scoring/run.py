@@ -110,12 +110,17 @@ def check_probe_runs(store, results, records: pl.DataFrame) -> None:
 
     Calls ``crs.records.check_pair`` (the probe's own definition of one run) with the
     attributes of every stored prediction array of the pair that scoring may read: each
-    condition of its run records and the validation split."""
+    condition of its run records and the validation split. The probe run that wrote the records
+    wrote each of those arrays, so one that is not in the store was lost since: refused too
+    (``crs.records.refuse_lost_predictions``), never scored around."""
     pairs = records.select("encoder", "dataset", "condition").unique().sort("encoder", "dataset", "condition")
     for (encoder, dataset), g in pairs.group_by("encoder", "dataset", maintain_order=True):
         conditions = sorted({*g["condition"].to_list(), VALIDATION})
-        attrs = {c: a for c in conditions if (a := prediction_attrs(store, dataset, encoder, c)) is not None}
-        run_records.check_pair(results, encoder, dataset, attrs)
+        attrs = {c: prediction_attrs(store, dataset, encoder, c) for c in conditions}
+        run_records.check_pair(results, encoder, dataset, {c: a for c, a in attrs.items() if a is not None})
+        gone = [c for c, a in attrs.items() if a is None]
+        if gone:  # the probe run that wrote these records wrote them: they were lost since
+            run_records.refuse_lost_predictions(results, encoder, dataset, gone, store.path)
 
 
 def _check_options(records: pl.DataFrame, options: ScoreOptions, store) -> ScoreOptions:
@@ -156,9 +161,9 @@ def _from_store(store, cmp: Comparison, warnings: list[str], metrics_pass=None):
     try:
         found = metrics_pass.result() if metrics_pass is not None and metrics_pass.complete else probe_metrics(
             store, cmp.records, cmp.encoders, cmp.datasets)
-    except MissingPredictions as exc:  # absent, not damaged: a damaged store is refused (exit 2)
-        warnings.append(f"{exc}; the metrics that need stored probabilities are left out")
-        return empty
+    except MissingPredictions as exc:  # a store was given: what it lacks is refused (exit 2), never left out
+        raise BadInput(f"{exc}; the metrics that need stored probabilities read them from the store given "
+                       "(or score without --store)") from exc
     warnings.extend(found.warnings)
     return found
 

@@ -15,7 +15,7 @@ import zarr
 
 from crs.errors import CrsError
 from crs.store.errors import StoreError
-from crs.store.repair import repair_hint
+from crs.store.repair import next_step, repair_hint
 
 
 def chunk_keys(arr: zarr.Array) -> list[str]:
@@ -24,7 +24,12 @@ def chunk_keys(arr: zarr.Array) -> list[str]:
 
 
 def values_crc(values: np.ndarray) -> int:
-    """CRC-32 of an array's values in C order (the commit record's digest of what was written)."""
+    """CRC-32 of an array's values in C order (the commit record's digest of what was written). Text (ids,
+    groups) is digested as its UTF-8 words, each ended by a NUL: numpy's in-memory forms of text (fixed width,
+    variable-width StringDType) hold other bytes for the same words."""
+    values = np.asarray(values)
+    if values.dtype.kind in "OUST":
+        return zlib.crc32("".join(f"{v}\0" for v in values.ravel().tolist()).encode())
     return zlib.crc32(np.ascontiguousarray(values).tobytes())
 
 
@@ -33,6 +38,11 @@ def commit_record(store, arr: zarr.Array, coords: tuple[int, ...], values: np.nd
     bytes of its file, CRC-32 of its values]. Every array whose values feed a number keeps one per chunk:
     embeddings in their ``commit`` array, predictions in their ``commit`` attribute."""
     return [store.file_size(f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"), values_crc(values)]
+
+
+def commit_records(store, arr: zarr.Array, values: np.ndarray) -> list[list[int]]:
+    """The commit record of every chunk of ``arr`` (in C order), all of it just written with ``values``."""
+    return [commit_record(store, arr, c, chunk_values(arr, values, c)) for c in np.ndindex(*arr.cdata_shape)]
 
 
 def chunk_values(arr: zarr.Array, values: np.ndarray, coords: tuple[int, ...]) -> np.ndarray:
@@ -74,6 +84,7 @@ class Checks:
         differs from its commit record (``records``: one [bytes, CRC-32] per chunk in C order, or only
         [bytes]); ``values``, all of ``arr`` where already read, also has each chunk's CRC compared."""
         keys = chunk_keys(arr)
+        self.refuse_links(arr, keys, what)
         sizes = self.chunk_sizes(arr.path, keys)
         found: dict[str, list[str]] = {}
         for i, (coords, key, size) in enumerate(zip(np.ndindex(*arr.cdata_shape), keys, sizes)):
@@ -104,6 +115,8 @@ class Checks:
         """All of ``arr``, refused with a StoreError naming the array, the chunk and the repair when a chunk
         is missing or does not decode. ``what`` names the array for the user; ``listed``: the caller has
         checked already that every chunk's file is there."""
+        if not listed:  # else the caller checked the files (``committed``)
+            self.refuse_links(arr, chunk_keys(arr), what)
         missing = [] if listed else self.missing_chunks(arr)
         if missing:
             raise self._damage(arr.path, missing, "missing (its file was deleted)", what)
@@ -116,6 +129,19 @@ class Checks:
             if not bad:
                 raise
             raise self._damage(arr.path, bad, f"damaged ({exc})", what, decoded=True) from exc
+
+    def refuse_links(self, arr: zarr.Array, keys: list[str], what: str) -> None:
+        """Refuse ``arr`` (StoreError naming the link and the repair) where a folder on the way to it, its
+        metadata or one of its chunk files ``keys`` is a symbolic link (docs/pipeline.md: a store reads only its
+        own files)."""
+        links = self.linked(arr.path, keys)
+        if links:
+            key, target = links[0]
+            more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+            raise StoreError(
+                f"{what}: {key!r} in {self.path!r} is a symbolic link (to {target}){more}, and a store reads only "
+                f"its own files. To repair: run `crs store verify --repair {self.path}` (it removes the link), "
+                f"then {next_step(self.path, arr.path)}")
 
     def _damage(self, key: str, chunks: list[str], problem: str, what: str, decoded: bool = False) -> StoreError:
         shown = ", ".join(chunks[:5]) + (f" and {len(chunks) - 5} more" if len(chunks) > 5 else "")

@@ -9,6 +9,7 @@ import numpy as np
 import zarr
 
 from crs.provenance import now
+from crs.store.commits import commit_records
 from crs.store.errors import StoreError, writes
 from crs.store.nodes import as_json, as_strings, create_array, require_group, set_attrs
 from crs.store.repair import repair_hint
@@ -129,30 +130,40 @@ class DatasetTables:
             )
 
     def _write_table_arrays(self, g: zarr.Group, table: DatasetTable, keys) -> None:
+        """Write the arrays ``keys`` of ``table`` into dataset group ``g``, each followed by its commit record
+        (the ``commit`` attribute: per chunk, stored bytes and CRC-32 of its values), checked on every read."""
         n = len(table.ids)
         chunk = max(1, min(n, 65536))
         for key in keys:
             if key in ("image_id", "group"):
                 value = np.asarray(table.ids if key == "image_id" else table.group, dtype=str)
                 arr = create_array(g, key, shape=(n,), dtype=str, chunks=(chunk,), overwrite=True)
-                arr[:] = value
             elif key == "label":
-                lab = np.asarray(table.labels)
-                arr = create_array(g, "label", shape=lab.shape, dtype=lab.dtype, chunks=(chunk,) + lab.shape[1:],
-                                   overwrite=True)
-                arr[...] = lab
+                value = np.asarray(table.labels)
+                arr = create_array(g, "label", shape=value.shape, dtype=value.dtype,
+                                   chunks=(chunk,) + value.shape[1:], overwrite=True)
             else:
+                value = np.asarray(table.split).astype(np.int8)
                 arr = create_array(g, "split", shape=(n,), dtype=np.int8, chunks=(chunk,), overwrite=True)
-                arr[:] = np.asarray(table.split).astype(np.int8)
+            arr[...] = value
+            set_attrs(arr, {"commit": commit_records(self, arr, value)})  # last: an array without it is not whole
 
     def _dataset_array(self, g: zarr.Group, name: str, key: str) -> np.ndarray:
+        """One of the dataset's arrays, refused (StoreError naming it and the repair) where it is missing,
+        damaged, or not the values its commit record names (replaced, or rewritten through zarr)."""
         what = f"dataset {name!r} ({key})"
-        with self.reading(f"datasets/{name}/{key}"):
+        where = f"datasets/{name}/{key}"
+        with self.reading(where):
             if key not in g:
-                raise StoreError(f"{what}: array 'datasets/{name}/{key}' is missing from {self.path!r}. "
-                                 f"To repair: {repair_hint(self.path, f'datasets/{name}/{key}')}")
+                raise StoreError(f"{what}: array {where!r} is missing from {self.path!r}. "
+                                 f"To repair: {repair_hint(self.path, where)}")
             arr = g[key]
+            records = arr.attrs.get("commit")
+        if records is None:
+            raise StoreError(f"{what}: array {where!r} in {self.path!r} has no commit record (its writer was "
+                             f"stopped, or it was written by other means). To repair: {repair_hint(self.path, where)}")
         values = self.checked_read(arr, what)
+        self.committed(arr, records, what, values)
         return as_strings(values) if key in ("image_id", "group") else values
 
     def dataset(self, name: str) -> DatasetTable:

@@ -11,6 +11,10 @@ class StoreError(UserError):
     """A store problem the user can act on (bad path, other schema, missing or incomplete data)."""
 
 
+class NoStore(StoreError):
+    """No store at the path given (nothing there, or an empty folder): a score can do without one."""
+
+
 def writes(method):
     """``method`` of a Store (or of an object holding one as ``store``) that writes into it: a full disk, a
     quota, a read-only file system or a refused permission met without a file name is named by the store's

@@ -95,6 +95,22 @@ class StoredFiles:
         present = self.files(prefix)
         return [k for k in keys if k not in present]
 
+    def linked(self, prefix: str, keys: list[str]) -> list[tuple[str, str]]:
+        """(store key, target) of each symbolic link on the way to store key ``prefix`` (its folders, its
+        ``zarr.json``) or among ``keys`` (files relative to it), on a local store; an lstat each. A store reads
+        only its own files: a link's target can change or vanish under it."""
+        root = self._local_root()
+        if root is None:
+            return []
+        parts = prefix.strip("/").split("/")
+        on_way = ["/".join(parts[: i + 1]) for i in range(len(parts))] + [f"{prefix}/zarr.json"]
+        found = []
+        for key in on_way + [f"{prefix}/{k}" for k in keys]:
+            full = os.path.join(root, key)
+            if os.path.islink(full):
+                found.append((key, os.readlink(full)))
+        return found
+
     def chunk_sizes(self, prefix: str, keys: list[str]) -> list[int | None]:
         """Stored bytes of each of ``keys`` (relative to store key ``prefix``; None: no file): a stat each on
         a local store, one listing on an object store."""

@@ -8,6 +8,8 @@ Layout (schema version 1)::
         label      [image] int64      (multiclass)   or  [image, label] int8 in {1, 0, -1} (multilabel)
         split      [image] int8       0 train, 1 val, 2 test
         group      [image] str        patient or lesion id
+                                      (each of the four: attrs commit, per chunk bytes of its stored
+                                      file and CRC-32 of its values)
         failures/  image_id, file, reason [failure] str; attrs: rows, writing
         embeddings/<encoder>/<condition>/
             x      [row, feature]     float16 by default, chunked along rows
@@ -15,6 +17,7 @@ Layout (schema version 1)::
             commit [chunk, 2] uint64  per chunk: bytes of its stored file, CRC-32 of its values
                                       attrs: rows ('all' | 'test'), complete, chunk_bytes (the
                                       commit record's bytes, copied once complete), provenance
+        predictions/<encoder>/        attrs: committed = {generation, conditions} of the last probe run
         predictions/<encoder>/<condition key>
                    [seed, fraction, image, class] float32 test probabilities of the chosen probes,
                                       one chunk up to 64 MB (``predictions.prediction_chunks``); attrs:
@@ -36,9 +39,10 @@ chunk file is a missing file, never a silent block of zeros. Before ``done[j]`` 
 ``commit[j]`` = (stored bytes of chunk j, CRC-32 of its values): ``pending()`` re-does done chunks
 whose file is missing or of another size, ``read_embedding`` refuses them (against ``chunk_bytes``,
 the record's sizes copied into the attributes once complete), ``crs store verify`` decodes each and
-compares the CRC. A prediction array keeps the same record per chunk in its ``commit`` attribute,
-compared in full on every read. Readers name the array, the chunk and the command that repairs it
-(``repair``).
+compares the CRC. A prediction array and each dataset array keep the same record per chunk in their
+``commit`` attribute, compared in full on every read; a probe run records which prediction arrays it
+wrote in ``committed``, so that one deleted since is found. A file or folder that is a symbolic link is
+refused. Readers name the array, the chunk and the command that repairs it (``repair``).
 """
 
 from __future__ import annotations
@@ -67,7 +71,9 @@ def store_order(split: np.ndarray) -> np.ndarray:
 
 def plain_group(key: str) -> bool:
     """Whether store key ``key`` is a group this store creates without attributes (``datasets``,
-    ``datasets/D/embeddings[/E]``, ``datasets/D/predictions[/E]``): its metadata can be written anew."""
+    ``datasets/D/embeddings[/E]``, ``datasets/D/predictions[/E]``): its metadata can be written anew. The one
+    attribute such a group may hold, the ``committed`` record of ``predictions/E``, is then lost until the next
+    probe run of E writes it; the run records still name what that run wrote."""
     parts = key.strip("/").split("/")
     return parts == ["datasets"] or (len(parts) in (3, 4) and parts[0] == "datasets"
                                      and parts[2] in ("embeddings", "predictions"))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import warnings
 
 import fsspec
 import zarr
+from zarr.core.group import AsyncGroup, GroupMetadata
+from zarr.storage import FsspecStore, LocalStore, StorePath
 
-from crs.store.errors import StoreError
+from crs.store.errors import NoStore, StoreError
 
 # zarr writes each metadata file through a temporary "<name>.<hex>.partial" beside it (also to check
 # that a parent group exists, on every array it creates), so a listing of that folder by another
@@ -69,11 +72,47 @@ def open_root(path: str, mode: str, storage_options: dict | None = None) -> zarr
             # another process created the new store between our look and our create: open theirs
             return zarr.open_group(store=path, mode=mode, **kwargs)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as exc:
-        raise StoreError(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)") from exc
+        raise NoStore(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)") from exc
     except Exception as exc:  # zarr raises several types for a node that is an array, bad metadata, ...
-        raise StoreError(f"{path!r} cannot be opened as a CRS store: {exc}. If it is one, its root metadata "
-                         f"(zarr.json) is damaged: `crs store verify {path}` says so; no repair keeps the "
-                         "store's identity, so extract into a new store (pass --store with a new path)") from exc
+        if root_problem(path, storage_options):
+            raise StoreError(damaged_root_message(path, exc)) from exc
+        raise StoreError(f"{path!r} cannot be opened as a CRS store: {exc}. If it is one, run "
+                         f"`crs store verify {path}`, which says what is damaged") from exc
+
+
+def damaged_root_message(path: str, exc: BaseException | None = None) -> str:
+    """The refusal of a store whose root metadata (its ``zarr.json``) is damaged or missing, with the repair."""
+    why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+    return (f"the store {path!r} has damaged root metadata: its zarr.json is not Zarr v3 group metadata"
+            f"{why}; the arrays below it are not lost. To repair: run `crs store verify --repair {path}` (it writes "
+            "that file anew, with a new store identity, and checks every array below it)")
+
+
+def root_problem(path: str, storage_options: dict | None = None) -> str | None:
+    """What is wrong with the root metadata of the store at ``path`` ('damaged', or 'missing' where the
+    store's ``datasets`` group is there without it), or None (sound, or no store there at all)."""
+    fs, root = fsspec.core.url_to_fs(path, **url_storage_options(path, storage_options))
+    root = root.rstrip("/")
+    try:
+        meta = json.loads(fs.cat_file(f"{root}/zarr.json"))
+    except FileNotFoundError:
+        return "missing" if fs.exists(f"{root}/datasets/zarr.json") else None
+    except (ValueError, UnicodeDecodeError):
+        return "damaged"
+    sound = isinstance(meta, dict) and meta.get("zarr_format") == 3 and meta.get("node_type") == "group"
+    return None if sound else "damaged"
+
+
+def open_below_root(path: str, storage_options: dict | None = None) -> zarr.Group:
+    """The root group of the store at ``path``, read only, without reading its own metadata (which is damaged):
+    its nodes below read as usual. For ``crs store verify``, which checks what it can."""
+    local = local_path(path)
+    if local is not None:
+        where = LocalStore(local, read_only=True)
+    else:
+        options = url_storage_options(path, storage_options)
+        where = FsspecStore.from_url(path, storage_options=options or None, read_only=True)
+    return zarr.Group(AsyncGroup(metadata=GroupMetadata(), store_path=StorePath(where, "")))
 
 
 def _check_folder(path: str, mode: str) -> None:
@@ -83,13 +122,15 @@ def _check_folder(path: str, mode: str) -> None:
     # another process creating this store at the same moment has only its zarr.json's temporary
     # file there yet ("zarr.<hex>.partial"): that directory is a store being made, not a stranger's
     held = [e for e in os.listdir(path) if not _ZARR_TEMPORARY.fullmatch(e)] if os.path.isdir(path) else []
+    if held and root_problem(path) == "missing":
+        raise StoreError(damaged_root_message(path))
     if held and not os.path.exists(os.path.join(path, "zarr.json")):
         raise StoreError(
             f"{path!r} is a non-empty directory that is not a Zarr store; refusing to write into it. "
             "Pass --store with a new or existing CRS store path"
         )
     if mode == "r" and not os.path.exists(os.path.join(path, "zarr.json")):
-        raise StoreError(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)")
+        raise NoStore(f"no CRS store at {path!r}; run `crs extract` first (or pass --store)")
 
 
 def _check_url(url: str, mode: str, storage_options: dict) -> None:
@@ -112,4 +153,4 @@ def _check_url(url: str, mode: str, storage_options: dict) -> None:
         raise StoreError(f"{url!r} holds objects but no Zarr store; refusing to write into it. Pass --store "
                          "with a new or existing CRS store URL")
     if mode == "r" and not has_meta:
-        raise StoreError(f"no CRS store at {url!r}; run `crs extract` first (or pass --store)")
+        raise NoStore(f"no CRS store at {url!r}; run `crs extract` first (or pass --store)")

@@ -9,7 +9,7 @@ import numpy as np
 import zarr
 
 from crs.provenance import now
-from crs.store.commits import chunk_values, commit_record
+from crs.store.commits import commit_records
 from crs.store.errors import StoreError, writes
 from crs.store.layout import condition_key
 from crs.store.nodes import create_arrays, require_group, set_attrs
@@ -28,6 +28,9 @@ def prediction_chunks(shape: tuple[int, ...], cap: int | None = None) -> tuple[i
     row = fractions * classes * 4  # bytes of one image of one seed
     rows = images if row * images <= cap else max(cap // row, 1)
     return (min(seeds, max(cap // (row * rows), 1)), fractions, rows, classes)
+
+
+COMMITTED = "committed"  # the attribute of a predictions/ENCODER group naming what its last probe run wrote
 
 
 class Predictions:
@@ -50,9 +53,18 @@ class Predictions:
         spec = dict(shape=probs.shape, dtype=np.float32, chunks=prediction_chunks(probs.shape), fill_value=0.0)
         arr = create_arrays(base, {key: spec}, overwrite=True)[1][key]
         arr[...] = probs
-        commit = [commit_record(self, arr, c, chunk_values(arr, probs, c)) for c in np.ndindex(*arr.cdata_shape)]
+        commit = commit_records(self, arr, probs)
         # attrs last: an array with its 'condition' attribute was written whole
         set_attrs(arr, {**attrs, "condition": condition, "commit": commit, "written": now()})
+
+    @writes
+    def commit_predictions(self, dataset: str, encoder: str, generation: str, conditions) -> None:
+        """Record, once all are written, which prediction arrays one probe run of (``dataset``, ``encoder``)
+        wrote: the ``committed`` attribute of the encoder's predictions group, {generation, conditions}.
+        ``crs store verify`` compares what is stored with it: a committed array that is gone is damage, not
+        a smaller run."""
+        g = self._node(f"datasets/{dataset}/predictions/{encoder}")
+        set_attrs(g, {COMMITTED: {"generation": generation, "conditions": sorted(conditions)}})
 
     def read_predictions(self, dataset: str, encoder: str, condition: str) -> tuple[np.ndarray, dict[str, Any]]:
         key = condition_key(condition)

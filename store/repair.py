@@ -10,15 +10,17 @@ import shlex
 
 from crs.config import flag_words
 from crs.store.layout import plain_group
-from crs.store.location import local_path, open_root
+from crs.store.location import local_path, open_below_root, open_root
 
 
 def _node_or_none(path: str, key: str):
     """The node at ``key`` of the store at ``path``, read only, or None where it cannot be read."""
-    try:
-        return open_root(path, "r")[key]
-    except Exception:  # noqa: BLE001 - only a message is at stake
-        return None
+    for opened in (open_root, open_below_root):  # the root's own metadata may be what is damaged
+        try:
+            return opened(path, "r")[key] if opened is open_root else opened(path)[key]
+        except Exception:  # noqa: BLE001 - only a message is at stake
+            continue
+    return None
 
 
 def _child_names(path: str, key: str) -> list[str]:

@@ -23,7 +23,7 @@ from crs.store.errors import StoreError
 from crs.store.failures import Failures
 from crs.store.files import StoredFiles
 from crs.store.layout import DEFAULT_STORE, SCHEMA_VERSION, WHEN, condition_key, store_order
-from crs.store.location import is_url, local_path, open_root
+from crs.store.location import is_url, local_path, open_below_root, open_root
 from crs.store.nodes import as_json, set_attrs
 from crs.store.predictions import Predictions
 from crs.store.repair import repair_hint
@@ -70,6 +70,16 @@ class Store(StoredFiles, Checks, DatasetTables, Failures, Embeddings, Prediction
                     f"version {SCHEMA_VERSION}. Nothing was changed: use a crs that matches the store, "
                     "or pass --store with a new path and extract again"
                 )
+
+    @classmethod
+    def below_damaged_root(cls, path: str, storage_options: dict | None = None) -> Store:
+        """The store at ``path``, read only, whose root metadata is damaged: its nodes below read as usual (for
+        ``crs store verify``, which checks what it can); it has no identity."""
+        store = cls.__new__(cls)
+        store.path, store.read_only, store.storage_options = str(path), True, dict(storage_options or {})
+        store._generator_checked = set()
+        store.root = open_below_root(store.path, storage_options)
+        return store
 
     @property
     def is_url(self) -> bool:

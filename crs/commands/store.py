@@ -26,11 +26,12 @@ def store_verify_cmd(
     """Check a whole store: every array, chunk and metadata file against what was committed. Exit 0 sound, 2 not."""
     with friendly_errors(verbose):
         integrity = importlib.import_module("crs.store.integrity")  # the store's own checks (numpy + zarr only)
-        findings = list(integrity.verify(path, repair=repair))
+        changed: list[str] = []
+        findings = list(integrity.verify(path, repair=repair, changed=changed))
         if as_json:
             print(json.dumps([dataclasses.asdict(f) for f in findings]))
-        elif findings:
-            text = integrity.format_findings(findings)
+        elif findings or (changed and not quiet):  # what a repair changed, then what is left to do
+            text = integrity.format_findings(findings, changed)
             (err if quiet else out).print(escape(text), highlight=False, soft_wrap=True)
         elif not quiet:
             out.print(f"{path}: every array, chunk and metadata file is as committed" + (" (nothing to repair)" if

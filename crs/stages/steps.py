@@ -540,13 +540,14 @@ def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | N
 
 def _open_for_scoring(store: str | None):
     """(the store or None, a note): the run records still allow a score without the store."""
-    from crs.store import Store, StoreError  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
+    from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
+    from crs.store.errors import NoStore  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
     if store is None:
         return None, None
     try:
         return Store(str(store), mode="r"), None
-    except StoreError as exc:
+    except NoStore as exc:  # a store that is there but damaged is refused (exit 2), never scored around
         return None, f"{exc}; scoring from the run records alone"
 
 

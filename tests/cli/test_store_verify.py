@@ -24,16 +24,19 @@ class Finding:
     repair: str
 
 
-def _fake(monkeypatch, findings):
+def _fake(monkeypatch, findings, changes=()):
     calls = []
     mod = types.ModuleType("crs.store.integrity")
     mod.Finding = Finding
 
-    def verify(path, *, repair=False, storage_options=None):
+    def verify(path, *, repair=False, storage_options=None, changed=None):
         calls.append((path, repair))
+        if repair and changed is not None:
+            changed.extend(changes)
         return list(findings)
     mod.verify = verify
-    mod.format_findings = lambda fs: "\n".join(f"{f.array} chunk {f.chunk}: {f.problem}; {f.repair}" for f in fs)
+    mod.format_findings = lambda fs, changed=(): "\n".join(
+        [f"repaired: {c}" for c in changed] + [f"{f.array} chunk {f.chunk}: {f.problem}; {f.repair}" for f in fs])
     monkeypatch.setitem(sys.modules, "crs.store.integrity", mod)
     return calls
 
@@ -55,6 +58,16 @@ def test_findings_are_listed_and_exit_2(monkeypatch, tmp_path):
     assert r.exit_code == 2
     assert "clean/x chunk 2/0: missing; run `crs extract` again" in r.output and "demo_derm/label" in r.output
     assert calls == [(str(tmp_path), True)]
+
+
+def test_a_repair_says_what_it_changed_and_never_nothing_to_repair_then(monkeypatch, tmp_path):
+    _fake(monkeypatch, [], changes=["removed datasets/d/predictions/e/clean, a symbolic link (to /x)"])
+    r = runner.invoke(app, ["store", "verify", str(tmp_path), "--repair"])
+    assert r.exit_code == 0, r.output
+    assert "repaired: removed datasets/d/predictions/e/clean" in r.output and "nothing to repair" not in r.output
+    _fake(monkeypatch, [])
+    r = runner.invoke(app, ["store", "verify", str(tmp_path), "--repair"])
+    assert r.exit_code == 0 and "nothing to repair" in r.output, r.output
 
 
 @pytest.mark.parametrize("findings, code", [([], 0), (BAD, 2)])

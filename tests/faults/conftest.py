@@ -41,6 +41,12 @@ The cases and how each ends ("a" or "b" as above):
 |                     | bytes that were not committed, or made a symlink (embeddings, | named; `crs store verify |
 |                     | labels, split, image ids, predictions, their zarr.json); run  | --repair`, then the      |
 |                     | records altered; then probe or score                          | stage; or a, read right  |
+| test_unnoticed      | a whole prediction array deleted, then score and verify;      | b: the array named with  |
+|                     | labels, splits or ids rewritten through zarr (valid bytes),   | its repair (`crs probe`, |
+|                     | then probe or score; the root zarr.json damaged, then score   | `crs extract`, `crs      |
+|                     | and verify (which still checks below); a prediction folder    | store verify --repair`); |
+|                     | made a symlink, or the link removed by hand                   | the root named as such   |
+| test_unnoticed      | an embedding chunk re-encoded with its values kept            | kept by `--repair`, said |
 | test_inputs         | failures chunk deleted or altered, then extract               | b                        |
 | test_inputs         | csv label NaN / NA / empty; blank or duplicate id; path       | b (the line named)       |
 |                     | outside the image root                                        |                          |

@@ -353,6 +353,19 @@ def settle(first: Ran, again: list[str], folder: Path, want: dict, what: str, na
     return _seen(what, "b")
 
 
+def followed_literally(store: Path) -> list[str]:
+    """Run every `crs ...` command `crs store verify STORE` names, word for word, in order; the commands run."""
+    found = crs_here("store", "verify", str(store))
+    assert found.rc == 2, f"verify did not find the damage:\n{found.message[-1500:]}"
+    commands = list(dict.fromkeys(REPAIR.findall(found.message)))
+    assert commands, f"verify names no `crs ...` repair:\n{found.message[-1500:]}"
+    for text in commands:
+        r = crs_here(*shlex.split(text)[1:])
+        assert r.rc in (0, 2) if text.startswith("crs store verify") else r.rc == 0, \
+            f"the repair `{text}` exited {r.rc}:\n{r.message[-1500:]}"
+    return commands
+
+
 def _seen(what: str, outcome: str) -> str:
     """The outcome, also appended to the file $CRS_FAULTS_LOG names (for the table in conftest.py)."""
     log = os.environ.get("CRS_FAULTS_LOG")

@@ -15,7 +15,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultlib import CSV_NAME, DATASET, REPAIR, STORE, assert_same, case, crs_here, csv_case, settle, stage_args
+from faultlib import (
+    CSV_NAME,
+    DATASET,
+    REPAIR,
+    STORE,
+    assert_same,
+    case,
+    crs_here,
+    csv_case,
+    followed_literally,
+    settle,
+    stage_args,
+)
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # the session fixtures of faultlib.py (baseline, probe_ref, score_ref, csv_baseline) once per worker
@@ -118,20 +130,6 @@ def test_valid_bytes_that_were_not_committed_are_refused_by_verify_and_the_reade
     cmd = stage_args(reader, folder)
     settle(crs_here(*cmd), cmd, folder, baseline.outputs, f"{kind} {rel} replaced by valid bytes, then crs {reader}",
            names=("demo-stats", "clean", "not as committed"))
-
-
-# ------------------------------------------------------------------ the repair hint, followed literally
-def followed_literally(store: Path) -> list[str]:
-    """Run every `crs ...` command `crs store verify STORE` names, word for word, in order; the commands run."""
-    found = crs_here("store", "verify", str(store))
-    assert found.rc == 2, f"verify did not find the damage:\n{found.message[-1500:]}"
-    commands = list(dict.fromkeys(REPAIR.findall(found.message)))
-    assert commands, f"verify names no `crs ...` repair:\n{found.message[-1500:]}"
-    for text in commands:
-        r = crs_here(*shlex.split(text)[1:])
-        assert r.rc in (0, 2) if text.startswith("crs store verify") else r.rc == 0, \
-            f"the repair `{text}` exited {r.rc}:\n{r.message[-1500:]}"
-    return commands
 
 
 # Each case damages one or more files under the dataset and follows verify's hint. Files of different

@@ -77,15 +77,15 @@ def test_falls_back_to_seeds_without_store(built):
     assert any("needs the stored test probabilities" in w for w in s.settings["warnings"])
 
 
-def test_falls_back_when_probabilities_are_missing(built):
+def test_probabilities_missing_from_the_store_given_are_refused_not_resampled_around(built):
+    """A store was given and lacks an encoder's probabilities: the score is refused (exit 2) under every unit
+    that reads them and every CRS version, never turned into a seed bootstrap with a warning."""
     store, records = built
     extra = records.filter(pl.col("encoder") == "a").with_columns(encoder=pl.lit("ghost"))
-    s = score(pl.concat([records, extra]), ScoreOptions(bootstrap_unit="both", n_bootstrap=20, crs_version="1"),
-              store=store)
-    assert s.settings["bootstrap"]["unit"] == "seed"
-    with pytest.raises(BadInput, match="ghost/d1/clean.*--crs-version 1"):  # v2's C needs them
-        score(pl.concat([records, extra]), ScoreOptions(bootstrap_unit="both", n_bootstrap=20), store=store)
-    assert any("ghost" in w and "fell back" in w for w in s.settings["warnings"])
+    for unit, version in (("both", "1"), ("image", "1"), ("both", "2")):
+        with pytest.raises(BadInput, match="ghost/d1/clean"):
+            score(pl.concat([records, extra]), ScoreOptions(bootstrap_unit=unit, n_bootstrap=20, crs_version=version),
+                  store=store)
 
 
 def test_probe_metrics_and_temperature(built):
@@ -164,19 +164,18 @@ def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, m
                                  .then(pl.lit("noise-3")).otherwise(pl.col("condition")))
     with pytest.raises(BadInput, match="unknown condition 'noise-3'.*re-run `crs probe`"):
         score(bogus, ScoreOptions(n_bootstrap=5, crs_version="1"))
-    # probabilities of another split size (a stale probe): named, left out with a warning, never a crash
+    # probabilities of another split size (a stale probe): named and refused, never a crash nor a seed bootstrap
     probs, attrs = store.read_predictions("d1", "b", "gaussian_noise@1")
     store.write_predictions("d1", "b", "gaussian_noise@1", probs[:, :, :-2], attrs)
-    s = score(records, ScoreOptions(n_bootstrap=5, bootstrap_unit="image"), store=store)
-    said = " ".join(s.settings["warnings"])
-    assert "b/d1/gaussian_noise@1 holds probabilities for 10 images" in said and "re-run `crs probe" in said
-    assert s.settings["bootstrap"]["unit"] == "seed"
-    # stored labels that do not fit the stored classes: a damaged store, refused
+    with pytest.raises(BadInput, match=r"b/d1/gaussian_noise@1 holds probabilities for 10 images.*re-run `crs probe"):
+        score(records, ScoreOptions(n_bootstrap=5, bootstrap_unit="image"), store=store)
+    store.write_predictions("d1", "b", "gaussian_noise@1", probs, attrs)
+    # stored labels changed through zarr (valid bytes): not those committed, a damaged store, refused
     import zarr
 
     labels = zarr.open_group(str(tmp_path / "s.zarr"), mode="a")["datasets"]["d1"]["label"]
     labels[0] = 7
-    with pytest.raises(UserError, match="stored labels of dataset 'd1'.*damaged.*crs store verify"):
+    with pytest.raises(UserError, match=r"dataset 'd1' \(label\).*not as committed.*crs store verify"):
         score(records, ScoreOptions(n_bootstrap=5), store=store)
 
 

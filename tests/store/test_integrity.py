@@ -44,6 +44,7 @@ def build(path) -> Store:
     assert write_embeddings(s)
     s.add_failures("toy", ["img3"], ["img3.png"], ["truncated file"])
     s.write_predictions("toy", "enc", "clean", P, {"seeds": [0, 1]})
+    s.commit_predictions("toy", "enc", "g1", ["clean"])  # what a probe run records once it wrote them all
     return s
 
 
@@ -213,14 +214,80 @@ def test_content_digest_follows_committed_content_not_the_path(store_copy, prist
     assert s.content_digest("toy", "enc") == digest
 
 
-def test_a_damaged_root_is_a_finding_and_no_store_is_an_error(tmp_path):
+def test_a_damaged_root_is_a_finding_the_arrays_below_are_checked_and_repair_rewrites_it(tmp_path):
     with pytest.raises(StoreError, match="run `crs extract` first"):
         verify(str(tmp_path / "nothing.zarr"))
     path = tmp_path / "s.zarr"
     build(path)
     (path / "zarr.json").write_text("{")
-    (f,) = verify(str(path))
-    assert f.chunk == "zarr.json" and "new store" in f.repair
+    damage(path / KINDS["label"][0] / "c/0", "truncate")
+    with pytest.raises(StoreError, match=r"damaged root metadata.*To repair: run `crs store verify --repair"):
+        Store(str(path), mode="r")
+    found = verify(str(path))
+    assert [(f.array, f.chunk) for f in found] == [("", "zarr.json"), ("datasets/toy/label", "c/0")]
+    assert "crs store verify --repair" in found[0].repair
+    changed: list[str] = []
+    left = verify(str(path), repair=True, changed=changed)
+    assert any("root metadata" in c for c in changed) and any("datasets/toy/label" in c for c in changed), changed
+    assert [f.array for f in left] == ["datasets/toy/label"]  # removed: `crs extract` writes it again
+    s = Store(str(path))
+    s.write_dataset(table())
+    assert verify(str(path)) == []
+
+
+@pytest.mark.parametrize("key", ["label", "split", "group"])  # image_id: tests/faults (a real row order)
+def test_a_dataset_array_rewritten_through_zarr_is_refused_and_extract_restores_it(store_copy, pristine, key):
+    """Valid Zarr with its checksums right and other values (labels shuffled by hand): only the commit record
+    tells it apart, on every read and in verify."""
+    arr = zarr.open_array(str(store_copy / f"datasets/toy/{key}"), mode="r+")
+    values = np.asarray(arr[...])
+    assert not np.array_equal(values[::-1], values)
+    arr[...] = values[::-1]
+    with pytest.raises(StoreError, match=f"array 'datasets/toy/{key}'.* is not as committed.*To repair: run"):
+        read(store_copy, key)
+    found = verify(str(store_copy))
+    assert [(f.array, f.problem.split(" (")[0]) for f in found] == [(f"datasets/toy/{key}", "not as committed")]
+    Store(str(store_copy)).write_dataset(table())  # what `crs extract` does first
+    assert snapshot(store_copy) == pristine[1]
+
+
+@pytest.mark.parametrize("kind", ["label", "predictions", "x"])
+def test_a_chunk_reencoded_with_its_values_is_kept_by_repair_and_reads_again(store_copy, pristine, kind):
+    """Another zstd level: the file differs from its record, its values do not. Reads refuse it by its size;
+    verify says so, and --repair keeps the chunk and records its new size instead of discarding it."""
+    from numcodecs import Zstd
+
+    array, chunk = KINDS[kind]
+    file = store_copy / array / chunk
+    data = file.read_bytes()
+    reencoded = Zstd(level=19, checksum=True).encode(Zstd().decode(data))
+    if len(reencoded) == len(data):  # random values do not compress: the frame without its checksum instead
+        reencoded = Zstd(level=19, checksum=False).encode(Zstd().decode(data))
+    assert len(reencoded) != len(data)
+    file.write_bytes(reencoded)
+    with pytest.raises(StoreError, match="not as committed"):
+        read(store_copy, kind)
+    (f,) = verify(str(store_copy))
+    assert (f.array, f.chunk) == (array, chunk)
+    assert f.problem.startswith("re-encoded") and "crs store verify --repair" in f.repair
+    changed: list[str] = []
+    assert verify(str(store_copy), repair=True, changed=changed) == []
+    assert len(changed) == 1 and changed[0].startswith(f"kept chunk {chunk}"), changed
+    assert file.read_bytes() == reencoded and verify(str(store_copy)) == []
+    assert snapshot(store_copy) == pristine[1]  # the values, and the digest of what was committed
+
+
+def test_a_store_folder_that_is_a_symlink_is_refused_on_read(store_copy, tmp_path):
+    node = store_copy / KINDS["predictions"][0]
+    shutil.move(node, tmp_path / "elsewhere")
+    node.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(StoreError, match=r"is a symbolic link .*crs store verify --repair.*then run `crs probe"):
+        read(store_copy, "predictions")
+    changed: list[str] = []
+    left = verify(str(store_copy), repair=True, changed=changed)
+    assert changed and "symbolic link" in changed[0] and not node.exists()
+    (f,) = left  # what the link stood for is gone: the probe run's record names it
+    assert f.array == KINDS["predictions"][0] and "missing" in f.problem and "crs probe" in f.repair
 
 
 def test_every_array_the_store_writes_carries_a_checksum(store_copy):
