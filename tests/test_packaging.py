@@ -68,7 +68,8 @@ RENDER = """
 import polars as pl
 from crs.scoring.report import Inputs, html, page
 enc = pl.DataFrame(schema={"encoder": pl.String, "crs": pl.Float64})
-text = html(Inputs(settings={}, rank_comparison={}, tables={"encoders": enc}), enc, pl.DataFrame(), [], {})
+text = html(Inputs(settings={"crs_version": "1"}, rank_comparison={}, tables={"encoders": enc}), enc, pl.DataFrame(),
+            [], {})
 assert text.startswith("<!DOCTYPE html>") and text.endswith("</script></body></html>\\n"), text[-200:]
 assert page.template("report.css") in text and page.template("report.js") in text
 print(page.__file__)

@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 
 from crs.scoring import ScoreOptions, score
-from crs.scoring.measurable import _counted
-from crs.scoring.verdict import sentences
+from crs.scoring.measurable import _counted, not_measurable, with_measurable, without_tier
+from crs.scoring.verdict import build, sentences
 
 QUALITY = {"enc_a": 0.92, "enc_b": 0.85, "enc_c": 0.78}
 TRAIN, VAL, TEST = 0, 1, 2
@@ -28,31 +28,35 @@ def _store(path, d2_labels):
     return Store(str(path), mode="r")
 
 
-def _scored(records, store):
-    return score(records, ScoreOptions(n_bootstrap=20, seed=1, crs_version="1", bootstrap_unit="seed"), store=store)
+def _scored(records):
+    """Scores without a store (a store must hold the probe's predictions, which these tables-only stores do not):
+    the flag is then applied as ``score`` applies it, from ``not_measurable`` of the store's tables."""
+    return score(records, ScoreOptions(n_bootstrap=20, seed=1, crs_version="1", bootstrap_unit="seed"))
 
 
 def test_a_dataset_no_probe_can_measure_is_flagged_and_names_no_leader(make_records, tmp_path):
     own = [0, 1, 2, 3, 4, 5, 6, 7]  # each image its own class: the test classes were never trained on
-    s = _scored(make_records(QUALITY), _store(tmp_path / "s.zarr", own))
-    flagged = s.settings["not_measurable"]
+    flagged = not_measurable(_store(tmp_path / "s.zarr", own), ["d1", "d2"])
     assert [u["dataset"] for u in flagged] == ["d2"] and "discrimination" in flagged[0]["axes"]
     assert "AUROC is undefined" in flagged[0]["reason"], flagged
-    measurable = dict(s.per_dataset.group_by("dataset").agg(pl.col("measurable").all()).iter_rows())
+    s = _scored(make_records(QUALITY))
+    measurable = dict(with_measurable(s.per_dataset, flagged).group_by("dataset").agg(pl.col("measurable").all())
+                      .iter_rows())
     assert measurable == {"d1": True, "d2": False}
-    assert s.verdict["leader"] is None and s.verdict["best_set"] is None and s.verdict["settle"] == []
-    assert s.encoders["tier"].null_count() == s.encoders.height  # no star in any table either
-    said = " ".join(sentences(s.verdict))
+    v = build(s.encoders, settings={**s.settings, "not_measurable": flagged}, settle=[{"encoder": "enc_b"}])
+    assert v["leader"] is None and v["best_set"] is None and v["settle"] == []
+    said = " ".join(sentences(v))
     assert "not measurable: d2" in said and "highest CRS" not in said, said
-    assert s.to_json()["settings"]["not_measurable"] == flagged
+    tier = without_tier(s.encoders.select("encoder", "tier"), flagged)["tier"]
+    assert tier.null_count() == tier.len()  # no star in any table either
+    assert without_tier(s.encoders, []).equals(s.encoders)
 
 
 def test_measurable_datasets_are_not_flagged_and_the_leader_stands(make_records, tmp_path):
-    s = _scored(make_records(QUALITY), _store(tmp_path / "s.zarr", [0, 1, 2, 0, 1, 2, 0, 1]))
+    assert not_measurable(_store(tmp_path / "s.zarr", [0, 1, 2, 0, 1, 2, 0, 1]), ["d1", "d2"]) == []
+    s = _scored(make_records(QUALITY))
     assert s.settings["not_measurable"] == [] and s.per_dataset["measurable"].all()
     assert s.verdict["leader"] == "enc_a"
-
-
 
 
 @pytest.mark.parametrize("labels, split, task, k, counted", [
