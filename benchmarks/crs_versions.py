@@ -317,14 +317,15 @@ class Tally:
         t.union_size[:] += (tier | chosen).sum()
 
 
-def tune(paths: list[str], grid: dict, gaps=GAPS, c_unbiased: bool = False) -> list[dict]:
+def tune(paths: list[str], grid: dict, gaps=GAPS, c_unbiased: bool = False, scorer=None) -> list[dict]:
     """Figures on cached benchmarks (``crs_versions_cache.py``): v2's for every combination of the constants in
     ``grid`` ({'Q_FLOOR': [...], 'DOMINANCE_SCALE': [...], 'DOMINANCE_SLACK': [...], 'BALANCE_OFFSET': [...]}), and
     v1's once where the cache holds v1. ``tune(paths, {})`` gives v2's figures with the constants as they are.
 
     ``c_unbiased`` (a diagnostic, not an estimator: it uses the truth): C's mean error over the cached benchmarks
     (per encoder and dataset) is taken out of the point and the replicates of the scenario's encoders, so the
-    figures show what the rest of the definition does when C's estimator is unbiased."""
+    figures show what the rest of the definition does when C's estimator is unbiased. ``scorer``: a candidate
+    definition (``Tally``'s scorer, e.g. ``crs_candidates.deconvolved()``) scored in place of v2."""
     import itertools
 
     from crs.scoring import crs as core
@@ -337,7 +338,8 @@ def tune(paths: list[str], grid: dict, gaps=GAPS, c_unbiased: bool = False) -> l
     rows = []
 
     def run(version: str, label: dict) -> None:
-        tally = Tally(truth[version], version, truth[version].shape[1], len(gaps), n_scenario)
+        tally = Tally(truth[version], version, truth[version].shape[1], len(gaps), n_scenario,
+                      scorer if version == "2" else None)
         if c_unbiased:
             tally.c_shift = (xs[version][:, 0, :n_scenario, :, :, 1].astype(float).mean(axis=(0, 3))
                              - truth[version][:n_scenario, :, 1])
@@ -452,9 +454,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("caches", nargs="+")
     ap.add_argument("--c-unbiased", action="store_true", help="the diagnostic of ``tune``: C's mean error taken out")
+    ap.add_argument("--candidate", default="", help="S_DOM,S_WORST: score crs_candidates.deconvolved in place of v2")
     a = ap.parse_args()
-    for row in tune(a.caches, {}, c_unbiased=a.c_unbiased):
-        print(json.dumps(row), flush=True)
+    scorer = None
+    if a.candidate:
+        import crs_candidates
+
+        scorer = crs_candidates.deconvolved(*(float(v) for v in a.candidate.split(",")))
+    for row in tune(a.caches, {}, c_unbiased=a.c_unbiased, scorer=scorer):
+        print(json.dumps({**row, "candidate": a.candidate or None}), flush=True)
 
 
 if __name__ == "__main__":
