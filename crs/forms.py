@@ -11,6 +11,8 @@ in float64.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from crs.errors import UserError
@@ -20,17 +22,23 @@ LOG_PROB = "log_prob"
 FORMS = (LOG_PROB,)
 
 
-def form_of(attrs: dict, where: str = "a prediction array", repair: str = "re-run `crs probe` for it") -> str:
+def form_of(attrs: dict, where: str = "a prediction array",
+            repair: str | Callable[[], str] = "re-run `crs probe` for it") -> str:
     """The form an array's attributes record; UserError (exit 2) naming ``where``, what is wrong and ``repair``
-    where they record none, or one this version does not read."""
+    where they record none, or one this version does not read. ``repair`` may be a function that builds the
+    text: it is called only for a refusal (building a repair command reads the store)."""
     if KEY not in attrs:
         raise UserError(f"{where} records no form (attribute {KEY!r}), which every prediction array of this crs "
-                        f"records (it was written by an older development version); {repair}")
+                        f"records (it was written by an older development version); {_text(repair)}")
     form = attrs[KEY]
     if form not in FORMS:
         raise UserError(f"{where} records its form as {form!r}, which this version does not read (one of "
-                        f"{', '.join(FORMS)}); {repair}, or score it with the version that wrote it")
+                        f"{', '.join(FORMS)}); {_text(repair)}, or score it with the version that wrote it")
     return form
+
+
+def _text(repair: str | Callable[[], str]) -> str:
+    return repair() if callable(repair) else repair
 
 
 def probabilities(values: np.ndarray) -> np.ndarray:

@@ -55,7 +55,7 @@ class Predictions:
         # AUROC ranks ``scores`` (the stored values: log-probabilities do not saturate); everything else
         # reads ``probs`` (crs.forms)
         self.form = forms.form_of(attrs, f"the stored predictions {where} in {store.path!r}",
-                                  f"write them again with {probe_command(store.path, dataset, encoder)}")
+                                  lambda: f"write them again with {probe_command(store.path, dataset, encoder)}")
         self.scores, self.probs = stored, forms.probabilities(stored)
         self.seeds = list(attrs.get("seeds", []))
         self.fractions = list(attrs.get("fractions", []))

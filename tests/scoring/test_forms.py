@@ -65,3 +65,20 @@ def test_scoring_reads_the_form_and_ranks_the_stored_log_probabilities(make_stor
 def test_an_unknown_form_is_refused_with_the_repair():
     with pytest.raises(UserError, match="records its form as 'logit'.*re-run `crs probe`"):
         forms.form_of({"form": "logit"})
+
+
+def test_reading_sound_predictions_builds_no_repair_command(make_store, tmp_path, monkeypatch):
+    """The repair command reads the store (every sibling array's attributes, where none records its run): built
+    for every array read, it made a paper-scale `crs score` eight times slower. Only a refusal builds it."""
+    from crs.scoring.predictions import read
+
+    store, _ = make_store(tmp_path / "s.zarr", {"a": 1.0}, seeds=(0,), fractions=(1.0,))
+    built = []
+    monkeypatch.setattr(read, "probe_command", lambda *a: built.append(a) or "`crs probe ...`")
+    Predictions(store, "d1", "a", "clean")
+    assert built == []
+    probs, attrs = store.read_predictions("d1", "a", "clean")
+    store.write_predictions("d1", "a", "clean", probs, {k: v for k, v in attrs.items() if k != forms.KEY})
+    with pytest.raises(UserError, match=r"records no form .*write them again with `crs probe \.\.\.`"):
+        Predictions(store, "d1", "a", "clean")
+    assert built == [(store.path, "d1", "a")]
