@@ -244,11 +244,10 @@ class Tally:
         self.i, self.j = np.triu_indices(n, 1)
         self.power_sets = [list(range(n - 2)) + [n, n + 1 + k] for k in range(n_gaps)]
         self.power_sets.append(list(range(n - 2)) + [n, n + 1 + n_gaps])  # the one-axis pair
-        pairs, z = self.i.size, np.zeros(1)
-        self.t = Totals(np.zeros(pairs), np.zeros(pairs), np.zeros(pairs), np.zeros(pairs), np.zeros(pairs),
-                        np.zeros((n, 4)),
-                        np.zeros((n, n_datasets, 4)), np.zeros(n_gaps), z.copy(), z.copy(), z.copy(), z.copy(),
-                        z.copy(), z.copy(), z.copy(), z.copy(), np.zeros(n_gaps + 1))
+        shapes = {"axis_hits": (n, 4), "axis_dataset_hits": (n, n_datasets, 4), "separated": (n_gaps,),
+                  "mean_separated": (n_gaps + 1,)}  # the diff_* totals are per pair, the rest one number
+        self.t = Totals(*(np.zeros(shapes.get(f, (self.i.size,) if f.startswith("diff_") else (1,)))
+                          for f in Totals._fields))
 
     def add(self, x: np.ndarray, draw_seed: int) -> None:
         """One benchmark's x [1 + replicate, encoder, dataset, seed, axis]."""
