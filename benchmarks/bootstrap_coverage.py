@@ -198,7 +198,7 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator, encode
     the Encoder records (default ``ENCODERS``). With ``versions``, {"1": x, "2": x with CRS v2's C} from the
     same draws (benchmarks/crs_versions.py)."""
     from crs.scoring.axes import AxisArrays, axes_from
-    from crs.scoring.calibration import point_error, replicate_errors
+    from crs.scoring.calibration import point_loss, replicate_losses
     from crs.scoring.metrics import weighted_ece
 
     encoders = ENCODERS if encoders is None else encoders
@@ -211,7 +211,7 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator, encode
         counts_t = _counts(ds.shift_n, n_bootstrap, rng)
     v = rng.standard_normal((len(encoders[0].low), SEEDS))  # the label subsets' common effect [fraction, seed]
     out = np.empty((n_bootstrap + 1, len(encoders), SEEDS, 4))
-    ce2 = np.empty((n_bootstrap + 1, len(encoders)))  # CRS v2's C per replicate, with ``versions``
+    ce2 = np.empty((n_bootstrap + 1, len(encoders)))  # CRS v2's C = 1 - kappa S per replicate, with ``versions``
     rest = math.sqrt(1 - RHO - LAM)
     for e, enc in enumerate(encoders):
         delta = enc.strength * ds.base
@@ -226,8 +226,8 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator, encode
         ece = weighted_ece(p[:, None], target, np.ones((ds.n, 1), bool), counts, "multilabel")
         if versions:
             known = np.ones((ds.n, 1), bool)
-            ce2[0, e] = 1.0 - point_error(p[:, None], target, known, "multilabel")
-            ce2[1:, e] = 1.0 - replicate_errors(p[:, None], target, known,
+            ce2[0, e] = 1.0 - point_loss(p[:, None], target, known, "multilabel")
+            ce2[1:, e] = 1.0 - replicate_losses(p[:, None], target, known,
                                                 np.ascontiguousarray(counts[:, 1:].T, dtype=np.float64), "multilabel")
         u = math.sqrt(KAPPA) * v + math.sqrt(1 - KAPPA) * rng.standard_normal(v.shape)
         low = np.stack([

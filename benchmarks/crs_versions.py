@@ -100,9 +100,11 @@ def true_axes(encoders: list[tuple[bc.Encoder, ...]], datasets) -> dict[str, np.
 
 
 def _true_one(enc: bc.Encoder, ds: bc.Dataset, version: str) -> np.ndarray:
+    from crs.scoring.calibration import CALIBRATION_LOSS_SCALE
+
     x = bc.true_axes((ds,), (enc,))[0, 0]
-    if version == "2":
-        x[1] = 1.0 - population_ce(enc.strength * ds.base, ds.prevalence, enc)
+    if version == "2":  # C = 1 - kappa CE^2 (crs.scoring.calibration)
+        x[1] = 1.0 - CALIBRATION_LOSS_SCALE * population_ce(enc.strength * ds.base, ds.prevalence, enc) ** 2
     return x
 
 
@@ -235,8 +237,9 @@ class Tally:
                  scorer=None):
         n = self.n_encoders = n_encoders
         self.truth, self.version, self.n = truth, version, 0
-        # (x [encoder, dataset, axis], replicates [replicate, encoder, dataset, axis] or None) -> (CRS, replicate
-        # CRS or None): crs's own by default, or a candidate definition's (its truth too)
+        # (x [encoder, dataset, axis], replicates [replicate, encoder, dataset, axis] or None, the replicates'
+        # seeds resampled without the t widening or None) -> (CRS, replicate CRS or None): crs's own by default,
+        # or a candidate definition's (its truth too)
         self.scorer = scorer or self._product_scorer
         self.c_shift = None  # [encoder, dataset]: taken from C of the scenario's encoders (tune's diagnostic)
         self.true_crs = self.scorer(truth[:n], None)[0]
@@ -251,18 +254,20 @@ class Tally:
 
     def add(self, x: np.ndarray, draw_seed: int) -> None:
         """One benchmark's x [1 + replicate, encoder, dataset, seed, axis]."""
-        from crs.scoring.bootstrap import draw_seeds, seed_means_of
+        from crs.scoring.bootstrap import draw_seeds, seed_means_of, variance_scale
 
         n, t, truth = self.n_encoders, self.t, self.truth
         draw = draw_seeds(SEEDS, x.shape[0] - 1, draw_seed)
-        m = seed_means_of(x[1:].astype(float), draw)  # [replicate, encoder, dataset, axis]
+        free = None if self.version == "1" else 1  # v2's C (axis 1) may lie above 1: not clipped, as crs does
+        m = seed_means_of(x[1:].astype(float), draw, unclipped=free)  # [replicate, encoder, dataset, axis]
+        spread = seed_means_of(x[1:].astype(float), draw, free, variance_scale(SEEDS))  # the point's own noise
         point = x[0].astype(float).mean(axis=2)  # [encoder, dataset, axis]
         main_point, main_reps = point[:n], m[:, :n]
         if self.c_shift is not None:  # tune's c_unbiased diagnostic
             main_point, main_reps = main_point.copy(), main_reps.copy()
             main_point[..., 1] -= self.c_shift
             main_reps[..., 1] -= self.c_shift
-        crs, crs_reps = self.scorer(main_point, main_reps)
+        crs, crs_reps = self.scorer(main_point, main_reps, spread[:, :n])
         diff = crs_reps[:, self.i] - crs_reps[:, self.j]
         low, high = _interval(diff)
         want = self.true_crs[self.i] - self.true_crs[self.j]
@@ -281,7 +286,7 @@ class Tally:
         low, high = _interval(means[:, self.i] - means[:, self.j])
         t.mean_width[:] += (high - low).mean()
         for k, idx in enumerate(self.power_sets):
-            g_reps = self.scorer(point[idx], m[:, idx])[1]
+            g_reps = self.scorer(point[idx], m[:, idx], spread[:, idx])[1]
             hit = _separates(g_reps[:, -1] - g_reps[:, -2])
             if k < t.separated.size:
                 t.separated[k] += hit
@@ -290,13 +295,15 @@ class Tally:
             t.mean_separated[k] += _separates(means[:, idx[-1]] - means[:, idx[-2]])
         self.n += 1
 
-    def _product_scorer(self, point: np.ndarray, reps: np.ndarray | None):
-        """(point CRS [encoder], replicate CRS [replicate, encoder] or None) as crs scores them."""
-        from crs.scoring.bootstrap import score_replicates
-        from crs.scoring.crs import score
+    def _product_scorer(self, point: np.ndarray, reps: np.ndarray | None, spread: np.ndarray | None = None):
+        """(point CRS [encoder], replicate CRS [replicate, encoder] or None) as crs scores them: the truth by the
+        definition, an estimate with the noise its replicates measure taken out (``crs.scoring.crs.estimate``)."""
+        from crs.scoring.crs import estimate, score
 
-        crs = score(point, "median", version=self.version).crs
-        return crs, None if reps is None else score_replicates(reps, "median", version=self.version).crs
+        if reps is None:
+            return score(point, "median", version=self.version).crs, None
+        crs, crs_reps, _ = estimate(point, reps, "median", version=self.version, x_spread=spread)
+        return crs.crs, crs_reps.crs
 
     def _sets(self, crs_reps: np.ndarray, crs: np.ndarray) -> None:
         """The best set and the per-pair tier of one benchmark, against the true best."""
@@ -318,13 +325,13 @@ class Tally:
 
 def tune(paths: list[str], grid: dict, gaps=GAPS, c_unbiased: bool = False, scorer=None) -> list[dict]:
     """Figures on cached benchmarks (``crs_versions_cache.py``): v2's for every combination of the constants in
-    ``grid`` ({'Q_FLOOR': [...], 'DOMINANCE_SCALE': [...], 'DOMINANCE_SLACK': [...], 'BALANCE_OFFSET': [...]}), and
+    ``grid`` ({'Q_FLOOR': [...], 'DOMINANCE_SCALE': [...], 'WORST_SCALE': [...], 'NOISE_FLOOR': [...]}), and
     v1's once where the cache holds v1. ``tune(paths, {})`` gives v2's figures with the constants as they are.
 
     ``c_unbiased`` (a diagnostic, not an estimator: it uses the truth): C's mean error over the cached benchmarks
     (per encoder and dataset) is taken out of the point and the replicates of the scenario's encoders, so the
     figures show what the rest of the definition does when C's estimator is unbiased. ``scorer``: a candidate
-    definition (``Tally``'s scorer, e.g. ``crs_candidates.deconvolved()``) scored in place of v2."""
+    definition (``Tally``'s scorer) scored in place of v2."""
     import itertools
 
     from crs.scoring import crs as core
@@ -453,15 +460,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("caches", nargs="+")
     ap.add_argument("--c-unbiased", action="store_true", help="the diagnostic of ``tune``: C's mean error taken out")
-    ap.add_argument("--candidate", default="", help="S_DOM,S_WORST: score crs_candidates.deconvolved in place of v2")
     a = ap.parse_args()
-    scorer = None
-    if a.candidate:
-        import crs_candidates
-
-        scorer = crs_candidates.deconvolved(*(float(v) for v in a.candidate.split(",")))
-    for row in tune(a.caches, {}, c_unbiased=a.c_unbiased, scorer=scorer):
-        print(json.dumps({**row, "candidate": a.candidate or None}), flush=True)
+    for row in tune(a.caches, {}, c_unbiased=a.c_unbiased):
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -84,11 +84,12 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
         "warnings": warnings,
     }
     constants = core.constants(options.crs_version)
-    if constants:  # v2's g, tau, delta, eps; v1 has none
+    if constants:  # v2's constants; v1 has none
         settings["crs_constants"] = constants
         settings["sensitivity"] = {
             "bound": core.lipschitz_bound(len(cmp.datasets), options.weights) * 0.01,
-            "local_slope": core.local_slope(x, cmp.reference, options.weights, options.crs_version) * 0.01}
+            "local_slope": core.local_slope(x, cmp.reference, options.weights, options.crs_version,
+                                            boot.reps.noise) * 0.01}
     if boot.unit != options.bootstrap_unit:
         settings["bootstrap"]["requested_unit"] = options.bootstrap_unit
     if boot.image_method and boot.unit != "seed":
@@ -145,10 +146,12 @@ def encoder_table(encoders, x, point, auroc, boot: pl.DataFrame, pareto: pl.Data
     )
 
 
-def per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame, version=core.LATEST) -> pl.DataFrame:
-    """Per-dataset CRS: each dataset alone is the comparison set, dominance included."""
+def per_dataset_table(encoders, datasets, x, point, w, means: pl.DataFrame, version=core.LATEST,
+                      noise: core.Noise | None = None) -> pl.DataFrame:
+    """Per-dataset CRS: each dataset alone is the comparison set, dominance included; v2 estimated with each
+    dataset's own ``noise`` (``crs.scoring.bootstrap.Replicates.noise_by_dataset``) taken out."""
     per_q = np.swapaxes(point.q_dataset, 0, 1)  # [dataset, encoder, axis]
-    parts = core.components(per_q, w, version)  # each [dataset, encoder]
+    parts = core.components(per_q, w, version, noise)  # each [dataset, encoder]
     rows = [
         {
             "encoder": encoder,

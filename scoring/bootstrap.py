@@ -19,7 +19,16 @@ import polars as pl
 from crs.errors import BadInput
 from crs.scoring.axes import AXES
 from crs.scoring.best_set import best_set
-from crs.scoring.crs import DEFAULT_WEIGHTS, LATEST, MEDIAN, score
+from crs.scoring.crs import (
+    DEFAULT_WEIGHTS,
+    LATEST,
+    MEDIAN,
+    Noise,
+    check_version,
+    noise_of,
+    q_of,
+    replicate_estimate,
+)
 from crs.scoring.ranks import rank_desc, tie_group
 
 CONFIDENCE = 0.95
@@ -33,6 +42,8 @@ class Replicates(NamedTuple):
     worst_axis: np.ndarray  # [replicate, encoder]
     crs: np.ndarray  # [replicate, encoder]
     rank: np.ndarray  # [replicate, encoder], 1 = best, ties averaged
+    noise: Noise | None = None  # v2: the noise of q the replicates measure, which the point estimate takes out
+    noise_by_dataset: Noise | None = None  # v2: the same per dataset, leading axis the dataset (per-dataset CRS)
 
 
 def seed_tensor(
@@ -105,20 +116,33 @@ def seed_scale(n_seeds: int, confidence: float = CONFIDENCE) -> float:
     return math.sqrt(n_seeds / (n_seeds - 1)) * float(t.ppf(p, n_seeds - 1) / norm.ppf(p))
 
 
-def resample_seeds(w: np.ndarray, x: np.ndarray, per_replicate: bool = False) -> np.ndarray:
+def variance_scale(n_seeds: int) -> float:
+    """sqrt(S / (S - 1)): the factor on each seed's deviation that makes the resampled mean of S seeds spread as
+    the seed mean does between runs (its variance, not the t interval ``seed_scale`` gives); 1 for one seed."""
+    return math.sqrt(n_seeds / (n_seeds - 1)) if n_seeds > 1 else 1.0
+
+
+def resample_seeds(w: np.ndarray, x: np.ndarray, per_replicate: bool = False,
+                   unclipped: int | None = None, factor: float | None = None) -> np.ndarray:
     """Replicate seed means [replicate, ...] of x [..., seed] under seed weights w [replicate, seed].
 
     Each seed's deviation from the seed mean is widened by ``seed_scale`` first (the seed
     mean itself is kept), and the means are clipped to [0, 1], the range of every value
     resampled here (axes, AUROC, retention). ``per_replicate``: x is [replicate, ..., seed],
     each replicate its own values (the image bootstrap); otherwise every replicate
-    resamples the same x. NaN in a cell's seeds gives NaN for that cell.
+    resamples the same x. NaN in a cell's seeds gives NaN for that cell. ``unclipped``: the index, on
+    x's second-to-last axis (the axis of the four axes), of a value with no such range: CRS v2's C,
+    1 - kappa S, which lies above 1 where S is estimated below 0 (crs.scoring.calibration). ``factor``: the
+    widening (default ``seed_scale``; ``variance_scale`` for the spread CRS v2's estimate takes out).
     """
     x = np.asarray(x, dtype=float)
     mean = x.mean(axis=-1, keepdims=True)
-    wide = mean + seed_scale(x.shape[-1]) * (x - mean)
+    wide = mean + (seed_scale(x.shape[-1]) if factor is None else factor) * (x - mean)
     means = np.einsum("bs,b...s->b..." if per_replicate else "bs,...s->b...", w, wide)
-    return np.clip(means, 0.0, 1.0)
+    if unclipped is None:
+        return np.clip(means, 0.0, 1.0)
+    free = np.arange(x.shape[-2]) == unclipped
+    return np.where(free, means, np.clip(means, 0.0, 1.0))
 
 
 def replicates(
@@ -130,11 +154,15 @@ def replicates(
 ) -> Replicates:
     """Score each replicate of a draw [replicate, draw] of x_seed [encoder, dataset, seed, axis]."""
     x_seed = np.moveaxis(np.asarray(x_seed, dtype=float), 2, -1)  # [encoder, dataset, axis, seed]
-    x = resample_seeds(seed_weights(draw, x_seed.shape[-1]), x_seed)  # [replicate, encoder, dataset, axis]
-    return score_replicates(x, reference, weights, version)
+    free = None if check_version(version) == "1" else AXES.index("calibration")  # v2's C is not in [0, 1]
+    w = seed_weights(draw, x_seed.shape[-1])
+    x = resample_seeds(w, x_seed, unclipped=free)  # [replicate, encoder, dataset, axis]
+    spread = resample_seeds(w, x_seed, unclipped=free, factor=variance_scale(x_seed.shape[-1]))
+    return score_replicates(x, reference, weights, version, spread)
 
 
-def seed_means_of(x_seed_rep: np.ndarray, draw: np.ndarray | None) -> np.ndarray:
+def seed_means_of(x_seed_rep: np.ndarray, draw: np.ndarray | None, unclipped: int | None = None,
+                  factor: float | None = None) -> np.ndarray:
     """Seed means x [replicate, encoder, dataset, axis] of per-replicate x [replicate, encoder, dataset, seed, axis].
 
     ``draw`` [replicate, draw] resamples the seeds too (bootstrap unit 'both'); None
@@ -144,14 +172,22 @@ def seed_means_of(x_seed_rep: np.ndarray, draw: np.ndarray | None) -> np.ndarray
     if draw is None:
         return x_seed_rep.mean(axis=3)
     w = seed_weights(draw, x_seed_rep.shape[3])
-    return resample_seeds(w, np.moveaxis(x_seed_rep, 3, -1), per_replicate=True)
+    return resample_seeds(w, np.moveaxis(x_seed_rep, 3, -1), per_replicate=True, unclipped=unclipped,
+                          factor=factor)
 
 
 def score_replicates(
-    x: np.ndarray, reference: int | str = MEDIAN, weights: Sequence[float] = DEFAULT_WEIGHTS, version: str = LATEST
+    x: np.ndarray, reference: int | str = MEDIAN, weights: Sequence[float] = DEFAULT_WEIGHTS, version: str = LATEST,
+    x_spread: np.ndarray | None = None,
 ) -> Replicates:
-    """Score replicate seed means x [replicate, encoder, dataset, axis]: q, components, CRS, ranks (CRS ``version``)."""
-    s = score(x, reference, weights, version)
+    """Score replicate seed means x [replicate, encoder, dataset, axis]: q, components, CRS, ranks (CRS ``version``);
+    v2 as an estimate (``crs.scoring.crs.estimate``), keeping the point's noise (overall and per dataset) for the
+    point estimate. ``x_spread``: the replicates with the seeds resampled by ``variance_scale`` (None: x)."""
+    s, noise = replicate_estimate(x, reference, weights, version, x_spread)
+    by_dataset = None
+    if noise is not None:
+        q_dataset = s.q_dataset if x_spread is None else q_of(x_spread, reference, version)
+        by_dataset = noise_of(np.swapaxes(q_dataset, -3, -2))  # [dataset, e, ...] from [replicate, dataset, e, a]
     return Replicates(
         axis=x.mean(axis=-2),
         q=s.q,
@@ -160,6 +196,8 @@ def score_replicates(
         worst_axis=s.worst_axis,
         crs=s.crs,
         rank=rank_desc(s.crs),
+        noise=noise,
+        noise_by_dataset=by_dataset,
     )
 
 
@@ -189,10 +227,11 @@ def summarise(
     simultaneous ``confidence`` set for the best encoder (``best_set.best_set``): one statement
     over every comparison, allowing for the leader being chosen from the same replicates;
     widened by every encoder whose difference interval holds 0. The max-type set alone is
-    valid for an unbiased CRS estimate, and CRS v2's point estimate is biased in close races
-    (a leader's dominance is pulled towards the middle): on simulated benchmarks with four
-    encoders within 2 points the set alone held the true best in 0.86 of them, the widened one
-    in 0.97 (docs/bootstrap-coverage.md).
+    valid for an unbiased CRS estimate; CRS v1's is biased in close races (a leader's dominance
+    is pulled towards the middle), and the widening keeps the set honest there. CRS v2's
+    estimate takes that pull out (crs.scoring.crs.estimate): on simulated benchmarks its set
+    alone held the true best in 0.975 (four encoders within 2 points) and 0.998 (paper-shaped)
+    of them, the widened one in 0.99 and 1.00 (docs/bootstrap-coverage.md).
 
     ``reference`` (an encoder index, or 'median') marks the reference row
     (``reference`` column). Its CRS is the zero point of the scale, and its q is 0 by

@@ -16,7 +16,10 @@ docs/crs-v2.md section 1 says why C rests on it. For top-label confidences c_i a
 
   and t_b = 0 with fewer than 2 images; the squared error is S = sum_b (n_b / n) t_b, an
   unbiased estimate of the binned population's sum_b P(b) gap_b^2 (it may be negative);
-* the calibration error is CE = sqrt(max(S, 0)).
+* the calibration error is CE = sqrt(max(S, 0)) (what the authors' code returns), and CRS v2's C is
+  1 - kappa S (``point_loss``: the loss kappa S, kappa = ``CALIBRATION_LOSS_SCALE``), linear in S so that
+  its estimate is unbiased even for a perfectly calibrated probe, where no estimate of the root can be
+  (docs/crs-v2.md section 1).
 
 Multi-label tasks score each label as a binary problem (confidence max(p, 1 - p), predicted
 positive when p > 0.5, the reference's argmax over [1 - p, p]; known entries only) and average
@@ -36,6 +39,7 @@ import numpy as np
 from crs.labels import check_task
 
 N_BINS = 15
+CALIBRATION_LOSS_SCALE = 10.0  # kappa: C = 1 - kappa CE^2: 0.99 at CE 0.03, 0.9 at CE 0.1, 0 at CE 0.316
 
 
 def equal_mass_edges(conf: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
@@ -122,7 +126,7 @@ def calibration_error(sq: np.ndarray) -> np.ndarray:
 
 
 def point_error(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str) -> float:
-    """CE of one probe's test probabilities [image, class]: what C = 1 - CE reads."""
+    """CE = sqrt(max(S, 0)) of one probe's test probabilities [image, class], as the authors' code returns it."""
     return float(calibration_error(squared_errors(probs, target, known, None, task, False)[0])[0])
 
 
@@ -130,3 +134,14 @@ def replicate_errors(probs: np.ndarray, target: np.ndarray, known: np.ndarray, c
                      task: str) -> np.ndarray:
     """CE [replicate] under the image draw ``counts_t`` [replicate, image], recentred on the full set."""
     return calibration_error(squared_errors(probs, target, known, counts_t, task, True)[1])
+
+
+def point_loss(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str) -> float:
+    """kappa S of one probe's test probabilities [image, class]: what CRS v2's C = 1 - kappa S reads."""
+    return float(CALIBRATION_LOSS_SCALE * squared_errors(probs, target, known, None, task, False)[0][0])
+
+
+def replicate_losses(probs: np.ndarray, target: np.ndarray, known: np.ndarray, counts_t: np.ndarray,
+                     task: str) -> np.ndarray:
+    """kappa S [replicate] under the image draw ``counts_t`` [replicate, image], recentred on the full set."""
+    return CALIBRATION_LOSS_SCALE * squared_errors(probs, target, known, counts_t, task, True)[1]

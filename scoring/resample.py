@@ -29,7 +29,7 @@ import numpy as np
 
 from crs.scoring import kernels
 from crs.scoring.axes import AxisArrays, axes_from
-from crs.scoring.calibration import replicate_errors
+from crs.scoring.calibration import replicate_losses
 from crs.scoring.metrics import ece_draws, nanmean_last, weighted_ece, weighted_macro_auroc
 
 # From this many test images a draw's ECE is one matrix product (``metrics.ece_draws``), below it the
@@ -87,7 +87,7 @@ def run_axes(
     once per distinct array), else ``weighted_ece``'s. The AUROCs only rank, so the arrays may be
     any scores that order like the probabilities (log-probabilities, ``crs.forms``); the ECE reads
     ``run.calibration``, the probabilities at fraction 1 (default ``run.clean[-1]``). CRS
-    ``version`` "2" puts the debiased calibration error (``crs.scoring.calibration``, recentred on
+    ``version`` "2" puts the calibration loss kappa S (``crs.scoring.calibration``, recentred on
     the test set) where v1 has the binned ECE: C is 1 minus it.
     """
     clean = run.clean
@@ -104,7 +104,7 @@ def run_axes(
         return np.stack(values, axis=-1) if values else None
 
     if version != "1":
-        ece = (aurocs[0].calibration_error(calib, task) if aurocs is not None else replicate_errors(
+        ece = (aurocs[0].calibration_loss(calib, task) if aurocs is not None else replicate_losses(
             calib, test.target, test.known, np.ascontiguousarray(test.counts.T, dtype=np.float64), task))
     elif aurocs is None:
         ece = weighted_ece(calib, test.target, test.known, test.counts, task)
@@ -245,13 +245,13 @@ class AurocDraws:
                 self._eces[key] = ece_draws(probs, d.target, d.known, self.counts_t(), task)
         return self._eces[key]
 
-    def calibration_error(self, probs: np.ndarray, task: str) -> np.ndarray:
-        """CRS v2's calibration error [replicate] of probs [image, class] under the draw
-        (``calibration.replicate_errors``), once per distinct array."""
+    def calibration_loss(self, probs: np.ndarray, task: str) -> np.ndarray:
+        """CRS v2's calibration loss [replicate] of probs [image, class] under the draw
+        (``calibration.replicate_losses``), once per distinct array."""
         key = (self._key(probs), task, "v2")
         if key not in self._eces:
             d = self.draw
-            self._eces[key] = replicate_errors(probs, d.target, d.known, self.counts_t(), task)
+            self._eces[key] = replicate_losses(probs, d.target, d.known, self.counts_t(), task)
         return self._eces[key]
 
     def counts_t(self) -> np.ndarray:

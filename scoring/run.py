@@ -80,7 +80,7 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     boot = run_bootstrap(cmp, options, store, metrics_pass, warnings)
     means = seed_means(boot.by_seed)
     x = axis_grid(means, cmp.encoders, cmp.datasets)  # [encoder, dataset, axis]
-    point = core.score(x, cmp.reference, options.weights, options.crs_version)
+    point = core.point_estimate(x, boot.reps.noise, cmp.reference, options.weights, options.crs_version)
     found = _from_store(store, cmp, warnings, metrics_pass)
     tables = analysis_tables(cmp, point, boot, options.simplex_step, found)
     settings = settings_of(options, cmp, boot, warnings, x, not_measurable(store, cmp.datasets))
@@ -96,7 +96,8 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
         settings=settings,
         encoders=table,
         per_dataset=per_dataset_table(cmp.encoders, cmp.datasets, x, point, options.weights, means,
-                                      options.crs_version).pipe(with_measurable, settings["not_measurable"]),
+                                      options.crs_version, boot.reps.noise_by_dataset).pipe(
+                                          with_measurable, settings["not_measurable"]),
         rank_comparison=compare(cmp.encoders, auroc, point.crs),
         axes_by_seed=boot.by_seed,
         provenance=provenance.collect(settings),

@@ -15,7 +15,7 @@ from crs.scoring.predictions.image_bootstrap import image_bootstrap_axes
 from crs.scoring.predictions.read import (
     MissingPredictions,
     Predictions,
-    calibration_errors,
+    calibration_losses,
     conditions_of,
     counted_rows,
     prediction_attrs,
@@ -24,6 +24,6 @@ from crs.scoring.predictions.read import (
 from crs.scoring.predictions.stored_metrics import MetricsPass, ProbeMetrics, probe_metrics
 
 __all__ = [
-    "MetricsPass", "MissingPredictions", "Predictions", "ProbeMetrics", "calibration_errors", "conditions_of",
+    "MetricsPass", "MissingPredictions", "Predictions", "ProbeMetrics", "calibration_losses", "conditions_of",
     "counted_rows", "image_bootstrap_axes", "prediction_attrs", "probe_metrics", "split_targets",
 ]

@@ -20,7 +20,7 @@ from crs.scoring.predictions.read import (
     Predictions,
     clean_probs,
     conditions_of,
-    pair_calibration_errors,
+    pair_calibration_losses,
     split_targets,
 )
 from crs.scoring.predictions.stored_metrics import MetricsPass
@@ -36,7 +36,7 @@ def image_bootstrap_axes(
     methods: dict | None = None,
     metrics_pass: MetricsPass | None = None,
     version: str = "2",
-    point_errors: dict | None = None,
+    point_losses: dict | None = None,
 ) -> np.ndarray:
     """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled (C by CRS ``version``).
 
@@ -49,8 +49,8 @@ def image_bootstrap_axes(
     receives per dataset how many arrays were computed exactly or shared with an identical
     array. ``metrics_pass``: a ``MetricsPass`` handed each (dataset, encoder)'s arrays as they are read,
     so its metrics need no second read.
-    ``point_errors``: a dict that receives CRS v2's calibration error of the full test set per (encoder,
-    dataset, seed), from the arrays read here (``calibration_errors`` without the second read).
+    ``point_losses``: a dict that receives CRS v2's calibration loss of the full test set per (encoder,
+    dataset, seed), from the arrays read here (``calibration_losses`` without the second read).
     """
     kept = None if metrics_pass is None else metrics_pass.kept
     rows, encoders, datasets, seeds = runs.used, runs.encoders, runs.datasets, runs.seeds
@@ -72,9 +72,9 @@ def image_bootstrap_axes(
                 if e + 1 < len(encoders):
                     ahead = reader.submit(read_pair, encoders[e + 1])
                 out[:, e, j] = _pair_axes(read, d, seeds, dataset, encoder, version)
-                if point_errors is not None:
+                if point_losses is not None:
                     split = (d.test.target, d.test.known, d.task)
-                    point_errors.update(pair_calibration_errors(read["clean"], split, seeds, dataset, encoder))
+                    point_losses.update(pair_calibration_losses(read["clean"], split, seeds, dataset, encoder))
                 if metrics_pass is not None:
                     while len(in_flight) >= 2:
                         in_flight.popleft().result()

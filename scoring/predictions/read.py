@@ -15,7 +15,7 @@ from crs.errors import UserError
 from crs.labels import targets
 from crs.names import SPLITS, VALIDATION
 from crs.scoring.axes import FRACTION_TOL
-from crs.scoring.calibration import point_error
+from crs.scoring.calibration import point_loss
 from crs.store import Store, StoreError, probe_command
 
 _, VAL, TEST = SPLITS  # the split names, in crs.names' order
@@ -156,9 +156,9 @@ def clean_probs(pred: Predictions, dataset: str, encoder: str, seeds: Sequence[i
     return clean
 
 
-def pair_calibration_errors(pred: Predictions, split: tuple, seeds: Sequence[int], dataset: str,
+def pair_calibration_losses(pred: Predictions, split: tuple, seeds: Sequence[int], dataset: str,
                             encoder: str) -> dict:
-    """{(encoder, dataset, seed): CRS v2's calibration error} of one pair's clean probabilities at fraction 1;
+    """{(encoder, dataset, seed): CRS v2's calibration loss kappa S} of one pair's clean probabilities at fraction 1;
     ``split``: (target, known, task) of the dataset's test split."""
     target, known, task = split
     probs = clean_probs(pred, dataset, encoder, seeds, [], target.shape[0])  # [seed, 1, image, class]
@@ -167,24 +167,24 @@ def pair_calibration_errors(pred: Predictions, split: tuple, seeds: Sequence[int
     for s, seed in enumerate(seeds):
         key = probs[s, 0].tobytes()
         if key not in done:
-            done[key] = point_error(probs[s, 0], target, known, task)
+            done[key] = point_loss(probs[s, 0], target, known, task)
         out[(encoder, dataset, int(seed))] = done[key]
     return out
 
 
-def calibration_errors(store: Store, encoders: Sequence[str], datasets: Sequence[str],
+def calibration_losses(store: Store, encoders: Sequence[str], datasets: Sequence[str],
                        seeds: Sequence[int]) -> pl.DataFrame:
-    """CRS v2's calibration error (``crs.scoring.calibration.point_error``) of every (encoder, dataset, seed)'s
-    clean test probabilities at fraction 1: columns encoder, dataset, seed, calibration_error. Raises
+    """CRS v2's calibration loss (``crs.scoring.calibration.point_loss``) of every (encoder, dataset, seed)'s
+    clean test probabilities at fraction 1: columns encoder, dataset, seed, calibration_loss. Raises
     MissingPredictions naming the first array the store lacks."""
     found: dict = {}
     for dataset in datasets:
         target, known, task, _ = split_targets(store, dataset)
         for encoder in encoders:
             pred = Predictions(store, dataset, encoder, "clean")
-            found.update(pair_calibration_errors(pred, (target, known, task), seeds, dataset, encoder))
+            found.update(pair_calibration_losses(pred, (target, known, task), seeds, dataset, encoder))
     return pl.DataFrame([(*k, v) for k, v in found.items()], orient="row",
                         schema={"encoder": pl.String, "dataset": pl.String, "seed": pl.Int64,
-                                "calibration_error": pl.Float64})
+                                "calibration_loss": pl.Float64})
 
 

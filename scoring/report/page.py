@@ -62,19 +62,28 @@ def _q_words(version: str, recorded: dict | None) -> str:
     c = {k: num(v, ".3g") for k, v in recorded.items()}
     g, gain = c["q_floor"], num(1 / float(c["q_floor"]), ".3g")
     return (f"q = (x − x_ref) / max(1 − x_ref, {g}) above the reference and (x − x_ref) / max(x_ref, {g}) below "
-            f"it, so q lies in [−1, 1], the reference scores 0 and no axis moves q by more than {gain} times its "
-            "change; C is 1 − the debiased calibration error (Kumar et al. 2019); dominance is a degree that grows "
-            f"with the margins (over {c['dominance_scale']} in q, a trail of up to {c['dominance_slack']} on an "
-            "axis forgiven), so CRS moves continuously;")
+            f"it, clipped to [−1, 1], so the reference scores 0 and no axis moves q by more than {gain} times its "
+            "change; e dominates e′ by the degree Π_a Φ((q_e,a − q_e′,a) / "
+            f"{c['dominance_scale']}), which moves continuously; the estimates take the noise the bootstrap measures "
+            "out of the smoothing scales, so they are not pulled towards the middle of the field;")
 
 
-def _c_words(version: str) -> str:
+def _c_words(version: str, recorded: dict | None = None) -> str:
     if version == "1":
         return "1 − ECE (15 equal-width bins on the top-label confidence)"
-    return ("1 − the debiased L2 calibration error of Kumar et al. (2019) (15 equal-mass bins on the top-label "
-            "confidence, from the stored test probabilities); near perfect calibration it understates C a little "
-            "(about 0.02 at 500 test images, 0.005 at 5,000), so a C that close to 1 means no calibration error "
-            "was detectable")
+    kappa = num((recorded or {}).get("calibration_scale", 10.0), ".3g")
+    return (f"1 − {kappa} S, S the debiased squared calibration error of Kumar et al. (2019) (15 equal-mass bins "
+            "on the top-label confidence, from the stored test probabilities), so C is 1 at perfect calibration, "
+            f"about 0.9 at a calibration error of 0.1 and 0 at {num(1 / float(kappa) ** 0.5, '.2g')}; S is "
+            "unbiased, so a well calibrated encoder's C is not understated, and an estimate may lie a little "
+            "above 1")
+
+
+def _worst_words(version: str, recorded: dict | None) -> str:
+    if version == "1":
+        return "(min q + 1) / 2"
+    return (f"(E min_a (q_a + {num(recorded['worst_scale'], '.3g')} Z_a) − E min_a "
+            f"({num(recorded['worst_scale'], '.3g')} Z_a) + 1) / 2, a smoothed (min q + 1) / 2")
 
 
 def _balance_words(version: str, recorded: dict | None) -> str:
@@ -136,9 +145,9 @@ def methods(s: dict, rc: dict) -> str:
     paras = [
         f"<p>Each encoder's frozen embeddings were probed with logistic regression on {len(s.get('datasets', []))} "
         f"dataset(s) ({esc(', '.join(s.get('datasets', [])))}) with {len(s.get('seeds', []))} seed(s). Four axes "
-        "are computed per encoder, dataset and seed, all in [0, 1] and higher-better: <b>D</b>, the macro "
+        "are computed per encoder, dataset and seed, higher-better: <b>D</b>, the macro "
         "one-vs-rest AUROC (mean per-label AUROC for multi-label tasks) on the clean test split with all "
-        "training labels; <b>C</b> = " + _c_words(_version(s)) + "; <b>L</b>, the "
+        "training labels; <b>C</b> = " + _c_words(_version(s), s.get("crs_constants")) + "; <b>L</b>, the "
         "mean retained above-chance AUROC over the label fractions below 100% ("
         + esc(", ".join(f"{100 * f:g}%" for f in fr) or "none") + "); <b>R</b>, the mean retention over the "
         "perturbation families and severities, averaged with the retention on the shift target where the "
@@ -148,8 +157,8 @@ def methods(s: dict, rc: dict) -> str:
         "mean over the datasets of the comparison set (the encoders and datasets where every encoder has "
         "every dataset). From the q-profile come dominance (the Pareto dominance balance over the other "
         "encoders, mapped to [0, 1]), profile balance (" + _balance_words(_version(s), s.get("crs_constants"))
-        + ") and the worst axis "
-        f"((min q + 1) / 2). CRS v{esc(s.get('crs_version'))} = 100 × ("
+        + ") and the worst axis ("
+        + _worst_words(_version(s), s.get("crs_constants")) + f"). CRS v{esc(s.get('crs_version'))} = 100 × ("
         + esc(" + ".join(f"{v:.3g} · {k}" for k, v in w.items())) + ").</p>",
         f"<p>Uncertainty: a paired bootstrap with {esc(b.get('n'))} replicates (seed {esc(b.get('seed'))}) "
         f"{esc(unit_text)}, and recomputes q, every component and the ranks in each replicate. Intervals are "

@@ -161,7 +161,7 @@ def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
 
         assert s["crs_constants"] == constants("2")
         assert f"max(1 − x_ref, {s['crs_constants']['q_floor']:.3g})" in text
-        assert "<b>C</b> = 1 − the debiased L2 calibration error" in text  # not v1's binned ECE
+        assert f"<b>C</b> = 1 − {s['crs_constants']['calibration_scale']:.3g} S, S the debiased squared" in text
         assert f"(q + 1) / 2 + {s['crs_constants']['balance_offset']:.3g}, less" in text
 
 
