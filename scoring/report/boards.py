@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from crs.scoring import diagnostics, leaderboard
+from crs.scoring import diagnostics, leaderboard, verdict
 from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.report.markup import esc, interval, nobreak, num, td, th
 
@@ -161,12 +161,11 @@ def scale_note(board: pl.DataFrame, settings: dict, reference: str | None) -> st
     """What a CRS of 50 means, with this run's reference and its own score (docs/crs-v1.md section 3)."""
     ref_row = board.filter(pl.col("encoder") == reference) if reference else pl.DataFrame()
     who = (f"the reference encoder {reference}" if reference else "the per-axis median over the encoders")
-    own = (f" Here {reference} itself scores {num(ref_row['crs'][0], '.1f')}." if ref_row.height else "")
+    own = float(ref_row["crs"][0]) if ref_row.height and ref_row["crs"][0] is not None else None
     return ("<p id='scale'><b>Reading the scale.</b> Every q-score is measured against " + esc(who)
-            + ": q = 0 is the reference, so the reference is the zero point of the scale. An encoder equal to "
-            "the reference on every axis (q = 0), dominating as many encoders as dominate it, scores CRS 50; "
-            "above 50 is better than the reference on balance, below 50 worse. CRS is a relative score of this "
-            "comparison set, not a probability or an accuracy." + esc(own) + "</p>")
+            + " (q = 0). " + esc(verdict.scale_sentence(reference or settings.get("reference"), own))
+            + " Above 50 is better than the reference on balance, below 50 worse; CRS is a relative score of this "
+            "comparison set, not a probability or an accuracy.</p>")
 
 
 def no_tier_note(board: pl.DataFrame) -> str:

@@ -13,6 +13,7 @@ from crs.scoring import figures as fg
 from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.figures import Absent
 from crs.scoring.report.inputs import Inputs
+from crs.scoring.bootstrap import unit_words
 from crs.scoring.report.markup import num
 from crs.scoring.verdict import percent
 
@@ -105,7 +106,7 @@ def flat_note(encoders: pl.DataFrame, settings: dict) -> str:
     if not flat:
         return ""
     unit = settings.get("bootstrap", {}).get("unit", "seed")
-    return (f"The {unit}-bootstrap intervals of {', '.join(flat)} have zero width: "
+    return (f"The bootstrap intervals ({unit_words(unit)}) of {', '.join(flat)} have zero width: "
             + ("at 100% labels every seed trains the probe on the same images, so resampling seeds cannot move "
                "them. " if unit == "seed" else "")
             + "This does not make them exact; `crs score --bootstrap-unit image --store STORE` resamples the test "
@@ -225,7 +226,8 @@ def _robustness(v: _View) -> Section:
 def _uncertainty(v: _View) -> Section:
     s = v.inputs.settings
     sec = Section("uncertainty", "Rank uncertainty and weight sensitivity",
-                  f"How often each encoder took each CRS rank across the {v.unit} bootstrap replicates; then, for "
+                  f"How often each encoder took each CRS rank across the bootstrap replicates ({unit_words(v.unit)}); "
+                  "then, for "
                   "every weighting of the three components on a grid over the simplex, which encoder has the "
                   "top CRS.")
     enc = v.inputs.table("encoders")
