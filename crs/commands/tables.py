@@ -96,10 +96,11 @@ def leaderboard_rows(board: pl.DataFrame, reference: str | None) -> list[dict]:
     """The leaderboard's cells (strings) for each row of ``board`` (``crs.scoring.leaderboard.board``), in its
     order; ``reference``: the settings' reference (``crs.scoring.leaderboard.reference``).
 
-    The reference is the zero point of every q (its CRS is 50 only where it dominates as much as it is
-    dominated): "42.8 (reference)", no interval. Rank: the tie group where the scoring gives one ("tied 1st-2nd"), else the rank. Against
-    the leader: the paired CRS difference and its 95 % interval, where the scoring gives them. An axis value
-    resting on tied AUROCs carries the mark of ``crs.scoring.diagnostics``."""
+    The reference is the zero point of every q (its CRS is 50 only where it dominates as much as it
+    is dominated): "42.8 (reference)", no interval. Rank: the tie group where the scoring gives one
+    ("tied 1st-2nd"), else the rank. Against the leader: the paired CRS difference and its 95 % interval,
+    where the scoring gives them. An axis value resting on tied AUROCs carries the mark of
+    ``crs.scoring.diagnostics``."""
     from crs.scoring import leaderboard  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
     from crs.scoring.diagnostics import mark  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 

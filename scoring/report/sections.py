@@ -11,9 +11,9 @@ import polars as pl
 
 from crs.scoring import figures as fg
 from crs.scoring.axes import AXES, REGISTRY
+from crs.scoring.bootstrap import unit_words
 from crs.scoring.figures import Absent
 from crs.scoring.report.inputs import Inputs
-from crs.scoring.bootstrap import unit_words
 from crs.scoring.report.markup import num
 from crs.scoring.verdict import percent
 
@@ -77,10 +77,11 @@ def _cost(v: _View) -> Section:
     listed = ", ".join(f"{r['encoder']} {num(r.get('gflops'), '.3g')} GFLOPs" for r in enc.iter_rows(named=True)
                        if r.get("gflops") is not None)
     _try(sec, "cost_quality", lambda: fg.cost_quality(enc, v.reference),
-         "Look for encoders on the dashed front: nothing else is both cheaper and better. An encoder below the "
-         "front pays more for less; overlapping CRS bars mean the quality gap is not established.",
+         "Look for the encoders on the cost-quality front (a dashed line where two or more make it up, named in "
+         "the corner where one does): nothing else is both cheaper and better. An encoder below the front pays "
+         "more for less; overlapping CRS bars mean the quality gap is not established.",
          f"Scatter plot of CRS (with {v.conf:.0f}% interval bars) against cost per encoder, log cost axis, with "
-         f"the cost-quality Pareto front as a dashed step line. {listed}.")
+         f"the cost-quality Pareto front. {listed}.")
     return sec
 
 
