@@ -183,8 +183,9 @@ def per_dataset_html(board: pl.DataFrame) -> str:
     parts = []
     head = ["rank", "encoder", "CRS", "AUROC", "AUROC rank", *SYMBOLS, *[f"q {x}" for x in SYMBOLS], "seeds"]
     for (dataset,), g in board.group_by("dataset", maintain_order=True):
-        parts.append(f"<h4>{esc(dataset)}</h4><table class='board per-dataset sortable' data-dataset='{esc(dataset)}'>"
-                     "<thead><tr>" + "".join(th(h) for h in head) + "</tr></thead><tbody>")
+        parts.append(f"<h4>{esc(dataset)}</h4><div class='scroll'><table class='board per-dataset sortable' "
+                     f"data-dataset='{esc(dataset)}'><thead><tr>" + "".join(th(h) for h in head)
+                     + "</tr></thead><tbody>")
         for r in g.iter_rows(named=True):
             cells = [(num(r["crs_rank"], "g"), r["crs_rank"]), (r["encoder"], r["encoder"], "encoder"),
                      (num(r["crs"], ".1f"), r["crs"]), (num(r["auroc"], ".3f"), r["auroc"]),
@@ -192,7 +193,7 @@ def per_dataset_html(board: pl.DataFrame) -> str:
                      *[(num(r[f"q_{a}"], "+.3f"), r[f"q_{a}"]) for a in AXES],
                      (num(r.get("n_seeds"), "d"), r.get("n_seeds"))]
             parts.append("<tr>" + "".join(td(c[2] if len(c) > 2 else "c", c[0], c[1]) for c in cells) + "</tr>")
-        parts.append("</tbody></table>")
+        parts.append("</tbody></table></div>")
     return "".join(parts)
 
 
@@ -201,11 +202,11 @@ def test_sets_html(sizes: pl.DataFrame) -> str:
     if not sizes.height:
         return ("<p class='absent' id='no-test-sets'>Test-set sizes are not known: the results folder has no "
                 "run records (they are written by `crs probe`).</p>")
-    out = ["<table id='test-sets' class='board sortable'><thead><tr>", th("dataset"), th("split"),
+    out = ["<div class='scroll'><table id='test-sets' class='board sortable'><thead><tr>", th("dataset"), th("split"),
            th("images"), "</tr></thead><tbody>"]
     for r in sizes.iter_rows(named=True):
         flag = " (differs between runs)" if r["varies"] else ""
         out.append("<tr>" + td("dataset", r["dataset"], r["dataset"]) + td("split", r["split"], r["split"])
                    + td("images", f"{num(r['images'], 'd')}{flag}", r["images"]) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
