@@ -198,7 +198,8 @@ def settle_plans(cmp: Comparison, boot: Bootstrap, options: ScoreOptions, point_
 
 def diagnosed(table: pl.DataFrame, records: pl.DataFrame, tables: dict, settings: dict,
               plans: list[dict] | None = None):
-    """(the encoders table with its tie marks, the probe diagnostics, the verdict naming the marked axes;
+    """(the encoders table with its tie marks, the probe diagnostics, the verdict naming the marked axes and the
+    shift targets every encoder collapsed on;
     ``plans``: ``settle_plans``)."""
     health = diagnostics.probe_health(records)
     marked = diagnostics.marked_axes(health)
@@ -206,4 +207,5 @@ def diagnosed(table: pl.DataFrame, records: pl.DataFrame, tables: dict, settings
                                                       for e in table["encoder"]], dtype=pl.String))
     decided = verdict.build(table, tables["weight_leaders"], tables["weight_grid"], settings, plans)
     decided["notes"].extend(diagnostics.notes(records))
+    decided["shift_collapse"] = verdict.shift_collapse(tables["robustness"])
     return table, health, decided

@@ -32,6 +32,14 @@ from crs.scoring.crs import (
 from crs.scoring.ranks import rank_desc, tie_group
 
 CONFIDENCE = 0.95
+UNIT_WORDS = {"seed": "resampling seeds", "image": "resampling test images",
+              "both": "resampling seeds and test images"}  # what each bootstrap unit draws, in words
+
+
+def unit_words(unit: str | None) -> str:
+    """What a bootstrap unit ('seed', 'image', 'both') resamples, in plain words: 'resampling seeds and test
+    images'."""
+    return UNIT_WORDS.get(str(unit), f"resampling by {unit}")
 
 
 class Replicates(NamedTuple):

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from crs.scoring.axes import AXES
-from crs.scoring.bootstrap import incomplete, interval, seed_scale
+from crs.scoring.bootstrap import incomplete, interval, seed_scale, unit_words
 
 SHIFT_WARN = 0.5  # half-widths: mean replicate vs estimate (shifted_axis_warnings)
 V2_CALIBRATION_SHIFT = (
@@ -106,8 +106,8 @@ def say_if_no_interval(reps, x_boot: np.ndarray, datasets: Sequence[str], unit: 
     where = ~np.isfinite(x_boot[bad]).all(axis=(0, 1, 3))  # [dataset]: a replicate without an axis value there
     names = [d for d, b in zip(datasets, where, strict=True) if b] or list(datasets)
     warnings.append(
-        f"{int(bad.sum())} of {bad.size} {unit}-bootstrap replicates have no CRS: the test split of "
-        f"{', '.join(names)} is too small for the {unit} bootstrap (a draw left no class with both positive "
+        f"{int(bad.sum())} of {bad.size} bootstrap replicates ({unit_words(unit)}) have no CRS: the test split of "
+        f"{', '.join(names)} is too small for that bootstrap (a draw left no class with both positive "
         "and negative images to score), so the CRS and rank intervals and P(rank 1) are empty and no "
         "set for the best encoder (tier) is given; use `--bootstrap-unit seed` or a larger test split"
     )

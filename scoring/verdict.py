@@ -279,15 +279,60 @@ def settle_words(p: dict, leader: str, n_seeds: int | None) -> str:
     return f"About {sizes} {now}{seeds} would settle {b} against {leader}" + why
 
 
+def scale_sentence(reference: str | None, reference_crs: float | None = None) -> str:
+    """What CRS 50 means, in one sentence that agrees with the reference's own row of the table.
+
+    The reference has q = 0 on every axis, so its balance and worst axis are 0.5 and its CRS is
+    50 + 100 w_dom (dominance - 0.5): 50 only where it dominates as much as it is dominated."""
+    if not reference or reference == core.MEDIAN:
+        return "CRS 50 is the level of the per-axis median encoder on every axis, neither dominating nor dominated."
+    if reference_crs is None or round(reference_crs, 1) == 50.0:
+        return f"CRS 50 is {reference}'s level on every axis."
+    why = "it is dominated more than it dominates" if reference_crs < 50 else "it dominates more than it is dominated"
+    return f"CRS 50 is {reference}'s level on every axis; {reference} itself scores {_f(reference_crs)} because {why}."
+
+
+def _crs_of(v: dict, encoder: str) -> float | None:
+    """The CRS the verdict records for ``encoder`` (the leader, a member or one behind), else None."""
+    if v.get("leader") == encoder:
+        return _num(v.get("crs"))
+    return next((_num(m.get("crs")) for m in [*v.get("members", []), *v.get("behind", [])]
+                 if m.get("encoder") == encoder), None)
+
+
 def _reference_sentence(v: dict) -> str | None:
     ref = v.get("reference")
-    if not ref:
+    return scale_sentence(ref, _crs_of(v, ref) if ref else None) if ref else None
+
+
+COLLAPSE_AUROC = 0.6  # below this mean AUROC on a shift target an encoder is at chance there, for the verdict
+
+
+def shift_collapse(robustness: pl.DataFrame, level: float = COLLAPSE_AUROC) -> list[dict]:
+    """The shift targets on which every encoder collapsed: each one's seed-mean AUROC there below ``level``
+    (chance is 0.5). One entry per (dataset, target): its AUROC range over the encoders."""
+    if robustness is None or not robustness.height or not {"kind", "auroc"} <= set(robustness.columns):
+        return []
+    shifted = robustness.filter(pl.col("kind") == "shift")
+    out = []
+    for (dataset, condition), g in shifted.group_by("dataset", "condition", maintain_order=True):
+        auroc = g["auroc"].cast(pl.Float64).fill_nan(None)
+        if auroc.null_count() == 0 and bool((auroc < level).all()):
+            out.append({"dataset": dataset, "target": str(condition).removeprefix("shift:"),
+                        "auroc_low": float(auroc.min()), "auroc_high": float(auroc.max()),
+                        "encoders": g.height, "level": level})
+    return sorted(out, key=lambda c: (c["dataset"], c["target"]))
+
+
+def _collapse_sentence(v: dict) -> str | None:
+    """Every encoder at chance on a shift target: a limit of the whole comparison, whatever the ranking."""
+    gone = v.get("shift_collapse") or []
+    if not gone:
         return None
-    if ref == core.MEDIAN:
-        return ("CRS is relative to the median encoder: 50 is the level of an encoder at the median on every axis "
-                "that dominates as many encoders as dominate it.")
-    return (f"CRS is relative to {ref}: 50 is the level of an encoder equal to {ref} on every axis that dominates "
-            "as many encoders as dominate it.")
+    where = _listed([f"{c['target']} (the shift target of {c['dataset']}; AUROC {c['auroc_low']:.2f}-"
+                     f"{c['auroc_high']:.2f})" for c in gone])
+    return (f"Every encoder is near chance on {where}, all below {gone[0]['level']:.2f} where 0.5 is chance, so "
+            "none of them can be trusted at that site, whatever its CRS.")
 
 
 def _weight_sentence(v: dict) -> str | None:
@@ -338,7 +383,7 @@ def sentences(v: dict) -> list[str]:
         out.extend(_set_sentences(v, conf))
     elif v.get("members") or v.get("behind"):
         out.append("The bootstrap gave no intervals, so this run cannot say which encoders could be the best.")
-    for s in (_weight_sentence(v), _reference_sentence(v)):
+    for s in (_collapse_sentence(v), _weight_sentence(v), _reference_sentence(v)):
         if s:
             out.append(s)
     # what else the score says about itself (e.g. axes resting on tied AUROCs: crs.scoring.diagnostics)

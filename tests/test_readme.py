@@ -153,6 +153,47 @@ def test_the_generated_pages_are_current():
     assert docgen.main(["--check"]) == 0, "run `python tools/docgen.py` and commit docs/cli.md, docs/configuration.md"
 
 
+def _readme_demo():
+    spec = importlib.util.spec_from_file_location("readme_demo", ROOT / "tools" / "readme_demo.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_readme_shows_the_pinned_demo_output():
+    """README's leaderboard and verdict are what `crs demo` prints from the pinned demo scores (the numbers and
+    today's wording), and the pinned scores come from the demo's current settings."""
+    tool = _readme_demo()
+    assert tool.GOLDEN.is_file(), ("tests/golden/demo.json is missing: run `crs demo` and then "
+                                   "`python tools/readme_demo.py crs-demo`")
+    doc = json.loads(tool.GOLDEN.read_text(encoding="utf-8"))
+    shown = tool.block(README)
+    assert shown is not None, "README.md lost the marker comments round its demo block"
+    assert shown == tool.render(doc), ("README's demo block differs from what tests/golden/demo.json gives: "
+                                       "`python tools/readme_demo.py --rewrite` (wording) or "
+                                       "`python tools/readme_demo.py crs-demo` after `crs demo` (numbers)")
+    from crs.commands.run import DEMO
+
+    s = doc["settings"]
+    now = {"datasets": sorted(DEMO.datasets.names), "bootstrap": DEMO.score.bootstrap,
+           "crs_version": str(DEMO.score.crs_version), "seeds": DEMO.probe.seeds}
+    pinned = {"datasets": sorted(s["datasets"]), "bootstrap": s["bootstrap"]["n"], "crs_version": str(s["crs_version"]),
+              "seeds": len(s["seeds"])}
+    assert pinned == now, (f"tests/golden/demo.json was made with other demo settings ({pinned}, now {now}): run "
+                           "`crs demo` and `python tools/readme_demo.py crs-demo`")
+
+
+def test_the_demo_block_is_rendered_from_the_scores_not_copied():
+    """The check can fail: another CRS in the pinned scores gives another block."""
+    tool = _readme_demo()
+    if not tool.GOLDEN.is_file():
+        pytest.skip("no tests/golden/demo.json (test_the_readme_shows_the_pinned_demo_output says how to make it)")
+    doc = json.loads(tool.GOLDEN.read_text(encoding="utf-8"))
+    moved = json.loads(json.dumps(doc))
+    moved["encoders"][0]["crs"] += 1.0
+    assert tool.render(moved) != tool.render(doc)
+
+
 def test_output_blocks_are_not_read_as_commands():
     text = "```text\ncrs printed output\n```\n\n```\ncrs probe --all\n```\n"
     assert [command_lines(b) for b in shell_blocks(text)] == [["crs probe --all"]]

@@ -96,10 +96,11 @@ def leaderboard_rows(board: pl.DataFrame, reference: str | None) -> list[dict]:
     """The leaderboard's cells (strings) for each row of ``board`` (``crs.scoring.leaderboard.board``), in its
     order; ``reference``: the settings' reference (``crs.scoring.leaderboard.reference``).
 
-    The reference scores 50 by construction (the zero point of the scale): "50.0 (reference)", no
-    interval. Rank: the tie group where the scoring gives one ("tied 1st-2nd"), else the rank. Against
-    the leader: the paired CRS difference and its 95 % interval, where the scoring gives them. An axis value
-    resting on tied AUROCs carries the mark of ``crs.scoring.diagnostics``."""
+    The reference is the zero point of every q (its CRS is 50 only where it dominates as much as it
+    is dominated): "42.8 (reference)", no interval. Rank: the tie group where the scoring gives one
+    ("tied 1st-2nd"), else the rank. Against the leader: the paired CRS difference and its 95 % interval,
+    where the scoring gives them. An axis value resting on tied AUROCs carries the mark of
+    ``crs.scoring.diagnostics``."""
     from crs.scoring import leaderboard  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
     from crs.scoring.diagnostics import mark  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
@@ -177,12 +178,15 @@ def leaderboard_table(board: pl.DataFrame, reference: str | None) -> Table:
     return _table("CRS leaderboard (overall, comparison set)", rows)
 
 
-def scale_note(reference: str | None, crs_version: str) -> str:
-    """What CRS 50 means; the page linked is the definition the scores were made with."""
-    who = f"the reference encoder {reference}" if reference and reference != "median" else "the per-axis median"
-    return (f"CRS 50 is the level of {who}: an encoder equal to it on every axis (q = 0) that dominates as many "
-            "encoders as dominate it scores 50; above 50 is better on balance, below worse "
-            f"(docs/crs-v{crs_version}.md).")
+def scale_note(board: pl.DataFrame, reference: str | None, crs_version: str) -> str:
+    """What CRS 50 means (``crs.scoring.verdict.scale_sentence``, with the reference's own CRS from ``board``); the
+    page named is the definition the scores were made with."""
+    from crs.scoring import leaderboard, verdict  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+
+    ref = leaderboard.reference(board, reference)
+    own = [r["crs"] for r in board.select("encoder", "crs").iter_rows(named=True) if ref and r["encoder"] == ref]
+    sentence = verdict.scale_sentence(ref or reference, own[0] if own else None)
+    return f"{sentence.removesuffix('.')} (docs/crs-v{crs_version}.md)."
 
 
 def verdict_lines(scores_json: dict) -> list[str]:
@@ -194,12 +198,13 @@ def verdict_lines(scores_json: dict) -> list[str]:
 
 def print_scores(scores, results):
     from crs.scoring import leaderboard  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.scoring.bootstrap import unit_words  # noqa: PLC0415 -- numpy (scoring): keeps crs --help fast
 
     s = scores.settings
     rc = scores.rank_comparison
     board = leaderboard.board(scores.encoders)
     show(leaderboard_table(board, s.get("reference")))
-    out.print(scale_note(s.get("reference"), s["crs_version"]), highlight=False, soft_wrap=True)
+    out.print(scale_note(board, s.get("reference"), s["crs_version"]), highlight=False, soft_wrap=True)
     marked = "ties_marked" in board.columns and any(board["ties_marked"].fill_null(""))
     if marked:
         from crs.scoring.diagnostics import TIE_MARK  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
@@ -215,9 +220,8 @@ def print_scores(scores, results):
         show(_table("Cost to run (recorded by crs extract)", cost))
     w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
     out.print(f"AUROC = D (discrimination); C calibration, L label efficiency, R robustness (seed means over "
-              f"{', '.join(s['datasets'])}).\n★ = in the 95% confidence set for the best encoder (paired "
-              f"{s['bootstrap']['unit']} bootstrap, "
-              f"B={s['bootstrap']['n']}); "
+              f"{', '.join(s['datasets'])}).\n★ = in the 95% confidence set for the best encoder (bootstrap "
+              f"{unit_words(s['bootstrap']['unit'])}, B={s['bootstrap']['n']}); "
               + ("vs leader: paired CRS difference to the leader [95% interval]; "
                  if "crs_diff" in board.columns else "")
               + f"reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")

@@ -46,12 +46,16 @@ from crs.scoring.figures.style import (  # noqa: E402
     REFERENCE_TAG,
     SCALAR_CMAP,
     Absent,
+    keep_apart,
+    overlapping_texts,
     styles,
+    text_boxes,
 )
 
 __all__ = [
     "AXIS_SHORT", "COSTS", "DPI", "FAMILY_GROUPS", "MARKERS", "PALETTE", "REFERENCE_EDGE",
-    "REFERENCE_TAG", "SCALAR_CMAP", "Absent", "cost_front", "cost_quality", "ece_before_after", "family_group",
+    "REFERENCE_TAG", "SCALAR_CMAP", "Absent", "cost_front", "keep_apart", "overlapping_texts", "text_boxes",
+    "cost_quality", "ece_before_after", "family_group",
     "label_efficiency", "pareto", "profiles", "rank_distribution", "rank_slope", "reference_profile",
     "reliability_bins", "reliability_diagrams", "robustness", "robustness_grid", "shift_gap", "styles",
     "weight_map",

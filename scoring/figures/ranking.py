@@ -28,6 +28,7 @@ from crs.scoring.figures.style import (
     _marker_kw,
     _need,
     _yerr,
+    keep_apart,
     styles,
 )
 
@@ -136,6 +137,7 @@ def pareto(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
     if not hi > lo:
         lo, hi = lo - 0.01, hi + 0.01
     sm = ScalarMappable(Normalize(lo, hi), SCALAR_CMAP)
+    labels = []
     for row in encoders.iter_rows(named=True):
         e = row["encoder"]
         d, c = row["q_discrimination"], row["q_calibration"]
@@ -147,8 +149,8 @@ def pareto(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
         edge = REFERENCE_EDGE if style[e]["reference"] else {"edgecolor": "black", "linewidth": 0.8}
         ax.scatter([d], [c], color=sm.to_rgba(row["q_robustness"]), marker="*" if front else "o",
                    s=340 if front else 110, zorder=3, **edge)
-        _annotate(ax, f"{style[e]['label']}\nq R {row['q_robustness']:+.3f}", d, c,
-                  encoders["q_discrimination"].to_numpy().astype(float))
+        labels.append(_annotate(ax, f"{style[e]['label']}\nq R {row['q_robustness']:+.3f}", d, c,
+                                encoders["q_discrimination"].to_numpy().astype(float)))
     ax.axhline(0, color="#777777", lw=0.8, ls="--")
     ax.axvline(0, color="#777777", lw=0.8, ls="--")
     ax.margins(0.25)
@@ -161,6 +163,7 @@ def pareto(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
     ax.legend(handles=handles, fontsize=8, loc="best")
     ax.grid(alpha=0.3)
     ax.set_title("q discrimination vs q calibration\n(front computed on all four q-axes)", fontsize=10)
+    keep_apart(fig, labels)  # encoders close in D and C: their labels would print over each other
     return fig
 
 
@@ -238,7 +241,8 @@ def cost_front(cost: np.ndarray, crs: np.ndarray, higher_is_cheaper: bool) -> np
 
 
 def cost_quality(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
-    """CRS (with its interval) against each cost the store recorded, the cost-quality Pareto front drawn."""
+    """CRS (with its interval) against each cost the store recorded; the cost-quality Pareto front drawn as a dashed
+    step line where two or more encoders make it up, and named in a panel's corner where one encoder alone does."""
     present = [(c, lab, hi) for c, lab, hi in COSTS
                if c in encoders.columns and encoders[c].cast(pl.Float64, strict=False).is_not_null().any()]
     if not present:
@@ -248,6 +252,7 @@ def cost_quality(encoders: pl.DataFrame, reference: str | None = None) -> Figure
     names = encoders["encoder"].to_list()
     style = styles(names, reference)
     fig, axes = _grid(len(present), 2, 5.6, 4.4)
+    labels, dashed = [], False
     for ax, (col, label, higher) in zip(axes, present, strict=True):
         rows = encoders.filter(pl.col(col).is_not_null() & (pl.col(col).cast(pl.Float64) > 0))
         x = rows[col].cast(pl.Float64).to_numpy()
@@ -256,15 +261,22 @@ def cost_quality(encoders: pl.DataFrame, reference: str | None = None) -> Figure
             st = style[row["encoder"]]
             ax.errorbar([xi], [yi], yerr=_yerr([yi], [_col(row, "crs_low")], [_col(row, "crs_high")]), ls="none",
                         capsize=3, **_marker_kw(st, 9))
-            _annotate(ax, st["label"], xi, yi, x, log=True)
+            labels.append(_annotate(ax, st["label"], xi, yi, x, log=True))
         front = cost_front(x, y, higher)
-        if front.any():
+        notes = []
+        if front.sum() >= 2:
             idx = np.argsort(x[front])
             ax.step(x[front][idx], y[front][idx], where="post" if not higher else "pre", color="#444444", lw=1.2,
-                    ls="--", label="cost-quality front", zorder=0)
+                    ls="--", label="cost-quality front (dashed)", zorder=0)
+            ax.legend(fontsize=8, loc="best")
+            dashed = True
+        elif front.any():  # one encoder is both the cheapest and the best: a front of one point draws no line
+            notes.append(f"front: {rows['encoder'][int(np.argmax(front))]} alone (cheapest and best)")
         missing = encoders.height - rows.height
         if missing:
-            ax.text(0.02, 0.02, f"{missing} encoder(s) without this cost", transform=ax.transAxes, fontsize=8)
+            notes.append(f"{missing} encoder(s) without this cost")
+        if notes:
+            ax.text(0.02, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=8, va="bottom")
         ax.set_xscale("log")
         span = float(np.log10(x.max() / x.min())) if x.size and x.min() > 0 else 0.0
         # 1-2-5 ticks within two decades; decades only beyond, so the labels never run into each other
@@ -275,6 +287,7 @@ def cost_quality(encoders: pl.DataFrame, reference: str | None = None) -> Figure
         ax.set_xlabel(label, fontsize=9)
         ax.set_ylabel("CRS (bars: 95% interval)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-    fig.suptitle("Quality against cost: points on the dashed front are not beaten on both", fontsize=10)
+    fig.suptitle("Quality against cost" + (": points on the dashed front are not beaten on both" if dashed else
+                                           ""), fontsize=10)
+    keep_apart(fig, labels)  # encoders of about the same cost and CRS: their labels would print over each other
     return fig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from crs.scoring import diagnostics, leaderboard
+from crs.scoring import diagnostics, leaderboard, verdict
 from crs.scoring.axes import AXES, REGISTRY
 from crs.scoring.report.markup import esc, interval, nobreak, num, td, th
 
@@ -161,12 +161,11 @@ def scale_note(board: pl.DataFrame, settings: dict, reference: str | None) -> st
     """What a CRS of 50 means, with this run's reference and its own score (docs/crs-v1.md section 3)."""
     ref_row = board.filter(pl.col("encoder") == reference) if reference else pl.DataFrame()
     who = (f"the reference encoder {reference}" if reference else "the per-axis median over the encoders")
-    own = (f" Here {reference} itself scores {num(ref_row['crs'][0], '.1f')}." if ref_row.height else "")
+    own = float(ref_row["crs"][0]) if ref_row.height and ref_row["crs"][0] is not None else None
     return ("<p id='scale'><b>Reading the scale.</b> Every q-score is measured against " + esc(who)
-            + ": q = 0 is the reference, so the reference is the zero point of the scale. An encoder equal to "
-            "the reference on every axis (q = 0), dominating as many encoders as dominate it, scores CRS 50; "
-            "above 50 is better than the reference on balance, below 50 worse. CRS is a relative score of this "
-            "comparison set, not a probability or an accuracy." + esc(own) + "</p>")
+            + " (q = 0). " + esc(verdict.scale_sentence(reference or settings.get("reference"), own))
+            + " Above 50 is better than the reference on balance, below 50 worse; CRS is a relative score of this "
+            "comparison set, not a probability or an accuracy.</p>")
 
 
 def no_tier_note(board: pl.DataFrame) -> str:
@@ -184,8 +183,9 @@ def per_dataset_html(board: pl.DataFrame) -> str:
     parts = []
     head = ["rank", "encoder", "CRS", "AUROC", "AUROC rank", *SYMBOLS, *[f"q {x}" for x in SYMBOLS], "seeds"]
     for (dataset,), g in board.group_by("dataset", maintain_order=True):
-        parts.append(f"<h4>{esc(dataset)}</h4><table class='board per-dataset sortable' data-dataset='{esc(dataset)}'>"
-                     "<thead><tr>" + "".join(th(h) for h in head) + "</tr></thead><tbody>")
+        parts.append(f"<h4>{esc(dataset)}</h4><div class='scroll'><table class='board per-dataset sortable' "
+                     f"data-dataset='{esc(dataset)}'><thead><tr>" + "".join(th(h) for h in head)
+                     + "</tr></thead><tbody>")
         for r in g.iter_rows(named=True):
             cells = [(num(r["crs_rank"], "g"), r["crs_rank"]), (r["encoder"], r["encoder"], "encoder"),
                      (num(r["crs"], ".1f"), r["crs"]), (num(r["auroc"], ".3f"), r["auroc"]),
@@ -193,7 +193,7 @@ def per_dataset_html(board: pl.DataFrame) -> str:
                      *[(num(r[f"q_{a}"], "+.3f"), r[f"q_{a}"]) for a in AXES],
                      (num(r.get("n_seeds"), "d"), r.get("n_seeds"))]
             parts.append("<tr>" + "".join(td(c[2] if len(c) > 2 else "c", c[0], c[1]) for c in cells) + "</tr>")
-        parts.append("</tbody></table>")
+        parts.append("</tbody></table></div>")
     return "".join(parts)
 
 
@@ -202,11 +202,11 @@ def test_sets_html(sizes: pl.DataFrame) -> str:
     if not sizes.height:
         return ("<p class='absent' id='no-test-sets'>Test-set sizes are not known: the results folder has no "
                 "run records (they are written by `crs probe`).</p>")
-    out = ["<table id='test-sets' class='board sortable'><thead><tr>", th("dataset"), th("split"),
+    out = ["<div class='scroll'><table id='test-sets' class='board sortable'><thead><tr>", th("dataset"), th("split"),
            th("images"), "</tr></thead><tbody>"]
     for r in sizes.iter_rows(named=True):
         flag = " (differs between runs)" if r["varies"] else ""
         out.append("<tr>" + td("dataset", r["dataset"], r["dataset"]) + td("split", r["split"], r["split"])
                    + td("images", f"{num(r['images'], 'd')}{flag}", r["images"]) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import polars as pl
 
-import crs
 from crs.scoring import crs as core
 from crs.scoring import verdict
 from crs.scoring.report.boards import (
@@ -47,10 +46,9 @@ def _version(settings: dict) -> str:
 
 
 def _spec_link(version: str) -> str:
-    """The version's page as a link where this installation runs from a checkout that holds it, else its path."""
-    page = Path(crs.__file__).resolve().parents[1] / SPECS[version]
-    code = f"<code>{esc(SPECS[version])}</code>"
-    return f'<a href="{esc(page.as_uri())}">{code}</a>' if page.is_file() else code
+    """The version's page, named by its path in the repository and never linked: the report is shared on its own,
+    and a link to this machine's checkout would break there (the Methods section says what the page needs)."""
+    return f"<code>{esc(SPECS[version])}</code>"
 
 
 def _q_words(version: str, recorded: dict | None) -> str:
@@ -179,9 +177,11 @@ def methods(s: dict, rc: dict) -> str:
 
 def _figure_html(sec: Section, d: Drawn, data: bytes) -> str:
     b64 = base64.b64encode(data).decode("ascii")
-    return (f"<figure id='fig-{esc(d.stem)}'><img src='data:image/png;base64,{b64}' alt='{esc(d.alt)}'>"
-            f"<figcaption><b>{esc(sec.title)}.</b> {esc(d.caption)} <span class='file'>(figures/{esc(d.stem)}.png)"
-            "</span></figcaption></figure>")
+    # on a narrow screen the figure fits the width; a tap shows it at full size in a box that scrolls sideways
+    return (f"<figure id='fig-{esc(d.stem)}'><div class='zoom' tabindex='0' role='button' aria-label='show the "
+            f"figure at full size'><img src='data:image/png;base64,{b64}' alt='{esc(d.alt)}'></div>"
+            f"<figcaption><b>{esc(sec.title)}.</b> {esc(d.caption)} <span class='file'>(figures/{esc(d.stem)}.png"
+            "; tap or click the figure for full size)</span></figcaption></figure>")
 
 
 @functools.cache

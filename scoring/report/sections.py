@@ -11,6 +11,7 @@ import polars as pl
 
 from crs.scoring import figures as fg
 from crs.scoring.axes import AXES, REGISTRY
+from crs.scoring.bootstrap import unit_words
 from crs.scoring.figures import Absent
 from crs.scoring.report.inputs import Inputs
 from crs.scoring.report.markup import num
@@ -76,10 +77,11 @@ def _cost(v: _View) -> Section:
     listed = ", ".join(f"{r['encoder']} {num(r.get('gflops'), '.3g')} GFLOPs" for r in enc.iter_rows(named=True)
                        if r.get("gflops") is not None)
     _try(sec, "cost_quality", lambda: fg.cost_quality(enc, v.reference),
-         "Look for encoders on the dashed front: nothing else is both cheaper and better. An encoder below the "
-         "front pays more for less; overlapping CRS bars mean the quality gap is not established.",
+         "Look for the encoders on the cost-quality front (a dashed line where two or more make it up, named in "
+         "the corner where one does): nothing else is both cheaper and better. An encoder below the front pays "
+         "more for less; overlapping CRS bars mean the quality gap is not established.",
          f"Scatter plot of CRS (with {v.conf:.0f}% interval bars) against cost per encoder, log cost axis, with "
-         f"the cost-quality Pareto front as a dashed step line. {listed}.")
+         f"the cost-quality Pareto front. {listed}.")
     return sec
 
 
@@ -105,7 +107,7 @@ def flat_note(encoders: pl.DataFrame, settings: dict) -> str:
     if not flat:
         return ""
     unit = settings.get("bootstrap", {}).get("unit", "seed")
-    return (f"The {unit}-bootstrap intervals of {', '.join(flat)} have zero width: "
+    return (f"The bootstrap intervals ({unit_words(unit)}) of {', '.join(flat)} have zero width: "
             + ("at 100% labels every seed trains the probe on the same images, so resampling seeds cannot move "
                "them. " if unit == "seed" else "")
             + "This does not make them exact; `crs score --bootstrap-unit image --store STORE` resamples the test "
@@ -225,7 +227,8 @@ def _robustness(v: _View) -> Section:
 def _uncertainty(v: _View) -> Section:
     s = v.inputs.settings
     sec = Section("uncertainty", "Rank uncertainty and weight sensitivity",
-                  f"How often each encoder took each CRS rank across the {v.unit} bootstrap replicates; then, for "
+                  f"How often each encoder took each CRS rank across the bootstrap replicates ({unit_words(v.unit)}); "
+                  "then, for "
                   "every weighting of the three components on a grid over the simplex, which encoder has the "
                   "top CRS.")
     enc = v.inputs.table("encoders")

@@ -65,6 +65,54 @@ def test_every_text_fits_inside_its_figure(drawn):
             f"{stem}: something drawn reaches outside the figure ({tight} in a {w} x {h} in figure)"
 
 
+def test_no_two_texts_overlap_in_any_figure(drawn):
+    for stem, fig in drawn.items():
+        assert fg.overlapping_texts(fig) == [], f"{stem}: texts printed over each other"
+
+
+def _close_pair(enc: pl.DataFrame) -> pl.DataFrame:
+    """The first two encoders of ``enc`` at (almost) the same cost, CRS, q D and q C: labels that would collide."""
+    a, b = enc["encoder"][0], enc["encoder"][1]
+    near = {c: enc.filter(pl.col("encoder") == a)[c][0] for c in
+            ("gflops", "images_per_s", "crs", "q_discrimination", "q_calibration")}
+    return enc.with_columns(**{c: pl.when(pl.col("encoder") == b).then(pl.lit(v * 1.01)).otherwise(pl.col(c))
+                               for c, v in near.items()})
+
+
+def test_labels_of_encoders_at_the_same_place_are_kept_apart(inputs):
+    got, _, _ = inputs
+    enc = _close_pair(got.table("encoders"))
+    for fig in (fg.cost_quality(enc, REF), fg.pareto(enc, REF)):
+        assert fg.overlapping_texts(fig) == []
+    # the check itself sees a collision: two labels at one point
+    fig = fg.pareto(enc, REF)
+    ax = fig.axes[0]
+    ax.annotate("one", (0, 0), xytext=(5, 5), textcoords="offset points")
+    ax.annotate("one", (0, 0), xytext=(5, 5), textcoords="offset points")
+    assert ("one", "one") in fg.overlapping_texts(fig)
+
+
+def test_the_cost_figure_names_only_what_it_draws(inputs):
+    got, _, _ = inputs
+    enc = got.table("encoders")
+    best = enc.sort("crs", descending=True)["encoder"][0]
+    # the best encoder made the cheapest too: a front of one point, no line, so no legend and no dashed front named
+    alone = enc.with_columns(gflops=pl.when(pl.col("encoder") == best).then(0.001).otherwise(pl.col("gflops")),
+                             images_per_s=pl.when(pl.col("encoder") == best).then(1e5)
+                             .otherwise(pl.col("images_per_s")))
+    fig = fg.cost_quality(alone, REF)
+    texts = [t.get_text() for t in fig.findobj(Text)]
+    assert not any("dashed" in t or "front (dashed)" in t for t in texts), texts
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    assert sum(f"front: {best} alone" in t for t in texts) == 2  # said in each panel instead
+    fig = fg.cost_quality(enc, REF)  # a front of two or more: the line is drawn and its legend names it
+    for ax in (a for a in fig.axes if a.get_xlabel()):
+        named = [t.get_text() for t in ax.get_legend().get_texts()]
+        drawn_lines = [ln.get_label() for ln in ax.get_lines() if len(ln.get_xdata()) >= 2]
+        assert named and set(named) <= set(drawn_lines), (named, drawn_lines)
+    assert "dashed front" in fig.get_suptitle()
+
+
 def test_the_reference_is_marked_the_same_way_in_every_figure(drawn):
     for stem, fig in drawn.items():
         named = [t.get_text() for t in _texts(fig) if REF in t.get_text()]
@@ -126,7 +174,7 @@ def test_cost_front_and_figure(inputs):
     fig = fg.cost_quality(got.table("encoders"), REF)
     axes = [ax for ax in fig.axes if ax.get_xlabel()]
     assert [ax.get_xscale() for ax in axes] == ["log", "log"]
-    assert all(any(line.get_label() == "cost-quality front" for line in ax.get_lines()) for ax in axes)
+    assert all(any(line.get_label() == "cost-quality front (dashed)" for line in ax.get_lines()) for ax in axes)
     for gflops in ([17.6, 4.6, 1.3], [0.0004, 1.8, 12.0]):  # within two decades and across five
         wide = fg.cost_quality(got.table("encoders").with_columns(gflops=pl.Series(gflops)), REF)
         canvas = FigureCanvasAgg(wide)

@@ -43,8 +43,14 @@ def test_the_terminal_and_the_report_show_the_same_board():
     assert "<tr class='row reference' data-encoder='ref'>" in page
 
 
-def test_the_scale_note_links_the_definition_the_scores_were_made_with():
+def test_the_scale_note_links_the_definition_and_agrees_with_the_reference_row():
     from crs.commands.tables import scale_note
 
-    assert scale_note("demo-resnet", "2").endswith("(docs/crs-v2.md).")
-    assert scale_note("demo-resnet", "1").endswith("(docs/crs-v1.md).")
+    board = pl.DataFrame({"encoder": ["a", "demo-resnet"], "crs": [63.0, 42.8], "reference": [False, True]})
+    assert scale_note(board, "demo-resnet", "2").endswith("(docs/crs-v2.md).")
+    assert scale_note(board, "demo-resnet", "1").endswith("(docs/crs-v1.md).")
+    # the table shows the reference at 42.8: the note says so, and why it is not 50
+    note = scale_note(board, "demo-resnet", "2")
+    assert "demo-resnet itself scores 42.8 because it is dominated more than it dominates" in note
+    level = board.with_columns(crs=pl.Series([63.0, 50.02]))
+    assert "itself scores" not in scale_note(level, "demo-resnet", "2")

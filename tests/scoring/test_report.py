@@ -165,6 +165,55 @@ def test_page_is_self_contained_and_shows_the_leaderboard(scored, written):
         assert f"(q + 1) / 2 + {s['crs_constants']['balance_offset']:.3g}, less" in text
 
 
+def _urls_and_ids(text: str) -> tuple[list[tuple[str, str, str]], set[str]]:
+    """(tag, attribute, value) of every href and src of a page, and the ids it holds."""
+    from html.parser import HTMLParser
+
+    urls, ids = [], set()
+
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            for name, value in attrs:
+                if name in ("href", "src"):
+                    urls.append((tag, name, value or ""))
+                elif name == "id":
+                    ids.add(value)
+
+    Parser().feed(text)
+    return urls, ids
+
+
+def test_the_page_links_only_to_itself_and_what_ships_beside_it(written):
+    """Shared on its own or with its folder, no link of the page breaks: an in-page anchor that exists, an
+    embedded data URL, or a file written beside the page (never file:// into a checkout, never the web)."""
+    out, _ = written
+    text = (out / "report.html").read_text(encoding="utf-8")
+    urls, ids = _urls_and_ids(text)
+    assert any(a == "href" for _, a, _ in urls) and any(a == "src" for _, a, _ in urls)
+    for tag, attr, url in urls:
+        if url.startswith("#"):
+            assert url[1:] in ids, f"<{tag} {attr}={url!r}>: no such id in the page"
+        elif not url.startswith("data:"):
+            assert ":" not in url and not url.startswith("/") and (out / url).is_file(), \
+                f"<{tag} {attr}={url!r}> leaves the page"
+    assert "url(" not in text.split("<style>")[1].split("</style>")[0]  # the style fetches nothing either
+    # the check sees a link that leaves: the spec link a checkout used to give
+    bad, _ = _urls_and_ids("<a href='file:///home/x/docs/crs-v2.md'>spec</a>")
+    assert not bad[0][2].startswith(("#", "data:"))
+
+
+def test_every_table_scrolls_in_its_own_box_and_every_figure_can_open_full_size(written):
+    """On a phone (390 px) a wide table scrolls sideways inside its box, not the page; a figure fits the width and
+    a tap shows it at full size (report.js toggles the figure's class 'full')."""
+    out, _ = written
+    text = (out / "report.html").read_text(encoding="utf-8")
+    assert text.count("<table") == text.count("<div class='scroll'><table") > 3
+    assert "div.scroll{overflow-x:auto}" in text
+    figures = re.findall(r"<figure id='[^']*'>(.*?)</figure>", text)
+    assert figures and all(f.startswith("<div class='zoom' tabindex='0' role='button'") for f in figures)
+    assert "figure.full img{max-width:none}" in text and "classList.toggle('full')" in text
+
+
 def test_the_methods_describe_v2_scores_with_the_constants_they_were_made_with():
     from crs.scoring import crs as core
     from crs.scoring.report.page import _q_words

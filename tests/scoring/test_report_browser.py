@@ -180,3 +180,42 @@ def test_report_in_a_browser(pipeline, browser, tmp_path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shot, ARTIFACTS / "report_desktop.png")
     print(f"screenshots of the report at {WIDTH} px: {tmp_path}")
+
+
+PHONE = (390, 844)  # an iPhone 12-15's viewport in CSS pixels
+
+
+def test_report_on_a_phone(pipeline, browser, tmp_path):
+    """At 390 px nothing scrolls the page sideways (wide tables scroll in their boxes), every figure takes the
+    width there is, and a tap shows it at its full size without widening the page."""
+    page, _, _ = pipeline
+    browser.set_window_size(*PHONE)
+    browser.get(page.as_uri())
+    inner = browser.execute_script("return window.innerWidth")
+    if inner != PHONE[0]:  # some headless builds keep a minimum window width
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 1, "mobile": True})
+        browser.get(page.as_uri())
+    assert browser.execute_script("return window.innerWidth") == PHONE[0]
+    wide = browser.execute_script("return document.documentElement.scrollWidth")
+    culprits = browser.execute_script(
+        "return Array.from(document.querySelectorAll('body *')).filter(e => e.getBoundingClientRect().right > "
+        "window.innerWidth + 1 && !e.closest('.scroll, .zoom')).slice(0, 8).map(e => e.tagName + '.' + e.className);")
+    assert wide <= PHONE[0], f"the page is {wide} px wide at {PHONE[0]} px: {culprits}"
+    sizes = browser.execute_script(
+        "return Array.from(document.querySelectorAll('figure img')).map(i => [i.getBoundingClientRect().width, "
+        "i.naturalWidth, i.closest('figure').getBoundingClientRect().width]);")
+    assert sizes
+    for shown, natural, room in sizes:
+        assert shown >= min(natural, room) - 2, (shown, natural, room)  # the whole width there is
+        assert room >= PHONE[0] - 40, room  # and that is nearly the screen's
+    zoom = browser.find_element("css selector", "figure .zoom")
+    browser.execute_script("arguments[0].scrollIntoView()", zoom)
+    zoom.click()
+    shown, natural = browser.execute_script("var i = document.querySelector('figure.full img'); "
+                                            "return [i.getBoundingClientRect().width, i.naturalWidth];")
+    assert natural > PHONE[0] and natural <= shown <= natural + 2  # its own size, and a 1 px border each side
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= PHONE[0]
+    _shot(browser, tmp_path, "report_phone.png")
+    zoom.click()
+    assert not browser.find_elements("css selector", "figure.full")

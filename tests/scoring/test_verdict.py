@@ -204,9 +204,35 @@ def test_one_encoder_empty_and_nan_tables():
 def test_the_reference_sentence_says_what_50_means():
     q = np.array([[0.1, 0.1, 0.1, 0.1], [0.0, 0.0, 0.0, 0.0]])
     words = verdict.sentences(verdict.build(table(q, ["a", "b"]), settings={**SETTINGS, "reference": "b"}))
-    assert any(s.startswith("CRS is relative to b: 50 is the level") for s in words)
+    crs_b = float(table(q, ["a", "b"]).filter(pl.col("encoder") == "b")["crs"][0])
+    assert crs_b < 50  # a dominates b: the reference's own row is below 50, and the sentence says why
+    assert f"CRS 50 is b's level on every axis; b itself scores {crs_b:.1f} because it is dominated more than it " \
+           "dominates." in words
+    words = verdict.sentences(verdict.build(table(q, ["a", "b"]), settings={**SETTINGS, "reference": "a"}))
+    assert any("a itself scores" in s and "because it dominates more than it is dominated" in s for s in words)
     words = verdict.sentences(verdict.build(table(q, ["a", "b"]), settings={**SETTINGS, "reference": "median"}))
-    assert any("median encoder" in s for s in words)
+    assert any("per-axis median encoder" in s for s in words)
+
+
+def test_a_collapse_of_every_encoder_on_a_shift_target_is_in_the_verdict():
+    def robustness(aurocs: dict[str, float], target="shift:site2") -> pl.DataFrame:
+        rows = [{"encoder": e, "dataset": "digits", "condition": c, "kind": k, "auroc": a}
+                for e, a in aurocs.items() for c, k, a in ((target, "shift", a), ("blur@3", "perturbed", 0.3))]
+        return pl.DataFrame(rows)
+
+    gone = verdict.shift_collapse(robustness({"a": 0.44, "b": 0.53, "c": 0.599}))
+    assert gone == [{"dataset": "digits", "target": "site2", "auroc_low": 0.44, "auroc_high": 0.599,
+                     "encoders": 3, "level": verdict.COLLAPSE_AUROC}]
+    # one encoder that holds up on the shift target: no collapse of every encoder (perturbations do not count)
+    assert verdict.shift_collapse(robustness({"a": 0.44, "b": 0.53, "c": 0.61})) == []
+    assert verdict.shift_collapse(pl.DataFrame()) == []
+    q = np.array([[0.1, 0.1, 0.1, 0.1], [0.0, 0.0, 0.0, 0.0]])
+    v = verdict.build(table(q, ["a", "b"]), settings=SETTINGS)
+    assert not any("near chance" in s for s in verdict.sentences(v))
+    v["shift_collapse"] = gone
+    said = [s for s in verdict.sentences(v) if "near chance" in s]
+    assert said == ["Every encoder is near chance on site2 (the shift target of digits; AUROC 0.44-0.60), all below "
+                    "0.60 where 0.5 is chance, so none of them can be trusted at that site, whatever its CRS."]
 
 
 def test_every_member_and_only_members_are_in_the_set_sentence():

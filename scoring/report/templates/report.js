@@ -16,3 +16,8 @@ document.querySelectorAll('table.sortable').forEach(function(t){
   th.addEventListener('keydown',function(ev){if(ev.key==='Enter'||ev.key===' '){ev.preventDefault();go();}});
  });
 });
+document.querySelectorAll('figure .zoom').forEach(function(z){
+ var go=function(){z.parentNode.classList.toggle('full');};
+ z.addEventListener('click',go);
+ z.addEventListener('keydown',function(ev){if(ev.key==='Enter'||ev.key===' '){ev.preventDefault();go();}});
+});
