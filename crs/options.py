@@ -34,7 +34,7 @@ EXEMPT = {
     "extract --pretrained": "selection: the shorthand of --set pretrained (encoders.set)",
     "extract --family": "selection: the shorthand of --set FAMILY (encoders.set)",
     "extract --plan": "prints what the extraction would cost and lacks, and runs nothing",
-    "demo --out": "the demo's folder, which sets store, results and report.out at once",
+    "demo --out": "the demo's folder: its store, OUT/store.zarr, and results, OUT/results (the report in it)",
     "run --print-default": "prints the example config",
     "run --schema": "prints the config's JSON Schema",
     "run --check": "checks the config and runs nothing",

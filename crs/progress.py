@@ -4,7 +4,9 @@ The workers call exactly these methods of ``rich.progress.Progress``; the comman
 passes a rich Progress on a terminal and a ``LineProgress`` (plain lines at a fixed
 interval) where its output is a file or a pipe; a library caller passes nothing and gets
 ``NoProgress``. A task may name what it counts: ``add_task(..., unit="chunks")``; rates
-are averages since the task began, with that unit.
+are averages since the task began, with that unit. ``update(task, visible=False)`` ends a task
+that counts nothing (a vectorised step) when its step is over: rich hides it, ``LineProgress``
+writes its last line then, not at the end of the command.
 """
 
 from __future__ import annotations
@@ -112,6 +114,9 @@ class LineProgress:
             return len(self.tasks) - 1
 
     def update(self, task: int, **fields: Any) -> None:
+        if fields.get("visible") is False:  # its step is over: its last line now, not at the command's end
+            self._end(task)
+            return
         with self._lock:
             t = self.tasks[task]
             t.description = fields.get("description", t.description)
@@ -135,6 +140,15 @@ class LineProgress:
                 return
             t.ended = True
             line = self._line(t, finished=True)
+        self.write(line)
+
+    def _end(self, task: int) -> None:
+        with self._lock:
+            t = self.tasks[task]
+            if t.ended:
+                return
+            t.ended = True
+            line = self._line(t, finished=t.total is None or t.completed >= t.total)
         self.write(line)
 
     def log(self) -> None:

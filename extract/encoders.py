@@ -165,7 +165,7 @@ _REGISTRY: tuple[EncoderSpec, ...] = (
     EncoderSpec(
         name="demo-vit", family="general", source="timm", model_id="vit_tiny_patch16_224", width=192, input_size=64,
         mean=HALF, std=HALF, interpolation="bicubic", pooling="mean", pretrained=False, init_seed=0,
-        licence="apache-2.0 (architecture; random weights)", kwargs={"img_size": 64},
+        licence="apache-2.0 (architecture; random weights)", kwargs={"img_size": 64, "depth": 6},
     ),
     EncoderSpec(
         name="demo-stats", family="baseline", source="builtin", model_id="colour_texture_stats", width=54,

@@ -1,5 +1,5 @@
-"""The warnings a score gives about what its numbers rest on: tied predictions, off-centre intervals,
-replicates without a CRS, few seeds."""
+"""The warnings a score gives about what its numbers rest on (tied predictions, replicates without a CRS, few
+seeds: each says what to do), and its notes (off-centre intervals: how to read a number, with nothing to do)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import polars as pl
 from crs.scoring.axes import AXES
 from crs.scoring.bootstrap import incomplete, interval, seed_scale, unit_words
 
-SHIFT_WARN = 0.5  # half-widths: mean replicate vs estimate (shifted_axis_warnings)
-V2_CALIBRATION_SHIFT = (
-    "docs/crs-v2.md section 1: CRS v2's calibration error is the root of a debiased squared error, cut at 0, "
+SHIFT_WARN = 0.5  # half-widths: mean replicate vs estimate (shifted_axis_notes)
+V2_CALIBRATION_SHIFT = (  # the definition's section 1 (docs/crs-v2.md), in words a report reader has without it
+    "CRS v2's calibration error is the root of a debiased squared error, cut at 0, "
     "so where it is near 0 or the test set is small its replicates fall to one side of the estimate, and the "
     "estimate can sit at the edge of its interval; a C at or near 1 reads as no calibration error detectable"
 )
@@ -53,10 +53,12 @@ def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[s
     return out
 
 
-def shifted_axis_warnings(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: Sequence[str],
-                          warnings: list[str], limit: float = SHIFT_WARN, version: str = "1") -> None:
-    """A warning per axis whose replicates sit off the estimate: mean(replicates) - estimate beyond ``limit``
-    half-widths of the 95 % interval, for the encoder where it is largest.
+def shifted_axis_notes(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: Sequence[str],
+                       limit: float = SHIFT_WARN, version: str = "1") -> list[str]:
+    """A note per axis whose replicates sit off the estimate: mean(replicates) - estimate beyond ``limit``
+    half-widths of the 95 % interval, for the encoder where it is largest. A note, not a warning: it says how
+    to read an interval, and there is nothing for the user to change (the report and scores.json carry it,
+    the command line shows it with --verbose).
 
     A percentile interval then covers what the estimator gives at this test size, not the population value:
     docs/bootstrap-coverage.md measured it for C, whose binned ECE is biased upwards on small test sets
@@ -64,8 +66,9 @@ def shifted_axis_warnings(axis_reps: np.ndarray, axis_point: np.ndarray, encoder
     (``version`` "2") C is debiased and its replicates recentred, so a shift there has another cause, which
     the warning names instead.
     """
+    notes: list[str] = []
     if axis_reps.shape[0] < 2:
-        return
+        return notes
     with np.errstate(invalid="ignore"):
         low, high = interval(axis_reps)  # [encoder, axis]
         half = (high - low) / 2
@@ -75,11 +78,12 @@ def shifted_axis_warnings(axis_reps: np.ndarray, axis_point: np.ndarray, encoder
         if not np.isfinite(col).any() or np.nanmax(col) <= limit:
             continue
         e = int(np.nanargmax(col))
-        warnings.append(
+        notes.append(
             f"the {a} intervals are off-centre: the bootstrap replicates of {encoders[e]} sit "
             f"{shift[e, k]:+.2f} half-widths from its estimate{_why_shifted(a, version)}; read the {a} interval "
             "with that in mind"
         )
+    return notes
 
 
 def _why_shifted(axis: str, version: str = "1") -> str:

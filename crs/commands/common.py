@@ -15,7 +15,8 @@ from crs.commands.exits import friendly_errors
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="More detail: tracebacks on errors; where a command "
+                                          "scores or reports, the scores' notes and each figure file written.")]
 
 def stage_command(paths: list[tuple[str, ...]], base: cfgmod.Config | None = None):
     """Make ``fn(given, **own options)`` a typer command with an option for each setting in ``paths``.

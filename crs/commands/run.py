@@ -76,7 +76,7 @@ def run_cmd(
             if note and not as_json:
                 err.print(f"[yellow]warning[/]: {escape(note)}", highlight=False, soft_wrap=True)
             return
-        result = _run_stages(cfg, quiet=quiet or as_json, text=text, source=str(config), force=force)
+        result = _run_stages(cfg, quiet=quiet or as_json, verbose=verbose, text=text, source=str(config), force=force)
         print_run(result, str(config), as_json=as_json, quiet=quiet, verbose=verbose)
 
 
@@ -105,11 +105,15 @@ def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str
     return scored
 
 
-def _run_stages(cfg, *, quiet, text="", source="", force=False, store_hint=""):
+def _run_stages(cfg, *, quiet, verbose=False, text="", source="", force=False, store_hint=""):
+    """Every stage, with a line on stderr as each starts and ends and the progress between; the report's figure
+    files are named only with --verbose."""
     from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
+    say = None if quiet else (lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
     with progress_bar(quiet, cfg.log_interval) as progress:
-        return stages.run(cfg, progress, text=text, source=source, force=force, store_hint=store_hint, quiet=quiet)
+        return stages.run(cfg, progress, text=text, source=source, force=force, store_hint=store_hint,
+                          quiet=quiet or not verbose, say=say)
 
 
 DEMO = cfgmod.parse(cfgmod.EXAMPLE, "built-in demo config")
@@ -126,20 +130,26 @@ def demo_cmd(
     """Run the built-in synthetic benchmark: `crs run` on the built-in config (`crs run --print-default`).
 
     Extract, probe, score and report with every built-in encoder; a re-run skips what is complete."""
-    given.update({("store",): str(out_dir / "store.zarr"), ("results",): str(out_dir / "results"),
-                  ("report", "out"): str(out_dir / "report")})
-    cfg = options.to_config(given, DEMO)
-    result = _run_stages(cfg, quiet=quiet or as_json, source="built-in demo config",
+    cfg = demo_config(out_dir, given)
+    result = _run_stages(cfg, quiet=quiet or as_json, verbose=verbose, source="built-in demo config",
                          store_hint="for `crs demo`: pass a new --out folder, or the --size it was made with")
     print_run(result, "built-in demo config", as_json=as_json, quiet=quiet, verbose=verbose)
     if not (quiet or as_json):
         out.print(demo_next(out_dir, cfg.report.enabled), highlight=False, soft_wrap=True)
 
 
+def demo_config(out_dir: Path, given: dict | None = None) -> cfgmod.Config:
+    """The built-in config with its store and results under ``out_dir``, and the settings ``given`` on the
+    command line; the report goes where the config puts it (RESULTS/report), as `crs run` and `crs report`
+    put it."""
+    given = {**(given or {}), ("store",): str(out_dir / "store.zarr"), ("results",): str(out_dir / "results")}
+    return options.to_config(given, DEMO)
+
+
 def demo_next(out_dir: Path, report: bool = True) -> str:
     """Where `crs demo --out OUT_DIR` put its outputs, and the commands to run next in the same folder."""
     store, results = out_dir / "store.zarr", out_dir / "results"
-    paths = f"store {store}, results {results}" + (f", report {out_dir / 'report'}" if report else "")
+    paths = f"store {store}, results {results}" + (f", report {cfgmod.report_folder(str(results))}" if report else "")
     defaults, q = cfgmod.Config(), shlex.quote
     # `crs probe`, `crs score` and `crs report` find the demo's folder in the current one (``locate_outputs``)
     # while the default store and results folder are absent; otherwise the paths are named
@@ -148,8 +158,7 @@ def demo_next(out_dir: Path, report: bool = True) -> str:
     there = "" if found else f" --results {q(str(results))} --store {q(str(store))}"
     steps = [(f"crs score{there} --bootstrap 2000", "score again, other settings: crs score --help"),
              (f"crs probe --all{where} --head mlp", "MLP probes beside the linear ones"),
-             (f"crs report{there}" + ("" if found else f" --out {q(str(out_dir / 'report'))}"),
-              "the HTML page"),
+             (f"crs report{there}", "the HTML page"),
              ("crs run --print-default > bench.toml", "a config of your own to edit, then: crs run bench.toml")]
     width = max(len(c) for c, _ in steps)
     return "\n".join([f"the demo's outputs: {paths}", "next, from this folder:",

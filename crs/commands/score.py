@@ -11,7 +11,7 @@ from crs import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import err, out, progress_bar
 from crs.commands.outputs import locate_outputs, print_note
-from crs.commands.tables import print_comparisons, print_scores
+from crs.commands.tables import print_comparisons, print_notes, print_scores
 from crs.errors import BadInput
 
 SCORE = [("results",), ("score", "bootstrap"), ("score", "reference"), ("score", "weights"), ("score", "seed"),
@@ -35,6 +35,8 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
     elif not quiet:
         print_scores(scores, cfg.results)
         print_comparisons(scores)
+        if verbose:
+            print_notes(scores)
         out.print(f"scored in {time.perf_counter() - t0:.1f} s", highlight=False)
     else:
         for w in scores.settings.get("warnings", []):
@@ -48,9 +50,7 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     --store: the store to read reliability bins from when `crs score` ran without one."""
     from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
-    note = locate_outputs(given, "results")
-    if note and ("report", "out") not in given:  # beside the demo's store and results, where the demo put its own
-        given[("report", "out")] = str(Path(given[("results",)]).parent / "report")
+    note = locate_outputs(given, "results")  # the report then goes to the demo's RESULTS/report, where the demo put it
     default = Path(cfgmod.Config().results)
     if ("results",) not in given and not (default / "scores" / "scores.json").is_file():
         from crs.records import ELSEWHERE  # noqa: PLC0415 -- polars (crs.records): keeps crs --help fast

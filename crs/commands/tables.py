@@ -257,6 +257,19 @@ def print_warnings(scores):
         err.print(f"[yellow]warning[/]: {w}", highlight=False, soft_wrap=True)
 
 
+def print_notes(scores, report: str | None = None):
+    """The scores' notes (how to read an interval; nothing to do), one short line each on stderr: what the note
+    is about, and where it is in full."""
+    where = f"the report's notes ({report}) and scores.json" if report else "scores.json's settings.notes"
+    for n in scores.settings.get("notes", []):
+        err.print(f"note: {note_topic(n)}; in full in {where}", markup=False, highlight=False, soft_wrap=True)
+
+
+def note_topic(note: str) -> str:
+    """A note's first clause (up to its first colon), what it is about: 'the calibration intervals are off-centre'."""
+    return note.split(": ", 1)[0]
+
+
 def print_check(report, ds) -> None:
     fatal = [p for p in report.problems if p.fatal]
     warnings = [p for p in report.problems if not p.fatal]
@@ -302,6 +315,7 @@ def print_run(result, source: str, *, as_json: bool, quiet: bool, verbose: bool)
     print_scores(result.scores, result.results)
     if verbose:
         print_comparisons(result.scores)
+        print_notes(result.scores, result.report_html)
     else:  # what could mislead a reader of the leaderboard is said also without --verbose
         print_warnings(result.scores)
     t = Table(title=f"crs run {source}: {result.seconds:.1f} s", title_justify="left")

@@ -26,6 +26,7 @@ from crs.config.schema import (
     as_dict,
     cross_check,
     flag_words,
+    report_folder,
     settings,
     settings_hash,
     with_crs_version,
@@ -39,6 +40,6 @@ EXAMPLE = resources.files(__name__).joinpath("example.toml").read_text(encoding=
 __all__ = [
     "DEFAULT_FRACTIONS", "DEFAULT_HIDDEN", "DEFAULT_L2", "DEFAULT_N_SEEDS", "ENCODER_SETS", "EXAMPLE", "SECTIONS",
     "WEIGHT_TOL", "Bad", "Config", "ConfigError", "Datasets", "Encoders", "Extract", "Probe", "Report", "Score",
-    "as_dict", "cross_check", "flag_words", "json_schema", "load", "locate", "parse", "resolve", "settings",
-    "settings_hash", "to_toml", "with_crs_version", "with_overrides",
+    "as_dict", "cross_check", "flag_words", "json_schema", "load", "locate", "parse", "report_folder", "resolve",
+    "settings", "settings_hash", "to_toml", "with_crs_version", "with_overrides",
 ]

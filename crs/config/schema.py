@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,6 +162,15 @@ class Report:
     enabled: bool = _opt("write the HTML report (crs report)", flag="--no-report", invert=True,
                          flag_help="skip the HTML report stage", default=True)
     out: str | None = _opt("report folder (default RESULTS/report)", flag="--out", default=None)
+
+
+REPORT_DIR = "report"  # the report's folder under RESULTS where report.out names none
+
+
+def report_folder(results: str, out: str | None = None) -> str:
+    """Where the report goes: ``out`` where given, else RESULTS/report. `crs run`, `crs demo` and `crs report`
+    all ask here, so the demo's page is where its config says."""
+    return out if out is not None else os.path.join(results, REPORT_DIR)
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,18 @@ and the single-stage commands always compute the same thing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from crs.config import Config, ConfigError, locate, settings_hash
+from crs.config import Config, ConfigError, locate, report_folder, settings_hash
 from crs.errors import BadInput, UserError
 from crs.files import atomic_write
 from crs.progress import NO_PROGRESS, Progress
@@ -200,10 +202,12 @@ class State:
 
 
 def run(cfg: Config, progress: Progress = NO_PROGRESS, *, text: str = "", source: str = "", force: bool = False,
-        store_hint: str = "", quiet: bool = True) -> RunResult:
+        store_hint: str = "", quiet: bool = True, say: Callable[[str], None] | None = None) -> RunResult:
     """Run every stage of ``cfg`` in order; ``force`` recomputes probe, score and report.
 
-    ``cfg`` paths are used as given (``crs.config.resolve`` makes them relative to the file).
+    ``cfg`` paths are used as given (``crs.config.resolve`` makes them relative to the file). ``quiet``: the
+    report names no figure file as it writes it. ``say``: called with one line as each stage starts and one
+    as it ends (``stage_lines``), where the command shows them.
     """
     t_start = time.perf_counter()
     extra = check_names(cfg, text=text, source=source)
@@ -213,14 +217,34 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, text: str = "", source
                        "set `enabled = false` under [report] (crs demo: --no-report) to run the other stages")
     state = State(Path(cfg.results), force)
     stages: dict[str, Stage] = {}
-    stages["extract"], (store, summaries) = _extract(cfg, progress, extra, store_hint)
+    say = say or (lambda line: None)
+    with stage_lines("extract", stages, say):
+        stages["extract"], (store, summaries) = _extract(cfg, progress, extra, store_hint)
     wanted = _probed_pairs(cfg, store, summaries)
-    stages["probe"], probed = _probe(cfg, progress, state, store, summaries, wanted)
-    stages["score"], scores, scores_json, scores_digest = _score(cfg, progress, state, wanted)
-    stages["report"], html = _report(cfg, state, scores_digest, quiet)
+    with stage_lines("probe", stages, say):
+        stages["probe"], probed = _probe(cfg, progress, state, store, summaries, wanted)
+    with stage_lines("score", stages, say):
+        stages["score"], scores, scores_json, scores_digest = _score(cfg, progress, state, wanted)
+    with stage_lines("report", stages, say, enabled=cfg.report.enabled):
+        stages["report"], html = _report(cfg, state, scores_digest, quiet)
     return RunResult(store=cfg.store, results=str(cfg.results), stages=stages, scores=scores,
                      scores_json=scores_json, probe_summaries=probed, report_html=html,
                      seconds=time.perf_counter() - t_start)
+
+
+@contextlib.contextmanager
+def stage_lines(name: str, stages: dict[str, Stage], say: Callable[[str], None], enabled: bool = True):
+    """One line as stage ``name`` starts and one as it ends (what it did and its time, from ``stages[name]``,
+    which the body fills); nothing for a stage the config disables, no end line for one that failed."""
+    if not enabled:
+        yield
+        return
+    say(f"{name}: started")
+    yield
+    st = stages[name]
+    what = ", ".join(x for x in (f"{len(st.done)} done" if st.done else "",
+                                 f"{len(st.skipped)} already complete" if st.skipped else "") if x)
+    say(f"{name}: finished in {st.seconds:.1f} s" + (f" ({what})" if what else ""))
 
 
 def _extract(cfg: Config, progress: Progress, extra: dict, store_hint: str):
@@ -386,7 +410,7 @@ def _report(cfg: Config, state: State, scores_digest: str | None, quiet: bool):
         return rp, None
     t0 = time.perf_counter()
     results = Path(cfg.results)
-    out = Path(cfg.report.out) if cfg.report.out is not None else results / "report"
+    out = Path(report_folder(cfg.results, cfg.report.out))
     rp.out = str(out)
     previous = state.old.get("report", {}) if isinstance(state.old.get("report"), dict) else {}
     name = previous.get("html_name")

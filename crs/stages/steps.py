@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from threadpoolctl import threadpool_limits
 
-from crs.config import Config, Probe, Score
+from crs.config import Config, Probe, Score, report_folder
 from crs.errors import BadInput, UserError
 from crs.extract import encoders as encreg
 from crs.extract import perturb
@@ -512,12 +512,13 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
         for d in sorted(set(table["dataset"].unique().to_list()) & set(opened.datasets())):
             require_measurable_stored(opened, d)
     # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
-    progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap_unit} bootstrap "
-                      f"B={settings.bootstrap})", total=None)
+    task = progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap_unit} bootstrap "
+                             f"B={settings.bootstrap})", total=None)
     # the scoring code raises BadInput for records or options that do not allow a score; any
     # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
     scores = score_table(table, ScoreOptions.from_settings(settings, reference=ref), store=opened,
                          results=Path(results))
+    progress.update(task, visible=False)  # scoring is over: its line ends here, not after the report
     if note:
         scores.settings["warnings"].insert(0, note)
     if auto_note:  # 'auto' found no registry reference among the scored encoders: said, and recorded
@@ -564,5 +565,5 @@ def report(results: Path, out: Path | None = None, *, store: str | None = None, 
             raise
         raise RuntimeError(f"the report stage needs {REPORT_MODULE} (`crs report`), which this installation "
                            "lacks; set `enabled = false` under [report]") from exc
-    target = Path(out) if out is not None else Path(results) / "report"
+    target = Path(report_folder(str(results), None if out is None else str(out)))
     return write_report(Path(results), target, store=store, quiet=quiet)

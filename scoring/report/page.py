@@ -210,9 +210,9 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         "<h2 id='methods'>Methods</h2>" + methods(s, rc),
         *[_section_html(sec, images) for sec in appendix],
     ]
-    warnings = [*s.get("warnings", []), *inputs.notes]
+    warnings = [*s.get("warnings", []), *s.get("notes", []), *inputs.notes]
     if warnings:
-        parts.append("<h3>Warnings from scoring and reporting</h3><ul class='notes'>"
+        parts.append("<h3>Warnings and notes from scoring and reporting</h3><ul class='notes'>"
                      + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul>")
     return string.Template(template("report.html")).substitute(
         generation_meta=GENERATION_META, generation=esc(inputs.generation or ""), encoders=len(inputs.order),

@@ -54,6 +54,19 @@ def test_line_progress_writes_each_running_task_per_interval_and_a_line_at_the_e
     assert lines[-1] == "score: done, 0:01:00 elapsed" and len(lines) == 5
 
 
+def test_a_step_without_a_count_ends_when_it_says_so_not_at_the_end_of_the_command():
+    lines, t = [], Clock()
+    p = LineProgress(30, lines.append, clock=t)
+    score = p.add_task("score", total=None)
+    t.now += 4
+    p.update(score, visible=False)  # scoring is over (crs.stages.steps.score): its line now
+    assert lines == ["score: done, 0:00:04 elapsed"]
+    t.now += 60  # the report runs: the score line is neither repeated nor left open
+    p.log()
+    p.__exit__(None, None, None)
+    assert lines == ["score: done, 0:00:04 elapsed"]
+
+
 def test_the_interval_thread_writes_without_any_advance():
     lines = []
     with LineProgress(0.05, lines.append, unit="chunks") as p:  # the command's unit where the task names none

@@ -378,3 +378,15 @@ def test_a_rerun_removes_the_temporaries_a_killed_report_left(scored, tmp_path):
     report.write_report(results, out, quiet=True)
     assert not any(f.exists() for f in stale) and keep.read_text() == "mine"
     assert not list(out.rglob("*.tmp"))
+
+
+def test_the_scores_notes_are_on_the_page_beside_the_warnings(scored, tmp_path):
+    results, _, scores = scored
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    note = "the calibration intervals are off-centre: a note the command line shows only with --verbose"
+    settings = {**scores.settings, "notes": [note]}
+    replace(scores, settings=settings, generation=new_generation()).write(copy / "scores")
+    report.write_report(copy, tmp_path / "r", quiet=True)
+    text = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    assert "Warnings and notes from scoring and reporting" in text and note in text
