@@ -60,7 +60,7 @@ def _padded(X, train_rows, rng, shifted=False):
     outside[train_rows] = False
     if shifted:
         outside[:] = True
-    # large where the probe never trained: every test, perturbed and shifted row (the explosion of issue 19)
+    # large where the probe never trained (every test, perturbed and shifted row): a dead feature's scale blows them up
     dead[outside] += rng.normal(scale=5.0, size=(int(outside.sum()), 2)).astype(np.float32)
     near[outside] += rng.normal(scale=2.0, size=(int(outside.sum()), 1)).astype(np.float32)
     return np.concatenate([X[:, :3], dead[:, :1], X[:, 3:], near, dead[:, 1:]], axis=1)
