@@ -264,10 +264,13 @@ def test_a_second_probe_of_a_pair_is_refused_naming_the_holder_and_other_pairs_r
         with pytest.raises(LockHeld, match=f"base × toy is being probed by another run \\({names}"):
             run.probe(store, "base", "toy", SETTINGS, results=results)
         assert not (results / "run_records").exists()
-        cli = subprocess.run([sys.executable, "-m", "crs.cli", "probe", "--encoder", "base", "--dataset", "toy",
-                              "--store", store.path, "--results", str(results), "--seeds", "1"],
-                             env=env, capture_output=True, text=True, timeout=300)
-        assert cli.returncode == 2 and names in " ".join((cli.stdout + cli.stderr).split()), cli.stderr
+        from typer.testing import CliRunner
+
+        from crs.cli import app
+
+        cli = CliRunner().invoke(app, ["probe", "--encoder", "base", "--dataset", "toy", "--store", store.path,
+                                       "--results", str(results), "--seeds", "1"])  # the holder is a process
+        assert cli.exit_code == 2 and names in " ".join(cli.output.split()), cli.output
         run.probe(store, "padded", "toy", SETTINGS, results=results)  # another pair runs at once
     finally:
         holder.kill()
