@@ -18,7 +18,7 @@ import zarr
 import forkrun  # tests/forkrun.py
 from crs.extract import perturb
 from crs.extract.run import extract
-from crs.extract.units import Embedder, Unit, embed_unit
+from crs.extract.units import KILL_AFTER_COMMITS, Embedder, Unit, embed_unit
 from crs.store import LockHeld, Store, hold_lock
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
@@ -153,12 +153,23 @@ def _start_and_kill_at(path, fraction, sig=signal.SIGKILL):
     return code
 
 
+def _kill_9_after(path, commits: int) -> int:
+    """Run an extraction that SIGKILLs itself right after its ``commits``-th commit (the test-only hook
+    ``crs.extract.units.after_commit``): the kill lands at that point on every run, however loaded the
+    machine; the exit status."""
+    proc = forkrun.start(cli(path), env={**ENV, KILL_AFTER_COMMITS: str(commits)})
+    return proc.wait(timeout=300)
+
+
 def test_resume_after_kill_9_at_several_points_equals_an_uninterrupted_run(tmp_path, uninterrupted):
     killed = tmp_path / "killed.zarr"
+    total = sum(-(-len(x) // 16) for x in uninterrupted.values())  # chunks of 16 rows over every array
+    written = 0
     for fraction in (0.05, 0.4, 0.75):
-        assert _start_and_kill_at(killed, fraction) == -signal.SIGKILL
-        written, total = done_flags(killed)
-        assert 0 < written < total, (fraction, written, total)
+        target = max(written + 1, round(fraction * total))
+        assert _kill_9_after(killed, target - written) == -signal.SIGKILL
+        before, (written, total) = written, done_flags(killed)
+        assert before < target <= written < total, (fraction, target, written, total)
         s = Store(str(killed), mode="r")  # a reader refuses the interrupted store
         assert [c for d, e, c, ok in s.embeddings("demo_derm") if not ok]
     resumed = forkrun.run(cli(killed, "--json"), env=ENV, timeout=600, check=True)
