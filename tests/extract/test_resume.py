@@ -16,6 +16,7 @@ import torch
 import zarr
 
 import forkrun  # tests/forkrun.py
+import shared_builds  # tests/shared_builds.py
 from crs.extract import perturb
 from crs.extract.run import extract
 from crs.extract.units import KILL_AFTER_COMMITS, Embedder, Unit, embed_unit
@@ -128,12 +129,10 @@ def test_out_of_memory_halves_the_batch_and_keeps_going():
 # ------------------------------------------------------------------ kill -9 and resume
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """The arrays of an extraction that ran to the end (in this process: the same function and model as the
-    CLI's, one interpreter start fewer; test_object_store compares the two ways the same)."""
-    path = tmp_path_factory.mktemp("reference") / "ref.zarr"
-    run = extract(Store(str(path)), "demo-resnet", "demo_derm", size=float(SIZE), chunk=16, severities=(2,))
-    assert run.complete
-    return arrays(path)
+    """The arrays of an extraction that ran to the end (in a test process: the same function and model as the
+    CLI's, one interpreter start fewer; test_object_store compares the two ways the same), made once a run."""
+    assert shared_builds.RESNET_DERM == dict(size=float(SIZE), chunk=16, severities=(2,))  # as cli() runs it
+    return arrays(shared_builds.resnet_derm_store(tmp_path_factory))
 
 
 def _start_and_kill_at(path, fraction, sig=signal.SIGKILL):

@@ -23,8 +23,8 @@ pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
 
 import forkrun  # noqa: E402  (tests/forkrun.py)
+import shared_builds  # noqa: E402  (tests/shared_builds.py)
 from crs.cli import app  # noqa: E402
-from crs.extract.run import extract  # noqa: E402
 from crs.store import LockHeld, Store, StoreError, object_lock  # noqa: E402
 from crs.store.location import url_storage_options  # noqa: E402
 
@@ -226,10 +226,10 @@ def _done(store_url):
             return 0, None
 
 
-def test_an_extract_killed_on_s3_resumes_to_the_uninterrupted_arrays(s3, tmp_path):
+def test_an_extract_killed_on_s3_resumes_to_the_uninterrupted_arrays(s3, tmp_path, tmp_path_factory):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    reference = tmp_path / "ref.zarr"
-    extract(Store(str(reference)), "demo-resnet", "demo_derm", size=0.1, chunk=16, severities=(2,))
+    reference = shared_builds.resnet_derm_store(tmp_path_factory)  # the folder run, made once a run
+    assert shared_builds.RESNET_DERM == dict(size=0.1, chunk=16, severities=(2,))  # as _cli runs it
     # kill at the first chunk seen written; reading the flags through the S3 server is slow next to a
     # chunk, so on a fast machine the run can finish between a read and the kill: then try a new bucket
     for attempt in range(3):
