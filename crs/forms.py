@@ -3,8 +3,7 @@
 ``crs probe`` stores log-probabilities (``LOG_PROB``, from ``crs.probe.core.log_link``): a
 probability stored as float32 rounds to exactly 1 once the other logits are about 17 below the
 top one, and every such row ties in an AUROC; its log stays distinct. The array's attribute
-``form`` says so, and a reader refuses an array that records no form or another one (arrays of
-probabilities, written before the form was recorded, came only from unreleased development).
+``form`` says so, and a reader refuses an array that records no form or another one.
 AUROC ranks the stored values as they are; every other metric reads ``probabilities``, computed
 in float64.
 """

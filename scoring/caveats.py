@@ -28,7 +28,7 @@ TIES_LISTED = 8  # conditions named per (encoder, dataset) in a tie warning
 def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[str]:
     """One warning per (encoder, dataset) whose AUROC rests mostly on ties, from the run records' ``tie_share``.
 
-    ``tie_share`` (written by the probe; absent in older run records, which give no
+    ``tie_share`` (written by the probe; run records without it give no
     warning) is the share of a condition's test predictions tied with another image's;
     a condition is named where its largest share over seeds and fractions exceeds ``limit``.
     """

@@ -222,7 +222,7 @@ def read_tables(folder: Path, doc: dict, names: Callable[[], list[str]] | list[s
     """The set's tables among ``names`` (name -> DataFrame), checked to be the set scores.json names.
 
     Refuses with MixedScores (exit 2), naming every file that disagrees, when scores.json
-    has no generation (written before sets existed), a table it lists is missing, or a
+    has no generation, a table it lists is missing, or a
     table's generation is not scores.json's (a table from another run)."""
     folder = Path(folder)
     generation = doc.get("generation")

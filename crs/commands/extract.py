@@ -86,7 +86,7 @@ def _select_encoders(given: dict, *, demo: bool, pretrained: bool, family: list[
     from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
 
     if all_:
-        raise BadInput("crs extract takes no --all (it once meant the demo encoders only); choose the encoders: "
+        raise BadInput("crs extract takes no --all (it would not say which encoders); choose the encoders: "
                        "--demo (the demo encoders, on every built-in dataset without --dataset), --pretrained "
                        "(every pretrained encoder), --family general|medical|specialty, or --encoder NAME")
     for f in family or []:

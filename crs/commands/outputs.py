@@ -19,8 +19,8 @@ def _is_store(path: Path) -> bool:
 
 
 def _holds_data(path: Path) -> bool:
-    """A store with at least one dataset in it: an empty one (a run that failed before writing anything, by an
-    older crs) does not hide the demo's outputs."""
+    """A store with at least one dataset in it: an empty one (a run that failed before writing anything) does not
+    hide the demo's outputs."""
     try:
         return _is_store(path) and any(p.is_dir() for p in (path / "datasets").iterdir())
     except OSError:

@@ -149,7 +149,7 @@ COST = (("parameters", "parameters", lambda v: f"{v / 1e6:.1f} M"), ("gflops", "
 
 def cost_rows(encoders: list[dict]) -> list[dict]:
     """Per encoder what it costs to run and which weights were scored, where the store recorded it; [] where it
-    recorded none (stores written before that was recorded)."""
+    recorded none."""
     if not any(_present(r.get(k)) for r in encoders for k in ("parameters", "gflops", "images_per_s")):
         return []
     cols = [(k, name, fmt) for k, name, fmt in COST if any(_present(r.get(k)) for r in encoders)]

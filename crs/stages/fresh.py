@@ -3,8 +3,8 @@
 ``crs extract`` opens (and so creates) its store before a model is loaded, since the store says which
 chunks are pending and so whether a model is needed at all. When the load then fails (a broken
 checkpoint, an architecture timm does not know), a new store would be left holding dataset tables and
-empty arrays: later commands find it at the default path and take it for the user's outputs (`crs probe
---all` said 'nothing to probe' instead of finding the demo's). Weights that cannot be had are refused
+empty arrays: later commands would find it at the default path and take it for the user's outputs (`crs
+probe --all` would say 'nothing to probe' instead of finding the demo's). Weights that cannot be had are refused
 before the store is opened (``crs.extract.models.preflight``); this is for the rest.
 
 Only a local store this run created is removed, and only while it holds no committed chunk of any

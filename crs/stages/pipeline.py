@@ -287,7 +287,7 @@ def _probe_settings(cfg: Config) -> dict:
     pr = cfg.probe
     out = {"seeds": pr.seeds, "fractions": list(pr.fractions), "l2": list(pr.l2), "select_by": pr.select_by,
            "tol": pr.tol}
-    if pr.head != "linear":  # the linear probe's hash stays what it was before heads were settings
+    if pr.head != "linear":  # a linear probe's hash names no head: the same settings, the same hash, with or without it
         out.update(head=pr.head, hidden=pr.hidden)
     return out
 

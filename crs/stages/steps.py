@@ -140,17 +140,14 @@ def with_sets(cfg: Config) -> Config:
 
 
 def with_revision(spec, revision: str | None):
-    """``spec`` pinned to ``revision`` (the registry's ``with_revision`` where it has one, which checks the form)."""
+    """``spec`` pinned to ``revision`` (the registry's ``with_revision``, which checks the form)."""
     if revision is None:
         return spec
     if spec.source not in ("timm", "hf") or not spec.pretrained:
         raise BadInput(f"--revision {spec.name}={revision}: {spec.name} loads no hub weights (source "
                        f"{spec.source}{'' if spec.pretrained else ', random weights'}), so it has no revision to pin")
-    pin = getattr(encreg, "with_revision", None)
-    if pin is None:  # before the registry's own check exists: the form only
-        return dataclasses.replace(spec, revision=revision)
     try:
-        return pin(spec, revision)
+        return encreg.with_revision(spec, revision)
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
 

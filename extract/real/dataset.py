@@ -177,7 +177,7 @@ class FileDataset:
                 "csv_sha256": {rel: _sha256(base / rel) for rel in self.index.files},
                 "image_size": self.image_size,
                 "allow_absolute_paths": self.allow_absolute_paths,
-                # only where set, so that stores written before the setting keep their identity
+                # only where set: with links not followed, the identity is that of a dataset read without the setting
                 **({"follow_symlinks": True} if self.follow_symlinks else {})}
 
     @property

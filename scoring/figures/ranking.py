@@ -172,7 +172,7 @@ def rank_distribution(dist: pl.DataFrame, order: Sequence[str], n_bootstrap: int
                       reference: str | None = None) -> Figure:
     """Share of bootstrap replicates giving each encoder each CRS rank (a heat map, leaderboard order)."""
     _need(dist, ["encoder", "rank", "share"], "bootstrap rank distribution",
-          "re-run `crs score` (scores written before the report existed lack rank_distribution)")
+          "re-run `crs score` (these scores lack rank_distribution)")
     style = styles(order, reference)
     ranks = sorted(dist["rank"].unique().to_list())
     m = np.zeros((len(order), len(ranks)))

@@ -100,14 +100,20 @@ def test_sigterm_unwinds_like_ctrl_c_with_a_message(sig, code, words):
 
 
 DONE = textwrap.dedent("""
-    import threading, time
+    import sys, threading, time
     from crs import cli
     from crs.commands.exits import friendly_errors
+
+    def hold_the_shutdown():  # Python's shutdown waits for this thread, which ends when the test says so
+        while threading.main_thread().is_alive():  # alive until the shutdown begins
+            time.sleep(0.001)
+        print("shutting down", flush=True)
+        sys.stdin.readline()
 
     @cli.app.command("done")
     def done():
         with friendly_errors(False):
-            threading.Thread(target=time.sleep, args=(1.5,)).start()  # Python's shutdown waits for it
+            threading.Thread(target=hold_the_shutdown).start()
             print("finished", flush=True)
 
     cli.main()
@@ -116,16 +122,15 @@ DONE = textwrap.dedent("""
 
 def test_a_sigterm_after_the_command_finished_leaves_its_exit_code():
     """Once the command has ended, Python's shutdown (threads joined, modules freed) can take a second;
-    a SIGTERM then must not turn a finished command's exit 0 into death by signal (-15) or a traceback."""
-    p = subprocess.Popen([sys.executable, "-c", DONE, "done"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    a SIGTERM then must not turn a finished command's exit 0 into death by signal (-15) or a traceback.
+    The signal is sent once the shutdown has begun and while a thread still holds it, on every run."""
+    p = subprocess.Popen([sys.executable, "-c", DONE, "done"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "finished"
-        import time
-
-        time.sleep(0.3)  # past main()'s return: the non-daemon thread holds the shutdown
+        assert p.stdout.readline().strip() == "shutting down"  # past main()'s return: the thread holds the exit
         p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=30)
+        out, err = p.communicate("go\n", timeout=30)  # lets the thread, and so the shutdown, end
     finally:
         p.kill()
     assert p.returncode == 0, err

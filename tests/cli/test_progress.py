@@ -68,12 +68,22 @@ def test_a_step_without_a_count_ends_when_it_says_so_not_at_the_end_of_the_comma
 
 
 def test_the_interval_thread_writes_without_any_advance():
-    lines = []
-    with LineProgress(0.05, lines.append, unit="chunks") as p:  # the command's unit where the task names none
+    """Three lines arrive from the background thread alone: the test waits for them (no advance, no log
+    call), whatever the machine's load; the timeout only ends a test whose thread writes nothing."""
+    import threading
+
+    lines, three = [], threading.Event()
+
+    def write(line):
+        lines.append(line)
+        if len(lines) >= 3:
+            three.set()
+
+    with LineProgress(0.001, write, unit="chunks") as p:  # the command's unit where the task names none
         p.add_task("demo-stats × demo_derm", total=185)
-        import time
-        time.sleep(0.3)
-    assert len(lines) >= 3 and all(ln.startswith("demo-stats × demo_derm: 0/185 chunks") for ln in lines)
+        assert three.wait(60), f"the interval thread wrote {len(lines)} lines, not 3"
+        written = len(lines)
+    assert written >= 3 and all(ln.startswith("demo-stats × demo_derm: 0/185 chunks") for ln in lines)
 
 
 def test_log_interval_is_one_setting_for_the_toml_and_every_stage_command():

@@ -16,9 +16,10 @@ import torch
 import zarr
 
 import forkrun  # tests/forkrun.py
+import shared_builds  # tests/shared_builds.py
 from crs.extract import perturb
 from crs.extract.run import extract
-from crs.extract.units import Embedder, Unit, embed_unit
+from crs.extract.units import KILL_AFTER_COMMITS, Embedder, Unit, embed_unit
 from crs.store import LockHeld, Store, hold_lock
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
@@ -128,37 +129,74 @@ def test_out_of_memory_halves_the_batch_and_keeps_going():
 # ------------------------------------------------------------------ kill -9 and resume
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """The arrays of an extraction that ran to the end (in this process: the same function and model as the
-    CLI's, one interpreter start fewer; test_object_store compares the two ways the same)."""
-    path = tmp_path_factory.mktemp("reference") / "ref.zarr"
-    run = extract(Store(str(path)), "demo-resnet", "demo_derm", size=float(SIZE), chunk=16, severities=(2,))
-    assert run.complete
-    return arrays(path)
+    """The arrays of an extraction that ran to the end (in a test process: the same function and model as the
+    CLI's, one interpreter start fewer; test_object_store compares the two ways the same), made once a run."""
+    assert shared_builds.RESNET_DERM == dict(size=float(SIZE), chunk=16, severities=(2,))  # as cli() runs it
+    return arrays(shared_builds.resnet_derm_store(tmp_path_factory))
 
 
-def _start_and_kill_at(path, fraction, sig=signal.SIGKILL):
-    """Start an extraction and send ``sig`` once at least ``fraction`` of the chunks are written."""
-    before, _ = done_flags(path)
-    proc = forkrun.start(cli(path), env=ENV)
-    deadline = time.time() + 300
-    written, total = 0, None
-    while time.time() < deadline and proc.poll() is None:
-        written, total = done_flags(path)
-        if total and written > before and written >= fraction * total:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+# `crs extract ARGS` whose writer thread, after the COMMITS-th commit of this process, writes MARKER and holds
+# until the process has a SIGINT or SIGTERM: the signal arrives mid-run, at that point, on every run.
+SIGNAL_AT = """
+import signal, sys, threading
+from pathlib import Path
+from crs import cli
+from crs.extract import local
+
+commits, marker, signalled, count = int(sys.argv[1]), Path(sys.argv[2]), threading.Event(), [0]
+commit, on_sigterm = local.after_commit, cli.on_sigterm
+
+def after_commit():
+    commit()
+    count[0] += 1
+    if count[0] == commits:
+        marker.write_text("held")
+        signalled.wait()
+
+def on_sigint(signum, frame):
+    signalled.set()
+    raise KeyboardInterrupt
+
+def on_term(signum, frame):
+    signalled.set()
+    on_sigterm(signum, frame)
+
+local.after_commit, cli.on_sigterm = after_commit, on_term
+signal.signal(signal.SIGINT, on_sigint)
+sys.argv = ["crs", *sys.argv[3:]]
+cli.main()
+"""
+
+
+def _signal_after(path, commits: int, sig) -> int:
+    """Send ``sig`` to an extraction once it has made ``commits`` commits and is held there; its exit status."""
+    marker = path.parent / f"held-{commits}-{sig.name}"
+    proc = forkrun.start(["-c", SIGNAL_AT, str(commits), str(marker), *cli(path)[2:]], env=ENV)
+    deadline = time.monotonic() + 300
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # one stat a poll; the run holds at its point until the signal, however long this takes
+    assert marker.exists(), f"the extraction ended (exit {proc.poll()}) without reaching commit {commits}"
     os.kill(proc.pid, sig)
-    code = proc.wait(timeout=120)
-    return code
+    return proc.wait(timeout=120)
+
+
+def _kill_9_after(path, commits: int) -> int:
+    """Run an extraction that SIGKILLs itself right after its ``commits``-th commit (the test-only hook
+    ``crs.extract.units.after_commit``): the kill lands at that point on every run, however loaded the
+    machine; the exit status."""
+    proc = forkrun.start(cli(path), env={**ENV, KILL_AFTER_COMMITS: str(commits)})
+    return proc.wait(timeout=300)
 
 
 def test_resume_after_kill_9_at_several_points_equals_an_uninterrupted_run(tmp_path, uninterrupted):
     killed = tmp_path / "killed.zarr"
+    total = sum(-(-len(x) // 16) for x in uninterrupted.values())  # chunks of 16 rows over every array
+    written = 0
     for fraction in (0.05, 0.4, 0.75):
-        assert _start_and_kill_at(killed, fraction) == -signal.SIGKILL
-        written, total = done_flags(killed)
-        assert 0 < written < total, (fraction, written, total)
+        target = max(written + 1, round(fraction * total))
+        assert _kill_9_after(killed, target - written) == -signal.SIGKILL
+        before, (written, total) = written, done_flags(killed)
+        assert before < target <= written < total, (fraction, target, written, total)
         s = Store(str(killed), mode="r")  # a reader refuses the interrupted store
         assert [c for d, e, c, ok in s.embeddings("demo_derm") if not ok]
     resumed = forkrun.run(cli(killed, "--json"), env=ENV, timeout=600, check=True)
@@ -174,9 +212,12 @@ def test_resume_after_kill_9_at_several_points_equals_an_uninterrupted_run(tmp_p
 
 def test_resume_after_ctrl_c_and_sigterm_leaves_no_partial_files(tmp_path, uninterrupted):
     killed = tmp_path / "int.zarr"
-    assert _start_and_kill_at(killed, 0.3, signal.SIGINT) == 130  # "interrupted: everything written is kept"
-    # 143: the CLI turns SIGTERM into an interrupt; -SIGTERM: a CLI without that handler dies of it
-    assert _start_and_kill_at(killed, 0.6, signal.SIGTERM) in (143, -signal.SIGTERM)
+    total = sum(-(-len(x) // 16) for x in uninterrupted.values())  # chunks of 16 rows over every array
+    assert _signal_after(killed, round(0.3 * total), signal.SIGINT) == 130  # "interrupted: everything written is kept"
+    written, _ = done_flags(killed)
+    assert round(0.3 * total) <= written < total
+    # 143: the CLI turns SIGTERM into an interrupt (a CLI without that handler would die of it: -SIGTERM)
+    assert _signal_after(killed, max(1, round(0.6 * total) - written), signal.SIGTERM) == 143
     written, total = done_flags(killed)
     assert 0 < written < total
     forkrun.run(cli(killed), env=ENV, timeout=600, check=True)

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import fingerprint as fp  # noqa: E402
 
 import forkrun  # noqa: E402
+import shared_builds  # noqa: E402
 
 ENCODERS = ("demo-stats", "demo-resnet")
 DATASET = "demo_derm"
@@ -389,29 +390,8 @@ def _make(folder: Path) -> dict:
 
 
 def once_per_run(tmp_path_factory, name: str, build) -> Baseline:
-    """``Baseline(folder, build(folder))``, built once for the whole run, whatever the number of workers.
-
-    Under pytest-xdist each worker has its own session, so a session fixture alone is built once per
-    worker that runs one of its modules. The workers of one run share the parent of their base
-    temporary folders (pytest-xdist's documented pattern): the first worker builds the folder under a
-    file lock and pickles the outputs next to it; the others wait on the lock, then read them. Cases
-    only ever copy the folder. Without xdist the parent is shared by every run of the user, so the
-    folder is made in this run's own temporary folder instead."""
-    import pickle
-
-    from filelock import FileLock
-
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        folder = tmp_path_factory.mktemp(name)
-        return Baseline(folder, build(folder))
-    root = tmp_path_factory.getbasetemp().parent
-    folder, made = root / name, root / f"{name}.pickle"
-    with FileLock(str(root / f"{name}.lock")):
-        if not made.exists():
-            shutil.rmtree(folder, ignore_errors=True)  # a build that failed in another worker
-            folder.mkdir()
-            made.write_bytes(pickle.dumps(build(folder)))
-    return Baseline(folder, pickle.loads(made.read_bytes()))
+    """``Baseline(folder, build(folder))``, built once for the whole run (tests/shared_builds.py)."""
+    return Baseline(*shared_builds.once_per_run(tmp_path_factory, name, build))
 
 
 def _make_baseline(folder: Path) -> dict:

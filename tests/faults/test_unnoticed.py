@@ -1,4 +1,4 @@
-"""Damage that once went unnoticed (issue 50, part 3): a whole prediction array deleted, dataset arrays
+"""Damage that no read notices by itself: a whole prediction array deleted, dataset arrays
 rewritten through zarr (valid bytes, other values), a damaged root ``zarr.json``, a prediction folder that
 is a symbolic link, and an embedding chunk re-encoded with its values kept.
 
@@ -34,8 +34,8 @@ def dataset_dir(folder):
 
 
 def test_a_deleted_prediction_array_is_found_by_verify_and_refused_by_score(baseline, tmp_path, monkeypatch):
-    """One encoder's predictions under one condition deleted: score refused to resample around it (it fell back to
-    seeds and could turn 'cannot be separated' into 'ahead'), and verify, told by the probe's commit record
+    """One encoder's predictions under one condition deleted: score refuses to resample around it (falling back to
+    seeds could turn 'cannot be separated' into 'ahead'), and verify, told by the probe's commit record
     what the run wrote, names it with the probe that writes it again."""
     folder = case(baseline, tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -105,8 +105,8 @@ def test_a_damaged_root_metadata_is_named_and_verify_still_checks_below_it(basel
 
 
 def test_a_prediction_folder_that_is_a_symlink_is_refused_and_its_removal_is_found(baseline, tmp_path, monkeypatch):
-    """docs/pipeline.md: a store file or folder that is a symbolic link is refused. The score read through one;
-    once the link was removed by hand, `verify --repair` said there was nothing to repair."""
+    """docs/pipeline.md: a store file or folder that is a symbolic link is refused. The score refuses to read
+    through one; once the link is removed by hand, `verify --repair` finds what is missing."""
     folder = case(baseline, tmp_path)
     monkeypatch.chdir(tmp_path)
     node = dataset_dir(folder) / "predictions" / "demo-stats" / "clean"
@@ -137,7 +137,7 @@ def test_a_prediction_folder_that_is_a_symlink_is_refused_and_its_removal_is_fou
 
 
 def test_a_chunk_reencoded_with_its_values_is_kept_by_repair(baseline, tmp_path):
-    """Another zstd level, the same values: the repair threw the chunk away; it keeps it now, and says so."""
+    """Another zstd level, the same values: the repair keeps the chunk, and says so."""
     from numcodecs import Zstd
 
     from crs.store import Store

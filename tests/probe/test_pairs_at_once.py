@@ -2,7 +2,7 @@
 summaries in order, and an error that stops what has not started."""
 
 import threading
-import time
+from types import SimpleNamespace
 
 import numpy as np
 import polars as pl
@@ -15,30 +15,41 @@ from crs.store import Store
 
 
 def test_in_order_keeps_the_order_when_a_later_item_finishes_first():
-    started = []
+    """Item 0 waits until every later item has finished, so it finishes last on every run."""
+    started, finished, rest_done = [], [], threading.Event()
 
     def fn(x):
         started.append(x)
-        time.sleep(0.2 if x == 0 else 0.0)  # the first item is the slowest
+        if x == 0:
+            assert rest_done.wait(60), "items 1 to 3 did not run beside item 0"
+        finished.append(x)
+        if len(finished) == 3 and x != 0:
+            rest_done.set()
         return x * 10
 
     assert list(steps._in_order(fn, [0, 1, 2, 3], 2)) == [0, 10, 20, 30]
-    assert sorted(started) == [0, 1, 2, 3]
+    assert sorted(started) == [0, 1, 2, 3] and finished[-1] == 0
 
 
-def test_in_order_stops_what_has_not_started_and_lets_the_running_item_finish():
+def test_in_order_stops_what_has_not_started_and_lets_the_running_item_finish(monkeypatch):
     """Item 1 fails while item 0 runs: 0's result comes first, then the error; 0 ran to its end, and
-    none of the items queued after them started (the freed worker skips them)."""
-    finished, started, gate = [], [], threading.Event()
+    none of the items queued after them started (the freed worker skips them). Item 0 finishes only
+    once ``_in_order`` has taken note of the failure (its stop event is set), on every run."""
+    finished, started, stopped = [], [], threading.Event()
+
+    class Stop(threading.Event):  # _in_order's stop event, seen by the test when it is set
+        def set(self):
+            super().set()
+            stopped.set()
+
+    monkeypatch.setattr(steps, "threading", SimpleNamespace(Event=Stop))
 
     def fn(x):
         started.append(x)
         if x == 1:
-            gate.set()
             raise ValueError("pair 1 is broken")
         if x == 0:
-            gate.wait(5)
-            time.sleep(0.1)
+            assert stopped.wait(60), "item 1's failure did not stop _in_order"
         finished.append(x)
         return x
 
@@ -101,15 +112,16 @@ def test_pairs_run_with_one_blas_thread_set_before_any_starts(two_pair_store, tm
 
     import crs.probe.run as run
 
-    seen = []
+    seen, both_inside = [], threading.Barrier(2, timeout=60)
 
     def fake_probe(store, enc, d, **kw):
         with threadpool_limits(1):  # as crs.probe.core's host products do
-            time.sleep(0.05)
+            both_inside.wait()  # the two pairs' limits overlap on every run, then the first one exits
         seen.append([p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"])
         return type("S", (), {"encoder": enc, "dataset": d})()
 
     monkeypatch.setattr(run, "probe", fake_probe)
+    monkeypatch.setattr(steps, "PAIR_WORKERS", 2)
     pairs = [("demo-stats", "demo_derm"), ("demo-stats", "demo_fundus")]
     with threadpool_limits(2):  # as on a machine of two cores or more
         steps.probe(two_pair_store, tmp_path, pairs, Probe(seeds=1, fractions=(1.0,), l2=(1.0,)))

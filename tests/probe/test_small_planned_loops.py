@@ -52,5 +52,5 @@ def test_planned_loops_reads_no_embeddings_and_counts_what_probe_runs(store, mon
     if metadata == "encoder record":  # what extract writes: the width without reading the array
         monkeypatch.setattr(Store, "embedding_attrs", lambda self, *a: {"encoder_spec": {"width": 7}})
         monkeypatch.setattr(Store, "read_embedding", refuse)
-    assert embedding_width(store, "enc", "toy") == 7  # an older store: the width of the array as read
+    assert embedding_width(store, "enc", "toy") == 7  # the record's width, else the array's as read
     assert planned_loops(store, "enc", "toy", fractions) == runs

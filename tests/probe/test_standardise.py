@@ -32,7 +32,7 @@ def _z(X, A):
 
 def test_rare_features_stay_within_the_stated_bound_and_the_shift_does_not_tie():
     X, y, Xs, ys = _rare_feature_sets(np.random.default_rng(0))
-    assert standardise.live_features(X).all()  # the rare features are not dead: the old rule kept them too
+    assert standardise.live_features(X).all()  # the rare features are not dead: they are kept
     zs, s = _z(X, Xs)
     typical = np.median(X.std(0))
     bound = np.abs(Xs - X.mean(0)).max(0) / (standardise.SCALE_FLOOR * typical)  # docs/standardisation.md

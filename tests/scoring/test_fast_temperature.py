@@ -1,6 +1,6 @@
 """``temperature.fit`` (safeguarded Newton on the derivative in beta = 1/T) against slow references:
-a one-probe bisection on the sign of the derivative written out here, and the golden-section search
-``fit`` used before (which stops where NLL differences sink below float noise, ~1e-7 in log T)."""
+a one-probe bisection on the sign of the derivative written out here, and a golden-section search
+on log T (which stops where NLL differences sink below float noise, ~1e-7 in log T)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _bisect(p, t, known, task):
 
 
 def _golden(p, t, known, task):
-    """The golden-section search on log T that ``fit`` was before."""
+    """A golden-section search on log T: a slow reference for ``fit``."""
     def f(log_t):
         return temperature.nll(p, t, known, task, np.exp(log_t))
 
@@ -79,7 +79,7 @@ def test_fit_is_the_root_of_the_derivative_and_no_worse_than_the_golden_section(
     for i in range(p.shape[0]):
         assert np.log(got[i]) == pytest.approx(np.log(_bisect(p[i], t, known, task)), abs=1e-10)
         before = _golden(p[i], t, known, task)
-        assert abs(np.log(got[i]) - np.log(before)) <= 1e-6  # the old solver's own precision
+        assert abs(np.log(got[i]) - np.log(before)) <= 1e-6  # the golden-section search's own precision
         nll_now, nll_before = temperature.nll(p[i], t, known, task, got[i]), temperature.nll(p[i], t, known, task,
                                                                                             before)
         assert nll_now <= nll_before + 1e-14
@@ -90,7 +90,7 @@ def test_the_ends_of_the_range_and_non_finite_probabilities():
     labels = rng.integers(0, 3, 50)
     t, known = targets(labels, "multiclass", 3)
     separable = np.where(np.eye(3)[labels] == 1, 0.9, 0.05)  # right and underconfident: sharpen to the end
-    flat = np.full((50, 3), 1 / 3)  # every T gives the same NLL: the top of the range, as before
+    flat = np.full((50, 3), 1 / 3)  # every T gives the same NLL: the top of the range
     broken = flat.copy()
     broken[0, 0] = np.nan
     got = temperature.fit(np.stack([separable, flat, broken]), t, known, "multiclass")

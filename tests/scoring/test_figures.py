@@ -291,7 +291,7 @@ def test_the_missing_revision_is_named_only_where_an_encoder_should_have_one(inp
     one_expected = enc.with_columns(revision_expected=pl.col("encoder") == REF)
     text = report.board_html(report.leaderboard(one_expected), REF)
     assert "id='no-metadata'" in text and "Not in these scores: revision" in text
-    older = report.board_html(report.leaderboard(enc), REF)  # scores that do not say: as before
+    older = report.board_html(report.leaderboard(enc), REF)  # scores that do not say whether a revision is expected
     assert "Not in these scores: revision" in older
 
 

@@ -19,7 +19,7 @@ def test_margins_of_40_and_50_do_not_tie_in_the_stored_form(task):
     lp = np.asarray(core.log_link(jnp.asarray(z), task))  # float32, as stored
     assert lp.dtype == np.float32 and lp[0, 0] != lp[1, 0] and lp[0, 0] < lp[1, 0] < 0
     link = jax.nn.softmax if task == "multiclass" else jax.nn.sigmoid
-    p32 = np.asarray(link(jnp.asarray(z)))  # the old stored form
+    p32 = np.asarray(link(jnp.asarray(z)))  # probabilities in float32
     assert p32[0, 0] == p32[1, 0] == 1.0  # saturated: these two rows tied
     z64 = z.astype(np.float64)
     if task == "multiclass":  # log p_k = z_k - z_top - log1p(sum over the other classes of exp(z_j - z_top)), by hand

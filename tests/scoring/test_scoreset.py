@@ -144,7 +144,7 @@ def test_a_value_changed_by_hand_in_a_score_table_or_scores_json_is_refused(tmp_
     table.with_columns(crs=pl.Series([40.0, 61.0])).write_parquet(out / "encoders.parquet", metadata=meta)
     with pytest.raises(scoreset.MixedScores, match="encoders.parquet .its values are not those crs score wrote"):
         scoreset.read_tables(out, doc, ["encoders"], tmp_path / "results")
-    del meta[scoreset.DIGEST_KEY]  # without its digest the changed value was read unchecked: refused too
+    del meta[scoreset.DIGEST_KEY]  # without its digest the changed value is refused too
     table.with_columns(crs=pl.Series([40.0, 61.0])).write_parquet(out / "encoders.parquet", metadata=meta)
     with pytest.raises(scoreset.MixedScores, match="encoders.parquet .its values are not those crs score wrote, or "
                                                    "it records no digest"):

@@ -96,7 +96,7 @@ def test_extract_records_the_generator_and_refuses_a_store_of_another(tmp_path):
     extract(store, "demo-stats", "demo_fundus", **kw)
     assert set(store.perturbation_generators("demo_fundus")) == {NEW}
     root = zarr.open_group(store.path, mode="a")
-    for enc_cond in store.perturbation_generators("demo_fundus")[NEW]:  # as a store written before the record
+    for enc_cond in store.perturbation_generators("demo_fundus")[NEW]:  # a store whose arrays record no generator
         enc, cond = enc_cond.split("/")
         del root[f"datasets/demo_fundus/embeddings/{enc}/{cond}"].attrs[generators.ATTR]
     with pytest.raises(UserError, match="record no perturbation generator"):

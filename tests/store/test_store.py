@@ -286,8 +286,8 @@ def test_store_errors_are_user_errors():
 def test_processes_that_create_one_new_store_at_once_all_open_it(tmp_path):
     """Two `crs extract` runs started together on a new store race to create it: each must open it.
 
-    Threads released by a barrier stand in for the processes (the race is in zarr's create); before
-    the fix about half of such rounds ended in "A group exists in store" for one of them.
+    Threads released by a barrier stand in for the processes (the race is in zarr's create); a lost
+    race ends in "A group exists in store" for one of them.
     """
     import threading
     import warnings
@@ -357,7 +357,7 @@ def _half_written(s: Store, keys: int) -> None:
 def test_a_dataset_killed_between_two_of_its_attributes_is_refused_then_rewritten(tmp_path, keys):
     s = Store(str(tmp_path / "s.zarr"))
     _half_written(s, keys)
-    assert "task" in s.root["datasets/toy"].attrs  # the old test of completeness would pass it
+    assert "task" in s.root["datasets/toy"].attrs  # a test of one attribute's presence would pass it
     with pytest.raises(StoreError, match=r"not fully written.*crs extract --dataset toy"):
         s.dataset("toy")
     s.write_dataset(table())  # what the resumed `crs extract` does first
