@@ -509,8 +509,8 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
         for d in sorted(set(table["dataset"].unique().to_list()) & set(opened.datasets())):
             require_measurable_stored(opened, d)
     # the bootstrap is vectorised, so there is nothing to count: the bar shows the elapsed time
-    task = progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap_unit} bootstrap "
-                             f"B={settings.bootstrap})", total=None)
+    task = progress.add_task(f"score ({table['encoder'].n_unique()} encoders, {settings.bootstrap:,} bootstrap "
+                             "replicates)", total=None)
     # the scoring code raises BadInput for records or options that do not allow a score; any
     # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
     scores = score_table(table, ScoreOptions.from_settings(settings, reference=ref), store=opened,
