@@ -8,7 +8,7 @@ From the demo folder it reads ``results/scores/scores.json`` (the leaderboard an
 from it, as `crs demo` prints them), pins it as ``tests/golden/demo.json`` (without what records when, where
 and by which commit), rewrites the block between the marker comments in README.md and, where headless
 Chromium is installed (Debian's ``chromium`` and ``chromium-driver``, and selenium), takes
-``docs/report.png`` from ``report/report.html`` at 1400 px. tests/test_readme.py renders the block from
+``docs/report.png`` from ``results/report/report.html`` at 1400 px. tests/test_readme.py renders the block from
 ``tests/golden/demo.json`` and fails when README's numbers differ from it; re-run this tool after a change
 that moves the demo's numbers, and say so in the commit.
 """
@@ -71,7 +71,10 @@ def write_readme(doc: dict) -> None:
 
 
 def screenshot(page: Path, out: Path = SHOT) -> str:
-    """docs/report.png from the demo's page in headless Chromium; what is missing where it cannot."""
+    """docs/report.png from the demo's page in headless Chromium; what is missing where it cannot. A page that
+    is not there is refused before the browser starts (a screenshot of the browser's error page is no figure)."""
+    if not page.is_file():
+        raise SystemExit(f"no report at {page}: run `crs demo --out FOLDER` and pass FOLDER")
     chromium = os.environ.get("CRS_CHROMIUM", "/usr/bin/chromium")
     driver_path = os.environ.get("CRS_CHROMEDRIVER", "/usr/bin/chromedriver")
     if not (Path(chromium).exists() and Path(driver_path).exists()):
@@ -118,11 +121,15 @@ def main(argv: list[str]) -> int:
     if not scores.is_file():
         print(f"no {scores}: run `crs demo --out {folder}` first")
         return 2
+    page = folder / "results" / "report" / "report.html"
+    if not page.is_file():
+        print(f"no {page}: run `crs demo --out {folder}` first (its report is part of what this writes)")
+        return 2
     doc = pinned(json.loads(scores.read_text(encoding="utf-8")))
     GOLDEN.write_text(json.dumps(doc, sort_keys=True, indent=1) + "\n", encoding="utf-8")
     write_readme(doc)
     print(f"wrote {GOLDEN.relative_to(ROOT)} and README.md's demo block")
-    print(screenshot(folder / "report" / "report.html"))
+    print(screenshot(page))
     return 0
 
 
