@@ -254,11 +254,11 @@ class Tally:
 
     def add(self, x: np.ndarray, draw_seed: int) -> None:
         """One benchmark's x [1 + replicate, encoder, dataset, seed, axis]."""
-        from crs.scoring.bootstrap import draw_seeds, seed_means_of, variance_scale
+        from crs.scoring.bootstrap import draw_seeds, seed_means_of, unclipped_axis, variance_scale
 
         n, t, truth = self.n_encoders, self.t, self.truth
         draw = draw_seeds(SEEDS, x.shape[0] - 1, draw_seed)
-        free = None if self.version == "1" else 1  # v2's C (axis 1) may lie above 1: not clipped, as crs does
+        free = unclipped_axis(self.version)  # v2's C may lie above 1: not clipped, as crs does
         m = seed_means_of(x[1:].astype(float), draw, unclipped=free)  # [replicate, encoder, dataset, axis]
         spread = seed_means_of(x[1:].astype(float), draw, free, variance_scale(SEEDS))  # the point's own noise
         point = x[0].astype(float).mean(axis=2)  # [encoder, dataset, axis]

@@ -57,12 +57,20 @@ def simulate(encoders, datasets, n_bootstrap: int, rng, n_seeds: int) -> np.ndar
 
 def differences(x: np.ndarray, draw_seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(B - A under the default bootstrap, B - A under the seed-only bootstrap) [replicate], one benchmark."""
-    from crs.scoring.bootstrap import draw_seeds, replicates, score_replicates, seed_means_of, variance_scale
+    from crs.scoring.bootstrap import (
+        draw_seeds,
+        replicates,
+        score_replicates,
+        seed_means_of,
+        unclipped_axis,
+        variance_scale,
+    )
 
     n_seeds = x.shape[3]
     draw = draw_seeds(n_seeds, x.shape[0] - 1, draw_seed)
-    spread = seed_means_of(x[1:].astype(float), draw, 1, variance_scale(n_seeds))  # the point's own noise
-    both = score_replicates(seed_means_of(x[1:].astype(float), draw, unclipped=1), "median", version="2",
+    free = unclipped_axis("2")
+    spread = seed_means_of(x[1:].astype(float), draw, free, variance_scale(n_seeds))  # the point's own noise
+    both = score_replicates(seed_means_of(x[1:].astype(float), draw, unclipped=free), "median", version="2",
                             x_spread=spread).crs
     seed = replicates(x[0].astype(float), draw, "median", version="2").crs
     return both[:, -1] - both[:, -2], seed[:, -1] - seed[:, -2]

@@ -25,8 +25,6 @@ from crs.scoring.crs import (
     MEDIAN,
     Noise,
     check_version,
-    noise_of,
-    q_of,
     replicate_estimate,
 )
 from crs.scoring.ranks import rank_desc, tie_group
@@ -130,6 +128,12 @@ def variance_scale(n_seeds: int) -> float:
     return math.sqrt(n_seeds / (n_seeds - 1)) if n_seeds > 1 else 1.0
 
 
+def unclipped_axis(version: str) -> int | None:
+    """The axis ``resample_seeds`` leaves unclipped under a CRS version: v2's C (1 - kappa S, above 1 where S is
+    estimated below 0); none for v1, whose every axis lies in [0, 1]."""
+    return None if check_version(version) == "1" else AXES.index("calibration")
+
+
 def resample_seeds(w: np.ndarray, x: np.ndarray, per_replicate: bool = False,
                    unclipped: int | None = None, factor: float | None = None) -> np.ndarray:
     """Replicate seed means [replicate, ...] of x [..., seed] under seed weights w [replicate, seed].
@@ -162,7 +166,7 @@ def replicates(
 ) -> Replicates:
     """Score each replicate of a draw [replicate, draw] of x_seed [encoder, dataset, seed, axis]."""
     x_seed = np.moveaxis(np.asarray(x_seed, dtype=float), 2, -1)  # [encoder, dataset, axis, seed]
-    free = None if check_version(version) == "1" else AXES.index("calibration")  # v2's C is not in [0, 1]
+    free = unclipped_axis(version)
     w = seed_weights(draw, x_seed.shape[-1])
     x = resample_seeds(w, x_seed, unclipped=free)  # [replicate, encoder, dataset, axis]
     spread = resample_seeds(w, x_seed, unclipped=free, factor=variance_scale(x_seed.shape[-1]))
@@ -191,11 +195,7 @@ def score_replicates(
     """Score replicate seed means x [replicate, encoder, dataset, axis]: q, components, CRS, ranks (CRS ``version``);
     v2 as an estimate (``crs.scoring.crs.estimate``), keeping the point's noise (overall and per dataset) for the
     point estimate. ``x_spread``: the replicates with the seeds resampled by ``variance_scale`` (None: x)."""
-    s, noise = replicate_estimate(x, reference, weights, version, x_spread)
-    by_dataset = None
-    if noise is not None:
-        q_dataset = s.q_dataset if x_spread is None else q_of(x_spread, reference, version)
-        by_dataset = noise_of(np.swapaxes(q_dataset, -3, -2))  # [dataset, e, ...] from [replicate, dataset, e, a]
+    s, noise, by_dataset = replicate_estimate(x, reference, weights, version, x_spread)
     return Replicates(
         axis=x.mean(axis=-2),
         q=s.q,

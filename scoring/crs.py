@@ -358,16 +358,28 @@ def add(a: Noise, b: Noise) -> Noise:
     return Noise(a.margin + b.margin, a.q + b.q)
 
 
+class ReplicateEstimate(NamedTuple):
+    scored: Scored  # the replicates' scores, their noise taken out
+    noise: Noise | None  # the point estimate's noise (v1: None)
+    noise_by_dataset: Noise | None  # the same per dataset, leading axis the dataset (per-dataset CRS; v1: None)
+
+
 def replicate_estimate(x_reps: np.ndarray, reference: int | str = MEDIAN, weights: Sequence[float] = DEFAULT_WEIGHTS,
-                       version: str = LATEST, x_spread: np.ndarray | None = None) -> tuple[Scored, Noise | None]:
-    """(the bootstrap replicates' scores, the noise of the point estimate) from replicate seed means x_reps
-    [replicate, encoder, dataset, axis] (``estimate``). ``x_spread``: the same replicates without the seed
-    widening (``crs.scoring.bootstrap.seed_scale``), whose spread is the point's noise; None: x_reps'."""
+                       version: str = LATEST, x_spread: np.ndarray | None = None) -> ReplicateEstimate:
+    """The bootstrap replicates' scores and the point estimate's noise, overall and per dataset, from replicate seed
+    means x_reps [replicate, encoder, dataset, axis] (``estimate``). ``x_spread``: the same replicates without the
+    seed widening (``crs.scoring.bootstrap.seed_scale``), whose spread is the point's noise; None: x_reps'. Each
+    replicate's q is computed once."""
+    check_weights(weights)
     if check_version(version) == "1":
-        return score(x_reps, reference, weights, version), None
-    spread = noise_of(q_of(x_reps, reference, version).mean(axis=-2))
-    own = spread if x_spread is None else noise_of(q_of(x_spread, reference, version).mean(axis=-2))
-    return score(x_reps, reference, weights, version, add(own, spread)), own
+        return ReplicateEstimate(score(x_reps, reference, weights, version), None, None)
+    q_dataset = q_of(x_reps, reference, version)  # [replicate, encoder, dataset, axis]
+    q = q_dataset.mean(axis=-2)
+    own_dataset = q_dataset if x_spread is None else q_of(x_spread, reference, version)
+    spread = noise_of(q)
+    own = spread if x_spread is None else noise_of(own_dataset.mean(axis=-2))
+    scored = Scored(q_dataset, q, *components(q, weights, version, add(own, spread)))
+    return ReplicateEstimate(scored, own, noise_of(np.swapaxes(own_dataset, -3, -2)))
 
 
 def point_estimate(x: np.ndarray, noise: Noise | None, reference: int | str = MEDIAN,
@@ -389,5 +401,5 @@ def estimate(x: np.ndarray, x_reps: np.ndarray, reference: int | str = MEDIAN,
     replicate, a further draw of noise of variance w around the point (the replicates' own spread), with the scales
     less v + w: its mean over that draw is then the point estimate. v1 scores both as they are (Noise None).
     """
-    reps, noise = replicate_estimate(x_reps, reference, weights, version, x_spread)
+    reps, noise, _ = replicate_estimate(x_reps, reference, weights, version, x_spread)
     return point_estimate(x, noise, reference, weights, version), reps, noise

@@ -9,7 +9,6 @@ import numpy as np
 import polars as pl
 
 from crs.errors import BadInput
-from crs.scoring.axes import AXES
 from crs.scoring.bootstrap import (
     Replicates,
     draw_seeds,
@@ -18,6 +17,7 @@ from crs.scoring.bootstrap import (
     seed_means_of,
     seed_tensor,
     seed_weights,
+    unclipped_axis,
     variance_scale,
 )
 from crs.scoring.caveats import say_if_few_seeds, say_if_no_interval
@@ -105,7 +105,7 @@ def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, st
             except MissingPredictions as exc:  # a store was given: what it lacks is refused, never resampled around
                 raise BadInput(f"bootstrap unit {unit!r} resamples the stored test probabilities: {exc}; or pass "
                                "--bootstrap-unit seed") from exc
-    free = None if version == "1" else AXES.index("calibration")  # v2's C may lie above 1: not clipped
+    free = unclipped_axis(version)
     if version != "1":
         by_seed = calibration_axis(by_seed, store, cmp.encoders, cmp.datasets, losses if x_rep is not None else None)
     if x_rep is None:
