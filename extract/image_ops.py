@@ -1,60 +1,44 @@
 """The tensor operations the perturbation families are built from: grey images, reflect padding,
 per-image convolution (direct, or through the FFT for wide kernels), blur kernels, ink strokes and
-zoom resampling. torch is imported at first use (``Deferred``), so that
-reading the perturbation registry stays free of it."""
+zoom resampling. Each function imports torch itself, so that reading the perturbation registry
+stays free of it."""
 
 from __future__ import annotations
 
 import functools
-import importlib
 import math
-from typing import TYPE_CHECKING, Any
-
-
-class Deferred:
-    """A module imported at the first use of one of its attributes.
-
-    The registry and its views (the table, the suites, the parameters) are read without
-    torch by ``crs perturbations --table``, the README command and the settings; only
-    perturbing an image needs torch.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self._name), attr)
-
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
-    import torch.nn.functional as F
-else:
-    torch = Deferred("torch")
-    F = Deferred("torch.nn.functional")
 
 
-def _grey(x: torch.Tensor) -> torch.Tensor:
+def grey(x: torch.Tensor) -> torch.Tensor:
     """[n] bool: images whose three channels are equal."""
     return (x.amax(1) - x.amin(1)).flatten(1).amax(1) < 1e-6
 
 
 def _pad(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:
     """Reflect padding (replicate where the image is too small to reflect)."""
+    import torch.nn.functional as F
+
     h, w = x.shape[-2:]
     return F.pad(x, (pad_w, pad_w, pad_h, pad_h), mode="reflect" if max(pad_h, pad_w) < min(h, w) else "replicate")
 
 
 def _conv_per_image(x: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     """Convolve (cross-correlate, as ``conv2d``) each image [n, c, H, W] with its kernel [n, k, k] (odd k, or
-    one kernel [1, k, k] for all), padding reflected. Kernels up to ``_DIRECT_MAX`` wide run as a grouped
+    one kernel [1, k, k] for all), padding reflected. Kernels up to ``DIRECT_MAX`` wide run as a grouped
     ``conv2d``; larger ones through the FFT (the same sums, equal up to float rounding: ~1e-6)."""
+    import torch
+    import torch.nn.functional as F
+
     n, c, h, w = x.shape
     k = kernels.shape[-1]
     pad = k // 2
     xp = _pad(x, pad, pad)
     kernels = kernels.to(x.dtype).expand(n, k, k)
-    if k <= _DIRECT_MAX:
+    if k <= DIRECT_MAX:
         weight = kernels.unsqueeze(1).expand(n, c, k, k).reshape(n * c, 1, k, k)
         out = F.conv2d(xp.reshape(1, n * c, h + 2 * pad, w + 2 * pad), weight, groups=n * c)
         return out.reshape(n, c, h, w)
@@ -66,7 +50,7 @@ def _conv_per_image(x: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     return full[..., k - 1 : k - 1 + h, k - 1 : k - 1 + w].contiguous()
 
 
-_DIRECT_MAX = 9  # widest kernel convolved directly; wider ones go through the FFT
+DIRECT_MAX = 9  # widest kernel convolved directly; wider ones go through the FFT
 
 
 def _fft_size(n: int) -> int:
@@ -84,7 +68,9 @@ def _fft_size(n: int) -> int:
 
 # Kernels that depend only on the size and the device are built once per process (cached by value).
 @functools.lru_cache(maxsize=64)
-def _disc(radius: float, device) -> torch.Tensor:
+def disc(radius: float, device) -> torch.Tensor:
+    import torch
+
     r = max(radius, 0.5)
     half = math.ceil(r)
     ax = torch.arange(-half, half + 1, dtype=torch.float32, device=device)
@@ -94,16 +80,20 @@ def _disc(radius: float, device) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=64)
-def _gaussian_kernel(k: int, sigma: float, device) -> torch.Tensor:
+def gaussian_kernel(k: int, sigma: float, device) -> torch.Tensor:
     """torchvision's 2-D Gaussian kernel (the outer product of this 1-D one), [1, k, k]."""
+    import torch
+
     lim = (k - 1) / (2.0 * math.sqrt(2.0))
     k1d = torch.softmax(torch.linspace(-lim, lim, k, dtype=torch.float32, device=device).div(sigma).pow(2).neg(),
                         dim=0)
     return torch.outer(k1d, k1d)[None]
 
 
-def _lines(length: float, angles: torch.Tensor) -> torch.Tensor:
+def lines(length: float, angles: torch.Tensor) -> torch.Tensor:
     """[n, k, k] streak kernels of ``length`` pixels, one per angle of ``angles`` [n] (radians), on its device."""
+    import torch
+
     half = max(1, math.ceil(length / 2))
     ax = torch.arange(-half, half + 1, dtype=torch.float32, device=angles.device)
     yy, xx = torch.meshgrid(ax, ax, indexing="ij")
@@ -114,9 +104,11 @@ def _lines(length: float, angles: torch.Tensor) -> torch.Tensor:
     return k / k.sum((1, 2), keepdim=True)
 
 
-def _strokes(h: int, w: int, u: torch.Tensor) -> torch.Tensor:
+def strokes(h: int, w: int, u: torch.Tensor) -> torch.Tensor:
     """[n, H, W] coverage in [0, 1] of curved pen strokes (quadratic Bezier curves), K an image, from the
     uniforms ``u`` [n, 6K]: the control points p0, p1, p2 (in that order) of stroke 1..K, (x, y) each."""
+    import torch
+
     n, side = u.shape[0], min(h, w)
     width = 0.015 * max(h, w) / side  # in the unit square
     t = torch.linspace(0, 1, 24, device=u.device)[None, None, :, None]  # [1, 1, 24, 1]
@@ -142,30 +134,37 @@ def _strokes(h: int, w: int, u: torch.Tensor) -> torch.Tensor:
 def _window(p: torch.Tensor, reach: float, n: int) -> torch.Tensor:
     """[..., m] indices of the grid ``linspace(0, 1, n)`` within ``reach`` of each of the points ``p`` (with a
     pixel of margin each side; clipped to the grid, where a repeated index is harmless)."""
+    import torch
+
     step = max(n - 1, 1)
     m = math.ceil(2 * reach * step) + 3
     lo = ((p - reach) * step).floor().long() - 1
     return (lo[..., None] + torch.arange(m, device=p.device)).clamp(0, n - 1)
 
 
-def _conv_blur(x: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+def conv_blur(x: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     return _conv_per_image(x, kernels).clamp(0, 1)
 
 
 @functools.lru_cache(maxsize=16)
-def _zooms(max_zoom: float) -> tuple[float, ...]:
-    """The 5 zoom factors, float32 steps from 1 to ``max_zoom`` (as first defined)."""
+def zooms(max_zoom: float) -> tuple[float, ...]:
+    """The 5 zoom factors, float32 steps from 1 to ``max_zoom`` (the factors every stored zoom_blur array
+    was made with)."""
+    import torch
+
     return tuple(torch.linspace(1, max_zoom, 6)[1:].tolist())
 
 
-def _zoom_rows_cols(x: torch.Tensor, size: tuple[int, int], upto: tuple[int, int]) -> torch.Tensor:
+def zoom_rows_cols(x: torch.Tensor, size: tuple[int, int], upto: tuple[int, int]) -> torch.Tensor:
     """The first ``upto`` rows and columns of ``F.interpolate(x, size, mode="bilinear")``, computed alone.
 
     The resample kernel maps output pixel j to source (j + 0.5) * in / out - 0.5; given its scales it
     takes any output size, so the rows and columns below/right of the crop (up to a sixth of the work
     at 1.2x) are never computed. The scale passed is the one the kernel would derive itself
     (float32(in) / float32(out)), so every sample lands where the full resample puts it."""
-    import numpy as np  # noqa: PLC0415 -- numpy: crs perturbations --table imports this module without it
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
 
     h, w = x.shape[-2:]
     if upto[0] == h or upto[1] == w:  # the kernel skips a side whose output length is the input's, whatever
@@ -179,9 +178,11 @@ def _zoom_rows_cols(x: torch.Tensor, size: tuple[int, int], upto: tuple[int, int
 
 
 @functools.lru_cache(maxsize=8)
-def _ink(device, dtype) -> torch.Tensor:
+def ink(device, dtype) -> torch.Tensor:
     """[1, 3, 1, 1] the colour of a surgical marker, filled in on the device (no copy from the host)."""
-    ink = torch.empty(1, 3, 1, 1, dtype=dtype, device=device)
+    import torch
+
+    colour = torch.empty(1, 3, 1, 1, dtype=dtype, device=device)
     for channel, value in enumerate((0.22, 0.12, 0.42)):
-        ink[:, channel].fill_(value)
-    return ink
+        colour[:, channel].fill_(value)
+    return colour

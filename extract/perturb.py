@@ -23,7 +23,7 @@ before the encoder's resize (the acquisition happens before the model sees the i
 Sizes in the table are fractions of the shorter side, so a severity means the same at
 64 px and at 1024 px. Grey images (all channels equal, e.g. X-rays) get grey noise.
 
-Speed (``crs.extract.image_ops``): kernels wider than ``_DIRECT_MAX`` pixels (defocus, motion
+Speed (``crs.extract.image_ops``): kernels wider than ``DIRECT_MAX`` pixels (defocus, motion
 and Gaussian blur at large working sizes) are convolved through the FFT, the same sums as the direct convolution up to
 float rounding (~1e-6 on [0, 1]); ink strokes are drawn per point in the window they can reach
 (identical values). Zoom blur resamples only the rows and columns up to its centre crop, at the
@@ -45,35 +45,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from crs.conditions import parse, perturbed
 from crs.errors import BadInput, UserError
-from crs.extract.image_ops import (
-    _DIRECT_MAX,
-    Deferred,
-    _conv_blur,
-    _disc,
-    _gaussian_kernel,
-    _grey,
-    _ink,
-    _lines,
-    _strokes,
-    _zoom_rows_cols,
-    _zooms,
-)
+from crs.extract import image_ops
 from crs.names import MODALITIES, PERTURBATION_GENERATORS, SEVERITIES
 from crs.store import generators
 
 if TYPE_CHECKING:
     import torch
-    import torch.nn.functional as F
-    import torchvision.io as tvio
-    import torchvision.transforms.v2.functional as TF
 
     from crs.extract import noise
-else:  # imported at first use: reading the registry needs no torch (crs.extract.image_ops.Deferred)
-    torch = Deferred("torch")
-    F = Deferred("torch.nn.functional")
-    tvio = Deferred("torchvision.io")
-    TF = Deferred("torchvision.transforms.v2.functional")
-    noise = Deferred("crs.extract.noise")
 
 
 # the generator of every random draw (``crs.extract.noise``); ``crs.names.PERTURBATION_GENERATORS`` lists
@@ -107,10 +86,16 @@ class Seeds(NamedTuple):
 
     def keys(self, device) -> noise.Keys:
         """The generator's keys of the batch's images under the condition, on ``device``."""
+        from crs.extract import noise
+
         return noise.keys([image_seed(i, self.condition) for i in self.image_ids], device)
 
     def uniform(self, device, count: int) -> torch.Tensor:
         """[n, count] uniforms in (0, 1): the first ``count`` draws of each image."""
+        import torch
+
+        from crs.extract import noise
+
         return noise.uniform(self.keys(device), torch.arange(count, dtype=torch.int32, device=device))
 
 
@@ -121,8 +106,12 @@ Perturbation = Callable[["torch.Tensor", float, Seeds], "torch.Tensor"]
 def _field(x: torch.Tensor, seeds: Seeds) -> torch.Tensor:
     """float32 uniforms of x's shape [n, 3, H, W], one per value (counted channel, row, column); grey images
     take their first channel's in all three, so their noise is grey."""
+    import torch
+
+    from crs.extract import noise
+
     u = noise.field(seeds.keys(x.device), tuple(x.shape[1:]), x.device)
-    return torch.where(_grey(x).view(-1, 1, 1, 1), u[:, :1], u)
+    return torch.where(image_ops.grey(x).view(-1, 1, 1, 1), u[:, :1], u)
 
 
 @dataclass(frozen=True)
@@ -182,6 +171,8 @@ _ALL = (_DERM, _OPHTH, _RAD)
 
 @family("gaussian_noise", "sigma", (0.04, 0.08, 0.12, 0.18, 0.26), "std of additive noise on [0, 1]", _ALL)
 def _gaussian_noise(x: torch.Tensor, sigma: float, seeds: Seeds) -> torch.Tensor:
+    from crs.extract import noise
+
     z = noise.normal(_field(x, seeds)).to(x.dtype)
     return z.mul_(sigma).add_(x).clamp_(0, 1)
 
@@ -189,6 +180,8 @@ def _gaussian_noise(x: torch.Tensor, sigma: float, seeds: Seeds) -> torch.Tensor
 @family("speckle_noise", "sigma", (0.08, 0.14, 0.22, 0.32, 0.45),
         "std of multiplicative noise: x + x * N(0, sigma)", _ALL)
 def _speckle_noise(x: torch.Tensor, sigma: float, seeds: Seeds) -> torch.Tensor:
+    from crs.extract import noise
+
     z = noise.normal(_field(x, seeds)).to(x.dtype)
     return z.mul_(sigma).mul_(x).add_(x).clamp_(0, 1)
 
@@ -205,25 +198,31 @@ def _impulse_noise(x: torch.Tensor, amount: float, seeds: Seeds) -> torch.Tensor
 def _shot_noise(x: torch.Tensor, photons: float, seeds: Seeds) -> torch.Tensor:
     """Poisson counts by ``noise.poisson`` (exact inversion for counts under 6, a Cornish-Fisher normal
     approximation above), from one uniform a value: grey images stay grey."""
+    import torch
+
+    from crs.extract import noise
+
     counts = noise.poisson(x.detach().to(torch.float32).clamp(0, 1) * photons, _field(x, seeds))
     return (counts / photons).to(x.dtype).clamp(0, 1)
 
 
 @family("gaussian_blur", "sigma_fraction", (0.01, 0.015, 0.02, 0.03, 0.045), "blur sigma / shorter side", (_RAD,))
 def _gaussian_blur(x: torch.Tensor, sigma_fraction: float, seeds: Seeds) -> torch.Tensor:
+    import torchvision.transforms.v2.functional as TF
+
     sigma = sigma_fraction * min(x.shape[-2:])
     k = 2 * math.ceil(3 * sigma) + 1
-    if k <= _DIRECT_MAX:  # small kernels: torchvision's own 2-D convolution
+    if k <= image_ops.DIRECT_MAX:  # small kernels: torchvision's own 2-D convolution
         return TF.gaussian_blur(x, kernel_size=[k, k], sigma=[sigma, sigma]).clamp(0, 1)
     # large ones: torchvision's kernel through the FFT
-    return _conv_blur(x, _gaussian_kernel(k, sigma, x.device))
+    return image_ops.conv_blur(x, image_ops.gaussian_kernel(k, sigma, x.device))
 
 
 @family("defocus_blur", "radius_fraction", (0.012, 0.018, 0.026, 0.036, 0.048), "disc radius / shorter side",
         (_DERM, _OPHTH))
 def _defocus_blur(x: torch.Tensor, radius_fraction: float, seeds: Seeds) -> torch.Tensor:
-    kernel = _disc(radius_fraction * min(x.shape[-2:]), x.device)
-    return _conv_blur(x, kernel[None])
+    kernel = image_ops.disc(radius_fraction * min(x.shape[-2:]), x.device)
+    return image_ops.conv_blur(x, kernel[None])
 
 
 @family("motion_blur", "length_fraction", (0.03, 0.05, 0.07, 0.1, 0.14),
@@ -231,7 +230,7 @@ def _defocus_blur(x: torch.Tensor, radius_fraction: float, seeds: Seeds) -> torc
 def _motion_blur(x: torch.Tensor, length_fraction: float, seeds: Seeds) -> torch.Tensor:
     angles = seeds.uniform(x.device, 1)[:, 0] * math.pi  # [n], the first draw of each image
     length = max(length_fraction * min(x.shape[-2:]), 1.0)
-    return _conv_blur(x, _lines(length, angles))
+    return image_ops.conv_blur(x, image_ops.lines(length, angles))
 
 
 @family("zoom_blur", "max_zoom", (1.04, 1.07, 1.1, 1.14, 1.2), "mean of zooms from 1 to this factor", (_DERM,))
@@ -240,12 +239,12 @@ def _zoom_blur(x: torch.Tensor, max_zoom: float, seeds: Seeds) -> torch.Tensor:
     (align_corners=False, no antialias) to (round(h z), round(w z)), centre crop (h, w)."""
     h, w = x.shape[-2:]
     acc = None
-    zooms = _zooms(max_zoom)
+    zooms = image_ops.zooms(max_zoom)
     for z in zooms:
         zh, zw = max(h, round(h * z)), max(w, round(w * z))
         top, left = (zh - h) // 2, (zw - w) // 2
-        crop = _zoom_rows_cols(x, (zh, zw), (top + h, left + w))[..., top : top + h, left : left + w]
-        acc = x + crop if acc is None else acc.add_(crop)  # x, then the zooms in order: the old sums
+        crop = image_ops.zoom_rows_cols(x, (zh, zw), (top + h, left + w))[..., top : top + h, left : left + w]
+        acc = x + crop if acc is None else acc.add_(crop)  # x, then the zooms in order (the order fixes the last bits)
     return acc.div_(len(zooms) + 1).clamp_(0, 1)
 
 
@@ -261,6 +260,8 @@ def _brightness_down(x: torch.Tensor, delta: float, seeds: Seeds) -> torch.Tenso
 
 
 def _contrast(x: torch.Tensor, factor: float) -> torch.Tensor:
+    import torch
+
     # summed in float64: a float32 sum's order, and so its last bits, follow the batch size and the thread
     # count; a float64 sum's rounding error (1e-16) moves the float32 mean only where it lies that close to
     # a float32 rounding boundary (about one image in 1e8)
@@ -291,6 +292,9 @@ def _gamma_down(x: torch.Tensor, gamma: float, seeds: Seeds) -> torch.Tensor:
 
 @family("jpeg", "quality", (80, 60, 40, 25, 10), "JPEG re-encoding quality", _ALL)
 def _jpeg(x: torch.Tensor, quality: float, seeds: Seeds) -> torch.Tensor:
+    import torch
+    import torchvision.io as tvio
+
     as_uint8 = (x * 255).round().clamp(0, 255).to(torch.uint8)
     with warnings.catch_warnings():
         # torchvision 0.29 marks its JPEG codec deprecated in favour of torchcodec, which
@@ -307,6 +311,8 @@ def _jpeg(x: torch.Tensor, quality: float, seeds: Seeds) -> torch.Tensor:
 @family("pixelate", "scale", (0.55, 0.45, 0.35, 0.27, 0.2), "area-downsampled to this fraction, nearest upsampled",
         _ALL)
 def _pixelate(x: torch.Tensor, scale: float, seeds: Seeds) -> torch.Tensor:
+    import torch.nn.functional as F
+
     h, w = x.shape[-2:]
     small = (max(1, round(h * scale)), max(1, round(w * scale)))
     return F.interpolate(F.interpolate(x, size=small, mode="area"), size=(h, w), mode="nearest")
@@ -315,6 +321,8 @@ def _pixelate(x: torch.Tensor, scale: float, seeds: Seeds) -> torch.Tensor:
 @family("dark_corners", "clear_radius", (0.95, 0.85, 0.75, 0.65, 0.55),
         "dermoscope vignette: clear disc radius / half diagonal", (_DERM,))
 def _dark_corners(x: torch.Tensor, clear_radius: float, seeds: Seeds) -> torch.Tensor:
+    import torch
+
     h, w = x.shape[-2:]
     yy, xx = torch.meshgrid(torch.linspace(-1, 1, h, device=x.device), torch.linspace(-1, 1, w, device=x.device),
                             indexing="ij")
@@ -329,8 +337,8 @@ def _dark_corners(x: torch.Tensor, clear_radius: float, seeds: Seeds) -> torch.T
         (_DERM,))
 def _ink_marks(x: torch.Tensor, strokes: float, seeds: Seeds) -> torch.Tensor:
     h, w = x.shape[-2:]
-    cover = _strokes(h, w, seeds.uniform(x.device, 6 * int(strokes))).unsqueeze(1).to(x.dtype)
-    return x * (1 - 0.9 * cover) + _ink(x.device, x.dtype) * 0.9 * cover
+    cover = image_ops.strokes(h, w, seeds.uniform(x.device, 6 * int(strokes))).unsqueeze(1).to(x.dtype)
+    return x * (1 - 0.9 * cover) + image_ops.ink(x.device, x.dtype) * 0.9 * cover
 
 
 # The registry is complete: what follows are its views.
@@ -406,7 +414,9 @@ def apply(x: torch.Tensor, family: str, severity: int, image_ids: list[str]) -> 
 
 def grid(image: torch.Tensor, image_id: str, modality: str, cell: int = 128):
     """A PIL image: the clean image and every family of the suite at every severity (rows = families)."""
-    from PIL import Image, ImageDraw  # noqa: PLC0415 -- PIL: crs perturbations --table lists without it
+    import torch
+    import torch.nn.functional as F
+    from PIL import Image, ImageDraw
 
     families = suite(modality)
     x = image.unsqueeze(0)  # [1, 3, H, W] in [0, 1]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import torchvision.transforms.v2.functional as TF
 from PIL import Image
 
-from crs.extract import perturb, units
+from crs.extract import image_ops, perturb, units
 from crs.extract.images import decode
 from crs.extract.options import ExtractOptions
 from crs.extract.run import extract, extract_many
@@ -56,11 +56,11 @@ def reference(x, family, severity, ids):
         k = 2 * math.ceil(3 * sigma) + 1
         return TF.gaussian_blur(x, kernel_size=[k, k], sigma=[sigma, sigma]).clamp(0, 1)
     if family == "defocus_blur":
-        kernel = perturb._disc(value * side, x.device)
+        kernel = image_ops.disc(value * side, x.device)
         return direct_conv(x, kernel.expand(len(x), *kernel.shape)).clamp(0, 1)
     if family == "motion_blur":
         angles = seeds.uniform(x.device, 1)[:, 0] * math.pi
-        return direct_conv(x, perturb._lines(max(value * side, 1.0), angles)).clamp(0, 1)
+        return direct_conv(x, image_ops.lines(max(value * side, 1.0), angles)).clamp(0, 1)
     assert family == "ink_marks"
     h, w = x.shape[-2:]
     covers = []
