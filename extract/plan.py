@@ -89,7 +89,7 @@ def macs_for(spec) -> float | None:
         return macs
     if spec.name in COUNTED_FLOPS and encoders.ENCODERS.get(spec.name) == spec:
         return COUNTED_FLOPS[spec.name] / 2
-    from crs.extract import cost  # noqa: PLC0415 -- torch: crs extract --plan runs without it
+    from crs.extract import cost  # torch: crs extract --plan runs without it
 
     try:
         flops = cost.estimate(spec)["flops_per_image"]

@@ -61,7 +61,7 @@ class UnitFailed(CrsError):
 
 def _import_ray():
     try:
-        import ray  # noqa: PLC0415 -- ray: an optional extra (crs-bench[ray])
+        import ray  # ray: an optional extra (crs-bench[ray])
     except ImportError:
         raise RayUnavailable("--executor ray needs Ray: pip install 'crs-bench[ray]' "
                              "(or use the default --executor local)") from None
@@ -191,10 +191,10 @@ def _actor_count(ray, store: Store, plan: Plan, device, ray_options: RayOptions)
 
 def _lost_errors() -> tuple:
     """The Ray exceptions that mean a replica died (its unit was retried and still failed)."""
-    from ray.exceptions import RayActorError  # noqa: PLC0415 -- ray: an optional extra (crs-bench[ray])
+    from ray.exceptions import RayActorError  # ray: an optional extra (crs-bench[ray])
 
     try:
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, WorkerCrashedError  # noqa: PLC0415 -- ray: an optional extra (crs-bench[ray])
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, WorkerCrashedError
         return (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
     except ImportError:  # older Ray
         return (RayActorError,)
@@ -203,7 +203,7 @@ def _lost_errors() -> tuple:
 def _drain(ray, pool: list, plan: Plan, retries: int, advance) -> list[int]:
     """Keep IN_FLIGHT_PER_ACTOR units on each replica until every unit is done; returns the
     replicas' final batch sizes. ``advance(n)`` reports n more chunks written."""
-    from ray.exceptions import RayTaskError  # noqa: PLC0415 -- ray: an optional extra (crs-bench[ray])
+    from ray.exceptions import RayTaskError  # ray: an optional extra (crs-bench[ray])
 
     lost = _lost_errors()
     summary = plan.summary

@@ -32,7 +32,7 @@ class Selection(NamedTuple):
 def select(fitted: Fitted, split: Split, task: str, select_by: str) -> Selection:
     """Lowest validation loss, or highest validation AUROC with ties to the stronger penalty
     (the later grid value); a non-finite figure is never chosen over a finite one."""
-    from crs.probe import core, metrics  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    from crs.probe import core, metrics  # jax: crs plan imports crs.probe.run without it
 
     va = split.val
     pv = predictions(fitted, split, [split.X[va]])[0]  # [S, Fr, L, n_va, K]
@@ -81,7 +81,7 @@ def condition_records(ev: EvalSet, probs, m: np.ndarray, meta: dict) -> pl.DataF
 
     ``meta`` holds the columns every condition shares (encoder, dataset, task, seed, fraction,
     l2, n_train, classes_missing, converged, iterations), each [S * Fr] or one value."""
-    from crs.probe import metrics  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    from crs.probe import metrics  # jax: crs plan imports crs.probe.run without it
 
     kept = ev.counted
     counted = probs if kept.all() else probs[:, :, kept]
@@ -103,7 +103,7 @@ def set_metrics(evals: list[EvalSet], probs: list[np.ndarray], task: str) -> lis
     """``metrics.all_metrics`` of each evaluation set's probabilities [S, Fr, n, K] -> [S, Fr, 5];
     sets that share their labels and counted rows (the clean test split and its perturbed
     copies) in one batch."""
-    from crs.probe import metrics  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    from crs.probe import metrics  # jax: crs plan imports crs.probe.run without it
 
     out: list = [None] * len(evals)
     groups: dict = {}

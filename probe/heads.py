@@ -80,7 +80,7 @@ def get(name: str) -> Head:
 
 # ------------------------------------------------------------------ linear
 def _fit_linear(data: TrainingSet, *, max_iter: int, tol: float, gap: float | None, on_loop=None) -> Fitted:
-    from crs.probe import core  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    from crs.probe import core  # jax: crs plan imports crs.probe.run without it
 
     # numpy in: each jnp.asarray of a new shape compiles a small program of its own
     X, T, known = (np.asarray(a, np.float32) for a in (data.X, data.T, data.known))
@@ -103,7 +103,7 @@ def _same(v):
 
 
 def _linear_loops(n: int, F: int, sizes) -> int:
-    from crs.probe import core  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    from crs.probe import core  # jax: crs plan imports crs.probe.run without it
 
     return core.loop_count(sizes, n, F)
 
@@ -114,9 +114,9 @@ register(Head("linear", _fit_linear, options={"max_iter": _same, "tol": _same, "
 
 # --------------------------------------------------------------------- mlp
 def _fit_mlp(data: TrainingSet, *, hidden: int, mlp_settings, on_loop=None) -> Fitted:
-    import jax.numpy as jnp  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    import jax.numpy as jnp  # jax: crs plan imports crs.probe.run without it
 
-    from crs.probe import mlp  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    from crs.probe import mlp  # jax: crs plan imports crs.probe.run without it
 
     settings = mlp_settings if mlp_settings is not None else mlp.Settings()
     fit = mlp.fit(data._replace(grid=np.asarray(data.grid, np.float32)), hidden, settings, on_loop)

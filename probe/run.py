@@ -97,7 +97,7 @@ def compile_cache() -> str | None:
     (staging, prediction, metrics) cost as much to compile as the solver loops. The folder:
     $CRS_JAX_CACHE, else $XDG_CACHE_HOME/crs-bench/jax (default ~/.cache/crs-bench/jax); left
     alone when JAX's own cache folder is already set."""
-    import jax  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    import jax  # jax: crs plan imports crs.probe.run without it
 
     where = os.environ.get(CACHE_ENV)
     if where == "off" or jax.config.jax_compilation_cache_dir:
@@ -196,7 +196,7 @@ def small_pair(store: Store, encoder: str, dataset: str) -> bool:
     """Whether a pair's training set is small data: under ``crs.probe.core.ONE_BLOCK_BELOW`` values
     (rows x embedding width), where compiling and the work around the fit cost more than the solver
     loops, so pairs can be probed side by side (``crs.stages.steps.probe``) in little memory."""
-    from crs.probe.core import ONE_BLOCK_BELOW  # noqa: PLC0415 -- jax: crs plan imports crs.probe.run without it
+    from crs.probe.core import ONE_BLOCK_BELOW  # jax: crs plan imports crs.probe.run without it
 
     return training_rows(store, dataset) * embedding_width(store, encoder, dataset) < ONE_BLOCK_BELOW
 

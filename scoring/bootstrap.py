@@ -116,7 +116,7 @@ def seed_scale(n_seeds: int, confidence: float = CONFIDENCE) -> float:
     """
     if n_seeds < 2:
         return 1.0
-    from scipy.stats import norm, t  # noqa: PLC0415 -- scipy.stats (about 1 s): only the seed widening needs it
+    from scipy.stats import norm, t  # scipy.stats: only the seed widening needs it
 
     p = (1.0 + confidence) / 2.0
     return math.sqrt(n_seeds / (n_seeds - 1)) * float(t.ppf(p, n_seeds - 1) / norm.ppf(p))

@@ -20,7 +20,7 @@ _KERNELS: dict = {}
 
 
 def _jit(cache: bool):
-    import numba  # noqa: PLC0415 -- numba: imported only when scoring resamples images
+    import numba  # numba: imported only when scoring resamples images
 
     return numba.njit(cache=cache, nogil=True, boundscheck=False)(_auroc_rows)
 

@@ -20,7 +20,7 @@ class WeightsError(UserError):
 
 def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
     """One clear message for the ways a hub download fails, by the hub's exception class."""
-    from huggingface_hub.errors import (  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub.errors import (  # huggingface_hub: only hub lookups need it
         EntryNotFoundError,
         GatedRepoError,
         LocalEntryNotFoundError,
@@ -67,7 +67,7 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
 
 def _unreachable(spec: EncoderSpec, why: str) -> str:
     """The message for weights that are not in the cache while the hub cannot be reached."""
-    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import constants  # huggingface_hub: only hub lookups need it
 
     gated = (f"; it is also gated: accept its terms at {spec.page or 'its model page'} and set HF_TOKEN"
              if spec.gated and not _has_token() else "")
@@ -88,17 +88,17 @@ def hub_errors() -> tuple[type[BaseException], ...]:
     in (its own, and the HTTP client's error it builds on), and those of the HTTP libraries older versions
     reach the network with (requests, urllib3) where they are installed. Taken from the module, not
     listed, so that an error class a new huggingface_hub adds is still the user's to repair (exit 2)."""
-    from huggingface_hub import errors  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import errors  # huggingface_hub: only hub lookups need it
 
     found = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
     try:
-        import requests  # noqa: PLC0415 -- optional: huggingface_hub >= 1.0 does without requests
+        import requests  # optional: huggingface_hub >= 1.0 does without requests
 
         found.append(requests.RequestException)
     except ImportError:  # pragma: no cover - huggingface_hub >= 1.0 reaches the network with httpx
         pass
     try:
-        import urllib3  # noqa: PLC0415 -- optional: huggingface_hub >= 1.0 does without urllib3
+        import urllib3  # optional: huggingface_hub >= 1.0 does without urllib3
 
         found.append(urllib3.exceptions.HTTPError)
     except ImportError:  # pragma: no cover
@@ -107,13 +107,13 @@ def hub_errors() -> tuple[type[BaseException], ...]:
 
 
 def _offline() -> bool:
-    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import constants  # huggingface_hub: only hub lookups need it
 
     return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
 def _cache_dir() -> str:
-    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import constants  # huggingface_hub: only hub lookups need it
 
     return str(constants.HF_HUB_CACHE)
 
@@ -126,8 +126,8 @@ def _hub_repo(spec: EncoderSpec) -> str:
 
 
 def _repo_cache(repo_id: str) -> Path:
-    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
-    from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import constants  # huggingface_hub: only hub lookups need it
+    from huggingface_hub.file_download import repo_folder_name  # huggingface_hub: only hub lookups need it
 
     return Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
 
@@ -157,7 +157,7 @@ def _commit_of(path: str | os.PathLike | None) -> str | None:
 def _cached_file(repo_id: str, filenames, revision: str | None) -> str | None:
     """The cache path of the first of ``filenames`` held for ``revision`` (refs resolved), else None.
     Looks only at the local cache: never downloads."""
-    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import try_to_load_from_cache  # huggingface_hub: only hub lookups need it
 
     for name in filenames:
         path = try_to_load_from_cache(repo_id, name, revision=revision)
@@ -167,7 +167,7 @@ def _cached_file(repo_id: str, filenames, revision: str | None) -> str | None:
 
 
 def _hub_file(spec: EncoderSpec, filename: str) -> str:
-    from huggingface_hub import hf_hub_download  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import hf_hub_download  # huggingface_hub: only hub lookups need it
 
     try:
         return hf_hub_download(spec.model_id, filename, revision=spec.revision)
@@ -180,7 +180,7 @@ def _timm_hub_id(spec: EncoderSpec) -> str | None:
     ``hf_hub_id``), without a revision; None when timm takes them from a URL or has no such model."""
     if spec.model_id.startswith("hf-hub:"):
         return spec.model_id[len("hf-hub:"):].split("@")[0]
-    import timm  # noqa: PLC0415 -- timm: only a timm encoder needs it (1.7 s to import)
+    import timm  # timm: only a timm encoder needs it
 
     try:
         cfg = timm.models.get_pretrained_cfg(spec.model_id)
@@ -197,7 +197,7 @@ _HUB_FILES = {"timm": ("model.safetensors", "pytorch_model.bin", "open_clip_pyto
 
 # ------------------------------------------------------------------------ before a run (crs extract --plan)
 def _has_token() -> bool:
-    from huggingface_hub import get_token  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import get_token  # huggingface_hub: only hub lookups need it
 
     return bool(os.environ.get("HF_TOKEN")) or get_token() is not None
 
@@ -268,10 +268,10 @@ def reachable(url: str, timeout: float = HUB_TIMEOUT_S) -> str | None:
     """None where a TCP connection to ``url``'s host (or to the proxy the environment names for it) opens within
     ``timeout`` seconds; else why not. The name lookup counts too: it runs in a thread, since a resolver without
     a network can block for longer than any socket timeout."""
-    import socket  # noqa: PLC0415 -- only a run that must download needs it
-    import threading  # noqa: PLC0415
-    import urllib.parse  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
+    import socket  # only a run that must download needs it
+    import threading
+    import urllib.parse
+    import urllib.request
 
     u = urllib.parse.urlsplit(url)
     host, port = u.hostname or "", u.port or (443 if u.scheme == "https" else 80)
@@ -308,7 +308,7 @@ def preflight(spec: EncoderSpec, weights: str | None = None) -> None:
         raise WeightsError(status["problem"])
     if status["in_cache"] is not False or (spec.loader == "timm" and _timm_hub_id(spec) is None):
         return  # nothing to download, or timm downloads from a URL of its own
-    from huggingface_hub import constants  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+    from huggingface_hub import constants  # huggingface_hub: only hub lookups need it
 
     why = reachable(constants.ENDPOINT)
     if why is not None:

@@ -33,7 +33,7 @@ class ProjectedTrunk(torch.nn.Module):
 
 
 def _timm_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
-    import timm  # noqa: PLC0415 -- timm: only a timm encoder needs it (1.7 s to import)
+    import timm  # timm: only a timm encoder needs it
 
     if spec.init_seed is not None:
         torch.manual_seed(spec.init_seed)
@@ -81,7 +81,7 @@ def build_random(spec: EncoderSpec) -> tuple[torch.nn.Module, str]:
 
 
 def _random_timm(spec: EncoderSpec) -> torch.nn.Module:
-    import timm  # noqa: PLC0415 -- timm: only a timm encoder needs it (1.7 s to import)
+    import timm  # timm: only a timm encoder needs it
 
     trunk = timm.create_model(spec.arch.get("timm", spec.model_id), pretrained=False, num_classes=0,
                               **_timm_arch_kwargs(spec))
@@ -89,13 +89,13 @@ def _random_timm(spec: EncoderSpec) -> torch.nn.Module:
 
 
 def _random_vision_tower(spec: EncoderSpec) -> torch.nn.Module:
-    import transformers  # noqa: PLC0415 -- transformers: only a hugging face encoder needs it
+    import transformers  # transformers: only a hugging face encoder needs it
 
     return transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**spec.arch, vision_use_head=False))
 
 
 def _random_hf(spec: EncoderSpec) -> torch.nn.Module:
-    import transformers  # noqa: PLC0415 -- transformers: only a hugging face encoder needs it
+    import transformers  # transformers: only a hugging face encoder needs it
 
     if spec.hf_class not in _CONFIGS:
         raise ValueError(f"encoder {spec.name!r}: no architecture to build for loader {spec.loader!r}")
@@ -108,7 +108,7 @@ _CONFIGS = {"Dinov2Model": "Dinov2Config", "CLIPVisionModelWithProjection": "CLI
 
 
 def _timm_checkpoint_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
-    import timm  # noqa: PLC0415 -- timm: only a timm encoder needs it (1.7 s to import)
+    import timm  # timm: only a timm encoder needs it
 
     if weights is None:
         if spec.arch.get("hub", True) is False:
@@ -125,7 +125,7 @@ def _timm_checkpoint_model(spec: EncoderSpec, weights: str | None) -> torch.nn.M
 
 
 def _hf_model(spec: EncoderSpec, weights: str | None, trust_remote_code: bool) -> torch.nn.Module:
-    import transformers  # noqa: PLC0415 -- transformers: only a hugging face encoder needs it
+    import transformers  # transformers: only a hugging face encoder needs it
 
     cls = getattr(transformers, spec.hf_class or "AutoModel")
     source = weights or spec.model_id
@@ -177,7 +177,7 @@ def _vision_tower_files(spec: EncoderSpec, weights: str | None) -> tuple[str, li
 
 
 def _vision_tower_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
-    import transformers  # noqa: PLC0415 -- transformers: only a hugging face encoder needs it
+    import transformers  # transformers: only a hugging face encoder needs it
 
     config_path, shards = _vision_tower_files(spec, weights)
     with open(config_path) as f:
@@ -259,7 +259,7 @@ def _processor_config(spec: EncoderSpec, weights: str | None) -> dict:
     if weights:
         path = os.path.join(weights, name) if os.path.isdir(weights) else None
     else:
-        from huggingface_hub import hf_hub_download  # noqa: PLC0415 -- huggingface_hub: only hub lookups need it
+        from huggingface_hub import hf_hub_download  # huggingface_hub: only hub lookups need it
 
         try:
             path = hf_hub_download(spec.model_id, name, revision=spec.revision)

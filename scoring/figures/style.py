@@ -95,7 +95,7 @@ def _fmt(value, spec: str) -> str:
 
 # ------------------------------------------------------------- labels apart
 def _renderer(fig):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 -- the Agg backend: drawing only
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # the Agg backend: drawing only
 
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
