@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from crs.errors import BadInput
 from crs.extract.encoders import EncoderSpec
-from crs.extract.models.weights import _info
+from crs.extract.models.weights import weights_info
 
 
 class ColourTextureStats(torch.nn.Module):
@@ -87,7 +87,7 @@ class Encoder:
         self.mean = torch.tensor(spec.mean, device=self.device).view(1, 3, 1, 1)
         self.std = torch.tensor(spec.std, device=self.device).view(1, 3, 1, 1)
         # what was loaded: {"source", "revision_requested", "revision_loaded", "weights_sha256"} (set by load)
-        self.weights_info: dict = _info(spec.weight_source, spec.revision)
+        self.weights_info: dict = weights_info(spec.weight_source, spec.revision)
         # the record is the user's (--encoder-file), not the registry's: a wrong width is bad input (set by load)
         self.user_record = False
 
@@ -171,7 +171,7 @@ def pick_device(name: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _builtin_model(spec: EncoderSpec) -> torch.nn.Module:
+def builtin_model(spec: EncoderSpec) -> torch.nn.Module:
     if spec.model_id == "null":  # not a registry record: a benchmark's and the tests' stand-in
         return NullModel(spec.width)
     if spec.model_id != "colour_texture_stats":

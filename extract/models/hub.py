@@ -18,7 +18,7 @@ class WeightsError(UserError):
     """The weights cannot be had (gated, missing, offline, wrong file); the message says what to do."""
 
 
-def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
+def hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
     """One clear message for the ways a hub download fails, by the hub's exception class."""
     from huggingface_hub.errors import (  # huggingface_hub: only hub lookups need it
         EntryNotFoundError,
@@ -39,13 +39,13 @@ def _hub_error(spec: EncoderSpec, exc: Exception) -> WeightsError:
     offline = _offline() or isinstance(exc, OfflineModeIsEnabled)
     if not offline and isinstance(exc, LocalEntryNotFoundError):  # the hub did not answer: no connection
         return WeightsError(_unreachable(spec, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
-    if offline and spec.revision and cached_revisions(_hub_repo(spec)):
-        have = cached_revisions(_hub_repo(spec))
+    if offline and spec.revision and cached_revisions(hub_repo(spec)):
+        have = cached_revisions(hub_repo(spec))
         return WeightsError(
-            f"encoder {spec.name!r}: revision {spec.revision} of {_hub_repo(spec)} is not in the local cache "
+            f"encoder {spec.name!r}: revision {spec.revision} of {hub_repo(spec)} is not in the local cache "
             f"({_cache_dir()} holds {', '.join(have)}) and "
             f"HF_HUB_OFFLINE is set. Download that revision once with network access (`hf download "
-            f"{_hub_repo(spec)} --revision {spec.revision}`), or pin one the cache holds with "
+            f"{hub_repo(spec)} --revision {spec.revision}`), or pin one the cache holds with "
             f"--revision {spec.name}=COMMIT"
         )
     if offline:
@@ -71,7 +71,7 @@ def _unreachable(spec: EncoderSpec, why: str) -> str:
 
     gated = (f"; it is also gated: accept its terms at {spec.page or 'its model page'} and set HF_TOKEN"
              if spec.gated and not _has_token() else "")
-    return (f"encoder {spec.name!r}: the weights of {_hub_repo(spec)}"
+    return (f"encoder {spec.name!r}: the weights of {hub_repo(spec)}"
             + (f" (revision {spec.revision})" if spec.revision else "")
             + f" are not in the local cache ({_cache_dir()}) and the hub at {constants.ENDPOINT} cannot be reached "
             f"({why}): no connection to it. Connect (behind a proxy, set HTTPS_PROXY), or download them once "
@@ -79,7 +79,7 @@ def _unreachable(spec: EncoderSpec, why: str) -> str:
 
 
 def _download(spec: EncoderSpec) -> str:
-    words = ["hf", "download", _hub_repo(spec)] + (["--revision", spec.revision] if spec.revision else [])
+    words = ["hf", "download", hub_repo(spec)] + (["--revision", spec.revision] if spec.revision else [])
     return f"`{shlex.join(words)}`"
 
 
@@ -118,10 +118,10 @@ def _cache_dir() -> str:
     return str(constants.HF_HUB_CACHE)
 
 
-def _hub_repo(spec: EncoderSpec) -> str:
+def hub_repo(spec: EncoderSpec) -> str:
     """The hub repo a record's weights come from (timm ids through their pretrained config)."""
     if spec.loader == "timm":
-        return _timm_hub_id(spec) or spec.model_id
+        return timm_hub_id(spec) or spec.model_id
     return spec.model_id
 
 
@@ -143,7 +143,7 @@ def cached_revisions(repo_id: str) -> list[str]:
     return [f"{refs[c]} ({c})" if c in refs else c for c in snaps]
 
 
-def _commit_of(path: str | os.PathLike | None) -> str | None:
+def commit_of(path: str | os.PathLike | None) -> str | None:
     """The commit of a hub-cache path ``.../snapshots/<commit>/<file>``, else None."""
     if not isinstance(path, (str, os.PathLike)):
         return None
@@ -154,7 +154,7 @@ def _commit_of(path: str | os.PathLike | None) -> str | None:
     return None
 
 
-def _cached_file(repo_id: str, filenames, revision: str | None) -> str | None:
+def cached_file(repo_id: str, filenames, revision: str | None) -> str | None:
     """The cache path of the first of ``filenames`` held for ``revision`` (refs resolved), else None.
     Looks only at the local cache: never downloads."""
     from huggingface_hub import try_to_load_from_cache  # huggingface_hub: only hub lookups need it
@@ -166,16 +166,16 @@ def _cached_file(repo_id: str, filenames, revision: str | None) -> str | None:
     return None
 
 
-def _hub_file(spec: EncoderSpec, filename: str) -> str:
+def hub_file(spec: EncoderSpec, filename: str) -> str:
     from huggingface_hub import hf_hub_download  # huggingface_hub: only hub lookups need it
 
     try:
         return hf_hub_download(spec.model_id, filename, revision=spec.revision)
     except Exception as exc:
-        raise _hub_error(spec, exc) from exc
+        raise hub_error(spec, exc) from exc
 
 
-def _timm_hub_id(spec: EncoderSpec) -> str | None:
+def timm_hub_id(spec: EncoderSpec) -> str | None:
     """The hub repo timm reads a timm id's weights from (``hf-hub:ORG/NAME``, or the pretrained config's
     ``hf_hub_id``), without a revision; None when timm takes them from a URL or has no such model."""
     if spec.model_id.startswith("hf-hub:"):
@@ -191,7 +191,7 @@ def _timm_hub_id(spec: EncoderSpec) -> str | None:
 
 
 # the files each loader reads from the hub, the first one found in the cache naming the snapshot used
-_HUB_FILES = {"timm": ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"),
+HUB_FILES = {"timm": ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"),
               "hf": ("config.json",), "hf-vision-tower": ("config.json",)}
 
 
@@ -204,17 +204,17 @@ def _has_token() -> bool:
 
 def _hub_files_cached(spec: EncoderSpec) -> bool:
     """Whether the local cache holds, for the record's revision, every file its loader will read."""
-    repo, rev = _hub_repo(spec), spec.revision
+    repo, rev = hub_repo(spec), spec.revision
     if spec.loader == "timm":  # an hf-hub: id also reads the repo's config.json
-        config_ok = not spec.model_id.startswith("hf-hub:") or _cached_file(repo, ("config.json",), rev) is not None
-        return config_ok and _cached_file(repo, _HUB_FILES["timm"], rev) is not None
+        config_ok = not spec.model_id.startswith("hf-hub:") or cached_file(repo, ("config.json",), rev) is not None
+        return config_ok and cached_file(repo, HUB_FILES["timm"], rev) is not None
     if spec.loader == "timm-checkpoint":
-        return _cached_file(repo, (spec.checkpoint,), rev) is not None
-    if _cached_file(repo, ("config.json",), rev) is None:
+        return cached_file(repo, (spec.checkpoint,), rev) is not None
+    if cached_file(repo, ("config.json",), rev) is None:
         return False
-    index = _cached_file(repo, ("model.safetensors.index.json",), rev)
+    index = cached_file(repo, ("model.safetensors.index.json",), rev)
     if index is None:
-        return _cached_file(repo, ("model.safetensors", "pytorch_model.bin"), rev) is not None
+        return cached_file(repo, ("model.safetensors", "pytorch_model.bin"), rev) is not None
     try:
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]
@@ -222,7 +222,7 @@ def _hub_files_cached(spec: EncoderSpec) -> bool:
         return False
     shards = {shard for key, shard in weight_map.items()
               if spec.loader != "hf-vision-tower" or "vision_tower." in key}
-    return bool(shards) and all(_cached_file(repo, (shard,), rev) is not None for shard in shards)
+    return bool(shards) and all(cached_file(repo, (shard,), rev) is not None for shard in shards)
 
 
 def weights_status(spec: EncoderSpec, weights: str | None = None) -> dict:
@@ -248,7 +248,7 @@ def weights_status(spec: EncoderSpec, weights: str | None = None) -> dict:
     out["in_cache"] = _hub_files_cached(spec)
     if out["in_cache"]:
         return out
-    what = f"{_hub_repo(spec)}" + (f" (revision {spec.revision})" if spec.revision else "")
+    what = f"{hub_repo(spec)}" + (f" (revision {spec.revision})" if spec.revision else "")
     problems = []
     if _offline():
         problems.append(f"encoder {spec.name!r}: {what} is not in the local cache and HF_HUB_OFFLINE is set; "
@@ -306,7 +306,7 @@ def preflight(spec: EncoderSpec, weights: str | None = None) -> None:
     status = weights_status(spec, weights)
     if status["problem"]:
         raise WeightsError(status["problem"])
-    if status["in_cache"] is not False or (spec.loader == "timm" and _timm_hub_id(spec) is None):
+    if status["in_cache"] is not False or (spec.loader == "timm" and timm_hub_id(spec) is None):
         return  # nothing to download, or timm downloads from a URL of its own
     from huggingface_hub import constants  # huggingface_hub: only hub lookups need it
 

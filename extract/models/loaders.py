@@ -15,9 +15,9 @@ import torch
 from safetensors import safe_open
 
 from crs.extract.encoders import ENCODERS, EncoderSpec
-from crs.extract.models.encoder import Encoder, _builtin_model, pick_device
-from crs.extract.models.hub import WeightsError, _hub_error, _hub_file, _timm_hub_id, hub_errors
-from crs.extract.models.weights import _fill, _weights_file, loaded_weights_info, map_keys, read_state_dict
+from crs.extract.models.encoder import Encoder, builtin_model, pick_device
+from crs.extract.models.hub import WeightsError, hub_error, hub_errors, hub_file, timm_hub_id
+from crs.extract.models.weights import fill_model, loaded_weights_info, map_keys, read_state_dict, weights_file
 
 
 class ProjectedTrunk(torch.nn.Module):
@@ -42,8 +42,8 @@ def _timm_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
         if spec.revision and spec.pretrained:  # timm reads 'REPO@REVISION' from the hub id
             if model_id.startswith("hf-hub:"):
                 model_id = f"{model_id.split('@')[0]}@{spec.revision}"
-            elif _timm_hub_id(spec):
-                pin = {"pretrained_cfg_overlay": {"hf_hub_id": f"{_timm_hub_id(spec)}@{spec.revision}"}}
+            elif timm_hub_id(spec):
+                pin = {"pretrained_cfg_overlay": {"hf_hub_id": f"{timm_hub_id(spec)}@{spec.revision}"}}
             else:
                 raise WeightsError(f"encoder {spec.name!r}: timm does not take the weights of {spec.model_id} from "
                                    "the hub, so a revision cannot pin them; drop --revision for it")
@@ -54,10 +54,10 @@ def _timm_model(spec: EncoderSpec, weights: str | None) -> torch.nn.Module:
                 raise WeightsError(f"encoder {spec.name!r}: timm has no model {spec.model_id!r}") from exc
             raise
         except hub_errors() as exc:
-            raise _hub_error(spec, exc) from exc
+            raise hub_error(spec, exc) from exc
     model = timm.create_model(spec.arch.get("timm", spec.model_id), pretrained=False, num_classes=0,
                               **_timm_arch_kwargs(spec))
-    _fill(model, read_state_dict(_weights_file(weights)), spec, weights)
+    fill_model(model, read_state_dict(weights_file(weights)), spec, weights)
     return model
 
 
@@ -116,11 +116,11 @@ def _timm_checkpoint_model(spec: EncoderSpec, weights: str | None) -> torch.nn.M
                 f"encoder {spec.name!r}: its weights are not on a model hub. Download {spec.checkpoint} from the "
                 f"link on {spec.page} and pass --weights PATH"
             )
-        weights = _hub_file(spec, spec.checkpoint)
+        weights = hub_file(spec, spec.checkpoint)
     trunk = timm.create_model(spec.arch["timm"], pretrained=False, num_classes=0, **_timm_arch_kwargs(spec))
     model = ProjectedTrunk(trunk, spec.arch["projection_dim"]) if spec.keymap == "open_clip" else trunk
-    state = map_keys(read_state_dict(_weights_file(weights)), spec.keymap)
-    _fill(model, state, spec, weights)
+    state = map_keys(read_state_dict(weights_file(weights)), spec.keymap)
+    fill_model(model, state, spec, weights)
     return model
 
 
@@ -134,7 +134,7 @@ def _hf_model(spec: EncoderSpec, weights: str | None, trust_remote_code: bool) -
         model = cls.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
     except OSError as exc:  # transformers wraps hub errors (gated, offline, missing) in OSError
         cause = exc.__cause__ or exc
-        raise _hub_error(spec, cause if isinstance(cause, hub_errors()) else exc) from exc
+        raise hub_error(spec, cause if isinstance(cause, hub_errors()) else exc) from exc
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
             raise WeightsError(
@@ -160,7 +160,7 @@ def _vision_tower_files(spec: EncoderSpec, weights: str | None) -> tuple[str, li
             raise WeightsError(f"--weights {weights}: no config.json in that folder")
         index_path = str(index) if index.exists() else None
     else:
-        fetch = lambda name: _hub_file(spec, name)  # noqa: E731
+        fetch = lambda name: hub_file(spec, name)  # noqa: E731
         config = fetch("config.json")
         try:
             index_path = fetch("model.safetensors.index.json")
@@ -331,6 +331,6 @@ for _loader in (
     Loader("hf", "hf", _hf_model, _random_hf),
     Loader("hf-vision-tower", "hf", lambda spec, weights, trust: _vision_tower_model(spec, weights),
            _random_vision_tower),
-    Loader("builtin", "builtin", lambda spec, weights, trust: _builtin_model(spec)),
+    Loader("builtin", "builtin", lambda spec, weights, trust: builtin_model(spec)),
 ):
     register_loader(_loader)

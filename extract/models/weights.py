@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from crs.extract.encoders import EncoderSpec, is_commit
-from crs.extract.models.hub import _HUB_FILES, WeightsError, _cached_file, _commit_of, _hub_repo, _timm_hub_id
+from crs.extract.models.hub import HUB_FILES, WeightsError, cached_file, commit_of, hub_repo, timm_hub_id
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -85,7 +85,7 @@ def map_keys(state: dict[str, torch.Tensor], keymap: str | None) -> dict[str, to
     raise ValueError(f"unknown keymap {keymap!r}")
 
 
-def _fill(model: torch.nn.Module, state: dict[str, torch.Tensor], spec: EncoderSpec, where: str) -> None:
+def fill_model(model: torch.nn.Module, state: dict[str, torch.Tensor], spec: EncoderSpec, where: str) -> None:
     """Load ``state`` into ``model``; every tensor of the model must be given (heads aside)."""
     own = model.state_dict()
     if "pos_embed" in state and "pos_embed" in own and state["pos_embed"].shape[1] + 1 == own["pos_embed"].shape[1]:
@@ -100,7 +100,7 @@ def _fill(model: torch.nn.Module, state: dict[str, torch.Tensor], spec: EncoderS
         )
 
 
-def _weights_file(weights: str) -> str:
+def weights_file(weights: str) -> str:
     p = Path(weights)
     if p.is_dir():
         for name in ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin"):
@@ -113,7 +113,8 @@ def _weights_file(weights: str) -> str:
 
 
 # ------------------------------------------------------------------------ what was loaded
-def _info(source: str, requested: str | None = None, loaded: str | None = None, sha256: str | None = None) -> dict:
+def weights_info(source: str, requested: str | None = None, loaded: str | None = None,
+                 sha256: str | None = None) -> dict:
     return {"source": source, "revision_requested": requested, "revision_loaded": loaded, "weights_sha256": sha256}
 
 
@@ -142,20 +143,20 @@ def weights_sha256(path: str | os.PathLike) -> str:
 def loaded_weights_info(spec: EncoderSpec, weights: str | None, model: torch.nn.Module | None = None) -> dict:
     """``Encoder.weights_info`` of a model just loaded from ``spec`` (and ``weights``, if given)."""
     if spec.source == "builtin" or spec.loader == "builtin":
-        return _info("builtin: no learned weights")
+        return weights_info("builtin: no learned weights")
     if not spec.pretrained:
-        return _info(f"random init, torch seed {spec.init_seed} ({spec.model_id})")
+        return weights_info(f"random init, torch seed {spec.init_seed} ({spec.model_id})")
     if weights is not None:
-        return _info(f"local: {os.path.abspath(weights)}", spec.revision, None, weights_sha256(weights))
-    if spec.loader == "timm" and _timm_hub_id(spec) is None:  # timm's own download from a URL
+        return weights_info(f"local: {os.path.abspath(weights)}", spec.revision, None, weights_sha256(weights))
+    if spec.loader == "timm" and timm_hub_id(spec) is None:  # timm's own download from a URL
         url = (getattr(model, "pretrained_cfg", None) or {}).get("url")
-        return _info(f"timm: {spec.model_id} ({url or 'url'}; not a hub snapshot)", spec.revision)
-    repo = _hub_repo(spec)
+        return weights_info(f"timm: {spec.model_id} ({url or 'url'}; not a hub snapshot)", spec.revision)
+    repo = hub_repo(spec)
     commit = getattr(getattr(model, "config", None), "_commit_hash", None) if spec.loader == "hf" else None
     if not is_commit(commit):
-        files = (spec.checkpoint,) if spec.loader == "timm-checkpoint" else _HUB_FILES.get(spec.loader, ())
-        commit = _commit_of(_cached_file(repo, files, spec.revision))
+        files = (spec.checkpoint,) if spec.loader == "timm-checkpoint" else HUB_FILES.get(spec.loader, ())
+        commit = commit_of(cached_file(repo, files, spec.revision))
     where = f"hub: {repo}" + (f"/{spec.checkpoint}" if spec.checkpoint else "")
     if commit is None:
         where += " (its snapshot was not found in the local cache: the commit loaded is unknown)"
-    return _info(where, spec.revision, commit)
+    return weights_info(where, spec.revision, commit)
