@@ -15,7 +15,7 @@ import polars as pl
 
 from crs.extract.images import IMAGE_SUFFIXES, ImageError
 from crs.extract.real.dataset import FileDataset
-from crs.extract.real.index import _SHOW, DatasetError, Problem
+from crs.extract.real.index import SHOWN_PER_KIND, DatasetError, Problem
 from crs.extract.table import Table
 from crs.labels import check_task
 from crs.names import SPLITS
@@ -107,8 +107,8 @@ def _absent(y: np.ndarray, task: str, classes: Sequence[str], split: str) -> lis
 
 def _some(names: Sequence[str]) -> str:
     """The first few of ``names`` quoted, and how many more: a problem stays one line."""
-    shown = ", ".join(map(repr, names[:_SHOW]))
-    return shown + (f" and {len(names) - _SHOW} more" if len(names) > _SHOW else "")
+    shown = ", ".join(map(repr, names[:SHOWN_PER_KIND]))
+    return shown + (f" and {len(names) - SHOWN_PER_KIND} more" if len(names) > SHOWN_PER_KIND else "")
 
 
 def refuse_unmeasurable(table, task: str, classes: Sequence[str], name: str, check_args: str) -> None:
@@ -211,15 +211,15 @@ def _check_files(ds: FileDataset, problems: list[Problem]) -> np.ndarray:
             continue
         exists[row], odd[row] = stat.S_ISREG(mode), not stat.S_ISREG(mode)
     missing = f.filter(pl.Series(~exists))
-    for r in np.flatnonzero(~exists)[:_SHOW].tolist():
+    for r in np.flatnonzero(~exists)[:SHOWN_PER_KIND].tolist():
         row = f.row(r, named=True)
         what = ("is not a regular file (a FIFO, device or folder); expected an image file" if odd[r]
                 else f"is not an image file (the name does not end in {', '.join(IMAGE_SUFFIXES)}); list "
                      "image files only" if not row["path"].lower().endswith(IMAGE_SUFFIXES)
                 else f"not found under {ds.root}; expected the file this row names")
         problems.append(Problem(row["file"], row["line"], f"image {row['path']} {what}"))
-    if missing.height > _SHOW:
-        problems.append(Problem(missing["file"][0], None, f"{missing.height - _SHOW} more images not found"))
+    if missing.height > SHOWN_PER_KIND:
+        problems.append(Problem(missing["file"][0], None, f"{missing.height - SHOWN_PER_KIND} more images not found"))
     extra = sorted(found - set(idx.named.to_list()))
     if extra:
         problems.append(Problem(str(ds.root), None, f"{len(extra)} image files are named by no row of "
@@ -248,9 +248,9 @@ def _check_images(ds: FileDataset, rows: np.ndarray, problems: list[Problem], wo
             if task is not None:  # an optional rich.progress.Progress: the command line's bar
                 progress.advance(task)
     f = ds.index.frame
-    for row, exc in failures[:_SHOW]:
+    for row, exc in failures[:SHOWN_PER_KIND]:
         problems.append(Problem(f["file"][row], int(f["line"][row]),
                                 f"image {f['path'][row]} cannot be read ({exc.reason}); expected a readable "
                                 "JPEG or PNG"))
-    if len(failures) > _SHOW:
-        problems.append(Problem(f["file"][0], None, f"{len(failures) - _SHOW} more unreadable images"))
+    if len(failures) > SHOWN_PER_KIND:
+        problems.append(Problem(f["file"][0], None, f"{len(failures) - SHOWN_PER_KIND} more unreadable images"))

@@ -18,11 +18,11 @@ from crs.extract.real.index import (
     Index,
     Layout,
     Problem,
-    _check_codes,
-    _check_unique,
-    _label_columns,
-    _read,
-    _report,
+    check_codes,
+    check_unique,
+    label_columns,
+    read_checked_csv,
+    report_rows,
 )
 from crs.labels import Task
 from crs.names import MODALITIES, SPLITS
@@ -41,7 +41,7 @@ def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:
     are refused; at least two classes are needed."""
     idx = Index(None)
     rel = csv_path.name
-    df = _read(csv_path.parent, rel, ("path",), idx, optional=())
+    df = read_checked_csv(csv_path.parent, rel, ("path",), idx, optional=())
     if df is None:
         return idx
     header = pl.read_csv(csv_path, n_rows=0, infer_schema=False).columns
@@ -83,25 +83,26 @@ def _missing(col: pl.Expr) -> pl.Expr:
 def _check_csv_rows(df: pl.DataFrame, header: Sequence[str], multi: Sequence[str], idx: Index) -> None:
     """Blank paths, labels and ids, split values, label codes and duplicate ids of a generic CSV."""
     blank = lambda c: pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "")  # noqa: E731
-    _report(idx, df.filter(blank("path")), lambda r: "blank path; expected an image path", "blank paths")
+    report_rows(idx, df.filter(blank("path")), lambda r: "blank path; expected an image path", "blank paths")
     if "split" in header:
-        _report(idx, df.filter(~pl.col("split").is_in(list(SPLITS)).fill_null(False)),
-                lambda r: f"split {r['split']!r}; expected train, val or test", "split values outside train/val/test")
+        report_rows(idx, df.filter(~pl.col("split").is_in(list(SPLITS)).fill_null(False)),
+                    lambda r: f"split {r['split']!r}; expected train, val or test",
+                    "split values outside train/val/test")
     if "label" in header:
-        _report(idx, df.filter(_missing(pl.col("label")).is_null()),
-                lambda r: f"label {r['label'] or ''!r} is missing; expected a class name (give the row its class, "
-                          "or leave the row out)", "missing labels")
+        report_rows(idx, df.filter(_missing(pl.col("label")).is_null()),
+                    lambda r: f"label {r['label'] or ''!r} is missing; expected a class name (give the row its class, "
+                              "or leave the row out)", "missing labels")
         padded = df.filter(_missing(pl.col("label")).is_not_null()
                            & (pl.col("label") != pl.col("label").str.strip_chars()))
-        _report(idx, padded, lambda r: f"label {r['label']!r} has spaces around it; read as "
-                                       f"{r['label'].strip()!r}", "labels with spaces around them", fatal=False)
+        report_rows(idx, padded, lambda r: f"label {r['label']!r} has spaces around it; read as "
+                                           f"{r['label'].strip()!r}", "labels with spaces around them", fatal=False)
     else:
-        _check_codes(df, multi, (1.0, 0.0, -1.0), True, idx)
+        check_codes(df, multi, (1.0, 0.0, -1.0), True, idx)
     if "id" in header:
-        _report(idx, df.filter(blank("id")), lambda r: "blank id; expected a unique id on every row (or drop the "
-                                                       "'id' column: the path is the id then)", "blank ids")
+        report_rows(idx, df.filter(blank("id")), lambda r: "blank id; expected a unique id on every row (or drop the "
+                                                           "'id' column: the path is the id then)", "blank ids")
     ids = df.filter(~blank("id")).with_columns(pl.col("id").str.strip_chars())
-    _check_unique(ids, "id", "id", idx)
+    check_unique(ids, "id", "id", idx)
 
 
 def _csv_labels(df: pl.DataFrame, multi: Sequence[str]) -> tuple[tuple[str, ...], list[pl.Expr]]:
@@ -116,7 +117,7 @@ def _csv_labels(df: pl.DataFrame, multi: Sequence[str]) -> tuple[tuple[str, ...]
         labels = pl.col("label").str.strip_chars().replace_strict({c: k for k, c in enumerate(classes)},
                                                                   return_dtype=pl.Int64)
         return classes, [labels.alias("label")]
-    return tuple(c[len("label:"):] for c in multi), _label_columns(multi, "ignore", blank=-1)
+    return tuple(c[len("label:"):] for c in multi), label_columns(multi, "ignore", blank=-1)
 
 
 def _finite(text: str) -> float | None:

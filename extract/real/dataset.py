@@ -17,7 +17,16 @@ import polars as pl
 from crs.extract import splits
 from crs.extract.images import decode
 from crs.extract.options import DEFAULT_IMAGE_SIZE
-from crs.extract.real.index import _SHOW, CHEXPERT_FINDINGS, UNCERTAIN, DatasetError, Index, Layout, Problem, _report
+from crs.extract.real.index import (
+    CHEXPERT_FINDINGS,
+    SHOWN_PER_KIND,
+    UNCERTAIN,
+    DatasetError,
+    Index,
+    Layout,
+    Problem,
+    report_rows,
+)
 from crs.extract.real.layouts import LAYOUTS
 from crs.extract.table import Table
 from crs.labels import check_task
@@ -94,31 +103,31 @@ class FileDataset:
                                         "no usable images are left after filtering; expected at least one row"))
         if idx.frame is not None and idx.frame.height and not self.allow_absolute_paths:
             outside = idx.frame.filter(_outside_root(pl.col("path")))
-            _report(idx, outside, lambda r: f"image path {r['path']!r} lies outside the image root {self.root}; "
-                                            "expected a path relative to it (or allow paths outside it: "
-                                            "allow_absolute_paths)", "image paths outside the image root")
+            report_rows(idx, outside, lambda r: f"image path {r['path']!r} lies outside the image root {self.root}; "
+                                                "expected a path relative to it (or allow paths outside it: "
+                                                "allow_absolute_paths)", "image paths outside the image root")
         if idx.frame is not None and idx.frame.height and not self.follow_symlinks:
             inside = idx.frame.filter(~_outside_root(pl.col("path")))
             led = _led_out(self.root, inside["path"].to_list())
-            _report(idx, inside.filter(pl.col("path").is_in(list(led))),
-                    lambda r: f"image path {r['path']!r} leads out of the image root {self.root} through a symbolic "
-                              f"link (to {led[r['path']]}); expected a file under it (or follow such links: "
-                              "--follow-symlinks, follow_symlinks)", "image paths led out of the image root")
+            report_rows(idx, inside.filter(pl.col("path").is_in(list(led))),
+                        lambda r: f"image path {r['path']!r} leads out of the image root {self.root} through a "
+                                  f"symbolic link (to {led[r['path']]}); expected a file under it (or follow such "
+                                  "links: --follow-symlinks, follow_symlinks)", "image paths led out of the image root")
         if idx.frame is not None and idx.frame.height and idx.frame["split"].null_count() == 0:
             # an official or given split must keep each group (patient, lesion) in one split
             straddle = (idx.frame.group_by("group")
                         .agg(pl.col("split").n_unique().alias("n"), pl.first("file", "line"))
                         .filter(pl.col("n") > 1).sort("line"))
-            _report(idx, straddle, lambda r: f"group {r['group']!r} has images in more than one split; expected "
-                                             "each patient or lesion in one split only", "groups in several splits")
+            report_rows(idx, straddle, lambda r: f"group {r['group']!r} has images in more than one split; expected "
+                                                 "each patient or lesion in one split only", "groups in several splits")
         return idx
 
     @functools.cached_property
     def _built(self) -> tuple[Table, np.ndarray, np.ndarray]:
         idx = self.index
         if idx.fatal:
-            shown = "\n  ".join(str(p) for p in idx.fatal[:_SHOW])
-            more = f"\n  ... and {len(idx.fatal) - _SHOW} more" if len(idx.fatal) > _SHOW else ""
+            shown = "\n  ".join(str(p) for p in idx.fatal[:SHOWN_PER_KIND])
+            more = f"\n  ... and {len(idx.fatal) - SHOWN_PER_KIND} more" if len(idx.fatal) > SHOWN_PER_KIND else ""
             raise DatasetError(f"{self.name} at {self.root} cannot be used:\n  {shown}{more}\n"
                                f"run `crs datasets check {self.check_args()}` for the full report")
         f = idx.frame

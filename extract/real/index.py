@@ -20,7 +20,7 @@ CHEXPERT_FINDINGS = (
     "Fracture", "Support Devices",
 )
 
-_SHOW = 5  # problems of one kind listed before a summary line
+SHOWN_PER_KIND = 5  # problems of one kind listed before a summary line
 MISSING = ("", "na", "nan", "n/a")  # a label cell holding one of these (any case, spaces around) is missing
 
 
@@ -59,8 +59,8 @@ class Index:
 # ------------------------------------------------------------------ reading helpers
 
 
-def _read(root: Path, rel: str, required: Sequence[str], idx: Index,
-          optional: Sequence[str] = ()) -> pl.DataFrame | None:
+def read_checked_csv(root: Path, rel: str, required: Sequence[str], idx: Index,
+                     optional: Sequence[str] = ()) -> pl.DataFrame | None:
     """Every value as a string (codings are checked exactly), plus file and line columns."""
     path = root / rel
     if not path.is_file():
@@ -87,15 +87,16 @@ def _read(root: Path, rel: str, required: Sequence[str], idx: Index,
     return df.with_row_index("line", offset=2).with_columns(pl.col("line").cast(pl.Int64), file=pl.lit(rel))
 
 
-def _report(idx: Index, bad: pl.DataFrame, message: Callable[[dict], str], summary: str, fatal: bool = True) -> None:
+def report_rows(idx: Index, bad: pl.DataFrame, message: Callable[[dict], str], summary: str,
+                fatal: bool = True) -> None:
     """One problem for each of the first rows of ``bad`` (which has file, line), then a count."""
-    for row in bad.head(_SHOW).iter_rows(named=True):
+    for row in bad.head(SHOWN_PER_KIND).iter_rows(named=True):
         idx.problems.append(Problem(row["file"], row["line"], message(row), fatal))
-    if bad.height > _SHOW:
-        idx.problems.append(Problem(bad["file"][0], None, f"{bad.height - _SHOW} more rows: {summary}", fatal))
+    if bad.height > SHOWN_PER_KIND:
+        idx.problems.append(Problem(bad["file"][0], None, f"{bad.height - SHOWN_PER_KIND} more rows: {summary}", fatal))
 
 
-def _check_codes(df: pl.DataFrame, cols: Sequence[str], allowed: Sequence[float], blank_ok: bool, idx: Index) -> None:
+def check_codes(df: pl.DataFrame, cols: Sequence[str], allowed: Sequence[float], blank_ok: bool, idx: Index) -> None:
     names = ", ".join(f"{v:g}" for v in allowed) + (" or blank" if blank_ok else "")
     for c in cols:
         value = pl.col(c).str.strip_chars().cast(pl.Float64, strict=False)
@@ -103,14 +104,14 @@ def _check_codes(df: pl.DataFrame, cols: Sequence[str], allowed: Sequence[float]
         if blank_ok:
             ok = ok | pl.col(c).is_null() | (pl.col(c).str.strip_chars() == "")  # quoted "" is blank too
         bad = df.filter(~ok)
-        _report(idx, bad, lambda r, c=c: f"column {c!r} holds {r[c]!r}; expected {names}",
-                f"values in column {c!r} outside {names}")
+        report_rows(idx, bad, lambda r, c=c: f"column {c!r} holds {r[c]!r}; expected {names}",
+                    f"values in column {c!r} outside {names}")
 
 
-def _check_unique(df: pl.DataFrame, key: str, what: str, idx: Index) -> None:
+def check_unique(df: pl.DataFrame, key: str, what: str, idx: Index) -> None:
     bad = df.filter(pl.col(key).is_duplicated()).sort(key, "line")
-    _report(idx, bad, lambda r: f"duplicate {what} {r[key]!r}; expected each {what} once",
-            f"duplicate {what}s")
+    report_rows(idx, bad, lambda r: f"duplicate {what} {r[key]!r}; expected each {what} once",
+                f"duplicate {what}s")
 
 
 def _policy(col: str, uncertain: str, blank: int) -> pl.Expr:
@@ -120,7 +121,7 @@ def _policy(col: str, uncertain: str, blank: int) -> pl.Expr:
     return (pl.when(v.is_null()).then(blank).when(v == -1).then(u).otherwise(v)).cast(pl.Int8)
 
 
-def _label_columns(findings: Sequence[str], uncertain: str, blank: int) -> list[pl.Expr]:
+def label_columns(findings: Sequence[str], uncertain: str, blank: int) -> list[pl.Expr]:
     return [_policy(f, uncertain, blank).alias(f"y{k}") for k, f in enumerate(findings)]
 
 

@@ -12,11 +12,11 @@ from crs.extract.real.index import (
     COMPETITION,
     Index,
     Layout,
-    _check_codes,
-    _check_unique,
-    _label_columns,
-    _read,
-    _report,
+    check_codes,
+    check_unique,
+    label_columns,
+    read_checked_csv,
+    report_rows,
 )
 from crs.extract.table import registry
 
@@ -30,21 +30,22 @@ MIMIC_CHEXPERT, MIMIC_META, MIMIC_SPLIT = (
 def read_isic(root: Path, **_) -> Index:
     idx = Index(None)
     every = (*ISIC_CLASSES, "UNK")
-    gt = _read(root, ISIC_GT, ("image", *every), idx)
-    meta = _read(root, ISIC_META, ("image", "lesion_id"), idx, optional=("age_approx", "anatom_site_general", "sex"))
+    gt = read_checked_csv(root, ISIC_GT, ("image", *every), idx)
+    meta = read_checked_csv(root, ISIC_META, ("image", "lesion_id"), idx,
+                            optional=("age_approx", "anatom_site_general", "sex"))
     if gt is None or meta is None:
         return idx
-    _check_codes(gt, every, (0.0, 1.0), False, idx)
-    _check_unique(gt, "image", "image", idx)
-    _check_unique(meta, "image", "image", idx)
+    check_codes(gt, every, (0.0, 1.0), False, idx)
+    check_unique(gt, "image", "image", idx)
+    check_unique(meta, "image", "image", idx)
     if idx.fatal:
         return idx
     onehot = gt.select(pl.col(c).cast(pl.Float64).cast(pl.Int8) for c in every).to_numpy()  # [N, 9]
     n_hot = onehot.sum(1)
     bad = gt.filter(pl.Series(n_hot != 1))
-    _report(idx, bad.with_columns(n=pl.Series(n_hot[n_hot != 1])),
-            lambda r: f"image {r['image']!r} has {r['n']} diagnoses marked 1.0; expected exactly one of "
-                      f"{', '.join(every)}", "rows without exactly one diagnosis")
+    report_rows(idx, bad.with_columns(n=pl.Series(n_hot[n_hot != 1])),
+                lambda r: f"image {r['image']!r} has {r['n']} diagnoses marked 1.0; expected exactly one of "
+                          f"{', '.join(every)}", "rows without exactly one diagnosis")
     if idx.fatal:
         return idx
     unk = onehot[:, -1] == 1
@@ -76,14 +77,14 @@ def read_isic(root: Path, **_) -> Index:
 
 def read_aptos(root: Path, **_) -> Index:
     idx = Index(None)
-    df = _read(root, "train.csv", ("id_code", "diagnosis"), idx)
+    df = read_checked_csv(root, "train.csv", ("id_code", "diagnosis"), idx)
     if df is None:
         return idx
     grade = pl.col("diagnosis").str.strip_chars()
     bad = df.filter(~grade.is_in(["0", "1", "2", "3", "4"]).fill_null(False))
-    _report(idx, bad, lambda r: f"diagnosis {r['diagnosis']!r}; expected an integer grade 0-4",
-            "diagnosis values outside 0-4")
-    _check_unique(df, "id_code", "id_code", idx)
+    report_rows(idx, bad, lambda r: f"diagnosis {r['diagnosis']!r}; expected an integer grade 0-4",
+                "diagnosis values outside 0-4")
+    check_unique(df, "id_code", "id_code", idx)
     if idx.fatal:
         return idx
     idx.notes.append("APTOS 2019 publishes no patient ids: each image is its own group, so the two eyes of "
@@ -99,20 +100,20 @@ def read_aptos(root: Path, **_) -> Index:
 
 def read_chexpert(root: Path, *, findings: Sequence[str], uncertain: str, **_) -> Index:
     idx = Index(None)
-    df = _read(root, "train.csv", ("Path", "Frontal/Lateral", *findings), idx)
+    df = read_checked_csv(root, "train.csv", ("Path", "Frontal/Lateral", *findings), idx)
     if df is None:
         return idx
-    _check_codes(df, findings, (1.0, 0.0, -1.0), True, idx)
+    check_codes(df, findings, (1.0, 0.0, -1.0), True, idx)
     view = pl.col("Frontal/Lateral")
-    _report(idx, df.filter(~view.is_in(["Frontal", "Lateral"]).fill_null(False)),
-            lambda r: f"Frontal/Lateral holds {r['Frontal/Lateral']!r}; expected Frontal or Lateral",
-            "Frontal/Lateral values other than Frontal or Lateral")
+    report_rows(idx, df.filter(~view.is_in(["Frontal", "Lateral"]).fill_null(False)),
+                lambda r: f"Frontal/Lateral holds {r['Frontal/Lateral']!r}; expected Frontal or Lateral",
+                "Frontal/Lateral values other than Frontal or Lateral")
     patient = pl.col("Path").str.extract(r"/(patient\d+)/", 1)
-    _report(idx, df.filter(patient.is_null()),
-            lambda r: f"Path {r['Path']!r} names no patient; expected a path like "
-                      "CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg",
-            "Paths without a patientNNNNN folder")
-    _check_unique(df, "Path", "Path", idx)
+    report_rows(idx, df.filter(patient.is_null()),
+                lambda r: f"Path {r['Path']!r} names no patient; expected a path like "
+                          "CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg",
+                "Paths without a patientNNNNN folder")
+    check_unique(df, "Path", "Path", idx)
     if idx.fatal:
         return idx
     rel = pl.col("Path").str.replace(r"^[^/]*/", "")  # the first component is the release folder: --root
@@ -123,7 +124,7 @@ def read_chexpert(root: Path, *, findings: Sequence[str], uncertain: str, **_) -
         idx.notes.append("valid.csv (the 200-study radiologist-labelled validation set) is not used: the split "
                          "is by patient over train.csv, since the download has no labelled test split")
     idx.frame = df.filter(view == "Frontal").select(
-        *_label_columns(findings, uncertain, blank=0),
+        *label_columns(findings, uncertain, blank=0),
         id=rel, path=rel, group=patient, split=pl.lit(None, dtype=pl.String), file=pl.col("file"), line=pl.col("line"),
     )
     idx.named = df.select(rel.alias("path"))["path"]
@@ -132,23 +133,23 @@ def read_chexpert(root: Path, *, findings: Sequence[str], uncertain: str, **_) -
 
 def read_mimic(root: Path, *, findings: Sequence[str], uncertain: str, **_) -> Index:
     idx = Index(None)
-    chex = _read(root, MIMIC_CHEXPERT, ("subject_id", "study_id", *findings), idx)
-    meta = _read(root, MIMIC_META, ("dicom_id", "subject_id", "study_id", "ViewPosition"), idx)
-    split = _read(root, MIMIC_SPLIT, ("dicom_id", "study_id", "subject_id", "split"), idx)
+    chex = read_checked_csv(root, MIMIC_CHEXPERT, ("subject_id", "study_id", *findings), idx)
+    meta = read_checked_csv(root, MIMIC_META, ("dicom_id", "subject_id", "study_id", "ViewPosition"), idx)
+    split = read_checked_csv(root, MIMIC_SPLIT, ("dicom_id", "study_id", "subject_id", "split"), idx)
     if chex is None or meta is None or split is None:
         return idx
-    _check_codes(chex, findings, (1.0, 0.0, -1.0), True, idx)
+    check_codes(chex, findings, (1.0, 0.0, -1.0), True, idx)
     for df in (chex, split):
         for c in ("subject_id", "study_id"):
-            _report(idx, df.filter(~pl.col(c).str.contains(r"^\d{3,}$").fill_null(False)),
-                    lambda r, c=c: f"{c} {r[c]!r}; expected a number of digits", f"{c} values that are not numbers")
-    _report(idx, split.filter(~pl.col("split").is_in(["train", "validate", "test"]).fill_null(False)),
-            lambda r: f"split {r['split']!r}; expected train, validate or test",
-            "split values outside train/validate/test")
-    _check_unique(split, "dicom_id", "dicom_id", idx)
-    _check_unique(meta, "dicom_id", "dicom_id", idx)
+            report_rows(idx, df.filter(~pl.col(c).str.contains(r"^\d{3,}$").fill_null(False)),
+                        lambda r, c=c: f"{c} {r[c]!r}; expected a number of digits", f"{c} values that are not numbers")
+    report_rows(idx, split.filter(~pl.col("split").is_in(["train", "validate", "test"]).fill_null(False)),
+                lambda r: f"split {r['split']!r}; expected train, validate or test",
+                "split values outside train/validate/test")
+    check_unique(split, "dicom_id", "dicom_id", idx)
+    check_unique(meta, "dicom_id", "dicom_id", idx)
     study = chex.with_columns(key=pl.col("subject_id") + "/" + pl.col("study_id"))
-    _check_unique(study, "key", "subject_id/study_id", idx)
+    check_unique(study, "key", "subject_id/study_id", idx)
     if idx.fatal:
         return idx
     frame = split.join(meta.select("dicom_id", "ViewPosition"), on="dicom_id", how="left")
@@ -164,7 +165,7 @@ def read_mimic(root: Path, *, findings: Sequence[str], uncertain: str, **_) -> I
     path = (pl.lit("files/p") + pl.col("subject_id").str.slice(0, 2) + pl.lit("/p") + pl.col("subject_id")
             + pl.lit("/s") + pl.col("study_id") + pl.lit("/") + pl.col("dicom_id") + pl.lit(".jpg"))
     idx.frame = labelled.select(
-        *_label_columns(findings, uncertain, blank=0),
+        *label_columns(findings, uncertain, blank=0),
         id=pl.col("dicom_id"), path=path, group=pl.lit("p") + pl.col("subject_id"),
         split=pl.col("split").replace({"validate": "val"}), file=pl.col("file"), line=pl.col("line"),
     )
