@@ -11,9 +11,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crs.extract.synthetic.draw import _F, _choice, _f32, _grid, _pixel_noise, _sigmoid, _smooth
+from crs.extract.synthetic.draw import DTYPE, choice, float32_params, grid, pixel_noise, sigmoid, smooth
 
-_CXR_CLASSES = ("cardiomegaly", "effusion", "consolidation", "edema")
+CXR_CLASSES = ("cardiomegaly", "effusion", "consolidation", "edema")
 # Latent model: finding k is present when z_k = a_k + L_k . (heart failure, infection)
 # + e_k > 0; a patient's two factors are shared by all their images, e_k ~ N(0, 0.6) is
 # drawn per image, and a_k is set so that P(z_k > 0) is the site's prevalence. Entries
@@ -38,9 +38,9 @@ _CXR_SITE = {
 }
 
 
-def _cxr_group(rng: np.random.Generator) -> dict:
+def cxr_group(rng: np.random.Generator) -> dict:
     factors = rng.standard_normal(2)
-    return _f32({
+    return float32_params({
         "factors": factors,
         "build": np.exp(rng.normal(0.0, 0.07)),  # body and lung size
         "heart": np.exp(rng.normal(0.0, 0.09)),  # heart width before any cardiomegaly
@@ -50,7 +50,7 @@ def _cxr_group(rng: np.random.Generator) -> dict:
     })
 
 
-def _cxr_row_for(site: str) -> Callable[[dict, int, np.random.Generator], dict]:
+def cxr_row_for(site: str) -> Callable[[dict, int, np.random.Generator], dict]:
     sd = np.sqrt((_CXR_LOADINGS**2).sum(axis=1) + _CXR_NOISE**2)
     intercept = sd * np.array([NormalDist().inv_cdf(p) for p in _CXR_PREVALENCE[site]])
 
@@ -61,7 +61,7 @@ def _cxr_row_for(site: str) -> Callable[[dict, int, np.random.Generator], dict]:
         return {
             "label": label,
             "z": z.tolist(),
-            "effusion_side": _choice(rng, np.array([0.35, 0.6, 1.0])),  # right, left, both
+            "effusion_side": choice(rng, np.array([0.35, 0.6, 1.0])),  # right, left, both
             "consolidation_at": rng.uniform(-1, 1, 2).tolist(),
             "ap": bool(rng.random() < group["ap_prone"]),
             # How plainly each finding shows on this film, whatever its clinical severity.
@@ -71,7 +71,7 @@ def _cxr_row_for(site: str) -> Callable[[dict, int, np.random.Generator], dict]:
     return draw
 
 
-def _cxr_render_for(site: str) -> Callable[[int, dict, dict, np.random.Generator], np.ndarray]:
+def cxr_render_for(site: str) -> Callable[[int, dict, dict, np.random.Generator], np.ndarray]:
     return functools.partial(_render_cxr, site=_CXR_SITE[site])
 
 
@@ -95,7 +95,7 @@ def _render_cxr(n: int, patient: dict, row: dict, rng: np.random.Generator, *, s
     # Heart: on the diaphragm, bulging to the patient's left (image right).
     ap = 1.12 if row["ap"] else 1.0
     half_width = 0.29 * patient["heart"] * ap * (1 + 0.25 * min(cardio, 1.6))
-    heart = _sigmoid((1 - np.square((x - 0.05) * (1 / half_width)) - np.square((y - chest.base + 0.3) * 4.2)) * 8)
+    heart = sigmoid((1 - np.square((x - 0.05) * (1 / half_width)) - np.square((y - chest.base + 0.3) * 4.2)) * 8)
     img = img + heart * (0.58 - img) * 0.9
     img = _cxr_findings(img, n, chest, row, effusion, consolidation, edema, rng)
 
@@ -110,7 +110,7 @@ def _render_cxr(n: int, patient: dict, row: dict, rng: np.random.Generator, *, s
     img = np.clip(img * math.exp(0.1 * e[5]) + float(rng.normal(0.0, 0.03)), 0, 1)
     gamma = site.gamma
     img = 0.5 + site.contrast * ((img**gamma if gamma != 1.0 else img) - 0.5)
-    return img + site.noise * _pixel_noise(rng, n, 1)
+    return img + site.noise * pixel_noise(rng, n, 1)
 
 
 class _Chest(NamedTuple):
@@ -130,7 +130,7 @@ def _cxr_chest(n: int, patient: dict, e: list[float], rng: np.random.Generator, 
                offset: tuple[float, float]) -> tuple[np.ndarray, _Chest]:
     """The healthy film [H, W] (body, lungs, ribs, lung markings, clavicles, trachea) and its
     anatomy; ``e[0:5]`` pose the patient (tilt, build, position, inspiration)."""
-    X, Y = _grid(n)
+    X, Y = grid(n)
     # Anatomical coordinates: the site's field of view, then the patient's position.
     tilt, build = 0.04 * e[0], patient["build"] * math.exp(0.02 * e[1])
     x0, y0 = X / zoom + (offset[0] + 0.035 * e[2]), Y / zoom + (offset[1] + 0.035 * e[3])
@@ -139,7 +139,7 @@ def _cxr_chest(n: int, patient: dict, e: list[float], rng: np.random.Generator, 
     ax = np.abs(x)
 
     shoulders = 0.5 * np.sqrt(np.clip(-0.55 - y, 0, None))
-    img = 0.06 + 0.5 * _sigmoid((0.92 - ax - shoulders) * 25)
+    img = 0.06 + 0.5 * sigmoid((0.92 - ax - shoulders) * 25)
 
     # Lungs, both at once in |x|: from the mediastinum (|x| = 0.07) out to a lateral wall
     # that rounds off towards the apex; the floor is the diaphragm's dome, whose lateral
@@ -149,14 +149,14 @@ def _cxr_chest(n: int, patient: dict, e: list[float], rng: np.random.Generator, 
     t = np.clip((y - apex) * (1 / (base - apex)), 0, 1)
     wall = 0.07 + 0.68 * np.sqrt(1 - np.square(1 - t))
     dome = np.clip(1 - np.square((ax - 0.42) * 3), 0, None)
-    floor = base - 0.15 * dome - 0.03 * (x < 0).astype(_F)
-    lung = _sigmoid(np.minimum(np.minimum(ax - 0.07, wall - ax), np.minimum(y - apex, floor - y)) * 45)
+    floor = base - 0.15 * dome - 0.03 * (x < 0).astype(DTYPE)
+    lung = sigmoid(np.minimum(np.minimum(ax - 0.07, wall - ax), np.minimum(y - apex, floor - y)) * 45)
     img = img - (0.4 - patient["habitus"]) * lung  # soft tissue over the lungs greys them
 
     # Ribs (posterior arcs), vessels fanning from the hila, clavicles, trachea.
-    rib_phase = (y + 0.3 * ax - 0.5 * x * x) * _F(2 * np.pi / 0.16)
+    rib_phase = (y + 0.3 * ax - 0.5 * x * x) * DTYPE(2 * np.pi / 0.16)
     hilum = np.exp(np.square(ax - 0.15) * -8 - np.square(y + 0.05) * 6)
-    markings = (0.05 * hilum + 0.015) * _smooth(rng, n, 16) + 0.06 * hilum
+    markings = (0.05 * hilum + 0.015) * smooth(rng, n, 16) + 0.06 * hilum
     img = img + (0.03 * (1 + np.cos(rib_phase)) + markings) * lung
     clavicle = np.exp(np.square((y + 0.66 - 0.3 * ax * np.sqrt(ax)) * 28) * -1) * ((ax < 0.6) & (ax > 0.05))
     img = img + 0.15 * clavicle - 0.08 * np.exp(x * x * -900) * (y < -0.35)
@@ -171,14 +171,14 @@ def _cxr_findings(img: np.ndarray, n: int, chest: _Chest, row: dict, effusion: f
         depth = (0.03 + 0.15 * min(effusion, 1.5)) * (chest.base - chest.apex)
         side = (x < 0, x > 0, ax > 0)[row["effusion_side"]]
         top = chest.floor - depth * (0.5 + 0.8 * np.clip((ax - 0.15) * 2, 0, 1))
-        fluid = _sigmoid((y - top) * 40) * lung * side
+        fluid = sigmoid((y - top) * 40) * lung * side
         img = img + (0.8 * min(1.0, 0.4 + effusion)) * fluid * (0.56 - img)
 
     if consolidation > 0:  # patchy opacity in one lung zone
         at_x, at_y = row["consolidation_at"]
         px, py = (1.0 if at_x > 0 else -1.0) * (0.3 + 0.12 * abs(at_x)), -0.15 + 0.3 * at_y
         blob = np.exp((np.square(x - px) + np.square(y - py)) * (-1 / (0.02 + 0.03 * min(consolidation, 1.5))))
-        patch = _sigmoid((_smooth(rng, n, 10) + 0.6) * 3)
+        patch = sigmoid((smooth(rng, n, 10) + 0.6) * 3)
         img = img + (0.3 * min(consolidation, 1.2)) * blob * patch * lung
 
     if edema > 0:  # perihilar (butterfly) haze and a general loss of lung clarity

@@ -11,9 +11,9 @@ from typing import ClassVar
 import numpy as np
 
 from crs.extract import splits
-from crs.extract.synthetic.draw import _choice
-from crs.extract.synthetic.registry import _SPECS, _spec
-from crs.extract.synthetic.spec import _GROUP, _RENDER, _SPLIT, _rng
+from crs.extract.synthetic.draw import choice
+from crs.extract.synthetic.registry import SPECS, spec_of
+from crs.extract.synthetic.spec import GROUP_STREAM, RENDER_STREAM, SPLIT_STREAM, keyed_rng
 from crs.extract.table import Table
 from crs.labels import check_task
 from crs.strata import finding_set_strata
@@ -49,7 +49,7 @@ class SyntheticDataset:
     @property
     def modality(self) -> str:
         """'dermatology' | 'ophthalmology' | 'radiology': selects the perturbation suite."""
-        return _SPECS[self.name].modality
+        return SPECS[self.name].modality
 
     def table(self) -> Table:
         return _plan(self.name, self.size, self.seed).table
@@ -63,13 +63,14 @@ class SyntheticDataset:
             raise IndexError(
                 f"{self.name} has rows 0..{n_rows - 1}; asked for rows {rows.min()}..{rows.max()}"
             )
-        render = _SPECS[self.name].render
+        render = SPECS[self.name].render
         n = self.image_size
         out = np.empty((len(rows), n, n, 3), dtype=np.uint8)
         for start in range(0, len(rows), _CHUNK):
             chunk = rows[start : start + _CHUNK].tolist()
             imgs = np.stack([
-                render(n, plan.groups[plan.group_index[i]], plan.rows[i], _rng(self.name, self.seed, _RENDER, i))
+                render(n, plan.groups[plan.group_index[i]], plan.rows[i],
+                       keyed_rng(self.name, self.seed, RENDER_STREAM, i))
                 for i in chunk
             ])  # [B, C, H, W], C = 3 or 1 (grey, broadcast to RGB below), ~[0, 1]
             imgs = np.clip(imgs * 255 + 0.5, 0, 255).astype(np.uint8)
@@ -91,7 +92,7 @@ class _Plan:
 
 @functools.lru_cache(maxsize=16)
 def _plan(name: str, size: float, seed: int) -> _Plan:
-    spec = _spec(name)
+    spec = spec_of(name)
     if not size > 0:
         raise ValueError(f"{name}: size must be > 0; got {size!r}")
     n_rows = max(_MIN_IMAGES, int(round(spec.n_images * size)))
@@ -99,8 +100,8 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
     groups, group_index, rows = [], [], []
     while len(rows) < n_rows:
         g = len(groups)
-        rng = _rng(name, seed, _GROUP, g)
-        m = 1 + _choice(rng, cdf)
+        rng = keyed_rng(name, seed, GROUP_STREAM, g)
+        m = 1 + choice(rng, cdf)
         group = spec.draw_group(rng)
         groups.append(group)
         for k in range(min(m, n_rows - len(rows))):
@@ -113,7 +114,7 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
     else:
         strata = finding_set_strata(labels, group_index, len(groups))
         sizes = np.bincount(group_index, minlength=len(groups))
-        split = splits.deal_split(strata, sizes, _rng(name, seed, _SPLIT))[group_index]
+        split = splits.deal_split(strata, sizes, keyed_rng(name, seed, SPLIT_STREAM))[group_index]
     group_ids = np.array([f"{name}-{spec.group_prefix}{g:05d}" for g in range(len(groups))])
     table = Table(
         ids=np.array([f"{name}-{i:06d}" for i in range(n_rows)]),
@@ -128,7 +129,7 @@ def _plan(name: str, size: float, seed: int) -> _Plan:
 
 def get(name: str, size: float = 1.0, seed: int = 0) -> SyntheticDataset:
     """The synthetic dataset `name`, with `size` times its default number of images."""
-    spec = _spec(name)
+    spec = spec_of(name)
     if not size > 0:
         raise ValueError(f"size must be > 0 (a multiple of the default image count); got {size!r}")
     return SyntheticDataset(

@@ -7,9 +7,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crs.extract.synthetic.draw import _F, _choice, _f32, _grid, _pixel_noise, _rgb, _sigmoid, _smooth, _upsample
+from crs.extract.synthetic.draw import DTYPE, choice, float32_params, grid, pixel_noise, rgb, sigmoid, smooth, upsample
 
-_DERM_CLASSES = ("nevus", "melanoma", "keratosis", "carcinoma", "vascular")
+DERM_CLASSES = ("nevus", "melanoma", "keratosis", "carcinoma", "vascular")
 _DERM_PRIOR = np.array([0.45, 0.20, 0.15, 0.12, 0.08])
 # One row a class: radius (in half-widths), border irregularity (harmonic amplitude),
 # border blur (share of the radius), variegation, then the strengths of four textures:
@@ -37,19 +37,19 @@ _HARMONICS = np.arange(2, 7)
 _N_BLOBS = 6
 
 
-def _derm_group(rng: np.random.Generator) -> dict:
+def derm_group(rng: np.random.Generator) -> dict:
     cdf = np.cumsum(_DERM_PRIOR)
-    label = _choice(rng, cdf)
+    label = choice(rng, cdf)
     shape, colour = _DERM_SHAPE[label], _DERM_COLOUR[label]
     if rng.random() < _DERM_BORDERLINE:
-        other, w = _choice(rng, cdf), rng.uniform(0.2, 0.7)
+        other, w = choice(rng, cdf), rng.uniform(0.2, 0.7)
         shape = (1 - w) * shape + w * _DERM_SHAPE[other]
         colour = (1 - w) * colour + w * _DERM_COLOUR[other]
     shape = shape * np.exp(rng.normal(0.0, _DERM_SPREAD))
     colour = np.clip(colour * np.exp(rng.normal(0.0, 0.12, 3) + rng.normal(0.0, 0.12)), 0.02, 1.0)
     amp = shape[1] * rng.standard_normal(len(_HARMONICS)) / np.sqrt(_HARMONICS - 1)
     phase = rng.uniform(0, 2 * np.pi, len(_HARMONICS))
-    return _f32({
+    return float32_params({
         "label": label,
         "skin": _SKIN_LIGHT + rng.beta(1.5, 2.5) * (_SKIN_DARK - _SKIN_LIGHT),
         "hairy": bool(rng.random() < 0.3),
@@ -72,11 +72,11 @@ def _derm_group(rng: np.random.Generator) -> dict:
     })
 
 
-def _same_label(group: dict, k: int, rng: np.random.Generator) -> dict:
+def same_label(group: dict, k: int, rng: np.random.Generator) -> dict:
     return {"label": group["label"], "k": k}
 
 
-def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> np.ndarray:
+def render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> np.ndarray:
     """Dermoscopy-like: a pigmented lesion on textured skin.
 
     Label signal: the lesion's colour and variegation (colour); its radius, border
@@ -87,14 +87,14 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
     Nuisances: skin tone and texture, hair, lighting, a dermoscope's dark corners and,
     between images of one lesion, a small rotation, shift and zoom.
     """
-    X, Y = _grid(n)
+    X, Y = grid(n)
     e = rng.standard_normal(10).tolist()
-    skin = _rgb(*lesion["skin"]) * (1 + 0.05 * _smooth(rng, n, 6) + 0.02 * _smooth(rng, n, 24))
+    skin = rgb(*lesion["skin"]) * (1 + 0.05 * smooth(rng, n, 6) + 0.02 * smooth(rng, n, 24))
     shape = _derm_shape(n, lesion, e)
 
     varieg = lesion["variegation"]
     mix = np.clip(0.5 + varieg * shape.field, 0, 1) * min(1.0, 1.5 * varieg + 0.1)
-    main, second = _rgb(*lesion["colour"][0]), _rgb(*lesion["colour"][1])
+    main, second = rgb(*lesion["colour"][0]), rgb(*lesion["colour"][1])
     colour = _derm_texture(main + mix * (second - main), n, lesion, shape)  # [3, H, W]
     img = skin + shape.alpha * (colour - skin)
 
@@ -104,11 +104,11 @@ def _render_derm(n: int, lesion: dict, row: dict, rng: np.random.Generator) -> n
             dist = np.abs(a * X + b * Y + off + bend * X * Y) * (n / 2 / math.hypot(a, b))
             img = img * (1 - 0.5 * np.exp(dist * dist * -3.0))
 
-    gain = _rgb(*np.exp(0.06 * e[4] + 0.03 * np.array(e[5:8])))
+    gain = rgb(*np.exp(0.06 * e[4] + 0.03 * np.array(e[5:8])))
     img = img * (gain * (1 + 0.08 * e[8] * X + 0.08 * e[9] * Y))
     if rng.random() < 0.4:  # the dermoscope's field: dark corners
-        img = img * _sigmoid((rng.uniform(1.0, 1.35) - np.sqrt(X * X + Y * Y)) * 25)
-    return img + 0.015 * _pixel_noise(rng, n)
+        img = img * sigmoid((rng.uniform(1.0, 1.35) - np.sqrt(X * X + Y * Y)) * 25)
+    return img + 0.015 * pixel_noise(rng, n)
 
 
 class _DermShape(NamedTuple):
@@ -130,20 +130,20 @@ def _derm_shape(n: int, lesion: dict, e: list[float]) -> _DermShape:
     def frame(X, Y):
         return (c * (X - cx) + s * (Y - cy)) / radius, (c * (Y - cy) - s * (X - cx)) / (radius * lesion["aspect"])
 
-    u, v = frame(*_grid(n))
+    u, v = frame(*grid(n))
     d = np.sqrt(u * u + v * v)
     # The border and the variegation field are smooth: draw them at 1/2 and 1/4 resolution.
-    uh, vh = frame(*_grid(n // 2))
+    uh, vh = frame(*grid(n // 2))
     w = (uh + 1j * vh) / (np.sqrt(uh * uh + vh * vh) + 1e-6)  # e^{i theta}
     wk, edge = w * w, 1.0
     for a, b in zip(lesion["harmonic_cos"].tolist(), lesion["harmonic_sin"].tolist()):
         edge = edge + a * wk.real - b * wk.imag
         wk = wk * w
-    uq, vq = frame(*_grid(n // 4))
+    uq, vq = frame(*grid(n // 4))
     bu, bv = lesion["blobs"][:, 0, None, None], lesion["blobs"][:, 1, None, None]
-    field = np.tensordot(lesion["blob_weight"], np.exp((np.square(uq - bu) + np.square(vq - bv)) * _F(-5.5)), axes=1)
-    edge, field = _upsample(edge, n), _upsample(field, n)
-    alpha = _sigmoid((edge - d) / (lesion["blur"] + 0.02))
+    field = np.tensordot(lesion["blob_weight"], np.exp((np.square(uq - bu) + np.square(vq - bv)) * DTYPE(-5.5)), axes=1)
+    edge, field = upsample(edge, n), upsample(field, n)
+    alpha = sigmoid((edge - d) / (lesion["blur"] + 0.02))
     return _DermShape(u, v, d, field, alpha, radius)
 
 
@@ -154,23 +154,23 @@ def _derm_texture(colour: np.ndarray, n: int, lesion: dict, shape: _DermShape) -
     if network > 0.03:
         f = 2 * np.pi * radius / lesion["network_period"]
         holes = (np.cos(f * u + 0.25 * field) * np.cos(f * v - 0.25 * field) + 1) / 2
-        colour = colour * (1 - 0.45 * network * (1 - holes) * _sigmoid((0.9 - d) * 10))
+        colour = colour * (1 - 0.45 * network * (1 - holes) * sigmoid((0.9 - d) * 10))
     if ridges > 0.03:
         f = lesion["ridge_freq"] * radius
         gyri = np.cos(f * u + 2.5 * np.sin(0.7 * f * v + field))
-        furrow, cyst = _sigmoid((gyri - 0.4) * 8), _sigmoid((-0.85 - gyri) * 12)
+        furrow, cyst = sigmoid((gyri - 0.4) * 8), sigmoid((-0.85 - gyri) * 12)
         colour = colour * (1 - 0.3 * ridges * furrow)
-        colour = colour + (0.25 * ridges * cyst) * (_rgb(0.95, 0.9, 0.75) - colour)
+        colour = colour + (0.25 * ridges * cyst) * (rgb(0.95, 0.9, 0.75) - colour)
     if vessels > 0.03:
         line = np.zeros_like(d)
         for off, amp, freq, phase in lesion["vessels"].tolist():
             dist = np.abs(v - 0.35 * off - 0.2 * amp * np.sin((3 + freq) * u + phase)) * (radius * n / 2)
             line = np.maximum(line, np.exp(dist * dist * -2.0))
         line = line * (d < 0.95)
-        colour = colour + (min(0.8, vessels) * line) * (_rgb(0.72, 0.12, 0.15) - colour)
+        colour = colour + (min(0.8, vessels) * line) * (rgb(0.72, 0.12, 0.15) - colour)
     if lagoons > 0.03:
         f = 2 * np.pi * radius / lesion["lagoon_period"]
         lag = (np.cos(f * u + 0.5 * field) * np.cos(f * v) + 1) / 2
         red = np.clip(1 - 4 * lag * (1 - lag), 0, 1)  # 0 on the pale septa between lagoons
-        colour = colour + (min(1.0, lagoons) * 0.6 * red) * (_rgb(0.55, 0.08, 0.22) - colour)
+        colour = colour + (min(1.0, lagoons) * 0.6 * red) * (rgb(0.55, 0.08, 0.22) - colour)
     return colour

@@ -9,20 +9,20 @@ from typing import NamedTuple
 import numpy as np
 
 from crs.extract.synthetic.draw import (
-    _arc_mass,
-    _blur,
-    _choice,
-    _f32,
-    _grid,
-    _pixel_noise,
-    _rgb,
-    _sigmoid,
-    _smooth,
-    _spots,
-    _strokes,
+    arc_mass,
+    blur,
+    choice,
+    float32_params,
+    grid,
+    pixel_noise,
+    rgb,
+    sigmoid,
+    smooth,
+    spots,
+    strokes,
 )
 
-_FUNDUS_CLASSES = ("grade_0", "grade_1", "grade_2", "grade_3", "grade_4")
+FUNDUS_CLASSES = ("grade_0", "grade_1", "grade_2", "grade_3", "grade_4")
 _FUNDUS_PRIOR = np.array([0.40, 0.15, 0.25, 0.10, 0.10])
 # Mean lesion counts per image by grade: microaneurysms, haemorrhages, hard exudates,
 # cotton-wool spots; and the strength of new vessels at the disc (proliferative).
@@ -46,8 +46,8 @@ _VESSEL_WIDTH = np.array([1.0, 1.0, 1.4, 1.4, 0.8, 0.8, 0.8, 0.8])
 _VESSEL_POINTS = np.linspace(0.0, 1.0, 32)
 
 
-def _fundus_group(rng: np.random.Generator) -> dict:
-    grade = _choice(rng, np.cumsum(_FUNDUS_PRIOR))
+def fundus_group(rng: np.random.Generator) -> dict:
+    grade = choice(rng, np.cumsum(_FUNDUS_PRIOR))
     # The vessel tree: curves phi = phi_0 - bend * (rho - rho_0) about the disc, wavy by
     # a tortuosity, plus one branch off each arcade vessel at rho_b with its own bend.
     angle = _VESSEL_ANGLE + rng.normal(0.0, 0.08, 8)
@@ -61,14 +61,14 @@ def _fundus_group(rng: np.random.Generator) -> dict:
     rho = start + (1.25 - start) * _VESSEL_POINTS  # [12 vessels, 32 points]
     phi = angle - bend * (rho - start) + rng.uniform(0.0, 0.06) * np.sin(rho * 25 + angle * 7)
     toward, up = rho * np.cos(phi), rho * np.sin(phi)  # unit-retina coordinates about the disc
-    return _f32({
+    return float32_params({
         "label": grade,
         "burden": np.exp(rng.normal(0.0, _FUNDUS_BURDEN)),
         "colour": np.array([0.85, 0.38, 0.14]) * np.exp(rng.normal(0.0, [0.06, 0.1, 0.2])),
         "right_eye_first": bool(rng.random() < 0.5),
         "vessel_toward": toward,  # towards the macula
         "vessel_up": up,
-        "vessel_mass": _arc_mass(toward, up, width * (1.2 - 0.6 * rho)),
+        "vessel_mass": arc_mass(toward, up, width * (1.2 - 0.6 * rho)),
     })
 
 
@@ -90,7 +90,7 @@ class _Eye(NamedTuple):
                 self.cy + self.radius * (self.dy + rho * np.sin(phi)))
 
 
-def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -> np.ndarray:
+def render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -> np.ndarray:
     """Fundus-photograph-like: an orange-red retina on black, optic disc, macula, vessels.
 
     Label signal: the number and size of red dots (microaneurysms), dark red blots
@@ -99,23 +99,23 @@ def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -
     at the disc. Counts are Poisson around a per-patient burden, so adjacent grades
     overlap. Nuisances: which eye, field of view, pigmentation, exposure, defocus.
     """
-    X, Y = _grid(n)
+    X, Y = grid(n)
     grade = patient["label"]
     e = rng.standard_normal(8).tolist()
     side = 1.0 if (row["k"] == 0) == patient["right_eye_first"] else -1.0  # disc at +x: a right eye
     cx, cy, radius = 0.03 * e[0], 0.03 * e[1], float(rng.uniform(0.84, 1.0))
     x, y = (X - cx) / radius, (Y - cy) / radius  # the retina is the unit disc
     r2 = x * x + y * y
-    inside = _sigmoid((1 - np.sqrt(r2)) * (n * radius / 1.5))
+    inside = sigmoid((1 - np.sqrt(r2)) * (n * radius / 1.5))
 
-    colour = _rgb(*patient["colour"] * np.exp(0.05 * np.array(e[2:5])))
-    img = colour * ((1 - 0.45 * r2) * (1 + 0.05 * _smooth(rng, n, 8)))
+    colour = rgb(*patient["colour"] * np.exp(0.05 * np.array(e[2:5])))
+    img = colour * ((1 - 0.45 * r2) * (1 + 0.05 * smooth(rng, n, 8)))
 
     # Optic disc (bright, with a brighter cup) and macula (dark).
     dx, dy = side * 0.5 + 0.04 * e[5], 0.05 * e[6]
     pd2 = np.square(x - dx) + np.square(y - dy)
     disc = np.exp(pd2 * pd2 * -4750) * 0.9
-    img = img + disc * (_rgb(1.0, 0.86, 0.55) - img) + 0.15 * np.exp(pd2 * -400)
+    img = img + disc * (rgb(1.0, 0.86, 0.55) - img) + 0.15 * np.exp(pd2 * -400)
     mx, my = dx - side * 0.55, dy + 0.06
     img = img * (1 - 0.3 * np.exp((np.square(x - mx) + np.square(y - my)) * -33))
     eye = _Eye(cx, cy, radius, dx, dy, mx, my, side)
@@ -123,8 +123,8 @@ def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -
     # Vessels, whose veins dilate with the grade (drawn per patient, posed per image).
     vx = cx + radius * (dx - side * patient["vessel_toward"])
     vy = cy + radius * (dy + patient["vessel_up"])
-    vessel = np.clip(_strokes(n, vx, vy, patient["vessel_mass"] * radius, 0.55 * n / 64), 0, 1)
-    img = img * (1 - 0.55 * vessel * _rgb(0.35, 1.0, 1.0))
+    vessel = np.clip(strokes(n, vx, vy, patient["vessel_mass"] * radius, 0.55 * n / 64), 0, 1)
+    img = img * (1 - 0.55 * vessel * rgb(0.35, 1.0, 1.0))
     img = _fundus_proliferative(img, n, grade, patient, eye, rng)
     img = _fundus_lesions(img, n, grade, patient["burden"], math.exp(0.2 * e[7]), eye, rng)
 
@@ -132,8 +132,8 @@ def _render_fundus(n: int, patient: dict, row: dict, rng: np.random.Generator) -
     img = img * math.exp(0.06 * rng.standard_normal())
     sigma = float(rng.uniform(0.3, 1.2)) * n / 64
     if sigma > 0.55:
-        img = _blur(img, sigma)
-    return (img + 0.01 * _pixel_noise(rng, n)) * inside
+        img = blur(img, sigma)
+    return (img + 0.01 * pixel_noise(rng, n)) * inside
 
 
 def _fundus_proliferative(img: np.ndarray, n: int, grade: int, patient: dict, eye: _Eye,
@@ -145,12 +145,12 @@ def _fundus_proliferative(img: np.ndarray, n: int, grade: int, patient: dict, ey
         steps = rng.normal(0.0, 0.9, (4, 40)).cumsum(axis=1)
         rho = 0.1 + 0.3 * np.abs(np.sin(np.linspace(0, 3 * np.pi, 40) + rng.uniform(0, 6, (4, 1))))
         tx, ty = eye.polar(rho, rng.uniform(-np.pi, np.pi, (4, 1)) + 0.35 * steps)
-        tangle = np.clip(_strokes(n, tx, ty, _arc_mass(tx, ty, 1.0), 0.45 * n / 64), 0, 1)
-        img = img * (1 - min(0.8, 0.7 * neo) * tangle * _rgb(0.25, 1.0, 1.0))
+        tangle = np.clip(strokes(n, tx, ty, arc_mass(tx, ty, 1.0), 0.45 * n / 64), 0, 1)
+        img = img * (1 - min(0.8, 0.7 * neo) * tangle * rgb(0.25, 1.0, 1.0))
     if grade == 4 and rng.random() < 0.5:  # a preretinal haemorrhage: a large dark boat
         hx, hy = eye.polar(rng.uniform(0.3, 0.9, 1), rng.uniform(-np.pi, np.pi, 1))
-        blot = _spots(n, np.array([hx[0] - 0.03, hx[0] + 0.03]), hy, np.array([0.8, 0.8]), np.full(2, 0.09))
-        img = img * (1 - np.clip(blot, 0, 0.85) * _rgb(0.5, 0.9, 0.9))
+        blot = spots(n, np.array([hx[0] - 0.03, hx[0] + 0.03]), hy, np.array([0.8, 0.8]), np.full(2, 0.09))
+        img = img * (1 - np.clip(blot, 0, 0.85) * rgb(0.5, 0.9, 0.9))
     return img
 
 
@@ -174,9 +174,9 @@ def _fundus_lesions(img: np.ndarray, n: int, grade: int, burden: float, jitter: 
     sx, sy = eye.cx + eye.radius * sx, eye.cy + eye.radius * sy
     red = kind < 2
     if red.any():
-        dark = np.clip(_spots(n, sx[red], sy[red], weight[red], size[red]), 0, 0.9)
-        img = img * (1 - dark * _rgb(0.35, 0.8, 0.8))
+        dark = np.clip(spots(n, sx[red], sy[red], weight[red], size[red]), 0, 0.9)
+        img = img * (1 - dark * rgb(0.35, 0.8, 0.8))
     if not red.all():
-        pale = np.clip(_spots(n, sx[~red], sy[~red], weight[~red], size[~red]), 0, 1)
-        img = img + pale * (_rgb(0.95, 0.85, 0.45) - img)
+        pale = np.clip(spots(n, sx[~red], sy[~red], weight[~red], size[~red]), 0, 1)
+        img = img + pale * (rgb(0.95, 0.85, 0.45) - img)
     return img

@@ -1,4 +1,4 @@
-"""A synthetic dataset's record (``_Spec``: how its groups, rows and images are drawn) and the keyed
+"""A synthetic dataset's record (``Spec``: how its groups, rows and images are drawn) and the keyed
 random generators every draw comes from (the package docstring says how they are keyed)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_GROUP, _RENDER, _SPLIT = 0, 1, 2  # generator streams
+GROUP_STREAM, RENDER_STREAM, SPLIT_STREAM = 0, 1, 2  # generator streams
 
 
 @functools.cache
@@ -18,12 +18,12 @@ def _stable_int(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
 
 
-def _rng(name: str, seed: int, stream: int, index: int = 0) -> np.random.Generator:
+def keyed_rng(name: str, seed: int, stream: int, index: int = 0) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([_stable_int(name), seed, stream, index])))
 
 
 @dataclass(frozen=True)
-class _Spec:
+class Spec:
     name: str
     task: str
     classes: tuple[str, ...]

@@ -15,7 +15,7 @@ from crs.errors import UserError
 from crs.extract import datasets as dsreg
 from crs.extract import real, splits, synthetic
 from crs.extract.real import DatasetError
-from crs.extract.synthetic.registry import _SPECS
+from crs.extract.synthetic.registry import SPECS
 from crs.extract.table import Table, check_unique, registry
 from crs.names import MODALITIES
 
@@ -98,9 +98,9 @@ def test_shift_spec_is_what_the_user_named(tmp_path):
 
 
 def test_registries_refuse_a_duplicate_name():
-    spec = _SPECS["demo_derm"]
+    spec = SPECS["demo_derm"]
     with pytest.raises(ValueError, match="synthetic dataset 'demo_derm' is registered twice"):
-        registry([spec, _SPECS["demo_cxr"], spec], "synthetic dataset")
+        registry([spec, SPECS["demo_cxr"], spec], "synthetic dataset")
     isic = real.LAYOUTS["isic2019"]
     with pytest.raises(ValueError, match="dataset layout 'isic2019' is registered twice"):
         registry([isic, isic], "dataset layout")

@@ -17,8 +17,8 @@ from threadpoolctl import threadpool_limits
 
 from crs.extract import synthetic
 from crs.extract.synthetic.dataset import _plan
-from crs.extract.synthetic.registry import _SPECS
-from crs.extract.synthetic.spec import _RENDER, _rng
+from crs.extract.synthetic.registry import SPECS
+from crs.extract.synthetic.spec import RENDER_STREAM, keyed_rng
 
 NAMES = synthetic.DATASETS
 FULL = {"demo_derm": 900, "demo_fundus": 900, "demo_cxr": 1100, "demo_cxr_site2": 400}
@@ -78,9 +78,9 @@ def test_table_and_images_contract(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_renderers_draw_float32(name):
     # float64 creeping in (a numpy scalar, a float64 constant) makes drawing ~4x slower.
-    plan, render = _plan(name, 0.1, 0), _SPECS[name].render
+    plan, render = _plan(name, 0.1, 0), SPECS[name].render
     for i in range(6):
-        rng = _rng(name, 0, _RENDER, i)
+        rng = keyed_rng(name, 0, RENDER_STREAM, i)
         img = render(64, plan.groups[plan.group_index[i]], plan.rows[i], rng)
         assert img.dtype == np.float32 and img.shape in ((3, 64, 64), (1, 64, 64))
 
