@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import polars as pl
 from matplotlib.figure import Figure
 
-from crs.scoring.figures.style import DPI, Absent, _need, styles
+from crs.scoring.figures.style import DPI, Absent, need_columns, styles
 
 
 def reliability_bins(reliability: pl.DataFrame, condition: str = "clean") -> pl.DataFrame:
@@ -17,10 +17,10 @@ def reliability_bins(reliability: pl.DataFrame, condition: str = "clean") -> pl.
     One row per (encoder, dataset, scaled, bin) of ``condition``; a multi-class task has
     one top-label row per seed and bin, a multi-label task one per label too.
     """
-    _need(reliability, ["encoder", "dataset", "condition", "scaled", "bin", "count", "confidence", "accuracy"],
-          "reliability bins",
-          "they need the probe's stored probabilities: run `crs score --store STORE` (or pass --store to "
-          "`crs report`)")
+    need_columns(reliability, ["encoder", "dataset", "condition", "scaled", "bin", "count", "confidence", "accuracy"],
+                 "reliability bins",
+                 "they need the probe's stored probabilities: run `crs score --store STORE` (or pass --store to "
+                 "`crs report`)")
     rows = reliability.filter(pl.col("condition") == condition)
     return (
         rows.group_by("encoder", "dataset", "scaled", "bin")

@@ -21,14 +21,14 @@ from crs.scoring.figures.style import (
     REFERENCE_TAG,
     SCALAR_CMAP,
     Absent,
-    _annotate,
-    _col,
-    _fmt,
-    _grid,
-    _marker_kw,
-    _need,
-    _yerr,
+    annotate,
+    cell,
+    error_bars,
+    fmt,
     keep_apart,
+    marker_kw,
+    need_columns,
+    panels,
     styles,
 )
 
@@ -52,23 +52,23 @@ def profiles(encoders: pl.DataFrame, per_dataset: pl.DataFrame, settings: dict) 
 
     The axes are categories, so nothing joins them: a line from D to C would suggest an order.
     """
-    _need(encoders, AXES, "encoder table", "run `crs score` first")
+    need_columns(encoders, AXES, "encoder table", "run `crs score` first")
     names = encoders["encoder"].to_list()
     ref_name = settings.get("reference", "median")
     style = styles(names, ref_name)
     ref = reference_profile(encoders, per_dataset, ref_name)
     ref_label = (f"{ref_name}{REFERENCE_TAG}: grey dash" if ref_name in names
                  else "reference (per-axis median): grey dash")
-    fig, axes = _grid(len(names), 4, 3.2, 2.9)
+    fig, axes = panels(len(names), 4, 3.2, 2.9)
     x = np.arange(len(AXES))
     for ax, row in zip(axes, encoders.iter_rows(named=True), strict=True):
         e = row["encoder"]
         v = np.array([row[a] for a in AXES], dtype=float)
-        lo = np.array([_col(row, f"{a}_low") for a in AXES])
-        hi = np.array([_col(row, f"{a}_high") for a in AXES])
+        lo = np.array([cell(row, f"{a}_low") for a in AXES])
+        hi = np.array([cell(row, f"{a}_high") for a in AXES])
         ax.plot(x, ref, ls="none", color="#555555", marker="_", ms=26, mew=2, label=ref_label)
-        ax.errorbar(x, v, yerr=_yerr(v, lo, hi), ls="none", elinewidth=2, capsize=4,
-                    label=style[e]["label"], **_marker_kw(style[e]))
+        ax.errorbar(x, v, yerr=error_bars(v, lo, hi), ls="none", elinewidth=2, capsize=4,
+                    label=style[e]["label"], **marker_kw(style[e]))
         ax.set_xticks(x, [AXIS_SHORT[a] for a in AXES])
         ax.set_xlim(-0.6, len(AXES) - 0.4)
         ax.set_ylim(-0.02, 1.02)
@@ -88,7 +88,7 @@ def profiles(encoders: pl.DataFrame, per_dataset: pl.DataFrame, settings: dict) 
 # ---------------------------------------------------------- rank change
 def rank_slope(encoders: pl.DataFrame, rank_comparison: dict, reference: str | None = None) -> Figure:
     """AUROC rank (left) against CRS rank (right), one line per encoder; lines of reversed pairs bold."""
-    _need(encoders, ["auroc_rank", "crs_rank"], "ranks", "run `crs score` first")
+    need_columns(encoders, ["auroc_rank", "crs_rank"], "ranks", "run `crs score` first")
     names = encoders["encoder"].to_list()
     style = styles(names, reference)
     reversed_ = {e for pair in rank_comparison.get("reversed_pairs", []) for e in pair}
@@ -98,7 +98,7 @@ def rank_slope(encoders: pl.DataFrame, rank_comparison: dict, reference: str | N
     for row in encoders.iter_rows(named=True):
         e = row["encoder"]
         hot = e in reversed_
-        kw = _marker_kw(style[e])
+        kw = marker_kw(style[e])
         if not hot:
             kw["color"] = "#999999"
         ax.plot([0, 1], [row["auroc_rank"], row["crs_rank"]], lw=3 if hot else 1.2, ls="-" if hot else ":", **kw)
@@ -113,7 +113,7 @@ def rank_slope(encoders: pl.DataFrame, rank_comparison: dict, reference: str | N
     ax.set_ylabel("rank (1 = best)")
     rc = rank_comparison
     ax.set_title(f"{rc.get('discordant_pairs', 0)} of {rc.get('pairs', 0)} pairs reversed (bold); Kendall tau-b "
-                 f"{_fmt(rc.get('kendall_tau_b'), '.2f')}", fontsize=10)
+                 f"{fmt(rc.get('kendall_tau_b'), '.2f')}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -127,7 +127,7 @@ def pareto(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
     marker's shape, so the figure reads the same in grey.
     """
     cols = ["q_discrimination", "q_calibration", "q_robustness", "pareto"]
-    _need(encoders, cols, "Pareto flags", "run `crs score` first")
+    need_columns(encoders, cols, "Pareto flags", "run `crs score` first")
     names = encoders["encoder"].to_list()
     style = styles(names, reference)
     fig = Figure(figsize=(7.6, 5.6), dpi=DPI, layout="constrained")
@@ -141,16 +141,16 @@ def pareto(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
     for row in encoders.iter_rows(named=True):
         e = row["encoder"]
         d, c = row["q_discrimination"], row["q_calibration"]
-        ax.errorbar([d], [c], xerr=_yerr([d], [_col(row, "q_discrimination_low")],
-                                          [_col(row, "q_discrimination_high")]),
-                    yerr=_yerr([c], [_col(row, "q_calibration_low")], [_col(row, "q_calibration_high")]),
+        ax.errorbar([d], [c], xerr=error_bars([d], [cell(row, "q_discrimination_low")],
+                                               [cell(row, "q_discrimination_high")]),
+                    yerr=error_bars([c], [cell(row, "q_calibration_low")], [cell(row, "q_calibration_high")]),
                     color="#666666", lw=1, capsize=3, ls="none", zorder=1)
         front = bool(row["pareto"])
         edge = REFERENCE_EDGE if style[e]["reference"] else {"edgecolor": "black", "linewidth": 0.8}
         ax.scatter([d], [c], color=sm.to_rgba(row["q_robustness"]), marker="*" if front else "o",
                    s=340 if front else 110, zorder=3, **edge)
-        labels.append(_annotate(ax, f"{style[e]['label']}\nq R {row['q_robustness']:+.3f}", d, c,
-                                encoders["q_discrimination"].to_numpy().astype(float)))
+        labels.append(annotate(ax, f"{style[e]['label']}\nq R {row['q_robustness']:+.3f}", d, c,
+                               encoders["q_discrimination"].to_numpy().astype(float)))
     ax.axhline(0, color="#777777", lw=0.8, ls="--")
     ax.axvline(0, color="#777777", lw=0.8, ls="--")
     ax.margins(0.25)
@@ -171,8 +171,8 @@ def pareto(encoders: pl.DataFrame, reference: str | None = None) -> Figure:
 def rank_distribution(dist: pl.DataFrame, order: Sequence[str], n_bootstrap: int | None = None,
                       reference: str | None = None) -> Figure:
     """Share of bootstrap replicates giving each encoder each CRS rank (a heat map, leaderboard order)."""
-    _need(dist, ["encoder", "rank", "share"], "bootstrap rank distribution",
-          "re-run `crs score` (these scores lack rank_distribution)")
+    need_columns(dist, ["encoder", "rank", "share"], "bootstrap rank distribution",
+                 "re-run `crs score` (these scores lack rank_distribution)")
     style = styles(order, reference)
     ranks = sorted(dist["rank"].unique().to_list())
     m = np.zeros((len(order), len(ranks)))
@@ -200,8 +200,8 @@ def rank_distribution(dist: pl.DataFrame, order: Sequence[str], n_bootstrap: int
 def weight_map(grid: pl.DataFrame, order: Sequence[str], weights: dict | None = None,
                reference: str | None = None) -> Figure:
     """The CRS leader at each point of the weight simplex; the run's weights marked."""
-    _need(grid, ["w_dominance", "w_balance", "w_worst_axis", "leader"], "weight-sensitivity grid",
-          "run `crs score` first")
+    need_columns(grid, ["w_dominance", "w_balance", "w_worst_axis", "leader"], "weight-sensitivity grid",
+                 "run `crs score` first")
     style = styles(order, reference)
     fig = Figure(figsize=(7.0, 5.8), dpi=DPI, layout="constrained")
     ax = fig.subplots()
@@ -251,7 +251,7 @@ def cost_quality(encoders: pl.DataFrame, reference: str | None = None) -> Figure
                      "record them")
     names = encoders["encoder"].to_list()
     style = styles(names, reference)
-    fig, axes = _grid(len(present), 2, 5.6, 4.4)
+    fig, axes = panels(len(present), 2, 5.6, 4.4)
     labels, dashed = [], False
     for ax, (col, label, higher) in zip(axes, present, strict=True):
         rows = encoders.filter(pl.col(col).is_not_null() & (pl.col(col).cast(pl.Float64) > 0))
@@ -259,9 +259,9 @@ def cost_quality(encoders: pl.DataFrame, reference: str | None = None) -> Figure
         y = rows["crs"].to_numpy().astype(float)
         for row, xi, yi in zip(rows.iter_rows(named=True), x, y, strict=True):
             st = style[row["encoder"]]
-            ax.errorbar([xi], [yi], yerr=_yerr([yi], [_col(row, "crs_low")], [_col(row, "crs_high")]), ls="none",
-                        capsize=3, **_marker_kw(st, 9))
-            labels.append(_annotate(ax, st["label"], xi, yi, x, log=True))
+            ax.errorbar([xi], [yi], yerr=error_bars([yi], [cell(row, "crs_low")], [cell(row, "crs_high")]), ls="none",
+                        capsize=3, **marker_kw(st, 9))
+            labels.append(annotate(ax, st["label"], xi, yi, x, log=True))
         front = cost_front(x, y, higher)
         notes = []
         if front.sum() >= 2:

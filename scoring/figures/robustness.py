@@ -12,10 +12,10 @@ from matplotlib.lines import Line2D
 from crs.scoring.figures.style import (
     DPI,
     Absent,
-    _grid,
-    _marker_kw,
-    _need,
-    _yerr,
+    error_bars,
+    marker_kw,
+    need_columns,
+    panels,
     styles,
 )
 
@@ -24,11 +24,11 @@ from crs.scoring.figures.style import (
 def label_efficiency(curves: pl.DataFrame, order: Sequence[str], unit: str = "seed",
                      reference: str | None = None) -> Figure:
     """Clean AUROC against label fraction per dataset, one line per encoder with its bootstrap band."""
-    _need(curves, ["encoder", "dataset", "fraction", "auroc", "auroc_low", "auroc_high"], "label-efficiency curves",
-          "run `crs score` first")
+    need_columns(curves, ["encoder", "dataset", "fraction", "auroc", "auroc_low", "auroc_high"],
+                 "label-efficiency curves", "run `crs score` first")
     datasets = sorted(curves["dataset"].unique().to_list())
     style = styles(order, reference)
-    fig, axes = _grid(len(datasets), 3, 4.2, 3.4)
+    fig, axes = panels(len(datasets), 3, 4.2, 3.4)
     for ax, dataset in zip(axes, datasets, strict=True):
         for e in order:
             c = curves.filter((pl.col("dataset") == dataset) & (pl.col("encoder") == e)).sort("fraction")
@@ -37,7 +37,7 @@ def label_efficiency(curves: pl.DataFrame, order: Sequence[str], unit: str = "se
             f = 100 * c["fraction"].to_numpy()
             ax.fill_between(f, c["auroc_low"].to_numpy(), c["auroc_high"].to_numpy(), color=style[e]["color"],
                             alpha=0.2, lw=0)
-            ax.plot(f, c["auroc"].to_numpy(), label=style[e]["label"], **_marker_kw(style[e], 6))
+            ax.plot(f, c["auroc"].to_numpy(), label=style[e]["label"], **marker_kw(style[e], 6))
         ax.set_xscale("log")
         ticks = sorted(set((100 * curves.filter(pl.col("dataset") == dataset)["fraction"]).to_list()))
         ax.set_xticks(ticks, [f"{t:g}%" for t in ticks])
@@ -73,7 +73,7 @@ def _band(ax, x, r: pl.DataFrame, st: dict, label: str | None) -> None:
     if {"retention_low", "retention_high"} <= set(r.columns) and r["retention_low"].is_not_null().any():
         ax.fill_between(x, r["retention_low"].to_numpy().astype(float), r["retention_high"].to_numpy().astype(float),
                         color=st["color"], alpha=0.18, lw=0)
-    ax.plot(x, r["retention"].to_numpy(), label=label, lw=2.2 if st["reference"] else 1.6, **_marker_kw(st, 6))
+    ax.plot(x, r["retention"].to_numpy(), label=label, lw=2.2 if st["reference"] else 1.6, **marker_kw(st, 6))
 
 
 def robustness(detail: pl.DataFrame, dataset: str, order: Sequence[str], reference: str | None = None,
@@ -84,8 +84,8 @@ def robustness(detail: pl.DataFrame, dataset: str, order: Sequence[str], referen
     ``summary``: rows (encoder, dataset, severity, retention[, retention_low, retention_high]) of the
     mean over families; computed here as the plain mean of ``detail`` when not given.
     """
-    _need(detail, ["encoder", "dataset", "family", "severity", "retention", "kind"], "robustness detail",
-          "run `crs score` on records with perturbed conditions")
+    need_columns(detail, ["encoder", "dataset", "family", "severity", "retention", "kind"], "robustness detail",
+                 "run `crs score` on records with perturbed conditions")
     rows = detail.filter((pl.col("dataset") == dataset) & (pl.col("kind") == "perturbed"))
     if not rows.height:
         raise Absent(f"no perturbed conditions for dataset {dataset!r} (extracted with --no-perturb?)")
@@ -131,10 +131,10 @@ def _families_at_top(ax, rows: pl.DataFrame, order: Sequence[str], style: dict, 
         yy = np.array([y[f] for f in r["family"].to_list()]) + (j - (k - 1) / 2) * min(0.6 / k, 0.18)
         v = r["retention"].to_numpy().astype(float)
         if {"retention_low", "retention_high"} <= set(r.columns):
-            ax.errorbar(v, yy, xerr=_yerr(v, r["retention_low"].to_numpy(), r["retention_high"].to_numpy()),
-                        ls="none", elinewidth=1.2, capsize=2, **_marker_kw(style[e], 6))
+            ax.errorbar(v, yy, xerr=error_bars(v, r["retention_low"].to_numpy(), r["retention_high"].to_numpy()),
+                        ls="none", elinewidth=1.2, capsize=2, **marker_kw(style[e], 6))
         else:
-            ax.plot(v, yy, ls="none", **_marker_kw(style[e], 6))
+            ax.plot(v, yy, ls="none", **marker_kw(style[e], 6))
     groups = [family_group(f) for f in families]
     for i in range(1, len(families)):
         if groups[i] != groups[i - 1]:
@@ -150,14 +150,14 @@ def _families_at_top(ax, rows: pl.DataFrame, order: Sequence[str], style: dict, 
 
 def robustness_grid(detail: pl.DataFrame, dataset: str, order: Sequence[str], reference: str | None = None) -> Figure:
     """Retention against severity for one dataset, one panel per perturbation family (the appendix view)."""
-    _need(detail, ["encoder", "dataset", "family", "severity", "retention", "kind"], "robustness detail",
-          "run `crs score` on records with perturbed conditions")
+    need_columns(detail, ["encoder", "dataset", "family", "severity", "retention", "kind"], "robustness detail",
+                 "run `crs score` on records with perturbed conditions")
     rows = detail.filter((pl.col("dataset") == dataset) & (pl.col("kind") == "perturbed"))
     if not rows.height:
         raise Absent(f"no perturbed conditions for dataset {dataset!r} (extracted with --no-perturb?)")
     families = _grouped(rows["family"].unique().to_list())
     style = styles(order, reference)
-    fig, axes = _grid(len(families), 5, 2.8, 2.5)
+    fig, axes = panels(len(families), 5, 2.8, 2.5)
     severities = sorted(rows["severity"].drop_nulls().unique().to_list())
     for ax, fam in zip(axes, families, strict=True):
         for e in order:
@@ -171,7 +171,7 @@ def robustness_grid(detail: pl.DataFrame, dataset: str, order: Sequence[str], re
         ax.set_xlabel("severity", fontsize=8)
         ax.set_ylabel("retention (0-1)", fontsize=8)
         ax.grid(alpha=0.3)
-    handles = [Line2D([], [], label=style[e]["label"], **_marker_kw(style[e], 6)) for e in order]
+    handles = [Line2D([], [], label=style[e]["label"], **marker_kw(style[e], 6)) for e in order]
     per_row = max(1, int(fig.get_size_inches()[0] / 2.4))  # legend entries that fit across the figure
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(order), per_row), fontsize=9)
     fig.suptitle(f"{dataset}: retention per perturbation family (bands: intervals, where known)", fontsize=10)
@@ -181,13 +181,13 @@ def robustness_grid(detail: pl.DataFrame, dataset: str, order: Sequence[str], re
 def shift_gap(per_dataset: pl.DataFrame, detail: pl.DataFrame, order: Sequence[str],
               reference: str | None = None) -> Figure:
     """Clean against shift-target AUROC per encoder (a dumbbell per encoder), one panel per shifted dataset."""
-    _need(detail, ["encoder", "dataset", "kind", "auroc", "condition"], "robustness detail", "run `crs score`")
+    need_columns(detail, ["encoder", "dataset", "kind", "auroc", "condition"], "robustness detail", "run `crs score`")
     shifts = detail.filter(pl.col("kind") == "shift")
     if not shifts.height:
         raise Absent("no shift condition in the results (no dataset with a shift target was probed)")
     pairs = shifts.select("dataset", "condition").unique().sort("dataset", "condition").rows()
     style = styles(order, reference)
-    fig, axes = _grid(len(pairs), 2, 6.0, 0.42 * len(order) + 1.6)
+    fig, axes = panels(len(pairs), 2, 6.0, 0.42 * len(order) + 1.6)
     for ax, (dataset, condition) in zip(axes, pairs, strict=True):
         names = [e for e in order if e in set(shifts.filter(pl.col("dataset") == dataset)["encoder"].to_list())]
         for i, e in enumerate(names):
@@ -196,7 +196,7 @@ def shift_gap(per_dataset: pl.DataFrame, detail: pl.DataFrame, order: Sequence[s
             if not clean.len() or not s.len():
                 continue
             a, b = float(clean[0]), float(s[0])
-            kw = _marker_kw(style[e], 8)
+            kw = marker_kw(style[e], 8)
             kw.pop("marker")
             ax.plot([a, b], [i, i], color=style[e]["color"], lw=2)
             ax.plot(a, i, marker="o", ls="", **kw)

@@ -42,7 +42,7 @@ def styles(encoders: Sequence[str], reference: str | None = None) -> dict[str, d
     }
 
 
-def _marker_kw(st: dict, ms: float = 7) -> dict:
+def marker_kw(st: dict, ms: float = 7) -> dict:
     """Line2D marker keywords of one encoder's style, the reference ringed."""
     kw = {"color": st["color"], "marker": st["marker"], "ms": ms}
     if st["reference"]:
@@ -50,7 +50,7 @@ def _marker_kw(st: dict, ms: float = 7) -> dict:
     return kw
 
 
-def _grid(n: int, ncols: int, width: float = 3.4, height: float = 3.0):
+def panels(n: int, ncols: int, width: float = 3.4, height: float = 3.0):
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
     # at least 6.5 in wide, so a one-panel figure still has room for its title and legend
@@ -61,19 +61,19 @@ def _grid(n: int, ncols: int, width: float = 3.4, height: float = 3.0):
     return fig, list(axes[:n])
 
 
-def _need(table: pl.DataFrame, columns: Sequence[str], what: str, how: str) -> None:
+def need_columns(table: pl.DataFrame, columns: Sequence[str], what: str, how: str) -> None:
     if table is None or not table.height or not set(columns) <= set(table.columns):
         raise Absent(f"no {what} in the results; {how}")
 
 
-def _yerr(v, lo, hi) -> np.ndarray:
+def error_bars(v, lo, hi) -> np.ndarray:
     """Error-bar lengths [2, n] from interval ends; a missing end draws no bar."""
     v, lo, hi = (np.asarray(x, dtype=float) for x in (v, lo, hi))
     return np.nan_to_num(np.vstack([np.clip(v - lo, 0, None), np.clip(hi - v, 0, None)]))
 
 
-def _annotate(ax, text: str, x: float, y: float, xs: np.ndarray, log: bool = False,
-              fontsize: float = 8.5) -> Annotation:
+def annotate(ax, text: str, x: float, y: float, xs: np.ndarray, log: bool = False,
+             fontsize: float = 8.5) -> Annotation:
     """A point's label beside it, on the side with room: left of the points in the right third of ``xs``."""
     f = np.log10 if log else (lambda v: v)
     lo, hi = float(np.nanmin(f(xs))), float(np.nanmax(f(xs)))
@@ -82,12 +82,12 @@ def _annotate(ax, text: str, x: float, y: float, xs: np.ndarray, log: bool = Fal
                        ha="right" if right else "left", fontsize=fontsize)
 
 
-def _col(row: dict, name: str) -> float:
+def cell(row: dict, name: str) -> float:
     x = row.get(name)
     return float("nan") if x is None else float(x)
 
 
-def _fmt(value, spec: str) -> str:
+def fmt(value, spec: str) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
     return format(value, spec)
