@@ -395,7 +395,7 @@ def cpu_efficiency(Xtr, labels, task, order, sizes, l2, K):
             W = x[..., : F * K].reshape(S, J, L, F, K)
             out = jnp.zeros((S, F, J * L * K), x.dtype)
             for (lo, hi, first), xt in zip(blocks, XoT):  # the plain per-seed forms (``core.plain_products``)
-                Z = jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], row_blocks._columns(W[:, first:]))
+                Z = jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], row_blocks.as_columns(W[:, first:]))
                 out = out.at[:, :, first * L * K:].add(jnp.einsum("sfn,snc->sfc", xt, Z))
             return out
 

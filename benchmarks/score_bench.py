@@ -126,15 +126,15 @@ def loop_auroc(scores: np.ndarray, positive: np.ndarray) -> float:
 
 
 def cumsum_rows_vs_numpy(n: int, b: int, repeats: int = 5) -> float:
-    """CPU-time ratio np.cumsum(axis=0) / metrics.weighted._cumsum_rows on int32 counts [image, replicate]."""
-    from crs.scoring.metrics.weighted import _cumsum_rows
+    """CPU-time ratio np.cumsum(axis=0) / metrics.weighted.cumsum_rows on int32 counts [image, replicate]."""
+    from crs.scoring.metrics.weighted import cumsum_rows
 
     base = np.random.default_rng(3).integers(0, 3, size=(n, b)).astype(np.int32)
     rows, strided = [], []
     for _ in range(repeats):
         c = base.copy()
         c0 = time.process_time()
-        _cumsum_rows(c)
+        cumsum_rows(c)
         rows.append(time.process_time() - c0)
         c0 = time.process_time()
         ref = np.cumsum(base, axis=0, dtype=np.int32)
@@ -661,7 +661,7 @@ def main() -> None:
           f"{image_s:.1f} s wall, {image_cpu:.1f} s CPU; per-replicate loop {loop_s:.0f} s wall, "
           f"{loop_cpu:.0f} s CPU (timed on {r} replicates, scaled to {B}): ratio {ratio:.0f}x wall, "
           f"{loop_cpu / image_cpu:.0f}x CPU")
-    print(f"cumulative sum down [{n}, {B}] int32 counts: row by row (metrics.weighted._cumsum_rows) is "
+    print(f"cumulative sum down [{n}, {B}] int32 counts: row by row (metrics.weighted.cumsum_rows) is "
           f"{cumsum_ratio:.1f}x faster than np.cumsum(axis=0)")
     print(json.dumps({
         "run_records": records.height,

@@ -43,7 +43,7 @@ def plan_blocks(sizes: tuple[int, ...], min_rows: int | None = None) -> tuple[tu
     return tuple(blocks)
 
 
-def _columns(W):
+def as_columns(W):
     """Weights [S, J, L, F, K] as one matrix per seed, [S, F, J L K]: every probe's classes side by side."""
     S, J, L, F, K = W.shape
     return jnp.moveaxis(W, 3, 1).reshape(S, F, J * L * K)
@@ -82,7 +82,7 @@ def block_logits(x, Xo, blocks, XoT=None, plain=False):
     for i, (lo, hi, first) in enumerate(blocks):
         Wb = W[:, first:]
         if plain:  # the barrier keeps XLA from fusing the turn into the product, which runs it several times slower
-            z = jax.lax.optimization_barrier(jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], _columns(Wb)))
+            z = jax.lax.optimization_barrier(jnp.einsum("snf,sfc->snc", Xo[:, lo:hi], as_columns(Wb)))
             z = jnp.swapaxes(z, 1, 2).reshape(Wb.shape[:3] + (Wb.shape[-1], hi - lo))  # [S, J, L, K, rows]
         else:
             z = jnp.einsum("sfn,sjlfk->sjlkn", XoT[i], Wb)

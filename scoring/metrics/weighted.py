@@ -18,7 +18,7 @@ def bin_index(conf: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
     return np.clip(np.floor(np.asarray(conf) * n_bins).astype(np.int64), 0, n_bins - 1)
 
 
-def _cumsum_rows(c: np.ndarray) -> None:
+def cumsum_rows(c: np.ndarray) -> None:
     """In-place cumulative sum down the rows of c [image, replicate].
 
     Row by row when there are many replicates, so each step adds two contiguous rows;
@@ -62,7 +62,7 @@ def weighted_auroc(
         c = c.astype(np.int64)  # int32 counts from image_counts sum to n per replicate
     cp = c[p_idx].astype(np.float64)  # positive multiplicities
     c[p_idx] = 0
-    _cumsum_rows(c)  # c[i] = negative weight among the i + 1 lowest scores
+    cumsum_rows(c)  # c[i] = negative weight among the i + 1 lowest scores
     new_run = np.r_[True, s[1:] != s[:-1]]
     if new_run.all():  # no ties: a positive's own row is 0, so c there counts the negatives below
         num = np.einsum("jb,jb->b", cp, c[p_idx].astype(np.float64))
