@@ -3,7 +3,8 @@
 ``crs.cli -> crs stages -> extract | probe | scoring -> store``: the command line is a leaf
 that nothing imports; the three workers never import each other; the store imports no
 stage; shared modules of ``crs/`` import no stage. Every ``import`` statement counts, also
-those inside functions (a cycle through a lazy import is still a cycle).
+those inside functions (a cycle through a lazy import is still a cycle). And what modules share is public: no
+module takes another's underscore names, and an import is deferred one way only, inside the function.
 """
 
 import ast
@@ -103,6 +104,141 @@ def test_the_product_code_has_no_import_cycle():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+
+# What a module shares is public; an underscore name is its own. The folders other helpers were reworking while
+# this test was written hold the uses below, each one (file, name); one that no longer occurs fails the test, so
+# the list only shrinks.
+PRIVATE_USES_ALLOWED = {
+    *(("crs/config/schema.py", f"crs.config.checks.{n}") for n in (
+        "_at_least", "_choices", "_comma_numbers", "_comma_weights", "_convert_sets", "_crs_version", "_encoder_sets",
+        "_fractions", "_l2", "_name_values", "_non_empty", "_opt", "_positive", "_revisions", "_severities", "_tol",
+        "_weights")),
+    ("crs/config/tomlfile.py", "crs.config.checks._toml_kind"),
+    ("crs/stages/pipeline.py", "crs.stages.steps._datasets_with_shift_targets"),
+}
+# One way to defer an import: a plain ``import`` inside the function that needs it. Not importlib.import_module,
+# __import__ or importlib.util.LazyLoader, and no module ``__getattr__`` (PEP 562) or proxy object.
+LAZY_IMPORTS_ALLOWED = {
+    ("crs/commands/store.py", "import_module"),
+    ("store/__init__.py", "import_module"),
+    ("store/__init__.py", "module __getattr__"),
+}
+SCANNED = {**PACKAGES, "benchmarks": "benchmarks", "tools": "tools"}  # benchmarks import each other by plain name
+
+
+def _scanned() -> dict[str, Path]:
+    mods = {}
+    for pkg, folder in SCANNED.items():
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            parts = f.relative_to(ROOT / folder).with_suffix("").parts
+            mods[".".join((pkg, *parts[: -1 if parts[-1] == "__init__" else None]))] = f
+    return mods
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(tree: ast.Module, module: str, package: str, known: set[str]) -> set[str]:
+    """The underscore names ``module`` takes from another scanned module: ``from m import _x``, ``import m._x``,
+    and ``m._x`` where ``m`` is bound to a module by an import (as ``m._x``, the name)."""
+
+    def resolve(name: str) -> str | None:
+        return name if name in known else ("benchmarks." + name if "benchmarks." + name in known else None)
+
+    bound, out = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            for a in node.names:
+                if sub := resolve(f"{base}.{a.name}"):
+                    bound[a.asname or a.name] = sub
+                if (m := resolve(base)) and m != module and _private(a.name):
+                    out.add(f"{m}.{a.name}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if any(_private(p) for p in a.name.split(".")):
+                    out.add(a.name)
+                if a.asname and resolve(a.name):
+                    bound[a.asname] = resolve(a.name)
+                elif not a.asname:
+                    bound[a.name.split(".")[0]] = a.name.split(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain, v = [], node.value
+            while isinstance(v, ast.Attribute):
+                chain.append(v.attr)
+                v = v.value
+            if isinstance(v, ast.Name) and v.id in bound:
+                m = resolve(".".join([bound[v.id], *reversed(chain)]))
+                if m and m != module:
+                    out.add(f"{m}.{node.attr}")
+    return out
+
+
+def lazy_imports(tree: ast.Module) -> set[str]:
+    """The ways ``tree`` defers an import other than a function-local ``import`` statement."""
+    out = {"module __getattr__" for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in ("import_module", "__import__", "LazyLoader"):
+                out.add(name)
+    return out
+
+
+def _scan() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    mods = _scanned()
+    privates, lazies = set(), set()
+    for m, f in mods.items():
+        tree = ast.parse(f.read_text())
+        rel = f.relative_to(ROOT).as_posix()
+        package = m if f.stem == "__init__" else m.rpartition(".")[0]
+        privates |= {(rel, name) for name in private_uses(tree, m, package, set(mods))}
+        lazies |= {(rel, way) for way in lazy_imports(tree)}
+    return privates, lazies
+
+
+def test_no_module_takes_another_modules_private_names_or_defers_an_import_another_way():
+    privates, lazies = _scan()
+    assert sorted(privates - PRIVATE_USES_ALLOWED) == [], "make the name public (no underscore), or move it to its user"
+    assert sorted(lazies - LAZY_IMPORTS_ALLOWED) == [], "defer an import by importing inside the function that needs it"
+    stale = sorted((PRIVATE_USES_ALLOWED - privates) | (LAZY_IMPORTS_ALLOWED - lazies))
+    assert stale == [], "these allowed uses are gone: delete them from the allow-lists in tests/test_layers.py"
+
+
+def test_the_private_and_lazy_import_scan_finds_each_form():
+    source = """
+import importlib
+import crs.probe.core
+import crs.probe.core as core
+from crs.scoring import crs as score_defs
+from crs.scoring.crs import _q, public
+from . import _sibling
+from crs.extract.models import hub
+
+def __getattr__(name):
+    return importlib.import_module(name)
+
+class Proxy:
+    def __getattr__(self, attr):
+        return getattr(__import__(self.name), attr)
+
+def f():
+    return core._solve(), score_defs._g, crs.probe.core._step, hub.cache._x, _own(), self._mine, public._attr
+"""
+    known = {"crs.probe.core", "crs.scoring.crs", "crs.scoring._sibling", "crs.scoring", "crs.extract.models.hub"}
+    tree = ast.parse(source)
+    assert private_uses(tree, "crs.scoring.x", "crs.scoring", known) == {
+        "crs.probe.core._solve", "crs.scoring.crs._g", "crs.scoring.crs._q", "crs.scoring._sibling",
+        "crs.probe.core._step"}
+    assert lazy_imports(tree) == {"module __getattr__", "import_module", "__import__"}
 
 
 def test_imports_flow_one_way():
