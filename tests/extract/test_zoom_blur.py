@@ -1,5 +1,5 @@
 """Zoom blur's fast form (only the rows and columns up to the centre crop are resampled) against the
-definition as first written (the full bilinear resample of every zoom, then its centre crop): equal
+plain definition (the full bilinear resample of every zoom, then its centre crop): equal
 bit for bit on the CPU, as the kernel computes each kept pixel from the same samples and weights."""
 
 import pytest
@@ -10,7 +10,7 @@ from crs.extract import image_ops, perturb
 
 
 def zoom_blur_reference(x: torch.Tensor, max_zoom: float) -> torch.Tensor:
-    """The slow, obvious definition (extract/perturb.py before the fast form): mean of x and 5 zooms."""
+    """The slow, obvious definition: mean of x and its 5 zooms, each resampled in full."""
     h, w = x.shape[-2:]
     acc = x.clone()
     zooms = torch.linspace(1, max_zoom, 6)[1:].tolist()
