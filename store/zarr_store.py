@@ -87,8 +87,8 @@ class Store(StoredFiles, Checks, DatasetTables, Failures, Embeddings, Prediction
 
     @property
     def tool_version(self) -> str | None:
-        """The version of CRS-Bench that created this store (``crs_version``, its name in stores created before it
-        was called ``tool_version``); None where the root records neither."""
+        """The version of CRS-Bench that created this store; a root that names it ``crs_version`` is read too.
+        None where the root records neither."""
         meta = self.root.attrs["crs_store"]
         return meta.get("tool_version", meta.get("crs_version"))
 
