@@ -16,6 +16,7 @@ from crs.scoring.comparison import Comparison
 from crs.scoring.options import ScoreOptions
 from crs.scoring.ranks import rank_desc
 from crs.scoring.replicates import Bootstrap
+from crs.scoring.versions import get
 
 COMPONENTS = ("dominance", "balance", "worst_axis")
 
@@ -65,9 +66,10 @@ EXTRA_METRICS = (
 def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warnings: list[str], x: np.ndarray,
                 unmeasured: list[dict]) -> dict:
     """The score's settings; the image bootstrap's ``image_method`` (per dataset: arrays computed exactly,
-    shared) is recorded where it ran, and each dataset's test images. Under a version with constants (v2), also
-    ``sensitivity``: CRS points per 0.01 of one axis value, the worst case (``crs.lipschitz_bound``) and the
-    largest measured at the profile scored, x [encoder, dataset, axis] (``crs.local_slope``). ``not_measurable``:
+    shared) is recorded where it ran, and each dataset's test images; the version's constants where it has them.
+    Under a version that states a worst-case slope (v2), also ``sensitivity``: CRS points per 0.01 of one axis
+    value, the worst case (``Definition.lipschitz_bound``) and the largest measured at the profile scored,
+    x [encoder, dataset, axis] (``crs.local_slope``). ``not_measurable``:
     the datasets no probe can measure (``measurable.not_measurable``), from which the verdict names no leader."""
     settings = {
         "crs_version": options.crs_version,
@@ -83,11 +85,12 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
         "min_difference": options.min_difference,
         "warnings": warnings,
     }
-    constants = core.constants(options.crs_version)
-    if constants:  # v2's constants; v1 has none
-        settings["crs_constants"] = constants
+    definition = get(options.crs_version)
+    if definition.constants:  # v2's; v1 has none
+        settings["crs_constants"] = dict(definition.constants)
+    if definition.lipschitz_bound is not None:
         settings["sensitivity"] = {
-            "bound": core.lipschitz_bound(len(cmp.datasets), options.weights) * 0.01,
+            "bound": definition.lipschitz_bound(len(cmp.datasets), options.weights) * 0.01,
             "local_slope": core.local_slope(x, cmp.reference, options.weights, options.crs_version,
                                             boot.reps.noise) * 0.01}
     if boot.unit != options.bootstrap_unit:

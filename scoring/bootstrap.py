@@ -24,7 +24,7 @@ from crs.scoring.crs import (
     LATEST,
     MEDIAN,
     Noise,
-    check_version,
+    get,
     replicate_estimate,
 )
 from crs.scoring.ranks import rank_desc, tie_group
@@ -129,9 +129,10 @@ def variance_scale(n_seeds: int) -> float:
 
 
 def unclipped_axis(version: str) -> int | None:
-    """The axis ``resample_seeds`` leaves unclipped under a CRS version: v2's C (1 - kappa S, above 1 where S is
-    estimated below 0); none for v1, whose every axis lies in [0, 1]."""
-    return None if check_version(version) == "1" else AXES.index("calibration")
+    """The axis ``resample_seeds`` leaves unclipped under a CRS version: C where its estimator may exceed 1
+    (``Calibration.unclipped``: v2's 1 - kappa S, above 1 where S is estimated below 0); none for v1, whose every
+    axis lies in [0, 1]."""
+    return AXES.index("calibration") if get(version).calibration.unclipped else None
 
 
 def resample_seeds(w: np.ndarray, x: np.ndarray, per_replicate: bool = False,

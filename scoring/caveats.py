@@ -10,13 +10,9 @@ import polars as pl
 
 from crs.scoring.axes import AXES
 from crs.scoring.bootstrap import incomplete, interval, seed_scale, unit_words
+from crs.scoring.versions import LATEST, get
 
 SHIFT_WARN = 0.5  # half-widths: mean replicate vs estimate (shifted_axis_notes)
-V2_CALIBRATION_SHIFT = (  # the definition's section 1 (docs/crs-v2.md), in words a report reader has without it
-    "CRS v2's calibration error is the root of a debiased squared error, cut at 0, "
-    "so where it is near 0 or the test set is small its replicates fall to one side of the estimate, and the "
-    "estimate can sit at the edge of its interval; a C at or near 1 reads as no calibration error detectable"
-)
 
 
 TIE_SHARE_WARN = 0.5  # above this share of tied test predictions an AUROC says little about ranking
@@ -54,7 +50,7 @@ def tie_warnings(records: pl.DataFrame, limit: float = TIE_SHARE_WARN) -> list[s
 
 
 def shifted_axis_notes(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: Sequence[str],
-                       limit: float = SHIFT_WARN, version: str = "1") -> list[str]:
+                       limit: float = SHIFT_WARN, version: str = LATEST) -> list[str]:
     """A note per axis whose replicates sit off the estimate: mean(replicates) - estimate beyond ``limit``
     half-widths of the 95 % interval, for the encoder where it is largest. A note, not a warning: it says how
     to read an interval, and there is nothing for the user to change (the report and scores.json carry it,
@@ -62,9 +58,9 @@ def shifted_axis_notes(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: 
 
     A percentile interval then covers what the estimator gives at this test size, not the population value:
     docs/bootstrap-coverage.md measured it for C, whose binned ECE is biased upwards on small test sets
-    (shift about -1 half-width for C, at most 0.3 for D, L and R; this limit separates them). Under CRS v2
-    (``version`` "2") C is debiased and its replicates recentred, so a shift there has another cause, which
-    the warning names instead.
+    (shift about -1 half-width for C, at most 0.3 for D, L and R; this limit separates them). A CRS ``version``
+    whose C has another estimator names that estimator's cause instead (``Words.calibration_shift``: v2's C is
+    debiased and its replicates recentred).
     """
     notes: list[str] = []
     if axis_reps.shape[0] < 2:
@@ -86,10 +82,12 @@ def shifted_axis_notes(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: 
     return notes
 
 
-def _why_shifted(axis: str, version: str = "1") -> str:
-    """What an off-centre axis interval means and its known cause, in the warning's words (v1's words unchanged)."""
-    if axis == "calibration" and version != "1":
-        return f" ({V2_CALIBRATION_SHIFT})"
+def _why_shifted(axis: str, version: str) -> str:
+    """What an off-centre axis interval means and its known cause, in the warning's words: the version's own
+    words for C where it has them (``Words.calibration_shift``), else those of v1's binned ECE."""
+    own = get(version).words.calibration_shift
+    if axis == "calibration" and own is not None:
+        return f" ({own})"
     return (", so they cover what the estimator gives at this test-set size rather than the population value "
             f"({_known_cause(axis)})")
 

@@ -25,6 +25,7 @@ from crs.scoring.comparison import Comparison
 from crs.scoring.memory import check_fits
 from crs.scoring.options import ScoreOptions
 from crs.scoring.predictions import MissingPredictions, calibration_losses, image_bootstrap_axes
+from crs.scoring.versions import get
 
 
 class Bootstrap(NamedTuple):
@@ -88,8 +89,10 @@ def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, st
     ``predictions.MetricsPass`` the image bootstrap hands the arrays it reads (``_metrics_pass``);
     ``image_method`` receives per dataset how its arrays were computed."""
     unit, version, by_seed = options.bootstrap_unit, options.crs_version, cmp.by_seed
+    definition = get(version)
     x_rep = None
-    losses: dict | None = {} if version != "1" else None  # v2: the clean calibration losses the bootstrap reads
+    # C from the store (v2): the clean calibration losses the bootstrap reads
+    losses: dict | None = {} if definition.calibration.from_store else None
     if unit != "seed":
         if store is None:
             warnings.append(
@@ -106,15 +109,15 @@ def bootstrap_means(cmp: Comparison, draw: np.ndarray, options: ScoreOptions, st
                 raise BadInput(f"bootstrap unit {unit!r} resamples the stored test probabilities: {exc}; or pass "
                                "--bootstrap-unit seed") from exc
     free = unclipped_axis(version)
-    if version != "1":
+    if definition.calibration.from_store:
         by_seed = calibration_axis(by_seed, store, cmp.encoders, cmp.datasets, losses if x_rep is not None else None)
     if x_rep is None:
         x_seed, _ = seed_tensor(by_seed, cmp.encoders, cmp.datasets)  # [encoder, dataset, seed, axis]
         w, x_seed = seed_weights(draw, len(cmp.seeds)), np.moveaxis(x_seed, 2, -1)
-        spread = None if version == "1" else resample_seeds(w, x_seed, unclipped=free,
-                                                            factor=variance_scale(len(cmp.seeds)))
+        spread = (resample_seeds(w, x_seed, unclipped=free, factor=variance_scale(len(cmp.seeds)))
+                  if definition.takes_out_noise else None)
         return resample_seeds(w, x_seed, unclipped=free), "seed", by_seed, spread
     seeds = draw if unit == "both" else None
-    spread = None if version == "1" or seeds is None else seed_means_of(x_rep, seeds, free,
-                                                                         variance_scale(len(cmp.seeds)))
+    spread = None if not definition.takes_out_noise or seeds is None else seed_means_of(
+        x_rep, seeds, free, variance_scale(len(cmp.seeds)))
     return seed_means_of(x_rep, seeds, unclipped=free), unit, by_seed, spread

@@ -31,6 +31,8 @@ from crs.scoring import kernels
 from crs.scoring.axes import AxisArrays, axes_from
 from crs.scoring.calibration import replicate_losses
 from crs.scoring.metrics import ece_draws, nanmean_last, weighted_ece, weighted_macro_auroc
+from crs.scoring.versions import LATEST, get
+from crs.scoring.versions.definition import BINNED_ECE, SQUARED_ERROR
 
 # From this many test images a draw's ECE is one matrix product (``metrics.ece_draws``), below it the
 # per-bin kernel (``metrics.weighted_ece``): the same sums in another order.
@@ -75,7 +77,7 @@ def run_axes(
     targets: Sequence[Draw],
     task: str,
     aurocs: Sequence[AurocDraws] | None = None,
-    version: str = "2",
+    version: str = LATEST,
 ) -> np.ndarray:
     """Axis values [replicate, axis] of one (encoder, dataset, seed) under the image draws.
 
@@ -88,7 +90,7 @@ def run_axes(
     any scores that order like the probabilities (log-probabilities, ``crs.forms``); the ECE reads
     ``run.calibration``, the probabilities at fraction 1 (default ``run.clean[-1]``). CRS
     ``version`` "2" puts the calibration loss kappa S (``crs.scoring.calibration``, recentred on
-    the test set) where v1 has the binned ECE: C is 1 minus it.
+    the test set) where v1 has the binned ECE: C is 1 minus it (``calibration_draws``).
     """
     clean = run.clean
     calib = clean[-1] if run.calibration is None else run.calibration
@@ -103,21 +105,32 @@ def run_axes(
     def stacked(values: list[np.ndarray]) -> np.ndarray | None:
         return np.stack(values, axis=-1) if values else None
 
-    if version != "1":
-        ece = (aurocs[0].calibration_loss(calib, task) if aurocs is not None else replicate_losses(
-            calib, test.target, test.known, np.ascontiguousarray(test.counts.T, dtype=np.float64), task))
-    elif aurocs is None:
-        ece = weighted_ece(calib, test.target, test.known, test.counts, task)
-    else:
-        ece = aurocs[0].ece(calib, task)
     x = AxisArrays(
         d=auc(clean[-1]),
-        ece=ece,
+        ece=calibration_draws(get(version).calibration, calib, test, task, aurocs),
         low_fraction=np.stack([auc(p) for p in clean[:-1]], axis=-1),
         perturbed=stacked([auc(p) for p in run.perturbed]),
         shift=stacked([auc(p, 1 + t) for t, p in enumerate(run.shift)]),
     )
     return axes_from(x)
+
+
+def calibration_draws(calibration, calib: np.ndarray, test: Draw, task: str,
+                      aurocs: Sequence[AurocDraws] | None) -> np.ndarray:
+    """What C is 1 minus [replicate], by a version's calibration estimator (``versions.Calibration``), of the
+    probabilities calib [image, class] under the test draw: the binned ECE (``AurocDraws.ece`` with ``aurocs``,
+    else ``weighted_ece``), or the calibration loss kappa S (``AurocDraws.calibration_loss``, else
+    ``replicate_losses``)."""
+    if calibration == SQUARED_ERROR:
+        if aurocs is not None:
+            return aurocs[0].calibration_loss(calib, task)
+        return replicate_losses(calib, test.target, test.known, np.ascontiguousarray(test.counts.T, dtype=np.float64),
+                                task)
+    if calibration == BINNED_ECE:
+        if aurocs is not None:
+            return aurocs[0].ece(calib, task)
+        return weighted_ece(calib, test.target, test.known, test.counts, task)
+    raise ValueError(f"no replicate estimator for the calibration {calibration.name!r}: add one here")
 
 
 class Sorted(NamedTuple):

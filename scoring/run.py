@@ -36,6 +36,7 @@ from crs.scoring.predictions import MetricsPass, MissingPredictions, ProbeMetric
 from crs.scoring.ranks import compare
 from crs.scoring.replicates import V2_NEEDS, run_bootstrap
 from crs.scoring.scores import METRIC_TABLE, Scores
+from crs.scoring.versions import get
 
 __all__ = ["METRIC_TABLE", "Scores", "check_probe_runs", "score"]
 
@@ -129,9 +130,9 @@ def _check_options(records: pl.DataFrame, options: ScoreOptions, store) -> Score
     wrong otherwise."""
     w = core.check_weights(options.weights)
     version = core.check_version(options.crs_version)
-    if version != "1" and store is None:
-        raise BadInput(f"CRS v2 reads its calibration axis from the stored test probabilities and no store was "
-                       f"given: {V2_NEEDS}")
+    if get(version).calibration.from_store and store is None:
+        raise BadInput(f"CRS v{version} reads its calibration axis from the stored test probabilities and no store "
+                       f"was given: {V2_NEEDS}")
     if int(options.n_bootstrap) < 1:
         raise BadInput(f"n_bootstrap must be at least 1, got {options.n_bootstrap!r}")
     if options.bootstrap_unit not in UNITS:

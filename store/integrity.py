@@ -31,7 +31,7 @@ import fsspec
 import numpy as np
 import zarr
 
-from crs import __version__ as CRS_VERSION
+from crs import __version__ as TOOL_VERSION
 from crs.errors import writing_to
 from crs.provenance import now
 from crs.store.commits import chunk_keys, chunk_values, record_problem, shape_problem
@@ -155,7 +155,7 @@ def _write_root(path: str, storage_options: dict | None) -> None:
     """The root metadata of a CRS store written anew (the old one is damaged): a new identity, since the old
     one cannot be read."""
     fs, root = fsspec.core.url_to_fs(path, **url_storage_options(path, storage_options))
-    attrs = {"crs_store": {"schema_version": SCHEMA_VERSION, "created": now(), "crs_version": CRS_VERSION,
+    attrs = {"crs_store": {"schema_version": SCHEMA_VERSION, "created": now(), "tool_version": TOOL_VERSION,
                            "store_id": uuid.uuid4().hex, "root_rewritten": True}}
     fs.pipe_file(f"{root.rstrip('/')}/zarr.json", json.dumps({**EMPTY_GROUP, "attributes": attrs}, indent=2).encode())
 

@@ -2,7 +2,7 @@
 
 Layout (schema version 1)::
 
-    /                                 attrs: crs_store = {schema_version, created, crs_version, store_id}
+    /                                 attrs: crs_store = {schema_version, created, tool_version, store_id}
     datasets/<dataset>/               attrs: task, classes, ordinal, shift_target, split_seed, ...
         image_id   [image]            str
         label      [image] int64      (multiclass)   or  [image, label] int8 in {1, 0, -1} (multilabel)

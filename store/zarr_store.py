@@ -14,7 +14,7 @@ import uuid
 
 import numpy as np
 
-from crs import __version__ as CRS_VERSION
+from crs import __version__ as TOOL_VERSION
 from crs.provenance import now
 from crs.store.commits import Checks
 from crs.store.datasets import DatasetTables
@@ -59,7 +59,7 @@ class Store(StoredFiles, Checks, DatasetTables, Failures, Embeddings, Prediction
             self.root.attrs["crs_store"] = {
                 "schema_version": SCHEMA_VERSION,
                 "created": now(),
-                "crs_version": CRS_VERSION,
+                "tool_version": TOOL_VERSION,
                 "store_id": uuid.uuid4().hex,
             }
         else:
@@ -84,6 +84,13 @@ class Store(StoredFiles, Checks, DatasetTables, Failures, Embeddings, Prediction
     @property
     def is_url(self) -> bool:
         return is_url(self.path)
+
+    @property
+    def tool_version(self) -> str | None:
+        """The version of CRS-Bench that created this store; a root that names it ``crs_version`` is read too.
+        None where the root records neither."""
+        meta = self.root.attrs["crs_store"]
+        return meta.get("tool_version", meta.get("crs_version"))
 
     @property
     def store_id(self) -> str:

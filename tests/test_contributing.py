@@ -66,8 +66,8 @@ def embedding_shape(store: Path, dataset: str, encoder: str, condition: str = "c
     return json.loads(meta.read_text())["shape"]
 
 
-def test_the_guide_has_the_four_examples():
-    assert set(EXAMPLES) == {"encoder", "dataset", "perturbation", "axis"}
+def test_the_guide_has_the_five_examples():
+    assert set(EXAMPLES) == {"encoder", "dataset", "perturbation", "axis", "version"}
 
 
 def test_an_encoder_file_record_lists_and_embeds_at_its_width(tmp_path, monkeypatch):
@@ -153,3 +153,23 @@ def test_an_axis_is_registered_and_computed(monkeypatch):
     from_arrays = axes.axes_from(arrays)[0]
     assert from_arrays.shape == (len(axes.AXES),)
     np.testing.assert_allclose(from_arrays, table.select(axes.AXES).row(0), rtol=1e-12)
+
+
+def test_a_crs_version_is_one_module_and_a_registry_entry(monkeypatch):
+    from crs.scoring import crs as core
+    from crs.scoring.versions import registry, v1, v2
+
+    _, code = block("version", lang="python")
+    module: dict = {}
+    exec(code, module)
+    definitions = registry.registry([v1.DEFINITION, v2.DEFINITION, module["DEFINITION"]])
+    monkeypatch.setattr(registry, "DEFINITIONS", definitions)
+    monkeypatch.setattr(registry, "VERSIONS", tuple(definitions))
+
+    assert registry.constants("3")["q_floor"] == 0.5 and registry.get("3").docs_path == "docs/crs-v3.md"
+    x = np.random.default_rng(0).uniform(0.3, 1.0, (4, 2, 4))  # [encoder, dataset, axis]
+    v3, same = core.score(x, "median", version="3"), core.score(x, "median", version="2")
+    assert np.all(np.abs(v3.q_dataset) <= np.abs(same.q_dataset) + 1e-12) and not np.allclose(v3.crs, same.crs)
+    assert "max(1 − x_ref, 0.5)" in registry.get("3").words.q(registry.constants("3"))
+    with pytest.raises(ValueError, match="defined twice"):
+        registry.registry([*definitions.values(), module["DEFINITION"]])

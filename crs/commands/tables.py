@@ -181,12 +181,12 @@ def leaderboard_table(board: pl.DataFrame, reference: str | None) -> Table:
 def scale_note(board: pl.DataFrame, reference: str | None, crs_version: str) -> str:
     """What CRS 50 means (``crs.scoring.verdict.scale_sentence``, with the reference's own CRS from ``board``); the
     page named is the definition the scores were made with."""
-    from crs.scoring import leaderboard, verdict  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.scoring import leaderboard, verdict, versions  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
     ref = leaderboard.reference(board, reference)
     own = [r["crs"] for r in board.select("encoder", "crs").iter_rows(named=True) if ref and r["encoder"] == ref]
     sentence = verdict.scale_sentence(ref or reference, own[0] if own else None)
-    return f"{sentence.removesuffix('.')} (docs/crs-v{crs_version}.md)."
+    return f"{sentence.removesuffix('.')} ({versions.get(crs_version).docs_path})."
 
 
 def verdict_lines(scores_json: dict) -> list[str]:

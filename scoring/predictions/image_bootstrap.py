@@ -24,6 +24,7 @@ from crs.scoring.predictions.read import (
     split_targets,
 )
 from crs.scoring.predictions.stored_metrics import MetricsPass
+from crs.scoring.versions import LATEST
 from crs.store import Store
 
 
@@ -35,7 +36,7 @@ def image_bootstrap_axes(
     *,
     methods: dict | None = None,
     metrics_pass: MetricsPass | None = None,
-    version: str = "2",
+    version: str = LATEST,
     point_losses: dict | None = None,
 ) -> np.ndarray:
     """Axis values x [replicate, encoder, dataset, seed, axis] with test images resampled (C by CRS ``version``).
@@ -114,7 +115,7 @@ def _dataset_draws(store: Store, rows: pl.DataFrame, dataset: str, n_bootstrap: 
 
 
 def _pair_axes(read: dict, d: _DatasetDraws, seeds: Sequence[int], dataset: str, encoder: str,
-               version: str = "2") -> np.ndarray:
+               version: str = LATEST) -> np.ndarray:
     """Axis values [replicate, seed, axis] of one (dataset, encoder) from its arrays ``read``."""
     clean = clean_probs(read["clean"], dataset, encoder, seeds, d.low, d.test.target.shape[0], scores=True)
     calibration = read["clean"].select(seeds, [1.0])  # the ECE's probabilities; the AUROCs rank the scores

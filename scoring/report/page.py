@@ -12,8 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from crs.scoring import crs as core
-from crs.scoring import verdict
+from crs.scoring import verdict, versions
 from crs.scoring.report.boards import (
     board_html,
     diagnostics_html,
@@ -26,8 +25,6 @@ from crs.scoring.report.boards import (
 from crs.scoring.report.inputs import Inputs
 from crs.scoring.report.markup import esc, num
 from crs.scoring.report.sections import Drawn, Section, flat_intervals, flat_note
-
-SPECS = {"1": "docs/crs-v1.md", "2": "docs/crs-v2.md"}  # each CRS version's specification, in the repository
 
 HTML_NAME = "report.html"
 GENERATION_META = "crs-scores-generation"  # <meta name=...> holding the scores set the page is made from
@@ -42,53 +39,19 @@ def verdict_sentences(inputs: Inputs) -> list[str]:
 
 def _version(settings: dict) -> str:
     """The CRS version the scores record (``load`` requires it)."""
-    return core.check_version(settings["crs_version"])
+    return versions.check(settings["crs_version"])
 
 
 def _spec_link(version: str) -> str:
     """The version's page, named by its path in the repository and never linked: the report is shared on its own,
     and a link to this machine's checkout would break there (the Methods section says what the page needs)."""
-    return f"<code>{esc(SPECS[version])}</code>"
+    return f"<code>{esc(versions.get(version).docs_path)}</code>"
 
 
-def _q_words(version: str, recorded: dict | None) -> str:
-    """The q sentence of the Methods section, with the constants the scores recorded (``settings.crs_constants``,
-    which ``load`` requires of v2 scores; v1 has none)."""
-    if version == "1":
-        return ("q = (x − x_ref) / (1 − x_ref) above the reference and (x − x_ref) / x_ref below it, so q lies in "
-                "[−1, 1] and the reference scores 0;")
-    c = {k: num(v, ".3g") for k, v in recorded.items()}
-    g, gain = c["q_floor"], num(1 / float(c["q_floor"]), ".3g")
-    return (f"q = (x − x_ref) / max(1 − x_ref, {g}) above the reference and (x − x_ref) / max(x_ref, {g}) below "
-            f"it, clipped to [−1, 1], so the reference scores 0 and no axis moves q by more than {gain} times its "
-            "change; e dominates e′ by the degree Π_a Φ((q_e,a − q_e′,a) / "
-            f"{c['dominance_scale']}), which moves continuously; the estimates take the noise the bootstrap measures "
-            "out of the smoothing scales, so they are not pulled towards the middle of the field;")
-
-
-def _c_words(version: str, recorded: dict | None = None) -> str:
-    if version == "1":
-        return "1 − ECE (15 equal-width bins on the top-label confidence)"
-    kappa = num((recorded or {}).get("calibration_scale", 10.0), ".3g")
-    return (f"1 − {kappa} S, S the debiased squared calibration error of Kumar et al. (2019) (15 equal-mass bins "
-            "on the top-label confidence, from the stored test probabilities), so C is 1 at perfect calibration, "
-            f"about 0.9 at a calibration error of 0.1 and 0 at {num(1 / float(kappa) ** 0.5, '.2g')}; S is "
-            "unbiased, so a well calibrated encoder's C is not understated, and an estimate may lie a little "
-            "above 1")
-
-
-def _worst_words(version: str, recorded: dict | None) -> str:
-    if version == "1":
-        return "(min q + 1) / 2"
-    return (f"(E min_a (q_a + {num(recorded['worst_scale'], '.3g')} Z_a) − E min_a "
-            f"({num(recorded['worst_scale'], '.3g')} Z_a) + 1) / 2, a smoothed (min q + 1) / 2")
-
-
-def _balance_words(version: str, recorded: dict | None) -> str:
-    if version == "1":
-        return "the geometric mean of (q + 1) / 2"
-    eps = num(recorded["balance_offset"], ".3g")
-    return f"the geometric mean of (q + 1) / 2 + {eps}, less {eps}"
+def _words(settings: dict):
+    """The words the page uses for the scores' CRS version, and the constants it recorded (``settings.crs_constants``,
+    which ``load`` requires of a version with constants; {} for v1)."""
+    return versions.get(_version(settings)).words, settings.get("crs_constants") or {}
 
 
 def settings_block(s: dict, provenance: dict | None = None) -> str:
@@ -140,23 +103,24 @@ def methods(s: dict, rc: dict) -> str:
         "both": "resamples the probe seeds and the test images together, each draw shared by every encoder",
     }.get(unit, unit)
     fr = [f for f in s.get("fractions", []) if f < 1]
+    words, recorded = _words(s)
     paras = [
         f"<p>Each encoder's frozen embeddings were probed with logistic regression on {len(s.get('datasets', []))} "
         f"dataset(s) ({esc(', '.join(s.get('datasets', [])))}) with {len(s.get('seeds', []))} seed(s). Four axes "
         "are computed per encoder, dataset and seed, higher-better: <b>D</b>, the macro "
         "one-vs-rest AUROC (mean per-label AUROC for multi-label tasks) on the clean test split with all "
-        "training labels; <b>C</b> = " + _c_words(_version(s), s.get("crs_constants")) + "; <b>L</b>, the "
+        "training labels; <b>C</b> = " + words.calibration(recorded) + "; <b>L</b>, the "
         "mean retained above-chance AUROC over the label fractions below 100% ("
         + esc(", ".join(f"{100 * f:g}%" for f in fr) or "none") + "); <b>R</b>, the mean retention over the "
         "perturbation families and severities, averaged with the retention on the shift target where the "
         "dataset has one. Retention is clip((a − 0.5) / (D − 0.5), 0, 1).</p>",
         f"<p>Each axis is scored against {esc(ref_text)}: "
-        + _q_words(_version(s), s.get("crs_constants")) + " the overall q is the "
+        + words.q(recorded) + " the overall q is the "
         "mean over the datasets of the comparison set (the encoders and datasets where every encoder has "
         "every dataset). From the q-profile come dominance (the Pareto dominance balance over the other "
-        "encoders, mapped to [0, 1]), profile balance (" + _balance_words(_version(s), s.get("crs_constants"))
+        "encoders, mapped to [0, 1]), profile balance (" + words.balance(recorded)
         + ") and the worst axis ("
-        + _worst_words(_version(s), s.get("crs_constants")) + f"). CRS v{esc(s.get('crs_version'))} = 100 × ("
+        + words.worst(recorded) + f"). CRS v{esc(s.get('crs_version'))} = 100 × ("
         + esc(" + ".join(f"{v:.3g} · {k}" for k, v in w.items())) + ").</p>",
         f"<p>Uncertainty: a paired bootstrap with {esc(b.get('n'))} replicates (seed {esc(b.get('seed'))}) "
         f"{esc(unit_text)}, and recomputes q, every component and the ranks in each replicate. Intervals are "

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.integrate import quad
 
+from crs.errors import BadInput
 from crs.scoring import crs as core
 
 unit = st.floats(0.0, 1.0, allow_nan=False)
@@ -86,7 +87,7 @@ def test_the_default_is_v2_and_other_versions_are_refused():
     x = np.random.default_rng(0).uniform(0.5, 1.0, (4, 2, 4))
     assert core.LATEST == "2"
     assert np.array_equal(core.score(x, 0).crs, core.score(x, 0, version="2").crs)
-    with pytest.raises(core.BadInput, match="one of 1, 2"):
+    with pytest.raises(BadInput, match="one of 1, 2"):
         core.score(x, 0, version="3")
 
 

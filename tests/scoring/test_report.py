@@ -216,9 +216,9 @@ def test_every_table_scrolls_in_its_own_box_and_every_figure_can_open_full_size(
 
 def test_the_methods_describe_v2_scores_with_the_constants_they_were_made_with():
     from crs.scoring import crs as core
-    from crs.scoring.report.page import _q_words
+    from crs.scoring import versions
 
-    now = _q_words("2", core.constants("2"))
+    now = versions.get("2").words.q(versions.constants("2"))
     assert f"max(1 − x_ref, {core.Q_FLOOR:.3g})" in now and f"{1 / core.Q_FLOOR:.3g} times" in now
 
 

@@ -133,6 +133,23 @@ def test_missing_things_name_the_command(tmp_path):
         s.read_embedding("toy", "enc", "clean")
 
 
+def test_the_root_records_the_tool_version_and_a_store_naming_it_crs_version_still_opens(tmp_path):
+    from crs import __version__
+
+    path = tmp_path / "s.zarr"
+    Store(str(path)).write_dataset(table())
+    meta_file = path / "zarr.json"
+    meta = json.loads(meta_file.read_text())
+    assert meta["attributes"]["crs_store"]["tool_version"] == __version__
+    assert "crs_version" not in meta["attributes"]["crs_store"]  # the CRS version is a score setting, not this
+    assert Store(str(path), mode="r").tool_version == __version__
+    meta["attributes"]["crs_store"]["crs_version"] = meta["attributes"]["crs_store"].pop("tool_version")
+    meta_file.write_text(json.dumps(meta))  # as stores created before the attribute's rename have it
+    for mode in ("r", "a"):
+        old = Store(str(path), mode=mode)
+        assert old.tool_version == __version__ and old.dataset("toy") is not None
+
+
 def test_other_schema_version_is_refused_and_untouched(tmp_path):
     path = tmp_path / "s.zarr"
     Store(str(path)).write_dataset(table())

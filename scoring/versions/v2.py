@@ -1,0 +1,192 @@
+"""CRS v2 (docs/crs-v2.md), the default: q with floored denominators, a continuous dominance degree, a balance
+whose slope is bounded and a smoothed worst axis, each estimate taking the bootstrap's noise out of its smoothing
+scales; C is 1 - kappa S, S the debiased squared calibration error of the stored test probabilities."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+
+import numpy as np
+from scipy.special import ndtr
+
+from crs.scoring.calibration import CALIBRATION_LOSS_SCALE
+from crs.scoring.versions.common import DEFAULT_WEIGHTS, Noise, check_weights, reference_values
+from crs.scoring.versions.definition import SQUARED_ERROR, Definition, Words
+
+# the constants (docs/crs-v2.md says how each was chosen)
+Q_FLOOR = 0.35  # g: q's denominators are at least this, so no axis moves q by more than 1/g its change
+DOMINANCE_SCALE = 0.1  # s: a dominance degree is prod_a Phi(m_a / s) over the margins m_a in q
+WORST_SCALE = 0.08  # s_w: the worst axis is the expected minimum of q_a + s_w Z_a
+NOISE_FLOOR = 0.02  # s_0: the smallest scale an estimate uses once the bootstrap's noise is taken out of s, s_w
+BALANCE_OFFSET = 0.25  # epsilon: the balance is a geometric mean of (q + 1) / 2 + epsilon, less epsilon
+CALIBRATION_SCALE = CALIBRATION_LOSS_SCALE  # kappa: C = 1 - kappa S (crs.scoring.calibration)
+PHI_0 = 1.0 / math.sqrt(2.0 * math.pi)  # the standard normal density's largest value
+CONSTANTS = MappingProxyType({"q_floor": Q_FLOOR, "dominance_scale": DOMINANCE_SCALE, "worst_scale": WORST_SCALE,
+             "noise_floor": NOISE_FLOOR, "balance_offset": BALANCE_OFFSET, "calibration_scale": CALIBRATION_SCALE})
+
+
+def lipschitz_bound(n_datasets: int, weights: Sequence[float] = DEFAULT_WEIGHTS) -> float:
+    """K: a change of one seed-mean axis value x_{e,d,a} by delta moves any encoder's v2 CRS by at most K delta
+    (docs/crs-v2.md section 4), for any reference (an encoder or the median) and any noise the estimate takes out
+    (``Noise``: the scales it uses are at least s_0 = NOISE_FLOOR).
+
+    With g = Q_FLOOR, eps = BALANCE_OFFSET and n_d datasets: the changed encoder's overall q moves by at most
+    3 delta / (g n_d) (its own x, and the median it may move, each q of which moves by at most 2 / g per unit),
+    every other encoder's by 2 delta / (g n_d); a pair's margin on that axis by 5 delta / (g n_d). A dominance
+    degree prod_a Phi(m_a / s_a) moves by at most phi(0) / s_0 per unit of one margin (the other factors are at
+    most 1), each pair's net dominance by twice that and Dom (half of its mean over pairs) by phi(0) / s_0; Bal
+    by (1/4) ((1 + eps) / eps)^(3/4) / 2 per unit of q; Worst, half an expected minimum, by 1/2 per unit of the
+    encoder's q summed over its axes:
+
+        K = 100 [w_dom 5 phi(0) / s_0 + w_bal ((1 + eps) / eps)^(3/4) 3 / 8 + w_worst 3 / 2] / (g n_d)
+    """
+    w_dom, w_bal, w_worst = check_weights(weights)
+    g, eps = Q_FLOOR, BALANCE_OFFSET
+    per_q = w_dom * 5.0 * PHI_0 / NOISE_FLOOR + w_bal * ((1.0 + eps) / eps) ** 0.75 * 3.0 / 8.0 + w_worst * 1.5
+    return 100.0 * per_q / (g * n_datasets)
+
+
+def q_scores_v2(x: np.ndarray, reference: int | str, floor: float | None = None) -> np.ndarray:
+    """CRS v2's q [..., encoder, dataset, axis] (docs/crs-v2.md section 2): v1's with floored denominators,
+
+        q = clip((x_e - x_ref) / max(1 - x_ref, g), -1, 1)   if x_e >= x_ref
+        q = clip((x_e - x_ref) / max(x_ref, g), -1, 1)       if x_e <  x_ref
+
+    so q lies in [-1, 1] with the reference at 0, and an axis value's change moves q by at most 1/g times that
+    change (the reference's by at most 1/g too). The clip only acts on a C estimate above 1 (a squared
+    calibration error estimated below 0, section 1) against a reference far below it.
+    """
+    x = np.asarray(x, dtype=float)
+    r = reference_values(x, reference)[..., None, :, :]  # [..., 1, dataset, axis]
+    den = np.maximum(np.where(x >= r, 1.0 - r, r), Q_FLOOR if floor is None else floor)
+    return np.clip((x - r) / den, -1.0, 1.0)
+
+
+def _scale(scale: float, variance) -> np.ndarray:
+    """sqrt(max(scale^2 - variance, s_0^2)): the scale an estimate carrying noise of that variance uses."""
+    return np.sqrt(np.maximum(scale**2 - np.asarray(variance, dtype=float), NOISE_FLOOR**2))
+
+
+def dominance_degree(q: np.ndarray, scale: float | None = None, noise: Noise | None = None) -> np.ndarray:
+    """sigma [..., e, e']: how far e dominates e' on q [..., encoder, axis] (docs/crs-v2.md section 3),
+
+        sigma(e, e') = prod_a Phi(m_a / s),   m_a = q_e,a - q_e',a,
+
+    near 1 when e leads on every axis by a few s, near 0 when it trails on any; 1/16 each way between equals.
+    When e dominates e' in v1's sense, sigma(e, e') > sigma(e', e). An estimate whose margins carry noise of
+    variance v_a (``noise.margin``) uses sqrt(s^2 - v_a) in place of s (``_scale``), so that its mean over
+    Gaussian noise is the definition's: E Phi((m + sqrt(v) Z) / sqrt(s^2 - v)) = Phi(m / s).
+    """
+    q = np.asarray(q, dtype=float)
+    scale = DOMINANCE_SCALE if scale is None else scale
+    m = q[..., :, None, :] - q[..., None, :, :]  # [..., e, e', axis]
+    s = scale if noise is None else _scale(scale, noise.margin)
+    sigma = np.prod(ndtr(m / s), axis=-1)
+    idx = np.arange(q.shape[-2])
+    sigma[..., idx, idx] = 0.0  # an encoder does not dominate itself
+    return sigma
+
+
+def dominance_v2(q: np.ndarray, scale: float | None = None, noise: Noise | None = None) -> np.ndarray:
+    """CRS v2's Dom_e [..., encoder]: (1 + sum_e' (sigma(e, e') - sigma(e', e)) / (n - 1)) / 2 in [0, 1]."""
+    q = np.asarray(q, dtype=float)
+    n = q.shape[-2]
+    if n < 2:
+        raise ValueError(f"dominance needs at least 2 encoders, got {n}")
+    sigma = dominance_degree(q, scale, noise)
+    dom = (sigma.sum(axis=-1) - sigma.sum(axis=-2)) / (n - 1)
+    return (dom + 1.0) / 2.0
+
+
+def expected_min(mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """E min_a (mu_a + sd_a Z_a) over the last axis, Z independent standard normals (sd > 0):
+    lo + integral_lo^hi P(min > t) dt, lo and hi 8 sd below and above the smallest mean (Gauss-Legendre)."""
+    mu, sd = np.broadcast_arrays(np.asarray(mu, dtype=float), np.asarray(sd, dtype=float))
+    lo = (mu - 8.0 * sd).min(axis=-1, keepdims=True)
+    hi = (mu + 8.0 * sd).min(axis=-1, keepdims=True)
+    half = (hi - lo) / 2.0
+    t = lo + half * (1.0 + _NODES)  # [..., node]
+    above = np.prod(ndtr((mu[..., None, :] - t[..., None]) / sd[..., None, :]), axis=-1)
+    return lo[..., 0] + half[..., 0] * (above @ _WEIGHTS)
+
+
+_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(96)
+
+
+def worst_v2(q: np.ndarray, scale: float | None = None, noise: Noise | None = None) -> np.ndarray:
+    """CRS v2's Worst_e [..., encoder] = clip((E min_a (q_a + s_w Z_a) - E min_a (s_w Z_a) + 1) / 2, 0, 1): a
+    smoothed (min_a q_a + 1) / 2, 0.5 at the reference, monotone in every q; an estimate takes the variance of
+    its noise (``noise.q``) out of s_w, as ``dominance_degree`` does."""
+    q = np.asarray(q, dtype=float)
+    scale = WORST_SCALE if scale is None else scale
+    s = np.broadcast_to(scale if noise is None else _scale(scale, noise.q), q.shape)
+    at_zero = expected_min(np.zeros(q.shape[-1]), np.full(q.shape[-1], scale))
+    return np.clip((expected_min(q, s) - at_zero + 1.0) / 2.0, 0.0, 1.0)
+
+
+def balance_v2(q: np.ndarray, offset: float | None = None) -> np.ndarray:
+    """CRS v2's Bal_e = (prod_a (h_a + eps))^(1/4) - eps, h_a = (q_e,a + 1) / 2 (docs/crs-v2.md section 3).
+
+    In [0, 1], 0.5 at the reference, largest for a given mean when the axes are equal, and its slope
+    in any axis is bounded (v1's geometric mean, eps = 0, has an unbounded slope as an axis nears q = -1).
+    """
+    offset = BALANCE_OFFSET if offset is None else offset
+    h = (np.asarray(q, dtype=float) + 1.0) / 2.0 + offset
+    return np.prod(h, axis=-1) ** (1.0 / h.shape[-1]) - offset
+
+
+def components(q: np.ndarray, noise: Noise | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Dom, Bal, Worst) [..., encoder] of q [..., encoder, axis]; ``noise``, the variance an estimate of q
+    carries, is taken out of the smoothing scales (``dominance_degree``)."""
+    return dominance_v2(q, None, noise), balance_v2(q), worst_v2(q, None, noise)
+
+
+def _g(value, spec: str = ".3g") -> str:
+    """A recorded constant as the report prints numbers (``crs.scoring.report.markup.num``)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return format(value, spec)
+
+
+def _q_words(recorded: Mapping) -> str:
+    c = {k: _g(v) for k, v in recorded.items()}
+    g, gain = c["q_floor"], _g(1 / float(c["q_floor"]))
+    return (f"q = (x − x_ref) / max(1 − x_ref, {g}) above the reference and (x − x_ref) / max(x_ref, {g}) below "
+            f"it, clipped to [−1, 1], so the reference scores 0 and no axis moves q by more than {gain} times its "
+            "change; e dominates e′ by the degree Π_a Φ((q_e,a − q_e′,a) / "
+            f"{c['dominance_scale']}), which moves continuously; the estimates take the noise the bootstrap measures "
+            "out of the smoothing scales, so they are not pulled towards the middle of the field;")
+
+
+def _calibration_words(recorded: Mapping) -> str:
+    kappa = _g(recorded.get("calibration_scale", 10.0))
+    return (f"1 − {kappa} S, S the debiased squared calibration error of Kumar et al. (2019) (15 equal-mass bins "
+            "on the top-label confidence, from the stored test probabilities), so C is 1 at perfect calibration, "
+            f"about 0.9 at a calibration error of 0.1 and 0 at {_g(1 / float(kappa) ** 0.5, '.2g')}; S is "
+            "unbiased, so a well calibrated encoder's C is not understated, and an estimate may lie a little "
+            "above 1")
+
+
+def _worst_words(recorded: Mapping) -> str:
+    s_w = _g(recorded["worst_scale"])
+    return f"(E min_a (q_a + {s_w} Z_a) − E min_a ({s_w} Z_a) + 1) / 2, a smoothed (min q + 1) / 2"
+
+
+def _balance_words(recorded: Mapping) -> str:
+    eps = _g(recorded["balance_offset"])
+    return f"the geometric mean of (q + 1) / 2 + {eps}, less {eps}"
+
+
+WORDS = Words(
+    q=_q_words, calibration=_calibration_words, worst=_worst_words, balance=_balance_words,
+    calibration_shift=(  # the definition's section 1, in words a report reader has without it
+        "CRS v2's calibration error is the root of a debiased squared error, cut at 0, "
+        "so where it is near 0 or the test set is small its replicates fall to one side of the estimate, and the "
+        "estimate can sit at the edge of its interval; a C at or near 1 reads as no calibration error detectable"),
+)
+
+DEFINITION = Definition(number="2", spec="crs-v2.md", q=q_scores_v2, components=components, takes_out_noise=True,
+                        calibration=SQUARED_ERROR, words=WORDS, constants=CONSTANTS,
+                        lipschitz_bound=lipschitz_bound)
