@@ -4,18 +4,18 @@ What counts as current:
 
 * extract: the store knows which embedding chunks are complete; the extract stage
   resumes and writes only the missing ones (a complete pair costs no model load).
-* probe: ``RESULTS/run_state.json`` keeps, per (encoder, dataset), a hash of the probe
-  settings and of the content of what it read (``Store.content_digest`` of the dataset and
+* probe: ``RESULTS/run_state.json`` keeps, per (encoder, dataset), a hash of the probe's
+  options record and of the content of what it read (``Store.content_digest`` of the dataset and
   its shift target with that encoder, and whether extract wrote to them in this run), and
   the digest of the files it wrote (run records, selection); the pair is fitted again when
   the hash differs or those files are gone or differ (a ``crs probe`` run by hand). The
   content digest leaves timestamps out, so an extract that writes no chunk of the pair
   leaves it as it was.
-* score: a hash of the score settings, the store's content and the bytes of the run-record
-  files scored, and the digest of the ``scores.json`` it wrote (a ``crs score`` run by hand
-  changes it, and the scores are made again).
-* report: the digest of the ``scores.json`` it was made from, and the digest of the HTML
-  it wrote, which must still be there.
+* score: a hash of the score's options record and its definition's constants, the store's
+  content and the bytes of the run-record files scored, and the digest of the ``scores.json``
+  it wrote (a ``crs score`` run by hand changes it, and the scores are made again).
+* report: the digest of the ``scores.json`` it was made from, a hash of the report settings,
+  and the digest of the HTML it wrote, which must still be there.
 
 Every hash covers contents, never how a path is spelled: the same store or results folder
 named by another path, moved or renamed, recomputes nothing.
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from crs.config import Config, ConfigError, locate, report_folder, settings_hash
+from crs.config import Config, ConfigError, locate, record_hash, report_folder, settings_hash
 from crs.errors import BadInput, UserError
 from crs.files import atomic_write
 from crs.progress import NO_PROGRESS, Progress
@@ -283,26 +283,17 @@ def _probed_pairs(cfg: Config, store, summaries) -> list[tuple[str, str]]:
     return wanted
 
 
-def _probe_settings(cfg: Config) -> dict:
-    pr = cfg.probe
-    out = {"seeds": pr.seeds, "fractions": list(pr.fractions), "l2": list(pr.l2), "select_by": pr.select_by,
-           "tol": pr.tol}
-    if pr.head != "linear":  # a linear probe's hash names no head: the same settings, the same hash, with or without it
-        out.update(head=pr.head, hidden=pr.hidden)
-    return out
-
-
 def _read_by(store, d: str) -> list[str]:
     """The datasets a probe of ``d`` reads: ``d`` and its shift target, where the store holds them."""
     target = store.dataset(d).attrs.get("shift_target")
     return [dd for dd in ([d, target] if target else [d]) if store.has_dataset(dd)]
 
 
-def _pair_hash(digest, store, settings: dict, e: str, d: str) -> str:
-    """The probe settings and the content of what the pair reads: its dataset's and its shift
+def _pair_hash(digest, store, options, e: str, d: str) -> str:
+    """The probe's options record and the content of what the pair reads: its dataset's and its shift
     target's tables and ``e``'s embeddings of them (``digest(dataset, encoder)``, a
     ``Store.content_digest``, which covers the store's identity but not its path)."""
-    return settings_hash(settings, [(dd, digest(dd, e)) for dd in _read_by(store, d)])
+    return record_hash(options, [(dd, digest(dd, e)) for dd in _read_by(store, d)])
 
 
 def _probe_outputs(results: Path, model: str, d: str) -> str | None:
@@ -323,8 +314,8 @@ def _probe(cfg: Config, progress: Progress, state: State, store, summaries, want
     sp = Stage("probe", out=str(results / "run_records"))
     t0 = time.perf_counter()
     written = {(s.encoder, s.dataset) for s in summaries if s.chunks_written}
-    settings = _probe_settings(cfg)
-    hashes = {p: _pair_hash(store.content_digest, store, settings, *p) for p in wanted}  # as the probe reads it
+    options = steps.probe_options(cfg.probe)
+    hashes = {p: _pair_hash(store.content_digest, store, options, *p) for p in wanted}  # as the probe reads it
     todo = []
     for e, d in wanted:
         fresh = any((e, dd) in written for dd in _read_by(store, d))
@@ -365,12 +356,10 @@ def _score(cfg: Config, progress: Progress, state: State, wanted):
     t0 = time.perf_counter()
     s_ = cfg.score
     scored = [(head_name(e, cfg.probe.head), d) for e, d in wanted]
-    # the definition too: another version, or v2 with other constants, must score again
-    score_settings = {"reference": s_.reference, "weights": list(s_.weights), "bootstrap": s_.bootstrap,
-                      "bootstrap_unit": s_.bootstrap_unit, "seed": s_.seed, "crs_version": s_.crs_version,
-                      "min_difference": s_.min_difference, "crs_constants": constants(s_.crs_version)}
-    score_hash = settings_hash(score_settings, _store_content(cfg.store, sorted({d for _, d in scored})), sorted(
-        (e, d, _file_digest(records_path(results, e, d))) for e, d in scored))
+    # the definition's constants too: another version, or v2 with other constants, must score again
+    score_hash = record_hash(steps.score_options(s_), constants(s_.crs_version),
+                             _store_content(cfg.store, sorted({d for _, d in scored})),
+                             sorted((e, d, _file_digest(records_path(results, e, d))) for e, d in scored))
     scores_json_path = results / "scores" / "scores.json"
     before = state.old.get("score")
     digest = _file_digest(scores_json_path)
@@ -416,7 +405,9 @@ def _report(cfg: Config, state: State, scores_digest: str | None, quiet: bool):
     name = previous.get("html_name")
     html = out / name if isinstance(name, str) and name and Path(name).name == name else None
     made = previous.get("html_digest")
+    settings = record_hash(cfg.report)
     current = (scores_digest is not None and previous.get("scores_json") == scores_digest
+               and previous.get("settings") == settings
                and html is not None and made is not None and _file_digest(html) == made)
     if current:
         rp.skipped = ["report"]
@@ -425,7 +416,8 @@ def _report(cfg: Config, state: State, scores_digest: str | None, quiet: bool):
         html = Path(written_report["html"])
         rp.done = ["report"]
         rp.detail = json.loads(json.dumps({k: written_report.get(k) for k in ("figures", "tables")}, default=str))
-    state.set("report", {"scores_json": scores_digest, "html_name": html.name, "html_digest": _file_digest(html)})
+    state.set("report", {"scores_json": scores_digest, "settings": settings, "html_name": html.name,
+                         "html_digest": _file_digest(html)})
     rp.seconds = time.perf_counter() - t0
     return rp, str(html)
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from threadpoolctl import threadpool_limits
 
-from crs.config import Config, Probe, Score, report_folder
+from crs.config import Config, Probe, Score, options_record, report_folder
 from crs.errors import BadInput, UserError
 from crs.extract import encoders as encreg
 from crs.extract import perturb
@@ -408,6 +408,14 @@ def require_measurable_stored(store, dataset: str) -> None:
         raise BadInput(str(exc)) from None
 
 
+def probe_options(settings: Probe):
+    """The probe's options record (``crs.probe.options.ProbeOptions``) of the ``[probe]`` settings: each
+    setting in its field, the seed count as the seeds 0..seeds-1."""
+    from crs.probe.options import ProbeOptions  # noqa: PLC0415 -- crs.probe: crs encoders lists the registry without it
+
+    return options_record(ProbeOptions, settings, seeds=tuple(range(settings.seeds)))
+
+
 def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings: Probe,
           progress: Progress = NO_PROGRESS, on_done: Callable | None = None) -> list:
     """Fit and evaluate ``settings``' probes on each pair; ``on_done(summary)`` after each pair is written.
@@ -416,11 +424,11 @@ def probe(store_path: str, results: Path, pairs: list[tuple[str, str]], settings
     a time, each pair still fitted, evaluated and committed whole on its own: one pair's compiling,
     reading and writing overlap another's solver loop. The results are the same bits as one at a
     time (each pair's programs run as they would alone); ``on_done`` is called in ``pairs`` order."""
-    from crs.probe.run import ProbeOptions, compile_cache, head_name, planned_loops, small_pair  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
+    from crs.probe.run import compile_cache, head_name, planned_loops, small_pair  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
     from crs.probe.run import probe as probe_pair  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
     from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
 
-    options = ProbeOptions.from_settings(settings)
+    options = probe_options(settings)
     pairs = list(dict.fromkeys(pairs))  # a pair named twice is probed once (side by side, its lock would refuse it)
     store = Store(store_path, mode="a")
     compile_cache()  # once, before any worker thread
@@ -483,11 +491,18 @@ def _in_order(fn, items: list, workers: int):
 
 
 # ------------------------------------------------------------------ score
+def score_options(settings: Score, reference: str | None = None):
+    """The score's options record (``crs.scoring.options.ScoreOptions``) of the ``[score]`` settings;
+    ``reference``: what the stage resolved ``settings.reference`` to (default: as given)."""
+    from crs.scoring.options import ScoreOptions  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
+
+    return options_record(ScoreOptions, settings, **({} if reference is None else {"reference": reference}))
+
+
 def score(results: Path, settings: Score, store: str | None = None, pairs: list[tuple[str, str]] | None = None,
           progress: Progress = NO_PROGRESS):
     """Score the run records under ``results`` (only ``pairs`` if given) and write RESULTS/scores."""
     from crs import records  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
-    from crs.scoring.options import ScoreOptions  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
     from crs.scoring.run import METRIC_TABLE  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
     from crs.scoring.run import score as score_table  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
 
@@ -513,7 +528,7 @@ def score(results: Path, settings: Score, store: str | None = None, pairs: list[
                              "replicates)", total=None)
     # the scoring code raises BadInput for records or options that do not allow a score; any
     # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
-    scores = score_table(table, ScoreOptions.from_settings(settings, reference=ref), store=opened,
+    scores = score_table(table, score_options(settings, reference=ref), store=opened,
                          results=Path(results))
     progress.update(task, visible=False)  # scoring is over: its line ends here, not after the report
     if note:
