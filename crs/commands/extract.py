@@ -83,7 +83,7 @@ def _select_encoders(given: dict, *, demo: bool, pretrained: bool, family: list[
     """Resolve `crs extract`'s encoder and dataset selection into ``given`` (names, sets, roots) and return
     the records of --encoder-file. Refuses --all and an unknown --family, naming the choices."""
     from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
+    from crs.stages import catalog  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     if all_:
         raise BadInput("crs extract takes no --all (it would not say which encoders); choose the encoders: "
@@ -99,7 +99,7 @@ def _select_encoders(given: dict, *, demo: bool, pretrained: bool, family: list[
     if encoders or not sets:
         encoders = stages.check_encoders(encoders, extra)
     if not datasets and "demo" in sets:
-        datasets = dsreg.names()
+        datasets = catalog.dataset_names()
     datasets = stages.check_dataset_names(datasets)
     stages.check_shift_target(given.get(("datasets", "shift_target")), datasets)
     given.update({("encoders", "names"): tuple(encoders), ("encoders", "set"): tuple(dict.fromkeys(sets)),

@@ -18,6 +18,7 @@ from crs.stages.steps import (
     report,
     resolve_reference,
     score,
+    scored_names,
     set_members,
     with_sets,
 )
@@ -25,4 +26,4 @@ from crs.stages.steps import (
 __all__ = ["Extracted", "RunResult", "Stage", "check_dataset_names", "check_datasets", "check_encoders", "check_names",
            "check_shift_target",
            "encoder_records", "extract", "parse_roots", "plan", "probe", "probe_pairs", "report", "resolve_reference",
-           "run", "score", "set_members", "with_sets"]
+           "run", "score", "scored_names", "set_members", "with_sets"]

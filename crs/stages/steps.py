@@ -165,6 +165,15 @@ def encoder_specs(cfg: Config, extra: dict) -> list:
     return [with_revision(s, revisions.get(n, revisions.get(s.name))) for n, s in zip(names, specs)]
 
 
+def scored_names(cfg: Config, extra: dict) -> list[str]:
+    """The names ``cfg``'s encoders are scored under: the store key of a timm:/hf: id (``extra``: the records of
+    the encoder file), ENCODER+mlp with the mlp head."""
+    from crs.probe import heads  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
+
+    head = heads.get(cfg.probe.head)
+    return [head.result_name(encreg.resolve(e, extra).name) for e in cfg.encoders.names]
+
+
 # ------------------------------------------------------------------ extract
 class Extracted(NamedTuple):
     store: object  # crs.store.Store, opened for appending
