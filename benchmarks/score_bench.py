@@ -26,7 +26,7 @@
    two renames; ``crs.scoring.scoreset``) against writing each file in place by its own
    atomic rename, as crs score did before (``--write-only`` runs this part alone).
 
-6. ``--end-to-end``: ``crs score`` itself (``crs.stages.steps.score``: read the run records, score
+6. ``--end-to-end``: ``crs score`` itself (``crs.stages.score.run``: read the run records, score
    with the default settings, B = --bootstrap, write the set) on a paper-scale store built once
    (``paper_store``, kept under --store-dir for reuse): synthetic probe predictions written in the
    store's format, no probe fitted; test sets 5000x8 multi-class, 730x5 ordinal, 500x5 multi-label,
@@ -459,7 +459,7 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
 def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap: int, n_perturbed: int = 68,
                bootstrap_unit: str = "both", direct_reads: bool = False, first_encoders: int = 0,
                crs_version: int | None = None) -> dict:
-    """``crs score`` (``crs.stages.steps.score``: read the run records, score with the default settings, write
+    """``crs score`` (``crs.stages.score.run``: read the run records, score with the default settings, write
     the set) on a paper-scale store (``paper_store``), timed per phase; part 6."""
     import os
     from pathlib import Path
@@ -468,7 +468,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
     from crs.config import Score
     from crs.scoring import analysis, metrics, predictions, replicates, resample, run, scoreset, temperature, verdict
     from crs.scoring.predictions import image_bootstrap, read, stored_metrics
-    from crs.stages import steps
+    from crs.stages import score as score_stage
     from crs.store import Store
 
     tmp = tempfile.mkdtemp(prefix="crs-e2e-") if store_dir is None else store_dir
@@ -516,7 +516,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
             options = Score(bootstrap=n_bootstrap, bootstrap_unit=bootstrap_unit)
             if crs_version is not None:
                 options = Score(bootstrap=n_bootstrap, bootstrap_unit=bootstrap_unit, crs_version=str(crs_version))
-            scores = steps.score(results, options, store=store_path)
+            scores = score_stage.run(results, options, store=store_path)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         Store.read_predictions = saved

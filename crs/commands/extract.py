@@ -61,11 +61,11 @@ def extract_cmd(
     extra = _select_encoders(given, demo=demo, pretrained=pretrained, family=family, all_=all_)
     cfg = options.to_config(given)
     if plan:
-        print_plan(stages.plan(cfg, extra), as_json=as_json, quiet=quiet)
+        print_plan(stages.extract.plan(cfg, extra), as_json=as_json, quiet=quiet)
         return
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval, unit="chunks") as progress:  # (chunk, condition)s
-        store, summaries = stages.extract(cfg, progress, extra_encoders=extra)
+        store, summaries = stages.extract.run(cfg, progress, extra_encoders=extra)
     report = {"store": store.path, "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
     if as_json:

@@ -9,7 +9,7 @@ from __future__ import annotations
 def encoders(encoder_file=None) -> list:
     """The encoder registry's records, then those of ``encoder_file`` (TOML ``[[encoder]]`` tables)."""
     from crs.extract import encoders as encreg  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
-    from crs.stages.steps import encoder_records  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
+    from crs.stages.names import encoder_records  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
 
     return list(encreg.ENCODERS.values()) + list(encoder_records(encoder_file).values())
 

@@ -3,14 +3,63 @@ opened with the config's dataset options, its files checked, a perturbation grid
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
+
 from crs.config import Config
 from crs.errors import BadInput, UserError
-from crs.stages.steps import dataset_options
+from crs.extract.options import DatasetOptions
 
 # A label and class check of the data stage (one class only, a split without a class the probe needs, ...):
 # ``extract.real.<LABEL_CHECK>(ds) -> list[Problem]``, called where that stage has it.
 LABEL_CHECK = "check_labels"
 
+
+
+def dataset_options(cfg: Config) -> dict:
+    """The datasets section of ``cfg`` as keywords of ``crs.extract.datasets.get`` (``DatasetOptions``' fields)."""
+    return dataclasses.asdict(DatasetOptions.from_config(cfg))
+
+
+def named_datasets(cfg: Config) -> list:
+    """The config's datasets, opened as extraction opens them (a CSV read, a folder indexed; no image decoded)."""
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+
+    opts, ds = dataset_options(cfg), cfg.datasets
+    return [dsreg.get(d, size=ds.size, seed=0 if d in dsreg.BUILTIN else ds.split_seed, **opts) for d in ds.names]
+
+
+def with_shift_targets(cfg: Config, named: list | None = None) -> list:
+    """The config's datasets (``named``: as ``named_datasets`` opened them), then the shift targets not among
+    them, in the target role (clean test rows only): probing evaluates the shift on them."""
+    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+
+    opts = dataset_options(cfg)
+    named = named_datasets(cfg) if named is None else named
+    todo = {x.name: x for x in named}  # a dataset named in the config is a dataset, even where it is also a target
+    for dataset in named:
+        target = dsreg.shift_target_of(dataset, **{**opts, "shift_target": None})
+        if target is not None and target.name not in todo:
+            todo[target.name] = target
+    return list(todo.values())
+
+
+def require_measurable_stored(store, dataset: str) -> None:
+    """``crs.extract.real.refuse_unmeasurable`` of a dataset as the store holds it, where it was read from
+    files (its attributes record their identity): the check `crs datasets check` and extraction apply, so a
+    store written without it (by another crs, or the library directly) is refused the same way. BadInput."""
+    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+
+    table = store.dataset(dataset)
+    attrs = table.attrs
+    if not attrs.get("identity"):
+        return
+    words = ([f"csv:{attrs['csv']}", "--image-root", str(attrs.get("root")), "--modality", str(attrs.get("modality"))]
+             if attrs.get("csv") else [dataset, "--root", f"{dataset}={attrs.get('root')}"])
+    try:
+        real.refuse_unmeasurable(table, table.task, table.classes, dataset, shlex.join(words))
+    except UserError as exc:
+        raise BadInput(str(exc)) from None
 
 def open_dataset(cfg: Config, name: str):
     """Dataset ``name`` opened with ``cfg``'s dataset options and split as extraction opens it (a CSV read, a

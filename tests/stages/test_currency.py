@@ -15,7 +15,10 @@ from types import SimpleNamespace
 import pytest
 
 import crs.config as C
-from crs.stages import pipeline, steps
+from crs.stages import pipeline
+from crs.stages import probe as probe_stage
+from crs.stages import report as report_stage
+from crs.stages import score as score_stage
 
 BASE = """\
 store = "s.zarr"
@@ -63,7 +66,7 @@ def fake_probe(store_path, results, pairs, settings, progress=None, on_done=None
     for e, d in pairs:
         path = records_path(results, head_name(e, settings.head), d)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps([e, d, dataclasses.asdict(steps.probe_options(settings))]), encoding="utf-8")
+        path.write_text(json.dumps([e, d, dataclasses.asdict(probe_stage.probe_options(settings))]), encoding="utf-8")
         out.append(SimpleNamespace(encoder=e, dataset=d, probes=1, not_converged=0))
         on_done(out[-1])
     return out
@@ -72,7 +75,7 @@ def fake_probe(store_path, results, pairs, settings, progress=None, on_done=None
 def fake_score(results, settings, store=None, pairs=None, progress=None):
     from crs.probe.run import records_path
 
-    data = {"settings": dataclasses.asdict(steps.score_options(settings)),
+    data = {"settings": dataclasses.asdict(score_stage.score_options(settings)),
             "records": [records_path(results, e, d).read_text(encoding="utf-8") for e, d in pairs],
             "rank_comparison": None, "encoders": [], "weight_sensitivity": [], "diagnostics": []}
     (results / "scores").mkdir(parents=True, exist_ok=True)
@@ -92,8 +95,8 @@ def built(tmp_path_factory):
     folder = tmp_path_factory.mktemp("currency")
     cfg = C.resolve(C.parse(BASE), folder)
     with pytest.MonkeyPatch.context() as mp:
-        for name, fake in (("probe", fake_probe), ("score", fake_score), ("report", fake_report)):
-            mp.setattr(steps, name, fake)
+        for stage, fake in ((probe_stage, fake_probe), (score_stage, fake_score), (report_stage, fake_report)):
+            mp.setattr(stage, "run", fake)
         first = pipeline.run(cfg)
         assert all(first.stages[s].done for s in STAGES)
         yield cfg, folder
