@@ -274,9 +274,10 @@ def options_record(cls, section, **given):
     ``record_hash`` of it covers every setting of its section."""
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
     values = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
-    for name in sorted((set(values) | set(given)) - fields):
-        raise TypeError(f"{cls.__name__} has no field {name!r} for the setting {type(section).__name__.lower()}."
-                        f"{name}; add the field under that name (a record takes each setting of its section)")
+    lacking = sorted((set(values) | set(given)) - fields)
+    if lacking:
+        raise TypeError(f"{cls.__name__} has no field {lacking[0]!r} for {type(section).__name__.lower()}."
+                        f"{lacking[0]}; add the field under that name (a record takes each setting of its section)")
     return cls(**{**values, **given})
 
 

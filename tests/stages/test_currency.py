@@ -128,3 +128,13 @@ def test_a_changed_setting_makes_its_stage_and_the_later_ones_not_current(built,
     changed = C.resolve(C.parse(C.to_toml(changed)), tmp_path)  # the value passes the schema's checks
     changed = C.with_overrides(changed, store=cfg.store)
     assert what_ran(changed, folder / "res", tmp_path) == list(STAGES[STAGES.index(section):])
+
+
+def test_a_record_without_a_field_for_a_setting_is_refused():
+    @dataclasses.dataclass(frozen=True)
+    class Renamed:
+        enabled: bool = True
+        out_folder: str | None = None
+
+    with pytest.raises(TypeError, match="Renamed has no field 'out' for report.out"):
+        C.options_record(Renamed, C.Report())
