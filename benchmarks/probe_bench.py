@@ -89,7 +89,7 @@ numbers are this machine's, so rerun before relying on them):
   warm start does not shorten the slowest probe, so the halves start from zero.
 * the probe stage's few compiled shapes (``crs.probe.padded``; 180 programs -> 17 in a cold
   ``crs probe --all`` of the demo store: 6 solver loops, 3 metrics, 6 predictions, 2 validation
-  losses) and small pairs two at a time (``crs.stages.steps.PAIR_WORKERS``), side by side on a
+  losses) and small pairs two at a time (``crs.stages.probe.PAIR_WORKERS``), side by side on a
   quiet machine, two rounds: ``crs probe --all`` cold 40.8 / 40.2 s -> 26.9 / 27.9 s (CPU 57 -> 47
   s), ``crs demo`` 115.1 s -> 99.5 s. ``--small`` afterwards: engine cold 21.0 s, warm 13.3 s,
   scikit-learn at its best 14.0 s, the stage 26.1 s cold and 18.1 s on a filled cache (each pair's

@@ -2,7 +2,7 @@
 
 1. A run-record table of 15 encoders x 3 datasets (one with a shift target) x 5 seeds:
    clean at 7 label fractions plus 68 perturbed conditions (and the shift) at fraction 1,
-   about 17,000 rows. Times ``score(..., n_bootstrap=1000)`` (the seed-paired bootstrap
+   about 17,000 rows. Times ``score(..., bootstrap=1000)`` (the seed-paired bootstrap
    and everything else ``crs score`` computes from run records; ``seed_bootstrap_s``),
    ``crs score --bootstrap 1000`` in a fresh process (imports and writes included), and the same
    seed bootstrap as a loop that recomputes seed means and scores one replicate at a time.
@@ -26,7 +26,7 @@
    two renames; ``crs.scoring.scoreset``) against writing each file in place by its own
    atomic rename, as crs score did before (``--write-only`` runs this part alone).
 
-6. ``--end-to-end``: ``crs score`` itself (``crs.stages.steps.score``: read the run records, score
+6. ``--end-to-end``: ``crs score`` itself (``crs.stages.score.run``: read the run records, score
    with the default settings, B = --bootstrap, write the set) on a paper-scale store built once
    (``paper_store``, kept under --store-dir for reuse): synthetic probe predictions written in the
    store's format, no probe fitted; test sets 5000x8 multi-class, 730x5 ordinal, 500x5 multi-label,
@@ -459,7 +459,7 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
 def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap: int, n_perturbed: int = 68,
                bootstrap_unit: str = "both", direct_reads: bool = False, first_encoders: int = 0,
                crs_version: int | None = None) -> dict:
-    """``crs score`` (``crs.stages.steps.score``: read the run records, score with the default settings, write
+    """``crs score`` (``crs.stages.score.run``: read the run records, score with the default settings, write
     the set) on a paper-scale store (``paper_store``), timed per phase; part 6."""
     import os
     from pathlib import Path
@@ -468,7 +468,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
     from crs.config import Score
     from crs.scoring import analysis, metrics, predictions, replicates, resample, run, scoreset, temperature, verdict
     from crs.scoring.predictions import image_bootstrap, read, stored_metrics
-    from crs.stages import steps
+    from crs.stages import score as score_stage
     from crs.store import Store
 
     tmp = tempfile.mkdtemp(prefix="crs-e2e-") if store_dir is None else store_dir
@@ -516,7 +516,7 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
             options = Score(bootstrap=n_bootstrap, bootstrap_unit=bootstrap_unit)
             if crs_version is not None:
                 options = Score(bootstrap=n_bootstrap, bootstrap_unit=bootstrap_unit, crs_version=str(crs_version))
-            scores = steps.score(results, options, store=store_path)
+            scores = score_stage.run(results, options, store=store_path)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         Store.read_predictions = saved
@@ -580,9 +580,9 @@ def main() -> None:
     # probabilities (docs/crs-v2.md section 1); the seed bootstrap they time is the same code under either
     # version, and part 6 (--end-to-end, --versions 1,2) times v2 on a store.
     records = run_table(args.encoders, args.seeds)
-    score(records.filter(pl.col("encoder") <= "enc01"), ScoreOptions(n_bootstrap=10, crs_version=STORELESS))  # warm-up
+    score(records.filter(pl.col("encoder") <= "enc01"), ScoreOptions(bootstrap=10, crs_version=STORELESS))  # warm-up
     t0, c0 = time.perf_counter(), time.process_time()
-    scores = score(records, ScoreOptions(n_bootstrap=args.bootstrap, seed=0, bootstrap_unit="seed",
+    scores = score(records, ScoreOptions(bootstrap=args.bootstrap, seed=0, bootstrap_unit="seed",
                                          crs_version=STORELESS))
     seed_s, seed_cpu = time.perf_counter() - t0, time.process_time() - c0
     set_s, files_s = write_cost(scores)
@@ -613,7 +613,7 @@ def main() -> None:
         cli_s = time.perf_counter() - t0
     print(f"`crs score --bootstrap {args.bootstrap} --crs-version {STORELESS}` on them (no store), a fresh process: "
           f"{cli_s:.2f} s wall")
-    print(f"run records: {records.height} rows; score(..., n_bootstrap={args.bootstrap}) "
+    print(f"run records: {records.height} rows; score(..., bootstrap={args.bootstrap}) "
           f"{seed_s:.2f} s wall, {seed_cpu:.2f} s CPU in all (leader {scores.encoders['encoder'][0]})")
     print(f"seed bootstrap alone: vectorised {seed_core_s * 1e3:.1f} ms, per-replicate loop "
           f"{seed_loop_s * 1e3:.0f} ms: ratio {seed_loop_s / seed_core_s:.0f}x")

@@ -43,7 +43,7 @@ def made_by(store: Store, results, options: ProbeOptions) -> dict:
     the two moved together still match), and the settings in the schema's names (``crs.config.Probe``).
     Seeds are a count there (0..n-1); other seeds have no flag to name them."""
     o = options
-    settings = {"fractions": list(o.fractions), "l2": list(o.l2_grid), "select_by": o.select_by, "tol": o.tol,
+    settings = {"fractions": list(o.fractions), "l2": list(o.l2), "select_by": o.select_by, "tol": o.tol,
                 "head": o.head, "hidden": o.hidden}
     if tuple(o.seeds) == tuple(range(len(o.seeds))):
         settings["seeds"] = len(o.seeds)
@@ -55,7 +55,7 @@ def made_by(store: Store, results, options: ProbeOptions) -> dict:
 def run_provenance(options: ProbeOptions, head_options: dict) -> dict:
     """``crs.provenance.collect`` of this probe run's settings (JSON-safe)."""
     o = options
-    settings = {"head": o.head, "seeds": list(o.seeds), "fractions": list(o.fractions), "l2": list(o.l2_grid),
+    settings = {"head": o.head, "seeds": list(o.seeds), "fractions": list(o.fractions), "l2": list(o.l2),
                 "select_by": o.select_by}
     for k, v in head_options.items():
         settings[k] = v if v is None or isinstance(v, (int, float, str, bool)) else repr(v)

@@ -23,7 +23,7 @@ class ProbeOptions:
 
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     fractions: tuple[float, ...] = DEFAULT_FRACTIONS
-    l2_grid: tuple[float, ...] = DEFAULT_L2
+    l2: tuple[float, ...] = DEFAULT_L2
     max_iter: int = 1000
     tol: float = 1e-4
     select_by: str = "loss"
@@ -31,10 +31,3 @@ class ProbeOptions:
     head: str = "linear"
     hidden: int = DEFAULT_HIDDEN
     mlp_settings: object = None
-
-    @classmethod
-    def from_settings(cls, settings) -> ProbeOptions:
-        """The options of a ``crs.config.Probe`` settings record (the one schema): seeds 0..seeds-1."""
-        return cls(seeds=tuple(range(settings.seeds)), fractions=tuple(settings.fractions),
-                   l2_grid=tuple(settings.l2), select_by=settings.select_by, tol=settings.tol, head=settings.head,
-                   hidden=settings.hidden)

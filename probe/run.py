@@ -152,8 +152,8 @@ def probe(store: Store, encoder: str, dataset: str, options: ProbeOptions = DEFA
     model = spec.result_name(encoder)
     seeds, select_by = options.seeds, options.select_by
     # nested subsets: smallest first
-    grid, fractions = tuple(sorted(set(options.l2_grid))), tuple(sorted(set(options.fractions)))
-    options = replace(options, l2_grid=grid, fractions=fractions)
+    grid, fractions = tuple(sorted(set(options.l2))), tuple(sorted(set(options.fractions)))
+    options = replace(options, l2=grid, fractions=fractions)
     with probe_lock(store, results, model, dataset):
         table = store.dataset(dataset)
         split = load_split(store, encoder, dataset)

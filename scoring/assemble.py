@@ -75,7 +75,7 @@ def settings_of(options: ScoreOptions, cmp: Comparison, boot: Bootstrap, warning
         "crs_version": options.crs_version,
         "reference": options.reference,
         "weights": dict(zip(COMPONENTS, options.weights, strict=True)),
-        "bootstrap": {"n": int(options.n_bootstrap), "unit": boot.unit, "seed": options.seed,
+        "bootstrap": {"n": int(options.bootstrap), "unit": boot.unit, "seed": options.seed,
                       "confidence": CONFIDENCE},
         "seeds": [int(s) for s in cmp.seeds],
         "fractions": [float(f) for f in sorted(set(cmp.used.get_column("fraction").to_list()))],

@@ -42,8 +42,8 @@ def run_bootstrap(cmp: Comparison, options: ScoreOptions, store, metrics_pass, w
     """The bootstrap of the comparison set (``Bootstrap``); says in ``warnings`` where the unit fell back or a
     replicate had no CRS. Refuses (BadInput) a count of replicates that does not fit in memory
     (``memory.check_fits``)."""
-    check_fits(cmp, int(options.n_bootstrap), options.bootstrap_unit != "seed" and store is not None)
-    draw = draw_seeds(len(cmp.seeds), int(options.n_bootstrap), options.seed)  # [replicate, draw]
+    check_fits(cmp, int(options.bootstrap), options.bootstrap_unit != "seed" and store is not None)
+    draw = draw_seeds(len(cmp.seeds), int(options.bootstrap), options.seed)  # [replicate, draw]
     image_method: dict = {}  # per dataset: arrays exact / shared (predictions.image_bootstrap_axes)
     x_boot, unit, by_seed, spread = bootstrap_means(cmp, draw, options, store, metrics_pass, warnings, image_method)
     reps = score_replicates(x_boot, cmp.reference, options.weights, options.crs_version, spread)

@@ -133,8 +133,8 @@ def _check_options(records: pl.DataFrame, options: ScoreOptions, store) -> Score
     if get(version).calibration.from_store and store is None:
         raise BadInput(f"CRS v{version} reads its calibration axis from the stored test probabilities and no store "
                        f"was given: {V2_NEEDS}")
-    if int(options.n_bootstrap) < 1:
-        raise BadInput(f"n_bootstrap must be at least 1, got {options.n_bootstrap!r}")
+    if int(options.bootstrap) < 1:
+        raise BadInput(f"bootstrap must be at least 1, got {options.bootstrap!r}")
     if options.bootstrap_unit not in UNITS:
         raise BadInput(f"bootstrap unit must be one of {UNITS}, not {options.bootstrap_unit!r}")
     require_columns(records)

@@ -257,4 +257,18 @@ def test_imports_flow_one_way():
 
 
 def test_every_package_is_in_the_graph():
-    assert {"crs.stages", "crs.stages.steps", "crs.stages.pipeline", "crs.scoring.diagnostics"} <= set(_modules())
+    assert {"crs.stages", "crs.stages.probe", "crs.stages.pipeline", "crs.scoring.diagnostics"} <= set(_modules())
+
+
+# what the command line may import: the stages layer, the foundations every layer shares, and the presentation
+# (typer options made from the schema, progress); everything else it reaches through crs.stages
+COMMAND_LINE_MAY_IMPORT = ("crs.stages", "crs.commands", "crs.names", "crs.errors", "crs.config", "crs.records",
+                           "crs.options", "crs.progress")
+
+
+def test_the_command_line_reaches_the_workers_and_the_store_only_through_the_stages():
+    bad = sorted(f"{m} imports {d}" for m, deps in graph().items() if m.startswith("crs.commands")
+                 for d in deps if not any(d == a or d.startswith(a + ".") for a in COMMAND_LINE_MAY_IMPORT))
+    assert bad == []
+    source = "\n".join(f.read_text() for f in (ROOT / "crs" / "commands").rglob("*.py"))
+    assert "import_module" not in source and "__import__" not in source  # no import the graph cannot see

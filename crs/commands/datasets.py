@@ -13,15 +13,12 @@ from crs import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import err, out, progress_bar
 from crs.commands.tables import print_check
-from crs.errors import BadInput, UserError
+from crs.errors import BadInput
 
 # The dataset options of `crs extract`, with the same flags, defaults and requirements (one schema).
 CHECK = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"), ("datasets", "shift_target"),
          ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),
          ("datasets", "allow_absolute_paths"), ("datasets", "follow_symlinks"), ("log_interval",)]
-# A label and class check of the data stage (one class only, a split without a class the probe needs, ...):
-# ``extract.real.<LABEL_CHECK>(ds) -> list[Problem]``, called where that stage has it.
-LABEL_CHECK = "check_labels"
 
 
 @stage_command(CHECK)
@@ -36,8 +33,7 @@ def datasets_check_cmd(
     """Validate a dataset, and the shift target it names, as `crs extract` would read them: files, ids, label
     codes, columns, images. Takes every dataset option of `crs extract`. Exit 0 usable, 2 not."""
     from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
-    from crs.stages.steps import dataset_options  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs.stages import datasets as data  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     stages.check_dataset_names([name])
     stages.check_shift_target(given.get(("datasets", "shift_target")), [name])
@@ -45,13 +41,12 @@ def datasets_check_cmd(
         raise BadInput(f"--sample must be at least 0, not {sample}")
     given[("datasets", "roots")] = stages.parse_roots(given.pop(("datasets", "roots"), None), [name])
     cfg = options.to_config(given)
-    opts = dataset_options(cfg)  # what `crs extract` passes, so both read the dataset the same way
-    ds = dsreg.get(name, size=cfg.datasets.size, seed=0 if name in dsreg.BUILTIN else cfg.datasets.split_seed, **opts)
+    ds = data.open_dataset(cfg, name)  # as `crs extract` opens it, so both read the dataset the same way
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval, unit="images") as progress:  # images decoded
-        report = _check_one(ds, all_, sample, progress)
+        report = data.check(ds, all_, sample, progress)
         # the target's classes and test rows are compared with a readable dataset's only
-        target, target_report, target_error = (_check_shift_target(ds, opts, all_, sample, progress)
+        target, target_report, target_error = (data.check_shift_target(cfg, ds, all_, sample, progress)
                                                if report.usable else (None, None, None))
     usable = report.usable and target_error is None and (target_report is None or target_report.usable)
     if as_json:
@@ -79,35 +74,3 @@ def datasets_check_cmd(
     if not usable:
         raise typer.Exit(2)
 
-
-def _check_shift_target(ds, opts: dict, all_images: bool, sample: int, progress):
-    """(the shift target ``ds`` names, its check report, a UserError's message or None); all None where ``ds``
-    names none. The target is opened as extraction opens it and checked like ``ds``; where its files are
-    usable, ``shift_target_of`` compares its classes and test rows with ``ds``'s, and its classes are
-    checked on the rows extraction takes from it (its test rows), as every stage checks them."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
-
-    spec = getattr(ds, "shift_spec", None) or ds.shift_target
-    target = report = None
-    if not spec:
-        return None, None, None
-    try:
-        target = dsreg.get(spec, size=ds.size, seed=ds.seed, **{**opts, "shift_target": None})
-        report = _check_one(target, all_images, sample, progress, classes=False)
-        if report.usable:  # its classes as extraction reads the target: its test rows
-            real.require_measurable(dsreg.shift_target_of(ds, **{**opts, "shift_target": None}))
-    except UserError as exc:
-        return target, report, str(exc)
-    return target, report, None
-
-
-def _check_one(ds, all_images: bool, sample: int, progress, classes: bool = True):
-    """``extract.real.check`` of one dataset, with the data stage's label and class checks where it has them."""
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
-
-    report = real.check(ds, all_images=all_images, sample=sample, progress=progress, classes=classes)
-    labels = getattr(real, LABEL_CHECK, None)
-    if labels is not None and report.usable:
-        report.problems.extend(labels(ds))
-    return report

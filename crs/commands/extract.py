@@ -61,11 +61,11 @@ def extract_cmd(
     extra = _select_encoders(given, demo=demo, pretrained=pretrained, family=family, all_=all_)
     cfg = options.to_config(given)
     if plan:
-        print_plan(stages.plan(cfg, extra), as_json=as_json, quiet=quiet)
+        print_plan(stages.extract.plan(cfg, extra), as_json=as_json, quiet=quiet)
         return
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval, unit="chunks") as progress:  # (chunk, condition)s
-        store, summaries = stages.extract(cfg, progress, extra_encoders=extra)
+        store, summaries = stages.extract.run(cfg, progress, extra_encoders=extra)
     report = {"store": store.path, "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
     if as_json:
@@ -83,7 +83,7 @@ def _select_encoders(given: dict, *, demo: bool, pretrained: bool, family: list[
     """Resolve `crs extract`'s encoder and dataset selection into ``given`` (names, sets, roots) and return
     the records of --encoder-file. Refuses --all and an unknown --family, naming the choices."""
     from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
+    from crs.stages import catalog  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     if all_:
         raise BadInput("crs extract takes no --all (it would not say which encoders); choose the encoders: "
@@ -99,7 +99,7 @@ def _select_encoders(given: dict, *, demo: bool, pretrained: bool, family: list[
     if encoders or not sets:
         encoders = stages.check_encoders(encoders, extra)
     if not datasets and "demo" in sets:
-        datasets = dsreg.names()
+        datasets = catalog.dataset_names()
     datasets = stages.check_dataset_names(datasets)
     stages.check_shift_target(given.get(("datasets", "shift_target")), datasets)
     given.update({("encoders", "names"): tuple(encoders), ("encoders", "set"): tuple(dict.fromkeys(sets)),

@@ -21,11 +21,10 @@ def encoders_cmd(
     verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """List the encoder registry (name, family, width, input size, gated, ...)."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
-    from crs.extract import encoders as encreg  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
+    from crs.stages import catalog  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     with friendly_errors(verbose):
-        specs = list(encreg.ENCODERS.values()) + list(stages.encoder_records(encoder_file).values())
+        specs = catalog.encoders(encoder_file)
         if as_json:
             print(json.dumps([s.as_dict() for s in specs]))
             return
@@ -52,17 +51,9 @@ def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False, quiet: QuietOpt =
 
 
 def _list_datasets(as_json: bool, quiet: bool) -> None:
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: keeps crs --help fast
+    from crs.stages import catalog  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
-    rows = []
-    for name in dsreg.names():
-        d = dsreg.get(name)
-        rows.append({"name": name, "task": d.task, "classes": list(d.classes), "shift_target": d.shift_target,
-                     "description": d.description})
-    for lay in real.LAYOUTS.values():
-        rows.append({"name": lay.name, "task": lay.task, "classes": list(lay.classes), "shift_target":
-                     lay.shift_target, "description": lay.description, "root": lay.root_holds, "source": lay.source})
+    rows = catalog.datasets()
     if as_json:
         print(json.dumps(rows))
         return

@@ -41,7 +41,7 @@ def probe_cmd(
     pairs = stages.probe_pairs(cfg.store, encoders, datasets, every=all_)
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval, unit="solver loops") as progress:  # fraction groups of a pair
-        summaries = stages.probe(cfg.store, Path(cfg.results), pairs, cfg.probe, progress)
+        summaries = stages.probe.run(cfg.store, Path(cfg.results), pairs, cfg.probe, progress)
     report = {"results": str(Path(cfg.results)), "seconds": round(time.perf_counter() - t0, 2),
               "runs": [s.as_dict() for s in summaries]}
     if as_json:

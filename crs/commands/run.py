@@ -84,12 +84,10 @@ def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str
     """``score.reference`` must be 'auto', 'median' or an encoder the run scores (under the name its results
     go by: the store key of a timm:/hf: id, ENCODER+mlp with the mlp head); a ConfigError naming the key and
     its line otherwise, before any stage runs. Returns the names the run scores."""
-    from crs.extract import encoders as encreg  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
-    from crs.probe import heads  # noqa: PLC0415 -- the probe stage (numpy): keeps crs --help fast
+    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
     ref = cfg.score.reference
-    head = heads.get(cfg.probe.head)
-    scored = [head.result_name(encreg.resolve(e, extra).name) for e in cfg.encoders.names]
+    scored = stages.scored_names(cfg, extra)
     if len(set(scored)) < 2:  # CRS ranks encoders against each other: `crs score` would refuse after the probes
         raise cfgmod.ConfigError(f"CRS compares encoders and needs at least 2, this run names {len(set(scored))} "
                                  f"({', '.join(map(repr, scored)) or 'none'}); add another to encoders.names "

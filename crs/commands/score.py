@@ -29,7 +29,7 @@ def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, ve
     cfg = options.to_config(given)
     t0 = time.perf_counter()
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
-        scores = stages.score(Path(cfg.results), cfg.score, store=cfg.store, progress=progress)
+        scores = stages.score.run(Path(cfg.results), cfg.score, store=cfg.store, progress=progress)
     if as_json:
         print(json.dumps(scores.to_json()))
     elif not quiet:
@@ -61,7 +61,7 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     cfg = options.to_config(given)
     with progress_bar(quiet or as_json, cfg.log_interval) as progress:
         progress.add_task("report", total=None)  # the stage reports no steps: the display shows the time taken
-        summary = stages.report(Path(cfg.results), cfg.report.out, store=given.get(("store",)), quiet=True)
+        summary = stages.report.run(Path(cfg.results), cfg.report.out, store=given.get(("store",)), quiet=True)
     if as_json:
         print(json.dumps(summary))
         return

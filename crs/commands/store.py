@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from typing import Annotated
 
@@ -25,13 +24,14 @@ def store_verify_cmd(
 ):
     """Check a whole store: every array, chunk and metadata file against what was committed. Exit 0 sound, 2 not."""
     with friendly_errors(verbose):
-        integrity = importlib.import_module("crs.store.integrity")  # the store's own checks (numpy + zarr only)
+        from crs.stages import stores  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+
         changed: list[str] = []
-        findings = list(integrity.verify(path, repair=repair, changed=changed))
+        findings = stores.verify(path, repair=repair, changed=changed)
         if as_json:
             print(json.dumps([dataclasses.asdict(f) for f in findings]))
         elif findings or (changed and not quiet):  # what a repair changed, then what is left to do
-            text = integrity.format_findings(findings, changed)
+            text = stores.format_findings(findings, changed)
             (err if quiet else out).print(escape(text), highlight=False, soft_wrap=True)
         elif not quiet:
             out.print(f"{path}: every array, chunk and metadata file is as committed" + (" (nothing to repair)" if
@@ -48,10 +48,9 @@ def store_info_cmd(
     """What a store holds: per dataset its images, encoders, embedding arrays and the perturbation generator
     that drew its perturbed embeddings."""
     with friendly_errors(verbose):
-        from crs.store import Store  # noqa: PLC0415 -- zarr: keeps crs --help fast
-        from crs.store.info import describe  # noqa: PLC0415 -- zarr: keeps crs --help fast
+        from crs.stages import stores  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
 
-        rows = describe(Store(path, mode="r"))
+        rows = stores.describe(path)
         if as_json:
             print(json.dumps(rows))
             return

@@ -101,11 +101,10 @@ def leaderboard_rows(board: pl.DataFrame, reference: str | None) -> list[dict]:
     ("tied 1st-2nd"), else the rank. Against the leader: the paired CRS difference and its 95 % interval,
     where the scoring gives them. An axis value resting on tied AUROCs carries the mark of
     ``crs.scoring.diagnostics``."""
-    from crs.scoring import leaderboard  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
-    from crs.scoring.diagnostics import mark  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.stages import scoreview as view  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
     rows = []
-    reference = leaderboard.reference(board, reference)
+    reference = view.reference(board, reference)
     for r in board.iter_rows(named=True):
         ref = r["encoder"] == reference
         diff = r.get("crs_diff")
@@ -122,9 +121,9 @@ def leaderboard_rows(board: pl.DataFrame, reference: str | None) -> list[dict]:
                                    f"{r['crs']:.1f} {interval_text(r.get('crs_low'), r.get('crs_high'))}"),
             "tier": "no set" if r.get("tier") is None else "★" if r["tier"] else "",
             "vs leader": versus,
-            "AUROC": f"{r['auroc']:.3f}{mark(r, 'D')}", "AUROC\nrank": f"{r['auroc_rank']:g}",
-            "C": f"{r['calibration']:.3f}{mark(r, 'C')}", "L": f"{r['label_efficiency']:.3f}{mark(r, 'L')}",
-            "R": f"{r['robustness']:.3f}{mark(r, 'R')}",
+            "AUROC": f"{r['auroc']:.3f}{view.mark(r, 'D')}", "AUROC\nrank": f"{r['auroc_rank']:g}",
+            "C": f"{r['calibration']:.3f}{view.mark(r, 'C')}", "L": f"{r['label_efficiency']:.3f}{view.mark(r, 'L')}",
+            "R": f"{r['robustness']:.3f}{view.mark(r, 'R')}",
         })
     return rows
 
@@ -181,35 +180,32 @@ def leaderboard_table(board: pl.DataFrame, reference: str | None) -> Table:
 def scale_note(board: pl.DataFrame, reference: str | None, crs_version: str) -> str:
     """What CRS 50 means (``crs.scoring.verdict.scale_sentence``, with the reference's own CRS from ``board``); the
     page named is the definition the scores were made with."""
-    from crs.scoring import leaderboard, verdict, versions  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.stages import scoreview as view  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
-    ref = leaderboard.reference(board, reference)
+    ref = view.reference(board, reference)
     own = [r["crs"] for r in board.select("encoder", "crs").iter_rows(named=True) if ref and r["encoder"] == ref]
-    sentence = verdict.scale_sentence(ref or reference, own[0] if own else None)
-    return f"{sentence.removesuffix('.')} ({versions.get(crs_version).docs_path})."
+    sentence = view.scale_sentence(ref or reference, own[0] if own else None)
+    return f"{sentence.removesuffix('.')} ({view.definition(crs_version).docs_path})."
 
 
 def verdict_lines(scores_json: dict) -> list[str]:
     """The verdict in sentences (``crs.scoring.verdict.sentences``)."""
-    from crs.scoring import verdict  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.stages import scoreview as view  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
-    return list(verdict.sentences(scores_json["verdict"]))
+    return list(view.sentences(scores_json["verdict"]))
 
 
 def print_scores(scores, results):
-    from crs.scoring import leaderboard  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
-    from crs.scoring.bootstrap import unit_words  # noqa: PLC0415 -- numpy (scoring): keeps crs --help fast
+    from crs.stages import scoreview as view  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
 
     s = scores.settings
     rc = scores.rank_comparison
-    board = leaderboard.board(scores.encoders)
+    board = view.board(scores.encoders)
     show(leaderboard_table(board, s.get("reference")))
     out.print(scale_note(board, s.get("reference"), s["crs_version"]), highlight=False, soft_wrap=True)
     marked = "ties_marked" in board.columns and any(board["ties_marked"].fill_null(""))
     if marked:
-        from crs.scoring.diagnostics import TIE_MARK  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
-
-        out.print(f"{TIE_MARK} computed from AUROCs with more than 20% tied test scores: read with care "
+        out.print(f"{view.TIE_MARK} computed from AUROCs with more than 20% tied test scores: read with care "
                   "(Verdict notes)")
     health = scores.diagnostics
     if health.height:
@@ -221,7 +217,7 @@ def print_scores(scores, results):
     w = ", ".join(f"{k} {v:.3g}" for k, v in s["weights"].items())
     out.print(f"AUROC = D (discrimination); C calibration, L label efficiency, R robustness (seed means over "
               f"{', '.join(s['datasets'])}).\n★ = in the 95% confidence set for the best encoder (bootstrap "
-              f"{unit_words(s['bootstrap']['unit'])}, B={s['bootstrap']['n']}); "
+              f"{view.unit_words(s['bootstrap']['unit'])}, B={s['bootstrap']['n']}); "
               + ("vs leader: paired CRS difference to the leader [95% interval]; "
                  if "crs_diff" in board.columns else "")
               + f"reference: {s['reference']}; weights: {w}; CRS v{s['crs_version']}")

@@ -26,6 +26,8 @@ from crs.config.schema import (
     as_dict,
     cross_check,
     flag_words,
+    options_record,
+    record_hash,
     report_folder,
     settings,
     settings_hash,
@@ -40,6 +42,7 @@ EXAMPLE = resources.files(__name__).joinpath("example.toml").read_text(encoding=
 __all__ = [
     "DEFAULT_FRACTIONS", "DEFAULT_HIDDEN", "DEFAULT_L2", "DEFAULT_N_SEEDS", "ENCODER_SETS", "EXAMPLE", "SECTIONS",
     "WEIGHT_TOL", "Bad", "Config", "ConfigError", "Datasets", "Encoders", "Extract", "Probe", "Report", "Score",
-    "as_dict", "cross_check", "flag_words", "json_schema", "load", "locate", "parse", "report_folder", "resolve",
+    "as_dict", "cross_check", "flag_words", "json_schema", "load", "locate", "options_record", "parse", "record_hash",
+    "report_folder", "resolve",
     "settings", "settings_hash", "to_toml", "with_crs_version", "with_overrides",
 ]

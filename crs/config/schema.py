@@ -265,6 +265,28 @@ def settings_hash(*parts) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def options_record(cls, section, **given):
+    """``cls``, a stage's frozen options record, holding each setting of the schema ``section`` (``cfg.probe``,
+    ``cfg.score``, ...) in the field of the same name; ``given`` sets fields by name over them (a value the
+    stage resolved, such as the reference 'auto' names, or a record field that is no setting).
+
+    A setting ``cls`` has no field for is a TypeError: a record neither renames nor drops a setting, so
+    ``record_hash`` of it covers every setting of its section."""
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    values = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+    lacking = sorted((set(values) | set(given)) - fields)
+    if lacking:
+        raise TypeError(f"{cls.__name__} has no field {lacking[0]!r} for {type(section).__name__.lower()}."
+                        f"{lacking[0]}; add the field under that name (a record takes each setting of its section)")
+    return cls(**{**values, **given})
+
+
+def record_hash(record, *inputs) -> str:
+    """The currency hash of a stage: every field of its options ``record`` (a dataclass; ``dataclasses.asdict``)
+    and the ``inputs`` it reads (JSON-able), as ``settings_hash``."""
+    return settings_hash(dataclasses.asdict(record), *inputs)
+
+
 def with_overrides(cfg: Config, **sections) -> Config:
     """``with_overrides(cfg, probe={"seeds": 2}, store="x")``: a copy with those values replaced."""
     top = {}

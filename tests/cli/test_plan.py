@@ -126,7 +126,7 @@ def test_revision_pins_an_encoder_of_the_run_and_refuses_others(tmp_path):
     r = invoke("extract", "-e", "resnet50", "-d", "demo_derm", "--revision", "resnet50", "--plan")
     assert r.exit_code == 2 and "ENCODER=REV" in r.output
     cfg = C.parse('[encoders]\nnames = ["resnet50"]\n[encoders.revisions]\nresnet50 = "main"\n')
-    assert [s.revision for s in stages.steps.encoder_specs(cfg, {})] == ["main"]
+    assert [s.revision for s in stages.names.encoder_specs(cfg, {})] == ["main"]
 
 
 # ---------------------------------------------------------------- reference auto, --version

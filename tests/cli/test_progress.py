@@ -59,7 +59,7 @@ def test_a_step_without_a_count_ends_when_it_says_so_not_at_the_end_of_the_comma
     p = LineProgress(30, lines.append, clock=t)
     score = p.add_task("score", total=None)
     t.now += 4
-    p.update(score, visible=False)  # scoring is over (crs.stages.steps.score): its line now
+    p.update(score, visible=False)  # scoring is over (crs.stages.score.run): its line now
     assert lines == ["score: done, 0:00:04 elapsed"]
     t.now += 60  # the report runs: the score line is neither repeated nor left open
     p.log()
@@ -106,7 +106,7 @@ def test_a_command_whose_output_is_a_file_writes_plain_lines(tmp_path, monkeypat
     def fake_score(results, settings, store=None, progress=None):
         progress.add_task("score (2 encoders)", total=None, unit="steps")
         raise KeyboardInterrupt  # stop here: the lines so far are what a log shows
-    monkeypatch.setattr(stages, "score", fake_score)
+    monkeypatch.setattr(stages.score, "run", fake_score)
     r = CliRunner().invoke(app, ["score", "--results", str(tmp_path), "--log-interval", "5"])
     assert r.exit_code == 130
     assert "score (2 encoders): running, 0:00:00 elapsed" in r.output and "\x1b[" not in r.output

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from crs.cli import app
-from crs.stages import pipeline
+from crs.stages import report as report_stage
 
 # slow: started first (tests/conftest.py); pytest-xdist runs a module on one worker, which builds
 # one small `crs run` (the `first` fixture) for the module once
@@ -108,9 +108,9 @@ def test_rerun_skips_what_is_current_and_recomputes_what_changed(first, monkeypa
         asked.extend(pairs)
         raise KeyboardInterrupt
 
-    from crs.stages import steps
+    from crs.stages import probe
 
-    monkeypatch.setattr(steps, "probe", fake_probe)
+    monkeypatch.setattr(probe, "run", fake_probe)
     write(folder, bootstrap=30, extra="")
     cfg.write_text(cfg.read_text().replace("l2 = [0.1, 1]", "l2 = [0.1, 0.5, 1]"))
     r = invoke("run", cfg)
@@ -145,7 +145,7 @@ def test_the_same_store_moved_and_named_by_another_path_recomputes_nothing(first
 def test_a_probe_run_by_hand_makes_run_refit_that_pair_only(first, monkeypatch):
     import polars as pl
 
-    from crs.stages import steps
+    from crs.stages import probe
 
     folder, _, _ = first
     cfg = write(folder, bootstrap=20)
@@ -159,7 +159,7 @@ def test_a_probe_run_by_hand_makes_run_refit_that_pair_only(first, monkeypatch):
         asked.extend(pairs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(steps, "probe", fake_probe)
+    monkeypatch.setattr(probe, "run", fake_probe)
     try:
         r = invoke("run", cfg)
         assert r.exit_code == 130, r.output
@@ -194,7 +194,7 @@ def test_report_stage_writes_the_page_then_skips_it(first):
 
 def test_a_score_by_hand_is_redone_and_the_report_follows_scores_json(first, monkeypatch):
     pytest.importorskip("crs.scoring.report")
-    from crs.stages import steps
+    from crs.stages import report
 
     folder, _, _ = first
     cfg = write(folder, report="true")
@@ -208,7 +208,7 @@ def test_a_score_by_hand_is_redone_and_the_report_follows_scores_json(first, mon
         (out / "report.html").write_text("made from the scores now")
         return {"html": out / "report.html"}
 
-    monkeypatch.setattr(steps, "report", fake_report)
+    monkeypatch.setattr(report, "run", fake_report)
     r = invoke("score", "--results", folder / "res", "--store", folder / "s.zarr", "--bootstrap", 10, "--quiet")
     assert r.exit_code == 0, r.output
     assert json.loads(scores.read_text())["settings"]["bootstrap"]["n"] == 10
@@ -231,7 +231,7 @@ def test_a_score_by_hand_is_redone_and_the_report_follows_scores_json(first, mon
 
 
 def test_missing_report_module_is_one_clear_line_before_any_work(tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "report_available", lambda: False)
+    monkeypatch.setattr(report_stage, "available", lambda: False)
     cfg = write(tmp_path, report="true")
     r = invoke("run", cfg)
     assert r.exit_code == 2

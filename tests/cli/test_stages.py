@@ -64,5 +64,5 @@ def test_the_extract_stage_counts_its_steps_in_chunks(tmp_path):
                            store=str(tmp_path / "s.zarr"))
     lines: list[str] = []
     with LineProgress(0.01, lines.append) as progress:
-        stages.extract(cfg, progress)
+        stages.extract.run(cfg, progress)
     assert any(re.search(r"demo-stats × demo_derm: \d+/\d+ chunks .*chunks/s average", line) for line in lines), lines

@@ -72,7 +72,6 @@ def _check_reason(csv_path: Path, data: Path) -> str:
 def unmeasurable(csv_baseline, tmp_path_factory):
     """A store and run records of the each-image-its-own-class CSV, written through the library (which
     checks nothing, as another crs might have): what probe and score meet when they did not make it."""
-    from crs.config import Probe
     from crs.extract import datasets as dsreg
     from crs.extract.run import extract
     from crs.probe.run import ProbeOptions, probe
@@ -84,7 +83,7 @@ def unmeasurable(csv_baseline, tmp_path_factory):
     ds = dsreg.get(f"csv:{csv_path}", modality="dermatology", image_root=str(data))
     extract(Store(str(folder / STORE)), "demo-stats", ds, perturbations=False)
     probe(Store(str(folder / STORE)), "demo-stats", "own", results=folder / "results",
-          options=ProbeOptions.from_settings(Probe(seeds=1, fractions=(1.0,), l2=(1.0,))))
+          options=ProbeOptions(seeds=(0,), fractions=(1.0,), l2=(1.0,)))
     return folder, data, csv_path
 
 

@@ -28,7 +28,7 @@ from crs.store import DatasetTable, EmbeddingShape, LockHeld, Store, generators,
 
 NOISE = "gaussian_noise@1"
 SHIFT = "shift:toy_shift"
-SETTINGS = run.ProbeOptions(seeds=(0, 1), fractions=(0.5, 1.0), l2_grid=(0.1, 1.0))
+SETTINGS = run.ProbeOptions(seeds=(0, 1), fractions=(0.5, 1.0), l2=(0.1, 1.0))
 CONDITIONS = (VALIDATION, "clean", NOISE, SHIFT)
 
 
@@ -191,7 +191,7 @@ def test_a_probe_stopped_at_any_write_is_seen_whole_or_refused(tmp_path, k, monk
     with monkeypatch.context() as m:
         _kill_after(m, store, k)
         with pytest.raises(Killed):
-            run.probe(store, "base", "toy", run.ProbeOptions(seeds=(0, 1), fractions=(0.5, 1.0), l2_grid=(1e-3, 10.0)),
+            run.probe(store, "base", "toy", run.ProbeOptions(seeds=(0, 1), fractions=(0.5, 1.0), l2=(1e-3, 10.0)),
                       results=results)
     assert (results / "run_records" / "base__toy.parquet").read_bytes() == old_records
     if k == 0:

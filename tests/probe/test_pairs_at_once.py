@@ -1,4 +1,4 @@
-"""Small pairs probed side by side (``crs.stages.steps.probe``): the same bits as one at a time,
+"""Small pairs probed side by side (``crs.stages.probe.run``): the same bits as one at a time,
 summaries in order, and an error that stops what has not started."""
 
 import threading
@@ -10,7 +10,7 @@ import pytest
 
 from crs.config import Probe
 from crs.extract.run import extract
-from crs.stages import steps
+from crs.stages import probe as stage
 from crs.store import Store
 
 
@@ -27,7 +27,7 @@ def test_in_order_keeps_the_order_when_a_later_item_finishes_first():
             rest_done.set()
         return x * 10
 
-    assert list(steps._in_order(fn, [0, 1, 2, 3], 2)) == [0, 10, 20, 30]
+    assert list(stage._in_order(fn, [0, 1, 2, 3], 2)) == [0, 10, 20, 30]
     assert sorted(started) == [0, 1, 2, 3] and finished[-1] == 0
 
 
@@ -42,7 +42,7 @@ def test_in_order_stops_what_has_not_started_and_lets_the_running_item_finish(mo
             super().set()
             stopped.set()
 
-    monkeypatch.setattr(steps, "threading", SimpleNamespace(Event=Stop))
+    monkeypatch.setattr(stage, "threading", SimpleNamespace(Event=Stop))
 
     def fn(x):
         started.append(x)
@@ -55,14 +55,14 @@ def test_in_order_stops_what_has_not_started_and_lets_the_running_item_finish(mo
 
     got = []
     with pytest.raises(ValueError, match="pair 1 is broken"):
-        for r in steps._in_order(fn, list(range(8)), 2):
+        for r in stage._in_order(fn, list(range(8)), 2):
             got.append(r)
     assert got == [0] and 0 in finished
     assert sorted(started) == [0, 1]
 
 
 def test_in_order_one_worker_is_plain_map():
-    assert list(steps._in_order(lambda x: -x, [1, 2], 1)) == [-1, -2]
+    assert list(stage._in_order(lambda x: -x, [1, 2], 1)) == [-1, -2]
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +87,14 @@ def test_pairs_side_by_side_give_the_bits_of_one_at_a_time(two_pair_store, tmp_p
     store = Store(two_pair_store, mode="r")
     assert all(small_pair(store, e, d) for e, d in pairs)  # so the side-by-side path is the one taken
     used = []
-    real = steps._in_order
-    monkeypatch.setattr(steps, "_in_order", lambda fn, items, n: used.append(n) or real(fn, items, n))
+    real = stage._in_order
+    monkeypatch.setattr(stage, "_in_order", lambda fn, items, n: used.append(n) or real(fn, items, n))
     out = {}
     for workers in (1, 2):
-        monkeypatch.setattr(steps, "PAIR_WORKERS", workers)
+        monkeypatch.setattr(stage, "PAIR_WORKERS", workers)
         results = tmp_path / f"w{workers}"
         done = []
-        summaries = steps.probe(two_pair_store, results, pairs, settings, on_done=done.append)
+        summaries = stage.run(two_pair_store, results, pairs, settings, on_done=done.append)
         assert [(s.encoder, s.dataset) for s in summaries] == pairs == [(s.encoder, s.dataset) for s in done]
         held = Store(two_pair_store, mode="r")
         out[workers] = (_records(results), [held.read_predictions(d, e, "clean")[0] for e, d in pairs])
@@ -121,10 +121,10 @@ def test_pairs_run_with_one_blas_thread_set_before_any_starts(two_pair_store, tm
         return type("S", (), {"encoder": enc, "dataset": d})()
 
     monkeypatch.setattr(run, "probe", fake_probe)
-    monkeypatch.setattr(steps, "PAIR_WORKERS", 2)
+    monkeypatch.setattr(stage, "PAIR_WORKERS", 2)
     pairs = [("demo-stats", "demo_derm"), ("demo-stats", "demo_fundus")]
     with threadpool_limits(2):  # as on a machine of two cores or more
-        steps.probe(two_pair_store, tmp_path, pairs, Probe(seeds=1, fractions=(1.0,), l2=(1.0,)))
+        stage.run(two_pair_store, tmp_path, pairs, Probe(seeds=1, fractions=(1.0,), l2=(1.0,)))
         after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
     assert len(seen) == 2 and all(n == [1] * len(n) for n in seen), seen
     assert after and all(n == 2 for n in after)  # and put back once the stage is over
@@ -138,7 +138,7 @@ def test_a_pair_named_twice_is_probed_once(two_pair_store, tmp_path, monkeypatch
     monkeypatch.setattr(run, "probe", lambda store, enc, d, **kw: calls.append((enc, d)) or
                         type("S", (), {"encoder": enc, "dataset": d})())
     pairs = [("demo-stats", "demo_derm"), ("demo-stats", "demo_fundus"), ("demo-stats", "demo_derm")]
-    got = steps.probe(two_pair_store, tmp_path, pairs, Probe(seeds=1, fractions=(1.0,), l2=(1.0,)))
+    got = stage.run(two_pair_store, tmp_path, pairs, Probe(seeds=1, fractions=(1.0,), l2=(1.0,)))
     assert sorted(calls) == sorted(set(pairs)) and [(s.encoder, s.dataset) for s in got] == pairs[:2]
 
 

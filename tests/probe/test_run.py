@@ -46,7 +46,7 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
     assert pairs_in_store(store) == [("demo-stats", "demo_cxr")]  # the test-only site is not probed
     progress = _Recorder()
     summary = probe(store, "demo-stats", "demo_cxr",
-                    ProbeOptions(seeds=(0, 1), fractions=(0.25, 1.0), l2_grid=(1e-2, 1.0)),
+                    ProbeOptions(seeds=(0, 1), fractions=(0.25, 1.0), l2=(1e-2, 1.0)),
                     results=tmp_path, progress=progress)
     # progress per solver loop, as many as planned_loops says (the task's total gives the time left)
     ((description, total, unit),) = progress.tasks
@@ -116,7 +116,7 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
         assert quarter["position"].max() == quarter.height - 1
     # same seed, same records
     again = probe(store, "demo-stats", "demo_cxr",
-                  ProbeOptions(seeds=(0, 1), fractions=(0.25, 1.0), l2_grid=(1e-2, 1.0)),
+                  ProbeOptions(seeds=(0, 1), fractions=(0.25, 1.0), l2=(1e-2, 1.0)),
                   results=tmp_path / "again")
     assert pl.read_parquet(again.records).equals(rec)
 
@@ -129,7 +129,7 @@ def test_probe_refuses_an_incomplete_perturbed_array(cxr_store, tmp_path):
     try:
         with pytest.raises(StoreError, match="incomplete.*crs extract --encoder demo-stats --dataset demo_cxr"):
             probe(store, "demo-stats", "demo_cxr",
-                  ProbeOptions(seeds=(0,), fractions=(1.0,), l2_grid=(1.0,)),
+                  ProbeOptions(seeds=(0,), fractions=(1.0,), l2=(1.0,)),
                   results=Path(tmp_path))
     finally:
         g["done"][0] = True
@@ -138,7 +138,7 @@ def test_probe_refuses_an_incomplete_perturbed_array(cxr_store, tmp_path):
 
 def test_l2_can_be_chosen_by_validation_auroc(cxr_store, tmp_path):
     summary = probe(cxr_store, "demo-stats", "demo_cxr",
-                    ProbeOptions(seeds=(0,), fractions=(0.5, 1.0), l2_grid=(1e-3, 1e-1, 10.0), select_by="auroc"),
+                    ProbeOptions(seeds=(0,), fractions=(0.5, 1.0), l2=(1e-3, 1e-1, 10.0), select_by="auroc"),
                     results=tmp_path)
     grid = pl.read_parquet(tmp_path / "probe_selection" / Path(summary.records).name)
     best = grid.group_by("seed", "fraction").agg(pl.col("val_auroc").max().alias("best"))
@@ -153,7 +153,7 @@ def test_images_extract_could_not_decode_never_train_a_probe(cxr_store, tmp_path
     failed = np.concatenate([table.rows("train")[:7], table.rows("val")[:2]])
     monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: failed)
     summary = probe(cxr_store, "demo-stats", "demo_cxr",
-                    ProbeOptions(seeds=(0,), fractions=(1.0,), l2_grid=(1e-1,)),
+                    ProbeOptions(seeds=(0,), fractions=(1.0,), l2=(1e-1,)),
                     results=tmp_path)
     rec = pl.read_parquet(summary.records)
     assert rec["n_train"].unique().to_list() == [len(table.rows("train")) - 7]
@@ -169,7 +169,7 @@ def test_a_split_whose_every_image_failed_to_decode_is_refused_by_name(cxr_store
     monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: cxr_store.dataset(dataset).rows(split))
     with pytest.raises(StoreError, match=f"every {split} image of dataset 'demo_cxr' is one extract could not"):
         probe(cxr_store, "demo-stats", "demo_cxr",
-              ProbeOptions(seeds=(0,), fractions=(1.0,), l2_grid=(1e-1,)),
+              ProbeOptions(seeds=(0,), fractions=(1.0,), l2=(1e-1,)),
               results=tmp_path)
 
 
@@ -183,7 +183,7 @@ def test_images_extract_could_not_decode_are_not_scored(cxr_store, tmp_path, mon
     failed = {"demo_cxr": test[[0, 3, 5]], "demo_cxr_site2": s_test[[1, 2]]}
     monkeypatch.setattr(cxr_store, "excluded_rows", lambda dataset: failed.get(dataset, np.zeros(0, np.int64)))
     summary = probe(cxr_store, "demo-stats", "demo_cxr",
-                    ProbeOptions(seeds=(0,), fractions=(1.0,), l2_grid=(1e-1,)),
+                    ProbeOptions(seeds=(0,), fractions=(1.0,), l2=(1e-1,)),
                     results=tmp_path)
     rec = pl.read_parquet(summary.records)
     shift = rec["condition"] == "shift:demo_cxr_site2"

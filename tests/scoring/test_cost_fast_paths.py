@@ -171,7 +171,7 @@ def test_score_hands_the_bootstrap_reads_to_the_metrics(make_store, tmp_path, mo
         return real(self, dataset, encoder, condition)
 
     monkeypatch.setattr(Store, "read_predictions", counted)
-    s = score(records, ScoreOptions(bootstrap_unit="both", n_bootstrap=20), store=store)
+    s = score(records, ScoreOptions(bootstrap_unit="both", bootstrap=20), store=store)
     assert s.settings["bootstrap"]["unit"] == "both"
     assert s.probe_metrics.equals(alone.metrics)
     # polars' group means (reliability bins) are not bit-stable from one call to the next: 1e-12

@@ -37,7 +37,7 @@ def test_score_marks_the_axis_and_names_it_in_the_verdict(make_store, tmp_path):
     records = records.with_columns(
         tie_share=pl.when((pl.col("encoder") == "b") & pl.col("condition").str.starts_with("shift:"))
         .then(0.45).otherwise(0.0), features_left_out=pl.lit(2), max_scaled=pl.lit(4.0))
-    s = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=30), store=store)
+    s = score(records, ScoreOptions(bootstrap_unit="seed", bootstrap=30), store=store)
     marks = dict(zip(s.encoders["encoder"], s.encoders["ties_marked"], strict=True))
     assert marks == {"a": "", "b": "R", "c": ""}
     assert any("b's robustness (R)" in n for n in s.verdict["notes"])

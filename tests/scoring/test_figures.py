@@ -33,7 +33,7 @@ def inputs(tmp_path_factory, build_store_fn, save_records_fn):
     store, records = build_store_fn(root / "s.zarr", QUALITY)
     results = root / "results"
     save_records_fn(results, records)
-    scores = score(records, ScoreOptions(reference=REF, n_bootstrap=30), store=store)
+    scores = score(records, ScoreOptions(reference=REF, bootstrap=30), store=store)
     scores.write(results / "scores", metric_table=results / METRIC_TABLE)
     got = report.load(results)
     order = got.order

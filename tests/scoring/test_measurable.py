@@ -31,7 +31,7 @@ def _store(path, d2_labels):
 def _scored(records):
     """Scores without a store (a store must hold the probe's predictions, which these tables-only stores do not):
     the flag is then applied as ``score`` applies it, from ``not_measurable`` of the store's tables."""
-    return score(records, ScoreOptions(n_bootstrap=20, seed=1, crs_version="1", bootstrap_unit="seed"))
+    return score(records, ScoreOptions(bootstrap=20, seed=1, crs_version="1", bootstrap_unit="seed"))
 
 
 def test_a_dataset_no_probe_can_measure_is_flagged_and_names_no_leader(make_records, tmp_path):

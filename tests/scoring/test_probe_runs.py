@@ -46,12 +46,12 @@ def test_score_hands_every_prediction_array_of_a_pair_to_the_probe_check(tmp_pat
     for e in ("a", "b"):
         for c in CONDITIONS:
             _restamp(store, e, c, f"g-{e}")
-    score(recs, ScoreOptions(n_bootstrap=5), store=store, results=results)
+    score(recs, ScoreOptions(bootstrap=5), store=store, results=results)
     assert calls == [(results, e, "d1", CONDITIONS) for e in ("a", "b")]
     _restamp(store, "b", "validation", "g-later")  # a probe stopped after its validation probabilities
     with pytest.raises(UserError, match="b x d1 mixed"):
-        score(recs, ScoreOptions(n_bootstrap=5), store=store, results=results)
-    score(recs, ScoreOptions(n_bootstrap=5), store=store)  # without the results folder nothing is checked (library use)
+        score(recs, ScoreOptions(bootstrap=5), store=store, results=results)
+    score(recs, ScoreOptions(bootstrap=5), store=store)  # without the results folder nothing is checked (library use)
 
 
 def test_score_refuses_validation_probabilities_of_another_probe_run(tmp_path, make_store):
@@ -63,7 +63,7 @@ def test_score_refuses_validation_probabilities_of_another_probe_run(tmp_path, m
         for c in CONDITIONS:
             _restamp(store, e, c, f"g-{e}")
     table = run_records.read(results)
-    assert score(table, ScoreOptions(n_bootstrap=5), store=store, results=results).encoders.height == 2
+    assert score(table, ScoreOptions(bootstrap=5), store=store, results=results).encoders.height == 2
     _restamp(store, "a", "validation", "g-new")
     with pytest.raises(UserError, match=r"a × d1.*predictions validation \(g-new\).*crs probe --encoder a"):
-        score(table, ScoreOptions(n_bootstrap=5), store=store, results=results)
+        score(table, ScoreOptions(bootstrap=5), store=store, results=results)

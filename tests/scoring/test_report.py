@@ -45,7 +45,7 @@ def scored(tmp_path_factory, build_store_fn, save_records_fn):
     store, records = build_store_fn(root / "s.zarr", QUALITY)
     results = root / "results"
     save_records_fn(results, records)
-    scores = score(records, ScoreOptions(reference="median", n_bootstrap=40), store=store)
+    scores = score(records, ScoreOptions(reference="median", bootstrap=40), store=store)
     scores.write(results / "scores", metric_table=results / METRIC_TABLE)
     return results, root / "s.zarr", scores
 

@@ -50,7 +50,7 @@ def _leftovers(results):
 def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at, tmp_path, make_records, save_records):
     results = _results(tmp_path, make_records, save_records)
     records = read_records(results)
-    old = score(records, ScoreOptions(reference="median", n_bootstrap=OLD_B, crs_version="1"))
+    old = score(records, ScoreOptions(reference="median", bootstrap=OLD_B, crs_version="1"))
     old.write(results / "scores")
     killed = _score_cli(results, NEW_B, kill_at)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -74,9 +74,9 @@ def test_a_score_killed_while_writing_leaves_the_old_set_or_the_new_one(kill_at,
 def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records, save_records):
     results = _results(tmp_path, make_records, save_records)
     records = read_records(results)
-    first = score(records, ScoreOptions(n_bootstrap=OLD_B, crs_version="1"))
+    first = score(records, ScoreOptions(bootstrap=OLD_B, crs_version="1"))
     first.write(tmp_path / "other")
-    score(records, ScoreOptions(n_bootstrap=NEW_B, crs_version="1")).write(results / "scores")
+    score(records, ScoreOptions(bootstrap=NEW_B, crs_version="1")).write(results / "scores")
     shutil.copy(tmp_path / "other" / "pareto.parquet", results / "scores" / "pareto.parquet")
     r = CliRunner().invoke(app, ["report", "--results", str(results), "--out", str(tmp_path / "r")])
     assert r.exit_code == 2, r.output
@@ -88,7 +88,7 @@ def test_tables_of_two_runs_are_refused_naming_them(tmp_path, make_records, save
 def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records, save_records):
     results = _results(tmp_path, make_records, save_records)
     scores = score(read_records(results),
-                   ScoreOptions(n_bootstrap=OLD_B, crs_version="1"))
+                   ScoreOptions(bootstrap=OLD_B, crs_version="1"))
     scores.write(results / "scores")
     (results / "scores" / "rank_distribution.parquet").unlink()
     with pytest.raises(scoreset.MixedScores, match=r"rank_distribution.parquet \(listed in scores.json, missing\)"):
@@ -111,10 +111,10 @@ def test_a_missing_table_and_an_unmarked_set_are_refused(tmp_path, make_records,
 def test_a_score_without_the_store_leaves_no_table_of_the_run_with_it(tmp_path, make_store):
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7, "c": 0.4})
     out = tmp_path / "results" / "scores"
-    with_store = score(records, ScoreOptions(n_bootstrap=OLD_B, crs_version="1"), store=store)
+    with_store = score(records, ScoreOptions(bootstrap=OLD_B, crs_version="1"), store=store)
     with_store.write(out)
     assert (out / "reliability.parquet").is_file()
-    score(records, ScoreOptions(n_bootstrap=OLD_B, crs_version="1"), store=None).write(out)
+    score(records, ScoreOptions(bootstrap=OLD_B, crs_version="1"), store=None).write(out)
     names = {p.name for p in out.iterdir()}
     assert "reliability.parquet" not in names and "probe_metrics.csv" not in names
     assert scoreset.generation_of(out / "encoders.parquet") == json.loads((out / "scores.json").read_text())[
@@ -123,7 +123,7 @@ def test_a_score_without_the_store_leaves_no_table_of_the_run_with_it(tmp_path, 
 
 def test_the_metric_table_beside_the_records_carries_the_generation(tmp_path, make_store):
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7})
-    scores = score(records, ScoreOptions(n_bootstrap=OLD_B), store=store)
+    scores = score(records, ScoreOptions(bootstrap=OLD_B), store=store)
     scores.write(tmp_path / "scores", metric_table=tmp_path / "metric_table.parquet")
     assert scoreset.generation_of(tmp_path / "metric_table.parquet") == scores.generation
 

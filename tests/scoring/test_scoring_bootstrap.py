@@ -215,7 +215,7 @@ def test_a_test_split_too_small_for_the_image_bootstrap_gives_no_tier(tmp_path, 
 
     # 3 test images of 3 classes: a replicate that draws one image three times has no class to score
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7, "c": 0.4}, n_test=3, seeds=(0, 1))
-    s = score(records, ScoreOptions(n_bootstrap=60, bootstrap_unit="image"), store=store)
+    s = score(records, ScoreOptions(bootstrap=60, bootstrap_unit="image"), store=store)
     assert s.settings["bootstrap"]["unit"] == "image"
     enc = s.encoders
     assert enc["tier"].null_count() == enc.height  # no tier at all, not the leader alone
@@ -224,7 +224,7 @@ def test_a_test_split_too_small_for_the_image_bootstrap_gives_no_tier(tmp_path, 
     assert len(note) == 1 and "d1" in note[0] and "no set for the best encoder" in note[0]
     assert "--bootstrap-unit seed" in note[0]
     # the seed bootstrap of the same records has intervals and a tier
-    seed = score(records, ScoreOptions(n_bootstrap=60, bootstrap_unit="seed"), store=store)
+    seed = score(records, ScoreOptions(bootstrap=60, bootstrap_unit="seed"), store=store)
     assert seed.encoders["tier"].null_count() == 0 and seed.encoders["tier"].any()
     assert not any("no CRS" in w for w in seed.settings["warnings"])
 

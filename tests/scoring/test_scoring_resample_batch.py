@@ -135,11 +135,11 @@ def test_score_records_the_image_method_per_dataset(make_store, tmp_path):
     from crs.scoring import ScoreOptions, score
 
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.6})
-    both = score(records, ScoreOptions(n_bootstrap=20), store=store)
+    both = score(records, ScoreOptions(bootstrap=20), store=store)
     assert both.settings["bootstrap"]["unit"] == "both"
     method = both.settings["bootstrap"]["image_method"]["d1"]
     assert set(method) == {"exact", "shared"} and method["exact"] > 0
-    seed = score(records, ScoreOptions(n_bootstrap=20, bootstrap_unit="seed"), store=store)
+    seed = score(records, ScoreOptions(bootstrap=20, bootstrap_unit="seed"), store=store)
     assert "image_method" not in seed.settings["bootstrap"]
 
 

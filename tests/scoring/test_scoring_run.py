@@ -33,7 +33,7 @@ def records(make_records):
 
 @pytest.fixture
 def scores(records):
-    return score(records, ScoreOptions(n_bootstrap=200, seed=1, crs_version="1"))
+    return score(records, ScoreOptions(bootstrap=200, seed=1, crs_version="1"))
 
 
 def test_encoders_table(scores, records):
@@ -63,7 +63,7 @@ def test_median_reference_scores_zero_on_each_dataset_and_axis(scores):
 
 
 def test_named_reference(records):
-    s = score(records, ScoreOptions(reference="enc_c", n_bootstrap=20, crs_version="1"))
+    s = score(records, ScoreOptions(reference="enc_c", bootstrap=20, crs_version="1"))
     c = s.encoders.filter(pl.col("encoder") == "enc_c").row(0, named=True)
     assert [c[f"q_{a}"] for a in AXES] == [0.0] * 4
     assert (c["balance"], c["worst_axis"]) == pytest.approx((0.5, 0.5))
@@ -114,8 +114,8 @@ def test_settings_and_json(scores, tmp_path):
 
 
 def test_same_seed_same_scores(records):
-    a = score(records, ScoreOptions(n_bootstrap=50, seed=4, crs_version="1"))
-    b = score(records, ScoreOptions(n_bootstrap=50, seed=4, crs_version="1"))
+    a = score(records, ScoreOptions(bootstrap=50, seed=4, crs_version="1"))
+    b = score(records, ScoreOptions(bootstrap=50, seed=4, crs_version="1"))
     assert a.encoders.equals(b.encoders)
     assert a.generation != b.generation  # two runs are two sets, even with equal numbers
     same = [{**s.to_json(), "generation": None, "provenance": {**s.provenance, "created": None}} for s in (a, b)]
@@ -150,8 +150,8 @@ def test_write(scores, tmp_path):
 
 
 def test_per_dataset_crs_is_that_dataset_alone(records):
-    full = score(records, ScoreOptions(n_bootstrap=10, crs_version="1"))
-    alone = score(records.filter(pl.col("dataset") == "d2"), ScoreOptions(n_bootstrap=10, crs_version="1"))
+    full = score(records, ScoreOptions(bootstrap=10, crs_version="1"))
+    alone = score(records.filter(pl.col("dataset") == "d2"), ScoreOptions(bootstrap=10, crs_version="1"))
     per = full.per_dataset.filter(pl.col("dataset") == "d2").sort("encoder")
     one = alone.encoders.sort("encoder")
     assert per["crs"].to_numpy() == pytest.approx(one["crs"].to_numpy())
@@ -172,7 +172,7 @@ def test_rank_comparison_reports_reversal(make_records, make_table):
                 r["auroc"] = 0.95
             else:
                 r["auroc"] = 0.55
-    s = score(make_table(rows), ScoreOptions(n_bootstrap=20, crs_version="1"))
+    s = score(make_table(rows), ScoreOptions(bootstrap=20, crs_version="1"))
     rc = s.rank_comparison
     assert rc["pairs"] == 3
     assert ["enc_x", "enc_a"] in rc["reversed_pairs"]
@@ -190,7 +190,7 @@ def test_comparison_set_drops_and_reports(make_records):
     assert encoders == ["enc_a", "enc_b", "enc_c"]
     assert datasets == ["d1", "d2"]
     assert excluded == {"encoders": ["enc_new"], "datasets": ["d3"]}
-    s = score(records, ScoreOptions(n_bootstrap=20, crs_version="1"))
+    s = score(records, ScoreOptions(bootstrap=20, crs_version="1"))
     assert s.settings["excluded"] == excluded
     assert set(s.encoders["encoder"]) == {"enc_a", "enc_b", "enc_c"}
     assert set(s.axes_by_seed["dataset"]) == {"d1", "d2"}
@@ -219,7 +219,7 @@ def test_bad_weights(records, weights):
 
 
 def test_weights_are_recorded(records):
-    s = score(records, ScoreOptions(weights=(0.5, 0.25, 0.25), n_bootstrap=10, crs_version="1"))
+    s = score(records, ScoreOptions(weights=(0.5, 0.25, 0.25), bootstrap=10, crs_version="1"))
     assert s.settings["weights"] == {"dominance": 0.5, "balance": 0.25, "worst_axis": 0.25}
     e = s.encoders.row(0, named=True)
     assert e["crs"] == pytest.approx(
@@ -251,9 +251,9 @@ def test_missing_seed(records):
         score(holey, ScoreOptions(crs_version="1"))
 
 
-def test_n_bootstrap_must_be_positive(records):
-    with pytest.raises(ValueError, match="n_bootstrap"):
-        score(records, ScoreOptions(n_bootstrap=0, crs_version="1"))
+def test_bootstrap_must_be_positive(records):
+    with pytest.raises(ValueError, match="bootstrap must be"):
+        score(records, ScoreOptions(bootstrap=0, crs_version="1"))
 
 
 def test_axes_by_seed_table(scores):
@@ -266,7 +266,7 @@ def test_axes_by_seed_table(scores):
     [
         ({"reference": "nope"}, "not among the encoders"),
         ({"weights": (1.0, 1.0, 1.0)}, "sum to 1"),
-        ({"n_bootstrap": 0}, "n_bootstrap"),
+        ({"bootstrap": 0}, "bootstrap"),
         ({"bootstrap_unit": "pixel"}, "bootstrap unit"),
         ({"simplex_step": 0.3}, "simplex step"),
         ({"crs_version": "3"}, "CRS version must be one of 1, 2"),
@@ -278,7 +278,7 @@ def test_bad_options_are_user_errors(records, options, message):
 
     options.setdefault("crs_version", "1")
     with pytest.raises(UserError, match=message):
-        score(records, ScoreOptions(**{"n_bootstrap": 5, **options}))
+        score(records, ScoreOptions(**{"bootstrap": 5, **options}))
 
 
 def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
@@ -288,7 +288,7 @@ def test_an_auroc_resting_on_ties_is_warned_and_old_records_are_not(records):
     share = (pl.when((pl.col("encoder") == "enc_b") & (pl.col("condition") == "shift:other") & (pl.col("seed") == 1))
              .then(0.75).otherwise(0.1))
     tied = records.with_columns(tie_share=share)
-    s = score(tied, ScoreOptions(n_bootstrap=10, crs_version="1"))
+    s = score(tied, ScoreOptions(bootstrap=10, crs_version="1"))
     said = [w for w in s.settings["warnings"] if "tied" in w]
     assert [w.split(":")[0] for w in said] == ["enc_b on d1", "enc_b on d2"]  # one per (encoder, dataset)
     assert all("shift:other 75%" in w for w in said)

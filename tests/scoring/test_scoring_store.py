@@ -36,15 +36,15 @@ def test_unit_counts_give_the_run_record_axes(built, monkeypatch):  # v1: C is t
 @pytest.mark.parametrize("unit", ["image", "both"])
 def test_image_bootstrap(built, unit):
     store, records = built
-    s = score(records, ScoreOptions(bootstrap_unit=unit, n_bootstrap=40, seed=3), store=store)
+    s = score(records, ScoreOptions(bootstrap_unit=unit, bootstrap=40, seed=3), store=store)
     assert s.settings["bootstrap"]["unit"] == unit
     assert "requested_unit" not in s.settings["bootstrap"]
     enc = s.encoders
     assert (enc["crs_low"] <= enc["crs_high"]).all()
     assert enc["p_rank1"].sum() == pytest.approx(1.0)
-    again = score(records, ScoreOptions(bootstrap_unit=unit, n_bootstrap=40, seed=3), store=store)
+    again = score(records, ScoreOptions(bootstrap_unit=unit, bootstrap=40, seed=3), store=store)
     assert again.encoders.equals(enc)  # seeded
-    seed_only = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=40, seed=3), store=store)
+    seed_only = score(records, ScoreOptions(bootstrap_unit="seed", bootstrap=40, seed=3), store=store)
     # the axes and q do not depend on the unit; the intervals do, and so does the CRS estimate, but only through
     # the noise it takes out of its scales (the bootstrap's variance of q, which the unit sets)
     q_cols = ["discrimination", "calibration", "label_efficiency", "robustness", *(f"q_{a}" for a in
@@ -52,7 +52,7 @@ def test_image_bootstrap(built, unit):
     assert seed_only.encoders.select("encoder", *q_cols).equals(enc.select("encoder", *q_cols))
     assert seed_only.encoders["crs"].to_list() == pytest.approx(enc["crs"].to_list(), abs=0.5)
     assert seed_only.encoders["crs_low"].to_list() != enc["crs_low"].to_list()
-    v1 = [score(records, ScoreOptions(bootstrap_unit=u, n_bootstrap=40, seed=3, crs_version="1"), store=store)
+    v1 = [score(records, ScoreOptions(bootstrap_unit=u, bootstrap=40, seed=3, crs_version="1"), store=store)
           for u in (unit, "seed")]
     assert v1[0].encoders["crs"].to_list() == v1[1].encoders["crs"].to_list()  # v1 takes nothing out
 
@@ -65,7 +65,7 @@ def test_image_draw_is_paired_across_encoders(make_store, tmp_path):
         probs, attrs = store.read_predictions("d1", "a", cond)
         store.write_predictions("d1", "twin", cond, probs, attrs)
     records = pl.concat([records, records.filter(pl.col("encoder") == "a").with_columns(encoder=pl.lit("twin"))])
-    s = score(records, ScoreOptions(bootstrap_unit="image", n_bootstrap=60), store=store)
+    s = score(records, ScoreOptions(bootstrap_unit="image", bootstrap=60), store=store)
     tier = dict(zip(s.encoders["encoder"], s.encoders["tier"], strict=True))
     assert tier["a"] and tier["twin"]
     row = {r["encoder"]: r for r in s.encoders.iter_rows(named=True)}
@@ -78,7 +78,7 @@ def test_image_draw_is_paired_across_encoders(make_store, tmp_path):
 
 def test_falls_back_to_seeds_without_store(built):
     _, records = built
-    s = score(records, ScoreOptions(bootstrap_unit="image", n_bootstrap=20, crs_version="1"))
+    s = score(records, ScoreOptions(bootstrap_unit="image", bootstrap=20, crs_version="1"))
     assert s.settings["bootstrap"]["unit"] == "seed"
     assert s.settings["bootstrap"]["requested_unit"] == "image"
     assert any("needs the stored test probabilities" in w for w in s.settings["warnings"])
@@ -91,7 +91,7 @@ def test_probabilities_missing_from_the_store_given_are_refused_not_resampled_ar
     extra = records.filter(pl.col("encoder") == "a").with_columns(encoder=pl.lit("ghost"))
     for unit, version in (("both", "1"), ("image", "1"), ("both", "2")):
         with pytest.raises(BadInput, match="ghost/d1/clean"):
-            score(pl.concat([records, extra]), ScoreOptions(bootstrap_unit=unit, n_bootstrap=20, crs_version=version),
+            score(pl.concat([records, extra]), ScoreOptions(bootstrap_unit=unit, bootstrap=20, crs_version=version),
                   store=store)
 
 
@@ -117,7 +117,7 @@ def test_probe_metrics_and_temperature(built):
     assert pm["kappa_quadratic"].null_count() == 0  # the fixture's dataset is ordinal
     assert set(rel["condition"]) == {"clean", "shift:d1_site2"}
     assert set(rel["scaled"]) == {False, True}
-    s = score(records, ScoreOptions(n_bootstrap=5), store=store)
+    s = score(records, ScoreOptions(bootstrap=5), store=store)
     assert {"aurc", "ece_ts", "temperature", "balanced_accuracy"} <= set(s.metric_table["metric"])
     assert s.probe_metrics.height == pm.height
 
@@ -139,7 +139,7 @@ def test_multilabel_store(make_store, tmp_path):
     assert joined["ece"].to_numpy() == pytest.approx(joined["ece_rec"].to_numpy())
     assert pm["kappa_quadratic"].null_count() == pm.height  # not ordinal
     assert (pm["temperature"] > 1.0).all()
-    s = score(records, ScoreOptions(bootstrap_unit="image", n_bootstrap=30), store=store)
+    s = score(records, ScoreOptions(bootstrap_unit="image", bootstrap=30), store=store)
     # no fallback and no warning (an off-centre calibration interval, which a tiny test set may give, is a note)
     assert s.settings["bootstrap"]["unit"] == "image"
     assert s.settings["warnings"] == []
@@ -149,8 +149,8 @@ def test_multilabel_store(make_store, tmp_path):
 def test_validation_rows_in_the_records_are_not_a_condition(built):
     _, records = built
     val = records.filter(pl.col("condition") == "clean").with_columns(condition=pl.lit("validation"))
-    a = score(records, ScoreOptions(n_bootstrap=10, crs_version="1"))
-    b = score(pl.concat([records, val]), ScoreOptions(n_bootstrap=10, crs_version="1"))
+    a = score(records, ScoreOptions(bootstrap=10, crs_version="1"))
+    b = score(pl.concat([records, val]), ScoreOptions(bootstrap=10, crs_version="1"))
     assert a.encoders.equals(b.encoders)
 
 
@@ -171,12 +171,12 @@ def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, m
     bogus = records.with_columns(condition=pl.when(pl.col("condition") == "gaussian_noise@1")
                                  .then(pl.lit("noise-3")).otherwise(pl.col("condition")))
     with pytest.raises(BadInput, match="unknown condition 'noise-3'.*re-run `crs probe`"):
-        score(bogus, ScoreOptions(n_bootstrap=5, crs_version="1"))
+        score(bogus, ScoreOptions(bootstrap=5, crs_version="1"))
     # probabilities of another split size (a stale probe): named and refused, never a crash nor a seed bootstrap
     probs, attrs = store.read_predictions("d1", "b", "gaussian_noise@1")
     store.write_predictions("d1", "b", "gaussian_noise@1", probs[:, :, :-2], attrs)
     with pytest.raises(BadInput, match=r"b/d1/gaussian_noise@1 holds probabilities for 10 images.*re-run `crs probe"):
-        score(records, ScoreOptions(n_bootstrap=5, bootstrap_unit="image"), store=store)
+        score(records, ScoreOptions(bootstrap=5, bootstrap_unit="image"), store=store)
     store.write_predictions("d1", "b", "gaussian_noise@1", probs, attrs)
     # stored labels changed through zarr (valid bytes): not those committed, a damaged store, refused
     import zarr
@@ -184,12 +184,12 @@ def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, m
     labels = zarr.open_group(str(tmp_path / "s.zarr"), mode="a")["datasets"]["d1"]["label"]
     labels[0] = 7
     with pytest.raises(UserError, match=r"dataset 'd1' \(label\).*not as committed.*crs store verify"):
-        score(records, ScoreOptions(n_bootstrap=5), store=store)
+        score(records, ScoreOptions(bootstrap=5), store=store)
 
 
 def test_default_unit_is_both(built):
     store, records = built
-    s = score(records, ScoreOptions(n_bootstrap=20), store=store)
+    s = score(records, ScoreOptions(bootstrap=20), store=store)
     assert s.settings["bootstrap"]["unit"] == "both"
     assert "requested_unit" not in s.settings["bootstrap"]
 
@@ -242,14 +242,14 @@ def test_encoder_metadata_revision_falls_back_to_the_weights_digest_then_the_req
 
 def test_scores_without_embeddings_in_the_store_have_null_metadata(built):
     store, records = built  # probabilities only, no embeddings
-    enc = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=5), store=store).encoders
+    enc = score(records, ScoreOptions(bootstrap_unit="seed", bootstrap=5), store=store).encoders
     assert enc.select("revision", "licence", "gated", "parameters", "gflops", "width", "images_per_s",
                       "device").null_count().row(0) == (enc.height,) * 8
 
 
 def test_the_verdict_plans_how_to_settle_every_member_of_the_best_set(make_store, tmp_path):
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.97, "c": 0.4}, rng_seed=5)
-    s = score(records, ScoreOptions(bootstrap_unit="both", n_bootstrap=60, seed=1, min_difference=3.0), store=store)
+    s = score(records, ScoreOptions(bootstrap_unit="both", bootstrap=60, seed=1, min_difference=3.0), store=store)
     v = s.verdict
     assert s.settings["min_difference"] == 3.0
     best = s.encoders.filter("tier")["encoder"].to_list()
@@ -262,6 +262,6 @@ def test_the_verdict_plans_how_to_settle_every_member_of_the_best_set(make_store
     words = verdict.sentences(v)
     assert all(verdict.settle_words(p, v["leader"], 3) in words for p in v["settle"])
     # the seed bootstrap cannot split the variance: no plan, and the verdict says why
-    seed_only = score(records, ScoreOptions(bootstrap_unit="seed", n_bootstrap=60, seed=1), store=store)
+    seed_only = score(records, ScoreOptions(bootstrap_unit="seed", bootstrap=60, seed=1), store=store)
     assert seed_only.verdict["members"] and seed_only.verdict["settle"] == []
     assert verdict.NO_PLAN in seed_only.verdict["notes"]
