@@ -1,5 +1,5 @@
 """The settings' value checks and forms: each check raises ``Bad`` for a value of the wrong type or out of
-range and carries the JSON Schema fragment that says the same thing (``crs run --schema``); ``_opt`` makes
+range and carries the JSON Schema fragment that says the same thing (``crs run --schema``); ``setting`` makes
 one setting's field (help, check, parser, command-line flag)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _check(schema: dict):
     return mark
 
 
-def _choices(*allowed: str) -> Callable[[Any], None]:
+def one_of(*allowed: str) -> Callable[[Any], None]:
     words = ", ".join(allowed[:-1]) + " or " + allowed[-1]
 
     @_check({"enum": list(allowed)})
@@ -50,7 +50,7 @@ def _choices(*allowed: str) -> Callable[[Any], None]:
     return check
 
 
-def _at_least(lo: int, words: str = "") -> Callable[[Any], None]:
+def at_least(lo: int, words: str = "") -> Callable[[Any], None]:
     @_check({"minimum": lo})
     def check(v):
         if not v >= lo:
@@ -59,19 +59,19 @@ def _at_least(lo: int, words: str = "") -> Callable[[Any], None]:
 
 
 @_check({"exclusiveMinimum": 0})
-def _positive(v):
+def check_positive(v):
     if not (v > 0 and math.isfinite(v)):
         raise Bad(f"must be positive (a finite number above 0), not {v!r}")
 
 
 @_check({"minItems": 1, "items": {"enum": list(SEVERITIES)}})
-def _severities(v):
+def check_severities(v):
     if not v or any(s not in SEVERITIES for s in v):
         raise Bad(f"must be a non-empty list of integers 1..5, not {list(v)!r}")
 
 
 @_check({"minItems": 1, "items": {"exclusiveMinimum": 0, "maximum": 1}, "contains": {"const": 1}})
-def _fractions(v):
+def check_fractions(v):
     if not v or any(not 0 < f <= 1 for f in v):
         raise Bad(f"must be a non-empty list of numbers in (0, 1], not {list(v)!r}")
     if 1.0 not in v:
@@ -79,7 +79,7 @@ def _fractions(v):
 
 
 @_check({"minItems": 1, "items": {"exclusiveMinimum": 0}})
-def _l2(v):
+def check_l2(v):
     if not v:
         raise Bad("must name at least one value")
     if any(not (x > 0 and math.isfinite(x)) for x in v):
@@ -87,13 +87,13 @@ def _l2(v):
 
 
 @_check({"exclusiveMinimum": 0, "exclusiveMaximum": 1})
-def _tol(v):
+def check_tol(v):
     if not 0 < v < 1:
         raise Bad(f"must lie in (0, 1), not {v!r}")
 
 
 @_check({"minItems": 1})
-def _non_empty(v):
+def non_empty(v):
     if not v:
         raise Bad("must name at least one")
 
@@ -111,7 +111,7 @@ def _fraction(x) -> float:
         raise Bad(f"{x!r} is not a number or a fraction such as \"1/3\"") from None
 
 
-def _weights(raw):
+def check_weights(raw):
     """Three non-negative numbers summing to 1."""
     if not isinstance(raw, (list, tuple)) or len(raw) != 3:
         raise Bad(f"must be three numbers [dominance, balance, worst], e.g. [\"1/3\", \"1/3\", \"1/3\"], not {raw!r}")
@@ -121,12 +121,12 @@ def _weights(raw):
     return vals
 
 
-_weights.schema = {"type": "array", "minItems": 3, "maxItems": 3,
+check_weights.schema = {"type": "array", "minItems": 3, "maxItems": 3,
                    "items": {"anyOf": [{"type": "number", "minimum": 0},
                                        {"type": "string", "pattern": r"^\s*[0-9.eE+-]+(\s*/\s*[0-9.eE+-]+)?\s*$"}]}}
 
 
-def _crs_version(raw):
+def check_crs_version(raw):
     """A CRS version, as the string crs records ("1", "2"); a whole number is taken too (TOML `crs_version = 1`)."""
     text = str(int(raw)) if isinstance(raw, (int, float)) and not isinstance(raw, bool) and float(raw).is_integer() \
         else str(raw).strip()
@@ -136,7 +136,7 @@ def _crs_version(raw):
     return text
 
 
-_crs_version.schema = {"anyOf": [{"type": "string", "enum": list(CRS_VERSIONS)},
+check_crs_version.schema = {"anyOf": [{"type": "string", "enum": list(CRS_VERSIONS)},
                                  {"type": "integer", "enum": [int(v) for v in CRS_VERSIONS]}]}
 
 
@@ -144,13 +144,13 @@ ENCODER_SETS = ("demo", "pretrained", "general", "medical", "specialty")
 
 
 @_check({"anyOf": [{"enum": list(ENCODER_SETS)}, {"type": "array", "items": {"enum": list(ENCODER_SETS)}}]})
-def _encoder_sets(v):
+def check_encoder_sets(v):
     bad = [x for x in v if x not in ENCODER_SETS]
     if bad:
         raise Bad(f"must name sets among {', '.join(ENCODER_SETS)}, not {bad[0]!r}")
 
 
-def _convert_sets(v) -> tuple[str, ...]:
+def convert_sets(v) -> tuple[str, ...]:
     """A set name or a list of them (TOML ``set = "medical"`` or ``set = ["general", "medical"]``)."""
     items = [v] if isinstance(v, str) else v
     if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) for x in items):
@@ -159,20 +159,20 @@ def _convert_sets(v) -> tuple[str, ...]:
 
 
 @_check({"type": "object", "additionalProperties": {"type": "string"}})
-def _revisions(v):
+def check_revisions(v):
     for name, rev in v.items():
         if not rev or any(c.isspace() for c in rev):
             raise Bad(f"{name}: a revision is a commit id, branch or tag without spaces, not {rev!r}")
 
 
-def _name_values(v, form: str) -> dict[str, str]:
+def name_values(v, form: str) -> dict[str, str]:
     """NAME=VALUE strings (the command line) or a TOML table -> {NAME: VALUE}."""
     if isinstance(v, dict):
         if not all(isinstance(x, str) for x in v.values()):
             raise Bad(f"must be a table of strings ({form.replace('=', ' = ')}), not {v!r}")
         return dict(v)
     if not isinstance(v, (list, tuple)):
-        raise Bad(f"must be a table of strings ({form.replace('=', ' = ')}), not {_toml_kind(v)} {v!r}")
+        raise Bad(f"must be a table of strings ({form.replace('=', ' = ')}), not {toml_kind(v)} {v!r}")
     out = {}
     for item in v:
         name, sep, value = str(item).partition("=")
@@ -182,7 +182,7 @@ def _name_values(v, form: str) -> dict[str, str]:
     return out
 
 
-def _comma_numbers(kind: type, sort: bool):
+def comma_numbers(kind: type, sort: bool):
     """'0.1,0.5,1' -> (0.1, 0.5, 1.0): a list option typed on the command line (sorted, once each)."""
     def parse(text: str):
         try:
@@ -195,7 +195,7 @@ def _comma_numbers(kind: type, sort: bool):
     return parse
 
 
-def _comma_weights(text: str):
+def comma_weights(text: str):
     parts = text.split(",")
     try:
         vals = tuple(_fraction(p) for p in parts)
@@ -206,7 +206,7 @@ def _comma_weights(text: str):
     return vals
 
 
-def _opt(help: str, check=None, parse=None, *, flag: str | tuple[str, ...] = (), text=None,
+def setting(help: str, check=None, parse=None, *, flag: str | tuple[str, ...] = (), text=None,
          invert: bool = False, flag_help: str = "", **kw):
     """One setting: ``help``; ``check`` (range); ``parse`` (TOML value -> value); ``flag`` its command-line
     option (a tuple: the flag and its short form); ``text`` parses the option's text where the command
@@ -217,6 +217,6 @@ def _opt(help: str, check=None, parse=None, *, flag: str | tuple[str, ...] = (),
                            "invert": invert, "flag_help": flag_help}, **kw)
 
 
-def _toml_kind(value) -> str:
+def toml_kind(value) -> str:
     return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array",
             dict: "table"}.get(type(value), type(value).__name__)

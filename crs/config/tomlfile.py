@@ -13,7 +13,7 @@ import types
 import typing
 from pathlib import Path
 
-from crs.config.checks import Bad, ConfigError, _toml_kind
+from crs.config.checks import Bad, ConfigError, toml_kind
 from crs.config.schema import SECTIONS, Config, cross_check, with_overrides
 
 
@@ -37,7 +37,7 @@ def _convert(value, tp):
     if origin is tuple:
         inner = typing.get_args(tp)[0]
         if not isinstance(value, list):
-            raise Bad(f"must be {_type_name(tp)}, not {_toml_kind(value)} {value!r}")
+            raise Bad(f"must be {_type_name(tp)}, not {toml_kind(value)} {value!r}")
         try:
             return tuple(_convert(v, inner) for v in value)
         except Bad:
@@ -52,7 +52,7 @@ def _convert(value, tp):
         return value
     if tp in (str, bool) and type(value) is tp:
         return value
-    raise Bad(f"must be {_type_name(tp)}, not {_toml_kind(value)} {value!r}")
+    raise Bad(f"must be {_type_name(tp)}, not {toml_kind(value)} {value!r}")
 
 
 def _build(cls, data: dict, prefix: tuple[str, ...], text: str, source: str):
@@ -69,7 +69,7 @@ def _build(cls, data: dict, prefix: tuple[str, ...], text: str, source: str):
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
-                raise ConfigError(f"must be a table ([{key}]), not {_toml_kind(value)} {value!r}", key,
+                raise ConfigError(f"must be a table ([{key}]), not {toml_kind(value)} {value!r}", key,
                                   locate(text, path), source)
             kwargs[key] = _build(tp, value, path, text, source)
             continue
