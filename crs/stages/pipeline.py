@@ -43,7 +43,6 @@ from crs.files import atomic_write
 from crs.progress import NO_PROGRESS, Progress
 from crs.stages import steps
 from crs.stages.steps import REPORT_MODULE
-from crs.store import StoreError
 
 STATE_FILE = "run_state.json"
 
@@ -248,6 +247,8 @@ def stage_lines(name: str, stages: dict[str, Stage], say: Callable[[str], None],
 
 
 def _extract(cfg: Config, progress: Progress, extra: dict, store_hint: str):
+    from crs.store import StoreError  # noqa: PLC0415 -- zarr: crs encoders loads this layer
+
     st = Stage("extract", out=cfg.store)
     t0 = time.perf_counter()
     try:
