@@ -88,7 +88,7 @@ def verify(path: str, *, repair: bool = False, storage_options: dict | None = No
     with writing_to(store.path):  # a repair's writes: a full disk is named by the store's path
         links = _links(store, mend)
         if links and mend:
-            store.reopen()
+            store.location.reopen()
             links = []  # what the removed links leave missing is found below, with its repair
         found = links + _verify(store, mend)
     if root and not repair:
@@ -204,7 +204,7 @@ def _metadata(store: Store, repair: Repairs | None) -> list[Finding]:
             _reset_dataset_chunks(store, parts[1])
             repair.did(f"reset every embedding chunk of {parts[1]} (its failures table went)")
     if repair:
-        store.reopen()
+        store.location.reopen()
     return out
 
 

@@ -122,10 +122,6 @@ class Store:
         """The store's root Zarr group."""
         return self.location.group
 
-    def reopen(self) -> None:
-        """Open the root group again, so that every part sees files changed under it since (a repair)."""
-        self.location.reopen()
-
     @property
     def is_url(self) -> bool:
         return is_url(self.path)
