@@ -100,11 +100,12 @@ def random_weights(name: str, tmp: Path):
 
     from crs.extract import encoders
     from crs.extract.models import build_random
+    from crs.store.keys import store_key
 
     if name in encoders.ENCODERS:
         spec = encoders.get(name)
     else:  # a timm architecture name
-        spec = encoders.EncoderSpec(name=encoders.store_key(name), family="general", source="timm",
+        spec = encoders.EncoderSpec(name=store_key(name), family="general", source="timm",
                                     model_id=name, width=0, input_size=224)
     if spec.source == "builtin" or not spec.pretrained:
         return spec, None

@@ -443,7 +443,7 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
     key = condition_key(condition)
     where = f"datasets/{dataset}/predictions/{encoder}/{key}"
     what = f"test probabilities {encoder}/{dataset}/{condition}"
-    with self.reading(where):
+    with self.checks.reading(where):
         try:
             arr = self.root[where]
         except KeyError:
@@ -453,7 +453,7 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
     if "condition" not in attrs:
         raise StoreError(f"{what} in {self.path!r} were not written whole (the run that wrote them was "
                          f"interrupted). To repair: {repair_hint(self.path, where)}")
-    return self.checked_read(arr, what), attrs
+    return self.checks.checked_read(arr, what), attrs
 
 
 def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap: int, n_perturbed: int = 68,

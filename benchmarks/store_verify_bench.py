@@ -6,7 +6,7 @@ writes now (zstd with its content checksum; every chunk stored; a commit record 
 read with ``Store.read_embedding``: one listing of the chunk files (every chunk present), and
 zstd's check of each chunk's checksum in the decode. The same values are copied into a store
 written as before the integrity work (zstd, no checksum) and read the store's way to each array
-(``Store._embedding_group``) then ``x[...]``: the same path without any check. A third copy
+(``Store.embedding_arrays.group``) then ``x[...]``: the same path without any check. A third copy
 with Zarr's crc32c codec after zstd, read that bare way, is the alternative the store did not
 take (``crc32c_*``).
 
@@ -112,7 +112,7 @@ def main() -> None:
             return sum(float(reader.read_embedding("bench", "enc", c)[0, 0]) for c in names)
 
         def bare(root: Store):  # the store's own way to the array, then x[...]: no listing, no checksum
-            return lambda: sum(float(np.asarray(root._embedding_group("bench", "enc", c)["x"][...])[0, 0])
+            return lambda: sum(float(np.asarray(root.embedding_arrays.group("bench", "enc", c)["x"][...])[0, 0])
                                for c in names)
 
         assert read_checked() == bare(plain)() == bare(crc)()  # the same values

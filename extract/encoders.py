@@ -44,7 +44,6 @@ import tomllib
 from dataclasses import dataclass, field
 
 from crs.errors import BadInput
-from crs.store.keys import store_key
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -447,6 +446,8 @@ def from_id(text: str) -> EncoderSpec:
     config when the model is loaded (``width=0`` here means "ask the model"); hf ids use
     ``AutoModel`` and the model's pooled output. The store key is ``store_key(text)``.
     """
+    from crs.store.keys import store_key  # crs.store loads zarr: `crs encoders` does not
+
     kind, _, ident = text.partition(":")
     if kind not in ("timm", "hf") or not ident or any(ord(c) < 32 for c in ident):
         raise BadInput(f"encoder id {text!r} must look like timm:NAME or hf:ORG/NAME")

@@ -47,7 +47,6 @@ from crs.conditions import parse, perturbed
 from crs.errors import BadInput, UserError
 from crs.extract import image_ops
 from crs.names import MODALITIES, PERTURBATION_GENERATORS, SEVERITIES
-from crs.store import generators
 
 if TYPE_CHECKING:
     import torch
@@ -402,6 +401,8 @@ def generator_attrs(condition: str) -> dict:
     """What an embedding array of ``condition`` records about the generator of its draws (with the store's
     attribute name, ``crs.store.generators.ATTR``): ``GENERATOR`` for a perturbed condition, nothing for
     another. The store refuses a perturbed array whose generator is not the dataset's."""
+    from crs.store import generators  # crs.store loads zarr: `crs perturbations` does not
+
     return {generators.ATTR: GENERATOR} if generators.is_perturbed(condition) else {}
 
 

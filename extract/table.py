@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from crs.store.table import Table  # one definition, the store's (its DatasetTable adds name and attributes)
+from crs.table import Table  # one definition, shared with the store (its DatasetTable adds name and attributes)
 
 __all__ = ["Table", "check_unique", "registry"]
 

@@ -82,7 +82,7 @@ HEADS = tuple(REGISTRY)  # the registered heads' names
 
 def head_name(encoder: str, head: str) -> str:
     """The name a head's results go under: the encoder's own for the linear probe, ``ENCODER+mlp``
-    for the MLP. Encoder keys never hold '+' (``crs.extract.encoders.store_key`` escapes it), so
+    for the MLP. Encoder keys never hold '+' (``crs.store.keys.store_key`` escapes it), so
     the name cannot be taken by a real encoder."""
     return get(head).result_name(encoder)
 

@@ -2,44 +2,31 @@
 
 One job a module:
 
-- ``layout``: the on-disk format (schema version, node names, row order); ``table``: a dataset's table;
-- ``zarr_store``: ``Store``, composed of ``files`` (the files under it), ``commits`` (reads checked against
-  the commit records), ``datasets``, ``failures``, ``embeddings``, ``resume`` (an embedding array written
-  chunk by chunk and resumed) and ``predictions``; ``location`` opens its root, ``nodes`` creates arrays
-  and groups the store's way, ``errors`` holds ``StoreError``;
+- ``layout``: the on-disk format (schema version, node names, row order); ``table``: a stored dataset's table;
+- ``zarr_store``: ``Store``, the front door to its parts, each built from the ones it needs: ``files`` (the
+  files under it), ``commits`` (reads checked against the commit records), ``datasets``, ``failures``,
+  ``embeddings``, ``resume`` (an embedding array written chunk by chunk and resumed) and ``predictions``;
+  ``location`` opens its root, ``nodes`` creates arrays and groups the store's way, ``errors`` holds
+  ``StoreError``;
 - ``repair``: the commands a refusal names; ``integrity``: ``crs store verify [--repair]``;
 - ``locks``: several runs writing into one store; ``generators``: one perturbation generator per dataset;
   ``keys``: path-safe names; ``info``: ``crs store info``.
 
-The names below load on first use (PEP 562), so a module that needs only ``crs.store.keys`` (the
-encoder registry, for `crs encoders`) does not pay for importing zarr."""
-
-import importlib
+Importing any of it imports zarr: a command that must start at once (``crs encoders``) imports it inside the
+function that needs it."""
 
 from crs.names import SPLIT_CODE, SPLITS
+from crs.store.errors import StoreError
+from crs.store.integrity import Finding, format_findings, verify
+from crs.store.keys import store_key
+from crs.store.layout import DEFAULT_STORE, SCHEMA_VERSION, condition_key, store_order
+from crs.store.locks import LockHeld, dataset_lock, extraction_lock, hold_lock, object_lock
+from crs.store.repair import probe_command, repair_hint
+from crs.store.resume import EmbeddingArray
+from crs.store.table import DatasetTable, Table
+from crs.store.zarr_store import EmbeddingShape, Store
 
-_WHERE = {
-    "Finding": "integrity", "format_findings": "integrity", "verify": "integrity",
-    "store_key": "keys",
-    "LockHeld": "locks", "dataset_lock": "locks", "extraction_lock": "locks", "hold_lock": "locks",
-    "object_lock": "locks",
-    "DEFAULT_STORE": "layout", "SCHEMA_VERSION": "layout", "condition_key": "layout", "store_order": "layout",
-    "DatasetTable": "table", "Table": "table",
-    "probe_command": "repair", "repair_hint": "repair",
-    "EmbeddingArray": "resume", "EmbeddingShape": "embeddings", "Store": "zarr_store", "StoreError": "errors",
-}
-
-__all__ = ["SPLIT_CODE", "SPLITS", *sorted(_WHERE)]
-
-
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'crs.store' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"crs.store.{module}"), name)
-    globals()[name] = value  # once: later lookups are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__all__ = ["DEFAULT_STORE", "SCHEMA_VERSION", "SPLITS", "SPLIT_CODE", "DatasetTable", "EmbeddingArray",
+           "EmbeddingShape", "Finding", "LockHeld", "Store", "StoreError", "Table", "condition_key", "dataset_lock",
+           "extraction_lock", "format_findings", "hold_lock", "object_lock", "probe_command", "repair_hint",
+           "store_key", "store_order", "verify"]

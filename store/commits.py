@@ -1,8 +1,8 @@
 """What was committed, and reads checked against it: each chunk's commit record (stored bytes, CRC-32 of its
 values), a chunk's presence and decoding, and the metadata files on the way to a node.
 
-``Checks`` is the part of ``Store`` that refuses what does not match, naming the array, the chunk and the
-command that repairs it (``crs.store.repair``)."""
+``Checks``, a part of ``Store``, refuses what does not match, naming the array, the chunk and the command that
+repairs it (``crs.store.repair``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import zarr
 
 from crs.errors import CrsError
 from crs.store.errors import StoreError
+from crs.store.files import StoredFiles
+from crs.store.location import StoreRoot
 from crs.store.repair import next_step, repair_hint
 
 
@@ -33,16 +35,16 @@ def values_crc(values: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(values).tobytes())
 
 
-def commit_record(store, arr: zarr.Array, coords: tuple[int, ...], values: np.ndarray) -> list[int]:
-    """The commit record of chunk ``coords`` of ``arr`` (in ``store``), just written with ``values``: [stored
+def commit_record(files: StoredFiles, arr: zarr.Array, coords: tuple[int, ...], values: np.ndarray) -> list[int]:
+    """The commit record of chunk ``coords`` of ``arr`` (among ``files``), just written with ``values``: [stored
     bytes of its file, CRC-32 of its values]. Every array whose values feed a number keeps one per chunk:
     embeddings in their ``commit`` array, predictions in their ``commit`` attribute."""
-    return [store.file_size(f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"), values_crc(values)]
+    return [files.file_size(f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"), values_crc(values)]
 
 
-def commit_records(store, arr: zarr.Array, values: np.ndarray) -> list[list[int]]:
+def commit_records(files: StoredFiles, arr: zarr.Array, values: np.ndarray) -> list[list[int]]:
     """The commit record of every chunk of ``arr`` (in C order), all of it just written with ``values``."""
-    return [commit_record(store, arr, c, chunk_values(arr, values, c)) for c in np.ndindex(*arr.cdata_shape)]
+    return [commit_record(files, arr, c, chunk_values(arr, values, c)) for c in np.ndindex(*arr.cdata_shape)]
 
 
 def chunk_values(arr: zarr.Array, values: np.ndarray, coords: tuple[int, ...]) -> np.ndarray:
@@ -77,7 +79,16 @@ def shape_problem(x, n_chunks: int, n_rows: int) -> str | None:
 
 
 class Checks:
-    """Reads of a ``Store`` checked against what was committed (needs ``StoredFiles``)."""
+    """Reads of a store checked against what was committed: ``files`` are the store's files, ``root`` its root
+    group."""
+
+    def __init__(self, files: StoredFiles, root: StoreRoot):
+        self.files = files
+        self.root = root
+
+    @property
+    def path(self) -> str:
+        return self.files.path
 
     def committed(self, arr: zarr.Array, records, what: str, values: np.ndarray | None = None) -> None:
         """Refuse ``arr`` (StoreError naming the chunk and the repair) where a chunk's file is missing or
@@ -85,7 +96,7 @@ class Checks:
         [bytes]); ``values``, all of ``arr`` where already read, also has each chunk's CRC compared."""
         keys = chunk_keys(arr)
         self.refuse_links(arr, keys, what)
-        sizes = self.chunk_sizes(arr.path, keys)
+        sizes = self.files.chunk_sizes(arr.path, keys)
         found: dict[str, list[str]] = {}
         for i, (coords, key, size) in enumerate(zip(np.ndindex(*arr.cdata_shape), keys, sizes)):
             part = None if values is None else chunk_values(arr, values, coords)
@@ -97,7 +108,7 @@ class Checks:
 
     def missing_chunks(self, arr: zarr.Array) -> list[str]:
         """Chunk keys of ``arr`` with no stored file."""
-        return self.missing_files(arr.path, chunk_keys(arr))
+        return self.files.missing_files(arr.path, chunk_keys(arr))
 
     def bad_chunks(self, arr: zarr.Array) -> list[str]:
         """Chunk keys of ``arr`` whose stored bytes do not decode (checksum mismatch, truncated, garbled)."""
@@ -134,7 +145,7 @@ class Checks:
         """Refuse ``arr`` (StoreError naming the link and the repair) where a folder on the way to it, its
         metadata or one of its chunk files ``keys`` is a symbolic link (docs/pipeline.md: a store reads only its
         own files)."""
-        links = self.linked(arr.path, keys)
+        links = self.files.linked(arr.path, keys)
         if links:
             key, target = links[0]
             more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
@@ -154,13 +165,14 @@ class Checks:
     def damaged_metadata(self, prefix: str = "") -> list[str]:
         """Store keys of the ``zarr.json`` files under ``prefix`` that do not parse as Zarr metadata."""
         prefix = prefix.strip("/")
-        keys = (f"{prefix}/{rel}".strip("/") for rel in sorted(self.files(prefix))
+        keys = (f"{prefix}/{rel}".strip("/") for rel in sorted(self.files.listing(prefix))
                 if rel.rsplit("/", 1)[-1] == "zarr.json")
         return [k for k in keys if self.damaged_metadata_file(k)]
 
     def damaged_metadata_file(self, key: str) -> bool:
+        """Whether the file at store key ``key`` is there and does not parse as Zarr v3 metadata."""
         try:
-            meta = json.loads(self._read_bytes(key))
+            meta = json.loads(self.files.read_bytes(key))
         except FileNotFoundError:
             return False
         except (ValueError, UnicodeDecodeError):
@@ -175,7 +187,7 @@ class Checks:
         bad = []
         for i in range(len(parts) + 1):  # the root, each ancestor, the node itself
             meta = "/".join(parts[:i] + ["zarr.json"])
-            if self.file_size(meta) and self.damaged_metadata_file(meta):
+            if self.files.file_size(meta) and self.damaged_metadata_file(meta):
                 bad.append(meta)
         if not bad:
             bad = self.damaged_metadata(key.strip("/"))
@@ -186,10 +198,10 @@ class Checks:
             f"To repair: {repair_hint(self.path, bad[0].rsplit('/', 1)[0] if '/' in bad[0] else '', decoded=True)}"
         )
 
-    def _node(self, key: str):
+    def node(self, key: str):
         """The group or array at ``key``; damaged metadata on the way is a StoreError naming the file."""
         with self.reading(key):
-            return self.root[key]
+            return self.root.group[key]
 
     @contextlib.contextmanager
     def reading(self, key: str = ""):

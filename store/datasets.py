@@ -9,8 +9,10 @@ import numpy as np
 import zarr
 
 from crs.provenance import now
-from crs.store.commits import commit_records
+from crs.store.commits import Checks, commit_records
 from crs.store.errors import StoreError, writes
+from crs.store.files import StoredFiles
+from crs.store.location import StoreRoot
 from crs.store.nodes import as_json, as_strings, create_array, require_group, set_attrs
 from crs.store.repair import repair_hint
 from crs.store.table import DatasetTable
@@ -21,20 +23,32 @@ def dataset_written(g: zarr.Group) -> bool:
     return "written" in g.attrs
 
 
+DATASET_ARRAYS = ("image_id", "label", "split", "group")  # a dataset's arrays, each with its commit record
+
+
 class DatasetTables:
-    """The dataset tables of a ``Store`` (needs ``Checks``)."""
+    """The dataset tables of a store: ``root`` its root group, ``files`` its files, ``checks`` its checked reads."""
 
-    DATASET_ARRAYS = ("image_id", "label", "split", "group")
+    def __init__(self, root: StoreRoot, files: StoredFiles, checks: Checks):
+        self.root = root
+        self.files = files
+        self.checks = checks
 
-    def _datasets(self) -> zarr.Group:
-        with self.reading("datasets"):
-            return require_group(self.root, "datasets") if not self.read_only else self.root["datasets"]
+    @property
+    def path(self) -> str:
+        return self.root.path
+
+    def datasets_group(self) -> zarr.Group:
+        """The store's ``datasets`` group (created where absent, unless the store is open read only)."""
+        with self.checks.reading("datasets"):
+            root = self.root.group
+            return require_group(root, "datasets") if not self.root.read_only else root["datasets"]
 
     def datasets(self) -> list[str]:
-        with self.reading("datasets"):
-            if "datasets" not in self.root:
+        with self.checks.reading("datasets"):
+            if "datasets" not in self.root.group:
                 return []
-            return sorted(self.root["datasets"].group_keys())
+            return sorted(self.root.group["datasets"].group_keys())
 
     def has_dataset(self, name: str) -> bool:
         return name in self.datasets()
@@ -45,7 +59,7 @@ class DatasetTables:
         if not self.has_dataset(name):
             return None
         try:
-            g = self._node(f"datasets/{name}")
+            g = self.checks.node(f"datasets/{name}")
         except (StoreError, KeyError):
             return None
         return dict(g.attrs) if dataset_written(g) else None
@@ -54,21 +68,21 @@ class DatasetTables:
     def write_dataset(self, table: DatasetTable) -> None:
         """Write a dataset's metadata; if present, check it is the same (splits never change, nor the files
         it was made from) and rewrite any of its arrays that is damaged."""
-        with self.reading(f"datasets/{table.name}"):
-            if self.has_dataset(table.name) and not dataset_written(self.root["datasets"][table.name]):
+        with self.checks.reading(f"datasets/{table.name}"):
+            if self.has_dataset(table.name) and not dataset_written(self.root.group["datasets"][table.name]):
                 self._drop_unwritten_dataset(table.name)  # killed while writing it: its attrs come last
             if not self.has_dataset(table.name):
-                g = self._datasets().create_group(table.name)
-                self._write_table_arrays(g, table, self.DATASET_ARRAYS)
+                g = self.datasets_group().create_group(table.name)
+                self._write_table_arrays(g, table, DATASET_ARRAYS)
                 # attrs last: a dataset group with attrs is a complete one
                 set_attrs(g, {**table.attrs, "n_images": len(table.ids), "row_order": "test, val, train",
                               "written": now()})
                 return
-            g = self.root["datasets"][table.name]
+            g = self.root.group["datasets"][table.name]
             old_attrs = dict(g.attrs)
         self._check_identity(table, old_attrs.get("identity"))
         values, damaged = {}, []
-        for key in self.DATASET_ARRAYS:
+        for key in DATASET_ARRAYS:
             try:
                 values[key] = self._dataset_array(g, table.name, key)
             except StoreError:
@@ -104,7 +118,7 @@ class DatasetTables:
         """Delete a dataset group whose metadata a killed run left half-written (the caller holds its
         dataset lock). Its embeddings are created only after the metadata is whole, so such a group holds
         none; if it does, it is not ours to guess about: refuse rather than delete them."""
-        g = self.root["datasets"][name]
+        g = self.root.group["datasets"][name]
         kept = sorted(k for k in g.group_keys() if k in ("embeddings", "predictions"))
         if kept:
             raise StoreError(
@@ -112,7 +126,7 @@ class DatasetTables:
                 f"written, so its row order is unknown and nothing in it can be trusted. To repair: extract "
                 f"into a new store (--store NEW_PATH), or delete 'datasets/{name}' from this one and run "
                 f"`crs extract --dataset {name} ...` again")
-        del self.root["datasets"][name]
+        del self.root.group["datasets"][name]
 
     @staticmethod
     def _check_identity(table: DatasetTable, old: Any) -> None:
@@ -146,14 +160,14 @@ class DatasetTables:
                 value = np.asarray(table.split).astype(np.int8)
                 arr = create_array(g, "split", shape=(n,), dtype=np.int8, chunks=(chunk,), overwrite=True)
             arr[...] = value
-            set_attrs(arr, {"commit": commit_records(self, arr, value)})  # last: an array without it is not whole
+            set_attrs(arr, {"commit": commit_records(self.files, arr, value)})  # last: an array without it is not whole
 
     def _dataset_array(self, g: zarr.Group, name: str, key: str) -> np.ndarray:
         """One of the dataset's arrays, refused (StoreError naming it and the repair) where it is missing,
         damaged, or not the values its commit record names (replaced, or rewritten through zarr)."""
         what = f"dataset {name!r} ({key})"
         where = f"datasets/{name}/{key}"
-        with self.reading(where):
+        with self.checks.reading(where):
             if key not in g:
                 raise StoreError(f"{what}: array {where!r} is missing from {self.path!r}. "
                                  f"To repair: {repair_hint(self.path, where)}")
@@ -162,8 +176,8 @@ class DatasetTables:
         if records is None:
             raise StoreError(f"{what}: array {where!r} in {self.path!r} has no commit record (its writer was "
                              f"stopped, or it was written by other means). To repair: {repair_hint(self.path, where)}")
-        values = self.checked_read(arr, what)
-        self.committed(arr, records, what, values)
+        values = self.checks.checked_read(arr, what)
+        self.checks.committed(arr, records, what, values)
         return as_strings(values) if key in ("image_id", "group") else values
 
     def dataset(self, name: str) -> DatasetTable:
@@ -173,11 +187,11 @@ class DatasetTables:
                 f"dataset {name!r} is not in the store {self.path!r} (it has: {known}); "
                 f"run `crs extract --dataset {name} --encoder ...` first"
             )
-        g = self._node(f"datasets/{name}")
+        g = self.checks.node(f"datasets/{name}")
         if not dataset_written(g):
             raise StoreError(f"dataset {name!r} in {self.path!r} was not fully written (a run was stopped while "
                              f"writing its metadata). To repair: run the same `crs extract --dataset {name} ...` "
                              "again; it rewrites the dataset's metadata before embedding anything")
-        v = {key: self._dataset_array(g, name, key) for key in self.DATASET_ARRAYS}
+        v = {key: self._dataset_array(g, name, key) for key in DATASET_ARRAYS}
         return DatasetTable(name=name, ids=v["image_id"], labels=v["label"], split=v["split"], group=v["group"],
                             attrs=dict(g.attrs))

@@ -10,9 +10,12 @@ import numpy as np
 import zarr
 
 from crs.store import generators
-from crs.store.commits import shape_problem
+from crs.store.commits import Checks, shape_problem
+from crs.store.datasets import DatasetTables
 from crs.store.errors import StoreError, writes
+from crs.store.files import StoredFiles
 from crs.store.layout import condition_key, key_condition
+from crs.store.location import StoreRoot
 from crs.store.nodes import as_json, create_arrays, read_robust, require_group, set_attrs
 from crs.store.repair import repair_hint
 from crs.store.resume import EmbeddingArray
@@ -36,15 +39,27 @@ def fully_created(g: zarr.Group) -> bool:
 
 
 class Embeddings:
-    """The embedding arrays of a ``Store`` (needs ``Checks`` and ``DatasetTables``)."""
+    """The embedding arrays of a store: ``root`` its root group, ``files`` its files, ``checks`` its checked reads,
+    ``tables`` its dataset tables (an embedding array belongs to a stored dataset)."""
+
+    def __init__(self, root: StoreRoot, files: StoredFiles, checks: Checks, tables: DatasetTables):
+        self.root = root
+        self.files = files
+        self.checks = checks
+        self.tables = tables
+        self._generator_checked: set[str] = set()  # datasets whose perturbation generator was checked
+
+    @property
+    def path(self) -> str:
+        return self.root.path
 
     @writes
     def embedding(self, dataset: str, encoder: str, condition: str, shape: EmbeddingShape,
                   attrs: dict[str, Any] | None = None) -> EmbeddingArray:
         """Open (or create) an embedding array for writing; a mismatch with what is there is an error."""
         key = condition_key(condition)
-        with self.reading(f"datasets/{dataset}/embeddings/{encoder}/{key}"):
-            base = require_group(require_group(self._datasets()[dataset], "embeddings"), encoder)
+        with self.checks.reading(f"datasets/{dataset}/embeddings/{encoder}/{key}"):
+            base = require_group(require_group(self.tables.datasets_group()[dataset], "embeddings"), encoder)
             if key in base and not fully_created(base[key]):
                 del base[key]  # killed while creating it: nothing in it was marked written
             exists = key in base
@@ -64,7 +79,7 @@ class Embeddings:
             g, {**(attrs or {}), "condition": condition, "rows": shape.rows, "n_rows": shape.n_rows,
                 "n_chunks": n_chunks, "complete": False}
         )
-        return EmbeddingArray(g, dataset, encoder, condition, self, arrays)
+        return EmbeddingArray(g, dataset, encoder, condition, self.files, arrays)
 
     def _existing_embedding(self, g: zarr.Group, dataset: str, encoder: str, condition: str, shape: EmbeddingShape,
                             attrs: dict[str, Any] | None) -> EmbeddingArray:
@@ -84,7 +99,7 @@ class Embeddings:
                 f"{dataset}/{encoder}/{condition} in {self.path!r} was written by a different encoder "
                 f"spec ({old_spec}); refusing to mix. Pass --store with a new path"
             )
-        return EmbeddingArray(g, dataset, encoder, condition, self)
+        return EmbeddingArray(g, dataset, encoder, condition, self.files)
 
     def _one_generator(self, dataset: str, condition: str, attrs: dict | None, existing: dict | None) -> None:
         """Refuse to write a perturbed array whose ``perturbation_generator`` (in ``attrs``: the writer's) is not
@@ -104,10 +119,10 @@ class Embeddings:
         """{generator: ["ENCODER/CONDITION", ...]} over the dataset's perturbed embedding arrays, in key order
         (``crs.store.generators``: an array that records none is listed under ``generators.NONE``)."""
         found: dict[str, list[str]] = {}
-        if dataset not in self.datasets():
+        if dataset not in self.tables.datasets():
             return found
-        with self.reading(f"datasets/{dataset}/embeddings"):
-            g = self.root["datasets"][dataset]
+        with self.checks.reading(f"datasets/{dataset}/embeddings"):
+            g = self.root.group["datasets"][dataset]
             groups = g["embeddings"] if "embeddings" in g else None
             for enc in sorted(groups.group_keys()) if groups is not None else []:
                 for key, node in sorted(groups[enc].groups()):  # one listing: every array's attributes
@@ -120,21 +135,21 @@ class Embeddings:
 
     def open_embedding(self, dataset: str, encoder: str, condition: str) -> EmbeddingArray:
         """An existing embedding array, to write chunks into (the one writer of those chunks)."""
-        if self.read_only:
+        if self.root.read_only:
             raise StoreError(f"{self.path!r} is open read-only")
-        g = self._node(f"datasets/{dataset}/embeddings/{encoder}/{condition_key(condition)}")
-        return EmbeddingArray(g, dataset, encoder, condition, self)
+        g = self.checks.node(f"datasets/{dataset}/embeddings/{encoder}/{condition_key(condition)}")
+        return EmbeddingArray(g, dataset, encoder, condition, self.files)
 
     def embeddings(self, dataset: str | None = None,
                    encoder: str | None = None) -> Iterator[tuple[str, str, str, bool]]:
         """Yield (dataset, encoder, condition, complete) for every embedding array (of ``dataset`` and
         ``encoder`` only, where given)."""
-        held = self.datasets()
+        held = self.tables.datasets()
         for d in [dataset] if dataset else held:
             if d not in held:
                 continue
-            with self.reading(f"datasets/{d}/embeddings"):
-                g = self.root["datasets"][d]
+            with self.checks.reading(f"datasets/{d}/embeddings"):
+                g = self.root.group["datasets"][d]
                 found = []
                 if "embeddings" in g:
                     groups = g["embeddings"]
@@ -148,7 +163,7 @@ class Embeddings:
 
     def read_embedding(self, dataset: str, encoder: str, condition: str) -> np.ndarray:
         """The full [row, feature] array; refuses an incomplete or damaged one (naming the chunk and the repair)."""
-        g = self._embedding_group(dataset, encoder, condition)
+        g = self.group(dataset, encoder, condition)
         what = f"embeddings {dataset}/{encoder}/{condition}"
         if not g.attrs.get("complete", False):
             left = int((~read_robust(g["done"], False).astype(bool)).sum())
@@ -159,7 +174,7 @@ class Embeddings:
             )
         if generators.is_perturbed(condition) and generators.ATTR not in g.attrs:
             raise StoreError(generators.unrecorded(self.path, dataset, encoder, condition))
-        with self.reading(g.path):
+        with self.checks.reading(g.path):
             if "x" not in g:
                 raise StoreError(f"{what} in {self.path!r} lack their array's metadata ({g.path}/x/zarr.json is "
                                  f"missing). To repair: {repair_hint(self.path, g.path)}")
@@ -172,19 +187,21 @@ class Embeddings:
         # the sizes ``finalize`` copied from the commit record into the attributes read above (reading the
         # record itself is a file a chunk). A chunk re-encoded to the same size with other values is left to
         # `crs store verify`, which compares each chunk's CRC-32.
-        self.committed(x, [[int(b)] for b in g.attrs["chunk_bytes"]], what)
-        return self.checked_read(x, what, listed=True)
+        self.checks.committed(x, [[int(b)] for b in g.attrs["chunk_bytes"]], what)
+        return self.checks.checked_read(x, what, listed=True)
 
     def embedding_attrs(self, dataset: str, encoder: str, condition: str) -> dict[str, Any]:
-        return dict(self._embedding_group(dataset, encoder, condition).attrs)
+        return dict(self.group(dataset, encoder, condition).attrs)
 
-    def _embedding_group(self, dataset: str, encoder: str, condition: str) -> zarr.Group:
+    def group(self, dataset: str, encoder: str, condition: str) -> zarr.Group:
+        """The group of one embedding array (its x, done and commit arrays); StoreError, with the command that
+        writes it, where there is none."""
         key = f"datasets/{dataset}/embeddings/{encoder}/{condition_key(condition)}"
         try:
-            return self._node(key)  # one metadata read; the friendly errors below only when it is not there
+            return self.checks.node(key)  # one metadata read; the friendly errors below only when it is not there
         except KeyError:
             pass
-        self.dataset(dataset)  # raises when the dataset is missing or not fully written
+        self.tables.dataset(dataset)  # raises when the dataset is missing or not fully written
         raise StoreError(
             f"no embeddings for encoder {encoder!r}, dataset {dataset!r}, condition {condition!r} in "
             f"{self.path!r}; run `crs extract --encoder {encoder} --dataset {dataset} --store {self.path}`"

@@ -16,11 +16,11 @@ class NoStore(StoreError):
 
 
 def writes(method):
-    """``method`` of a Store (or of an object holding one as ``store``) that writes into it: a full disk, a
-    quota, a read-only file system or a refused permission met without a file name is named by the store's
-    path (``crs.errors.writing_to``)."""
+    """``method`` of an object that writes into the store at its ``path``: a full disk, a quota, a read-only file
+    system or a refused permission met without a file name is named by the store's path
+    (``crs.errors.writing_to``)."""
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
-        with writing_to(getattr(self, "store", self).path):
+        with writing_to(self.path):
             return method(self, *args, **kwargs)
     return wrapped

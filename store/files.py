@@ -12,7 +12,12 @@ from crs.store.location import local_path, url_storage_options
 
 
 class StoredFiles:
-    """The file operations of a ``Store`` (needs ``path`` and ``storage_options``)."""
+    """The files under the store at ``path`` (a local folder, a file:// URL or an fsspec URL opened with
+    ``storage_options``)."""
+
+    def __init__(self, path: str, storage_options: dict | None = None):
+        self.path = str(path)
+        self.storage_options = dict(storage_options or {})
 
     def filesystem(self):
         """(fsspec filesystem, root path in it) of an object-store URL, for files beside the Zarr
@@ -20,14 +25,15 @@ class StoredFiles:
         fs, root = fsspec.core.url_to_fs(self.path, **url_storage_options(self.path, self.storage_options))
         return fs, root.rstrip("/")
 
-    def _local_root(self) -> str | None:
+    def local_root(self) -> str | None:
+        """The store's folder on this machine; None for an object-store URL."""
         return local_path(self.path)
 
-    def files(self, prefix: str) -> dict[str, int]:
+    def listing(self, prefix: str) -> dict[str, int]:
         """{key relative to ``prefix``: stored bytes} of every file under store key ``prefix`` (one listing;
         hidden names, such as a writer's temporary files, left out)."""
         out: dict[str, int] = {}
-        root = self._local_root()
+        root = self.local_root()
         if root is not None:
             base = os.path.join(root, prefix)
             for dirpath, _, names in os.walk(base):
@@ -54,7 +60,7 @@ class StoredFiles:
 
     def file_size(self, key: str) -> int:
         """Stored bytes of the file at store key ``key`` (0 when there is none)."""
-        root = self._local_root()
+        root = self.local_root()
         try:
             if root is not None:
                 return os.path.getsize(os.path.join(root, key))
@@ -65,7 +71,7 @@ class StoredFiles:
 
     def remove(self, key: str) -> None:
         """Delete the file or the subtree at store key ``key`` (repairs only)."""
-        root = self._local_root()
+        root = self.local_root()
         if root is not None:
             full = os.path.join(root, key)
             if os.path.isdir(full):
@@ -77,8 +83,9 @@ class StoredFiles:
         if fs.exists(f"{r}/{key}"):
             fs.rm(f"{r}/{key}", recursive=True)
 
-    def _read_bytes(self, key: str) -> bytes:
-        root = self._local_root()
+    def read_bytes(self, key: str) -> bytes:
+        """The bytes of the file at store key ``key`` (FileNotFoundError where there is none)."""
+        root = self.local_root()
         if root is not None:
             with open(os.path.join(root, key), "rb") as f:
                 return f.read()
@@ -88,18 +95,18 @@ class StoredFiles:
     def missing_files(self, prefix: str, keys: list[str]) -> list[str]:
         """Those of ``keys`` (relative to store key ``prefix``) that have no file: a stat each on a local
         store (cheaper than listing a folder a chunk), one listing on an object store."""
-        root = self._local_root()
+        root = self.local_root()
         if root is not None:
             base = os.path.join(root, prefix)
             return [k for k in keys if not os.path.isfile(os.path.join(base, k))]
-        present = self.files(prefix)
+        present = self.listing(prefix)
         return [k for k in keys if k not in present]
 
     def linked(self, prefix: str, keys: list[str]) -> list[tuple[str, str]]:
         """(store key, target) of each symbolic link on the way to store key ``prefix`` (its folders, its
         ``zarr.json``) or among ``keys`` (files relative to it), on a local store; an lstat each. A store reads
         only its own files: a link's target can change or vanish under it."""
-        root = self._local_root()
+        root = self.local_root()
         if root is None:
             return []
         parts = prefix.strip("/").split("/")
@@ -114,9 +121,9 @@ class StoredFiles:
     def chunk_sizes(self, prefix: str, keys: list[str]) -> list[int | None]:
         """Stored bytes of each of ``keys`` (relative to store key ``prefix``; None: no file): a stat each on
         a local store, one listing on an object store."""
-        root = self._local_root()
+        root = self.local_root()
         if root is None:
-            present = self.files(prefix)
+            present = self.listing(prefix)
             return [present.get(k) for k in keys]
         base = os.path.join(root, prefix)
         sizes = []

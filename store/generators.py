@@ -3,9 +3,9 @@
 The same image under another generator (``crs.names.PERTURBATION_GENERATORS``) is another image, so the
 perturbed embeddings of one dataset in a store must all come from one: else two encoders' robustness
 would be measured on different images. Each perturbed embedding array records its generator in the
-attribute ``perturbation_generator`` when created (``crs extract`` passes it). A perturbed array without
-it was drawn by unreleased development's generator (a torch.Generator per image), whose images differ:
-``Store.read_embedding`` refuses it (``unrecorded``), and a writer refuses to add to its dataset.
+attribute ``perturbation_generator`` when created (``crs extract`` passes it). A perturbed array without it
+comes from a generator that is not one of those, whose images differ: ``Store.read_embedding`` refuses it
+(``unrecorded``), and a writer refuses to add to its dataset.
 """
 
 from __future__ import annotations

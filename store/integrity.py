@@ -29,13 +29,14 @@ from dataclasses import dataclass
 
 import fsspec
 import numpy as np
-import zarr
 
 from crs import __version__ as TOOL_VERSION
 from crs.errors import writing_to
 from crs.provenance import now
 from crs.store.commits import chunk_keys, chunk_values, record_problem, shape_problem
+from crs.store.datasets import DATASET_ARRAYS
 from crs.store.errors import StoreError
+from crs.store.failures import FAILURE_COLUMNS
 from crs.store.layout import SCHEMA_VERSION, condition_key, key_condition, plain_group
 from crs.store.location import root_problem, url_storage_options
 from crs.store.nodes import read_robust, set_attrs
@@ -87,7 +88,7 @@ def verify(path: str, *, repair: bool = False, storage_options: dict | None = No
     with writing_to(store.path):  # a repair's writes: a full disk is named by the store's path
         links = _links(store, mend)
         if links and mend:
-            store.root = zarr_reopen(store)
+            store.location.reopen()
             links = []  # what the removed links leave missing is found below, with its repair
         found = links + _verify(store, mend)
     if root and not repair:
@@ -102,7 +103,7 @@ def _links(store: Store, repair: Repairs | None) -> list[Finding]:
 
     A store holds its own files: a link's target can change or vanish under it, and a writer writes
     through it into a file that is not the store's (another store's chunk, a dataset's file)."""
-    root = store._local_root()
+    root = store.files.local_root()
     if root is None:
         return []
     out = []
@@ -178,7 +179,7 @@ def format_findings(findings: list[Finding], changed: list[str] = ()) -> str:
 # ------------------------------------------------------------------ metadata
 def _metadata(store: Store, repair: Repairs | None) -> list[Finding]:
     out, removed = [], []
-    for meta in store.damaged_metadata(""):
+    for meta in store.checks.damaged_metadata(""):
         node = meta.rsplit("/", 1)[0] if "/" in meta else ""
         if any(node.startswith(r + "/") for r in removed):
             continue  # went with a node removed above
@@ -203,25 +204,18 @@ def _metadata(store: Store, repair: Repairs | None) -> list[Finding]:
             _reset_dataset_chunks(store, parts[1])
             repair.did(f"reset every embedding chunk of {parts[1]} (its failures table went)")
     if repair:
-        store.root = zarr_reopen(store)
+        store.location.reopen()
     return out
-
-
-def zarr_reopen(store: Store):
-    """The root group opened again (after files changed under it)."""
-    kwargs = {"storage_options": store.storage_options} if store.storage_options else {}
-    path = store.path[len("file://"):] if store.path.startswith("file://") else store.path
-    return zarr.open_group(store=path, mode="r" if store.read_only else "a", **kwargs)
 
 
 def _write_json(store: Store, key: str, obj: dict) -> None:
     data = json.dumps(obj, indent=2).encode()
-    root = store._local_root()
+    root = store.files.local_root()
     if root is not None:
         with open(os.path.join(root, key), "wb") as f:
             f.write(data)
     else:
-        fs, r = store.filesystem()
+        fs, r = store.files.filesystem()
         fs.pipe_file(f"{r}/{key}", data)
 
 
@@ -241,7 +235,7 @@ def _dataset(store: Store, d: str, repair: Repairs | None, readable, done_before
 def _removed(store: Store, node: str, repair: Repairs, why: str = "it was damaged") -> list[Finding]:
     """Remove ``node`` (a repair), saying so; the finding left names the command that writes it anew."""
     then = next_step(store.path, node)  # before the removal: it reads what the node's children record
-    store.remove(node)
+    store.files.remove(node)
     repair.did(f"removed {node} ({why})")
     return [Finding(node, None, f"removed ({why})", then)]
 
@@ -249,7 +243,7 @@ def _removed(store: Store, node: str, repair: Repairs, why: str = "it was damage
 def _table_arrays(store: Store, g, d: str, repair: Repairs | None, readable, done_before) -> list[Finding]:
     """The dataset's own arrays (image ids, labels, splits, groups), each against its commit record."""
     out = []
-    for key in Store.DATASET_ARRAYS:
+    for key in DATASET_ARRAYS:
         node = f"datasets/{d}/{key}"
         if not readable(node):
             continue
@@ -266,16 +260,16 @@ def _table_arrays(store: Store, g, d: str, repair: Repairs | None, readable, don
 
 def _failures(store: Store, g, d: str, repair: Repairs | None, readable) -> list[Finding]:
     node = f"datasets/{d}/failures"
-    if not (readable(node) and all(readable(f"{node}/{k}") for k in Store.FAILURE_COLUMNS) and "failures" in g):
+    if not (readable(node) and all(readable(f"{node}/{k}") for k in FAILURE_COLUMNS) and "failures" in g):
         return []
     fg = g["failures"]
-    found = [f for k in Store.FAILURE_COLUMNS
+    found = [f for k in FAILURE_COLUMNS
              for f in (_whole_array(store, fg[k], f"{node}/{k}") if k in fg
                        else [Finding(f"{node}/{k}", None, "missing column", repair_hint(store.path, node))])]
-    if not found and (fg.attrs.get("writing") or len({fg[k].shape[0] for k in Store.FAILURE_COLUMNS}) > 1):
+    if not found and (fg.attrs.get("writing") or len({fg[k].shape[0] for k in FAILURE_COLUMNS}) > 1):
         found = [Finding(node, None, "torn (its rewrite was interrupted)", repair_hint(store.path, node))]
     if found and repair:
-        store.remove(node)
+        store.files.remove(node)
         _reset_dataset_chunks(store, d)
         repair.did(f"removed {node} (it was damaged) and reset every embedding chunk of {d}")
         found = [Finding(node, None, "removed (it was damaged); every chunk of the dataset was reset",
@@ -325,14 +319,14 @@ def _leaves(store: Store, g, d: str, kind: str, readable):
 
 def _children(store: Store, key: str) -> list[str]:
     """Names of the nodes right under store key ``key`` (those with a metadata file, damaged or not)."""
-    return sorted({rel.split("/")[0] for rel in store.files(key) if rel.count("/") == 1
+    return sorted({rel.split("/")[0] for rel in store.files.listing(key) if rel.count("/") == 1
                    and rel.endswith("/zarr.json")})
 
 
 def _whole_array(store: Store, arr, node: str) -> list[Finding]:
     """An array written at once: every chunk present (where every chunk is stored) and decoding."""
-    missing = store.missing_chunks(arr)
-    bad = [k for k in store.bad_chunks(arr) if k not in missing]
+    missing = store.checks.missing_chunks(arr)
+    bad = [k for k in store.checks.bad_chunks(arr) if k not in missing]
     if not missing and not bad:
         return []
     hint = repair_hint(store.path, node, decoded=True)  # only where needed: it reads the writers' attributes
@@ -348,7 +342,7 @@ def _against_record(store: Store, arr, node: str, records, repair: Repairs | Non
         return [Finding(node, None, "no commit record (its writer was stopped, or it was written by other means)",
                         repair_hint(store.path, node, decoded=True))]
     values = np.asarray(arr[...])
-    sizes = store.chunk_sizes(arr.path, chunk_keys(arr))
+    sizes = store.files.chunk_sizes(arr.path, chunk_keys(arr))
     found, kept = [], []
     for i, (record, coords, key, size) in enumerate(zip(records, np.ndindex(*arr.cdata_shape), chunk_keys(arr),
                                                         sizes)):
@@ -395,10 +389,10 @@ def _embedding(store: Store, g, d: str, enc: str, cond: str, repair: Repairs | N
         return [Finding(f"{node}/x", "zarr.json", problem, hint())]
     out = []
     for name in ("done", "commit"):  # a record chunk that does not decode reads as "not committed"
-        for k in store.bad_chunks(g[name]):
+        for k in store.checks.bad_chunks(g[name]):
             out.append(Finding(f"{node}/{name}", k, "commit record does not decode", hint()))
             if repair:
-                store.remove(f"{node}/{name}/{k}")
+                store.files.remove(f"{node}/{name}/{k}")
                 repair.did(f"removed {node}/{name}/{k} (a commit record that does not decode): chunk {k} is redone")
     damaged, kept = _committed_chunks(store, x, g, n)
     out += [Finding(f"{node}/x", key, problem, hint()) for _, key, problem in damaged]
@@ -429,7 +423,7 @@ def _committed_chunks(store: Store, x, g, n: int):
     keys = chunk_keys(x)[:n]
     done = read_robust(g["done"], False).astype(bool)[:n]
     commit = read_robust(g["commit"], 0)[:n]
-    present = store.files(x.path)
+    present = store.files.listing(x.path)
     damaged, kept = [], []
     for j in np.flatnonzero(done):
         size = present.get(keys[j])
@@ -456,7 +450,7 @@ def _mend_chunks(g, node: str, damaged, kept, repair: Repairs) -> None:
 
 def _reset_dataset_chunks(store: Store, d: str) -> None:
     """Every embedding chunk of dataset ``d`` uncommitted, so that `crs extract` decodes every image again."""
-    root = zarr_reopen(store)
+    root = store.location.opened_again()
     g = root["datasets"][d]
     if "embeddings" not in g:
         return

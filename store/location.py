@@ -115,6 +115,26 @@ def open_below_root(path: str, storage_options: dict | None = None) -> zarr.Grou
     return zarr.Group(AsyncGroup(metadata=GroupMetadata(), store_path=StorePath(where, "")))
 
 
+class StoreRoot:
+    """The root group of the store at ``path``, shared by the parts of a ``Store``: ``group`` is replaced whole
+    by ``reopen`` (after files changed under it: a repair), and every part sees the new one."""
+
+    def __init__(self, path: str, group: zarr.Group, *, read_only: bool, storage_options: dict | None = None):
+        self.path = str(path)
+        self.group = group
+        self.read_only = read_only
+        self.storage_options = dict(storage_options or {})
+
+    def opened_again(self) -> zarr.Group:
+        """The root group opened anew, which sees the files as they are now."""
+        kwargs = {"storage_options": self.storage_options} if self.storage_options else {}
+        path = self.path[len("file://"):] if self.path.startswith("file://") else self.path
+        return zarr.open_group(store=path, mode="r" if self.read_only else "a", **kwargs)
+
+    def reopen(self) -> None:
+        self.group = self.opened_again()
+
+
 def _check_folder(path: str, mode: str) -> None:
     """A local path must be a store, a new or empty folder, or (to write) one another process is creating."""
     if os.path.isfile(path):

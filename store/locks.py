@@ -231,7 +231,7 @@ def object_lock(store: Store, key: str, *, wait: bool, what: str, stale_s: float
                 doing: str = EXTRACTING):
     """The lock of ``hold_lock`` for a store at an fsspec URL (see the comment above)."""
     stale_s = OBJECT_LOCK_STALE_S if stale_s is None else stale_s
-    fs, root = store.filesystem()
+    fs, root = store.files.filesystem()
     path = f"{root}/.crs-locks/{store_key(key)}.json"
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now(), "token": uuid.uuid4().hex}
     stale = _acquire_object(store, fs, path, me, wait=wait, what=what, stale_s=stale_s, doing=doing)

@@ -9,13 +9,15 @@ import zarr
 from crs.provenance import now
 from crs.store.commits import chunk_keys, commit_record
 from crs.store.errors import StoreError, writes
+from crs.store.files import StoredFiles
 from crs.store.nodes import read_robust, set_attrs, writing_every_chunk
 
 
 class EmbeddingArray:
-    """One (dataset, encoder, condition) array being written chunk by chunk."""
+    """One (dataset, encoder, condition) array being written chunk by chunk, in ``group`` among the store's
+    ``files``."""
 
-    def __init__(self, group: zarr.Group, dataset: str, encoder: str, condition: str, store,
+    def __init__(self, group: zarr.Group, dataset: str, encoder: str, condition: str, files: StoredFiles,
                  arrays: dict[str, zarr.Array] | None = None):
         """``arrays``: x, done and commit as ``create_arrays`` just made them (else read from ``group``)."""
         self.group = group
@@ -25,8 +27,12 @@ class EmbeddingArray:
             self.x = writing_every_chunk(group["x"])  # a chunk without a file is a lost one
             self.done = group["done"]
             self.commit = group["commit"]
-        self.store = store
+        self.files = files
         self.dataset, self.encoder, self.condition = dataset, encoder, condition
+
+    @property
+    def path(self) -> str:
+        return self.files.path
 
     @property
     def chunk(self) -> int:
@@ -48,7 +54,7 @@ class EmbeddingArray:
             return np.zeros(0, dtype=np.int64)
         done = read_robust(self.done, False).astype(bool)[: self.n_chunks]
         if done.any():
-            present = self.store.files(self.x.path)
+            present = self.files.listing(self.x.path)
             sizes = np.array([present.get(k, -1) for k in chunk_keys(self.x)], dtype=np.int64)
             done &= sizes >= 0
             done &= sizes == read_robust(self.commit, 0)[: self.n_chunks, 0].astype(np.int64)
@@ -73,7 +79,7 @@ class EmbeddingArray:
             )
         self.x[sl] = cast
         # the commit record, then the flag: both only after the data is written
-        self.commit[j] = np.array(commit_record(self.store, self.x, (j, 0), cast), dtype=np.uint64)
+        self.commit[j] = np.array(commit_record(self.files, self.x, (j, 0), cast), dtype=np.uint64)
         self.done[j] = True
 
     @writes

@@ -1,30 +1,13 @@
-"""A dataset's per-image table: what a dataset kind builds (``Table``) and what the store holds (``DatasetTable``)."""
+"""A stored dataset's table (``DatasetTable``): a dataset kind's ``crs.table.Table`` with its name and attributes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from crs.table import Table
 
-from crs.names import SPLIT_CODE
-
-
-@dataclass(frozen=True)
-class Table:
-    """A dataset's metadata, one entry a row, rows in the order the dataset defines."""
-
-    ids: np.ndarray  # [image] str, unique, e.g. 'demo_derm-000123'
-    labels: np.ndarray  # [image] int64 class index, or [image, label] int8 in {1, 0, -1} (-1: uncertain or unknown)
-    split: np.ndarray  # [image] int8: 0 train, 1 val, 2 test (crs.names.SPLIT_CODE)
-    group: np.ndarray  # [image] str: lesion or patient id; a group never straddles splits
-
-    def rows(self, split: str) -> np.ndarray:
-        return np.flatnonzero(self.split == SPLIT_CODE[split])
-
-    @property
-    def n_test(self) -> int:
-        return int((self.split == SPLIT_CODE["test"]).sum())
+__all__ = ["DatasetTable", "Table"]
 
 
 @dataclass(frozen=True, kw_only=True)

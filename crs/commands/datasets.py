@@ -32,8 +32,8 @@ def datasets_check_cmd(
 ):
     """Validate a dataset, and the shift target it names, as `crs extract` would read them: files, ids, label
     codes, columns, images. Takes every dataset option of `crs extract`. Exit 0 usable, 2 not."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
-    from crs.stages import datasets as data  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
+    from crs.stages import datasets as data  # the stages layer: crs --help loads no stage
 
     stages.check_dataset_names([name])
     stages.check_shift_target(given.get(("datasets", "shift_target")), [name])

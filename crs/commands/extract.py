@@ -56,7 +56,7 @@ def extract_cmd(
 
     Encoders: registry names (`crs encoders`), timm:NAME, hf:ORG/NAME, names from --encoder-file, or a set
     of the registry (--demo, --pretrained, --family). Run with --plan first to see the cost."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
 
     extra = _select_encoders(given, demo=demo, pretrained=pretrained, family=family, all_=all_)
     cfg = options.to_config(given)
@@ -82,8 +82,8 @@ def extract_cmd(
 def _select_encoders(given: dict, *, demo: bool, pretrained: bool, family: list[str] | None, all_: bool):
     """Resolve `crs extract`'s encoder and dataset selection into ``given`` (names, sets, roots) and return
     the records of --encoder-file. Refuses --all and an unknown --family, naming the choices."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
-    from crs.stages import catalog  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
+    from crs.stages import catalog  # the stages layer: crs --help loads no stage
 
     if all_:
         raise BadInput("crs extract takes no --all (it would not say which encoders); choose the encoders: "

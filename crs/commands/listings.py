@@ -21,7 +21,7 @@ def encoders_cmd(
     verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """List the encoder registry (name, family, width, input size, gated, ...)."""
-    from crs.stages import catalog  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs.stages import catalog  # the stages layer: crs --help loads no stage
 
     with friendly_errors(verbose):
         specs = catalog.encoders(encoder_file)
@@ -51,7 +51,7 @@ def datasets_cmd(ctx: typer.Context, as_json: JsonOpt = False, quiet: QuietOpt =
 
 
 def _list_datasets(as_json: bool, quiet: bool) -> None:
-    from crs.stages import catalog  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs.stages import catalog  # the stages layer: crs --help loads no stage
 
     rows = catalog.datasets()
     if as_json:

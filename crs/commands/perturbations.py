@@ -30,9 +30,9 @@ def perturbations_cmd(
     as_json: JsonOpt = False, verbose: VerboseOpt = False, quiet: QuietOpt = False,
 ):
     """Draw every perturbation of a dataset's suite at every severity on one image (a PNG grid)."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
-    from crs.stages import catalog  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
-    from crs.stages import datasets as data  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
+    from crs.stages import catalog  # the stages layer: crs --help loads no stage
+    from crs.stages import datasets as data  # the stages layer: crs --help loads no stage
 
     if table:
         if as_json:

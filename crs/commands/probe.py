@@ -32,7 +32,7 @@ def probe_cmd(
     those datasets is probed (with --encoder alone, every dataset of those encoders).
 
     With --head mlp, one-hidden-layer MLP probes instead, written as a model of their own, ENCODER+mlp."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
 
     encoders = list(given.pop(("encoders", "names"), ()))
     datasets = list(given.pop(("datasets", "names"), ()))

@@ -58,7 +58,7 @@ def run_cmd(
         cfg, text = _read_config(config)
         if crs_version is not None:
             cfg = cfgmod.with_crs_version(cfg, crs_version)
-        from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+        from crs import stages  # the stages layer: crs --help loads no stage
 
         extra = stages.check_names(cfg, text=text, source=str(config))
         cfg = stages.with_sets(cfg)
@@ -84,7 +84,7 @@ def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str
     """``score.reference`` must be 'auto', 'median' or an encoder the run scores (under the name its results
     go by: the store key of a timm:/hf: id, ENCODER+mlp with the mlp head); a ConfigError naming the key and
     its line otherwise, before any stage runs. Returns the names the run scores."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
 
     ref = cfg.score.reference
     scored = stages.scored_names(cfg, extra)
@@ -106,7 +106,7 @@ def check_reference(cfg: cfgmod.Config, extra: dict, text: str = "", source: str
 def _run_stages(cfg, *, quiet, verbose=False, text="", source="", force=False, store_hint=""):
     """Every stage, with a line on stderr as each starts and ends and the progress between; the report's figure
     files are named only with --verbose."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
 
     say = None if quiet else (lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
     with progress_bar(quiet, cfg.log_interval) as progress:

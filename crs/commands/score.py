@@ -23,7 +23,7 @@ SCORE = [("results",), ("score", "bootstrap"), ("score", "reference"), ("score",
 def score_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = False):
     """Compute the four axes, the CRS (v2 unless --crs-version 1), AUROC-vs-CRS ranks and the paired bootstrap
     from the run records."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
 
     print_note(locate_outputs(given, "results"), quiet or as_json)
     cfg = options.to_config(given)
@@ -48,12 +48,12 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     """Write the scores as one self-contained HTML page, with its figures as PNG and tables as CSV and Parquet.
 
     --store: the store to read reliability bins from when `crs score` ran without one."""
-    from crs import stages  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+    from crs import stages  # the stages layer: crs --help loads no stage
 
     note = locate_outputs(given, "results")  # the report then goes to the demo's RESULTS/report, where the demo put it
     default = Path(cfgmod.Config().results)
     if ("results",) not in given and not (default / "scores" / "scores.json").is_file():
-        from crs.records import ELSEWHERE  # noqa: PLC0415 -- polars (crs.records): keeps crs --help fast
+        from crs.records import ELSEWHERE  # polars (crs.records): keeps crs --help fast
 
         raise BadInput(f"no scores under {default / 'scores'} (the default --results); run `crs score` first, or "
                        f"{ELSEWHERE}")

@@ -24,7 +24,7 @@ def store_verify_cmd(
 ):
     """Check a whole store: every array, chunk and metadata file against what was committed. Exit 0 sound, 2 not."""
     with friendly_errors(verbose):
-        from crs.stages import stores  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+        from crs.stages import stores  # the stages layer: crs --help loads no stage
 
         changed: list[str] = []
         findings = stores.verify(path, repair=repair, changed=changed)
@@ -48,7 +48,7 @@ def store_info_cmd(
     """What a store holds: per dataset its images, encoders, embedding arrays and the perturbation generator
     that drew its perturbed embeddings."""
     with friendly_errors(verbose):
-        from crs.stages import stores  # noqa: PLC0415 -- the stages layer: crs --help loads no stage
+        from crs.stages import stores  # the stages layer: crs --help loads no stage
 
         rows = stores.describe(path)
         if as_json:

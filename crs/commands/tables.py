@@ -101,7 +101,7 @@ def leaderboard_rows(board: pl.DataFrame, reference: str | None) -> list[dict]:
     ("tied 1st-2nd"), else the rank. Against the leader: the paired CRS difference and its 95 % interval,
     where the scoring gives them. An axis value resting on tied AUROCs carries the mark of
     ``crs.scoring.diagnostics``."""
-    from crs.stages import scoreview as view  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.stages import scoreview as view  # polars (scoring): keeps crs --help fast
 
     rows = []
     reference = view.reference(board, reference)
@@ -180,7 +180,7 @@ def leaderboard_table(board: pl.DataFrame, reference: str | None) -> Table:
 def scale_note(board: pl.DataFrame, reference: str | None, crs_version: str) -> str:
     """What CRS 50 means (``crs.scoring.verdict.scale_sentence``, with the reference's own CRS from ``board``); the
     page named is the definition the scores were made with."""
-    from crs.stages import scoreview as view  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.stages import scoreview as view  # polars (scoring): keeps crs --help fast
 
     ref = view.reference(board, reference)
     own = [r["crs"] for r in board.select("encoder", "crs").iter_rows(named=True) if ref and r["encoder"] == ref]
@@ -190,13 +190,13 @@ def scale_note(board: pl.DataFrame, reference: str | None, crs_version: str) -> 
 
 def verdict_lines(scores_json: dict) -> list[str]:
     """The verdict in sentences (``crs.scoring.verdict.sentences``)."""
-    from crs.stages import scoreview as view  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.stages import scoreview as view  # polars (scoring): keeps crs --help fast
 
     return list(view.sentences(scores_json["verdict"]))
 
 
 def print_scores(scores, results):
-    from crs.stages import scoreview as view  # noqa: PLC0415 -- polars (scoring): keeps crs --help fast
+    from crs.stages import scoreview as view  # polars (scoring): keeps crs --help fast
 
     s = scores.settings
     rc = scores.rank_comparison

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 def encoders(encoder_file=None) -> list:
     """The encoder registry's records, then those of ``encoder_file`` (TOML ``[[encoder]]`` tables)."""
-    from crs.extract import encoders as encreg  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
-    from crs.stages.names import encoder_records  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
+    from crs.extract import encoders as encreg  # the extract stage: crs --help loads no stage
+    from crs.stages.names import encoder_records  # the extract stage: crs --help loads no stage
 
     return list(encreg.ENCODERS.values()) + list(encoder_records(encoder_file).values())
 
 
 def dataset_names() -> list[str]:
     """The built-in datasets' names (what `crs extract --demo` embeds without --dataset)."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs --help loads no stage
+    from crs.extract import datasets as dsreg  # polars, PIL: crs --help loads no stage
 
     return dsreg.names()
 
@@ -24,8 +24,8 @@ def dataset_names() -> list[str]:
 def datasets() -> list[dict]:
     """One row per dataset: the built-in ones, then the layouts of the real ones read from a folder (with
     ``root``, what the folder holds, and ``source``)."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs --help loads no stage
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs --help loads no stage
+    from crs.extract import datasets as dsreg  # polars, PIL: crs --help loads no stage
+    from crs.extract import real  # polars, PIL: crs --help loads no stage
 
     rows = []
     for name in dsreg.names():
@@ -41,7 +41,7 @@ def datasets() -> list[dict]:
 def perturbations() -> dict:
     """The perturbation severities (per family its parameter, the values at severities 1..5 and their meaning)
     and the suite of each modality."""
-    from crs.extract import perturb  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
+    from crs.extract import perturb  # the extract stage: crs --help loads no stage
 
     return {"severity": {k: {"parameter": p, "values": list(v), "meaning": m}
                          for k, (p, v, m) in perturb.SEVERITY.items()},
@@ -50,6 +50,6 @@ def perturbations() -> dict:
 
 def perturbations_markdown() -> str:
     """The severity table as Markdown (docs/perturbations.md's)."""
-    from crs.extract import perturb  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
+    from crs.extract import perturb  # the extract stage: crs --help loads no stage
 
     return perturb.table_markdown()

@@ -23,7 +23,7 @@ def dataset_options(cfg: Config) -> dict:
 
 def named_datasets(cfg: Config) -> list:
     """The config's datasets, opened as extraction opens them (a CSV read, a folder indexed; no image decoded)."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders lists the registry without them
 
     opts, ds = dataset_options(cfg), cfg.datasets
     return [dsreg.get(d, size=ds.size, seed=0 if d in dsreg.BUILTIN else ds.split_seed, **opts) for d in ds.names]
@@ -32,7 +32,7 @@ def named_datasets(cfg: Config) -> list:
 def with_shift_targets(cfg: Config, named: list | None = None) -> list:
     """The config's datasets (``named``: as ``named_datasets`` opened them), then the shift targets not among
     them, in the target role (clean test rows only): probing evaluates the shift on them."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders lists the registry without them
 
     opts = dataset_options(cfg)
     named = named_datasets(cfg) if named is None else named
@@ -48,7 +48,7 @@ def require_measurable_stored(store, dataset: str) -> None:
     """``crs.extract.real.refuse_unmeasurable`` of a dataset as the store holds it, where it was read from
     files (its attributes record their identity): the check `crs datasets check` and extraction apply, so a
     store written without it (by another crs, or the library directly) is refused the same way. BadInput."""
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import real  # polars, PIL: crs encoders lists the registry without them
 
     table = store.dataset(dataset)
     attrs = table.attrs
@@ -64,7 +64,7 @@ def require_measurable_stored(store, dataset: str) -> None:
 def open_dataset(cfg: Config, name: str):
     """Dataset ``name`` opened with ``cfg``'s dataset options and split as extraction opens it (a CSV read, a
     folder indexed; no image decoded)."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs --help loads no stage
+    from crs.extract import datasets as dsreg  # polars, PIL: crs --help loads no stage
 
     seed = 0 if name in dsreg.BUILTIN else cfg.datasets.split_seed
     return dsreg.get(name, size=cfg.datasets.size, seed=seed, **dataset_options(cfg))
@@ -72,7 +72,7 @@ def open_dataset(cfg: Config, name: str):
 
 def check(ds, all_images: bool, sample: int, progress, classes: bool = True):
     """``extract.real.check`` of one dataset, with the data stage's label and class checks where it has them."""
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs --help loads no stage
+    from crs.extract import real  # polars, PIL: crs --help loads no stage
 
     report = real.check(ds, all_images=all_images, sample=sample, progress=progress, classes=classes)
     labels = getattr(real, LABEL_CHECK, None)
@@ -86,8 +86,8 @@ def check_shift_target(cfg: Config, ds, all_images: bool, sample: int, progress)
     names none. The target is opened as extraction opens it and checked like ``ds``; where its files are
     usable, ``shift_target_of`` compares its classes and test rows with ``ds``'s, and its classes are
     checked on the rows extraction takes from it (its test rows), as every stage checks them."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs --help loads no stage
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs --help loads no stage
+    from crs.extract import datasets as dsreg  # polars, PIL: crs --help loads no stage
+    from crs.extract import real  # polars, PIL: crs --help loads no stage
 
     opts = dataset_options(cfg)
     spec = getattr(ds, "shift_spec", None) or ds.shift_target
@@ -108,10 +108,10 @@ def draw_perturbations(cfg: Config, dataset: str, row: int, out_path) -> dict:
     """Every perturbation of ``dataset``'s modality suite at every severity drawn on its image ``row``, read as
     extraction reads it, into the PNG ``out_path``: what was drawn (out, dataset, modality, image id, families,
     severities). BadInput for a row out of range or a dataset without a modality."""
-    import numpy as np  # noqa: PLC0415 -- numpy: crs --help loads no stage
-    import torch  # noqa: PLC0415 -- torch: crs --help loads no stage
+    import numpy as np  # numpy: crs --help loads no stage
+    import torch  # torch: crs --help loads no stage
 
-    from crs.extract import perturb  # noqa: PLC0415 -- the extract stage: crs --help loads no stage
+    from crs.extract import perturb  # the extract stage: crs --help loads no stage
 
     ds = open_dataset(cfg, dataset)
     ids = ds.table().ids

@@ -19,7 +19,6 @@ from crs.stages import fresh
 from crs.stages.datasets import dataset_options, with_shift_targets
 from crs.stages.names import encoder_records, encoder_specs, with_sets
 from crs.stages.state import Stage
-from crs.store import StoreError
 
 
 class Extracted(NamedTuple):
@@ -36,10 +35,10 @@ def _stored_role(store, name: str) -> str | None:
 
 def run(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
-    from crs.extract import real, targets  # noqa: PLC0415 -- numpy, polars: crs encoders lists the registry without them
-    from crs.extract.models import preflight  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
-    from crs.extract.run import extract_many  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
-    from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
+    from crs.extract import real, targets  # numpy, polars: crs encoders lists the registry without them
+    from crs.extract.models import preflight  # torch: crs encoders lists the registry without it
+    from crs.extract.run import extract_many  # torch: crs encoders lists the registry without it
+    from crs.store import Store  # zarr: crs encoders lists the registry without it
 
     cfg = with_sets(cfg)
     enc = cfg.encoders
@@ -71,6 +70,8 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict |
 def step(cfg: Config, progress: Progress, extra: dict, store_hint: str):
     """``crs run``'s extract stage: ``run``, which resumes, writing only the chunks the store lacks (a
     complete pair costs no model load); (what it did, ``Extracted``)."""
+    from crs.store import StoreError  # zarr: crs encoders loads this layer
+
     st = Stage("extract", out=cfg.store)
     t0 = time.perf_counter()
     try:
@@ -95,7 +96,7 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
     missing (weights not in the cache, a gated model without a token, a dataset whose files cannot be read).
 
     ``complete`` is False where anything is missing."""
-    import numpy as np  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
+    import numpy as np  # numpy: crs encoders lists the registry without it
 
     cfg = with_sets(cfg)
     extra = encoder_records(cfg.encoders.file) if extra is None else extra
@@ -146,7 +147,7 @@ def _weights_entry(spec, weights: str | None) -> dict:
         entry["problem"] = None if entry["in_cache"] else f"--weights {weights} does not exist"
         return entry
     try:
-        from crs.extract.models import weights_status  # noqa: PLC0415 -- torch: crs encoders lists the registry without it
+        from crs.extract.models import weights_status  # torch: crs encoders lists the registry without it
 
         status = weights_status(spec, weights)
     except (ImportError, AttributeError):  # a registry without weights_status: the token check alone
@@ -164,8 +165,8 @@ def _weights_entry(spec, weights: str | None) -> dict:
 def _plan_datasets(cfg: Config) -> list[dict]:
     """Each dataset of ``cfg`` and its shift target, indexed from its files (no image decoded); a dataset
     that cannot be read carries the reason (as `crs datasets check` would give it) instead of its table."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders lists the registry without them
+    from crs.extract import real  # polars, PIL: crs encoders lists the registry without them
 
     opts, ds = dataset_options(cfg), cfg.datasets
     out: dict[str, dict] = {}

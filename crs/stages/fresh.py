@@ -20,7 +20,7 @@ import shutil
 
 def is_new(path: str) -> bool:
     """Whether ``path`` names a local store that does not exist yet (an object store URL: False)."""
-    from crs.store.location import local_path  # noqa: PLC0415 -- zarr, fsspec: crs --help loads no store
+    from crs.store.location import local_path  # zarr, fsspec: crs --help loads no store
 
     here = local_path(str(path))
     return here is not None and not os.path.exists(os.path.join(here, "zarr.json"))
@@ -28,7 +28,7 @@ def is_new(path: str) -> bool:
 
 def remove_if_unused(path: str) -> bool:
     """Remove the local store at ``path`` where it holds nothing committed and no live lock; True if removed."""
-    from crs.store.location import local_path  # noqa: PLC0415 -- zarr, fsspec: crs --help loads no store
+    from crs.store.location import local_path  # zarr, fsspec: crs --help loads no store
 
     here = local_path(str(path))
     if here is None or not os.path.isdir(here):

@@ -27,7 +27,7 @@ def check_given(given: list[str], valid: list[str], what: str) -> list[str]:
 
 
 def check_dataset_names(given: list[str]) -> list[str]:
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders lists the registry without them
 
     if not given:
         raise BadInput(f"no dataset given; pass --dataset NAME (valid: {', '.join(dsreg.all_names())})")
@@ -40,7 +40,7 @@ def check_dataset_names(given: list[str]) -> list[str]:
 def check_shift_target(spec: str | None, datasets: list[str]) -> None:
     """BadInput where --shift-target names no dataset, or where no dataset given is a ``csv:`` one (the only
     kind it applies to: the others name their own target in the registry, and it would go unused)."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders lists the registry without them
 
     if not spec:
         return
@@ -80,7 +80,7 @@ def check_encoders(names: list[str], extra: dict) -> list[str]:
 
 def parse_roots(values: list[str] | None, datasets: list[str]) -> dict[str, str]:
     """--root NAME=DIR binds a folder to a real dataset; a bare --root DIR goes to the one real dataset given."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders lists the registry without them
 
     roots, bare = {}, []
     for v in values or []:
@@ -150,7 +150,7 @@ def encoder_specs(cfg: Config, extra: dict) -> list:
 def scored_names(cfg: Config, extra: dict) -> list[str]:
     """The names ``cfg``'s encoders are scored under: the store key of a timm:/hf: id (``extra``: the records of
     the encoder file), ENCODER+mlp with the mlp head."""
-    from crs.probe import heads  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
+    from crs.probe import heads  # numpy: crs encoders lists the registry without it
 
     head = heads.get(cfg.probe.head)
     return [head.result_name(encreg.resolve(e, extra).name) for e in cfg.encoders.names]
@@ -165,7 +165,7 @@ def check_names(cfg: Config, *, text: str = "", source: str = "") -> dict:
 
     An unknown name is a ConfigError naming the key and its line.
     """
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders loads this layer
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders loads this layer
 
     try:
         extra = encoder_records(cfg.encoders.file)
@@ -200,7 +200,7 @@ def check_datasets(cfg: Config, *, text: str = "", source: str = "") -> list[str
     naming the key: ``datasets.names`` for a dataset, ``datasets.shift_target`` (where the config sets
     it, else ``datasets.names``) for a target; so is one none of whose images is where its rows say.
     A dataset some of whose images are missing passes: extraction records those as failures."""
-    from crs.extract import real  # noqa: PLC0415 -- polars, PIL: crs encoders loads this layer
+    from crs.extract import real  # polars, PIL: crs encoders loads this layer
     try:
         named = named_datasets(cfg)
     except UserError as exc:

@@ -27,9 +27,9 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
     """The (encoder, dataset) pairs to probe: the ones named; with ``every``, or with only datasets or
     only encoders named, every pair in the store (filtered by the names given); BadInput naming what
     the store holds when a pair lacks embeddings."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders lists the registry without them
-    from crs.probe.run import pairs_in_store  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
-    from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders lists the registry without them
+    from crs.probe.run import pairs_in_store  # zarr, polars: crs encoders lists the registry without them
+    from crs.store import Store  # zarr: crs encoders lists the registry without it
 
     datasets = [dsreg.store_name(d) for d in datasets]  # csv:PATH -> its store name
     st = Store(store_path, mode="r")
@@ -65,7 +65,7 @@ def probe_pairs(store_path: str, encoders: list[str], datasets: list[str], *, ev
 def probe_options(settings: Probe):
     """The probe's options record (``crs.probe.options.ProbeOptions``) of the ``[probe]`` settings: each
     setting in its field, the seed count as the seeds 0..seeds-1."""
-    from crs.probe.options import ProbeOptions  # noqa: PLC0415 -- crs.probe: crs encoders lists the registry without it
+    from crs.probe.options import ProbeOptions  # crs.probe: crs encoders lists the registry without it
 
     return options_record(ProbeOptions, settings, seeds=tuple(range(settings.seeds)))
 
@@ -78,9 +78,9 @@ def run(store_path: str, results: Path, pairs: list[tuple[str, str]], settings: 
     a time, each pair still fitted, evaluated and committed whole on its own: one pair's compiling,
     reading and writing overlap another's solver loop. The results are the same bits as one at a
     time (each pair's programs run as they would alone); ``on_done`` is called in ``pairs`` order."""
-    from crs.probe.run import compile_cache, head_name, planned_loops, small_pair  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
-    from crs.probe.run import probe as probe_pair  # noqa: PLC0415 -- zarr, polars: crs encoders lists the registry without them
-    from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
+    from crs.probe.run import compile_cache, head_name, planned_loops, small_pair  # zarr, polars: crs encoders lists the registry without them
+    from crs.probe.run import probe as probe_pair  # zarr, polars: crs encoders lists the registry without them
+    from crs.store import Store  # zarr: crs encoders lists the registry without it
 
     options = probe_options(settings)
     pairs = list(dict.fromkeys(pairs))  # a pair named twice is probed once (side by side, its lock would refuse it)
@@ -146,8 +146,8 @@ def _in_order(fn, items: list, workers: int):
 
 def wanted_pairs(cfg: Config, store, summaries) -> list[tuple[str, str]]:
     """The (encoder, dataset) pairs with a training split that were extracted; BadInput where one lacks embeddings."""
-    from crs.extract import datasets as dsreg  # noqa: PLC0415 -- polars, PIL: crs encoders loads this layer
-    from crs.probe.run import pairs_in_store  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
+    from crs.extract import datasets as dsreg  # polars, PIL: crs encoders loads this layer
+    from crs.probe.run import pairs_in_store  # polars, zarr: crs encoders loads this layer
 
     trained = {dsreg.store_name(d) for d in cfg.datasets.names}
     wanted = sorted({(s.encoder, s.dataset) for s in summaries if s.dataset in trained})
@@ -176,7 +176,7 @@ def pair_hash(digest, store, options, e: str, d: str) -> str:
 
 def probe_outputs(results: Path, model: str, d: str) -> str | None:
     """A digest of the files ``crs probe`` writes for one pair under RESULTS (None: its run records are gone)."""
-    from crs.probe.run import SELECTION_DIR, records_path  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
+    from crs.probe.run import SELECTION_DIR, records_path  # polars, zarr: crs encoders loads this layer
 
     path = records_path(results, model, d)
     records = file_digest(path)
@@ -195,7 +195,7 @@ def is_current(recorded, inputs: str, outputs: str | None) -> bool:
 def step(cfg: Config, progress: Progress, state: State, store, summaries, wanted):
     """``crs run``'s probe stage: ``run`` on each wanted pair that is not current (``is_current``), its
     state entry written as each pair is committed; (what it did, the summaries of the pairs probed)."""
-    from crs.probe.run import head_name  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
+    from crs.probe.run import head_name  # polars, zarr: crs encoders loads this layer
 
     results = Path(cfg.results)
     sp = Stage("probe", out=str(results / "run_records"))

@@ -21,7 +21,7 @@ def available() -> bool:
 def run(results: Path, out: Path | None = None, *, store: str | None = None, quiet: bool = True) -> dict:
     """Write RESULTS' scores as one HTML page with its figures and tables (``out``: default RESULTS/report)."""
     try:
-        from crs.scoring.report import write_report  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
+        from crs.scoring.report import write_report  # polars: crs encoders lists the registry without it
     except ModuleNotFoundError as exc:
         if exc.name != REPORT_MODULE:
             raise

@@ -20,7 +20,7 @@ from crs.stages.state import Stage, State, file_digest
 def score_options(settings: Score, reference: str | None = None):
     """The score's options record (``crs.scoring.options.ScoreOptions``) of the ``[score]`` settings;
     ``reference``: what the stage resolved ``settings.reference`` to (default: as given)."""
-    from crs.scoring.options import ScoreOptions  # noqa: PLC0415 -- numpy: crs encoders lists the registry without it
+    from crs.scoring.options import ScoreOptions  # numpy: crs encoders lists the registry without it
 
     return options_record(ScoreOptions, settings, **({} if reference is None else {"reference": reference}))
 
@@ -28,13 +28,13 @@ def score_options(settings: Score, reference: str | None = None):
 def run(results: Path, settings: Score, store: str | None = None, pairs: list[tuple[str, str]] | None = None,
           progress: Progress = NO_PROGRESS):
     """Score the run records under ``results`` (only ``pairs`` if given) and write RESULTS/scores."""
-    from crs import records  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
-    from crs.scoring.run import METRIC_TABLE  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
-    from crs.scoring.run import score as score_table  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
+    from crs import records  # polars: crs encoders lists the registry without it
+    from crs.scoring.run import METRIC_TABLE  # polars: crs encoders lists the registry without it
+    from crs.scoring.run import score as score_table  # polars: crs encoders lists the registry without it
 
     table = records.read(results)
     if pairs is not None:  # crs run scores the (encoder, dataset) pairs its config names, not older leftovers
-        import polars as pl  # noqa: PLC0415 -- polars: crs encoders lists the registry without it
+        import polars as pl  # polars: crs encoders lists the registry without it
 
         keep = pl.DataFrame({"encoder": [e for e, _ in pairs], "dataset": [d for _, d in pairs]})
         table = table.join(keep, on=["encoder", "dataset"], how="semi")
@@ -79,8 +79,8 @@ def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | N
 
 def _open_for_scoring(store: str | None):
     """(the store or None, a note): the run records still allow a score without the store."""
-    from crs.store import Store  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
-    from crs.store.errors import NoStore  # noqa: PLC0415 -- zarr: crs encoders lists the registry without it
+    from crs.store import Store  # zarr: crs encoders lists the registry without it
+    from crs.store.errors import NoStore  # zarr: crs encoders lists the registry without it
 
     if store is None:
         return None, None
@@ -93,7 +93,7 @@ def _open_for_scoring(store: str | None):
 def _store_content(store_path: str, datasets: list[str]) -> list:
     """What scoring reads from the store (its identity and the datasets' tables), not its path;
     empty where the store cannot be opened (scoring then works from the run records alone)."""
-    from crs.store import Store, StoreError  # noqa: PLC0415 -- zarr: crs encoders loads this layer
+    from crs.store import Store, StoreError  # zarr: crs encoders loads this layer
 
     try:
         store = Store(str(store_path), mode="r")
@@ -112,7 +112,7 @@ def is_current(recorded, inputs: str, digest: str | None) -> bool:
 def step(cfg: Config, progress: Progress, state: State, wanted):
     """``crs run``'s score stage: ``run`` on the models of the ``wanted`` pairs unless the scores there are
     current (``is_current``); (what it did, the scores, their JSON, the digest of scores.json)."""
-    from crs.probe.run import head_name, records_path  # noqa: PLC0415 -- polars, zarr: crs encoders loads this layer
+    from crs.probe.run import head_name, records_path  # polars, zarr: crs encoders loads this layer
     from crs.scoring.versions import constants  # numpy: crs encoders loads this layer
 
     results = Path(cfg.results)
@@ -143,7 +143,7 @@ def step(cfg: Config, progress: Progress, state: State, wanted):
 
 def stand_in(scores_json: dict):
     """An object with the parts of ``Scores`` the terminal printers use, rebuilt from scores.json."""
-    import polars as pl  # noqa: PLC0415 -- polars: crs encoders loads this layer
+    import polars as pl  # polars: crs encoders loads this layer
 
     return SimpleNamespace(settings=scores_json["settings"], rank_comparison=scores_json["rank_comparison"],
                            encoders=pl.DataFrame(scores_json["encoders"]),

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from crs.errors import UserError
 from crs.extract import encoders, models
 from crs.extract.models import WeightsError, build_random, load, map_keys
+from crs.store.keys import store_key
 
 REAL = [s.name for s in encoders.ENCODERS.values() if s.pretrained and s.source != "builtin"]
 
@@ -33,7 +34,7 @@ def test_registry_has_fifteen_real_families_of_each_kind():
     for s in specs:
         assert s.page and s.page.startswith("https://"), s.name  # the card it was checked against
         assert s.licence != "unknown", s.name
-        assert s.name == s.name.lower() and encoders.store_key(s.name) == s.name
+        assert s.name == s.name.lower() and store_key(s.name) == s.name
 
 
 @pytest.mark.parametrize("name", encoders.names())
@@ -304,7 +305,7 @@ def test_reference_for_names_the_reference_or_says_there_is_none():
 # ------------------------------------------------------------- user-given encoders
 def test_store_keys_are_path_safe():
     for text in ("hf:org/Name", "timm:../../etc/passwd", "hf:a/b\x00c", "..", ".hidden", "a\nb", "x~y"):
-        key = encoders.store_key(text)
+        key = store_key(text)
         assert "/" not in key and "\\" not in key and not key.startswith(".") and key.isprintable()
         assert all(ord(c) >= 32 for c in key) and ":" not in key
 
@@ -313,12 +314,12 @@ def test_store_keys_are_path_safe():
 @given(st.text(min_size=1, max_size=30), st.text(min_size=1, max_size=30))
 def test_store_keys_are_injective(a, b):
     if a != b:
-        assert encoders.store_key(a) != encoders.store_key(b)
+        assert store_key(a) != store_key(b)
 
 
 def test_long_ids_stay_short_and_distinct():
     a, b = "hf:" + "a" * 300 + "/x", "hf:" + "a" * 300 + "/y"
-    assert len(encoders.store_key(a)) <= 200 and encoders.store_key(a) != encoders.store_key(b)
+    assert len(store_key(a)) <= 200 and store_key(a) != store_key(b)
 
 
 def test_timm_and_hf_ids(tmp_path):

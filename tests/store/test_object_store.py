@@ -160,7 +160,7 @@ def test_object_lock_refuses_a_live_holder_and_takes_over_a_dead_one(s3):
         with pytest.raises(LockHeld, match=f"pid {os.getpid()} on host {socket.gethostname()}"):
             with object_lock(store, "d|e", wait=False, what="d × e"):
                 pass
-    fs, root = store.filesystem()
+    fs, root = store.files.filesystem()
     assert fs.find(f"{root}/.crs-locks") == []  # released: a clean exit leaves no lock object
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -196,7 +196,7 @@ def test_reading_a_stored_object_is_one_request(s3, monkeypatch):
     monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", counted)
     reader = Store(store.path, mode="r")
     calls.clear()  # opening checks that the store exists (a HEAD request); the reads follow
-    assert reader._read_bytes("a/zarr.json")
+    assert reader.files.read_bytes("a/zarr.json")
     np.testing.assert_array_equal(reader.root["a"][:], np.arange(4))  # metadata, then both chunks
     assert "head_object" not in calls and calls.count("get_object") >= 4, calls
 
