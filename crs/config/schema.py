@@ -19,22 +19,22 @@ from crs.config.checks import (
     Bad,
     ConfigError,
     at_least,
-    one_of,
-    comma_numbers,
-    comma_weights,
-    convert_sets,
     check_crs_version,
     check_encoder_sets,
     check_fractions,
     check_l2,
-    name_values,
-    non_empty,
-    setting,
     check_positive,
     check_revisions,
     check_severities,
     check_tol,
     check_weights,
+    comma_numbers,
+    comma_weights,
+    convert_sets,
+    name_values,
+    non_empty,
+    one_of,
+    setting,
 )
 from crs.names import CRS_LATEST, HEADS, MODALITIES, SEVERITIES
 
@@ -48,119 +48,121 @@ DEFAULT_HIDDEN = 128
 @dataclass(frozen=True)
 class Encoders:
     names: tuple[str, ...] = setting("registry names (`crs encoders`), timm:NAME or hf:ORG/NAME (repeatable); with "
-                                  "`set`, encoders added to the set's (default with no set: the demo set)",
-                                  flag=("--encoder", "-e"), default=("demo-resnet", "demo-vit", "demo-stats"))
+                                     "`set`, encoders added to the set's (default with no set: the demo set)",
+                                     flag=("--encoder", "-e"), default=("demo-resnet", "demo-vit", "demo-stats"))
     set: tuple[str, ...] = setting("registry sets of encoders: demo (no download), pretrained (every pretrained "
-                                "record), or a family: general, medical, specialty (repeatable)", check_encoder_sets,
-                                flag="--set", parse=lambda v: convert_sets(v), default=())
+                                   "record), or a family: general, medical, specialty (repeatable)", check_encoder_sets,
+                                   flag="--set", parse=lambda v: convert_sets(v), default=())
     revisions: dict[str, str] = setting("pinned hub revision per encoder, ENCODER = \"COMMIT, branch or tag\" (on the "
-                                     "command line ENCODER=REV, repeatable); overrides the record's", check_revisions,
-                                     flag="--revision", parse=lambda v: name_values(v, "ENCODER=REV"),
-                                     default_factory=dict)
+                                        "command line ENCODER=REV, repeatable); overrides the record's",
+                                        check_revisions,
+                                        flag="--revision", parse=lambda v: name_values(v, "ENCODER=REV"),
+                                        default_factory=dict)
     file: str | None = setting("TOML file of extra encoder records ([[encoder]] tables)", flag="--encoder-file",
-                            default=None)
+                               default=None)
     trust_remote_code: bool = setting("allow a hub model's own Python code to run", flag="--trust-remote-code",
-                                   default=False)
+                                      default=False)
     weights: str | None = setting("local checkpoint file or folder instead of the hub (one encoder)",
-                               flag="--weights", default=None)
+                                  flag="--weights", default=None)
 
 
 @dataclass(frozen=True)
 class Datasets:
     names: tuple[str, ...] = setting("datasets probed (`crs datasets`); shift targets come with them (repeatable)",
-                                  non_empty, flag=("--dataset", "-d"),
-                                  default=("demo_derm", "demo_fundus", "demo_cxr"))
+                                     non_empty, flag=("--dataset", "-d"),
+                                     default=("demo_derm", "demo_fundus", "demo_cxr"))
     roots: dict[str, str] = setting("a real dataset's folder, NAME = DIR (on the command line NAME=DIR, repeatable, "
-                                 "or DIR when one real dataset is given)", flag="--root", default_factory=dict)
-    size: float = setting("scale of the built-in datasets (1.0 = demo size)", check_positive, flag="--size", default=1.0)
+                                    "or DIR when one real dataset is given)", flag="--root", default_factory=dict)
+    size: float = setting("scale of the built-in datasets (1.0 = demo size)", check_positive, flag="--size",
+                          default=1.0)
     split_seed: int = setting("seed of the train/val/test split of file-based datasets without an official split",
-                           flag="--split-seed", default=0)
+                              flag="--split-seed", default=0)
     uncertain: str = setting("uncertain chest X-ray labels: ignore (masked), ones or zeros",
-                          one_of("ignore", "ones", "zeros"), flag="--uncertain", default="ignore")
+                             one_of("ignore", "ones", "zeros"), flag="--uncertain", default="ignore")
     findings: str = setting("chest X-ray findings: competition (5), all (14), or a comma-separated list",
-                         flag="--findings", default="competition")
+                            flag="--findings", default="competition")
     image_root: str | None = setting("folder the paths of a csv:PATH dataset are relative to (default: the CSV's "
-                                  "folder)", flag="--image-root", default=None)
+                                     "folder)", flag="--image-root", default=None)
     modality: str | None = setting("a csv:PATH dataset's modality", one_of(*MODALITIES), flag="--modality",
-                                default=None)
+                                   default=None)
     shift_target: str | None = setting("a csv:PATH dataset's shift target (a dataset name or csv:PATH)",
-                                    flag="--shift-target", default=None)
+                                       flag="--shift-target", default=None)
     allow_absolute_paths: bool = setting("read image paths that lie outside the image root (absolute, or climbing "
-                                      "out with ..); refused by default", flag="--allow-absolute-paths",
-                                      default=False)
+                                         "out with ..); refused by default", flag="--allow-absolute-paths",
+                                         default=False)
     follow_symlinks: bool = setting("read image paths that lead out of the image root through a symbolic link; "
-                                 "refused by default", flag="--follow-symlinks", default=False)
+                                    "refused by default", flag="--follow-symlinks", default=False)
 
 
 @dataclass(frozen=True)
 class Extract:
     perturb: bool = setting("embed the test split under the modality's perturbation suite", flag="--no-perturb",
-                         invert=True, flag_help="clean embeddings only", default=True)
+                            invert=True, flag_help="clean embeddings only", default=True)
     severities: tuple[int, ...] = setting("perturbation severities (1..5)", check_severities, flag="--severities",
-                                       text=comma_numbers(int, sort=True), default=SEVERITIES)
+                                          text=comma_numbers(int, sort=True), default=SEVERITIES)
     chunk: int = setting("store chunk length in images (a resume unit is one chunk of one condition)", at_least(1),
-                      flag="--chunk", default=256)
+                         flag="--chunk", default=256)
     batch: int = setting("images per forward pass", at_least(1), flag="--batch", default=64)
     device: str = setting("torch device, or auto (cuda if available, else cpu)", flag="--device", default="auto")
     dtype: str = setting("embedding dtype in the store", one_of("float16", "float32"), flag="--dtype",
-                      default="float16")
+                         default="float16")
     precision: str = setting("auto (bf16 autocast on CUDA, float32 on CPU), bf16 or float32",
-                          one_of("auto", "bf16", "float32"), flag="--precision", default="auto")
+                             one_of("auto", "bf16", "float32"), flag="--precision", default="auto")
     workers: int = setting("DataLoader worker processes decoding images ahead", at_least(0), flag="--workers",
-                        default=0)
+                           default=0)
     strict: bool = setting("stop at the first image that cannot be decoded", flag="--strict", default=False)
     max_models: int = setting("encoders loaded at once (0: as many as fit 80% of the device's free memory, weights "
-                           "and one batch's activations, at most 8); each group decodes and perturbs the images "
-                           "once", at_least(0),
-                           flag="--max-models", default=0)
+                              "and one batch's activations, at most 8); each group decodes and perturbs the images "
+                              "once", at_least(0),
+                              flag="--max-models", default=0)
     executor: str = setting("local (this process) or ray (work units spread over a Ray cluster; pip install "
-                         "'crs-bench[ray]')", one_of("local", "ray"), flag="--executor", default="local")
+                            "'crs-bench[ray]')", one_of("local", "ray"), flag="--executor", default="local")
     address: str | None = setting("Ray cluster to join with executor ray ('auto' or ray://HOST:PORT); default: "
-                               "start a local Ray instance", flag="--address", default=None)
+                                  "start a local Ray instance", flag="--address", default=None)
     actors: int | None = setting("model replicas with executor ray (default: one per GPU of the cluster, else one "
-                              "per CPU)", at_least(1, "1 or more"), flag="--actors", default=None)
+                                 "per CPU)", at_least(1, "1 or more"), flag="--actors", default=None)
 
 
 @dataclass(frozen=True)
 class Probe:
     seeds: int = setting("number of probe seeds (0..seeds-1)", at_least(1), flag="--seeds", default=DEFAULT_N_SEEDS)
     fractions: tuple[float, ...] = setting("label fractions (must include 1)", check_fractions, flag="--fractions",
-                                        text=comma_numbers(float, sort=True), default=DEFAULT_FRACTIONS)
+                                           text=comma_numbers(float, sort=True), default=DEFAULT_FRACTIONS)
     l2: tuple[float, ...] = setting("L2 grid (the MLP's weight-decay grid)", check_l2, flag="--l2",
-                                 text=comma_numbers(float, sort=True), default=DEFAULT_L2)
+                                    text=comma_numbers(float, sort=True), default=DEFAULT_L2)
     select_by: str = setting("choose L2 per seed and fraction by validation loss (NLL) or auroc",
-                          one_of("loss", "auroc"), flag="--select-by", default="loss")
+                             one_of("loss", "auroc"), flag="--select-by", default="loss")
     tol: float = setting("gradient tolerance each linear probe is solved to (mlp probes have their own stopping "
-                      "rule)", check_tol, flag="--tol", default=1e-4)
+                         "rule)", check_tol, flag="--tol", default=1e-4)
     head: str = setting("probe head: linear, or mlp (Dense-GELU-Dense; results go under the name ENCODER+mlp)",
-                     one_of(*HEADS), flag="--head", default="linear")
+                        one_of(*HEADS), flag="--head", default="linear")
     hidden: int = setting("hidden width of the mlp head", at_least(1), flag="--hidden", default=DEFAULT_HIDDEN)
 
 
 @dataclass(frozen=True)
 class Score:
     reference: str = setting("reference encoder, 'median', or 'auto' (the registry's)", flag="--reference",
-                          default="auto")
+                             default="auto")
     weights: tuple[float, float, float] = setting("CRS weights [dominance, balance, worst] (command line: "
-                                               "dominance,balance,worst)", parse=check_weights, flag="--weights",
-                                               text=comma_weights, default=(1 / 3, 1 / 3, 1 / 3))
+                                                  "dominance,balance,worst)", parse=check_weights, flag="--weights",
+                                                  text=comma_weights, default=(1 / 3, 1 / 3, 1 / 3))
     bootstrap: int = setting("bootstrap replicates", at_least(1), flag="--bootstrap", default=1000)
     bootstrap_unit: str = setting("resample seed (docs/crs-v1.md section 5), test image (needs the store) or both "
-                               "(seeds and test images together, paired across encoders)",
-                               one_of("seed", "image", "both"), flag="--bootstrap-unit", default="both")
+                                  "(seeds and test images together, paired across encoders)",
+                                  one_of("seed", "image", "both"), flag="--bootstrap-unit", default="both")
     seed: int = setting("bootstrap seed", flag="--seed", default=0)
     min_difference: float = setting("the smallest true CRS difference (points) worth detecting: the verdict sizes "
-                                 "the test images or seeds that would settle a tie at 80 % power to detect it",
-                                 check_positive, flag="--min-difference", default=2.0)
+                                    "the test images or seeds that would settle a tie at 80 % power to detect it",
+                                    check_positive, flag="--min-difference", default=2.0)
     crs_version: str = setting("CRS definition: 2 (docs/crs-v2.md, the default) or 1 (docs/crs-v1.md, as it was; "
-                            "its numbers bit for bit)", parse=check_crs_version, flag="--crs-version",
-                            default=CRS_LATEST)
+                               "its numbers bit for bit)", parse=check_crs_version, flag="--crs-version",
+                               default=CRS_LATEST)
 
 
 @dataclass(frozen=True)
 class Report:
     enabled: bool = setting("write the HTML report (crs report)", flag="--no-report", invert=True,
-                         flag_help="skip the HTML report stage", default=True)
+                            flag_help="skip the HTML report stage", default=True)
     out: str | None = setting("report folder (default RESULTS/report)", flag="--out", default=None)
 
 
@@ -178,7 +180,7 @@ class Config:
     store: str = setting("embedding store path or fsspec URL", flag="--store", default="./crs-store.zarr")
     results: str = setting("folder for run records, scores and the report", flag="--results", default="./crs-results")
     log_interval: float = setting("seconds between the plain progress lines written when the output is not a "
-                               "terminal (a batch job's log)", check_positive, flag="--log-interval", default=30.0)
+                                  "terminal (a batch job's log)", check_positive, flag="--log-interval", default=30.0)
     encoders: Encoders = field(default_factory=Encoders)
     datasets: Datasets = field(default_factory=Datasets)
     extract: Extract = field(default_factory=Extract)

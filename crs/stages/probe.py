@@ -78,7 +78,12 @@ def run(store_path: str, results: Path, pairs: list[tuple[str, str]], settings: 
     a time, each pair still fitted, evaluated and committed whole on its own: one pair's compiling,
     reading and writing overlap another's solver loop. The results are the same bits as one at a
     time (each pair's programs run as they would alone); ``on_done`` is called in ``pairs`` order."""
-    from crs.probe.run import compile_cache, head_name, planned_loops, small_pair  # zarr, polars: crs encoders lists the registry without them
+    from crs.probe.run import (  # zarr, polars: crs encoders lists the registry without them
+        compile_cache,
+        head_name,
+        planned_loops,
+        small_pair,
+    )
     from crs.probe.run import probe as probe_pair  # zarr, polars: crs encoders lists the registry without them
     from crs.store import Store  # zarr: crs encoders lists the registry without it
 
