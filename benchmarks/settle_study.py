@@ -8,15 +8,17 @@ small scenario (the ``mixed`` quick datasets, its four encoders, and the power p
 ``crs_versions.power_pair``, B ahead of A by ``--gap`` on every axis), and ``min_difference`` is set to the true
 CRS difference of B over A (median reference, default weights, CRS v2). Then:
 
-1. ``--replications`` benchmarks at today's size: each one's plan for B against A (the default bootstrap,
-   unit 'both', for ``diff_both``; the seed-only bootstrap of the same seed draw over the full test sets for
-   ``diff_seed``); the median of their image factors k and seed factors m is the plan;
+1. ``--plan-replications`` benchmarks (default ``--replications``) at today's size: each one's plan for B
+   against A (the default bootstrap, unit 'both', for ``diff_both``; the seed-only bootstrap of the same seed
+   draw over the full test sets for ``diff_seed``); the median of their image factors k and seed factors m is the plan;
 2. ``--replications`` fresh benchmarks with every test set (and shift target) k times larger, and as many with
    m times the seeds: the power is the share whose 95 % interval of CRS(B) - CRS(A) lies above 0.
 
-    python benchmarks/settle_study.py [--replications 100] [--bootstrap 100] [--gap 0.01] [--seed 0]
+    python benchmarks/settle_study.py [--replications 100] [--plan-replications N] [--bootstrap 100] [--gap 0.01]
+                                      [--seed 0]
 
-Prints one JSON object: the truth, the plans, and the power at today's size and at each planned size.
+Prints one JSON object: the truth, the plans, and the power at today's size and at each planned size with its
+Monte Carlo error (one standard error, ``*_error``); the running count of each power goes to stderr.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 
 import numpy as np
@@ -85,7 +88,13 @@ def power_at(encoders, datasets, n_seeds: int, args, rng, offset: int) -> float:
         both, _ = differences(simulate(encoders, datasets, args.bootstrap, rng, n_seeds), offset + r)
         low, _ = interval(both)
         hits += bool(low > 0)
+        print(f"{offset}: {hits} of {r + 1}", file=sys.stderr, flush=True)
     return hits / args.replications
+
+
+def error(rate: float, n: int) -> float:
+    """One standard error of a rate measured on n benchmarks."""
+    return round(math.sqrt(rate * (1 - rate) / n), 3)
 
 
 def scaled(datasets, k: float):
@@ -97,6 +106,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replications", type=int, default=100)
+    ap.add_argument("--plan-replications", type=int, default=None)
     ap.add_argument("--bootstrap", type=int, default=100)
     ap.add_argument("--gap", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
@@ -107,24 +117,29 @@ def main() -> None:
     sizes = {str(j): d.n for j, d in enumerate(DATASETS)}
     plans = []
     hits_now = 0
-    for r in range(a.replications):
+    n_plan = a.replications if a.plan_replications is None else a.plan_replications
+    for r in range(n_plan):
         both, seed = differences(simulate(encoders, DATASETS, a.bootstrap, rng, bc.SEEDS), r)
         plans.append(plan(both, seed, sizes, bc.SEEDS, min_difference=true_diff))
         hits_now += bool(np.percentile(both, 2.5) > 0)
     k = float(np.median([p["image_factor"] if p["image_factor"] is not None else np.inf for p in plans]))
     seeds = [p["seeds"] if p["seeds"] is not None else np.inf for p in plans]
     m_seeds = float(np.median(seeds))
+    print(f"plan: {k:.2f} times the test images, {m_seeds} seeds", file=sys.stderr, flush=True)
     out = {"gap": a.gap, "true_difference": round(true_diff, 3), "replications": a.replications,
+           "plan_replications": n_plan,
            "bootstrap": a.bootstrap, "test_images": [d.n for d in DATASETS], "seeds": bc.SEEDS,
-           "power_today": hits_now / a.replications,
+           "power_today": hits_now / n_plan, "power_today_error": error(hits_now / n_plan, n_plan),
            "planned_power_today": round(float(np.median([p["current_power"] for p in plans])), 3),
            "only_seeds_share": float(np.mean([p["only_seeds"] for p in plans])),
            "image_factor": None if not math.isfinite(k) else round(k, 2),
            "planned_seeds": None if not math.isfinite(m_seeds) else int(m_seeds)}
     if math.isfinite(k):
         out["power_at_planned_images"] = power_at(encoders, scaled(DATASETS, k), bc.SEEDS, a, rng, 10_000)
+        out["power_at_planned_images_error"] = error(out["power_at_planned_images"], a.replications)
     if math.isfinite(m_seeds):
         out["power_at_planned_seeds"] = power_at(encoders, DATASETS, int(m_seeds), a, rng, 20_000)
+        out["power_at_planned_seeds_error"] = error(out["power_at_planned_seeds"], a.replications)
     out["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))
 

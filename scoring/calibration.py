@@ -27,9 +27,17 @@ S over the labels before the square root.
 
 **The bootstrap.** A replicate draws images from the test set, whose own binned squared gap
 is the plug-in P = sum_b (n_b / n) (mean_b c - mean_b h)^2, not S: the debiased estimate of a
-replicate is unbiased for P. So each replicate's S* is moved by S - P (computed once on the
-full test set, with the full set's bins) before the square root: the replicates then spread
-around S as S spreads around the population value (docs/crs-v2.md section 1 measures it).
+replicate is unbiased for P, and it spreads as S would around a population whose gaps are the test
+set's g_b. Those carry their own sampling noise (E g_b^2 = gap_b^2 + v_b, v_b the bin's sampling
+variance), so the spread's linear part 4 sum_b w_b^2 v_b g_b^2 (w_b = n_b / n) is too large by
+4 sum_b w_b^2 v_b^2: near perfect calibration, where S is dominated by its quadratic part, the
+replicates spread 1.6-1.7 times as much as S does between test sets, and the interval covered C
+0.995-0.998 of the time. So the replicates are drawn around gaps shrunk by one factor lam,
+lam^2 = max(sum_b w_b^2 v_b t_b, 0) / sum_b w_b^2 v_b g_b^2 with t_b = g_b^2 - v_b, which makes the
+linear part an unbiased estimate of the population's wherever the max does not bind (one factor
+over the bins, since a per-bin max(t_b, 0) is biased up where the gaps are small), and each
+replicate's S* is moved by S - lam^2 sum_b w_b g_b^2, its expectation in that population, so the
+replicates spread around S (``replicate_squared_errors``; docs/crs-v2.md section 1 measures it).
 """
 
 from __future__ import annotations
@@ -58,13 +66,9 @@ def bins_of(conf: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.minimum(np.searchsorted(edges, conf), edges.size - 1)
 
 
-def squared_error(conf: np.ndarray, hit: np.ndarray, counts_t: np.ndarray, edges: np.ndarray):
-    """(S, P) [replicate]: the debiased squared calibration error and its plug-in, per replicate.
-
-    conf, hit [image]; counts_t [replicate, image] float64 multiplicities (0 leaves an image out);
-    bins from ``edges``. One matrix product gives every replicate's per-bin sums. NaN where a
-    replicate holds no image.
-    """
+def _bin_means(conf: np.ndarray, hit: np.ndarray, counts_t: np.ndarray, edges: np.ndarray):
+    """(n_b, mean_b conf - mean_b hit, mean_b hit) [replicate, bin] under each replicate's multiplicities
+    counts_t [replicate, image]; one matrix product gives every replicate's per-bin sums."""
     n_bins = edges.size
     b = bins_of(conf, edges)
     a = np.zeros((conf.size, 3 * n_bins))  # per bin: images, their confidences, their hits
@@ -74,14 +78,54 @@ def squared_error(conf: np.ndarray, hit: np.ndarray, counts_t: np.ndarray, edges
     a[rows, 2 * n_bins + b] = hit
     s = counts_t @ a  # [replicate, 3 bins]
     n_b, conf_b, hit_b = s[:, :n_bins], s[:, n_bins:2 * n_bins], s[:, 2 * n_bins:]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return n_b, conf_b / n_b - hit_b / n_b, hit_b / n_b
+
+
+def _debiased(n_b: np.ndarray, gap: np.ndarray, mean_h: np.ndarray) -> np.ndarray:
+    """(S [replicate], t_b [replicate, bin]): S = sum_b (n_b / n) t_b with t_b = gap_b^2 - h (1 - h) / (n_b - 1)
+    (0 below 2 images); NaN where a replicate holds no image."""
     total = n_b.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_c, mean_h = conf_b / n_b, hit_b / n_b
-        gap2 = np.where(n_b > 0, (mean_c - mean_h) ** 2, 0.0)
-        term = np.where(n_b >= 2, gap2 - mean_h * (1.0 - mean_h) / (n_b - 1.0), 0.0)
-        share = n_b / total[:, None]
-        return (np.where(total > 0, (share * term).sum(axis=1), np.nan),
-                np.where(total > 0, (share * gap2).sum(axis=1), np.nan))
+        term = np.where(n_b >= 2, np.where(n_b > 0, gap, 0.0) ** 2 - mean_h * (1.0 - mean_h) / (n_b - 1.0), 0.0)
+        return np.where(total > 0, (n_b / total[:, None] * term).sum(axis=1), np.nan), term
+
+
+def squared_error(conf: np.ndarray, hit: np.ndarray, counts_t: np.ndarray, edges: np.ndarray):
+    """(S, P) [replicate]: the debiased squared calibration error and its plug-in, per replicate.
+
+    conf, hit [image]; counts_t [replicate, image] float64 multiplicities (0 leaves an image out);
+    bins from ``edges``. NaN where a replicate holds no image.
+    """
+    n_b, gap, mean_h = _bin_means(conf, hit, counts_t, edges)
+    s, _ = _debiased(n_b, gap, mean_h)
+    total = n_b.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        plug_in = (n_b / total[:, None] * np.where(n_b > 0, gap, 0.0) ** 2).sum(axis=1)
+    return s, np.where(total > 0, plug_in, np.nan)
+
+
+def replicate_squared_errors(conf: np.ndarray, hit: np.ndarray, full: np.ndarray, counts_t: np.ndarray,
+                             edges: np.ndarray) -> np.ndarray:
+    """S [replicate] drawn from a test set whose bin gaps are shrunk by a common factor (the module docstring).
+
+    full [1, image]: the test set's multiplicities (its known images); counts_t [replicate, image]. Each
+    replicate's gap in bin b is moved from around the test set's gap g_b to around lam g_b, with
+    lam^2 = max(sum_b w_b^2 v_b t_b, 0) / sum_b w_b^2 v_b g_b^2 (w_b = n_b / n, v_b the bin's sampling variance,
+    t_b its debiased squared gap), and the replicates are moved by S - lam^2 sum_b w_b g_b^2."""
+    n_f, gap_f, h_f = _bin_means(conf, hit, full, edges)
+    s_full, t_full = _debiased(n_f, gap_f, h_f)
+    seen = n_f >= 2
+    w = n_f / n_f.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = np.where(seen, h_f * (1.0 - h_f) / (n_f - 1.0), 0.0)
+        g2 = np.where(seen, gap_f, 0.0) ** 2
+        linear = (w**2 * v * g2).sum()
+        lam2 = max(float((w**2 * v * t_full).sum()), 0.0) / linear if linear > 0 else 0.0
+    centre = np.where(n_f > 0, gap_f, 0.0)
+    n_b, gap, mean_h = _bin_means(conf, hit, counts_t, edges)
+    s_rep, _ = _debiased(n_b, gap - centre + np.sqrt(lam2) * centre, mean_h)
+    return s_rep + (s_full - lam2 * float((w * centre**2).sum()))
 
 
 def _views(probs: np.ndarray, target: np.ndarray, known: np.ndarray, task: str):
@@ -110,11 +154,14 @@ def squared_errors(probs: np.ndarray, target: np.ndarray, known: np.ndarray, cou
         if not kn.any():
             continue
         edges = equal_mass_edges(conf[kn])
-        s_full, p_full = squared_error(conf, hit, kn[None, :].astype(np.float64), edges)
+        s_full, _ = squared_error(conf, hit, kn[None, :].astype(np.float64), edges)
         point.append(s_full)
         if counts_t is not None:
-            s_rep, _ = squared_error(conf, hit, counts_t * kn[None, :], edges)
-            reps.append(s_rep + (s_full - p_full) if recentre else s_rep)
+            if recentre:
+                reps.append(replicate_squared_errors(conf, hit, kn[None, :].astype(np.float64),
+                                                     counts_t * kn[None, :], edges))
+            else:
+                reps.append(squared_error(conf, hit, counts_t * kn[None, :], edges)[0])
     if not point:
         return np.full(1, np.nan), np.full(0 if counts_t is None else counts_t.shape[0], np.nan)
     return np.mean(point, axis=0), (np.mean(reps, axis=0) if reps else np.zeros(0))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crs.scoring.settle import plan, plans, round_up
+from crs.scoring.settle import plan, plans, round_up, seed_correction
 
 
 def spread(variance: float) -> np.ndarray:
@@ -17,34 +17,44 @@ def spread(variance: float) -> np.ndarray:
 
 
 def test_a_hand_worked_plan():
-    # V_seed = 0.25, V_img = 1.25 - 0.25 = 1. V* = (2 / (1.959964 + 0.841621))^2 = 0.509627.
-    # images: k = 1 / (0.509627 - 0.25) = 3.8517: 300 -> 1,155.5 -> 1,200 and 1,000 -> 3,851.7 -> 3,900.
+    # V_seed = 0.25 measured, median-unbiased at 5 seeds: 0.25 * 4 / chi2_4(0.5) = 0.25 * 1.191649 = 0.297912;
+    # V_img = 1.25 - 0.25 = 1. V* = (2 / (1.959964 + 0.841621))^2 = 0.509627.
+    # images: k = 1 / (0.509627 - 0.297912) = 4.723338: 300 -> 1,417.0 -> 1,500 and 1,000 -> 4,723.3 -> 4,800.
     # seeds: V_img >= V*, so no number of seeds alone settles it.
-    # power now: Phi(2 / sqrt(1.25) - 1.959964) = Phi(-0.171110) = 0.43207.
+    # power now: Phi(2 / sqrt(1.297912) - 1.959964) = 0.419006.
     p = plan(spread(1.25), spread(0.25), {"y": 1000, "x": 300}, 5)
-    assert p["images"] == {"x": 1200, "y": 3900}
-    assert p["image_factor"] == pytest.approx(3.851681, rel=1e-6)
+    assert p["images"] == {"x": 1500, "y": 4800}
+    assert p["image_factor"] == pytest.approx(4.723338, rel=1e-6)
     assert p["seeds"] is None and p["only_seeds"] is False
-    assert p["current_power"] == pytest.approx(0.432069, abs=1e-6)
-    assert p["variance"] == pytest.approx({"image": 1.0, "seed": 0.25})
+    assert p["current_power"] == pytest.approx(0.419006, abs=1e-6)
+    assert p["variance"] == pytest.approx({"image": 1.0, "seed": 0.297912}, rel=1e-6)
     assert (p["power"], p["min_difference"]) == (0.8, 2.0)
 
 
+def test_the_seed_variance_is_made_median_unbiased():
+    # chi2 medians: 4 df 3.356694, 9 df 8.342833; one seed has no seed variance to correct
+    assert seed_correction(5) == pytest.approx(4 / 3.356694, rel=1e-6)
+    assert seed_correction(10) == pytest.approx(9 / 8.342833, rel=1e-6)
+    assert seed_correction(1) == 1.0
+    assert plan(spread(1.25), spread(0.25), {"x": 300}, 1)["variance"]["seed"] == pytest.approx(0.25)
+
+
 def test_seed_variance_past_the_target_leaves_only_seeds():
-    # V_seed = 0.6 >= V* = 0.5096: images alone cannot; V_img = 0.1, m = 0.6 / (0.5096 - 0.1) = 1.465 -> 8 seeds
+    # V_seed = 0.6 * 1.191649 = 0.714989 >= V* = 0.5096: images alone cannot; V_img = 0.1,
+    # m = 0.714989 / (0.509627 - 0.1) = 1.745465 -> 8.73 -> 9 seeds
     p = plan(spread(0.7), spread(0.6), {"x": 300}, 5)
     assert p["only_seeds"] is True and p["images"] is None and p["image_factor"] is None
-    assert p["seeds"] == 8
+    assert p["seeds"] == 9
 
 
 def test_where_neither_alone_can_both_grow_together():
-    # V_img = 1.2 - 0.6 = 0.6 and V_seed = 0.6, both >= V* = 0.509627: neither alone; together each part takes
-    # half of V*: k = 2 * 0.6 / 0.509627 = 2.3547 (300 -> 706.4 -> 710, two significant figures up),
-    # m = 2.3547 (5 -> 11.8 -> 12 seeds)
+    # V_img = 1.2 - 0.6 = 0.6 and V_seed = 0.6 * 1.191649 = 0.714989, both >= V* = 0.509627: neither alone;
+    # together each part takes half of V*: k = 2 * 0.6 / 0.509627 = 2.3547 (300 -> 706.4 -> 710, two
+    # significant figures up), m = 2 * 0.714989 / 0.509627 = 2.8059 (5 -> 14.03 -> 15 seeds)
     p = plan(spread(1.2), spread(0.6), {"x": 300}, 5)
     assert p["images"] is None and p["seeds"] is None and p["only_seeds"] is True
-    assert p["together"] == {"images": {"x": 710}, "seeds": 12}
-    v_together = 0.6 / (710 / 300) + 0.6 / (12 / 5)
+    assert p["together"] == {"images": {"x": 710}, "seeds": 15}
+    v_together = 0.6 / (710 / 300) + 0.714989 / (15 / 5)
     assert v_together <= 0.509627
     assert plan(spread(1.25), spread(0.25), {"x": 300}, 5)["together"] is None
 
