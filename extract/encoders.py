@@ -157,18 +157,18 @@ def check_spec(spec: EncoderSpec) -> EncoderSpec:
 _REGISTRY: tuple[EncoderSpec, ...] = (
     # ------------------------------------------------------------------ demo (no download)
     EncoderSpec(
-        name="demo-resnet", family="general", source="timm", model_id="resnet10t", width=512, input_size=64,
+        name="demo-resnet", family="general", source="timm", model_id="resnet10t", width=512, input_size=32,
         pooling="model", pretrained=False, init_seed=0, licence="apache-2.0 (architecture; random weights)",
         reference=True,
     ),
     EncoderSpec(
-        name="demo-vit", family="general", source="timm", model_id="vit_tiny_patch16_224", width=192, input_size=64,
+        name="demo-vit", family="general", source="timm", model_id="vit_tiny_patch16_224", width=192, input_size=32,
         mean=HALF, std=HALF, interpolation="bicubic", pooling="mean", pretrained=False, init_seed=0,
-        licence="apache-2.0 (architecture; random weights)", kwargs={"img_size": 64, "depth": 6},
+        licence="apache-2.0 (architecture; random weights)", kwargs={"img_size": 32, "depth": 6},
     ),
     EncoderSpec(
         name="demo-stats", family="baseline", source="builtin", model_id="colour_texture_stats", width=54,
-        input_size=64, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), pooling="model", pretrained=False,
+        input_size=32, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), pooling="model", pretrained=False,
         licence="apache-2.0", loader="builtin",
     ),
     # ------------------------------------------------------------------ general purpose

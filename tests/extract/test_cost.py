@@ -54,9 +54,9 @@ def test_a_tiny_timm_vit_matches_its_hand_count():
 
 
 def test_the_builtin_baseline_counts_only_its_laplacian():
-    """demo-stats is element-wise except one 3x3 Laplacian per channel (valid, 62x62 outputs at 64 px)."""
+    """demo-stats is element-wise except one 3x3 Laplacian per channel (valid, 30x30 outputs at 32 px)."""
     got = cost.measure(load(encoders.get("demo-stats"), "cpu"))
-    assert got["parameters"] == 0 and got["flops_per_image"] == 2 * 9 * 62 * 62 * 3
+    assert got["parameters"] == 0 and got["flops_per_image"] == 2 * 9 * 30 * 30 * 3
 
 
 def test_a_tiny_transformers_vit_counts_its_attention_on_the_cpu():

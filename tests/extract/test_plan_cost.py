@@ -32,10 +32,10 @@ def test_every_registry_record_has_a_figure_formula_first():
 
 def test_a_record_outside_the_cache_is_counted_now_and_a_hub_id_has_no_figure():
     # a record of an encoder file: the demo ResNet at another input size, so the cache must not answer
-    mine = dataclasses.replace(encoders.get("demo-resnet"), name="my-resnet", input_size=32)
+    mine = dataclasses.replace(encoders.get("demo-resnet"), name="my-resnet", input_size=24)
     assert planmod.macs_for(mine) == cost.estimate(mine)["flops_per_image"] / 2
     assert planmod.macs_for(mine) < planmod.COUNTED_FLOPS["demo-resnet"] / 2
-    changed = dataclasses.replace(encoders.get("demo-resnet"), input_size=32)  # same name, not the registry's
+    changed = dataclasses.replace(encoders.get("demo-resnet"), input_size=24)  # same name, not the registry's
     assert planmod.macs_for(changed) == planmod.macs_for(mine)
     hub = dataclasses.replace(encoders.get("demo-resnet"), name="hub-id", model_id="timm:resnet18", width=0)
     assert planmod.macs_for(hub) is None  # no architecture before its weights are loaded
