@@ -120,7 +120,7 @@ def main() -> None:
     n_plan = a.replications if a.plan_replications is None else a.plan_replications
     for r in range(n_plan):
         both, seed = differences(simulate(encoders, DATASETS, a.bootstrap, rng, bc.SEEDS), r)
-        plans.append(plan(both, seed, sizes, bc.SEEDS, min_difference=true_diff))
+        plans.append(plan(both, seed, sizes, bc.SEEDS, min_difference=true_diff, widened=True))
         hits_now += bool(np.percentile(both, 2.5) > 0)
     k = float(np.median([p["image_factor"] if p["image_factor"] is not None else np.inf for p in plans]))
     seeds = [p["seeds"] if p["seeds"] is not None else np.inf for p in plans]

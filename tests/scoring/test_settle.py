@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crs.scoring.settle import plan, plans, round_up, seed_correction
+from crs.scoring.settle import Parts, design_power, plan, plans, round_up, seed_correction, widening
 
 
 def spread(variance: float) -> np.ndarray:
@@ -17,18 +17,35 @@ def spread(variance: float) -> np.ndarray:
 
 
 def test_a_hand_worked_plan():
-    # V_seed = 0.25 measured, median-unbiased at 5 seeds: 0.25 * 4 / chi2_4(0.5) = 0.25 * 1.191649 = 0.297912;
-    # V_img = 1.25 - 0.25 = 1. V* = (2 / (1.959964 + 0.841621))^2 = 0.509627.
-    # images: k = 1 / (0.509627 - 0.297912) = 4.723338: 300 -> 1,417.0 -> 1,500 and 1,000 -> 4,723.3 -> 4,800.
-    # seeds: V_img >= V*, so no number of seeds alone settles it.
-    # power now: Phi(2 / sqrt(1.297912) - 1.959964) = 0.419006.
-    p = plan(spread(1.25), spread(0.25), {"y": 1000, "x": 300}, 5)
-    assert p["images"] == {"x": 1500, "y": 4800}
-    assert p["image_factor"] == pytest.approx(4.723338, rel=1e-6)
+    # One seed: no seed variance is estimated, so no widening and no noise in it, and the plan is the textbook one.
+    # V_seed = 0.25, V_img = 1.25 - 0.25 = 1, V* = (2 / (1.959964 + 0.841621))^2 = 0.509627.
+    # images: k = 1 / (0.509627 - 0.25) = 3.851681 (3.851663 with the far tail counted): 300 -> 1,155.5 -> 1,200
+    # and 1,000 -> 3,851.7 -> 3,900. power now: Phi(2 / sqrt(1.25) - 1.959964) + Phi(-2 / sqrt(1.25) - 1.959964)
+    # = 0.432069 + 0.000089.
+    p = plan(spread(1.25), spread(0.25), {"y": 1000, "x": 300}, 1)
+    assert p["images"] == {"x": 1200, "y": 3900}
+    assert p["image_factor"] == pytest.approx(3.851663, rel=1e-5)
     assert p["seeds"] is None and p["only_seeds"] is False
-    assert p["current_power"] == pytest.approx(0.419006, abs=1e-6)
-    assert p["variance"] == pytest.approx({"image": 1.0, "seed": 0.297912}, rel=1e-6)
+    assert p["current_power"] == pytest.approx(0.432158, abs=1e-6)
+    assert p["variance"] == pytest.approx({"image": 1.0, "seed": 0.25}, rel=1e-6)
     assert (p["power"], p["min_difference"]) == (0.8, 2.0)
+
+
+@pytest.mark.parametrize(("v_img", "v_pt", "k", "m"), [(1.0, 0.3, 1.0, 1.0), (1.0, 0.3, 4.0, 1.0),
+                                                       (0.2, 0.6, 1.0, 2.0), (0.5, 0.5, 3.0, 3.0)])
+def test_design_power_is_the_rate_of_the_widened_intervals_test(v_img, v_pt, k, m):
+    # The slow reference: draw the point (image part, mean of S' = 5m seeds), estimate the seed variance from the
+    # S' seeds, widen it to Student's t as the bootstrap does, and count how often z sqrt(V_img / k + V_seed)
+    # lies below |point|. 200,000 draws: Monte Carlo error about 0.001.
+    rng = np.random.default_rng(7)
+    n, seeds, delta, z = 200_000, round(5 * m), 2.0, 1.959964
+    sd_seed = math.sqrt(v_pt * 5)  # a seed's own spread: the mean of 5 has variance v_pt
+    s = sd_seed * rng.standard_normal((n, seeds))
+    point = delta + math.sqrt(v_img / k) * rng.standard_normal(n) + s.mean(axis=1)
+    v_seed = widening(seeds) * s.var(axis=1, ddof=1) / seeds
+    rate = np.mean(np.abs(point) > z * np.sqrt(v_img / k + v_seed))
+    got = design_power(Parts(v_img, v_pt, 5, True), delta, k, m, z)
+    assert got == pytest.approx(rate, abs=0.006)
 
 
 def test_the_seed_variance_is_made_median_unbiased():
@@ -48,15 +65,28 @@ def test_seed_variance_past_the_target_leaves_only_seeds():
 
 
 def test_where_neither_alone_can_both_grow_together():
-    # V_img = 1.2 - 0.6 = 0.6 and V_seed = 0.6 * 1.191649 = 0.714989, both >= V* = 0.509627: neither alone;
-    # together each part takes half of V*: k = 2 * 0.6 / 0.509627 = 2.3547 (300 -> 706.4 -> 710, two
-    # significant figures up), m = 2 * 0.714989 / 0.509627 = 2.8059 (5 -> 14.03 -> 15 seeds)
+    # V_img = 1.2 - 0.6 = 0.6 and V_seed = 0.6 * 1.191649 = 0.714989, each past what 80 % power allows
+    # (V* = 0.509627): neither alone. Together: the fewest seeds whose power with unlimited images is 0.9, then
+    # the images that reach 0.8 at those seeds.
     p = plan(spread(1.2), spread(0.6), {"x": 300}, 5)
     assert p["images"] is None and p["seeds"] is None and p["only_seeds"] is True
-    assert p["together"] == {"images": {"x": 710}, "seeds": 15}
-    v_together = 0.6 / (710 / 300) + 0.714989 / (15 / 5)
-    assert v_together <= 0.509627
+    both = p["together"]
+    assert both["seeds"] > 5 and both["images"]["x"] > 300
+    parts, z = Parts(0.6, 0.6 * seed_correction(5), 5, False), 1.959964
+    assert design_power(parts, 2.0, both["images"]["x"] / 300, both["seeds"] / 5, z) >= 0.8
+    assert design_power(parts, 2.0, math.inf, both["seeds"] / 5, z) >= 0.9
+    assert design_power(parts, 2.0, math.inf, (both["seeds"] - 2) / 5, z) < 0.9  # two seeds fewer fall short
     assert plan(spread(1.25), spread(0.25), {"x": 300}, 5)["together"] is None
+
+
+def test_the_widened_seed_part_counts_once_in_the_spread_and_widened_in_the_test():
+    # unit 'both' widens each seed deviation to Student's t (c(5) = (2.776 / 1.960)^2 = 2.006): the point's own
+    # seed variance is V_seed / c, so the widened plan asks for fewer images than one that took V_seed as it is
+    assert widening(5) == pytest.approx((2.776445 / 1.959964) ** 2, rel=1e-5)
+    plain = plan(spread(1.25), spread(0.25), {"x": 300}, 5)
+    widened = plan(spread(1.25), spread(0.25), {"x": 300}, 5, widened=True)
+    assert widened["variance"]["seed"] == pytest.approx(plain["variance"]["seed"] / widening(5))
+    assert widened["images"]["x"] < plain["images"]["x"]
 
 
 def test_a_design_that_already_has_the_power_asks_for_nothing_more():
@@ -127,7 +157,8 @@ def test_plans_cover_the_best_set_but_the_leader():
     got = plans(both, seed, np.array([1.0, 3.0, 2.0]), ["a", "b", "c"], np.array([True, True, False]),
                 {"x": 100}, 5)
     assert [g["encoder"] for g in got] == ["a"]
-    assert got[0] == {"encoder": "a", **plan(both[:, 1] - both[:, 0], seed[:, 1] - seed[:, 0], {"x": 100}, 5)}
+    assert got[0] == {"encoder": "a", **plan(both[:, 1] - both[:, 0], seed[:, 1] - seed[:, 0], {"x": 100}, 5,
+                                             widened=True)}
 
 
 def test_refuses_what_it_cannot_plan_from():
