@@ -269,16 +269,16 @@ def test_a_rerun_repairs_exactly_a_damaged_chunk(tmp_path):
 
 # ------------------------------------------------------------------ locks
 def test_a_second_run_on_the_same_pair_refuses_naming_the_holder(tmp_path):
+    """The first run is held after its first commit (SIGNAL_AT), so it holds the lock, on every run, when the
+    second asks for it."""
     path = tmp_path / "s.zarr"
-    proc = forkrun.start(cli(path), env=ENV)
+    marker = tmp_path / "held"
+    proc = forkrun.start(["-c", SIGNAL_AT, "1", str(marker), *cli(path)[2:]], env=ENV)
     try:
-        lock = path / ".crs-locks"
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            files = list(lock.glob("demo_derm*demo-resnet.lock")) if lock.exists() else []
-            if files and files[0].read_text().strip():
-                break
-            time.sleep(0.02)
+        deadline = time.monotonic() + 300
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # one stat a poll; the run holds after its commit until it is killed
+        assert marker.exists(), f"the first run ended (exit {proc.poll()}) without its first commit"
         with pytest.raises(LockHeld, match=f"pid {proc.pid} on host {socket.gethostname()}"):
             extract(Store(str(path)), "demo-resnet", "demo_derm", size=float(SIZE), chunk=16, severities=(2,))
     finally:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
-
 import zarr
 
 from crs.store.nodes import require_group
@@ -26,20 +24,37 @@ def test_a_group_created_by_another_writer_meanwhile_is_used(tmp_path):
     assert isinstance(got, zarr.Group) and got.attrs["by"] == "the other writer"
 
 
-def _create(path: str) -> str:
-    try:
-        require_group(zarr.open_group(path, mode="a"), "embeddings")
-        return ""
-    except Exception as exc:  # noqa: BLE001 - reported by the test
-        return f"{type(exc).__name__}: {exc}"
+def test_a_group_another_process_creates_between_zarrs_look_and_its_create_is_used(tmp_path, monkeypatch):
+    """The same race through zarr itself: writer B's whole require_group is forced in between writer A's
+    look for the group (absent) and its create of it, on every run; A gets B's group."""
+    import asyncio
+    import threading
 
+    import zarr.core.group
 
-def test_processes_racing_to_create_a_group_all_get_it(tmp_path):
-    paths = []
-    for k in range(60):
-        zarr.open_group(tmp_path / f"{k}.zarr", mode="w")
-        paths += [str(tmp_path / f"{k}.zarr")] * 4
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        errors = [e for e in pool.map(_create, paths, chunksize=1) if e]
-    assert errors == []
-    assert all("embeddings" in zarr.open_group(p, mode="r") for p in set(paths))
+    path = tmp_path / "s.zarr"
+    zarr.open_group(path, mode="w")
+    events, b_done = [], threading.Event()
+    real = zarr.core.group.AsyncGroup.create_group
+
+    def writer_b():
+        require_group(zarr.open_group(path, mode="a"), "embeddings").attrs["by"] = "B"
+        b_done.set()
+
+    async def create_group(self, name, **kwargs):
+        if not events:  # A's create, after its look found nothing: B creates the group first
+            events.append("A looked")
+            threading.Thread(target=writer_b).start()
+            while not b_done.is_set():  # on zarr's event loop, which B's calls need too
+                await asyncio.sleep(0.001)
+            try:
+                return await real(self, name, **kwargs)
+            except zarr.errors.ContainsGroupError:
+                events.append("A's create found B's group")
+                raise
+        return await real(self, name, **kwargs)
+
+    monkeypatch.setattr(zarr.core.group.AsyncGroup, "create_group", create_group)
+    got = require_group(zarr.open_group(path, mode="a"), "embeddings")
+    assert events == ["A looked", "A's create found B's group"]
+    assert isinstance(got, zarr.Group) and got.attrs["by"] == "B"

@@ -300,35 +300,74 @@ def test_store_errors_are_user_errors():
     assert issubclass(StoreError, UserError) and issubclass(LockHeld, StoreError)
 
 
-def test_processes_that_create_one_new_store_at_once_all_open_it(tmp_path):
-    """Two `crs extract` runs started together on a new store race to create it: each must open it.
+def _open_while_another_writer_creates(monkeypatch, path: str, where: str) -> tuple[object, list[str]]:
+    """Open a new store (writer A) while writer B opens it too, B's whole open landing at ``where`` in A's:
 
-    Threads released by a barrier stand in for the processes (the race is in zarr's create); a lost
-    race ends in "A group exists in store" for one of them.
-    """
+    ``"create"``: between zarr's look for the root group and its create of it (A's create then finds B's
+    group: ContainsGroupError); ``"stamp"``: after A opened the new empty root and before it read the root's
+    attributes (B stamps the store and adds a group). A's open, held at that point until B's has ended,
+    returns the store; the events along the way."""
+    import asyncio
     import threading
-    import warnings
 
-    for trial in range(20):
-        path = str(tmp_path / f"s{trial}.zarr")
-        barrier, errors = threading.Barrier(6), []
+    import zarr
+    import zarr.api.asynchronous as zasync
 
-        def open_it(barrier, path, errors):
-            barrier.wait()
+    import crs.store.zarr_store as zs
+
+    events, b_done, held = [], threading.Event(), {"A": True}
+
+    def writer_b():
+        store = Store(path, mode="a")
+        store.tables.datasets_group()
+        events.append("B opened and stamped")
+        b_done.set()
+
+    real_from_store = zasync.AsyncGroup.from_store.__func__
+
+    async def from_store(cls, *args, **kwargs):
+        if where == "create" and held.pop("A", False):
+            threading.Thread(target=writer_b).start()
+            while not b_done.is_set():  # on zarr's event loop, which B's open needs too
+                await asyncio.sleep(0.001)
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # zarr notes another writer's temporary file
-                    Store(path, mode="a")
-            except Exception as exc:  # noqa: BLE001 - collected and asserted below
-                errors.append(exc)
+                return await real_from_store(cls, *args, **kwargs)
+            except zarr.errors.ContainsGroupError:
+                events.append("A's create found B's group")
+                raise
+        return await real_from_store(cls, *args, **kwargs)
 
-        threads = [threading.Thread(target=open_it, args=(barrier, path, errors)) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == [], f"round {trial}: {errors[0]!r}"
-        assert Store(path, mode="r").root.attrs["crs_store"]["schema_version"] == SCHEMA_VERSION
+    real_open_root = zs.open_root
+
+    def open_root(*args, **kwargs):
+        root = real_open_root(*args, **kwargs)
+        if where == "stamp" and held.pop("A", False):
+            b = threading.Thread(target=writer_b)
+            b.start()
+            b.join()
+            events.append("A holds the root opened before B's stamp")
+        return root
+
+    monkeypatch.setattr(zasync.AsyncGroup, "from_store", classmethod(from_store))
+    monkeypatch.setattr(zs, "open_root", open_root)
+    return Store(path, mode="a"), events
+
+
+@pytest.mark.parametrize("where, race", [
+    ("create", ["B opened and stamped", "A's create found B's group"]),
+    ("stamp", ["B opened and stamped", "A holds the root opened before B's stamp"]),
+])
+def test_processes_that_create_one_new_store_at_once_all_open_it(tmp_path, monkeypatch, where, race):
+    """Two `crs extract` runs started together on a new store race to create it: each must open it, the
+    one stamp kept. The second writer's open is forced into each window of the first's (the events
+    say it landed there), so the race happens on every run; lost, it ends in "A group exists in
+    store" or "a Zarr group but not a CRS store" for the first."""
+    path = str(tmp_path / "s.zarr")
+    store, events = _open_while_another_writer_creates(monkeypatch, path, where)
+    assert events == race
+    meta = Store(path, mode="r").root.attrs["crs_store"]
+    assert meta["schema_version"] == SCHEMA_VERSION
+    assert store.root.attrs["crs_store"]["store_id"] == meta["store_id"]  # A did not stamp it again
 
 
 def _metadata_writes(monkeypatch) -> list[str]:
