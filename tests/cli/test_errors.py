@@ -35,7 +35,7 @@ def test_an_os_error_without_a_path_or_of_another_kind_is_not_the_users():
 def _score_raising(monkeypatch, exc):
     def fake(*a, **k):
         raise exc
-    monkeypatch.setattr(stages, "score", fake)
+    monkeypatch.setattr(stages.score, "run", fake)
 
 
 def test_permission_denied_on_the_results_exits_2_naming_the_path(monkeypatch, tmp_path):

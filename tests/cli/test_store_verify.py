@@ -4,8 +4,6 @@ The store's own checks are tested with the store; here a stand-in module with th
 command does with what they return (the exit code, the text, the JSON, --repair passed through)."""
 
 import json
-import sys
-import types
 from dataclasses import dataclass
 
 import pytest
@@ -25,19 +23,19 @@ class Finding:
 
 
 def _fake(monkeypatch, findings, changes=()):
+    from crs.store import integrity
+
     calls = []
-    mod = types.ModuleType("crs.store.integrity")
-    mod.Finding = Finding
 
     def verify(path, *, repair=False, storage_options=None, changed=None):
         calls.append((path, repair))
         if repair and changed is not None:
             changed.extend(changes)
         return list(findings)
-    mod.verify = verify
-    mod.format_findings = lambda fs, changed=(): "\n".join(
-        [f"repaired: {c}" for c in changed] + [f"{f.array} chunk {f.chunk}: {f.problem}; {f.repair}" for f in fs])
-    monkeypatch.setitem(sys.modules, "crs.store.integrity", mod)
+    monkeypatch.setattr(integrity, "Finding", Finding)
+    monkeypatch.setattr(integrity, "verify", verify)
+    monkeypatch.setattr(integrity, "format_findings", lambda fs, changed=(): "\n".join(
+        [f"repaired: {c}" for c in changed] + [f"{f.array} chunk {f.chunk}: {f.problem}; {f.repair}" for f in fs]))
     return calls
 
 
@@ -86,6 +84,8 @@ def test_a_store_error_from_verify_is_one_line_exit_2(monkeypatch, tmp_path):
 
     def refuse(path, **kw):
         raise UserError(f"{path} is not a CRS store")
-    sys.modules["crs.store.integrity"].verify = refuse
+    from crs.store import integrity
+
+    monkeypatch.setattr(integrity, "verify", refuse)
     r = runner.invoke(app, ["store", "verify", str(tmp_path)])
     assert r.exit_code == 2 and "is not a CRS store" in r.output
