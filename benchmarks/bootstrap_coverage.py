@@ -179,7 +179,7 @@ def true_axes(datasets: tuple[Dataset, ...], encoders=None) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- one replication
-def _counts(n: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
+def replicate_counts(n: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
     """[image, 1 + replicate]: column 0 all ones (the point estimate), then the bootstrap draws."""
     from crs.scoring.resample import image_counts
 
@@ -205,10 +205,10 @@ def dataset_axes(ds: Dataset, n_bootstrap: int, rng: np.random.Generator, encode
 
     y = rng.random(ds.n) < ds.prevalence
     z = rng.standard_normal(ds.n)
-    counts = _counts(ds.n, n_bootstrap, rng)
+    counts = replicate_counts(ds.n, n_bootstrap, rng)
     if ds.shift_n:
         y_t, z_t = rng.random(ds.shift_n) < ds.prevalence, rng.standard_normal(ds.shift_n)
-        counts_t = _counts(ds.shift_n, n_bootstrap, rng)
+        counts_t = replicate_counts(ds.shift_n, n_bootstrap, rng)
     v = rng.standard_normal((len(encoders[0].low), SEEDS))  # the label subsets' common effect [fraction, seed]
     out = np.empty((n_bootstrap + 1, len(encoders), SEEDS, 4))
     ce2 = np.empty((n_bootstrap + 1, len(encoders)))  # CRS v2's C = 1 - kappa S per replicate, with ``versions``
@@ -414,7 +414,7 @@ def calibration_study(sizes: tuple[int, ...], replications: int, n_bootstrap: in
         bias = {k: np.zeros(len(ENCODERS)) for k in studies}
         for _ in range(replications):
             y = rng.random(n) < prevalence
-            counts = _counts(n, n_bootstrap, rng)
+            counts = replicate_counts(n, n_bootstrap, rng)
             for e, enc in enumerate(ENCODERS):
                 delta = enc.strength * base
                 p = probability(delta * y + rng.standard_normal(n), delta, prevalence, enc)

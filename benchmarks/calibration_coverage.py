@@ -35,7 +35,7 @@ def one_size(n: int, encoders, replications: int, n_bootstrap: int, rng) -> dict
     known = np.ones((n, 1), bool)
     for _ in range(replications):
         y = rng.random(n) < prevalence
-        counts = np.ascontiguousarray(bc._counts(n, n_bootstrap, rng)[:, 1:].T, dtype=np.float64)
+        counts = np.ascontiguousarray(bc.replicate_counts(n, n_bootstrap, rng)[:, 1:].T, dtype=np.float64)
         for e, enc in enumerate(encoders):
             delta = enc.strength * base
             p = bc.probability(delta * y + rng.standard_normal(n), delta, prevalence, enc)[:, None]

@@ -181,14 +181,14 @@ def plan(diff_both: np.ndarray, diff_seed: np.ndarray, images: dict[str, int], n
 
 
 def plans(crs_both: np.ndarray, crs_seed: np.ndarray, point: np.ndarray, encoders: Sequence[str],
-          in_set: np.ndarray, images: dict[str, int], n_seeds: int, min_difference: float = MIN_DIFFERENCE,
-          widened: bool = True) -> list[dict]:
+          in_set: np.ndarray, images: dict[str, int], n_seeds: int, min_difference: float = MIN_DIFFERENCE
+          ) -> list[dict]:
     """One ``plan`` per member of the best set (in_set bool [encoder]) other than the leader (the top point
     CRS, point [encoder]), best point CRS first; crs_both and crs_seed [replicate, encoder] are the CRS under
-    the two bootstraps, seeds widened to Student's t as ``crs score`` does (``widened``). Each entry is
+    the two bootstraps, seeds widened to Student's t as ``crs score``'s unit 'both' does. Each entry is
     {"encoder": name, **plan}."""
     leader = int(np.argmax(point))
     members = sorted((j for j in np.flatnonzero(in_set) if j != leader), key=lambda j: (-point[j], encoders[j]))
     return [{"encoder": encoders[j],
              **plan(crs_both[:, leader] - crs_both[:, j], crs_seed[:, leader] - crs_seed[:, j], images, n_seeds,
-                    min_difference, widened=widened)} for j in members]
+                    min_difference, widened=True)} for j in members]

@@ -77,7 +77,7 @@ def test_extract_writes_complete_arrays_and_reruns_write_nothing(tmp_path):
     attrs = store.embedding_attrs("demo_derm", "demo-stats", "jpeg@3")
     assert attrs["perturbation"] == {"family": "jpeg", "severity": 3, "quality": 40}
     assert attrs["encoder_spec"]["name"] == "demo-stats" and "torch" in attrs["libraries"]
-    assert attrs["preprocessing"]["input_size"] == 64 and attrs["modality"] == "dermatology"
+    assert attrs["preprocessing"]["input_size"] == 32 and attrs["modality"] == "dermatology"
     second = extract(store, "demo-stats", "demo_derm", size=0.05, chunk=32)
     assert second.chunks_written == 0 and second.chunks_skipped == first.chunks_written and second.decodes == 0
     np.testing.assert_array_equal(store.read_embedding("demo_derm", "demo-stats", "clean"), x)
