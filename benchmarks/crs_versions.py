@@ -325,7 +325,7 @@ class Tally:
 
 def tune(paths: list[str], grid: dict, gaps=GAPS, c_unbiased: bool = False, scorer=None) -> list[dict]:
     """Figures on cached benchmarks (``crs_versions_cache.py``): v2's for every combination of the constants in
-    ``grid`` ({'Q_FLOOR': [...], 'DOMINANCE_SCALE': [...], 'WORST_SCALE': [...], 'NOISE_FLOOR': [...]}), and
+    ``grid`` ({'Q_FLOOR': [...], 'KINK_SCALE': [...], 'DOMINANCE_SCALE': [...], 'NOISE_FLOOR': [...]}), and
     v1's once where the cache holds v1. ``tune(paths, {})`` gives v2's figures with the constants as they are.
 
     ``c_unbiased`` (a diagnostic, not an estimator: it uses the truth): C's mean error over the cached benchmarks
@@ -334,7 +334,7 @@ def tune(paths: list[str], grid: dict, gaps=GAPS, c_unbiased: bool = False, scor
     definition (``Tally``'s scorer) scored in place of v2."""
     import itertools
 
-    from crs.scoring import crs as core
+    from crs.scoring.versions import v2 as core  # the module whose constants v2's functions read
 
     data = [np.load(p) for p in paths]
     versions = [v for v in VERSIONS if f"x{v}" in data[0]]

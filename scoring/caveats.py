@@ -82,6 +82,21 @@ def shifted_axis_notes(axis_reps: np.ndarray, axis_point: np.ndarray, encoders: 
     return notes
 
 
+def calibration_above_one_notes(axis_point: np.ndarray, encoders: Sequence[str], version: str = LATEST) -> list[str]:
+    """A note naming the encoders whose C estimate lies above 1, where the version's C may (``Calibration.unclipped``,
+    v2's 1 - kappa S): S is estimated without bias, so for a well calibrated encoder it falls below 0 about half
+    the time. A note, not a warning: nothing is wrong and nothing is to be done."""
+    if not get(version).calibration.unclipped:
+        return []
+    c = np.asarray(axis_point, dtype=float)[:, AXES.index("calibration")]
+    above = [f"{encoders[e]} ({c[e]:.3f})" for e in np.flatnonzero(c > 1.0)]
+    if not above:
+        return []
+    return [f"calibration above 1 for {', '.join(above)}: C is 1 − κ S with S, the squared calibration error, "
+            "estimated without bias, so for a well calibrated encoder S's estimate falls below 0 about half the "
+            "time; read C at or above 1 as no calibration error detectable at this test size"]
+
+
 def _why_shifted(axis: str, version: str) -> str:
     """What an off-centre axis interval means and its known cause, in the warning's words: the version's own
     words for C where it has them (``Words.calibration_shift``), else those of v1's binned ECE."""

@@ -24,6 +24,7 @@ from crs.scoring.versions.common import (
     WEIGHT_TOL,
     Noise,
     check_weights,
+    reference_noise,
     reference_values,
 )
 from crs.scoring.versions.v1 import DOMINANCE_TOL, balance, dominance, dominates, q_scores, worst_axis
@@ -31,6 +32,7 @@ from crs.scoring.versions.v2 import (
     BALANCE_OFFSET,
     CALIBRATION_SCALE,
     DOMINANCE_SCALE,
+    KINK_SCALE,
     NOISE_FLOOR,
     PHI_0,
     Q_FLOOR,
@@ -41,16 +43,19 @@ from crs.scoring.versions.v2 import (
     expected_min,
     lipschitz_bound,
     q_scores_v2,
+    reference_slope,
     worst_v2,
 )
 
 __all__ = [
-    "BALANCE_OFFSET", "CALIBRATION_SCALE", "DEFAULT_WEIGHTS", "DOMINANCE_SCALE", "DOMINANCE_TOL", "LATEST", "MEDIAN",
-    "NOISE_FLOOR", "PHI_0", "Q_FLOOR", "VERSIONS", "WEIGHT_TOL", "WORST_SCALE", "Components", "Noise",
+    "BALANCE_OFFSET", "CALIBRATION_SCALE", "DEFAULT_WEIGHTS", "DOMINANCE_SCALE", "DOMINANCE_TOL", "KINK_SCALE",
+    "LATEST", "MEDIAN", "NOISE_FLOOR", "PHI_0", "Q_FLOOR", "VERSIONS", "WEIGHT_TOL", "WORST_SCALE", "Components",
+    "Noise",
     "ReplicateEstimate", "Scored", "add", "balance", "balance_v2", "check_version", "check_weights", "combine",
     "components", "constants", "dominance", "dominance_degree", "dominance_v2", "dominates", "estimate",
     "expected_min", "lipschitz_bound", "local_slope", "noise_of", "point_estimate", "q_of", "q_scores",
-    "q_scores_v2", "reference_values", "replicate_estimate", "score", "worst_axis", "worst_v2",
+    "q_scores_v2", "reference_noise", "reference_slope", "reference_values", "replicate_estimate", "score",
+    "worst_axis", "worst_v2",
 ]  # fmt: skip
 
 
@@ -117,9 +122,13 @@ def components(q: np.ndarray, weights: Sequence[float] = DEFAULT_WEIGHTS, versio
     return Components(dom, bal, worst, combine(dom, bal, worst, weights))
 
 
-def q_of(x: np.ndarray, reference: int | str, version: str = LATEST) -> np.ndarray:
-    """q [..., encoder, dataset, axis] by the given CRS version (``Definition.q``)."""
-    return get(version).q(x, reference)
+def q_of(x: np.ndarray, reference: int | str, version: str = LATEST, noise: np.ndarray | None = None) -> np.ndarray:
+    """q [..., encoder, dataset, axis] by the given CRS version (``Definition.q``); ``noise``, the variance of
+    x_e - x_ref an estimate carries (``Noise.d``), is taken out by a version that takes out noise (v2)."""
+    definition = get(version)
+    if noise is None or not definition.takes_out_noise:
+        return definition.q(x, reference)
+    return definition.q(x, reference, noise=noise)
 
 
 def score(
@@ -134,14 +143,15 @@ def score(
     reports for measured x.
     """
     check_weights(weights)
-    q_dataset = q_of(x, reference, version)
+    q_dataset = q_of(x, reference, version, None if noise is None else noise.d)
     q = q_dataset.mean(axis=-2)
     return Scored(q_dataset, q, *components(q, weights, version, noise))
 
 
 def add(a: Noise, b: Noise) -> Noise:
     """The noise of a sum of independent noises."""
-    return Noise(a.margin + b.margin, a.q + b.q)
+    d = None if a.d is None or b.d is None else a.d + b.d
+    return Noise(a.margin + b.margin, a.q + b.q, d)
 
 
 class ReplicateEstimate(NamedTuple):
@@ -159,11 +169,14 @@ def replicate_estimate(x_reps: np.ndarray, reference: int | str = MEDIAN, weight
     check_weights(weights)
     if not get(version).takes_out_noise:
         return ReplicateEstimate(score(x_reps, reference, weights, version), None, None)
-    q_dataset = q_of(x_reps, reference, version)  # [replicate, encoder, dataset, axis]
+    own_x = x_reps if x_spread is None else x_spread
+    own_d = reference_noise(own_x, reference)  # the point's noise in x - x_ref
+    spread_d = own_d if x_spread is None else reference_noise(x_reps, reference)
+    q_dataset = q_of(x_reps, reference, version, own_d + spread_d)  # [replicate, encoder, dataset, axis]
     q = q_dataset.mean(axis=-2)
-    own_dataset = q_dataset if x_spread is None else q_of(x_spread, reference, version)
+    own_dataset = q_of(own_x, reference, version, own_d)  # draws of the point estimate's q
     spread = noise_of(q)
-    own = spread if x_spread is None else noise_of(own_dataset.mean(axis=-2))
+    own = noise_of(own_dataset.mean(axis=-2))._replace(d=own_d)
     scored = Scored(q_dataset, q, *components(q, weights, version, add(own, spread)))
     return ReplicateEstimate(scored, own, noise_of(np.swapaxes(own_dataset, -3, -2)))
 

@@ -27,7 +27,7 @@ from crs.scoring.assemble import (
 )
 from crs.scoring.axes import AXES, require_columns, seed_means
 from crs.scoring.bootstrap import summarise
-from crs.scoring.caveats import shifted_axis_notes, tie_warnings
+from crs.scoring.caveats import calibration_above_one_notes, shifted_axis_notes, tie_warnings
 from crs.scoring.comparison import Comparison, comparison_of, comparison_records
 from crs.scoring.measurable import not_measurable, with_measurable, without_tier
 from crs.scoring.metadata import encoder_metadata
@@ -85,7 +85,8 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     found = _from_store(store, cmp, warnings, metrics_pass)
     tables = analysis_tables(cmp, point, boot, options.simplex_step, found)
     settings = settings_of(options, cmp, boot, warnings, x, not_measurable(store, cmp.datasets))
-    settings["notes"] = shifted_axis_notes(boot.reps.axis, x.mean(axis=1), cmp.encoders, version=options.crs_version)
+    settings["notes"] = [*shifted_axis_notes(boot.reps.axis, x.mean(axis=1), cmp.encoders, version=options.crs_version),
+                         *calibration_above_one_notes(x.mean(axis=1), cmp.encoders, options.crs_version)]
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     summary = summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference).pipe(
         without_tier, settings["not_measurable"])

@@ -55,3 +55,15 @@ class Noise(NamedTuple):
 
     margin: np.ndarray  # [..., e, e', axis]: variance of q_e,a - q_e',a
     q: np.ndarray  # [..., e, axis]: variance of q_e,a
+    d: np.ndarray | None = None  # [..., e, dataset, axis]: variance of x_e,d,a - x_ref,d,a (v2's q takes it out)
+
+
+def reference_noise(x_reps: np.ndarray, reference: int | str) -> np.ndarray:
+    """The variance over replicates of x_e - x_ref [..., encoder, dataset, axis] from replicate seed means x_reps
+    [replicate, ..., encoder, dataset, axis]; a cell no replicate has: 0 (nothing taken out)."""
+    x_reps = np.asarray(x_reps, dtype=float)
+    d = x_reps - reference_values(x_reps, reference)[..., None, :, :]
+    seen = ~np.isnan(d)
+    n = np.maximum(seen.sum(axis=0), 1)
+    centred = np.where(seen, d - np.where(seen, d, 0.0).sum(axis=0) / n, 0.0)
+    return (centred**2).sum(axis=0) / n

@@ -46,7 +46,8 @@ class Words:
 class Definition:
     """One CRS version.
 
-    ``q(x, reference)``: reference-relative scores q [..., encoder, dataset, axis] from seed-mean axis values x;
+    ``q(x, reference)``: reference-relative scores q [..., encoder, dataset, axis] from seed-mean axis values x (a
+    version that takes out noise also takes ``noise=``, the variance of x - x_ref an estimate carries);
     ``components(q, noise)``: (Dom, Bal, Worst) [..., encoder] from the overall q [..., encoder, axis];
     ``takes_out_noise``: its estimate takes the bootstrap's noise out of the smoothing scales
     (``crs.scoring.crs.estimate``), so ``components`` reads ``noise``; otherwise ``noise`` is ignored;
@@ -56,7 +57,7 @@ class Definition:
 
     number: str  # as crs records it ("1", "2")
     spec: str
-    q: Callable[[np.ndarray, int | str], np.ndarray]
+    q: Callable[..., np.ndarray]
     components: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]
     takes_out_noise: bool
     calibration: Calibration

@@ -19,12 +19,20 @@ from crs.scoring.versions.definition import SQUARED_ERROR, Definition, Words
 Q_FLOOR = 0.35  # g: q's denominators are at least this, so no axis moves q by more than 1/g its change
 DOMINANCE_SCALE = 0.1  # s: a dominance degree is prod_a Phi(m_a / s) over the margins m_a in q
 WORST_SCALE = 0.08  # s_w: the worst axis is the expected minimum of q_a + s_w Z_a
+KINK_SCALE = 0.1  # s_q: q's change of slope at the reference is smoothed by a Gaussian of this scale in x - x_ref
 NOISE_FLOOR = 0.02  # s_0: the smallest scale an estimate uses once the bootstrap's noise is taken out of s, s_w
 BALANCE_OFFSET = 0.25  # epsilon: the balance is a geometric mean of (q + 1) / 2 + epsilon, less epsilon
 CALIBRATION_SCALE = CALIBRATION_LOSS_SCALE  # kappa: C = 1 - kappa S (crs.scoring.calibration)
 PHI_0 = 1.0 / math.sqrt(2.0 * math.pi)  # the standard normal density's largest value
 CONSTANTS = MappingProxyType({"q_floor": Q_FLOOR, "dominance_scale": DOMINANCE_SCALE, "worst_scale": WORST_SCALE,
-             "noise_floor": NOISE_FLOOR, "balance_offset": BALANCE_OFFSET, "calibration_scale": CALIBRATION_SCALE})
+                              "kink_scale": KINK_SCALE, "noise_floor": NOISE_FLOOR, "balance_offset": BALANCE_OFFSET,
+                              "calibration_scale": CALIBRATION_SCALE})
+
+
+def reference_slope() -> float:
+    """How much a change of x_ref moves any q, per unit, at most: 2/g, and 2 phi(0) s_q / g^2 more through the
+    smoothed kink's slopes, which the reference sets (``q_scores_v2``; docs/crs-v2.md section 2)."""
+    return 2.0 / Q_FLOOR + 2.0 * PHI_0 * KINK_SCALE / Q_FLOOR**2
 
 
 def lipschitz_bound(n_datasets: int, weights: Sequence[float] = DEFAULT_WEIGHTS) -> float:
@@ -32,36 +40,46 @@ def lipschitz_bound(n_datasets: int, weights: Sequence[float] = DEFAULT_WEIGHTS)
     (docs/crs-v2.md section 4), for any reference (an encoder or the median) and any noise the estimate takes out
     (``Noise``: the scales it uses are at least s_0 = NOISE_FLOOR).
 
-    With g = Q_FLOOR, eps = BALANCE_OFFSET and n_d datasets: the changed encoder's overall q moves by at most
-    3 delta / (g n_d) (its own x, and the median it may move, each q of which moves by at most 2 / g per unit),
-    every other encoder's by 2 delta / (g n_d); a pair's margin on that axis by 5 delta / (g n_d). A dominance
-    degree prod_a Phi(m_a / s_a) moves by at most phi(0) / s_0 per unit of one margin (the other factors are at
-    most 1), each pair's net dominance by twice that and Dom (half of its mean over pairs) by phi(0) / s_0; Bal
-    by (1/4) ((1 + eps) / eps)^(3/4) / 2 per unit of q; Worst, half an expected minimum, by 1/2 per unit of the
-    encoder's q summed over its axes:
+    With g = Q_FLOOR, eps = BALANCE_OFFSET, n_d datasets, lambda = 1/g (q's slope in its own x) and mu =
+    ``reference_slope()`` (in the reference value): the changed encoder's overall q moves by at most
+    (lambda + mu) delta / n_d (its own x, and the median it may move), every other encoder's by mu delta / n_d; a
+    pair's margin on that axis by (lambda + 2 mu) delta / n_d. A dominance degree prod_a Phi(m_a / s_a) moves by at
+    most phi(0) / s_0 per unit of one margin (the other factors are at most 1), each pair's net dominance by twice
+    that and Dom (half of its mean over pairs) by phi(0) / s_0; Bal by (1/4) ((1 + eps) / eps)^(3/4) / 2 per unit
+    of q; Worst, half an expected minimum, by 1/2 per unit of the encoder's q summed over its axes:
 
-        K = 100 [w_dom 5 phi(0) / s_0 + w_bal ((1 + eps) / eps)^(3/4) 3 / 8 + w_worst 3 / 2] / (g n_d)
+        K = 100 [w_dom phi(0) (lambda + 2 mu) / s_0 + w_bal ((1 + eps) / eps)^(3/4) (lambda + mu) / 8
+                 + w_worst (lambda + mu) / 2] / n_d
     """
     w_dom, w_bal, w_worst = check_weights(weights)
-    g, eps = Q_FLOOR, BALANCE_OFFSET
-    per_q = w_dom * 5.0 * PHI_0 / NOISE_FLOOR + w_bal * ((1.0 + eps) / eps) ** 0.75 * 3.0 / 8.0 + w_worst * 1.5
-    return 100.0 * per_q / (g * n_datasets)
+    own, mu, eps = 1.0 / Q_FLOOR, reference_slope(), BALANCE_OFFSET
+    per = (w_dom * PHI_0 * (own + 2.0 * mu) / NOISE_FLOOR + w_bal * ((1.0 + eps) / eps) ** 0.75 * (own + mu) / 8.0
+           + w_worst * (own + mu) / 2.0)
+    return 100.0 * per / n_datasets
 
 
-def q_scores_v2(x: np.ndarray, reference: int | str, floor: float | None = None) -> np.ndarray:
-    """CRS v2's q [..., encoder, dataset, axis] (docs/crs-v2.md section 2): v1's with floored denominators,
+def q_scores_v2(x: np.ndarray, reference: int | str, floor: float | None = None,
+                noise: np.ndarray | None = None) -> np.ndarray:
+    """CRS v2's q [..., encoder, dataset, axis] (docs/crs-v2.md section 2): v1's with floored denominators and its
+    change of slope at the reference smoothed. With d = x_e - x_ref, a = 1 / max(1 - x_ref, g) the slope above the
+    reference and b = 1 / max(x_ref, g) the slope below it,
 
-        q = clip((x_e - x_ref) / max(1 - x_ref, g), -1, 1)   if x_e >= x_ref
-        q = clip((x_e - x_ref) / max(x_ref, g), -1, 1)       if x_e <  x_ref
+        q = clip(b d + (a - b) (E (d + s_q Z)+ - s_q phi(0)), -1, 1),
 
-    so q lies in [-1, 1] with the reference at 0, and an axis value's change moves q by at most 1/g times that
-    change (the reference's by at most 1/g too). The clip only acts on a C estimate above 1 (a squared
-    calibration error estimated below 0, section 1) against a reference far below it.
+    which is b d below the reference and a d above it, less (a - b) s_q phi(0), a few s_q away from it, and 0 at it:
+    the ramp (a - b) d+ averaged over a Gaussian of scale s_q, so that a noisy d is not scored on a kink (a kink
+    pulls the mean q of a noisy value up where a > b). An estimate whose d carries noise of variance v (``noise``,
+    [..., encoder, dataset, axis]) uses sqrt(s_q^2 - v) in place of s_q (``_scale``): its mean over Gaussian noise
+    is the definition's. q lies in [-1, 1], and an axis value's change moves q by at most 1/g times that change.
     """
     x = np.asarray(x, dtype=float)
     r = reference_values(x, reference)[..., None, :, :]  # [..., 1, dataset, axis]
-    den = np.maximum(np.where(x >= r, 1.0 - r, r), Q_FLOOR if floor is None else floor)
-    return np.clip((x - r) / den, -1.0, 1.0)
+    g = Q_FLOOR if floor is None else floor
+    above, below = 1.0 / np.maximum(1.0 - r, g), 1.0 / np.maximum(r, g)
+    d = x - r
+    t = KINK_SCALE if noise is None else _scale(KINK_SCALE, noise)
+    ramp = d * ndtr(d / t) + t * PHI_0 * np.exp(-0.5 * (d / t) ** 2)  # E (d + t Z)+
+    return np.clip(below * d + (above - below) * (ramp - KINK_SCALE * PHI_0), -1.0, 1.0)
 
 
 def _scale(scale: float, variance) -> np.ndarray:
@@ -153,9 +171,11 @@ def _g(value, spec: str = ".3g") -> str:
 def _q_words(recorded: Mapping) -> str:
     c = {k: _g(v) for k, v in recorded.items()}
     g, gain = c["q_floor"], _g(1 / float(c["q_floor"]))
+    kink = c.get("kink_scale", "n/a")
     return (f"q = (x − x_ref) / max(1 − x_ref, {g}) above the reference and (x − x_ref) / max(x_ref, {g}) below "
-            f"it, clipped to [−1, 1], so the reference scores 0 and no axis moves q by more than {gain} times its "
-            "change; e dominates e′ by the degree Π_a Φ((q_e,a − q_e′,a) / "
+            f"it, its change of slope at the reference smoothed over ±{kink} (so a noisy value near the reference "
+            f"is not pulled up), clipped to [−1, 1]; the reference scores 0 and no axis moves q by more than {gain} "
+            "times its change; e dominates e′ by the degree Π_a Φ((q_e,a − q_e′,a) / "
             f"{c['dominance_scale']}), which moves continuously; the estimates take the noise the bootstrap measures "
             "out of the smoothing scales, so they are not pulled towards the middle of the field;")
 
@@ -182,10 +202,11 @@ def _balance_words(recorded: Mapping) -> str:
 WORDS = Words(
     q=_q_words, calibration=_calibration_words, worst=_worst_words, balance=_balance_words,
     calibration_shift=(  # the definition's section 1, in words a report reader has without it
-        "CRS v2's calibration error is the root of a debiased squared error, cut at 0, "
-        "so where it is near 0 or the test set is small its replicates fall to one side of the estimate, and the "
-        "estimate can sit at the edge of its interval; a C at or near 1 reads as no calibration error detectable"),
+        "CRS v2's C is 1 − κ S, S an unbiased estimate of the squared calibration error, and near perfect "
+        "calibration or on a small test set S's replicates are skewed, so the estimate can sit near the edge of "
+        "its interval; a C at or above 1 reads as no calibration error detectable"),
 )
+
 
 DEFINITION = Definition(number="2", spec="crs-v2.md", q=q_scores_v2, components=components, takes_out_noise=True,
                         calibration=SQUARED_ERROR, words=WORDS, constants=CONSTANTS,

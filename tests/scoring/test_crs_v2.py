@@ -15,6 +15,7 @@ from scipy.integrate import quad
 
 from crs.errors import BadInput
 from crs.scoring import crs as core
+from crs.scoring.versions import v2
 
 unit = st.floats(0.0, 1.0, allow_nan=False)
 
@@ -35,20 +36,19 @@ def _expected_min(mu, sd) -> float:
 def slow_v2(x: np.ndarray, ref, weights=core.DEFAULT_WEIGHTS, noise=None) -> np.ndarray:
     """CRS v2 [encoder] of x [encoder, dataset, axis], one number at a time, as docs/crs-v2.md writes it (with
     ``noise``: an estimate, those variances taken out of the scales)."""
-    g, s, s_w, s_0, eps = (core.Q_FLOOR, core.DOMINANCE_SCALE, core.WORST_SCALE, core.NOISE_FLOOR,
-                           core.BALANCE_OFFSET)
+    s, s_w, s_0, eps = core.DOMINANCE_SCALE, core.WORST_SCALE, core.NOISE_FLOOR, core.BALANCE_OFFSET
     n_e, n_d, n_a = x.shape
+
+    def scale(base, var):
+        return base if noise is None else math.sqrt(max(base**2 - var, s_0**2))
+
     q = np.zeros((n_e, n_a))
     for d in range(n_d):
         for a in range(n_a):
             r = float(np.median(x[:, d, a])) if ref == "median" else x[ref, d, a]
             for e in range(n_e):
-                v = x[e, d, a]
-                raw = (v - r) / max(1 - r, g) if v >= r else (v - r) / max(r, g)
-                q[e, a] += min(1.0, max(-1.0, raw)) / n_d
-
-    def scale(base, var):
-        return base if noise is None else math.sqrt(max(base**2 - var, s_0**2))
+                t = scale(core.KINK_SCALE, 0 if noise is None else noise.d[e, d, a])
+                q[e, a] += _slow_q(x[e, d, a], r, t) / n_d
 
     def sigma(e, f):
         return math.prod(_phi((q[e, a] - q[f, a]) / scale(s, 0 if noise is None else noise.margin[e, f, a]))
@@ -65,6 +65,20 @@ def slow_v2(x: np.ndarray, ref, weights=core.DEFAULT_WEIGHTS, noise=None) -> np.
     return out
 
 
+def _slow_q(v: float, r: float, t: float) -> float:
+    """q of one value v against the reference r (docs/crs-v2.md section 2): slope b below r and a above it, the
+    ramp (a - b) (v - r)+ averaged over N(0, t^2) by adaptive quadrature, less its value at v = r under s_q."""
+    g, s_q = core.Q_FLOOR, core.KINK_SCALE
+    a, b = 1 / max(1 - r, g), 1 / max(r, g)
+
+    def ramp(scale: float) -> float:
+        dens = lambda z: max(v - r + scale * z, 0.0) * math.exp(-z * z / 2) / math.sqrt(2 * math.pi)  # noqa: E731
+        return quad(dens, -12, 12, epsabs=1e-13, epsrel=1e-13, limit=200, points=[-(v - r) / scale])[0]
+
+    at_ref = s_q / math.sqrt(2 * math.pi)
+    return min(1.0, max(-1.0, b * (v - r) + (a - b) * (ramp(t) - at_ref)))
+
+
 @given(arrays(np.float64, (5, 2, 4), elements=unit), st.sampled_from(["median", 0, 3]))
 @settings(max_examples=25, deadline=None)
 def test_vectorised_v2_equals_the_slow_reference(x, ref):
@@ -78,7 +92,7 @@ def test_the_estimate_equals_the_slow_reference(x, ref, spread):
     large enough to hit the floor."""
     rng = np.random.default_rng(int(spread * 1e6))
     v_q = rng.uniform(0, spread, (4, 4))
-    noise = core.Noise(v_q[:, None, :] + v_q[None, :, :], v_q)
+    noise = core.Noise(v_q[:, None, :] + v_q[None, :, :], v_q, rng.uniform(0, spread / 8, (4, 2, 4)))
     got = core.score(x, ref, version="2", noise=noise).crs
     assert got == pytest.approx(slow_v2(x, ref, noise=noise), abs=1e-7)
 
@@ -125,7 +139,8 @@ def test_two_encoders_swapping_order_on_one_axis_move_crs_continuously():
 @given(arrays(np.float64, (5, 1, 4), elements=unit), st.data())
 @settings(max_examples=40, deadline=None)
 def test_no_axis_value_moves_q_by_more_than_its_bound(x, data):
-    """Property 7: a value's change moves its own q by at most 1/g times it (3/g with the median moving)."""
+    """Property 7: a value's change moves its own q by at most 1/g times it (1/g + the reference slope with the
+    median moving)."""
     ref = data.draw(st.sampled_from(["median", 0]))
     e, a = data.draw(st.integers(1, 4)), data.draw(st.integers(0, 3))
     delta = data.draw(st.floats(1e-6, 0.05))
@@ -133,7 +148,7 @@ def test_no_axis_value_moves_q_by_more_than_its_bound(x, data):
     moved[e, 0, a] = min(x[e, 0, a] + delta, 1.0)
     step = moved[e, 0, a] - x[e, 0, a]
     dq = np.abs(core.q_scores_v2(moved, ref) - core.q_scores_v2(x, ref))
-    bound = (3.0 if ref == "median" else 1.0) / core.Q_FLOOR
+    bound = 1.0 / core.Q_FLOOR + (v2.reference_slope() if ref == "median" else 0.0)
     assert dq.max() <= bound * step + 1e-12
     assert np.all(np.abs(core.q_scores_v2(x, ref)) <= 1.0 + 1e-12)
 
@@ -144,7 +159,8 @@ def test_v1_is_untouched_by_v2():
     q1 = core.q_scores(x, 4)[:, 0, 0]
     assert q1[3] == pytest.approx(1.0) and q1[0] == pytest.approx((0.9 - 0.995) / 0.995)
     q2 = core.q_scores_v2(x, 4)[:, 0, 0]
-    assert q2[3] == pytest.approx(0.005 / core.Q_FLOOR)  # floored: v1 would say 1.0
+    assert q2[3] == pytest.approx(_slow_q(1.0, 0.995, core.KINK_SCALE))  # floored: v1 would say 1.0
+    assert q2[3] < 0.005 / core.Q_FLOOR
 
 
 def test_dominance_degree_hand_worked():
@@ -204,6 +220,34 @@ def test_a_replicate_is_centred_on_the_point_estimate():
     assert np.all(np.abs(reps.mean(axis=0) - want) < 4 * error + 1e-3)
 
 
+def test_q_estimated_from_noisy_values_is_unbiased_at_the_kink():
+    """docs/crs-v2.md section 2: q's slope changes at the reference (1/g above a reference of 0.85, 1/0.85 below),
+    so q of a noisy value near the reference has a mean above q of the truth; with the noise's variance taken out
+    of the kink's scale, the mean is q of the truth (to Monte Carlo error)."""
+    rng = np.random.default_rng(6)
+    sd, draws = 0.04, 200_000
+    truth = np.array([0.83, 0.85, 0.86, 0.88]).reshape(4, 1, 1)
+    x = np.concatenate([np.full((1, 1, 1), 0.85), truth])  # encoder 0: the reference, without noise
+    noisy = np.broadcast_to(x, (draws, 5, 1, 1)).copy()
+    noisy[:, 1:] += sd * rng.standard_normal((draws, 4, 1, 1))
+    want = core.q_scores_v2(x, 0)[1:, 0, 0]
+    plain = core.q_scores_v2(noisy, 0)[:, 1:, 0, 0]
+    fixed = core.q_scores_v2(noisy, 0, noise=np.full((5, 1, 1), sd**2))[:, 1:, 0, 0]
+    error = fixed.std(axis=0) / math.sqrt(draws)
+    assert np.all(np.abs(fixed.mean(axis=0) - want) < 4 * error)
+    assert np.all(plain.mean(axis=0) > want + 10 * error)  # without it: pulled up at the kink
+
+
+def test_the_reference_noise_is_the_variance_of_the_distance_to_the_reference():
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 1.0, (200, 5, 2, 4))
+    d = x - np.median(x, axis=1, keepdims=True)
+    assert core.reference_noise(x, "median") == pytest.approx(d.var(axis=0), abs=1e-12)
+    x[3, 1, 0, 2] = np.nan  # a replicate without a value is left out of that cell
+    d = x[:, 1, 0, 2] - x[:, 0, 0, 2]
+    assert core.reference_noise(x, 0)[1, 0, 2] == pytest.approx(np.nanvar(d), abs=1e-12)
+
+
 def test_the_noise_of_replicates_is_their_variance():
     rng = np.random.default_rng(5)
     q = rng.normal(size=(300, 2, 5, 4))
@@ -217,7 +261,8 @@ def test_the_noise_of_replicates_is_their_variance():
 
 def test_v2_outputs_name_their_constants():
     assert core.constants("2") == {"q_floor": core.Q_FLOOR, "dominance_scale": core.DOMINANCE_SCALE,
-                                   "worst_scale": core.WORST_SCALE, "noise_floor": core.NOISE_FLOOR,
+                                   "worst_scale": core.WORST_SCALE, "kink_scale": core.KINK_SCALE,
+                                   "noise_floor": core.NOISE_FLOOR,
                                    "balance_offset": core.BALANCE_OFFSET,
                                    "calibration_scale": core.CALIBRATION_SCALE}
     assert core.constants("1") == {}
@@ -225,9 +270,11 @@ def test_v2_outputs_name_their_constants():
 
 def test_the_constant_is_what_the_page_states():
     for n_d, w in itertools.product((1, 3), ((1 / 3, 1 / 3, 1 / 3), (1.0, 0.0, 0.0))):
-        g, s_0, eps = core.Q_FLOOR, core.NOISE_FLOOR, core.BALANCE_OFFSET
-        per_q = w[0] * 5 / (math.sqrt(2 * math.pi) * s_0) + w[1] * ((1 + eps) / eps) ** 0.75 * 3 / 8 + w[2] * 1.5
-        assert core.lipschitz_bound(n_d, w) == pytest.approx(100 * per_q / (g * n_d))
+        g, s_0, eps, s_q = core.Q_FLOOR, core.NOISE_FLOOR, core.BALANCE_OFFSET, core.KINK_SCALE
+        own, mu = 1 / g, 2 / g + 2 * s_q / (math.sqrt(2 * math.pi) * g**2)
+        per = (w[0] * (own + 2 * mu) / (math.sqrt(2 * math.pi) * s_0)
+               + w[1] * ((1 + eps) / eps) ** 0.75 * (own + mu) / 8 + w[2] * (own + mu) / 2)
+        assert core.lipschitz_bound(n_d, w) == pytest.approx(100 * per / n_d)
 
 
 def test_the_local_slope_is_the_hand_worked_derivative():

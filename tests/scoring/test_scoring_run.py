@@ -311,5 +311,19 @@ def test_an_axis_whose_replicates_sit_off_the_estimate_gets_a_note():
     assert " b sit -" in notes[0] and "bootstrap-coverage" in notes[0]
     v2 = shifted_axis_notes(reps, point, ["a", "b"], version="2")  # v2's C is debiased and recentred: v2's cause
     assert len(v2) == 1 and v2[0].startswith("the calibration intervals are off-centre") and " b sit -" in v2[0]
-    assert "debiased squared error" in v2[0] and "binned ECE" not in v2[0] and "population value" not in v2[0]
+    assert "unbiased estimate of the squared calibration error" in v2[0] and "binned ECE" not in v2[0]
+    assert "population value" not in v2[0]
     assert "docs/" not in v2[0]  # a wheel user has no docs folder: the note says it in its own words
+
+
+def test_a_calibration_estimate_above_1_is_explained_in_a_note():
+    from crs.scoring.axes import AXES
+    from crs.scoring.caveats import calibration_above_one_notes
+
+    point = np.full((3, len(AXES)), 0.8)
+    assert calibration_above_one_notes(point, ["a", "b", "c"], "2") == []
+    point[[0, 2], AXES.index("calibration")] = [1.018, 1.0004]
+    notes = calibration_above_one_notes(point, ["a", "b", "c"], "2")
+    assert len(notes) == 1 and "a (1.018), c (1.000)" in notes[0] and "b (" not in notes[0]
+    assert "no calibration error detectable" in notes[0]
+    assert calibration_above_one_notes(point, ["a", "b", "c"], "1") == []  # v1's C never lies above 1
