@@ -31,7 +31,8 @@ def _site(folder: Path, build_store, save_records, rng_seed: int = 0, quality=QU
         meta = run_records.metadata(f)
         frame = run_records.read_checked(f)
         run_records.write_parquet(f, frame, meta[run_records.GENERATION],
-                                  {run_records.PROVENANCE: meta[run_records.PROVENANCE], run_records.STORE: "../store.zarr"})
+                                  {run_records.PROVENANCE: meta[run_records.PROVENANCE],
+                                   run_records.STORE: "../store.zarr"})
     score.run(folder / "results", SETTINGS)
     assert _json.loads((folder / "results" / "scores" / "scores.json").read_text())["settings"]["crs_version"]
     return folder / "results"
