@@ -1,7 +1,7 @@
 """``crs export``: one site's results as a bundle it can release (docs/export-merge.md).
 
 A bundle holds what ``crs score`` reads and nothing else: the run records, the stored prediction arrays
-(log-probabilities) of every condition scored and of the validation split, the test and validation rows'
+(log-probabilities) of every condition scored and of the validation split, every row's
 labels and splits with their ids hashed under a salt that stays at the site, the fairness record the merge
 compares (``site.json``) and a manifest with the sha256 of every file. It is written whole (a temporary
 folder, then one rename) and never over a folder that holds anything.
@@ -30,7 +30,7 @@ MANIFEST = "manifest.json"
 SITE_RECORD = "site.json"
 SALT_FILE = ".crs-site-salt"  # in RESULTS: never copied into a bundle
 SITE_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
-SHARED_SPLITS = ("test", "val")  # the splits scoring reads; train rows stay at the site
+SHARED_SPLITS = ("test", "val", "train")  # scoring reads all three: train labels decide which classes count
 # dataset attributes that can name files or that the merged store writes anew
 PRIVATE_ATTRS = frozenset({"identity", "written", "n_images", "row_order", "source_row", "root", "csv"})
 ARRAY_ATTRS_DROPPED = frozenset({"commit", "written"})  # the merged store records its own
@@ -187,8 +187,9 @@ def shared_datasets(table) -> list[str]:
 
 
 def _write_datasets(store, table, tmp: Path, salt: bytes) -> None:
-    """datasets/DS/: labels, splits, hashed ids and groups, and counted (not in the failures table) of the test
-    and validation rows, which come first in store order; attrs.json without what names files."""
+    """datasets/DS/: labels, splits, hashed ids and groups, and counted (not in the failures table) of every row
+    (the train labels decide which classes a probe can measure: ``crs.scoring.measurable``); attrs.json without
+    what names files."""
     for dataset in shared_datasets(table):
         t = store.dataset(dataset)
         n = int(np.isin(t.split, [SPLIT_CODE[s] for s in SHARED_SPLITS]).sum())
