@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from crs import provenance
-from crs.commands import datasets, extract, listings, perturbations, probe, run, score, store
+from crs.commands import bundle, datasets, extract, listings, perturbations, probe, run, score, store
 from crs.commands.exits import on_sigterm
 from crs.errors import BadInput
 
@@ -39,6 +39,8 @@ app.command("encoders")(listings.encoders_cmd)
 # a tool with the dataset options of `crs extract` (one schema), not a stage of the pipeline
 app.command("perturbations")(perturbations.perturbations_cmd)
 app.command("run")(run.run_cmd)
+app.command("export")(bundle.export_cmd)
+app.command("merge")(bundle.merge_cmd)
 
 datasets_app = typer.Typer(help="List the datasets; `crs datasets check NAME --root DIR` validates a folder.")
 datasets_app.callback(invoke_without_command=True)(listings.datasets_cmd)

@@ -1,0 +1,139 @@
+"""crs export and crs merge on the scoring tests' tiny store (tests/scoring/conftest.py's build_store)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from crs.config import Config
+from crs.errors import UserError
+from crs.stages import bundles, merge, score
+
+SETTINGS = dataclasses.replace(Config().score, bootstrap=64, seed=3)
+QUALITY = {"enc-a": 0.9, "enc-b": 0.6, "enc-c": 0.75}
+
+
+def _site(folder: Path, build_store, save_records, rng_seed: int = 0, quality=QUALITY) -> Path:
+    """A site's results folder: the tiny store, its run records naming it, and its own scores."""
+    import json as _json
+
+    from crs import records as run_records
+
+    store, table = build_store(folder / "store.zarr", quality, rng_seed=rng_seed)
+    save_records(folder / "results", table)
+    for f in run_records.records_dir(folder / "results").glob("*.parquet"):  # name the store as crs probe does
+        meta = run_records.metadata(f)
+        frame = run_records.read_checked(f)
+        run_records.write_parquet(f, frame, meta[run_records.GENERATION],
+                                  {run_records.PROVENANCE: meta[run_records.PROVENANCE],
+                                   run_records.STORE: "../store.zarr"})
+    score.run(folder / "results", SETTINGS)
+    assert _json.loads((folder / "results" / "scores" / "scores.json").read_text())["settings"]["crs_version"]
+    return folder / "results"
+
+
+@pytest.fixture(scope="module")
+def site_a(tmp_path_factory, build_store_fn, save_records_fn) -> Path:
+    return _site(tmp_path_factory.mktemp("site-a"), build_store_fn, save_records_fn)
+
+
+@pytest.fixture(scope="module")
+def bundle_a(site_a, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bundles") / "a"
+    bundles.export(site_a, out, "site-a")
+    return out
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(bundle, target)
+    for p in target.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return target
+
+
+def _edit_site_record(bundle: Path, edit) -> None:
+    """Change site.json and re-seal the manifest, as a site with other settings would have exported."""
+    record = json.loads((bundle / bundles.SITE_RECORD).read_text())
+    edit(record)
+    (bundle / bundles.SITE_RECORD).write_text(json.dumps(record))
+    head = {k: v for k, v in json.loads((bundle / bundles.MANIFEST).read_text()).items() if k != "files"}
+    bundles.write_manifest(bundle, head)
+
+
+def test_a_bundle_holds_no_path_and_no_clear_id(site_a, bundle_a):
+    text = "\n".join(p.read_text(errors="replace") for p in bundle_a.rglob("*.json"))
+    assert str(site_a.parent) not in text and "store.zarr" not in text
+    ids = np.load(bundle_a / "datasets" / "d1" / "id.npy")
+    assert not any(i.startswith("d1-") for i in ids.tolist()) and len(ids[0]) == 64
+    assert not list(bundle_a.rglob("embeddings"))
+    manifest = json.loads((bundle_a / bundles.MANIFEST).read_text())
+    assert set(manifest["files"]) == {p.relative_to(bundle_a).as_posix() for p in bundle_a.rglob("*")
+                                      if p.is_file() and p.name != bundles.MANIFEST}
+
+
+def test_a_dry_run_lists_the_arrays_and_writes_nothing(site_a, tmp_path):
+    run = bundles.export(site_a, tmp_path / "b", "site-a", dry_run=True)
+    assert not (tmp_path / "b").exists() and run.dry_run
+    assert any(name.startswith("predictions/d1/enc-a/") and size > 0 for name, size in run.files)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_refuses_a_folder_that_holds_something(site_a, tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x").write_text("x")
+    with pytest.raises(UserError, match="not an empty folder"):
+        bundles.export(site_a, tmp_path / "b", "site-a")
+
+
+def test_one_sites_bundle_merged_alone_scores_bit_for_bit_as_the_site(site_a, bundle_a, tmp_path):
+    merged = merge.merge([bundle_a], tmp_path / "merged")
+    assert merged.encoders == sorted(QUALITY) and merged.left_out == {}
+    again = score.run(merged.out, SETTINGS)
+    own = json.loads((site_a / "scores" / "scores.json").read_text())
+    mine = again.to_json()
+    differ = [(i, k) for i, (a, b) in enumerate(zip(mine["encoders"], own["encoders"], strict=True))
+              for k in a if a[k] != b.get(k)]
+    assert differ == []
+    renamed = [{**r, "dataset": r["dataset"].removeprefix("site-a.")} for r in mine["per_dataset"]]
+    assert renamed == own["per_dataset"]
+    assert mine["settings"]["datasets"] == ["site-a.d1"]
+
+
+def test_a_tampered_bundle_is_refused_naming_the_file(bundle_a, tmp_path):
+    bundle = _copy(bundle_a, tmp_path)
+    target = bundle / "predictions" / "d1" / "enc-a" / "clean.npy"
+    values = np.load(target)
+    values[0, 0, 0, 0] += 0.5
+    np.save(target, values)
+    with pytest.raises(merge.DamagedBundle, match=r"clean\.npy: its sha256"):
+        merge.merge([bundle], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (lambda r: r["score"].update(crs_version="1"), "the CRS versions differ"),
+    (lambda r: r["encoders"]["enc-b"].update(revision="0" * 40), "the revisions of encoder 'enc-b' differ"),
+])
+def test_a_bundle_of_another_crs_version_or_encoder_revision_is_refused(bundle_a, tmp_path, edit, named):
+    other = _copy(bundle_a, tmp_path)
+    _edit_site_record(other, lambda r: (r.update(site="site-b"), edit(r)))
+    with pytest.raises(merge.UnfairMerge, match=named) as caught:
+        merge.merge([bundle_a, other], tmp_path / "merged")
+    assert "site-a" in str(caught.value) and "site-b" in str(caught.value)
+
+
+def test_two_sites_merge_into_strata_of_their_own_and_score(site_a, bundle_a, tmp_path):
+    other = _copy(bundle_a, tmp_path)
+    _edit_site_record(other, lambda r: r.update(site="site-b"))
+    merged = merge.merge([bundle_a, other], tmp_path / "merged")
+    scored = score.run(merged.out, SETTINGS)
+    assert scored.settings["datasets"] == ["site-a.d1", "site-b.d1"]
+    records = pl.read_parquet(merged.out / "run_records")
+    assert "shift:site-b.d1_site2" in records["condition"].to_list()
