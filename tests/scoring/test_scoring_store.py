@@ -45,12 +45,13 @@ def test_image_bootstrap(built, unit):
     again = score(records, ScoreOptions(bootstrap_unit=unit, bootstrap=40, seed=3), store=store)
     assert again.encoders.equals(enc)  # seeded
     seed_only = score(records, ScoreOptions(bootstrap_unit="seed", bootstrap=40, seed=3), store=store)
-    # the axes and q do not depend on the unit; the intervals do, and so does the CRS estimate, but only through
-    # the noise it takes out of its scales (the bootstrap's variance of q, which the unit sets)
-    q_cols = ["discrimination", "calibration", "label_efficiency", "robustness", *(f"q_{a}" for a in
-              ("discrimination", "calibration", "label_efficiency", "robustness"))]
-    assert seed_only.encoders.select("encoder", *q_cols).equals(enc.select("encoder", *q_cols))
-    assert seed_only.encoders["crs"].to_list() == pytest.approx(enc["crs"].to_list(), abs=0.5)
+    # the axes do not depend on the unit; the intervals do, and so do the estimates of q and CRS, but only through
+    # the noise they take out of their scales (the bootstrap's variances, which the unit sets)
+    axes = ["discrimination", "calibration", "label_efficiency", "robustness"]
+    assert seed_only.encoders.select("encoder", *axes).equals(enc.select("encoder", *axes))
+    for a in axes:
+        assert seed_only.encoders[f"q_{a}"].to_list() == pytest.approx(enc[f"q_{a}"].to_list(), abs=0.05)
+    assert seed_only.encoders["crs"].to_list() == pytest.approx(enc["crs"].to_list(), abs=1.0)
     assert seed_only.encoders["crs_low"].to_list() != enc["crs_low"].to_list()
     v1 = [score(records, ScoreOptions(bootstrap_unit=u, bootstrap=40, seed=3, crs_version="1"), store=store)
           for u in (unit, "seed")]
