@@ -137,3 +137,80 @@ def test_two_sites_merge_into_strata_of_their_own_and_score(site_a, bundle_a, tm
     assert scored.settings["datasets"] == ["site-a.d1", "site-b.d1"]
     records = pl.read_parquet(merged.out / "run_records")
     assert "shift:site-b.d1_site2" in records["condition"].to_list()
+
+
+@pytest.fixture(scope="module")
+def site_b(tmp_path_factory, build_store_fn, save_records_fn) -> Path:
+    return _site(tmp_path_factory.mktemp("site-b"), build_store_fn, save_records_fn, rng_seed=1,
+                 quality={"enc-a": 0.7, "enc-b": 0.85, "enc-c": 0.75})
+
+
+@pytest.fixture(scope="module")
+def bundle_b(site_b, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bundles") / "b"
+    bundles.export(site_b, out, "site-b")
+    return out
+
+
+def _one_study(sites: dict[str, Path], folder: Path) -> Path:
+    """One study holding every site's datasets as SITE.DS, built from the sites' own stores (clear ids, no bundle):
+    the slow, obvious reference for the merge."""
+    from crs import records as run_records
+    from crs.store import DatasetTable, Store
+
+    store = Store(str(folder / "store.zarr"), "a")
+    for site, results in sites.items():
+        own = Store(str(results.parent / "store.zarr"), "r")
+        for dataset in own.datasets():
+            t = own.dataset(dataset)
+            attrs = {k: (f"{site}.{v}" if k == "shift_target" else v) for k, v in t.attrs.items()
+                     if k not in bundles.PRIVATE_ATTRS}
+            store.write_dataset(DatasetTable(t.ids, t.labels, t.split, t.group, name=f"{site}.{dataset}",
+                                             attrs=attrs))
+        for encoder in QUALITY:
+            for condition in ("clean", "gaussian_noise@1", "shift:d1_site2", "validation"):
+                values, attrs = own.read_predictions("d1", encoder, condition)
+                renamed = condition.replace("shift:", f"shift:{site}.")
+                store.write_predictions(f"{site}.d1", encoder, renamed, values,
+                                        {k: v for k, v in attrs.items() if k not in ("condition", "commit", "written")})
+        for f in run_records.records_dir(results).glob("*.parquet"):
+            frame = run_records.read_checked(f).with_columns(
+                pl.lit(f"{site}.d1").alias("dataset"),
+                pl.col("condition").str.replace("shift:", f"shift:{site}."))
+            meta = run_records.metadata(f)
+            keep = {run_records.PROVENANCE: meta[run_records.PROVENANCE], run_records.STORE: "../store.zarr"}
+            target = run_records.path(folder / "results", frame["encoder"][0], f"{site}.d1")
+            run_records.write_parquet(target, frame, meta[run_records.GENERATION], keep)
+    return folder / "results"
+
+
+def _numbers_differ(mine: dict, theirs: dict) -> list[str]:
+    """Where two scores.json differ, key by key (provenance, settings and the score run's random generation id
+    aside), so a failure prints quickly."""
+    differ = []
+    for key in sorted(set(mine) | set(theirs)):
+        if key in ("provenance", "settings", "generation"):
+            continue
+        a, b = mine.get(key), theirs.get(key)
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            differ += [f"{key}[{i}].{k}" for i, (x, y) in enumerate(zip(a, b, strict=True)) if isinstance(x, dict)
+                       for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+            differ += [f"{key}[{i}]" for i, (x, y) in enumerate(zip(a, b, strict=True))
+                       if not isinstance(x, dict) and x != y]
+        elif a != b:
+            differ.append(key)
+    return differ
+
+
+def test_two_sites_merged_score_bit_for_bit_as_one_study_of_both(site_a, site_b, bundle_a, bundle_b, tmp_path):
+    merged = score.run(merge.merge([bundle_a, bundle_b], tmp_path / "merged").out, SETTINGS).to_json()
+    study = score.run(_one_study({"site-a": site_a, "site-b": site_b}, tmp_path / "study"), SETTINGS).to_json()
+    assert merged["settings"]["datasets"] == study["settings"]["datasets"] == ["site-a.d1", "site-b.d1"]
+    assert _numbers_differ(merged, study) == []
+    by_site = {r["dataset"]: r for r in merged["per_dataset"] if r["encoder"] == "enc-b"}
+    assert by_site["site-a.d1"] != {**by_site["site-b.d1"], "dataset": "site-a.d1"}  # the sites' numbers differ
+
+    def settings(scored: dict, folder: str) -> str:  # the folders' own paths aside
+        return json.dumps({k: v for k, v in scored["settings"].items() if k != "results"}).replace(folder, "FOLDER")
+
+    assert settings(merged, str(tmp_path / "merged")) == settings(study, str(tmp_path / "study"))
