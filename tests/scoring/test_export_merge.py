@@ -219,10 +219,15 @@ def test_two_sites_merged_score_bit_for_bit_as_one_study_of_both(site_a, site_b,
 
 
 @pytest.fixture(scope="module")
-def merged_ab(bundle_a, bundle_b, tmp_path_factory) -> dict:
+def merged_ab_folder(bundle_a, bundle_b, tmp_path_factory) -> Path:
     out = merge.merge([bundle_a, bundle_b], tmp_path_factory.mktemp("merged") / "ab").out
     score.run(out, SETTINGS)
-    return json.loads((out / "scores" / "scores.json").read_text())
+    return out
+
+
+@pytest.fixture(scope="module")
+def merged_ab(merged_ab_folder) -> dict:
+    return json.loads((merged_ab_folder / "scores" / "scores.json").read_text())
 
 
 def test_a_merged_score_shows_each_sites_profile_beside_the_pooled_one(merged_ab, site_a, site_b):
@@ -284,3 +289,14 @@ def test_the_sites_sentence_when_they_agree_and_when_the_pooled_leader_leads_now
 def test_one_sites_own_scores_have_no_site_section(site_a):
     own = json.loads((site_a / "scores" / "scores.json").read_text())
     assert "sites" not in own and "sites" not in own["verdict"]
+
+
+def test_the_report_of_a_merged_score_has_a_per_site_panel(merged_ab_folder, merged_ab, tmp_path):
+    from crs.scoring import report
+    from crs.scoring.report.sites import sites_html
+
+    report.write_report(merged_ab_folder, tmp_path / "report", quiet=True)
+    text = (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
+    assert "<h2 id='sites'>Sites</h2>" in text and "href='#sites'" in text
+    assert text.count("<table class='board sites'>") == 2 and "Without site-a: enc-b leads (the leader changes)" in text
+    assert sites_html(None) == ""  # one site's own scores: no panel
