@@ -36,6 +36,8 @@ class Bootstrap(NamedTuple):
     unit: str  # the unit resampled: the one asked for, or 'seed' where it fell back
     by_seed: pl.DataFrame  # axes_by_seed with C by the CRS version
     image_method: dict  # per dataset: arrays computed exactly / shared (image bootstrap), else {}
+    x: np.ndarray | None = None  # the replicates' seed means [replicate, encoder, dataset, axis]
+    spread: np.ndarray | None = None  # the same with the seeds resampled by ``variance_scale`` (None: x's)
 
 
 def run_bootstrap(cmp: Comparison, options: ScoreOptions, store, metrics_pass, warnings: list[str]) -> Bootstrap:
@@ -49,7 +51,7 @@ def run_bootstrap(cmp: Comparison, options: ScoreOptions, store, metrics_pass, w
     reps = score_replicates(x_boot, cmp.reference, options.weights, options.crs_version, spread)
     say_if_no_interval(reps, x_boot, cmp.datasets, unit, warnings)
     say_if_few_seeds(len(cmp.seeds), unit, warnings)
-    return Bootstrap(reps, draw, unit, by_seed, image_method)
+    return Bootstrap(reps, draw, unit, by_seed, image_method, x_boot, spread)
 
 
 V2_NEEDS = ("pass --store with the store the probe read, or score by CRS v1 (--crs-version 1), whose C is the "

@@ -36,6 +36,7 @@ from crs.scoring.predictions import MetricsPass, MissingPredictions, ProbeMetric
 from crs.scoring.ranks import compare
 from crs.scoring.replicates import V2_NEEDS, run_bootstrap
 from crs.scoring.scores import METRIC_TABLE, Scores
+from crs.scoring.sites import consortium, tier_of, with_sites
 from crs.scoring.versions import get
 
 __all__ = ["METRIC_TABLE", "Scores", "check_probe_runs", "score"]
@@ -45,7 +46,8 @@ UNITS = ("seed", "image", "both")
 DEFAULT_OPTIONS = ScoreOptions()  # frozen: one instance serves every call that passes none
 
 
-def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, store=None, results=None) -> Scores:
+def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, store=None, results=None,
+          site_of: dict[str, str] | None = None) -> Scores:
     """Score run records by docs/crs-v2.md (``options.crs_version`` "2", the default) or docs/crs-v1.md ("1"): axes,
     q, components, CRS, ranks, bootstrap and tiers. v2's calibration axis is read from the store's test
     probabilities (``calibration_axis``), so v2 needs ``store``.
@@ -54,19 +56,19 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     (dominance, balance, worst_axis), non-negative and summing to 1. Encoders or datasets outside the
     comparison set are dropped and listed in ``settings['excluded']``.
 
-    ``options.bootstrap_unit`` (docs/crs-v1.md section 5): 'both' (the default) resamples seeds and
-    the test images of every dataset at once, 'seed' seeds alone, 'image' test images
-    alone (the same draw for every encoder). 'image' and 'both' need ``store``, a
-    ``crs.store.Store`` with the probe's test probabilities.
-    With a store, the metrics that need probabilities (balanced accuracy, kappa,
-    classwise ECE, AURC, temperature scaling, reliability bins) are computed too, and
-    each encoder's metadata (revision, licence, cost) is read from its embeddings'
-    provenance (``encoder_metadata``). What the store lacks is said in
-    ``settings['warnings']``, and the image bootstrap then falls back to seeds.
+    ``options.bootstrap_unit`` (docs/crs-v1.md section 5): 'both' (the default) resamples seeds and the test images
+    of every dataset at once, 'seed' seeds alone, 'image' test images alone (the same draw for every encoder).
+    'image' and 'both' need ``store``, a ``crs.store.Store`` with the probe's test probabilities. With a store, the
+    metrics that need probabilities (balanced accuracy, kappa, classwise ECE, AURC, temperature scaling,
+    reliability bins) are computed too, and each encoder's metadata (revision, licence, cost) is read from its
+    embeddings' provenance (``encoder_metadata``). What the store lacks is said in ``settings['warnings']``, and
+    the image bootstrap then falls back to seeds.
 
-    ``results``: the folder the run records were read from. With a store, each
-    (encoder, dataset)'s run records and stored probabilities (validation included) must
-    come from one probe run (``crs.records.check_pair``); a mix is refused (exit 2).
+    ``site_of``: dataset -> site, for merged results: adds the per-site section (``crs.scoring.sites``).
+
+    ``results``: the folder the run records were read from. With a store, each (encoder, dataset)'s run records and
+    stored probabilities (validation included) must come from one probe run (``crs.records.check_pair``); a mix is
+    refused (exit 2).
     """
     options = _check_options(records, options, store)
     records, encoders, datasets, excluded = comparison_records(records, options.reference)
@@ -85,8 +87,7 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     found = _from_store(store, cmp, warnings, metrics_pass)
     tables = analysis_tables(cmp, point, boot, options.simplex_step, found)
     settings = settings_of(options, cmp, boot, warnings, x, not_measurable(store, cmp.datasets))
-    settings["notes"] = [*shifted_axis_notes(boot.reps.axis, x.mean(axis=1), cmp.encoders, version=options.crs_version),
-                         *calibration_above_one_notes(x.mean(axis=1), cmp.encoders, options.crs_version)]
+    settings["notes"] = _axis_notes(boot, x, cmp, options.crs_version)
     auroc = x[:, :, AXES.index("discrimination")].mean(axis=1)
     summary = summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference).pipe(
         without_tier, settings["not_measurable"])
@@ -94,18 +95,29 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
                           encoder_metadata(store, cmp.encoders, cmp.datasets))
     plans = settle_plans(cmp, boot, options, point.crs, summary["tier"], settings["test_images"])
     table, health, decided = diagnosed(table, cmp.records, tables, settings, plans)
+    across = None if site_of is None else consortium(boot, x, cmp, options, site_of, point.crs, tier_of(summary))
     return Scores(
         settings=settings,
         encoders=table,
-        per_dataset=per_dataset_table(cmp.encoders, cmp.datasets, x, point, options.weights, means,
-                                      options.crs_version, boot.reps.noise_by_dataset).pipe(
-                                          with_measurable, settings["not_measurable"]),
+        per_dataset=_per_dataset(cmp, x, point, options, means, boot, settings["not_measurable"]),
         rank_comparison=compare(cmp.encoders, auroc, point.crs),
         axes_by_seed=boot.by_seed,
         provenance=provenance.collect(settings),
-        verdict=decided, diagnostics=health,
+        verdict=with_sites(decided, across), diagnostics=health, sites=across,
         **tables,
     )
+
+
+def _axis_notes(boot, x, cmp: Comparison, version: str) -> list[str]:
+    """The notes on axes the bootstrap shifted and on calibration values above 1 (``crs.scoring.caveats``)."""
+    return [*shifted_axis_notes(boot.reps.axis, x.mean(axis=1), cmp.encoders, version=version),
+            *calibration_above_one_notes(x.mean(axis=1), cmp.encoders, version)]
+
+
+def _per_dataset(cmp: Comparison, x, point, options: ScoreOptions, means, boot, unmeasurable) -> pl.DataFrame:
+    """The per-dataset table (``assemble.per_dataset_table``) with the values no probe could measure marked."""
+    return per_dataset_table(cmp.encoders, cmp.datasets, x, point, options.weights, means, options.crs_version,
+                             boot.reps.noise_by_dataset).pipe(with_measurable, unmeasurable)
 
 
 def check_probe_runs(store, results, records: pl.DataFrame) -> None:

@@ -42,6 +42,7 @@ class Scores:
     generation: str = field(default_factory=scoreset.new_generation)
     provenance: dict = field(default_factory=dict)  # crs.provenance.collect(settings)
     verdict: dict | None = None  # crs.scoring.verdict.build(...)
+    sites: dict | None = None  # merged results only: crs.scoring.sites.consortium(...)
 
     def to_json(self) -> dict:
         """Settings, rank comparison, the encoder and per-dataset tables and the comparisons (NaN -> None)."""
@@ -49,6 +50,7 @@ class Scores:
             scope: sorted(g.filter(pl.col("pareto"))["encoder"].to_list())
             for (scope,), g in self.pareto.group_by("scope", maintain_order=True)
         } if self.pareto.height else {}
+        sites = {} if self.sites is None else {"sites": self.sites}  # one site's own scores.json is unchanged
         return _plain(
             {
                 "generation": self.generation,
@@ -64,6 +66,7 @@ class Scores:
                 "calibration_under_shift": self.calibration_shift.to_dicts(),
                 "diagnostics": self.diagnostics.to_dicts(),
                 "shift_targets": shift_targets(self.axes_by_seed, self.robustness),
+                **sites,
             }
         )
 

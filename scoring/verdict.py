@@ -370,6 +370,28 @@ def _set_sentences(v: dict, conf: str) -> list[str]:
     return out
 
 
+def sites_sentence(v: dict) -> str | None:
+    """For merged results (``crs.scoring.sites.with_sites``): which site each leader leads at when the sites disagree,
+    and which left-out site changes the leader; None when they agree and no site changes it."""
+    s = v.get("sites")
+    if not s:
+        return None
+    pooled, out = s["pooled_leader"], []
+    if s["disagree"]:
+        by_leader: dict[str, list[str]] = {}
+        for site, lead in sorted(s["leaders"].items()):
+            by_leader.setdefault(lead, []).append(site)
+        own = by_leader.pop(pooled, None)
+        where = "; ".join(f"{lead} leads at {_listed(sites)}" for lead, sites in sorted(by_leader.items()))
+        at = f"and at {_listed(own)}" if own else "but at no site alone"
+        out.append(f"The sites disagree about the leader: {pooled} leads the pooled score {at}; {where}.")
+    moved = {site: lead for site, lead in sorted(s["leave_one_site_out"].items()) if lead != pooled}
+    out.extend(f"Leaving out {site} makes {lead} the leader." for site, lead in moved.items())
+    if s["disagree"] and s["leave_one_site_out"] and not moved:
+        out.append(f"Leaving out any one site keeps {pooled} the leader.")
+    return " ".join(out) or None
+
+
 def sentences(v: dict) -> list[str]:
     """A few plain sentences that say no more than the numbers in ``v`` (from ``build``)."""
     if not v or v.get("leader") is None:
@@ -383,7 +405,7 @@ def sentences(v: dict) -> list[str]:
         out.extend(_set_sentences(v, conf))
     elif v.get("members") or v.get("behind"):
         out.append("The bootstrap gave no intervals, so this run cannot say which encoders could be the best.")
-    for s in (_collapse_sentence(v), _weight_sentence(v), _reference_sentence(v)):
+    for s in (_collapse_sentence(v), _weight_sentence(v), _reference_sentence(v), sites_sentence(v)):
         if s:
             out.append(s)
     # what else the score says about itself (e.g. axes resting on tied AUROCs: crs.scoring.diagnostics)

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from crs.config import Config, Score, options_record, record_hash
+from crs.errors import BadInput
 from crs.extract import encoders as encreg
 from crs.progress import NO_PROGRESS, Progress
 from crs.stages.datasets import require_measurable_stored
@@ -55,7 +56,7 @@ def run(results: Path, settings: Score, store: str | None = None, pairs: list[tu
     # the scoring code raises BadInput for records or options that do not allow a score; any
     # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
     scores = score_table(table, score_options(settings, reference=ref), store=opened,
-                         results=Path(results))
+                         results=Path(results), site_of=merged_sites(results, table["dataset"].unique().to_list()))
     progress.update(task, visible=False)  # scoring is over: its line ends here, not after the report
     if note:
         scores.settings["warnings"].insert(0, note)
@@ -64,6 +65,27 @@ def run(results: Path, settings: Score, store: str | None = None, pairs: list[tu
     scores.settings["reference_requested"] = settings.reference
     scores.write(Path(results) / "scores", metric_table=Path(results) / METRIC_TABLE)
     return scores
+
+
+def merged_sites(results: Path, datasets: list[str]) -> dict[str, str] | None:
+    """dataset -> site where ``results`` was written by ``crs merge`` (its merge.json lists the sites, and each
+    site's dataset DS is the stratum SITE.DS: ``crs.stages.merge.stratum``); None for one site's own results."""
+    from crs.stages.merge import MERGE_RECORD, stratum
+
+    path = Path(results) / MERGE_RECORD
+    if not path.is_file():
+        return None
+    try:
+        sites = sorted(json.loads(path.read_text(encoding="utf-8"))["sites"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadInput(f"{path} does not read as a merge record ({exc}); merge the bundles again with `crs merge`, "
+                       "or delete it to score the folder as one site's results") from exc
+    owner = {d: s for s in sites for d in datasets if d.startswith(stratum(s, ""))}
+    strays = sorted(set(datasets) - set(owner))
+    if strays:
+        raise BadInput(f"datasets {strays} under {results} belong to none of the merged sites {sites} (each is "
+                       f"SITE.DATASET); score the merged folder as `crs merge` wrote it, without other run records")
+    return owner
 
 
 def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | None]:

@@ -36,6 +36,7 @@ class Inputs:
     generation: str | None = None  # the scores set the report is made from (scores.json's generation)
     verdict: dict | None = None  # scores.json's "verdict" (crs.scoring.verdict.build), which ``load`` requires
     provenance: dict | None = None  # scores.json's "provenance" (crs.provenance.collect)
+    sites: dict | None = None  # scores.json's "sites", merged results only (crs.scoring.sites)
 
     def table(self, name: str) -> pl.DataFrame:
         return self.tables.get(name, pl.DataFrame())
@@ -74,7 +75,8 @@ def load(results: Path) -> Inputs:
         raise MissingScores(f"{folder / 'encoders.parquet'} is missing or empty; re-run "
                             f"`crs score --results {results}`")
     return Inputs(settings=doc["settings"], rank_comparison=doc["rank_comparison"], tables=tables,
-                  generation=doc["generation"], verdict=doc["verdict"], provenance=doc["provenance"] or None)
+                  generation=doc["generation"], verdict=doc["verdict"], provenance=doc["provenance"] or None,
+                  sites=doc.get("sites"))
 
 
 def _check_recorded(doc: dict, folder: Path, results: Path) -> None:

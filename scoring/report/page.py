@@ -25,6 +25,9 @@ from crs.scoring.report.boards import (
 from crs.scoring.report.inputs import Inputs
 from crs.scoring.report.markup import esc, num
 from crs.scoring.report.sections import Drawn, Section, flat_intervals, flat_note
+from crs.scoring.report.sites import ANCHOR as SITES_ANCHOR
+from crs.scoring.report.sites import TITLE as SITES_TITLE
+from crs.scoring.report.sites import sites_html
 
 HTML_NAME = "report.html"
 GENERATION_META = "crs-scores-generation"  # <meta name=...> holding the scores set the page is made from
@@ -161,7 +164,8 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
     main_secs = [x for x in secs if x.key != "appendix"]
     appendix = [x for x in secs if x.key == "appendix"]
     nav = "".join(f"<a href='#{k}'>{esc(t)}</a>" for k, t in
-                  [("verdict", "Verdict"), ("leaderboard-section", "Leaderboard"),
+                  [("verdict", "Verdict"), *([(SITES_ANCHOR, SITES_TITLE)] if inputs.sites else []),
+                   ("leaderboard-section", "Leaderboard"),
                    *[(x.key, x.title) for x in main_secs], ("methods", "Methods"),
                    *[(x.key, "Appendix") for x in appendix]])
     parts = [
@@ -169,6 +173,7 @@ def html(inputs: Inputs, board: pl.DataFrame, per_board: pl.DataFrame, secs: lis
         f"{esc(', '.join(s.get('datasets', [])))}.</p>",
         f"<nav>{nav}</nav>",
         verdict_html(verdict_sentences(inputs)),
+        sites_html(inputs.sites),
         leaderboard_section(inputs, board, per_board, sizes),
         *[_section_html(sec, images) for sec in main_secs],
         "<h2 id='methods'>Methods</h2>" + methods(s, rc),

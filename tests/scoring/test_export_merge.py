@@ -137,3 +137,166 @@ def test_two_sites_merge_into_strata_of_their_own_and_score(site_a, bundle_a, tm
     assert scored.settings["datasets"] == ["site-a.d1", "site-b.d1"]
     records = pl.read_parquet(merged.out / "run_records")
     assert "shift:site-b.d1_site2" in records["condition"].to_list()
+
+
+@pytest.fixture(scope="module")
+def site_b(tmp_path_factory, build_store_fn, save_records_fn) -> Path:
+    return _site(tmp_path_factory.mktemp("site-b"), build_store_fn, save_records_fn, rng_seed=1,
+                 quality={"enc-a": 0.7, "enc-b": 0.85, "enc-c": 0.75})
+
+
+@pytest.fixture(scope="module")
+def bundle_b(site_b, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bundles") / "b"
+    bundles.export(site_b, out, "site-b")
+    return out
+
+
+def _one_study(sites: dict[str, Path], folder: Path) -> Path:
+    """One study holding every site's datasets as SITE.DS, built from the sites' own stores (clear ids, no bundle):
+    the slow, obvious reference for the merge."""
+    from crs import records as run_records
+    from crs.store import DatasetTable, Store
+
+    store = Store(str(folder / "store.zarr"), "a")
+    for site, results in sites.items():
+        own = Store(str(results.parent / "store.zarr"), "r")
+        for dataset in own.datasets():
+            t = own.dataset(dataset)
+            attrs = {k: (f"{site}.{v}" if k == "shift_target" else v) for k, v in t.attrs.items()
+                     if k not in bundles.PRIVATE_ATTRS}
+            store.write_dataset(DatasetTable(t.ids, t.labels, t.split, t.group, name=f"{site}.{dataset}",
+                                             attrs=attrs))
+        for encoder in QUALITY:
+            for condition in ("clean", "gaussian_noise@1", "shift:d1_site2", "validation"):
+                values, attrs = own.read_predictions("d1", encoder, condition)
+                renamed = condition.replace("shift:", f"shift:{site}.")
+                store.write_predictions(f"{site}.d1", encoder, renamed, values,
+                                        {k: v for k, v in attrs.items() if k not in ("condition", "commit", "written")})
+        for f in run_records.records_dir(results).glob("*.parquet"):
+            frame = run_records.read_checked(f).with_columns(
+                pl.lit(f"{site}.d1").alias("dataset"),
+                pl.col("condition").str.replace("shift:", f"shift:{site}."))
+            meta = run_records.metadata(f)
+            keep = {run_records.PROVENANCE: meta[run_records.PROVENANCE], run_records.STORE: "../store.zarr"}
+            target = run_records.path(folder / "results", frame["encoder"][0], f"{site}.d1")
+            run_records.write_parquet(target, frame, meta[run_records.GENERATION], keep)
+    return folder / "results"
+
+
+def _numbers_differ(mine: dict, theirs: dict) -> list[str]:
+    """Where two scores.json differ, key by key (provenance, settings, the score run's random generation id and the
+    merged score's own per-site section aside), so a failure prints quickly."""
+    differ = []
+    for key in sorted(set(mine) | set(theirs)):
+        if key in ("provenance", "settings", "generation", "sites"):
+            continue
+        a, b = mine.get(key), theirs.get(key)
+        if key == "verdict":
+            a = {k: v for k, v in a.items() if k != "sites"}
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            differ += [f"{key}[{i}].{k}" for i, (x, y) in enumerate(zip(a, b, strict=True)) if isinstance(x, dict)
+                       for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+            differ += [f"{key}[{i}]" for i, (x, y) in enumerate(zip(a, b, strict=True))
+                       if not isinstance(x, dict) and x != y]
+        elif a != b:
+            differ.append(key)
+    return differ
+
+
+def test_two_sites_merged_score_bit_for_bit_as_one_study_of_both(site_a, site_b, bundle_a, bundle_b, tmp_path):
+    merged = score.run(merge.merge([bundle_a, bundle_b], tmp_path / "merged").out, SETTINGS).to_json()
+    study = score.run(_one_study({"site-a": site_a, "site-b": site_b}, tmp_path / "study"), SETTINGS).to_json()
+    assert merged["settings"]["datasets"] == study["settings"]["datasets"] == ["site-a.d1", "site-b.d1"]
+    assert _numbers_differ(merged, study) == []
+    by_site = {r["dataset"]: r for r in merged["per_dataset"] if r["encoder"] == "enc-b"}
+    assert by_site["site-a.d1"] != {**by_site["site-b.d1"], "dataset": "site-a.d1"}  # the sites' numbers differ
+
+    def settings(scored: dict, folder: str) -> str:  # the folders' own paths aside
+        return json.dumps({k: v for k, v in scored["settings"].items() if k != "results"}).replace(folder, "FOLDER")
+
+    assert settings(merged, str(tmp_path / "merged")) == settings(study, str(tmp_path / "study"))
+
+
+@pytest.fixture(scope="module")
+def merged_ab_folder(bundle_a, bundle_b, tmp_path_factory) -> Path:
+    out = merge.merge([bundle_a, bundle_b], tmp_path_factory.mktemp("merged") / "ab").out
+    score.run(out, SETTINGS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def merged_ab(merged_ab_folder) -> dict:
+    return json.loads((merged_ab_folder / "scores" / "scores.json").read_text())
+
+
+def test_a_merged_score_shows_each_sites_profile_beside_the_pooled_one(merged_ab, site_a, site_b):
+    sites = merged_ab["sites"]
+    assert sites["pooled_leader"] == merged_ab["verdict"]["leader"]
+    assert [p["site"] for p in sites["sites"]] == ["site-a", "site-b"]
+    assert [p["datasets"] for p in sites["sites"]] == [["site-a.d1"], ["site-b.d1"]]
+    for profile, results in zip(sites["sites"], (site_a, site_b), strict=True):
+        own = {e["encoder"]: e for e in json.loads((results / "scores" / "scores.json").read_text())["encoders"]}
+        for row in profile["encoders"]:
+            assert row["crs_low"] <= row["crs"] <= row["crs_high"]
+            # the image bootstrap draws the first stratum's images first, so site A's draws are its own and its
+            # profile is its own score; site B's images are drawn after A's, other draws of the same images
+            if profile["site"] == "site-a":
+                assert (row["crs"], row["crs_low"]) == (own[row["encoder"]]["crs"], own[row["encoder"]]["crs_low"])
+            assert row["crs"] == pytest.approx(own[row["encoder"]]["crs"], abs=1.0)
+    leader = {r["encoder"]: r for r in sites["sites"][1]["encoders"]}[sites["pooled_leader"]]
+    assert (leader["crs_diff"], leader["crs_diff_low"], leader["crs_diff_high"]) == (0.0, 0.0, 0.0)
+    for profile in sites["sites"]:
+        for row in profile["encoders"]:
+            assert row["crs_diff_low"] <= row["crs_diff"] <= row["crs_diff_high"]
+
+
+def test_leaving_one_of_two_sites_out_is_the_other_sites_profile(merged_ab):
+    sites = merged_ab["sites"]
+    profiles = {p["site"]: p for p in sites["sites"]}
+    for left in sites["leave_one_site_out"]:
+        other = profiles["site-b" if left["site"] == "site-a" else "site-a"]
+        assert (left["leader"], left["tier"]) == (other["leader"], other["tier"])
+        assert left["crs"] == {r["encoder"]: r["crs"] for r in other["encoders"]}[left["leader"]]
+        assert left["leader_changes"] == (left["leader"] != sites["pooled_leader"])
+
+
+def test_the_verdict_says_when_the_sites_disagree_about_the_leader(merged_ab):
+    from crs.scoring import verdict
+
+    leaders = {p["site"]: p["leader"] for p in merged_ab["sites"]["sites"]}
+    assert leaders == {"site-a": "enc-c", "site-b": "enc-b"} and merged_ab["verdict"]["leader"] == "enc-c"
+    assert merged_ab["sites"]["sites_disagree"] and merged_ab["verdict"]["sites"]["disagree"]
+    said = " ".join(verdict.sentences(merged_ab["verdict"]))
+    assert ("The sites disagree about the leader: enc-c leads the pooled score and at site-a; enc-b leads at "
+            "site-b.") in said
+    assert "Leaving out site-a makes enc-b the leader." in said
+
+
+def test_the_sites_sentence_when_they_agree_and_when_the_pooled_leader_leads_nowhere():
+    from crs.scoring.verdict import sites_sentence
+
+    agree = {"sites": {"pooled_leader": "a", "disagree": False, "leaders": {"x": "a", "y": "a"},
+                       "leave_one_site_out": {"x": "a", "y": "a"}}}
+    assert sites_sentence(agree) is None
+    nowhere = {"sites": {"pooled_leader": "a", "disagree": True, "leaders": {"x": "b", "y": "c", "z": "b"},
+                         "leave_one_site_out": {"x": "a", "y": "a", "z": "a"}}}
+    assert sites_sentence(nowhere) == ("The sites disagree about the leader: a leads the pooled score but at no "
+                                       "site alone; b leads at x and z; c leads at y. Leaving out any one site keeps "
+                                       "a the leader.")
+
+
+def test_one_sites_own_scores_have_no_site_section(site_a):
+    own = json.loads((site_a / "scores" / "scores.json").read_text())
+    assert "sites" not in own and "sites" not in own["verdict"]
+
+
+def test_the_report_of_a_merged_score_has_a_per_site_panel(merged_ab_folder, merged_ab, tmp_path):
+    from crs.scoring import report
+    from crs.scoring.report.sites import sites_html
+
+    report.write_report(merged_ab_folder, tmp_path / "report", quiet=True)
+    text = (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
+    assert "<h2 id='sites'>Sites</h2>" in text and "href='#sites'" in text
+    assert text.count("<table class='board sites'>") == 2 and "Without site-a: enc-b leads (the leader changes)" in text
+    assert sites_html(None) == ""  # one site's own scores: no panel
