@@ -1,6 +1,7 @@
 """What the local pipeline writes for an image does not depend on how the run was cut: batch sizes 2 and
-5, 0 and 2 DataLoader workers give the same store, bit for bit, also where a batch spans several conditions (the null encoder: each embedding a
-function of its own image only, so any change in an image as perturbed shows). JPEG, which runs in the
+5, 0 and 2 DataLoader workers give the same store, bit for bit, also where a batch spans several conditions
+(the null encoder: each embedding a function of its own image only, so any change in an image as perturbed
+shows). JPEG, which runs in the
 workers, gives the images ``perturb.apply`` gives on the main thread; the stage timer fills every stage."""
 
 import numpy as np
