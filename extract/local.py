@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -144,16 +145,58 @@ def run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress
             need = units[item.j]
             for i, _ in need:
                 jobs[i][0].summary.decodes += len(item.images)
+            pending: dict[int, list] = {i: [] for i, _ in need}  # job -> [(condition, groups)] not yet embedded
             for cond, groups in unit_conditions(first[item.j], item.images, device, conds[item.j], item.host, timer):
                 for i, u in need:
                     if cond in u.conds:
-                        writer.put(embeds[i].plan.arrays[cond], item.j, embeds[i](groups, buffers, timer))
+                        pending[i].append((cond, groups))
+                        if _images(pending[i]) >= embeds[i].embed.batch:
+                            _flush(embeds[i], pending[i], item.j, buffers, writer, timer)
+            for i, _ in need:
+                _flush(embeds[i], pending[i], item.j, buffers, writer, timer)
     finally:
         writer.close()  # what was embedded is committed, also on Ctrl-C (or SIGTERM, which the CLI makes one)
     for e in embeds:  # the device work is done (the writer waited for every copy)
         e.plan.summary.forward_seconds += e.clock.seconds("forward")
         e.plan.summary.batch = e.embed.batch
         timer.add("forward", e.clock.seconds("forward"))
+
+
+def _images(pending: list) -> int:
+    return sum(len(pos) for _, groups in pending for pos, _ in groups)
+
+
+def _flush(embedding, pending: list, j: int, buffers: HostBuffers, writer: _Writer, timer) -> None:
+    """Embed the ``pending`` conditions of unit ``j`` for one encoder and hand each to the writer; empties it."""
+    for cond, staged in embedding(pending, buffers, timer):
+        writer.put(embedding.plan.arrays[cond], j, staged)
+    pending.clear()
+
+
+def _layout(x: torch.Tensor) -> tuple | None:
+    """What tensors must share to go through the encoder as one: image shape and memory layout (the layout
+    orders the encoder's float sums); None for a layout ``torch.cat`` would not keep."""
+    if x.is_contiguous():
+        return tuple(x.shape[1:]), "contiguous"
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return tuple(x.shape[1:]), "channels_last"
+    return None
+
+
+def forward_together(embed, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``embed`` of each of ``xs`` ([m_i, 3, S, S]), those of one shape and memory layout concatenated into
+    one call, so that small sets of images (a condition of a few test rows) fill the encoder's batches."""
+    out: list = [None] * len(xs)
+    together: dict = {}
+    for k, x in enumerate(xs):
+        key = _layout(x)
+        together.setdefault(key if key is not None else ("alone", k), []).append(k)
+    for ks in together.values():
+        parts = [xs[k] for k in ks]
+        y = embed(parts[0] if len(parts) == 1 else torch.cat(parts))
+        for k, part in zip(ks, y.split([len(p) for p in parts])):
+            out[k] = part
+    return out
 
 
 class _Embedding(NamedTuple):
@@ -165,17 +208,21 @@ class _Embedding(NamedTuple):
     progress: object
     task: object  # the encoder's progress task: one step per array chunk written (a chunk of one condition)
 
-    def __call__(self, groups, buffers: HostBuffers, timer) -> Staged:
-        """Embed one condition of a unit; its rows start on their way to the host."""
+    def __call__(self, conds: list, buffers: HostBuffers, timer) -> Iterator[tuple[str, Staged]]:
+        """Embed conditions of a unit ((condition, groups) each) in as few forward passes as their shapes
+        allow; yields each condition with its rows on their way to the host (the caller hands each to the
+        writer before the next takes a host buffer)."""
+        flat = [(c, pos, x) for c, (_, groups) in enumerate(conds) for pos, x in groups]
         with self.clock.span("forward"):
-            parts = [(pos, self.embed(x)) for pos, x in groups]
-        staged = buffers.stage(parts, timer)
+            ys = forward_together(self.embed, [x for _, _, x in flat])
         summary = self.plan.summary
-        summary.chunks_written += 1
-        summary.forward_images += sum(len(pos) for pos, _ in groups)
-        if self.task is not None:
-            self.progress.advance(self.task)
-        return staged
+        for c, (cond, groups) in enumerate(conds):
+            staged = buffers.stage([(pos, y) for (k, pos, _), y in zip(flat, ys) if k == c], timer)
+            summary.chunks_written += 1
+            summary.forward_images += sum(len(pos) for pos, _ in groups)
+            if self.task is not None:
+                self.progress.advance(self.task)
+            yield cond, staged
 
 
 def _task(progress, plan):

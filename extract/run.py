@@ -14,9 +14,9 @@ committed, and committed ones found damaged), so a re-run also repairs damaged c
 
 Commits, in this order within a unit: its decoding failures (into the dataset's failures
 table), then each (chunk, condition) with its done flag as soon as that condition is
-embedded. A kill therefore loses at most one (chunk, condition) of forward passes and the
-unit's decoding, never a failure whose chunk is marked done; and the half-written files a
-kill leaves (Zarr's ``*.partial``) are removed at the next start, under the locks.
+embedded. A kill therefore loses at most one forward call's conditions (one, or the few whose
+test rows share a batch locally) and the unit's decoding, never a failure whose chunk is marked
+done; and the half-written files a kill leaves (Zarr's ``*.partial``) are removed at the next start, under the locks.
 
 Throughput: units are decoded ahead by DataLoader workers (``workers``; pinned memory
 and non-blocking copies on CUDA), which also run the perturbations whose codec stays on the

@@ -1,6 +1,7 @@
 """What the local pipeline writes for an image does not depend on how the run was cut: batch sizes 2 and
-5, 0 and 2 DataLoader workers give the same store, bit for bit (the null encoder: each embedding a
-function of its own image only, so any change in an image as perturbed shows). JPEG, which runs in the
+5, 0 and 2 DataLoader workers give the same store, bit for bit, also where a batch spans several conditions
+(the null encoder: each embedding a function of its own image only, so any change in an image as perturbed
+shows). JPEG, which runs in the
 workers, gives the images ``perturb.apply`` gives on the main thread; the stage timer fills every stage."""
 
 import numpy as np
@@ -9,6 +10,7 @@ import torch
 
 from crs.conditions import parse
 from crs.extract import datasets, encoders, perturb, units
+from crs.extract.local import forward_together
 from crs.extract.run import extract
 from crs.extract.timing import STAGES, StageTimes
 from crs.store import Store
@@ -28,7 +30,9 @@ def _store(path, **kw):
 def test_batch_size_and_worker_count_change_nothing(tmp_path):
     base = _store(tmp_path / "b2w0.zarr", batch=2, workers=0)
     assert any("jpeg" in c for _, _, c in base) and len(base) > 2
-    for name, kw in (("b5w0", dict(batch=5, workers=0)), ("b2w2", dict(batch=2, workers=2))):
+    runs = (("b5w0", dict(batch=5, workers=0)), ("b2w2", dict(batch=2, workers=2)),
+            ("b64w0", dict(batch=64, workers=0)))  # 64: a unit's conditions share forward passes
+    for name, kw in runs:
         other = _store(tmp_path / f"{name}.zarr", **kw)
         assert other.keys() == base.keys()
         for k in base:
@@ -63,3 +67,20 @@ def test_the_stage_timer_fills_every_stage_it_can_on_the_cpu(tmp_path):
     assert all(got[s] > 0 for s in ("decode", "host_perturb", "host_to_device", "device_perturb", "forward",
                                     "store_write")), got
     assert run.forward_seconds == pytest.approx(stages.totals()["forward"])
+
+
+def test_conditions_of_one_shape_and_layout_go_through_the_encoder_together():
+    calls = []
+
+    def embed(x):
+        calls.append(len(x))
+        return x.flatten(1)[:, :5] * 2
+
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.rand(n, 3, 4, 4, generator=g) for n in (2, 3)]
+    xs.append(torch.rand(4, 4, 4, 3, generator=g).permute(0, 3, 1, 2))  # channels last: not mixed with the others
+    xs.append(torch.rand(1, 3, 6, 6, generator=g))  # another size
+    out = forward_together(embed, xs)
+    assert sorted(calls) == [1, 4, 5]
+    for x, y in zip(xs, out):
+        torch.testing.assert_close(y, embed(x), rtol=0, atol=0)
