@@ -24,9 +24,9 @@ import time
 
 def passes(severities: tuple[int, ...], size: float) -> int:
     """Forward passes per encoder over the demo's datasets and shift target."""
-    from crs import config as cfgmod
     from crs.extract import perturb
     from crs.extract.synthetic import dataset as synthetic
+    from crs.foundations import config as cfgmod
 
     demo = cfgmod.parse(cfgmod.EXAMPLE)
     names = list(demo.datasets.names)

@@ -502,7 +502,7 @@ DEMO_L2 = (1e-3, 1e-2, 1e-1, 1.0)
 
 def small_pairs(store_path: str | None, seeds):
     """The nine pairs: [(name, task, K, Xtr, ytr, Xte, yte, order, sizes)], standardised as crs probe does."""
-    from crs.config import DEFAULT_FRACTIONS
+    from crs.foundations.config import DEFAULT_FRACTIONS
     from crs.probe import subsets
 
     out = []

@@ -72,7 +72,7 @@ STORELESS = "1"  # the CRS version of the parts that score run records without a
 
 
 def run_table(n_encoders: int = 15, n_seeds: int = 5, rng_seed: int = 0) -> pl.DataFrame:
-    from crs.records import COLUMNS
+    from crs.foundations.records import COLUMNS
 
     rng = np.random.default_rng(rng_seed)
     conditions = [f"{f}@{v}" for f in FAMILIES for v in range(1, 6)][:68]
@@ -147,7 +147,7 @@ def write_cost(scores, repeats: int = 5) -> tuple[float, float]:
     """(seconds per set write, seconds per write of the same files one atomic rename each), medians."""
     from pathlib import Path
 
-    from crs.files import atomic_write
+    from crs.foundations.files import atomic_write
 
     def per_file(out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
@@ -258,7 +258,7 @@ BENCH_GENERATION = "bench"  # the probe generation the benchmark's predictions a
 def save_records(results, table: pl.DataFrame) -> None:
     """Run records as ``crs probe`` leaves them: a file per (encoder, dataset) with every column (those the
     benchmark does not compute null), its digest, generation and probe settings."""
-    from crs import records as run_records
+    from crs.foundations import records as run_records
 
     table = table.with_columns(pl.lit(None, getattr(pl, dtype)).alias(name)
                                for name, (dtype, _) in run_records.COLUMNS.items() if name not in table.columns)
@@ -279,7 +279,7 @@ def paper_store(path: str, n_encoders: int = 15, n_seeds: int = 5, n_perturbed: 
     seed's fraction-1 probe is one probe, so its arrays are the same for every seed. No probe is
     fitted: the run records' AUROC and ECE are computed from these probabilities.
     """
-    from crs.records import COLUMNS
+    from crs.foundations.records import COLUMNS
     from crs.store import Store
 
     rng = np.random.default_rng(rng_seed)
@@ -299,7 +299,7 @@ def paper_store(path: str, n_encoders: int = 15, n_seeds: int = 5, n_perturbed: 
 def _paper_split(store, rng, ds: str, n: int, k: int, task: str, ordinal: bool, shift: str | None):
     """Write dataset ``ds`` (n test, n/2 validation, 8 training images); (test target, test known,
     validation target)."""
-    from crs.labels import targets
+    from crs.foundations.labels import targets
     from crs.store import SPLIT_CODE, DatasetTable
 
     n_val, n_train = n // 2, 8
@@ -324,7 +324,7 @@ def _paper_split(store, rng, ds: str, n: int, k: int, task: str, ordinal: bool, 
 
 def _paper_encoder(store, rng, name: str, enc: str, task: str, n_seeds: int, conditions, splits) -> dict:
     """Write one encoder's predictions on dataset ``name``; {condition: (probs, target, known)} of its test arrays."""
-    from crs import forms
+    from crs.foundations import forms
 
     (target, known, val_target), (s_target, s_known, _) = splits[name], splits[f"{name}_site2"]
     meta = {"seeds": list(range(n_seeds)), "classes": [f"c{i}" for i in range(target.shape[1])],
@@ -464,8 +464,8 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
     import os
     from pathlib import Path
 
-    from crs import records as run_records
-    from crs.config import Score
+    from crs.foundations import records as run_records
+    from crs.foundations.config import Score
     from crs.scoring import analysis, metrics, predictions, replicates, resample, run, scoreset, temperature, verdict
     from crs.scoring.predictions import image_bootstrap, read, stored_metrics
     from crs.stages import score as score_stage

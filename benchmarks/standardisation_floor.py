@@ -27,7 +27,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss, roc_auc_score
 
-from crs.config import DEFAULT_L2
+from crs.foundations.config import DEFAULT_L2
 from crs.probe.run import feature_scales, live_features, tie_share
 
 K, HEALTHY, DEAD = 5, 64, 20

@@ -1,6 +1,6 @@
 """The ``crs`` command line: the typer app and its commands, registered from ``crs.commands``.
 
-A leaf: each command parses its options (made from the settings schema, ``crs.options``), calls a
+A leaf: each command parses its options (made from the settings schema, ``crs.commands.options``), calls a
 stage of ``crs.stages`` and prints. Heavy libraries (torch, jax) are imported inside the stages, so
 ``crs --help`` is instant. Exit codes: ``crs.commands.exits``.
 """
@@ -14,10 +14,10 @@ from typing import Annotated
 
 import typer
 
-from crs import provenance
 from crs.commands import bundle, datasets, extract, listings, perturbations, probe, run, score, store
 from crs.commands.exits import on_sigterm
-from crs.errors import BadInput
+from crs.foundations import provenance
+from crs.foundations.errors import BadInput
 
 __all__ = ["BadInput", "app", "main"]
 

@@ -17,22 +17,22 @@ from typing import Protocol
 
 import numpy as np
 
-from crs.errors import BadInput
 from crs.extract import real, synthetic, targets
 from crs.extract.options import DatasetOptions
 from crs.extract.real import DatasetError
 from crs.extract.table import Table, check_unique
-from crs.labels import check_task
+from crs.foundations.errors import BadInput
+from crs.foundations.labels import check_task
 
 
 class Dataset(Protocol):
     """What every dataset offers (``synthetic.SyntheticDataset``, ``real.FileDataset``)."""
 
     name: str  # the store name (``csv:PATH`` -> the file's stem)
-    task: str  # a crs.labels.Task value: 'multiclass' | 'multilabel'
+    task: str  # a crs.foundations.labels.Task value: 'multiclass' | 'multilabel'
     classes: tuple[str, ...]
     ordinal: bool
-    modality: str | None  # one of crs.names.MODALITIES: selects the perturbation suite
+    modality: str | None  # one of crs.foundations.names.MODALITIES: selects the perturbation suite
     shift_target: str | None  # store name of the dataset whose test rows are this one's shift condition
     shift_spec: str | None  # the shift target as the user named it, where that differs (csv:PATH)
     description: str

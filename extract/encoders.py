@@ -43,7 +43,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

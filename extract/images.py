@@ -28,7 +28,7 @@ import stat
 import numpy as np
 from PIL import Image
 
-from crs.errors import UserError
+from crs.foundations.errors import UserError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 MAX_RESIZED = 1 << 24  # pixels of the shorter-side-resized image above which only the crop is resampled

@@ -11,7 +11,6 @@ from typing import NamedTuple
 
 import torch
 
-from crs.conditions import CLEAN, parse
 from crs.extract.cost import device_name
 from crs.extract.timing import UNTIMED, DeviceClock
 from crs.extract.units import (
@@ -27,6 +26,7 @@ from crs.extract.units import (
     unit_conditions,
     unit_failures,
 )
+from crs.foundations.conditions import CLEAN, parse
 from crs.store import Store
 
 

@@ -7,7 +7,7 @@ one draw to the next, so an image gets the same values whatever batch, position,
 count or device it lands in, and a batch is drawn as one tensor expression on its own device:
 no generator object, no host-side draw, no copy back to the host.
 
-The hash (``GENERATOR`` in ``crs.names.PERTURBATION_GENERATORS``):
+The hash (``GENERATOR`` in ``crs.foundations.names.PERTURBATION_GENERATORS``):
 
     h(i) = lowbias32(k0 + g * i  mod 2**32)
 

@@ -3,7 +3,7 @@
 ``ExtractOptions`` is what ``crs.extract.run.extract_many`` takes (its ``ray`` field a
 ``RayOptions`` for ``--executor ray``); ``DatasetOptions`` is how
 ``crs.extract.datasets.get`` opens a dataset. ``from_config`` builds each from a
-``crs.config.Config``, so the command line, the TOML file and the stages pass one value
+``crs.foundations.config.Config``, so the command line, the TOML file and the stages pass one value
 made from the schema's fields, not a list kept in step by hand. Defaults are the schema's.
 """
 
@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from crs.names import SEVERITIES
+from crs.foundations.names import SEVERITIES
 
 EXECUTORS = ("local", "ray")
 DEFAULT_IMAGE_SIZE = 512  # a file-based dataset's decoded side (crs.extract.real)
@@ -63,7 +63,7 @@ class ExtractOptions:
 
     @classmethod
     def from_config(cls, cfg) -> ExtractOptions:
-        """The options of ``cfg`` (a ``crs.config.Config``): its extract, encoders and datasets sections."""
+        """The options of ``cfg`` (a ``crs.foundations.config.Config``): its extract, encoders and datasets sections."""
         ex, enc = cfg.extract, cfg.encoders
         ray = RayOptions(address=ex.address, actors=ex.actors) if ex.executor == "ray" else None
         return cls(size=cfg.datasets.size, chunk=ex.chunk, batch=ex.batch,
@@ -106,7 +106,7 @@ class DatasetOptions:
 
     @classmethod
     def from_config(cls, cfg) -> DatasetOptions:
-        """The options of ``cfg``'s datasets section (a ``crs.config.Config``)."""
+        """The options of ``cfg``'s datasets section (a ``crs.foundations.config.Config``)."""
         ds = cfg.datasets
         return cls(roots=dict(ds.roots), image_root=ds.image_root, uncertain=ds.uncertain, modality=ds.modality,
                    shift_target=ds.shift_target, findings=ds.findings,

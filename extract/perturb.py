@@ -43,10 +43,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple
 
-from crs.conditions import parse, perturbed
-from crs.errors import BadInput, UserError
 from crs.extract import image_ops
-from crs.names import MODALITIES, PERTURBATION_GENERATORS, SEVERITIES
+from crs.foundations.conditions import parse, perturbed
+from crs.foundations.errors import BadInput, UserError
+from crs.foundations.names import MODALITIES, PERTURBATION_GENERATORS, SEVERITIES
 
 if TYPE_CHECKING:
     import torch
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from crs.extract import noise
 
 
-# the generator of every random draw (``crs.extract.noise``); ``crs.names.PERTURBATION_GENERATORS`` lists
+# the generator of every random draw (``crs.extract.noise``); ``crs.foundations.names.PERTURBATION_GENERATORS`` lists
 # it after the ones before it, whose draws a store may still hold
 GENERATOR = PERTURBATION_GENERATORS[-1]
 

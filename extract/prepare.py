@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from crs import provenance
-from crs.conditions import CLEAN, parse
 from crs.extract import perturb
 from crs.extract.cost import model_cost
 from crs.extract.encoders import EncoderSpec
 from crs.extract.models import load, pick_device
 from crs.extract.options import ExtractOptions
 from crs.extract.units import ExtractSummary, Plan, Unit
-from crs.names import SPLIT_CODE
-from crs.provenance import now
+from crs.foundations import provenance
+from crs.foundations.conditions import CLEAN, parse
+from crs.foundations.names import SPLIT_CODE
+from crs.foundations.provenance import now
 from crs.store import DatasetTable, EmbeddingShape, StoreError, dataset_lock, store_order
 from crs.store.zarr_store import set_attrs
 

@@ -31,7 +31,6 @@ from collections import deque
 
 import torch
 
-from crs.errors import CrsError, UserError
 from crs.extract.cost import device_name, model_cost
 from crs.extract.models import load, pick_device
 from crs.extract.options import ExtractOptions, RayOptions
@@ -46,6 +45,7 @@ from crs.extract.units import (
     unit_conditions,
     unit_failures,
 )
+from crs.foundations.errors import CrsError, UserError
 from crs.store import Store
 
 IN_FLIGHT_PER_ACTOR = 2  # one unit decoding while the other runs on the device

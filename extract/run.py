@@ -162,7 +162,7 @@ def _run_units(store, plan, ds, options: ExtractOptions, progress) -> tuple[floa
 
 def _is_partial(name: str) -> bool:
     """A file a killed writer left half-written: Zarr's local store writes ``KEY.<uuid4 hex>.partial``
-    and renames it over KEY; ``crs.files.atomic_write`` writes ``.NAME.<random>.tmp``."""
+    and renames it over KEY; ``crs.foundations.files.atomic_write`` writes ``.NAME.<random>.tmp``."""
     return name.endswith(".partial") or (name.startswith(".") and name.endswith(".tmp"))
 
 

@@ -11,12 +11,12 @@ in that order becomes a split:
   in the running count of images falls at a phase ``(position / 10 + offset) mod 1`` and
   the phase picks the split: [0, 0.7) train, [0.7, 0.8) val, [0.8, 1) test for the
   default 70/10/20. Each run of ten consecutive images holds the split shares exactly.
-  Strata: the group's rarest row stratum (``crs.strata.rarity_strata``: multiclass, its
+  Strata: the group's rarest row stratum (``crs.foundations.strata.rarity_strata``: multiclass, its
   class; multilabel, the rarest finding the row is positive for, or none). Vectorised: no
   Python loop over rows or groups.
 * ``deal_split`` (the built-in synthetic datasets, at most a few thousand groups): each
   group goes to the split furthest below its target share of the images dealt so far.
-  Strata are given by the caller (crs.extract.synthetic: ``crs.strata.finding_set_strata``,
+  Strata are given by the caller (crs.extract.synthetic: ``crs.foundations.strata.finding_set_strata``,
   the group's class, or the exact set of findings it is positive for). It stays a second
   rule because the synthetic datasets' splits are part of what every stored demo run is
   compared against; the phase rule, its strata or its random stream would move them.
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from crs.strata import rarity_strata
+from crs.foundations.strata import rarity_strata
 
-FRACTIONS = (0.7, 0.1, 0.2)  # train, val, test (crs.names.SPLITS)
+FRACTIONS = (0.7, 0.1, 0.2)  # train, val, test (crs.foundations.names.SPLITS)
 
 
 def group_split(groups: np.ndarray, labels: np.ndarray, seed: int,

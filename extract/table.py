@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from crs.table import Table  # one definition, shared with the store (its DatasetTable adds name and attributes)
+from crs.foundations.table import (
+    Table,  # one definition, shared with the store (its DatasetTable adds name and attributes)
+)
 
 __all__ = ["Table", "check_unique", "registry"]
 

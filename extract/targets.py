@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from crs.extract.table import Table
-from crs.names import SPLIT_CODE
+from crs.foundations.names import SPLIT_CODE
 
 TEST = SPLIT_CODE["test"]
 

@@ -19,12 +19,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from crs.conditions import CLEAN, parse
-from crs.errors import UserError
 from crs.extract import perturb
 from crs.extract.encoders import EncoderSpec
 from crs.extract.images import ImageError
 from crs.extract.timing import UNTIMED
+from crs.foundations.conditions import CLEAN, parse
+from crs.foundations.errors import UserError
 from crs.store import Store, dataset_lock
 
 

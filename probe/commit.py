@@ -1,4 +1,4 @@
-"""Writing one probe run: one generation (``crs.records``) of predictions, probe selection,
+"""Writing one probe run: one generation (``crs.foundations.records``) of predictions, probe selection,
 label subsets, then the run records, which commit it.
 """
 
@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 import polars as pl
 
-from crs import forms
-from crs import provenance as tool
-from crs import records as run_records
-from crs.names import VALIDATION
+from crs.foundations import forms
+from crs.foundations import provenance as tool
+from crs.foundations import records as run_records
+from crs.foundations.names import VALIDATION
 from crs.probe.options import ProbeOptions
 from crs.store import Store
 from crs.store.location import local_path
@@ -26,7 +26,8 @@ SELECTION_DIR = run_records.SELECTION_DIR
 SUBSETS_DIR = "subsets"
 
 
-PROVENANCE_KEY = run_records.PROVENANCE  # run-record Parquet metadata: json of crs.provenance.collect(probe settings)
+# run-record Parquet metadata: json of crs.foundations.provenance.collect(probe settings)
+PROVENANCE_KEY = run_records.PROVENANCE
 
 
 def records_path(results: Path, encoder: str, dataset: str) -> Path:
@@ -40,7 +41,7 @@ def subsets_path(results, dataset: str) -> Path:
 def made_by(store: Store, results, options: ProbeOptions) -> dict:
     """What the stored predictions record of the run that made them, so that a repair command can name it
     whole (``crs.store.repair.probe_command``): the results folder (relative to a local store, so that
-    the two moved together still match), and the settings in the schema's names (``crs.config.Probe``).
+    the two moved together still match), and the settings in the schema's names (``crs.foundations.config.Probe``).
     Seeds are a count there (0..n-1); other seeds have no flag to name them."""
     o = options
     settings = {"fractions": list(o.fractions), "l2": list(o.l2), "select_by": o.select_by, "tol": o.tol,
@@ -53,7 +54,7 @@ def made_by(store: Store, results, options: ProbeOptions) -> dict:
 
 
 def run_provenance(options: ProbeOptions, head_options: dict) -> dict:
-    """``crs.provenance.collect`` of this probe run's settings (JSON-safe)."""
+    """``crs.foundations.provenance.collect`` of this probe run's settings (JSON-safe)."""
     o = options
     settings = {"head": o.head, "seeds": list(o.seeds), "fractions": list(o.fractions), "l2": list(o.l2),
                 "select_by": o.select_by}
@@ -70,7 +71,8 @@ class Outputs(NamedTuple):
     selection: pl.DataFrame  # ``selection_frame``
     drawn: pl.DataFrame  # the label subsets (``subsets_frame``)
     records: pl.DataFrame  # the run records
-    provenance: dict | None = None  # the run records' ``crs_provenance`` (default: ``crs.provenance.collect()``)
+    # the run records' ``crs_provenance`` (default: ``crs.foundations.provenance.collect()``)
+    provenance: dict | None = None
 
 
 def commit(store: Store, results: Path, model: str, dataset: str, outputs: Outputs) -> Path:
@@ -96,6 +98,6 @@ def commit(store: Store, results: Path, model: str, dataset: str, outputs: Outpu
 
 def _store_from(store: Store, results: Path) -> str:
     """The store as the run records name it: relative to the results folder where both are local, so that
-    the two moved together still match (``crs.records.STORE``)."""
+    the two moved together still match (``crs.foundations.records.STORE``)."""
     here = local_path(store.path)
     return os.path.relpath(Path(here).resolve(), Path(results).resolve()) if here else store.path

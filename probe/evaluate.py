@@ -11,12 +11,12 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from crs.names import VALIDATION
+from crs.foundations.names import VALIDATION
+from crs.foundations.records import COLUMNS
 from crs.probe import padded, subsets
 from crs.probe.heads import Fitted
 from crs.probe.inputs import EvalSet, Split
 from crs.probe.problem import TrainingSet
-from crs.records import COLUMNS
 from crs.store import StoreError
 
 

@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crs.config import DEFAULT_HIDDEN  # noqa: F401 (the one schema's default, re-exported)
-from crs.errors import BadInput
+from crs.foundations.config import DEFAULT_HIDDEN  # noqa: F401 (the one schema's default, re-exported)
+from crs.foundations.errors import BadInput
 from crs.probe.problem import TrainingSet  # noqa: F401 (re-exported: what every head fits on)
 
 
@@ -136,5 +136,5 @@ def _hidden(v) -> int:
 
 register(Head("mlp", _fit_mlp, options={"hidden": _hidden, "mlp_settings": _same}, recorded=("hidden",)))
 
-# The settings check `[probe] head` and `--head` against crs.names.HEADS without importing JAX;
+# The settings check `[probe] head` and `--head` against crs.foundations.names.HEADS without importing JAX;
 # a head registered here must be named there too (tests/probe/test_heads.py checks both ways).

@@ -12,9 +12,9 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from crs.conditions import CLEAN, shift
-from crs.labels import targets
-from crs.names import SPLIT_CODE
+from crs.foundations.conditions import CLEAN, shift
+from crs.foundations.labels import targets
+from crs.foundations.names import SPLIT_CODE
 from crs.probe import subsets
 from crs.probe.problem import TrainingSet
 from crs.probe.standardise import feature_scales, live_features
@@ -22,7 +22,7 @@ from crs.store import Store, StoreError
 
 
 def float_targets(labels: np.ndarray, task: str, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """``crs.labels.targets`` in the probe's dtype: targets T [n, K] and known-mask [n, K], float32."""
+    """``crs.foundations.labels.targets`` in the probe's dtype: targets T [n, K] and known-mask [n, K], float32."""
     T, known = targets(labels, task, n_classes)
     return T.astype(np.float32), known.astype(np.float32)
 

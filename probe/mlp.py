@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from crs.labels import check_task
+from crs.foundations.labels import check_task
 from crs.probe import core
 from crs.probe.problem import TrainingSet
 

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from crs.labels import check_task
+from crs.foundations.labels import check_task
 from crs.probe.blocks import block_logits, plan_blocks, split_params
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crs.config import DEFAULT_FRACTIONS, DEFAULT_HIDDEN, DEFAULT_L2, DEFAULT_N_SEEDS
+from crs.foundations.config import DEFAULT_FRACTIONS, DEFAULT_HIDDEN, DEFAULT_L2, DEFAULT_N_SEEDS
 
 DEFAULT_SEEDS = tuple(range(DEFAULT_N_SEEDS))
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from crs.labels import check_task
+from crs.foundations.labels import check_task
 from crs.probe.objective import inside_subsets, static_sizes
 from crs.probe.schedule import ONE_BLOCK_BELOW
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from crs.labels import check_task
+from crs.foundations.labels import check_task
 from crs.probe import padded
 from crs.probe.padded import shape_bucket
 

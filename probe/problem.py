@@ -20,5 +20,5 @@ class TrainingSet(NamedTuple):
     order: np.ndarray  # [S, n] each seed's subset order of the rows
     sizes: tuple[int, ...]  # subset size of each fraction, increasing
     grid: object  # the penalty grid [L] (L2, or the MLP's weight decay): a tuple or an array
-    task: str  # crs.labels.Task (a str enum) or its value
+    task: str  # crs.foundations.labels.Task (a str enum) or its value
     seeds: tuple[int, ...] = ()  # [S] the integer seeds (they key the MLP's initialisation)

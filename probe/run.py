@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crs.config import DEFAULT_FRACTIONS
-from crs.errors import BadInput
+from crs.foundations.config import DEFAULT_FRACTIONS
+from crs.foundations.errors import BadInput
 from crs.probe import subsets
 from crs.probe.commit import (
     PROVENANCE_KEY,
@@ -138,7 +138,7 @@ def probe(store: Store, encoder: str, dataset: str, options: ProbeOptions = DEFA
     Every head reads ``encoder``'s embeddings; its results are written under
     ``head_name(encoder, options.head)``.
 
-    ``progress`` (a ``crs.progress.Progress``, where given) advances ``task`` by one as each
+    ``progress`` (a ``crs.foundations.progress.Progress``, where given) advances ``task`` by one as each
     solver loop finishes (``planned_loops`` of them for this pair: set the task's total from
     it, and the progress shows the time left); without ``task``, the pair gets a task of
     its own."""

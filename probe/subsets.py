@@ -18,12 +18,12 @@ import math
 
 import numpy as np
 
-from crs.labels import check_task
-from crs.strata import strata as _strata
+from crs.foundations.labels import check_task
+from crs.foundations.strata import strata as _strata
 
 
 def strata(labels: np.ndarray, task: str) -> np.ndarray:
-    """labels [n] (multiclass) or [n, K] in {1, 0, -1} -> stratum id [n] (``crs.strata.strata``)."""
+    """labels [n] (multiclass) or [n, K] in {1, 0, -1} -> stratum id [n] (``crs.foundations.strata.strata``)."""
     return _strata(labels, check_task(task).exclusive)
 
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from crs.conditions import parse
-from crs.errors import BadInput
+from crs.foundations.conditions import parse
+from crs.foundations.errors import BadInput
 from crs.scoring.axes import FRACTION_TOL, retain
 from crs.scoring.bootstrap import resample_seeds, seed_weights
 from crs.scoring.crs import combine, dominates

@@ -28,8 +28,8 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from crs.conditions import parse
-from crs.errors import BadInput
+from crs.foundations.conditions import parse
+from crs.foundations.errors import BadInput
 
 KEYS = ("encoder", "dataset", "seed")
 FRACTION_TOL = 1e-9  # fractions within this of 1.0 count as the full label set
@@ -129,7 +129,7 @@ def require_columns(records: pl.DataFrame) -> None:
     missing = [c for c in REQUIRED if c not in records.columns]
     if missing:
         raise BadInput(
-            f"run records lack column(s) {missing}; crs.records.COLUMNS lists the table's columns"
+            f"run records lack column(s) {missing}; crs.foundations.records.COLUMNS lists the table's columns"
         )
 
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 from crs.scoring.axes import AXES
 from crs.scoring.best_set import best_set
 from crs.scoring.crs import (

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crs.labels import check_task
+from crs.foundations.labels import check_task
 
 N_BINS = 15
 CALIBRATION_LOSS_SCALE = 10.0  # kappa: C = 1 - kappa CE^2: 0.99 at CE 0.03, 0.9 at CE 0.1, 0 at CE 0.316

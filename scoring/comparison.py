@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from crs.errors import BadInput
-from crs.names import VALIDATION
+from crs.foundations.errors import BadInput
+from crs.foundations.names import VALIDATION
 from crs.scoring.axes import axes_by_seed, used_rows
 from crs.scoring.bootstrap import seed_tensor
 from crs.scoring.crs import MEDIAN

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from crs.labels import check_task
-from crs.names import SPLIT_CODE
+from crs.foundations.labels import check_task
+from crs.foundations.names import SPLIT_CODE
 from crs.scoring.axes import AXES
 
 MIN_POSITIVES = 1  # positive test images a class needs for its AUROC to exist (and one negative)

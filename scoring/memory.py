@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 from crs.scoring.axes import AXES
 from crs.scoring.comparison import Comparison
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from crs.errors import CrsError
+from crs.foundations.errors import CrsError
 
 METADATA = {  # column: its Polars type; what encoder_metadata reads from an embedding array's provenance
     "revision": pl.String, "licence": pl.String, "gated": pl.Boolean, "parameters": pl.Int64,

@@ -1,7 +1,7 @@
 """``ScoreOptions``: how ``crs.scoring.run.score`` scores, one frozen record.
 
-Its fields are the settings schema's ``[score]`` section (``crs.config.Score``) by name, plus
-``simplex_step``; the score stage builds it with ``crs.config.options_record``, tests and
+Its fields are the settings schema's ``[score]`` section (``crs.foundations.config.Score``) by name, plus
+``simplex_step``; the score stage builds it with ``crs.foundations.config.options_record``, tests and
 benchmarks by keyword.
 """
 

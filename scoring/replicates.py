@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 from crs.scoring.bootstrap import (
     Replicates,
     draw_seeds,

@@ -87,7 +87,7 @@ def run_axes(
     is the exact kernel's. The ECE is ``AurocDraws.ece`` with them (``ece_draws``' on a test split of
     at least ``ECE_PRODUCT_FROM`` images, else ``weighted_ece``'s: the same sums in another order;
     once per distinct array), else ``weighted_ece``'s. The AUROCs only rank, so the arrays may be
-    any scores that order like the probabilities (log-probabilities, ``crs.forms``); the ECE reads
+    any scores that order like the probabilities (log-probabilities, ``crs.foundations.forms``); the ECE reads
     ``run.calibration``, the probabilities at fraction 1 (default ``run.clean[-1]``). CRS
     ``version`` "2" puts the calibration loss kappa S (``crs.scoring.calibration``, recentred on
     the test set) where v1 has the binned ECE: C is 1 minus it (``calibration_draws``).

@@ -11,10 +11,10 @@ import dataclasses
 
 import polars as pl
 
-from crs import provenance
-from crs import records as run_records
-from crs.errors import BadInput
-from crs.names import VALIDATION
+from crs.foundations import provenance
+from crs.foundations import records as run_records
+from crs.foundations.errors import BadInput
+from crs.foundations.names import VALIDATION
 from crs.scoring import crs as core
 from crs.scoring.assemble import (
     analysis_tables,
@@ -67,8 +67,8 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     ``site_of``: dataset -> site, for merged results: adds the per-site section (``crs.scoring.sites``).
 
     ``results``: the folder the run records were read from. With a store, each (encoder, dataset)'s run records and
-    stored probabilities (validation included) must come from one probe run (``crs.records.check_pair``); a mix is
-    refused (exit 2).
+    stored probabilities (validation included) must come from one probe run
+    (``crs.foundations.records.check_pair``); a mix is refused (exit 2).
     """
     options = _check_options(records, options, store)
     records, encoders, datasets, excluded = comparison_records(records, options.reference)
@@ -123,11 +123,11 @@ def _per_dataset(cmp: Comparison, x, point, options: ScoreOptions, means, boot, 
 def check_probe_runs(store, results, records: pl.DataFrame) -> None:
     """Refuse (exit 2) where a pair's run records and stored probabilities come from different probe runs.
 
-    Calls ``crs.records.check_pair`` (the probe's own definition of one run) with the
+    Calls ``crs.foundations.records.check_pair`` (the probe's own definition of one run) with the
     attributes of every stored prediction array of the pair that scoring may read: each
     condition of its run records and the validation split. The probe run that wrote the records
     wrote each of those arrays, so one that is not in the store was lost since: refused too
-    (``crs.records.refuse_lost_predictions``), never scored around."""
+    (``crs.foundations.records.refuse_lost_predictions``), never scored around."""
     pairs = records.select("encoder", "dataset", "condition").unique().sort("encoder", "dataset", "condition")
     for (encoder, dataset), g in pairs.group_by("encoder", "dataset", maintain_order=True):
         conditions = sorted({*g["condition"].to_list(), VALIDATION})

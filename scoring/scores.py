@@ -40,7 +40,7 @@ class Scores:
     diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
     # the id of the set these scores are written as (crs.scoring.scoreset)
     generation: str = field(default_factory=scoreset.new_generation)
-    provenance: dict = field(default_factory=dict)  # crs.provenance.collect(settings)
+    provenance: dict = field(default_factory=dict)  # crs.foundations.provenance.collect(settings)
     verdict: dict | None = None  # crs.scoring.verdict.build(...)
     sites: dict | None = None  # merged results only: crs.scoring.sites.consortium(...)
 

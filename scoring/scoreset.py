@@ -39,14 +39,14 @@ from pathlib import Path
 import polars as pl
 from filelock import FileLock
 
-from crs.errors import UserError, writing_to
-from crs.files import encode, put, write_frame
-from crs.records import frame_digest
+from crs.foundations.errors import UserError, writing_to
+from crs.foundations.files import encode, put, write_frame
+from crs.foundations.records import frame_digest
 
 SCORES_DIR = "scores"
 SCORES_JSON = "scores.json"
 GENERATION_KEY = "crs_scores_generation"
-DIGEST_KEY = "crs_scores_digest"  # Parquet metadata: crs.records.frame_digest of the table as written
+DIGEST_KEY = "crs_scores_digest"  # Parquet metadata: crs.foundations.records.frame_digest of the table as written
 DOC_DIGEST = "digest"  # scores.json: doc_digest of the rest of the document
 KILL_ENV = "CRS_TEST_KILL_SCORES_AT"
 KILL_POINTS = ("staged", "old-moved", "new-moved", "done")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crs.labels import check_task
+from crs.foundations.labels import check_task
 
 EPS = float(np.finfo(np.float32).eps)
 LOG_T_RANGE = (float(np.log(1 / 20)), float(np.log(20.0)))

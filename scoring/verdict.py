@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 from crs.scoring import crs as core
 from crs.scoring.axes import AXES, REGISTRY
 

@@ -15,7 +15,7 @@ One job a module:
 Importing any of it imports zarr: a command that must start at once (``crs encoders``) imports it inside the
 function that needs it."""
 
-from crs.names import SPLIT_CODE, SPLITS
+from crs.foundations.names import SPLIT_CODE, SPLITS
 from crs.store.errors import StoreError
 from crs.store.integrity import Finding, format_findings, verify
 from crs.store.keys import store_key

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import zarr
 
-from crs.errors import CrsError
+from crs.foundations.errors import CrsError
 from crs.store.errors import StoreError
 from crs.store.files import StoredFiles
 from crs.store.location import StoreRoot

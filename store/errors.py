@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from crs.errors import UserError, writing_to
+from crs.foundations.errors import UserError, writing_to
 
 
 class StoreError(UserError):
@@ -18,7 +18,7 @@ class NoStore(StoreError):
 def writes(method):
     """``method`` of an object that writes into the store at its ``path``: a full disk, a quota, a read-only file
     system or a refused permission met without a file name is named by the store's path
-    (``crs.errors.writing_to``)."""
+    (``crs.foundations.errors.writing_to``)."""
     @functools.wraps(method)
     def wrapped(self, *args, **kwargs):
         with writing_to(self.path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crs.provenance import now
+from crs.foundations.provenance import now
 from crs.store.commits import Checks
 from crs.store.datasets import DatasetTables
 from crs.store.errors import StoreError, writes

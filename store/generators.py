@@ -1,6 +1,6 @@
 """Which perturbation generator drew a dataset's perturbed embeddings, and keeping it one per dataset.
 
-The same image under another generator (``crs.names.PERTURBATION_GENERATORS``) is another image, so the
+The same image under another generator (``crs.foundations.names.PERTURBATION_GENERATORS``) is another image, so the
 perturbed embeddings of one dataset in a store must all come from one: else two encoders' robustness
 would be measured on different images. Each perturbed embedding array records its generator in the
 attribute ``perturbation_generator`` when created (``crs extract`` passes it). A perturbed array without it
@@ -10,8 +10,8 @@ comes from a generator that is not one of those, whose images differ: ``Store.re
 
 from __future__ import annotations
 
-from crs.conditions import parse
-from crs.names import PERTURBATION_GENERATORS
+from crs.foundations.conditions import parse
+from crs.foundations.names import PERTURBATION_GENERATORS
 
 ATTR = "perturbation_generator"
 NONE = "none recorded"  # what Store.perturbation_generators lists a perturbed array that records no generator under

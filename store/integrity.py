@@ -31,8 +31,8 @@ import fsspec
 import numpy as np
 
 from crs import __version__ as TOOL_VERSION
-from crs.errors import writing_to
-from crs.provenance import now
+from crs.foundations.errors import writing_to
+from crs.foundations.provenance import now
 from crs.store.commits import chunk_keys, chunk_values, record_problem, shape_problem
 from crs.store.datasets import DATASET_ARRAYS
 from crs.store.errors import StoreError

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import filelock
 
-from crs.provenance import now
+from crs.foundations.provenance import now
 from crs.store.errors import StoreError
 from crs.store.keys import store_key
 from crs.store.zarr_store import Store

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from crs.provenance import now
+from crs.foundations.provenance import now
 from crs.store.commits import Checks, commit_records
 from crs.store.datasets import DatasetTables
 from crs.store.errors import StoreError, writes

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from crs.config import flag_words
+from crs.foundations.config import flag_words
 from crs.store.layout import plain_group
 from crs.store.location import local_path, open_below_root, open_root
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import zarr
 
-from crs.provenance import now
+from crs.foundations.provenance import now
 from crs.store.commits import chunk_keys, commit_record
 from crs.store.errors import StoreError, writes
 from crs.store.files import StoredFiles

@@ -1,11 +1,12 @@
-"""A stored dataset's table (``DatasetTable``): a dataset kind's ``crs.table.Table`` with its name and attributes."""
+"""A stored dataset's table (``DatasetTable``): a dataset kind's ``crs.foundations.table.Table`` with its name
+and attributes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from crs.table import Table
+from crs.foundations.table import Table
 
 __all__ = ["DatasetTable", "Table"]
 

@@ -20,7 +20,7 @@ import numpy as np
 import zarr
 
 from crs import __version__ as TOOL_VERSION
-from crs.provenance import now
+from crs.foundations.provenance import now
 from crs.store.commits import Checks
 from crs.store.datasets import DatasetTables
 from crs.store.embeddings import Embeddings, EmbeddingShape

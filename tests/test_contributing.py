@@ -106,8 +106,8 @@ def test_a_csv_dataset_checks_and_extracts(tmp_path, monkeypatch):
 def test_a_perturbation_family_is_registered_and_deterministic():
     import torch
 
-    from crs.conditions import parse
     from crs.extract import perturb
+    from crs.foundations.conditions import parse
 
     registry: dict = {}
     _, code = block("perturbation", lang="python")

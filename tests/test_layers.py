@@ -248,10 +248,20 @@ def test_every_package_is_in_the_graph():
     assert {"crs.stages", "crs.stages.probe", "crs.stages.pipeline", "crs.scoring.diagnostics"} <= set(_modules())
 
 
-# what the command line may import: the stages layer, the foundations every layer shares, and the presentation
-# (typer options made from the schema, progress); everything else it reaches through crs.stages
-COMMAND_LINE_MAY_IMPORT = ("crs.stages", "crs.commands", "crs.names", "crs.errors", "crs.config", "crs.records",
-                           "crs.options", "crs.progress")
+# what the command line may import: the stages layer, the ground floor every layer shares (crs/foundations) and its
+# own presentation (crs/commands: typer options made from the schema); everything else it reaches through crs.stages
+COMMAND_LINE_MAY_IMPORT = ("crs.stages", "crs.commands", "crs.foundations")
+
+
+def test_the_folders_of_crs_show_the_layers():
+    """crs/ holds the roof (cli.py and commands/), the stages layer (stages/) and the ground floor (foundations/),
+    and nothing else; the ground floor imports only itself."""
+    stage_folders = set(PACKAGES) - {"crs"}
+    top = {m for m in _modules() if m.count(".") == 1 and m not in stage_folders}
+    assert top == {"crs.cli", "crs.commands", "crs.stages", "crs.foundations"}
+    up = sorted(f"{m} imports {d}" for m, deps in graph().items() if m.startswith("crs.foundations")
+                for d in deps if d != "crs" and not d.startswith("crs.foundations"))
+    assert up == []
 
 
 def test_the_command_line_reaches_the_workers_and_the_store_only_through_the_stages():

@@ -53,7 +53,8 @@ def test_the_wheel_ships_every_package_and_its_cli_runs_without_the_repository(t
     assert version.returncode == 0 and version.stdout.startswith("crs-bench "), version.stderr[-2000:]
     table = run(str(env / "bin" / "crs"), "perturbations", "--table", cwd=tmp_path)
     assert table.returncode == 0 and "gaussian_noise" in table.stdout, table.stderr[-2000:]
-    data = {f"crs/scoring/report/templates/report.{x}" for x in ("html", "css", "js")} | {"crs/config/example.toml"}
+    data = ({f"crs/scoring/report/templates/report.{x}" for x in ("html", "css", "js")}
+            | {"crs/foundations/config/example.toml"})
     assert data <= set(zipfile.ZipFile(wheel).namelist()), sorted(data - set(zipfile.ZipFile(wheel).namelist()))
     example = run(str(env / "bin" / "crs"), "run", "--print-default", cwd=tmp_path)
     assert example.returncode == 0, example.stderr[-2000:]

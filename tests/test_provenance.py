@@ -1,6 +1,7 @@
 import json
 
-from crs import __version__, provenance
+from crs import __version__
+from crs.foundations import provenance
 
 
 def test_collect_is_json_and_names_version_python_and_libraries():

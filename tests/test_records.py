@@ -1,4 +1,4 @@
-"""``crs.records.check_same_settings``: the encoders compared on a dataset share one probe protocol."""
+"""``crs.foundations.records.check_same_settings``: the encoders compared on a dataset share one probe protocol."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from crs import records
+from crs.foundations import records
 
 BASE = {"head": "linear", "seeds": [0, 1, 2], "fractions": [0.1, 1.0], "l2": [0.01, 1.0], "select_by": "loss",
         "max_iter": 1000, "tol": 0.0001, "gap": None}

@@ -1,9 +1,9 @@
-"""crs.strata against slow, obvious references (a loop per row)."""
+"""crs.foundations.strata against slow, obvious references (a loop per row)."""
 
 import numpy as np
 import pytest
 
-from crs import strata
+from crs.foundations import strata
 
 
 def _rarest_positive(labels):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from crs import config as cfgmod
+from crs.foundations import config as cfgmod
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"cli": ROOT / "docs" / "cli.md", "configuration": ROOT / "docs" / "configuration.md"}
@@ -50,10 +50,11 @@ def configuration_md() -> str:
     """Every key of a `crs run` file: its section, type, default, command-line flag and meaning."""
     schema = cfgmod.json_schema()["properties"]
     flags = {path: f.metadata.get("flags", ()) for path, f, _ in cfgmod.settings()}
-    lines = [GENERATED.format(source="crs/config/schema.py"), "", "# Configuration", "",
+    lines = [GENERATED.format(source="crs/foundations/config/schema.py"), "", "# Configuration", "",
              "Every key of a `crs run` file (TOML). Every key is optional; each is also an option of the",
-             "single-stage commands (the flag column), made from the same schema (`crs/config/schema.py`), with",
-             "one default, range and help text each. `crs run --print-default` prints the built-in",
+             "single-stage commands (the flag column), made from the same schema",
+             "(`crs/foundations/config/schema.py`), with one default, range and help text each.",
+             "`crs run --print-default` prints the built-in",
              "demo's file; `crs run --schema` prints this schema as JSON Schema for an editor.", ""]
     top = [(k, p) for k, p in schema.items() if p.get("type") != "object" or "properties" not in p]
     sections = [(k, p) for k, p in schema.items() if (k, p) not in top]

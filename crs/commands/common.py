@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from crs import config as cfgmod
-from crs import options
+from crs.commands import options
 from crs.commands.exits import friendly_errors
+from crs.foundations import config as cfgmod
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
@@ -22,7 +22,7 @@ def stage_command(paths: list[tuple[str, ...]], base: cfgmod.Config | None = Non
     """Make ``fn(given, **own options)`` a typer command with an option for each setting in ``paths``.
 
     typer reads the signature, so the command's signature is made here: the settings' options
-    (``crs.options.parameter``) followed by ``fn``'s own (--all, --json, ...). ``fn`` receives the
+    (``crs.commands.options.parameter``) followed by ``fn``'s own (--all, --json, ...). ``fn`` receives the
     settings given, checked, as {path: value}; errors anywhere become exit codes. The command's
     ``settings`` attribute names the settings it has options for; crs/cli.py registers it.
     """

@@ -11,8 +11,8 @@ from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from crs import config as cfgmod
-from crs import progress as prog
+from crs.foundations import config as cfgmod
+from crs.foundations import progress as prog
 
 
 class _Console(Console):
@@ -53,10 +53,10 @@ def show(table) -> None:
         out.width = text_width
 
 def progress_bar(quiet: bool, interval: float = cfgmod.Config().log_interval, unit: str | None = None):
-    """The progress display (it satisfies ``crs.progress.Progress``), on stderr; nothing with --quiet.
+    """The progress display (it satisfies ``crs.foundations.progress.Progress``), on stderr; nothing with --quiet.
 
     A terminal gets a rich bar; a file or a pipe (a batch job's log) gets a plain line per running
-    task every ``interval`` seconds (``crs.progress.LineProgress``). Both show the average rate since
+    task every ``interval`` seconds (``crs.foundations.progress.LineProgress``). Both show the average rate since
     the start with the task's unit (``add_task(..., unit=)``, else ``unit``: what the one stage a
     command runs counts), and the time left at that rate."""
     unit = unit or prog.DEFAULT_UNIT

@@ -9,11 +9,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from crs import options
+from crs.commands import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import err, out, progress_bar
 from crs.commands.tables import print_check
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 
 # The dataset options of `crs extract`, with the same flags, defaults and requirements (one schema).
 CHECK = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"), ("datasets", "shift_target"),

@@ -1,4 +1,4 @@
-"""Exit codes: 0 done, 1 a failure of ours, 2 bad input (``crs.errors.UserError``, or an OSError of the
+"""Exit codes: 0 done, 1 a failure of ours, 2 bad input (``crs.foundations.errors.UserError``, or an OSError of the
 user's files), 130 interrupted by Ctrl-C and 143 by SIGTERM (what was committed is kept; re-run to resume)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from crs.commands.console import err, quiet_stdout
-from crs.errors import UserError, user_os_error
+from crs.foundations.errors import UserError, user_os_error
 
 
 class Terminated(KeyboardInterrupt):
@@ -44,7 +44,7 @@ def _user(exc: UserError, verbose: bool) -> typer.Exit:
 
 @contextmanager
 def friendly_errors(verbose: bool):
-    """A UserError (or an OSError of the user's files, ``crs.errors.user_os_error``) is one clear line and
+    """A UserError (or an OSError of the user's files, ``crs.foundations.errors.user_os_error``) is one clear line and
     exit 2; anything else is our bug, exit 1, saying so; tracebacks only with --verbose. Ctrl-C exits 130,
     SIGTERM 143, each after a message."""
     try:

@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from crs import options
+from crs.commands import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import err, out, progress_bar
 from crs.commands.tables import print_plan
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 
 
 def _warn_failures(summaries) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crs import config as cfgmod
 from crs.commands.console import err
-from crs.errors import BadInput
+from crs.foundations import config as cfgmod
+from crs.foundations.errors import BadInput
 
 
 def _has_records(results: Path) -> bool:

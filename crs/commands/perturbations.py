@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from crs import options
+from crs.commands import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import out
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 
 PERTURBATIONS = [("datasets", "roots"), ("datasets", "image_root"), ("datasets", "modality"),
                  ("datasets", "uncertain"), ("datasets", "findings"), ("datasets", "split_seed"), ("datasets", "size"),

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from crs import options
+from crs.commands import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import out, progress_bar
 from crs.commands.outputs import locate_outputs, print_note

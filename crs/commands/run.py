@@ -11,13 +11,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from crs import config as cfgmod
-from crs import options
+from crs.commands import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import err, out, progress_bar
 from crs.commands.exits import friendly_errors
 from crs.commands.tables import print_run
-from crs.errors import BadInput
+from crs.foundations import config as cfgmod
+from crs.foundations.errors import BadInput
 
 
 def _read_config(config: Path | None) -> tuple[cfgmod.Config, str]:

@@ -6,13 +6,13 @@ import json
 import time
 from pathlib import Path
 
-from crs import config as cfgmod
-from crs import options
+from crs.commands import options
 from crs.commands.common import JsonOpt, QuietOpt, VerboseOpt, stage_command
 from crs.commands.console import err, out, progress_bar
 from crs.commands.outputs import locate_outputs, print_note
 from crs.commands.tables import print_comparisons, print_notes, print_scores
-from crs.errors import BadInput
+from crs.foundations import config as cfgmod
+from crs.foundations.errors import BadInput
 
 SCORE = [("results",), ("score", "bootstrap"), ("score", "reference"), ("score", "weights"), ("score", "seed"),
          ("score", "bootstrap_unit"), ("score", "crs_version"), ("score", "min_difference"), ("store",),
@@ -53,7 +53,7 @@ def report_cmd(given: dict, as_json: JsonOpt = False, quiet: QuietOpt = False, v
     note = locate_outputs(given, "results")  # the report then goes to the demo's RESULTS/report, where the demo put it
     default = Path(cfgmod.Config().results)
     if ("results",) not in given and not (default / "scores" / "scores.json").is_file():
-        from crs.records import ELSEWHERE  # polars (crs.records): keeps crs --help fast
+        from crs.foundations.records import ELSEWHERE  # polars (crs.foundations.records): keeps crs --help fast
 
         raise BadInput(f"no scores under {default / 'scores'} (the default --results); run `crs score` first, or "
                        f"{ELSEWHERE}")

@@ -20,9 +20,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crs import provenance
-from crs.errors import BadInput
-from crs.names import SPLIT_CODE, VALIDATION
+from crs.foundations import provenance
+from crs.foundations.errors import BadInput
+from crs.foundations.names import SPLIT_CODE, VALIDATION
 
 FORMAT = "crs-bundle"
 FORMAT_VERSION = 1
@@ -94,7 +94,7 @@ def write_manifest(folder: Path, head: dict) -> list[tuple[str, int]]:
 
 def export(results: Path, out: Path, site: str, store: str | None = None, dry_run: bool = False) -> Exported:
     """Write RESULTS' bundle to ``out`` (docs/export-merge.md); with ``dry_run``, list what it would hold."""
-    from crs import records  # polars: crs --help loads no stage
+    from crs.foundations import records  # polars: crs --help loads no stage
 
     results, out = Path(results), Path(out)
     check_site(site)
@@ -132,7 +132,7 @@ def _site_scores(results: Path) -> dict:
 
 
 def _open_store(results: Path, store: str | None):
-    from crs import records  # polars: crs --help loads no stage
+    from crs.foundations import records  # polars: crs --help loads no stage
     from crs.store import Store  # zarr: crs --help loads no stage
 
     found = store or records.recorded_store(results)
@@ -144,7 +144,7 @@ def _open_store(results: Path, store: str | None):
 
 def _write_records(results: Path, tmp: Path, pairs) -> None:
     """Each pair's run records, values and generation as written, the probe provenance kept, the store path left out."""
-    from crs import records  # polars: crs --help loads no stage
+    from crs.foundations import records  # polars: crs --help loads no stage
 
     for encoder, dataset in pairs:
         src = records.path(results, encoder, dataset)
@@ -180,7 +180,7 @@ def _write_predictions(store, table, tmp: Path, pairs) -> None:
 
 def shared_datasets(table) -> list[str]:
     """The datasets scored and the shift targets their conditions name."""
-    from crs.conditions import parse
+    from crs.foundations.conditions import parse
 
     targets = {parse(c).dataset for c in table["condition"].unique().to_list() if parse(c).kind == "shift"}
     return sorted(set(table["dataset"].unique().to_list()) | targets)
@@ -209,7 +209,7 @@ def _write_datasets(store, table, tmp: Path, salt: bytes) -> None:
 
 def fairness_record(results: Path, store, table, scored: dict, site: str) -> dict:
     """What the merge compares across sites (docs/export-merge.md), with the export's provenance."""
-    from crs import records  # polars: crs --help loads no stage
+    from crs.foundations import records  # polars: crs --help loads no stage
     from crs.scoring.metadata import encoder_metadata  # polars: crs --help loads no stage
 
     encoders = sorted(table["encoder"].unique().to_list())

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from crs.config import Config
-from crs.errors import BadInput, UserError
 from crs.extract.options import DatasetOptions
+from crs.foundations.config import Config
+from crs.foundations.errors import BadInput, UserError
 
 # A label and class check of the data stage (one class only, a split without a class the probe needs, ...):
 # ``extract.real.<LABEL_CHECK>(ds) -> list[Problem]``, called where that stage has it.

@@ -8,13 +8,13 @@ import os
 import time
 from typing import NamedTuple
 
-from crs.config import Config
-from crs.errors import BadInput, UserError
 from crs.extract import perturb
 from crs.extract import plan as planmod
 from crs.extract.options import ExtractOptions
-from crs.names import SPLIT_CODE
-from crs.progress import NO_PROGRESS, Progress
+from crs.foundations.config import Config
+from crs.foundations.errors import BadInput, UserError
+from crs.foundations.names import SPLIT_CODE
+from crs.foundations.progress import NO_PROGRESS, Progress
 from crs.stages import fresh
 from crs.stages.datasets import dataset_options, with_shift_targets
 from crs.stages.names import encoder_records, encoder_specs, with_sets

@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crs import provenance
-from crs.errors import BadInput, UserError
-from crs.names import VALIDATION
+from crs.foundations import provenance
+from crs.foundations.errors import BadInput, UserError
+from crs.foundations.names import VALIDATION
 from crs.stages.bundles import FORMAT, FORMAT_VERSION, MANIFEST, SITE_RECORD, check_out, publish, sha256_file
 
 STORE_NAME = "store.zarr"
@@ -160,7 +160,7 @@ def _write_merged(tmp: Path, sites: dict, common: list[str]) -> None:
 
 
 def _renamed(site: str, condition: str) -> str:
-    from crs.conditions import parse, shift
+    from crs.foundations.conditions import parse, shift
 
     if condition == VALIDATION:
         return condition
@@ -186,7 +186,7 @@ def _write_dataset(store, site: str, folder: Path) -> None:
 
 
 def _write_pair_predictions(store, site: str, dataset: str, encoder: str, folder: Path) -> None:
-    from crs import records  # polars: crs --help loads no stage
+    from crs.foundations import records  # polars: crs --help loads no stage
     from crs.store.layout import key_condition  # zarr: crs --help loads no stage
 
     name, conditions, generation = stratum(site, dataset), [], None
@@ -205,7 +205,7 @@ def _write_site_records(tmp: Path, site: str, bundle: Path, common: list[str]) -
     store; generation and probe provenance as the site wrote them."""
     import polars as pl  # polars: crs --help loads no stage
 
-    from crs import records  # polars: crs --help loads no stage
+    from crs.foundations import records  # polars: crs --help loads no stage
 
     for src in sorted((bundle / records.RUN_RECORDS_DIR).glob("*.parquet")):
         frame = records.read_checked(src)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from crs.config import Config, ConfigError, locate
-from crs.errors import BadInput, UserError
 from crs.extract import encoders as encreg
+from crs.foundations.config import Config, ConfigError, locate
+from crs.foundations.errors import BadInput, UserError
 from crs.stages.datasets import named_datasets, with_shift_targets
 
 HUB_PREFIXES = ("timm:", "hf:")

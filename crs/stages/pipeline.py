@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crs.config import Config
-from crs.errors import BadInput
-from crs.progress import NO_PROGRESS, Progress
+from crs.foundations.config import Config
+from crs.foundations.errors import BadInput
+from crs.foundations.progress import NO_PROGRESS, Progress
 from crs.stages import extract, names, probe, report, score
 from crs.stages.state import Stage, State
 
@@ -65,7 +65,7 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, text: str = "", source
         store_hint: str = "", quiet: bool = True, say: Callable[[str], None] | None = None) -> RunResult:
     """Run every stage of ``cfg`` in order; ``force`` recomputes probe, score and report.
 
-    ``cfg`` paths are used as given (``crs.config.resolve`` makes them relative to the file). ``quiet``: the
+    ``cfg`` paths are used as given (``crs.foundations.config.resolve`` makes them relative to the file). ``quiet``: the
     report names no figure file as it writes it. ``say``: called with one line as each stage starts and one
     as it ends (``stage_lines``), where the command shows them.
     """

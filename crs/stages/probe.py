@@ -14,10 +14,10 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
-from crs.config import Config, Probe, options_record, record_hash, settings_hash
-from crs.errors import BadInput
 from crs.extract import encoders as encreg
-from crs.progress import NO_PROGRESS, Progress
+from crs.foundations.config import Config, Probe, options_record, record_hash, settings_hash
+from crs.foundations.errors import BadInput
+from crs.foundations.progress import NO_PROGRESS, Progress
 from crs.stages.datasets import require_measurable_stored
 from crs.stages.names import check_given
 from crs.stages.state import Stage, State, file_digest

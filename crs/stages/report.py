@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from crs.config import Config, record_hash, report_folder
+from crs.foundations.config import Config, record_hash, report_folder
 from crs.stages.state import Stage, State, file_digest
 
 REPORT_MODULE = "crs.scoring.report"

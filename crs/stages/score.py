@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from crs.config import Config, Score, options_record, record_hash
-from crs.errors import BadInput
 from crs.extract import encoders as encreg
-from crs.progress import NO_PROGRESS, Progress
+from crs.foundations.config import Config, Score, options_record, record_hash
+from crs.foundations.errors import BadInput
+from crs.foundations.progress import NO_PROGRESS, Progress
 from crs.stages.datasets import require_measurable_stored
 from crs.stages.state import Stage, State, file_digest
 
@@ -29,7 +29,7 @@ def score_options(settings: Score, reference: str | None = None):
 def run(results: Path, settings: Score, store: str | None = None, pairs: list[tuple[str, str]] | None = None,
           progress: Progress = NO_PROGRESS):
     """Score the run records under ``results`` (only ``pairs`` if given) and write RESULTS/scores."""
-    from crs import records  # polars: crs encoders lists the registry without it
+    from crs.foundations import records  # polars: crs encoders lists the registry without it
     from crs.scoring.run import METRIC_TABLE  # polars: crs encoders lists the registry without it
     from crs.scoring.run import score as score_table  # polars: crs encoders lists the registry without it
 

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crs.files import atomic_write
+from crs.foundations.files import atomic_write
 
 STATE_FILE = "run_state.json"
 

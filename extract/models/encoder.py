@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from crs.errors import BadInput
 from crs.extract.encoders import EncoderSpec
 from crs.extract.models.weights import weights_info
+from crs.foundations.errors import BadInput
 
 
 class ColourTextureStats(torch.nn.Module):

@@ -10,8 +10,8 @@ import re
 import shlex
 from pathlib import Path
 
-from crs.errors import UserError
 from crs.extract.encoders import EncoderSpec
+from crs.foundations.errors import UserError
 
 
 class WeightsError(UserError):

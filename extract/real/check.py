@@ -17,8 +17,8 @@ from crs.extract.images import IMAGE_SUFFIXES, ImageError
 from crs.extract.real.dataset import FileDataset
 from crs.extract.real.index import SHOWN_PER_KIND, DatasetError, Problem
 from crs.extract.table import Table
-from crs.labels import check_task
-from crs.names import SPLITS
+from crs.foundations.labels import check_task
+from crs.foundations.names import SPLITS
 
 
 @dataclass

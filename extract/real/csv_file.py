@@ -24,8 +24,8 @@ from crs.extract.real.index import (
     read_checked_csv,
     report_rows,
 )
-from crs.labels import Task
-from crs.names import MODALITIES, SPLITS
+from crs.foundations.labels import Task
+from crs.foundations.names import MODALITIES, SPLITS
 
 
 def read_csv_dataset(root: Path, *, csv_path: Path, **_) -> Index:

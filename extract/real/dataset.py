@@ -29,8 +29,8 @@ from crs.extract.real.index import (
 )
 from crs.extract.real.layouts import LAYOUTS
 from crs.extract.table import Table
-from crs.labels import check_task
-from crs.names import MODALITIES, SPLIT_CODE
+from crs.foundations.labels import check_task
+from crs.foundations.names import MODALITIES, SPLIT_CODE
 
 
 @dataclass(frozen=True)

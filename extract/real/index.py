@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from crs.errors import UserError
+from crs.foundations.errors import UserError
 
 UNCERTAIN = ("ignore", "ones", "zeros")
 

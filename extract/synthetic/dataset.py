@@ -15,8 +15,8 @@ from crs.extract.synthetic.draw import choice
 from crs.extract.synthetic.registry import SPECS, spec_of
 from crs.extract.synthetic.spec import GROUP_STREAM, RENDER_STREAM, SPLIT_STREAM, keyed_rng
 from crs.extract.table import Table
-from crs.labels import check_task
-from crs.strata import finding_set_strata
+from crs.foundations.labels import check_task
+from crs.foundations.strata import finding_set_strata
 
 _MIN_IMAGES = 40  # floor on a dataset's image count, whatever `size` asks for
 

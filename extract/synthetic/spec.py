@@ -28,7 +28,7 @@ class Spec:
     task: str
     classes: tuple[str, ...]
     ordinal: bool
-    modality: str  # one of crs.names.MODALITIES: selects the perturbation suite
+    modality: str  # one of crs.foundations.names.MODALITIES: selects the perturbation suite
     shift_target: str | None
     n_images: int  # at size 1.0
     group_sizes: tuple[float, ...]  # P(a group holds 1, 2, ... images)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from crs.labels import check_task
+from crs.foundations.labels import check_task
 from crs.scoring.metrics.tables import BASE
 from crs.scoring.metrics.weighted import EPS, N_BINS, bin_index
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from crs.labels import Task, check_task, targets
+from crs.foundations.labels import Task, check_task, targets
 from crs.scoring.metrics.weighted import EPS, N_BINS, bin_index, binned_ece, weighted_auroc
 
 _SCHEMA = {
@@ -34,7 +34,7 @@ def long_table(
     ``{"seed": [0, 1], "fraction": [0.5, 1.0]}``); ``labels`` are the stored labels of
     the images (class indices, or int8 {1, 0, -1} [image, class]). ``scores`` (the shape of
     ``probs``): what AUROC ranks where it differs from the probabilities (stored
-    log-probabilities, ``crs.forms``), as the column ``score``.
+    log-probabilities, ``crs.foundations.forms``), as the column ``score``.
     """
     p = np.asarray(probs, dtype=np.float64)
     keys = dict(keys or {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crs.labels import check_task
+from crs.foundations.labels import check_task
 
 N_BINS = 15
 

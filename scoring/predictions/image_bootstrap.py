@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 from threadpoolctl import threadpool_limits
 
-from crs.conditions import parse
+from crs.foundations.conditions import parse
 from crs.scoring import resample
 from crs.scoring.axes import AXES
 from crs.scoring.comparison import Runs

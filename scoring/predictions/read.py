@@ -9,16 +9,16 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from crs import forms
-from crs.conditions import parse
-from crs.errors import UserError
-from crs.labels import targets
-from crs.names import SPLITS, VALIDATION
+from crs.foundations import forms
+from crs.foundations.conditions import parse
+from crs.foundations.errors import UserError
+from crs.foundations.labels import targets
+from crs.foundations.names import SPLITS, VALIDATION
 from crs.scoring.axes import FRACTION_TOL
 from crs.scoring.calibration import point_loss
 from crs.store import Store, StoreError, probe_command
 
-_, VAL, TEST = SPLITS  # the split names, in crs.names' order
+_, VAL, TEST = SPLITS  # the split names, in crs.foundations.names' order
 
 
 class MissingPredictions(UserError):
@@ -53,7 +53,7 @@ class Predictions:
                 raise  # stored but unreadable: a damaged store is refused, not skipped
             raise MissingPredictions(str(exc)) from exc
         # AUROC ranks ``scores`` (the stored values: log-probabilities do not saturate); everything else
-        # reads ``probs`` (crs.forms)
+        # reads ``probs`` (crs.foundations.forms)
         self.form = forms.form_of(attrs, f"the stored predictions {where} in {store.path!r}",
                                   lambda: f"write them again with {probe_command(store.path, dataset, encoder)}")
         self.scores, self.probs = stored, forms.probabilities(stored)

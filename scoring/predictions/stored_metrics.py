@@ -9,9 +9,9 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-from crs.conditions import parse
-from crs.labels import check_task
-from crs.names import VALIDATION
+from crs.foundations.conditions import parse
+from crs.foundations.labels import check_task
+from crs.foundations.names import VALIDATION
 from crs.scoring import metrics, resample
 from crs.scoring import temperature as ts
 from crs.scoring.axes import FRACTION_TOL

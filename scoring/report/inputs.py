@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from crs import records
-from crs.conditions import parse
-from crs.names import VALIDATION
+from crs.foundations import records
+from crs.foundations.conditions import parse
+from crs.foundations.names import VALIDATION
 from crs.scoring import crs as core
 from crs.scoring import figures, leaderboard
 from crs.scoring.axes import AXES, retain
@@ -35,7 +35,7 @@ class Inputs:
     notes: list[str] = field(default_factory=list)  # what the report itself found missing or did
     generation: str | None = None  # the scores set the report is made from (scores.json's generation)
     verdict: dict | None = None  # scores.json's "verdict" (crs.scoring.verdict.build), which ``load`` requires
-    provenance: dict | None = None  # scores.json's "provenance" (crs.provenance.collect)
+    provenance: dict | None = None  # scores.json's "provenance" (crs.foundations.provenance.collect)
     sites: dict | None = None  # scores.json's "sites", merged results only (crs.scoring.sites)
 
     def table(self, name: str) -> pl.DataFrame:

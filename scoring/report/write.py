@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from crs.files import atomic_write, put, write_frame
+from crs.foundations.files import atomic_write, put, write_frame
 from crs.scoring.report.inputs import add_from_records, add_reliability_from_store, load, tables
 from crs.scoring.report.page import HTML_NAME, html
 from crs.scoring.report.sections import png, sections
@@ -17,7 +17,7 @@ FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
 
 def remove_stale_temporaries(out: Path) -> list[Path]:
-    """Delete the temporary files (``crs.files.atomic_write``'s ``.NAME.*.tmp``) a killed report left in
+    """Delete the temporary files (``crs.foundations.files.atomic_write``'s ``.NAME.*.tmp``) a killed report left in
     OUT, OUT/figures and OUT/tables; called under the report's writer lock, so none is another run's."""
     gone = []
     for folder in (out, out / FIGURES_DIR, out / TABLES_DIR):

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 
 MEDIAN = "median"
 WEIGHT_TOL = 1e-9  # how far from 1 the weights' sum may be

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 from crs.scoring.versions import v1, v2
 from crs.scoring.versions.definition import Definition
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crs import config as C
+from crs.foundations import config as C
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from crs import config as cfgmod
 from crs.commands import run
-from crs.progress import status_line
+from crs.foundations import config as cfgmod
+from crs.foundations.progress import status_line
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("extract", "probe", "score", "report")
@@ -72,7 +72,7 @@ def _kind(line: str) -> str:
         return f"end {m[1]}"
     if line.startswith("warning: "):
         return "warning"
-    # a progress line as crs.progress.status_line writes it: a counted task ended, or a step without a count
+    # a progress line as crs.foundations.progress.status_line writes it: a counted task ended, or a step without a count
     if re.fullmatch(r".+: \d+/\d+ .+ \(100%\), .+ average, \d+:\d\d:\d\d elapsed", line) or \
             re.fullmatch(r".+: done, \d+:\d\d:\d\d elapsed", line):
         return "progress " + line.split(":")[0]

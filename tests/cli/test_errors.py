@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from crs import stages
 from crs.cli import app
-from crs.errors import user_os_error
+from crs.foundations.errors import user_os_error
 
 runner = CliRunner()
 

@@ -1,11 +1,11 @@
-"""crs.files.atomic_write: whole files only, with the mode the user's umask gives any new file."""
+"""crs.foundations.files.atomic_write: whole files only, with the mode the user's umask gives any new file."""
 
 import os
 import stat
 
 import pytest
 
-from crs.files import atomic_write, umask
+from crs.foundations.files import atomic_write, umask
 
 
 @pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from crs.cli import app
 from crs.commands import outputs, run, tables
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 
 runner = CliRunner()
 

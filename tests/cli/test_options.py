@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crs import config as C
-from crs import options
 from crs.cli import app
+from crs.commands import options
+from crs.foundations import config as C
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,13 +96,13 @@ def test_the_stages_layer_never_imports_the_command_line():
                 names = [a.name for a in node.names]
             else:
                 continue
-            assert not any(n in ("crs.cli", "crs.options") or n.startswith("crs.cli.") for n in names), path
+            assert not any(n in ("crs.cli", "crs.commands.options") or n.startswith("crs.cli.") for n in names), path
 
 
 def test_progress_protocol_fits_rich_and_the_no_op():
     from rich.progress import Progress as RichProgress
 
-    from crs.progress import NO_PROGRESS, Progress
+    from crs.foundations.progress import NO_PROGRESS, Progress
 
     assert isinstance(NO_PROGRESS, Progress) and isinstance(RichProgress(disable=True), Progress)
     task = NO_PROGRESS.add_task("x", total=3)

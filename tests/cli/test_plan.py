@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from crs import config as C
 from crs import stages
 from crs.cli import app
 from crs.extract import datasets as dsreg
 from crs.extract import encoders as encreg
 from crs.extract import perturb
 from crs.extract import plan as planmod
+from crs.foundations import config as C
 
 
 def invoke(*args, **env):
@@ -148,7 +148,7 @@ def test_run_check_says_the_fallback_of_reference_auto(tmp_path):
 
 
 def test_version_prints_the_provenance_line():
-    from crs import provenance
+    from crs.foundations import provenance
 
     r = invoke("--version")
     assert r.exit_code == 0 and r.output.strip() == provenance.version_line()

@@ -4,8 +4,8 @@ start with its unit and the time left; the terminal bar shows the same average r
 import pytest
 from typer.testing import CliRunner
 
-from crs import config as C
-from crs.progress import LineProgress, Progress, average_rate, clock, status_line, time_left
+from crs.foundations import config as C
+from crs.foundations.progress import LineProgress, Progress, average_rate, clock, status_line, time_left
 
 
 class Clock:

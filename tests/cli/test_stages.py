@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from crs import config as C
 from crs import stages
-from crs.errors import BadInput, UserError
+from crs.foundations import config as C
+from crs.foundations.errors import BadInput, UserError
 
 TINY = """\
 [encoders]
@@ -58,7 +58,7 @@ def test_name_checks_are_user_errors():
 def test_the_extract_stage_counts_its_steps_in_chunks(tmp_path):
     """`crs run` logs with a progress whose default unit is a bare step; the extract stage names its own
     (one step is one array chunk written)."""
-    from crs.progress import LineProgress
+    from crs.foundations.progress import LineProgress
 
     cfg = C.with_overrides(C.parse(TINY.replace('"demo-stats", "demo-resnet"', '"demo-stats"')),
                            store=str(tmp_path / "s.zarr"))

@@ -78,7 +78,7 @@ def test_json_is_the_list_of_findings(monkeypatch, tmp_path, findings, code):
 
 
 def test_a_store_error_from_verify_is_one_line_exit_2(monkeypatch, tmp_path):
-    from crs.errors import UserError
+    from crs.foundations.errors import UserError
 
     _fake(monkeypatch, [])
 

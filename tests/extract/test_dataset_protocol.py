@@ -11,13 +11,13 @@ from datasets_fakes import make_aptos, make_chexpert, make_isic, make_mimic, wri
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crs.errors import UserError
 from crs.extract import datasets as dsreg
 from crs.extract import real, splits, synthetic
 from crs.extract.real import DatasetError
 from crs.extract.synthetic.registry import SPECS
 from crs.extract.table import Table, check_unique, registry
-from crs.names import MODALITIES
+from crs.foundations.errors import UserError
+from crs.foundations.names import MODALITIES
 
 ATTRIBUTES = typing.get_type_hints(dsreg.Dataset)
 METHODS = sorted(n for n, v in vars(dsreg.Dataset).items() if callable(v) and not n.startswith("_"))

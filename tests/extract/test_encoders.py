@@ -16,9 +16,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crs.errors import UserError
 from crs.extract import encoders, models
 from crs.extract.models import WeightsError, build_random, load, map_keys
+from crs.foundations.errors import UserError
 from crs.store.keys import store_key
 
 REAL = [s.name for s in encoders.ENCODERS.values() if s.pretrained and s.source != "builtin"]

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from crs.errors import UserError
 from crs.extract.images import ImageError
 from crs.extract.run import extract
 from crs.extract.table import Table
 from crs.extract.units import StrictFailure
+from crs.foundations.errors import UserError
 from crs.store import Store
 
 SIZE = 16

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from crs.extract import noise, perturb
-from crs.names import PERTURBATION_GENERATORS
+from crs.foundations.names import PERTURBATION_GENERATORS
 
 
 def lowbias32_reference(seed: int, i: int) -> int:

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from crs.cli import app
-from crs.errors import UserError
 from crs.extract import perturb, synthetic
-from crs.names import MODALITIES
+from crs.foundations.errors import UserError
+from crs.foundations.names import MODALITIES
 
 README = Path(__file__).resolve().parents[2] / "docs" / "datasets-and-encoders.md"  # the page that holds the table
 
@@ -73,7 +73,7 @@ def test_the_registry_refuses_a_duplicate_and_malformed_records():
     with pytest.raises(RuntimeError, match="before its views"):  # SEVERITY and SUITES would not show it
         perturb.family("haze", "p", (1, 2, 3, 4, 5), "m", ("radiology",))(_identity)
     assert "haze" not in perturb.FAMILIES
-    bad = [("haze", (1, 2, 3, 4, 5), ("pathology",), "suites"),  # not a modality of crs.names
+    bad = [("haze", (1, 2, 3, 4, 5), ("pathology",), "suites"),  # not a modality of crs.foundations.names
            ("haze", (1, 2, 3, 4, 5), (), "suites"),
            ("haze", (1, 2, 3, 4, 5), ("radiology", "radiology"), "suites"),
            ("haze", (1, 2, 3), ("radiology",), "one per severity"),

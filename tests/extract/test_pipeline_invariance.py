@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from crs.conditions import parse
 from crs.extract import datasets, encoders, perturb, units
 from crs.extract.local import forward_together
 from crs.extract.run import extract
 from crs.extract.timing import STAGES, StageTimes
+from crs.foundations.conditions import parse
 from crs.store import Store
 
 NULL = encoders.null_like(encoders.get("demo-vit"))

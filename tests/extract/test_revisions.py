@@ -12,9 +12,9 @@ import hashlib
 import pytest
 import torch
 
-from crs.errors import BadInput
 from crs.extract import encoders
 from crs.extract.models import WeightsError, load, weights_sha256, weights_status
+from crs.foundations.errors import BadInput
 
 PRETRAINED = [s.name for s in encoders.ENCODERS.values() if s.pretrained and s.source != "builtin"]
 COMMIT_A, COMMIT_B, COMMIT_C = "a" * 40, "b" * 40, "c" * 40

@@ -211,7 +211,7 @@ def test_run_records_whose_values_were_altered_are_refused_and_repaired(baseline
     ranking changed with exit 0: a file without a digest is now refused as well."""
     import polars as pl
 
-    from crs.records import DIGEST
+    from crs.foundations.records import DIGEST
 
     folder = case(baseline, tmp_path)
     target = folder / "results" / "run_records" / f"demo-stats__{DATASET}.parquet"

@@ -49,7 +49,7 @@ def _assert_named(r, path, what: str) -> None:
 
 @pytest.mark.parametrize("code", FAULTS, ids=[errno.errorcode[c] for c in FAULTS])
 def test_a_store_writer_names_the_store_for_a_nameless_os_error(monkeypatch, tmp_path, code):
-    from crs.errors import UserError
+    from crs.foundations.errors import UserError
     from crs.store.zarr_store import DatasetTable, EmbeddingShape, Store
 
     store = Store(str(tmp_path / "s.zarr"))

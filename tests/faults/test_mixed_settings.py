@@ -1,6 +1,6 @@
 """A `crs probe --all` with new settings stopped between two pairs: `crs score` refuses the mix.
 
-Each pair's probe output is committed whole (``crs.records.check_pair``), so a probe stopped part-way
+Each pair's probe output is committed whole (``crs.foundations.records.check_pair``), so a probe stopped part-way
 leaves some pairs with the new settings and the others with the old. Scoring that mix would compare
 encoders under two probe protocols. The state is made here without a kill, so that the test does not
 depend on where a kill lands: one encoder re-probed with the other L2, as the stopped run leaves it."""

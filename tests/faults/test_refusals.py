@@ -207,7 +207,7 @@ def _rewrite_records(results: Path, generation: str | None = None, alter: bool =
     altered under the old digest (a damaged file)."""
     import polars as pl
 
-    from crs import records
+    from crs.foundations import records
 
     target = sorted((results / "run_records").glob("*.parquet"))[0]
     meta = records.metadata(target)

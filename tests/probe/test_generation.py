@@ -20,9 +20,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from crs import records
-from crs.errors import UserError
-from crs.names import PERTURBATION_GENERATORS, SPLIT_CODE, VALIDATION
+from crs.foundations import records
+from crs.foundations.errors import UserError
+from crs.foundations.names import PERTURBATION_GENERATORS, SPLIT_CODE, VALIDATION
 from crs.probe import run
 from crs.store import DatasetTable, EmbeddingShape, LockHeld, Store, generators, store_order
 

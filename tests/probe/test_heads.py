@@ -2,7 +2,7 @@
 
 import pytest
 
-from crs.errors import BadInput, UserError
+from crs.foundations.errors import BadInput, UserError
 from crs.probe import heads
 from crs.probe.run import HEADS, head_name
 
@@ -47,6 +47,6 @@ def test_options_are_checked_and_recorded():
 
 
 def test_the_registered_heads_are_the_heads_the_settings_accept():
-    from crs.names import HEADS as SETTINGS_HEADS
+    from crs.foundations.names import HEADS as SETTINGS_HEADS
 
     assert tuple(heads.REGISTRY) == SETTINGS_HEADS

@@ -135,7 +135,7 @@ def test_metrics_are_invariant_to_row_order_and_in_range(seed, n):
 def test_fast_path_equals_scoring_metrics(task):
     """The probe's JAX metrics (used while probing) equal the single numpy/polars source in
     crs.scoring.metrics: long_table, then auroc, ece, brier, nll and accuracy per probe."""
-    from crs.labels import targets
+    from crs.foundations.labels import targets
     from crs.scoring import metrics as reference
 
     rng = np.random.default_rng(7)

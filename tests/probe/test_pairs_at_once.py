@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from crs.config import Probe
 from crs.extract.run import extract
+from crs.foundations.config import Probe
 from crs.stages import probe as stage
 from crs.store import Store
 

@@ -9,7 +9,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from crs.extract.run import extract
-from crs.names import VALIDATION
+from crs.foundations.names import VALIDATION
 from crs.probe.run import ProbeOptions, pairs_in_store, planned_loops, probe
 from crs.store import Store, StoreError
 
@@ -55,7 +55,7 @@ def test_multilabel_probe_with_masks_shift_and_predictions(cxr_store, tmp_path):
     # the run records name the tool and the settings that made them
     import json
 
-    from crs.records import metadata
+    from crs.foundations.records import metadata
 
     made = json.loads(metadata(Path(summary.records))["crs_provenance"])
     assert made["settings"]["fractions"] == [0.25, 1.0] and made["settings"]["l2"] == [1e-2, 1.0]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from crs.names import SPLIT_CODE
+from crs.foundations.names import SPLIT_CODE
 from crs.probe import core, subsets
 from crs.probe.run import embedding_width, load_split, planned_loops
 from crs.store import DatasetTable, EmbeddingShape, Store, store_order

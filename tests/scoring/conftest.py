@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from crs import forms
-from crs import records as run_records
-from crs.records import COLUMNS
+from crs.foundations import forms
+from crs.foundations import records as run_records
+from crs.foundations.records import COLUMNS
 
 GENERATION = "g-test"  # the probe generation the tiny store's predictions and the saved run records name
 
@@ -22,7 +22,7 @@ FRACTION_DROP = {0.1: 0.15, 0.5: 0.05, 1.0: 0.0}
 
 
 def table(rows: list[dict]) -> pl.DataFrame:
-    """Run records with every column of crs.records.COLUMNS; missing ones filled with defaults."""
+    """Run records with every column of crs.foundations.records.COLUMNS; missing ones filled with defaults."""
     defaults = {
         "task": "multiclass",
         "ece": 0.05,

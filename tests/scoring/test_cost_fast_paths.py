@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from crs.conditions import parse
-from crs.labels import targets
+from crs.foundations.conditions import parse
+from crs.foundations.labels import targets
 from crs.scoring import metrics, predictions
 from crs.scoring import temperature as ts
 from crs.scoring.axes import FRACTION_TOL

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.integrate import quad
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 from crs.scoring import crs as core
 from crs.scoring.versions import v2
 

@@ -11,8 +11,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from crs.config import Config
-from crs.errors import UserError
+from crs.foundations.config import Config
+from crs.foundations.errors import UserError
 from crs.stages import bundles, merge, score
 
 SETTINGS = dataclasses.replace(Config().score, bootstrap=64, seed=3)
@@ -23,7 +23,7 @@ def _site(folder: Path, build_store, save_records, rng_seed: int = 0, quality=QU
     """A site's results folder: the tiny store, its run records naming it, and its own scores."""
     import json as _json
 
-    from crs import records as run_records
+    from crs.foundations import records as run_records
 
     store, table = build_store(folder / "store.zarr", quality, rng_seed=rng_seed)
     save_records(folder / "results", table)
@@ -155,7 +155,7 @@ def bundle_b(site_b, tmp_path_factory) -> Path:
 def _one_study(sites: dict[str, Path], folder: Path) -> Path:
     """One study holding every site's datasets as SITE.DS, built from the sites' own stores (clear ids, no bundle):
     the slow, obvious reference for the merge."""
-    from crs import records as run_records
+    from crs.foundations import records as run_records
     from crs.store import DatasetTable, Store
 
     store = Store(str(folder / "store.zarr"), "a")

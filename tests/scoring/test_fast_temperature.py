@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crs.labels import targets
+from crs.foundations.labels import targets
 from crs.scoring import temperature
 
 

@@ -7,8 +7,8 @@ import polars as pl
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from crs import forms
-from crs.errors import UserError
+from crs.foundations import forms
+from crs.foundations.errors import UserError
 from crs.probe import core
 from crs.scoring.predictions import Predictions, probe_metrics
 

@@ -1,6 +1,6 @@
 """``crs score`` refuses a pair whose run records and stored probabilities come from different probe runs.
 
-The probe defines one run (``crs.records.check_pair``, generation ids in every piece);
+The probe defines one run (``crs.foundations.records.check_pair``, generation ids in every piece);
 scoring hands it the attributes of every prediction array it may read, validation
 included. The first test checks that hand-over with a stand-in for ``check_pair``; the
 second uses the probe's own definition.
@@ -13,8 +13,8 @@ import json
 import polars as pl
 import pytest
 
-from crs import records as run_records
-from crs.errors import UserError
+from crs.foundations import records as run_records
+from crs.foundations.errors import UserError
 from crs.scoring.options import ScoreOptions
 from crs.scoring.run import score
 

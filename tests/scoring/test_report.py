@@ -23,7 +23,7 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 from crs.cli import app
-from crs.records import records_dir
+from crs.foundations.records import records_dir
 from crs.scoring import figures as fg
 from crs.scoring import report
 from crs.scoring.axes import AXES
@@ -334,8 +334,8 @@ def test_rank_distribution_counts_every_replicate_once(b, n, seed):
 
 
 def test_missing_scores_and_run_records_are_user_errors(tmp_path):
-    from crs import records
-    from crs.errors import UserError
+    from crs.foundations import records
+    from crs.foundations.errors import UserError
 
     with pytest.raises(UserError, match="no scores under"):
         report.write_report(tmp_path, tmp_path / "out", quiet=True)
@@ -368,7 +368,7 @@ def test_a_rerun_removes_the_temporaries_a_killed_report_left(scored, tmp_path):
     results, _, _ = scored
     out = tmp_path / "out"
     report.write_report(results, out, quiet=True)
-    # what kill -9 leaves in the middle of crs.files.atomic_write: a temporary beside the final name
+    # what kill -9 leaves in the middle of crs.foundations.files.atomic_write: a temporary beside the final name
     stale = [out / "figures" / ".profiles.png.k1ll3d.tmp", out / "tables" / ".leaderboard.csv.x.tmp",
              out / ".report.html.y.tmp"]
     for f in stale:

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 import forkrun  # tests/forkrun.py
 from crs.cli import app
-from crs.errors import UserError
-from crs.records import read as read_records
+from crs.foundations.errors import UserError
+from crs.foundations.records import read as read_records
 from crs.scoring import report, scoreset
 from crs.scoring.options import ScoreOptions
 from crs.scoring.run import score

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crs.errors import UserError
+from crs.foundations.errors import UserError
 from crs.scoring import axes as ax
 from crs.scoring.axes import AXES, axes_by_seed, seed_means
 

@@ -19,7 +19,7 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from crs.labels import TASKS
+from crs.foundations.labels import TASKS
 from crs.scoring import metrics as m
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
-from crs.labels import TASKS, targets
+from crs.foundations.labels import TASKS, targets
 from crs.scoring import metrics, resample
 from crs.scoring.axes import AxisArrays, axes_by_seed, axes_from
 

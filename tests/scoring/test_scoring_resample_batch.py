@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from crs.labels import targets
+from crs.foundations.labels import targets
 from crs.scoring import kernels, metrics, resample
 from crs.scoring.axes import used_rows
 from crs.scoring.comparison import Runs

@@ -274,7 +274,7 @@ def test_axes_by_seed_table(scores):
     ],
 )
 def test_bad_options_are_user_errors(records, options, message):
-    from crs.errors import UserError
+    from crs.foundations.errors import UserError
 
     options.setdefault("crs_version", "1")
     with pytest.raises(UserError, match=message):

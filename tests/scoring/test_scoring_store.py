@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from crs.errors import BadInput
+from crs.foundations.errors import BadInput
 from crs.scoring import ScoreOptions, resample, score, verdict
 from crs.scoring.axes import AXES, axes_by_seed, used_rows
 from crs.scoring.comparison import Runs
@@ -156,7 +156,7 @@ def test_validation_rows_in_the_records_are_not_a_condition(built):
 
 
 def test_missing_predictions_are_a_user_error(built):
-    from crs.errors import UserError
+    from crs.foundations.errors import UserError
     from crs.scoring.predictions import Predictions
 
     store, _ = built
@@ -165,7 +165,7 @@ def test_missing_predictions_are_a_user_error(built):
 
 
 def test_bad_input_is_a_user_error_and_stale_probabilities_are_named(tmp_path, make_store):
-    from crs.errors import BadInput, UserError
+    from crs.foundations.errors import BadInput, UserError
     from crs.scoring.run import score
 
     store, records = make_store(tmp_path / "s.zarr", {"a": 1.0, "b": 0.7}, seeds=(0, 1), n_test=12, n_val=10)

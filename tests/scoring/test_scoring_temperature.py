@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 from sklearn.metrics import log_loss
 
-from crs.labels import TASKS, targets
+from crs.foundations.labels import TASKS, targets
 from crs.scoring import metrics, temperature
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crs import names
-from crs.errors import BadInput
+from crs.foundations import names
+from crs.foundations.errors import BadInput
 from crs.scoring import versions
 from crs.scoring.versions import v1, v2
 from crs.scoring.versions.registry import registry
@@ -89,7 +89,8 @@ def test_a_version_is_taken_as_crs_records_it():
 
 
 def test_the_shared_names_are_the_registrys():
-    """crs.names keeps the versions for the settings schema, which may not import a stage: the registry's."""
+    """crs.foundations.names keeps the versions for the settings schema, which may not import a stage: the
+    registry's."""
     assert names.CRS_VERSIONS == versions.VERSIONS == ("1", "2")
     assert names.CRS_LATEST == versions.LATEST and versions.LATEST in versions.VERSIONS
 

@@ -1,6 +1,6 @@
 """Every setting of a stage with a settings hash changes that stage's currency and the later ones', never
 an earlier one's: the hash is computed from the stage's options record, which holds every setting of its
-section (``crs.config.options_record``), so no setting can be left out of it.
+section (``crs.foundations.config.options_record``), so no setting can be left out of it.
 
 The extraction is real (demo-stats, one small dataset, once per module); the probe, score and report
 workers are replaced by fakes that write their options record and inputs, so each ``pipeline.run`` takes
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import crs.config as C
+import crs.foundations.config as C
 from crs.stages import pipeline
 from crs.stages import probe as probe_stage
 from crs.stages import report as report_stage

@@ -5,8 +5,8 @@ refused, by the reader and by a writer into its dataset, naming the array and th
 import numpy as np
 import pytest
 
-from crs.errors import UserError
 from crs.extract import perturb
+from crs.foundations.errors import UserError
 from crs.store import DatasetTable, EmbeddingShape, Store, StoreError, generators
 
 OLD, NEW = generators.NONE, perturb.GENERATOR

@@ -122,7 +122,7 @@ def test_extract_probe_score_on_s3_equal_the_folder_run(s3, tmp_path):
     import polars as pl
     from polars.testing import assert_frame_equal
 
-    from crs import records
+    from crs.foundations import records
 
     a, b = (records.read(tmp_path / r).sort("encoder", "dataset", "seed", "fraction", "condition")
             for r in ("r-folder", "r-s3"))

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crs.errors import UserError
-from crs.names import PERTURBATION_GENERATORS
+from crs.foundations.errors import UserError
+from crs.foundations.names import PERTURBATION_GENERATORS
 from crs.store import (
     SCHEMA_VERSION,
     DatasetTable,

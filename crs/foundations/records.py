@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from crs.errors import UserError
-from crs.files import write_frame
+from crs.foundations.errors import UserError
+from crs.foundations.files import write_frame
 
 # name -> (polars dtype name, meaning)
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -59,7 +59,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
 RUN_RECORDS_DIR = "run_records"
 SELECTION_DIR = "probe_selection"
 GENERATION = "crs:generation"  # Parquet key-value metadata: the probe run that wrote the file
-PROVENANCE = "crs_provenance"  # run-record Parquet metadata: json of crs.provenance.collect(probe settings)
+PROVENANCE = "crs_provenance"  # run-record Parquet metadata: json of crs.foundations.provenance.collect(probe settings)
 PREDICTION_GENERATION = "generation"  # the same id in the stored predictions' attributes
 DIGEST = "crs:digest"  # Parquet key-value metadata: ``frame_digest`` of the table as written
 STORE = "crs:store"  # run-record Parquet metadata: the store the probe read, relative to RESULTS where local
@@ -150,7 +150,7 @@ def frame_digest(frame) -> str:
 
 
 def write_parquet(target: Path, frame, generation: str, metadata: Mapping[str, str] | None = None) -> None:
-    """``frame`` to ``target`` whole (``crs.files.write_frame``), its metadata naming ``generation``."""
+    """``frame`` to ``target`` whole (``crs.foundations.files.write_frame``), its metadata naming ``generation``."""
     meta = {**(metadata or {}), GENERATION: generation, DIGEST: frame_digest(frame)}
     write_frame(Path(target), frame, "parquet", meta)
 

@@ -1,4 +1,4 @@
-"""Command-line options made from the settings schema (``crs.config``).
+"""Command-line options made from the settings schema (``crs.foundations.config``).
 
 Each setting's field carries its flag; this module turns a field into a typer option
 (type, default shown, help) and the values typed back into checked settings, so that a
@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from crs import config
-from crs.errors import BadInput
+from crs.foundations import config
+from crs.foundations.errors import BadInput
 
 Path_ = tuple[str, ...]
 SETTINGS: dict[Path_, tuple[dataclasses.Field, Any]] = {path: (f, tp) for path, f, tp in config.settings()}

@@ -2,7 +2,7 @@
 
 A table is encoded in memory and its bytes written by Python's own file calls (``write_frame``): polars,
 writing a file itself, reports a full disk as a ComputeError or an OSError without an errno, which no
-writer can tell from a bug of ours; Python's write raises OSError(ENOSPC), which ``crs.errors.writing_to``
+writer can tell from a bug of ours; Python's write raises OSError(ENOSPC), which ``crs.foundations.errors.writing_to``
 turns into a message naming the folder and the repair.
 """
 
@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from crs.errors import writing_to
+from crs.foundations.errors import writing_to
 
 
 def umask() -> int:

@@ -8,9 +8,9 @@ demo). Nothing here imports the stages, so the checks are instant.
 
 from importlib import resources
 
-from crs.config.checks import ENCODER_SETS, WEIGHT_TOL, Bad, ConfigError
-from crs.config.jsonschema import json_schema
-from crs.config.schema import (
+from crs.foundations.config.checks import ENCODER_SETS, WEIGHT_TOL, Bad, ConfigError
+from crs.foundations.config.jsonschema import json_schema
+from crs.foundations.config.schema import (
     DEFAULT_FRACTIONS,
     DEFAULT_HIDDEN,
     DEFAULT_L2,
@@ -34,7 +34,7 @@ from crs.config.schema import (
     with_crs_version,
     with_overrides,
 )
-from crs.config.tomlfile import load, locate, parse, resolve, to_toml
+from crs.foundations.config.tomlfile import load, locate, parse, resolve, to_toml
 
 # The commented example (`crs run --print-default`, examples/crs-run.toml): the built-in demo.
 EXAMPLE = resources.files(__name__).joinpath("example.toml").read_text(encoding="utf-8")

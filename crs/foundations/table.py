@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crs.names import SPLIT_CODE
+from crs.foundations.names import SPLIT_CODE
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class Table:
 
     ids: np.ndarray  # [image] str, unique, e.g. 'demo_derm-000123'
     labels: np.ndarray  # [image] int64 class index, or [image, label] int8 in {1, 0, -1} (-1: uncertain or unknown)
-    split: np.ndarray  # [image] int8: 0 train, 1 val, 2 test (crs.names.SPLIT_CODE)
+    split: np.ndarray  # [image] int8: 0 train, 1 val, 2 test (crs.foundations.names.SPLIT_CODE)
     group: np.ndarray  # [image] str: lesion or patient id; a group never straddles splits
 
     def rows(self, split: str) -> np.ndarray:

@@ -13,8 +13,8 @@ import types
 import typing
 from pathlib import Path
 
-from crs.config.checks import Bad, ConfigError, toml_kind
-from crs.config.schema import SECTIONS, Config, cross_check, with_overrides
+from crs.foundations.config.checks import Bad, ConfigError, toml_kind
+from crs.foundations.config.schema import SECTIONS, Config, cross_check, with_overrides
 
 
 def _type_name(tp) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from crs.errors import UserError
+from crs.foundations.errors import UserError
 
 KEY = "form"
 LOG_PROB = "log_prob"

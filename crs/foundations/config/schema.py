@@ -1,6 +1,6 @@
 """The settings schema: one frozen dataclass per TOML section, each field holding its type, default, range
-check, help text and command-line flag, so ``crs.options`` makes the typer options and
-``crs.config.jsonschema`` the JSON Schema from the same fields. ``settings`` lists them; ``cross_check``
+check, help text and command-line flag, so ``crs.commands.options`` makes the typer options and
+``crs.foundations.config.jsonschema`` the JSON Schema from the same fields. ``settings`` lists them; ``cross_check``
 holds the rules that tie two settings together."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from crs.config.checks import (
+from crs.foundations.config.checks import (
     ENCODER_SETS,
     Bad,
     ConfigError,
@@ -36,7 +36,7 @@ from crs.config.checks import (
     one_of,
     setting,
 )
-from crs.names import CRS_LATEST, HEADS, MODALITIES, SEVERITIES
+from crs.foundations.names import CRS_LATEST, HEADS, MODALITIES, SEVERITIES
 
 # The stages' defaults live here and only here: the command line's options and the TOML
 # keys are both made from these fields, and the stages trust what passed their checks.

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-from crs.errors import UserError
-from crs.names import CRS_VERSIONS, SEVERITIES
+from crs.foundations.errors import UserError
+from crs.foundations.names import CRS_VERSIONS, SEVERITIES
 
 WEIGHT_TOL = 1e-6  # how far from 1 the CRS weights may sum
 

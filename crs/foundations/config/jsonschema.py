@@ -7,7 +7,7 @@ import types
 import typing
 from typing import Any
 
-from crs.config.schema import settings
+from crs.foundations.config.schema import settings
 
 
 def _json_type(tp) -> dict:
