@@ -58,6 +58,29 @@ def build(store_dir: Path, n_encoders: int, n_seeds: int) -> float | None:
     return round(time.perf_counter() - t0, 1)
 
 
+def staged(fn, phases: list[tuple[object, str, str]], *a, **kw) -> dict:
+    """``fn(*a, **kw)`` timed in wall and CPU seconds, and per phase (``PhaseTimer`` over ``phases``)."""
+    with score_bench.PhaseTimer(phases) as timer:
+        _, wall, cpu = timed(fn, *a, **kw)
+    timer.wall["other"] = wall - timer.main_wall
+    return {"wall_s": wall, "cpu_s": cpu,
+            "phases": {k: {"wall_s": round(timer.wall.get(k, 0.0), 2), "cpu_s": round(timer.cpu.get(k, 0.0), 2)}
+                       for k in sorted(timer.wall)}}
+
+
+def io_phases() -> list[tuple[object, str, str]]:
+    """What ``staged`` wraps in ``crs export`` and ``crs merge``."""
+    from crs.stages import bundles, merge
+    from crs.store import Store
+
+    return [(bundles, "write_manifest", "digests (sha256)"), (merge, "sha256_file", "digests (sha256)"),
+            (bundles, "_write_predictions", "export: predictions"), (bundles, "_write_datasets", "export: datasets"),
+            (bundles, "_write_records", "export: run records"), (bundles, "fairness_record", "export: site record"),
+            (Store, "read_predictions", "reading the store"), (Store, "write_predictions", "writing the store"),
+            (merge, "_write_dataset", "merge: datasets"), (merge, "_write_site_records", "merge: run records"),
+            (merge.np, "load", "merge: reading .npy")]
+
+
 def score(results: Path, n_bootstrap: int, store: str | None = None) -> dict:
     """``crs score`` of ``results`` with the default settings and B = ``n_bootstrap``: wall, CPU, phases."""
     from crs.config import Score
@@ -155,8 +178,7 @@ def main() -> None:
         restore()
     print(json.dumps({"score_single": single}), flush=True)
     first = work / "bundles" / "site000"
-    _, export_wall, export_cpu = timed(bundles.export, results, first, "site000",
-                                           store=str(store_dir / "store.zarr"))
+    export = staged(bundles.export, io_phases(), results, first, "site000", store=str(store_dir / "store.zarr"))
     t0 = time.perf_counter()
     for i in range(1, max(counts)):
         site_copy(first, work / "bundles" / f"site{i:03d}", f"site{i:03d}")
@@ -164,18 +186,18 @@ def main() -> None:
     runs = []
     for n in counts:
         out = work / f"merged-{n}"
-        _, m_wall, m_cpu = timed(merge.merge, [work / "bundles" / f"site{i:03d}" for i in range(n)], out)
+        merged_io = staged(merge.merge, io_phases(), [work / "bundles" / f"site{i:03d}" for i in range(n)], out)
         merged = score(out, args.bootstrap)
-        runs.append({"sites": n, "merge": {"wall_s": m_wall, "cpu_s": m_cpu}, "score_merged": merged,
+        runs.append({"sites": n, "merge": merged_io, "score_merged": merged,
                      "ratio_wall": round(merged["wall_s"] / single["wall_s"], 2),
                      "ratio_cpu": round(merged["cpu_s"] / single["cpu_s"], 2)})
         print(json.dumps({"sites": n, **runs[-1]}), flush=True)
         shutil.rmtree(out)
     print(json.dumps({
         "bootstrap": args.bootstrap, "encoders": args.encoders, "seeds": args.seeds, "store": str(store_dir),
-        "built_s": built, "copies_s": copies, "export": {"wall_s": export_wall, "cpu_s": export_cpu},
+        "built_s": built, "copies_s": copies, "export": export,
         "score_single": {k: single[k] for k in ("wall_s", "cpu_s")},
-        "runs": [{"sites": r["sites"], "merge": r["merge"],
+        "runs": [{"sites": r["sites"], "merge": {k: r["merge"][k] for k in ("wall_s", "cpu_s")},
                   "score_merged": {k: r["score_merged"][k] for k in ("wall_s", "cpu_s")},
                   "ratio_wall": r["ratio_wall"], "ratio_cpu": r["ratio_cpu"]} for r in runs],
         "weight": weight(first, store_dir / "store.zarr", read)}))
