@@ -456,34 +456,14 @@ def direct_read_predictions(self, dataset: str, encoder: str, condition: str):
     return self.checks.checked_read(arr, what), attrs
 
 
-def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap: int, n_perturbed: int = 68,
-               bootstrap_unit: str = "both", direct_reads: bool = False, first_encoders: int = 0,
-               crs_version: int | None = None) -> dict:
-    """``crs score`` (``crs.stages.score.run``: read the run records, score with the default settings, write
-    the set) on a paper-scale store (``paper_store``), timed per phase; part 6."""
-    import os
-    from pathlib import Path
-
+def score_phases() -> list[tuple[object, str, str]]:
+    """What ``PhaseTimer`` wraps to time ``crs score`` per phase (part 6; benchmarks/merge_bench.py too)."""
     from crs.foundations import records as run_records
-    from crs.foundations.config import Score
     from crs.scoring import analysis, metrics, predictions, replicates, resample, run, scoreset, temperature, verdict
     from crs.scoring.predictions import image_bootstrap, read, stored_metrics
-    from crs.stages import score as score_stage
     from crs.store import Store
 
-    tmp = tempfile.mkdtemp(prefix="crs-e2e-") if store_dir is None else store_dir
-    store_path, results = os.path.join(tmp, "store.zarr"), Path(tmp) / "results"
-    built = None
-    if not any(run_records.records_dir(results).glob("*.parquet")):
-        t0 = time.perf_counter()
-        save_records(results, paper_store(store_path, n_encoders, n_seeds, n_perturbed))
-        built = time.perf_counter() - t0
-    if first_encoders:  # score the first N encoders of a larger store: their own results folder
-        table = run_records.read(results)
-        results = Path(tmp) / f"results-{first_encoders}"
-        keep = sorted(table["encoder"].unique().to_list())[:first_encoders]
-        save_records(results, table.filter(pl.col("encoder").is_in(keep)))
-    phases = [
+    return [
         (run_records, "read", "reading run records"),
         (Store, "read_predictions", "reading predictions"),
         (read, "split_targets", "reading predictions"),
@@ -507,6 +487,35 @@ def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap
         (scoreset, "write_set", "writing"),
         (scoreset, "write_table", "writing"),
     ]
+
+
+def end_to_end(store_dir: str | None, n_encoders: int, n_seeds: int, n_bootstrap: int, n_perturbed: int = 68,
+               bootstrap_unit: str = "both", direct_reads: bool = False, first_encoders: int = 0,
+               crs_version: int | None = None) -> dict:
+    """``crs score`` (``crs.stages.score.run``: read the run records, score with the default settings, write
+    the set) on a paper-scale store (``paper_store``), timed per phase; part 6."""
+    import os
+    from pathlib import Path
+
+    from crs.foundations import records as run_records
+    from crs.foundations.config import Score
+    from crs.scoring import run
+    from crs.stages import score as score_stage
+    from crs.store import Store
+
+    tmp = tempfile.mkdtemp(prefix="crs-e2e-") if store_dir is None else store_dir
+    store_path, results = os.path.join(tmp, "store.zarr"), Path(tmp) / "results"
+    built = None
+    if not any(run_records.records_dir(results).glob("*.parquet")):
+        t0 = time.perf_counter()
+        save_records(results, paper_store(store_path, n_encoders, n_seeds, n_perturbed))
+        built = time.perf_counter() - t0
+    if first_encoders:  # score the first N encoders of a larger store: their own results folder
+        table = run_records.read(results)
+        results = Path(tmp) / f"results-{first_encoders}"
+        keep = sorted(table["encoder"].unique().to_list())[:first_encoders]
+        save_records(results, table.filter(pl.col("encoder").is_in(keep)))
+    phases = score_phases()
     saved = Store.read_predictions
     if direct_reads:  # the timer wraps whichever is in place: either is counted as reading
         Store.read_predictions = direct_read_predictions
