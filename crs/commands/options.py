@@ -43,8 +43,9 @@ EXEMPT = {
 
 
 # Commands that run no stage and read no config: they list and inspect the registries, a
-# dataset folder and a store, so their options are not benchmark settings.
-TOOLS = ("encoders", "perturbations", "datasets", "store")
+# dataset folder and a store, or carry a results folder out and in (export, merge), so their options are not
+# benchmark settings.
+TOOLS = ("encoders", "perturbations", "datasets", "store", "export", "merge")
 
 
 def flag(path: Path_) -> str:

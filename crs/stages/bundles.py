@@ -16,9 +16,10 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from crs.foundations import provenance
 from crs.foundations.errors import BadInput
@@ -74,6 +75,7 @@ def site_salt(results: Path) -> bytes:
 
 def hashed(values: np.ndarray, salt: bytes) -> np.ndarray:
     """sha256(salt, 0x00, id) as hex: the same id gives the same digest at one site, another at another."""
+    import numpy as np
     return np.array([hashlib.sha256(salt + b"\0" + str(v).encode()).hexdigest() for v in values.tolist()], dtype=str)
 
 
@@ -157,6 +159,7 @@ def _write_records(results: Path, tmp: Path, pairs) -> None:
 def _write_predictions(store, table, tmp: Path, pairs) -> None:
     """predictions/DS/ENC/COND.npy (float32 as stored) and .json (its attributes) for every condition scored and
     the validation split."""
+    import numpy as np
     import polars as pl  # polars: crs --help loads no stage
 
     from crs.store import StoreError, condition_key  # zarr: crs --help loads no stage
@@ -190,6 +193,7 @@ def _write_datasets(store, table, tmp: Path, salt: bytes) -> None:
     """datasets/DS/: labels, splits, hashed ids and groups, and counted (not in the failures table) of every row
     (the train labels decide which classes a probe can measure: ``crs.scoring.measurable``); attrs.json without
     what names files."""
+    import numpy as np
     for dataset in shared_datasets(table):
         t = store.dataset(dataset)
         n = int(np.isin(t.split, [SPLIT_CODE[s] for s in SHARED_SPLITS]).sum())

@@ -14,8 +14,6 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-
 from crs.foundations import provenance
 from crs.foundations.errors import BadInput, UserError
 from crs.foundations.names import VALIDATION
@@ -169,6 +167,8 @@ def _renamed(site: str, condition: str) -> str:
 
 
 def _write_dataset(store, site: str, folder: Path) -> None:
+    import numpy as np
+
     from crs.store import DatasetTable  # zarr: crs --help loads no stage
 
     arrays = {k: np.load(folder / f"{k}.npy", allow_pickle=False) for k in ("label", "split", "id", "group",
@@ -186,6 +186,8 @@ def _write_dataset(store, site: str, folder: Path) -> None:
 
 
 def _write_pair_predictions(store, site: str, dataset: str, encoder: str, folder: Path) -> None:
+    import numpy as np
+
     from crs.foundations import records  # polars: crs --help loads no stage
     from crs.store.layout import key_condition  # zarr: crs --help loads no stage
 
