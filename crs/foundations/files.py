@@ -8,6 +8,7 @@ turns into a message naming the folder and the repair.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tempfile
@@ -82,3 +83,12 @@ def put(path: Path, data: bytes) -> None:
 def write_frame(path: Path, frame, kind: str = "parquet", metadata: Mapping[str, str] | None = None) -> None:
     """A table as the file ``path``, whole or not at all (``atomic_write``)."""
     atomic_write(Path(path), lambda tmp: put(tmp, encode(frame, kind, metadata)))
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes as hex, read a MiB at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 from crs.foundations import provenance
 from crs.foundations.errors import BadInput
+from crs.foundations.files import sha256_file
 from crs.foundations.names import SPLIT_CODE, VALIDATION
 
 FORMAT = "crs-bundle"
@@ -55,14 +56,6 @@ def check_out(out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"--out {str(out)!r} exists and is not an empty folder; pass a new path (nothing is "
                        "overwritten)")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def site_salt(results: Path) -> bytes:

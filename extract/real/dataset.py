@@ -4,7 +4,6 @@ identity and provenance, and which image paths it reads (under its root unless a
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import shlex
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from crs.extract.real.index import (
 )
 from crs.extract.real.layouts import LAYOUTS
 from crs.extract.table import Table
+from crs.foundations.files import sha256_file
 from crs.foundations.labels import check_task
 from crs.foundations.names import MODALITIES, SPLIT_CODE
 
@@ -183,7 +183,7 @@ class FileDataset:
         embeddings of two datasets under one name whose identities differ."""
         base = self.csv_path.parent if self.csv_path else self.root
         return {"image_root": str(self.root),
-                "csv_sha256": {rel: _sha256(base / rel) for rel in self.index.files},
+                "csv_sha256": {rel: sha256_file(base / rel) for rel in self.index.files},
                 "image_size": self.image_size,
                 "allow_absolute_paths": self.allow_absolute_paths,
                 # only where set: with links not followed, the identity is that of a dataset read without the setting
@@ -238,14 +238,6 @@ class _RowPaths(Sequence):
 
 def open_layout(name: str, root, options: ReadOptions = ReadOptions()) -> FileDataset:
     return FileDataset(LAYOUTS[name], root, options)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _led_out(root: Path, paths: list[str]) -> dict[str, str]:
