@@ -21,6 +21,7 @@ from crs.extract.units import (
     Plan,
     PreparedUnits,
     Staged,
+    Unit,
     after_commit,
     commit_failures,
     unit_conditions,
@@ -127,7 +128,9 @@ def run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress
               for plan, model in jobs]
     order = sorted(units)
     first = {j: units[j][0][1] for j in order}
-    conds = {j: [c for c in plan0.conds if any(c in u.conds for _, u in units[j])] for j in order}
+    calls = {(i, j): forward_calls(jobs[i][0], u) for j in order for i, u in units[j]}
+    conds = {j: [c for c in plan0.conds if any(c in call for i, _ in units[j] for call in calls[i, j])]
+             for j in order}
     host = {j: [c for c in conds[j] if c != CLEAN and parse(c).family in HOST_FAMILIES] for j in order}
     prepared = PreparedUnits(DecodedUnits(ds, {j: first[j].source_rows for j in order}, ds.paths), first, host)
     buffers = HostBuffers(device)
@@ -148,12 +151,13 @@ def run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress
             pending: dict[int, list] = {i: [] for i, _ in need}  # job -> [(condition, groups)] not yet embedded
             for cond, groups in unit_conditions(first[item.j], item.images, device, conds[item.j], item.host, timer):
                 for i, u in need:
-                    if cond in u.conds:
+                    call = next((c for c in calls[i, item.j] if cond in c), None)
+                    if call is not None:
                         pending[i].append((cond, groups))
-                        if _images(pending[i]) >= embeds[i].embed.batch:
-                            _flush(embeds[i], pending[i], item.j, buffers, writer, timer)
-            for i, _ in need:
-                _flush(embeds[i], pending[i], item.j, buffers, writer, timer)
+                        if cond == call[-1]:
+                            _flush(embeds[i], pending[i], item.j, u.conds, buffers, writer, timer)
+            for i, u in need:  # nothing is left (every call ends on its last condition); kept for safety
+                _flush(embeds[i], pending[i], item.j, u.conds, buffers, writer, timer)
     finally:
         writer.close()  # what was embedded is committed, also on Ctrl-C (or SIGTERM, which the CLI makes one)
     for e in embeds:  # the device work is done (the writer waited for every copy)
@@ -162,14 +166,32 @@ def run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress
         timer.add("forward", e.clock.seconds("forward"))
 
 
-def _images(pending: list) -> int:
-    return sum(len(pos) for _, groups in pending for pos, _ in groups)
+def forward_calls(plan: Plan, unit: Unit) -> list[list[str]]:
+    """The conditions of ``unit`` that go through the encoder together, call by call: consecutive conditions of
+    the plan's whole suite, each call closed once it holds ``plan.batch`` images, and only the calls holding a
+    condition the unit has pending. The calls depend on the suite, never on what is pending, so that a resumed
+    run repeats the uninterrupted run's forward passes exactly: a CPU kernel's float sums depend on the batch's
+    shape, and a call made only of the pending conditions gave a resumed store 1-ulp differences. A call that
+    holds a condition already written recomputes it and writes nothing for it."""
+    whole, call, images = [], [], 0
+    for cond in plan.conds:
+        call.append(cond)
+        images += len(unit.source_rows) if cond == CLEAN else unit.n_test
+        if images >= plan.batch:
+            whole.append(call)
+            call, images = [], 0
+    if call:
+        whole.append(call)
+    return [c for c in whole if any(cond in unit.conds for cond in c)]
 
 
-def _flush(embedding, pending: list, j: int, buffers: HostBuffers, writer: _Writer, timer) -> None:
-    """Embed the ``pending`` conditions of unit ``j`` for one encoder and hand each to the writer; empties it."""
-    for cond, staged in embedding(pending, buffers, timer):
-        writer.put(embedding.plan.arrays[cond], j, staged)
+def _flush(embedding, pending: list, j: int, write: list[str], buffers: HostBuffers, writer: _Writer,
+           timer) -> None:
+    """Embed the ``pending`` conditions of unit ``j`` for one encoder and hand those in ``write`` to the writer;
+    empties ``pending``."""
+    if pending:
+        for cond, staged in embedding(pending, set(write), buffers, timer):
+            writer.put(embedding.plan.arrays[cond], j, staged)
     pending.clear()
 
 
@@ -208,18 +230,20 @@ class _Embedding(NamedTuple):
     progress: object
     task: object  # the encoder's progress task: one step per array chunk written (a chunk of one condition)
 
-    def __call__(self, conds: list, buffers: HostBuffers, timer) -> Iterator[tuple[str, Staged]]:
+    def __call__(self, conds: list, write: set, buffers: HostBuffers, timer) -> Iterator[tuple[str, Staged]]:
         """Embed conditions of a unit ((condition, groups) each) in as few forward passes as their shapes
-        allow; yields each condition with its rows on their way to the host (the caller hands each to the
-        writer before the next takes a host buffer)."""
+        allow; yields each condition in ``write`` with its rows on their way to the host (the caller hands each
+        to the writer before the next takes a host buffer)."""
         flat = [(c, pos, x) for c, (_, groups) in enumerate(conds) for pos, x in groups]
         with self.clock.span("forward"):
             ys = forward_together(self.embed, [x for _, _, x in flat])
         summary = self.plan.summary
         for c, (cond, groups) in enumerate(conds):
+            summary.forward_images += sum(len(pos) for pos, _ in groups)
+            if cond not in write:  # already written: recomputed only to keep the call's shape
+                continue
             staged = buffers.stage([(pos, y) for (k, pos, _), y in zip(flat, ys) if k == c], timer)
             summary.chunks_written += 1
-            summary.forward_images += sum(len(pos) for pos, _ in groups)
             if self.task is not None:
                 self.progress.advance(self.task)
             yield cond, staged

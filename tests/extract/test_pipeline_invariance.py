@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from crs.extract import datasets, encoders, perturb, units
-from crs.extract.local import forward_together
+from crs.extract.local import forward_calls, forward_together
 from crs.extract.run import extract
 from crs.extract.timing import STAGES, StageTimes
 from crs.foundations.conditions import parse
@@ -84,3 +84,18 @@ def test_conditions_of_one_shape_and_layout_go_through_the_encoder_together():
     assert sorted(calls) == [1, 4, 5]
     for x, y in zip(xs, out):
         torch.testing.assert_close(y, embed(x), rtol=0, atol=0)
+
+
+def test_a_resumed_unit_repeats_the_uninterrupted_runs_forward_calls():
+    """A CPU kernel's float sums depend on the batch's shape (resnet on oneDNN: 1-ulp differences), so the
+    conditions that share a forward call are fixed by the suite, whatever a resumed run has left to do."""
+    suite = ["clean", *(f"c{k}@1" for k in range(9))]
+    unit = units.Unit(j=0, source_rows=np.arange(12), ids=[str(k) for k in range(12)], n_test=5, conds=suite)
+    plan = units.Plan(spec=None, dataset="d", conds=suite, arrays={}, units=[unit], batch=16, summary=None)
+    whole = forward_calls(plan, unit)
+    assert whole == [suite[:2], suite[2:6], suite[6:]]  # each closed once it reaches 16 images: 12 + 5, 4 x 5, 4 x 5
+    for pending in (suite[3:4], suite[4:7], suite[9:], ["clean", "c6@1"]):
+        left = units.Unit(**{**unit.__dict__, "conds": pending})
+        got = forward_calls(plan, left)
+        assert all(call in whole for call in got)  # the same calls as the uninterrupted run's...
+        assert sorted(c for call in got for c in call if c in pending) == sorted(pending)  # ...covering what is left
