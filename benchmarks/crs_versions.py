@@ -439,16 +439,24 @@ def _top_pairs(tally: Tally, separated: np.ndarray) -> dict:
 
 def _pair_test(hits: np.ndarray, below: np.ndarray, n: int) -> dict:
     """Each pair's coverage against PAIR_FLOOR: a one-sided binomial test per pair at 5 % / pairs (Bonferroni);
-    and the side of the misses (truth below or above the interval) for pairs with 10 or more misses."""
-    from scipy.stats import binom
+    and the side of the misses (truth below or above the interval) for pairs with 10 or more misses: how many
+    miss more than two thirds on one side, how many would on average if every pair's misses fell on either side
+    with probability 1/2 (m misses: P(the larger side of Binomial(m, 1/2) > 2m/3)), and how many are lopsided
+    by a two-sided binomial test of 1/2 at 5 % / those pairs (Bonferroni)."""
+    from scipy.stats import binom, binomtest
 
     p = binom.cdf(hits, n, PAIR_FLOOR)  # P(this few hits or fewer | coverage = PAIR_FLOOR)
-    misses = n - hits
+    misses = (n - hits).astype(int)
+    below = below.astype(int)
     heavy = misses >= 10
     one_sided = heavy & (np.maximum(below, misses - below) > 2 * misses / 3)
+    by_chance = sum(2 * binom.sf(np.floor(2 * m / 3), m, 0.5) for m in misses[heavy])  # each side > 2m/3
+    lopsided = sum(binomtest(int(b), int(m)).pvalue < 0.05 / max(int(heavy.sum()), 1)
+                   for b, m in zip(below[heavy], misses[heavy], strict=True))
     return {"below_floor": int((p < 0.05 / hits.size).sum()), "floor": PAIR_FLOOR,
             "smallest_p": float(p.min()), "misses_below": int(below.sum()), "misses_above": int((misses - below).sum()),
-            "one_sided_pairs": int(one_sided.sum()), "pairs_with_10_misses": int(heavy.sum())}
+            "one_sided_pairs": int(one_sided.sum()), "pairs_with_10_misses": int(heavy.sum()),
+            "one_sided_if_symmetric": round(float(by_chance), 1), "lopsided_pairs": int(lopsided)}
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from crs.scoring.versions.common import (
     check_weights,
     reference_noise,
     reference_values,
+    variance_over_replicates,
 )
 from crs.scoring.versions.v1 import DOMINANCE_TOL, balance, dominance, dominates, q_scores, worst_axis
 from crs.scoring.versions.v2 import (
@@ -36,6 +37,7 @@ from crs.scoring.versions.v2 import (
     NOISE_FLOOR,
     PHI_0,
     Q_FLOOR,
+    REFERENCE_SCALE,
     WORST_SCALE,
     balance_v2,
     dominance_degree,
@@ -49,8 +51,8 @@ from crs.scoring.versions.v2 import (
 
 __all__ = [
     "BALANCE_OFFSET", "CALIBRATION_SCALE", "DEFAULT_WEIGHTS", "DOMINANCE_SCALE", "DOMINANCE_TOL", "KINK_SCALE",
-    "LATEST", "MEDIAN", "NOISE_FLOOR", "PHI_0", "Q_FLOOR", "VERSIONS", "WEIGHT_TOL", "WORST_SCALE", "Components",
-    "Noise",
+    "LATEST", "MEDIAN", "NOISE_FLOOR", "PHI_0", "Q_FLOOR", "REFERENCE_SCALE", "VERSIONS", "WEIGHT_TOL", "WORST_SCALE",
+    "Components", "Noise",
     "ReplicateEstimate", "Scored", "add", "balance", "balance_v2", "check_version", "check_weights", "combine",
     "components", "constants", "dominance", "dominance_degree", "dominance_v2", "dominates", "estimate",
     "expected_min", "lipschitz_bound", "local_slope", "noise_of", "point_estimate", "q_of", "q_scores",
@@ -122,13 +124,15 @@ def components(q: np.ndarray, weights: Sequence[float] = DEFAULT_WEIGHTS, versio
     return Components(dom, bal, worst, combine(dom, bal, worst, weights))
 
 
-def q_of(x: np.ndarray, reference: int | str, version: str = LATEST, noise: np.ndarray | None = None) -> np.ndarray:
+def q_of(x: np.ndarray, reference: int | str, version: str = LATEST, noise: np.ndarray | None = None,
+         x_noise: np.ndarray | None = None) -> np.ndarray:
     """q [..., encoder, dataset, axis] by the given CRS version (``Definition.q``); ``noise``, the variance of
-    x_e - x_ref an estimate carries (``Noise.d``), is taken out by a version that takes out noise (v2)."""
+    x_e - x_ref an estimate carries (``Noise.d``), and ``x_noise``, that of x_e (``Noise.x``, which the median
+    reference takes out), are taken out by a version that takes out noise (v2)."""
     definition = get(version)
     if noise is None or not definition.takes_out_noise:
         return definition.q(x, reference)
-    return definition.q(x, reference, noise=noise)
+    return definition.q(x, reference, noise=noise, x_noise=x_noise)
 
 
 def score(
@@ -143,7 +147,7 @@ def score(
     reports for measured x.
     """
     check_weights(weights)
-    q_dataset = q_of(x, reference, version, None if noise is None else noise.d)
+    q_dataset = q_of(x, reference, version, *((None, None) if noise is None else (noise.d, noise.x)))
     q = q_dataset.mean(axis=-2)
     return Scored(q_dataset, q, *components(q, weights, version, noise))
 
@@ -151,7 +155,8 @@ def score(
 def add(a: Noise, b: Noise) -> Noise:
     """The noise of a sum of independent noises."""
     d = None if a.d is None or b.d is None else a.d + b.d
-    return Noise(a.margin + b.margin, a.q + b.q, d)
+    x = None if a.x is None or b.x is None else a.x + b.x
+    return Noise(a.margin + b.margin, a.q + b.q, d, x)
 
 
 class ReplicateEstimate(NamedTuple):
@@ -170,13 +175,16 @@ def replicate_estimate(x_reps: np.ndarray, reference: int | str = MEDIAN, weight
     if not get(version).takes_out_noise:
         return ReplicateEstimate(score(x_reps, reference, weights, version), None, None)
     own_x = x_reps if x_spread is None else x_spread
-    own_d = reference_noise(own_x, reference)  # the point's noise in x - x_ref
-    spread_d = own_d if x_spread is None else reference_noise(x_reps, reference)
-    q_dataset = q_of(x_reps, reference, version, own_d + spread_d)  # [replicate, encoder, dataset, axis]
+    reference_of = get(version).reference
+    own_d = reference_noise(own_x, reference, reference_of)  # the point's noise in x - x_ref
+    spread_d = own_d if x_spread is None else reference_noise(x_reps, reference, reference_of)
+    own_v = variance_over_replicates(np.asarray(own_x, dtype=float))  # the point's noise in x
+    spread_v = own_v if x_spread is None else variance_over_replicates(np.asarray(x_reps, dtype=float))
+    q_dataset = q_of(x_reps, reference, version, own_d + spread_d, own_v + spread_v)  # [replicate, e, dataset, axis]
     q = q_dataset.mean(axis=-2)
-    own_dataset = q_of(own_x, reference, version, own_d)  # draws of the point estimate's q
+    own_dataset = q_of(own_x, reference, version, own_d, own_v)  # draws of the point estimate's q
     spread = noise_of(q)
-    own = noise_of(own_dataset.mean(axis=-2))._replace(d=own_d)
+    own = noise_of(own_dataset.mean(axis=-2))._replace(d=own_d, x=own_v)
     scored = Scored(q_dataset, q, *components(q, weights, version, add(own, spread)))
     return ReplicateEstimate(scored, own, noise_of(np.swapaxes(own_dataset, -3, -2)))
 

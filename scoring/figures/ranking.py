@@ -34,15 +34,24 @@ from crs.scoring.figures.style import (
 
 
 # ------------------------------------------------------------- profiles
-def reference_profile(encoders: pl.DataFrame, per_dataset: pl.DataFrame, reference: str) -> np.ndarray:
+def reference_profile(encoders: pl.DataFrame, per_dataset: pl.DataFrame, reference: str,
+                      version: str | None = None) -> np.ndarray:
     """Axis values [axis] the q-scores are relative to, averaged over datasets like the encoders' values.
 
-    A named reference: its own row. 'median': the per-dataset median over encoders, then
-    the mean over datasets (docs/crs-v1.md section 2 takes the median per dataset).
+    A named reference: its own row. 'median': the per-dataset median over encoders by the CRS ``version``'s
+    definition (v2's is smoothed, docs/crs-v2.md section 2; v1's and None: the plain median), then the mean over
+    datasets (docs/crs-v1.md section 2 takes the median per dataset).
     """
     if reference in encoders["encoder"].to_list():
         row = encoders.filter(pl.col("encoder") == reference)
         return row.select(AXES).to_numpy()[0].astype(float)
+    full = per_dataset.drop_nulls(AXES)
+    if version is not None and full.height == full["encoder"].n_unique() * full["dataset"].n_unique():
+        from crs.scoring.versions import get  # numpy only; the figures load without the scoring core otherwise
+
+        rows = full.sort("encoder", "dataset")
+        x = rows.select(AXES).to_numpy().astype(float).reshape(rows["encoder"].n_unique(), -1, len(AXES))
+        return get(version).reference(x, "median").mean(axis=0)
     med = per_dataset.group_by("dataset").agg([pl.col(a).median() for a in AXES])
     return med.select(AXES).mean().to_numpy()[0].astype(float)
 
@@ -56,7 +65,7 @@ def profiles(encoders: pl.DataFrame, per_dataset: pl.DataFrame, settings: dict) 
     names = encoders["encoder"].to_list()
     ref_name = settings.get("reference", "median")
     style = styles(names, ref_name)
-    ref = reference_profile(encoders, per_dataset, ref_name)
+    ref = reference_profile(encoders, per_dataset, ref_name, settings.get("crs_version"))
     ref_label = (f"{ref_name}{REFERENCE_TAG}: grey dash" if ref_name in names
                  else "reference (per-axis median): grey dash")
     fig, axes = panels(len(names), 4, 3.2, 2.9)

@@ -56,13 +56,19 @@ class Noise(NamedTuple):
     margin: np.ndarray  # [..., e, e', axis]: variance of q_e,a - q_e',a
     q: np.ndarray  # [..., e, axis]: variance of q_e,a
     d: np.ndarray | None = None  # [..., e, dataset, axis]: variance of x_e,d,a - x_ref,d,a (v2's q takes it out)
+    x: np.ndarray | None = None  # [..., e, dataset, axis]: variance of x_e,d,a (v2's median reference takes it out)
 
 
-def reference_noise(x_reps: np.ndarray, reference: int | str) -> np.ndarray:
+def reference_noise(x_reps: np.ndarray, reference: int | str, reference_of=reference_values) -> np.ndarray:
     """The variance over replicates of x_e - x_ref [..., encoder, dataset, axis] from replicate seed means x_reps
-    [replicate, ..., encoder, dataset, axis]; a cell no replicate has: 0 (nothing taken out)."""
+    [replicate, ..., encoder, dataset, axis], x_ref by ``reference_of`` (a version's reference); a cell no replicate
+    has: 0 (nothing taken out)."""
     x_reps = np.asarray(x_reps, dtype=float)
-    d = x_reps - reference_values(x_reps, reference)[..., None, :, :]
+    return variance_over_replicates(x_reps - reference_of(x_reps, reference)[..., None, :, :])
+
+
+def variance_over_replicates(d: np.ndarray) -> np.ndarray:
+    """The variance over axis 0 (replicates) of d, NaN cells left out; a cell no replicate has: 0."""
     seen = ~np.isnan(d)
     n = np.maximum(seen.sum(axis=0), 1)
     centred = np.where(seen, d - np.where(seen, d, 0.0).sum(axis=0) / n, 0.0)

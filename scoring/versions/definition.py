@@ -10,6 +10,8 @@ from types import MappingProxyType
 
 import numpy as np
 
+from crs.scoring.versions.common import reference_values
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -53,7 +55,8 @@ class Definition:
     (``crs.scoring.crs.estimate``), so ``components`` reads ``noise``; otherwise ``noise`` is ignored;
     ``constants``: what every output of this version records (``settings.crs_constants``);
     ``lipschitz_bound(n_datasets, weights)``: the worst-case slope of CRS in one axis value, None where the version
-    states none; ``spec``: its definition's file in docs/."""
+    states none; ``spec``: its definition's file in docs/; ``reference(x, reference)``: x_ref, by which q is relative
+    (a version that takes out noise also takes ``noise=``, the variance of each x_e)."""
 
     number: str  # as crs records it ("1", "2")
     spec: str
@@ -64,6 +67,7 @@ class Definition:
     words: Words
     constants: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     lipschitz_bound: Callable[..., float] | None = None
+    reference: Callable[..., np.ndarray] = reference_values  # (x, reference) -> x_ref [..., dataset, axis]
 
     @property
     def docs_path(self) -> str:

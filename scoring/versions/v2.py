@@ -12,7 +12,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from crs.scoring.calibration import CALIBRATION_LOSS_SCALE
-from crs.scoring.versions.common import DEFAULT_WEIGHTS, Noise, check_weights, reference_values
+from crs.scoring.versions.common import DEFAULT_WEIGHTS, MEDIAN, Noise, check_weights, reference_values
 from crs.scoring.versions.definition import SQUARED_ERROR, Definition, Words
 
 # the constants (docs/crs-v2.md says how each was chosen)
@@ -20,12 +20,14 @@ Q_FLOOR = 0.35  # g: q's denominators are at least this, so no axis moves q by m
 DOMINANCE_SCALE = 0.1  # s: a dominance degree is prod_a Phi(m_a / s) over the margins m_a in q
 WORST_SCALE = 0.08  # s_w: the worst axis is the expected minimum of q_a + s_w Z_a
 KINK_SCALE = 0.1  # s_q: q's change of slope at the reference is smoothed by a Gaussian of this scale in x - x_ref
+REFERENCE_SCALE = 0.05  # s_r: the median reference is the median of the encoders' values spread by this Gaussian
 NOISE_FLOOR = 0.02  # s_0: the smallest scale an estimate uses once the bootstrap's noise is taken out of s, s_w
 BALANCE_OFFSET = 0.25  # epsilon: the balance is a geometric mean of (q + 1) / 2 + epsilon, less epsilon
 CALIBRATION_SCALE = CALIBRATION_LOSS_SCALE  # kappa: C = 1 - kappa S (crs.scoring.calibration)
 PHI_0 = 1.0 / math.sqrt(2.0 * math.pi)  # the standard normal density's largest value
 CONSTANTS = MappingProxyType({"q_floor": Q_FLOOR, "dominance_scale": DOMINANCE_SCALE, "worst_scale": WORST_SCALE,
-                              "kink_scale": KINK_SCALE, "noise_floor": NOISE_FLOOR, "balance_offset": BALANCE_OFFSET,
+                              "kink_scale": KINK_SCALE, "reference_scale": REFERENCE_SCALE,
+                              "noise_floor": NOISE_FLOOR, "balance_offset": BALANCE_OFFSET,
                               "calibration_scale": CALIBRATION_SCALE})
 
 
@@ -58,8 +60,62 @@ def lipschitz_bound(n_datasets: int, weights: Sequence[float] = DEFAULT_WEIGHTS)
     return 100.0 * per / n_datasets
 
 
+def smoothed_median(x: np.ndarray, scale: float | None = None, noise: np.ndarray | None = None,
+                    steps: int = 60) -> np.ndarray:
+    """CRS v2's median reference [..., dataset, axis] of x [..., encoder, dataset, axis] (docs/crs-v2.md section 2):
+    the median of the encoders' values each spread by a Gaussian of scale s_r, the r with
+
+        mean_e Phi((r - x_e) / s_r) = 1/2.
+
+    It moves by at most the change of any one x_e, continuously (the plain median jumps from one encoder to the
+    next). The median of noisy values is biased wherever the true values are not symmetric about their median (at
+    the paper's scale by 0.004-0.013 on L and R, which the slopes of q above and below the reference turn into
+    differences of 0.3 CRS points); an estimate whose x_e carry noise of variance v_e (``noise``, [..., encoder,
+    dataset, axis]) uses sqrt(s_r^2 - v_e) (``_scale``), so that the mean of its equation over Gaussian noise is the
+    definition's. A column with a NaN is NaN, as ``np.median`` gives. Found by Newton's method kept inside a
+    bracket (bisection where a step would leave it)."""
+    x = np.asarray(x, dtype=float)
+    scale = REFERENCE_SCALE if scale is None else scale
+    s = np.broadcast_to(scale if noise is None else _scale(scale, noise), x.shape)
+    missing = np.isnan(x).any(axis=-3)
+    x = np.where(np.isnan(x), 0.0, x)
+    lo, hi = (x - 8.0 * s).min(axis=-3), (x + 8.0 * s).max(axis=-3)
+    r = np.median(x, axis=-3)
+    for _ in range(steps):
+        z = (r[..., None, :, :] - x) / s
+        f = _half_mass_gap(z)
+        slope = (np.exp(-0.5 * z * z) * PHI_0 / s).mean(axis=-3)
+        lo, hi = np.where(f < 0, r, lo), np.where(f > 0, r, hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = r - f / slope
+        step = np.where((step >= lo) & (step <= hi), step, (lo + hi) / 2.0)
+        done = np.all(np.abs(step - r) <= 1e-12)
+        r = step
+        if done:
+            break
+    return np.where(missing, np.nan, r)
+
+
+def _half_mass_gap(z: np.ndarray) -> np.ndarray:
+    """mean_e Phi(z_e) - 1/2 over axis -3, as (#(z > 0) - #(z < 0)) / 2 - sum_(z > 0) Phi(-z) + sum_(z < 0) Phi(z),
+    over the count: exact where as many values lie on each side and only their far tails are left (two clusters
+    far apart), where 1/2 - Phi(z) would round to 0 and leave the root anywhere between them."""
+    tail = ndtr(-np.abs(z))
+    above, below = z > 0, z < 0
+    count = (above.sum(axis=-3) - below.sum(axis=-3)) / 2.0
+    return (count - np.where(above, tail, 0.0).sum(axis=-3) + np.where(below, tail, 0.0).sum(axis=-3)) / z.shape[-3]
+
+
+def reference_v2(x: np.ndarray, reference: int | str, noise: np.ndarray | None = None) -> np.ndarray:
+    """x_ref [..., dataset, axis] for CRS v2: a named encoder's own values, or ``smoothed_median`` for 'median'
+    (``noise``: the variance of each x_e an estimate carries, taken out of its scale)."""
+    if isinstance(reference, str) and reference == MEDIAN:
+        return smoothed_median(x, noise=noise)
+    return reference_values(x, reference)
+
+
 def q_scores_v2(x: np.ndarray, reference: int | str, floor: float | None = None,
-                noise: np.ndarray | None = None) -> np.ndarray:
+                noise: np.ndarray | None = None, x_noise: np.ndarray | None = None) -> np.ndarray:
     """CRS v2's q [..., encoder, dataset, axis] (docs/crs-v2.md section 2): v1's with floored denominators and its
     change of slope at the reference smoothed. With d = x_e - x_ref, a = 1 / max(1 - x_ref, g) the slope above the
     reference and b = 1 / max(x_ref, g) the slope below it,
@@ -70,10 +126,11 @@ def q_scores_v2(x: np.ndarray, reference: int | str, floor: float | None = None,
     the ramp (a - b) d+ averaged over a Gaussian of scale s_q, so that a noisy d is not scored on a kink (a kink
     pulls the mean q of a noisy value up where a > b). An estimate whose d carries noise of variance v (``noise``,
     [..., encoder, dataset, axis]) uses sqrt(s_q^2 - v) in place of s_q (``_scale``): its mean over Gaussian noise
-    is the definition's. q lies in [-1, 1], and an axis value's change moves q by at most 1/g times that change.
+    is the definition's. The median reference is ``smoothed_median``; ``x_noise``, the variance of each x_e, is
+    taken out of its scale. q lies in [-1, 1], and an axis value's change moves q by at most 1/g times that change.
     """
     x = np.asarray(x, dtype=float)
-    r = reference_values(x, reference)[..., None, :, :]  # [..., 1, dataset, axis]
+    r = reference_v2(x, reference, x_noise)[..., None, :, :]  # [..., 1, dataset, axis]
     g = Q_FLOOR if floor is None else floor
     above, below = 1.0 / np.maximum(1.0 - r, g), 1.0 / np.maximum(r, g)
     d = x - r
@@ -171,10 +228,12 @@ def _g(value, spec: str = ".3g") -> str:
 def _q_words(recorded: Mapping) -> str:
     c = {k: _g(v) for k, v in recorded.items()}
     g, gain = c["q_floor"], _g(1 / float(c["q_floor"]))
-    kink = c.get("kink_scale", "n/a")
+    kink, spread = c.get("kink_scale", "n/a"), c.get("reference_scale", "n/a")
     return (f"q = (x − x_ref) / max(1 − x_ref, {g}) above the reference and (x − x_ref) / max(x_ref, {g}) below "
             f"it, its change of slope at the reference smoothed over ±{kink} (so a noisy value near the reference "
-            f"is not pulled up), clipped to [−1, 1]; the reference scores 0 and no axis moves q by more than {gain} "
+            f"is not pulled up), clipped to [−1, 1]; a median reference is the median of the encoders' values each "
+            f"spread over ±{spread} (it moves continuously, and noisy values do not pull it off); the reference "
+            f"scores 0 and no axis moves q by more than {gain} "
             "times its change; e dominates e′ by the degree Π_a Φ((q_e,a − q_e′,a) / "
             f"{c['dominance_scale']}), which moves continuously; the estimates take the noise the bootstrap measures "
             "out of the smoothing scales, so they are not pulled towards the middle of the field;")
@@ -210,4 +269,4 @@ WORDS = Words(
 
 DEFINITION = Definition(number="2", spec="crs-v2.md", q=q_scores_v2, components=components, takes_out_noise=True,
                         calibration=SQUARED_ERROR, words=WORDS, constants=CONSTANTS,
-                        lipschitz_bound=lipschitz_bound)
+                        lipschitz_bound=lipschitz_bound, reference=reference_v2)

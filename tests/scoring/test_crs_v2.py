@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.integrate import quad
+from scipy.optimize import brentq
 
 from crs.foundations.errors import BadInput
 from crs.scoring import crs as core
@@ -45,7 +46,11 @@ def slow_v2(x: np.ndarray, ref, weights=core.DEFAULT_WEIGHTS, noise=None) -> np.
     q = np.zeros((n_e, n_a))
     for d in range(n_d):
         for a in range(n_a):
-            r = float(np.median(x[:, d, a])) if ref == "median" else x[ref, d, a]
+            if ref == "median":
+                var = np.zeros(n_e) if noise is None else noise.x[:, d, a]
+                r = _slow_median(x[:, d, a], [scale(core.REFERENCE_SCALE, v) for v in var])
+            else:
+                r = x[ref, d, a]
             for e in range(n_e):
                 t = scale(core.KINK_SCALE, 0 if noise is None else noise.d[e, d, a])
                 q[e, a] += _slow_q(x[e, d, a], r, t) / n_d
@@ -63,6 +68,16 @@ def slow_v2(x: np.ndarray, ref, weights=core.DEFAULT_WEIGHTS, noise=None) -> np.
         worst = min(1.0, max(0.0, (_expected_min(list(q[e]), sd) - zero + 1) / 2))
         out[e] = 100 * (weights[0] * (dom + 1) / 2 + weights[1] * bal + weights[2] * worst)
     return out
+
+
+def _slow_median(values, scales) -> float:
+    """The median reference (docs/crs-v2.md section 2): the r where the encoders' values, each spread by its
+    Gaussian, have half their mass below, by Brent's method."""
+    def below(r):  # mean Phi((r - v) / t) - 1/2, as half the count on each side less the tails beyond r
+        z = [(r - v) / t for v, t in zip(values, scales, strict=True)]
+        tails = sum(math.copysign(0.5 * math.erfc(abs(u) / math.sqrt(2)), -u) for u in z if u)
+        return (sum(math.copysign(0.5, u) for u in z if u) + tails) / len(values)
+    return brentq(below, min(values) - 10 * max(scales), max(values) + 10 * max(scales), xtol=1e-14, rtol=1e-15)
 
 
 def _slow_q(v: float, r: float, t: float) -> float:
@@ -92,7 +107,8 @@ def test_the_estimate_equals_the_slow_reference(x, ref, spread):
     large enough to hit the floor."""
     rng = np.random.default_rng(int(spread * 1e6))
     v_q = rng.uniform(0, spread, (4, 4))
-    noise = core.Noise(v_q[:, None, :] + v_q[None, :, :], v_q, rng.uniform(0, spread / 8, (4, 2, 4)))
+    noise = core.Noise(v_q[:, None, :] + v_q[None, :, :], v_q, rng.uniform(0, spread / 8, (4, 2, 4)),
+                       rng.uniform(0, spread / 8, (4, 2, 4)))
     got = core.score(x, ref, version="2", noise=noise).crs
     assert got == pytest.approx(slow_v2(x, ref, noise=noise), abs=1e-7)
 
@@ -262,7 +278,7 @@ def test_the_noise_of_replicates_is_their_variance():
 def test_v2_outputs_name_their_constants():
     assert core.constants("2") == {"q_floor": core.Q_FLOOR, "dominance_scale": core.DOMINANCE_SCALE,
                                    "worst_scale": core.WORST_SCALE, "kink_scale": core.KINK_SCALE,
-                                   "noise_floor": core.NOISE_FLOOR,
+                                   "reference_scale": core.REFERENCE_SCALE, "noise_floor": core.NOISE_FLOOR,
                                    "balance_offset": core.BALANCE_OFFSET,
                                    "calibration_scale": core.CALIBRATION_SCALE}
     assert core.constants("1") == {}
@@ -290,3 +306,39 @@ def test_the_local_slope_is_the_hand_worked_derivative():
 @settings(max_examples=15, deadline=None)
 def test_the_local_slope_stays_within_the_stated_constant(x, ref):
     assert 0.0 <= core.local_slope(x, ref) <= core.lipschitz_bound(x.shape[1]) + 1e-6
+
+
+@given(arrays(np.float64, (7, 2, 3), elements=unit), st.integers(0, 41), st.floats(-0.2, 0.2))
+@settings(max_examples=40, deadline=None)
+def test_the_median_reference_moves_by_at_most_the_change_of_one_value(x, cell, delta):
+    """docs/crs-v2.md section 4 bounds the reference's move by the change of one x_e (the slope mu rests on it);
+    the smoothed median keeps that, and solves its equation to 1e-12."""
+    r = v2.smoothed_median(x)
+    z = (r[None] - x) / v2.REFERENCE_SCALE
+    assert np.abs(np.vectorize(_phi)(z).mean(axis=0) - 0.5).max() < 1e-12
+    y = x.copy()
+    y.flat[cell] += delta
+    assert np.abs(v2.smoothed_median(y) - r).max() <= abs(delta) + 1e-12
+
+
+def test_the_median_reference_of_values_symmetric_about_their_median_is_the_median():
+    x = np.array([0.70, 0.78, 0.80, 0.82, 0.90]).reshape(5, 1, 1)
+    assert v2.smoothed_median(x)[0, 0] == pytest.approx(0.80, abs=1e-13)
+    assert np.isnan(v2.smoothed_median(np.array([0.7, np.nan, 0.9]).reshape(3, 1, 1))[0, 0])  # as np.median
+
+
+def test_the_median_reference_estimated_from_noisy_values_is_unbiased():
+    """The median of noisy values is biased where the true values are not symmetric about their median (the
+    paper-shaped study's reference sat 0.004-0.013 low on L and R, and the slopes of q above and below it turned
+    that into 0.3 CRS points between the top and the bottom); with each value's noise taken out of the reference's
+    scale, its mean is the definition's (to Monte Carlo error)."""
+    rng = np.random.default_rng(11)
+    sd, draws = 0.03, 40_000
+    truth = np.array([0.60, 0.78, 0.80, 0.81, 0.82, 0.83, 0.84]).reshape(7, 1, 1)  # a long lower tail
+    noisy = truth + sd * rng.standard_normal((draws, 7, 1, 1))
+    want = v2.smoothed_median(truth)[0, 0]
+    fixed = v2.smoothed_median(noisy, noise=np.full((7, 1, 1), sd**2))[:, 0, 0]
+    plain = v2.smoothed_median(noisy)[:, 0, 0]
+    error = fixed.std() / math.sqrt(draws)
+    assert abs(fixed.mean() - want) < 4 * error
+    assert abs(plain.mean() - want) > 10 * error  # without it: biased

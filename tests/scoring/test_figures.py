@@ -313,3 +313,22 @@ def test_q_scores_sit_in_their_own_table_and_diagnostics_beside_the_leaderboard(
     row = row[row.index(f"data-encoder='{REF}'"):]
     assert " †" in row[:row.index("</tr>")]
     assert report.diagnostics_html(health.clear(), board) == ""
+
+
+def test_the_profiles_reference_is_the_versions_median():
+    """The grey dash of the profiles figure is the reference q is relative to: v2's smoothed median of each
+    dataset (docs/crs-v2.md section 2), v1's plain median, then the mean over datasets."""
+    from crs.scoring.axes import AXES
+    from crs.scoring.figures import reference_profile
+    from crs.scoring.versions import v2
+
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0.5, 1.0, (4, 2, 4))  # [encoder, dataset, axis]
+    rows = [{"encoder": f"e{e}", "dataset": f"d{d}", **dict(zip(AXES, x[e, d], strict=True))}
+            for e in range(4) for d in range(2)]
+    per_dataset = pl.DataFrame(rows).sample(fraction=1.0, shuffle=True, seed=0)
+    encoders = pl.DataFrame({"encoder": [f"e{e}" for e in range(4)]})
+    got = reference_profile(encoders, per_dataset, "median", "2")
+    np.testing.assert_allclose(got, v2.smoothed_median(x).mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(reference_profile(encoders, per_dataset, "median", "1"),
+                               np.median(x, axis=0).mean(axis=0), atol=1e-12)

@@ -113,7 +113,7 @@ def test_v1_has_no_constants_and_v2_records_its_own():
     assert versions.constants("1") == {}
     assert versions.constants("2") == {"q_floor": v2.Q_FLOOR, "dominance_scale": v2.DOMINANCE_SCALE,
                                        "worst_scale": v2.WORST_SCALE, "kink_scale": v2.KINK_SCALE,
-                                       "noise_floor": v2.NOISE_FLOOR,
+                                       "reference_scale": v2.REFERENCE_SCALE, "noise_floor": v2.NOISE_FLOOR,
                                        "balance_offset": v2.BALANCE_OFFSET, "calibration_scale": v2.CALIBRATION_SCALE}
     with pytest.raises(TypeError):
         v2.DEFINITION.constants["q_floor"] = 1.0  # a definition cannot be changed in place
