@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 
@@ -28,6 +28,21 @@ def encoder_metadata(store, encoders: Sequence[str], datasets: Sequence[str]) ->
     """
     rows = [{"encoder": e, **_metadata_of(_clean_provenance(store, e, datasets))} for e in encoders]
     return pl.DataFrame(rows, schema={"encoder": pl.String, **METADATA})
+
+
+def filled(meta: pl.DataFrame, known: Mapping[str, Mapping] | None) -> pl.DataFrame:
+    """``meta`` (``encoder_metadata``) with each null cell taken from ``known`` (encoder -> {column: value}: what
+    ``crs merge`` recorded of the sites' stores, whose embeddings a merged store does not hold) where it has a value
+    of the column's type; the store's own values stay."""
+    if not known:
+        return meta
+    kinds = {pl.String: str, pl.Boolean: bool, pl.Int64: int, pl.Float64: float}
+    rows = []
+    for row in meta.iter_rows(named=True):
+        site = known.get(row["encoder"]) or {}
+        rows.append({c: v if v is not None or c == "encoder" else _as(kinds[METADATA[c]], site.get(c))
+                     for c, v in row.items()})
+    return pl.DataFrame(rows, schema=meta.schema)
 
 
 def _clean_provenance(store, encoder: str, datasets: Sequence[str]) -> dict:

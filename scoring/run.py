@@ -30,7 +30,7 @@ from crs.scoring.bootstrap import summarise
 from crs.scoring.caveats import calibration_above_one_notes, shifted_axis_notes, tie_warnings
 from crs.scoring.comparison import Comparison, comparison_of, comparison_records
 from crs.scoring.measurable import not_measurable, with_measurable, without_tier
-from crs.scoring.metadata import encoder_metadata
+from crs.scoring.metadata import encoder_metadata, filled
 from crs.scoring.options import ScoreOptions
 from crs.scoring.predictions import MetricsPass, MissingPredictions, ProbeMetrics, prediction_attrs, probe_metrics
 from crs.scoring.ranks import compare
@@ -47,7 +47,7 @@ DEFAULT_OPTIONS = ScoreOptions()  # frozen: one instance serves every call that 
 
 
 def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, store=None, results=None,
-          site_of: dict[str, str] | None = None) -> Scores:
+          site_of: dict[str, str] | None = None, known_metadata: dict | None = None) -> Scores:
     """Score run records by docs/crs-v2.md (``options.crs_version`` "2", the default) or docs/crs-v1.md ("1"): axes,
     q, components, CRS, ranks, bootstrap and tiers. v2's calibration axis is read from the store's test
     probabilities (``calibration_axis``), so v2 needs ``store``.
@@ -64,7 +64,9 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     embeddings' provenance (``encoder_metadata``). What the store lacks is said in ``settings['warnings']``, and
     the image bootstrap then falls back to seeds.
 
-    ``site_of``: dataset -> site, for merged results: adds the per-site section (``crs.scoring.sites``).
+    ``site_of``: dataset -> site, for merged results: adds the per-site section (``crs.scoring.sites``);
+    ``known_metadata``: encoder -> {column: value} for what the store's provenance lacks (``metadata.filled``: a
+    merged store holds no embeddings, and ``crs merge`` records the sites' metadata).
 
     ``results``: the folder the run records were read from. With a store, each (encoder, dataset)'s run records and
     stored probabilities (validation included) must come from one probe run
@@ -92,7 +94,7 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     summary = summarise(boot.reps, cmp.encoders, point.crs, reference=cmp.reference).pipe(
         without_tier, settings["not_measurable"])
     table = encoder_table(cmp.encoders, x, point, auroc, summary, tables["pareto"],
-                          encoder_metadata(store, cmp.encoders, cmp.datasets))
+                          filled(encoder_metadata(store, cmp.encoders, cmp.datasets), known_metadata))
     plans = settle_plans(cmp, boot, options, point.crs, summary["tier"], settings["test_images"])
     table, health, decided = diagnosed(table, cmp.records, tables, settings, plans)
     across = None if site_of is None else consortium(boot, x, cmp, options, site_of, point.crs, tier_of(summary))

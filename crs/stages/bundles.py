@@ -211,8 +211,7 @@ def fairness_record(results: Path, store, table, scored: dict, site: str) -> dic
 
     encoders = sorted(table["encoder"].unique().to_list())
     datasets = sorted(table["dataset"].unique().to_list())
-    meta = encoder_metadata(store, encoders, datasets)
-    revisions = {r["encoder"]: r.get("revision") for r in meta.iter_rows(named=True)}
+    meta = {r.pop("encoder"): r for r in encoder_metadata(store, encoders, datasets).iter_rows(named=True)}
     probe = {}
     for encoder, dataset in sorted(table.select("encoder", "dataset").unique().rows()):
         settings, _ = records.probe_settings(records.path(results, encoder, dataset))
@@ -221,7 +220,7 @@ def fairness_record(results: Path, store, table, scored: dict, site: str) -> dic
     score_keys = ("crs_version", "crs_constants", "reference", "weights")
     return {
         "site": site,
-        "encoders": {e: {"revision": revisions.get(e)} for e in encoders},
+        "encoders": {e: {"revision": meta[e]["revision"], "metadata": meta[e]} for e in encoders},
         "datasets": datasets,
         "perturbation_generators": generators,
         "seeds": sorted(int(s) for s in table["seed"].unique().to_list()),

@@ -99,6 +99,21 @@ def mismatches(records: dict[str, dict]) -> list[str]:
     return found
 
 
+def encoder_metadata(records: dict[str, dict], encoders: list[str]) -> dict[str, dict]:
+    """encoder -> {column: value} of what the sites' stores recorded of it (``crs.scoring.metadata``: revision,
+    licence, cost), for ``crs score`` of the merged folder: a value every site that recorded one agrees on; None
+    where sites differ (a throughput or a device is each site's own machine) or none recorded it."""
+    out = {}
+    for encoder in encoders:
+        seen: dict[str, set] = {}
+        for record in records.values():
+            for column, value in (record["encoders"].get(encoder, {}).get("metadata") or {}).items():
+                if value is not None:
+                    seen.setdefault(column, set()).add(json.dumps(value, sort_keys=True))
+        out[encoder] = {c: json.loads(next(iter(v))) if len(v) == 1 else None for c, v in sorted(seen.items())}
+    return out
+
+
 def merge(bundles: list[Path], out: Path) -> Merged:
     """Merge ``bundles`` into the results folder ``out`` (docs/export-merge.md)."""
     out = Path(out)
@@ -134,7 +149,8 @@ def merge(bundles: list[Path], out: Path) -> Merged:
         score = {k: first.get(k) for k in ("crs_version", "crs_constants", "reference", "weights")}
         (tmp / MERGE_RECORD).write_text(json.dumps({
             "sites": {s: {"bundle_manifest_sha256": sha256_file(b / MANIFEST)} for s, (b, _, _) in sites.items()},
-            "encoders": common, "left_out": left_out, "score": score, "provenance": provenance.collect()},
+            "encoders": common, "left_out": left_out, "score": score, "provenance": provenance.collect(),
+            "encoder_metadata": encoder_metadata({s: r for s, (_, _, r) in sites.items()}, common)},
             indent=1, sort_keys=True, default=str), encoding="utf-8")
         publish(tmp, out)
     except BaseException:

@@ -55,8 +55,9 @@ def run(results: Path, settings: Score, store: str | None = None, pairs: list[tu
                              "replicates)", total=None)
     # the scoring code raises BadInput for records or options that do not allow a score; any
     # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
-    scores = score_table(table, score_options(settings, reference=ref), store=opened,
-                         results=Path(results), site_of=merged_sites(results, table["dataset"].unique().to_list()))
+    site_of = merged_sites(results, table["dataset"].unique().to_list())
+    scores = score_table(table, score_options(settings, reference=ref), store=opened, results=Path(results),
+                         site_of=site_of, known_metadata=None if site_of is None else merged_metadata(results))
     progress.update(task, visible=False)  # scoring is over: its line ends here, not after the report
     if note:
         scores.settings["warnings"].insert(0, note)
@@ -86,6 +87,15 @@ def merged_sites(results: Path, datasets: list[str]) -> dict[str, str] | None:
         raise BadInput(f"datasets {strays} under {results} belong to none of the merged sites {sites} (each is "
                        f"SITE.DATASET); score the merged folder as `crs merge` wrote it, without other run records")
     return owner
+
+
+def merged_metadata(results: Path) -> dict:
+    """encoder -> {column: value}: what ``crs merge`` recorded of the sites' encoders (revision, licence, cost) in
+    RESULTS/merge.json; {} for a merge record without it."""
+    from crs.stages.merge import MERGE_RECORD
+
+    known = json.loads((Path(results) / MERGE_RECORD).read_text(encoding="utf-8")).get("encoder_metadata")
+    return known if isinstance(known, dict) else {}
 
 
 def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | None]:

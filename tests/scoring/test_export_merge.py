@@ -300,3 +300,26 @@ def test_the_report_of_a_merged_score_has_a_per_site_panel(merged_ab_folder, mer
     assert "<h2 id='sites'>Sites</h2>" in text and "href='#sites'" in text
     assert text.count("<table class='board sites'>") == 2 and "Without site-a: enc-b leads (the leader changes)" in text
     assert sites_html(None) == ""  # one site's own scores: no panel
+
+
+def test_a_merged_score_shows_what_the_sites_recorded_of_each_encoder(bundle_a, bundle_b, tmp_path):
+    """A merged store holds no embeddings, so the encoders' revision, licence and cost travel in the sites'
+    records: a value the sites agree on is scored, one each site measures on its own machine is not."""
+    from crs.scoring.metadata import METADATA
+
+    record = json.loads((bundle_a / bundles.SITE_RECORD).read_text())
+    assert set(record["encoders"]["enc-a"]["metadata"]) == set(METADATA)  # what the site's store recorded
+    a, b = (_copy(bundle, tmp_path / name) for bundle, name in ((bundle_a, "a"), (bundle_b, "b")))
+    same = {"parameters": 1_000, "gflops": 2.5, "licence": "MIT"}
+    _edit_site_record(a, lambda r: r["encoders"]["enc-a"].update(
+        metadata={**same, "images_per_s": 100.0, "device": "cpu"}))
+    _edit_site_record(b, lambda r: r["encoders"]["enc-a"].update(
+        metadata={**same, "images_per_s": 300.0, "device": "cpu", "gated": True}))
+    merged = merge.merge([a, b], tmp_path / "merged")
+    recorded = json.loads((merged.out / merge.MERGE_RECORD).read_text())["encoder_metadata"]
+    assert recorded["enc-a"] == {**same, "images_per_s": None, "device": "cpu", "gated": True}
+    assert recorded["enc-b"] == {}  # the tiny store records nothing
+    board = {r["encoder"]: r for r in score.run(merged.out, SETTINGS).to_json()["encoders"]}
+    assert {k: board["enc-a"][k] for k in (*same, "images_per_s", "device", "gated")} == {
+        **same, "images_per_s": None, "device": "cpu", "gated": True}
+    assert board["enc-b"]["parameters"] is None
