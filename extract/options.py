@@ -69,7 +69,8 @@ class ExtractOptions:
         ray = RayOptions(address=ex.address, actors=ex.actors) if ex.executor == "ray" else None
         return cls(size=cfg.datasets.size, chunk=ex.chunk, batch=ex.batch,
                    device=None if ex.device == "auto" else ex.device, dtype=ex.dtype, perturbations=ex.perturb,
-                   severities=tuple(ex.severities), families=tuple(ex.families), workers=ex.workers, strict=ex.strict, weights=enc.weights,
+                   severities=tuple(ex.severities), families=tuple(ex.families), workers=ex.workers,
+                   strict=ex.strict, weights=enc.weights,
                    trust_remote_code=enc.trust_remote_code, precision=ex.precision, executor=ex.executor,
                    ray=ray, max_models=ex.max_models or None)
 
