@@ -7,6 +7,7 @@ stage of ``crs.stages`` and prints. Heavy libraries (torch, jax) are imported in
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -67,7 +68,15 @@ def _app(version: Annotated[bool, typer.Option("--version", callback=_version, i
     """CRS-Bench: which pretrained medical image encoder to build on."""
 
 
+# OpenMP's threads (torch's CPU kernels) sleep between parallel regions instead of spinning, unless the user's
+# environment says otherwise: a spinning thread holds a core that the decoding, the writer thread or another
+# process needs, which on a small or shared machine doubles extract's CPU time and slows it down. libgomp
+# reads the variable once, when torch loads it, after this.
+OMP_WAIT_POLICY = "PASSIVE"
+
+
 def main() -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     ours = threading.current_thread() is threading.main_thread()
     if ours:
         signal.signal(signal.SIGTERM, on_sigterm)

@@ -48,6 +48,7 @@ class ExtractOptions:
     dtype: str = "float16"
     perturbations: bool = True
     severities: tuple[int, ...] = SEVERITIES
+    families: tuple[str, ...] = ()
     workers: int = 0
     strict: bool = False
     weights: str | None = None
@@ -68,7 +69,8 @@ class ExtractOptions:
         ray = RayOptions(address=ex.address, actors=ex.actors) if ex.executor == "ray" else None
         return cls(size=cfg.datasets.size, chunk=ex.chunk, batch=ex.batch,
                    device=None if ex.device == "auto" else ex.device, dtype=ex.dtype, perturbations=ex.perturb,
-                   severities=tuple(ex.severities), workers=ex.workers, strict=ex.strict, weights=enc.weights,
+                   severities=tuple(ex.severities), families=tuple(ex.families), workers=ex.workers,
+                   strict=ex.strict, weights=enc.weights,
                    trust_remote_code=enc.trust_remote_code, precision=ex.precision, executor=ex.executor,
                    ray=ray, max_models=ex.max_models or None)
 
@@ -81,10 +83,12 @@ class ExtractOptions:
 
     def settings(self) -> dict:
         """The settings every array of the run records (``tool.extract`` of its provenance)."""
-        return {"chunk": self.chunk, "batch": self.batch, "device": self.device or "auto", "dtype": self.dtype,
-                "perturbations": self.perturbations, "severities": list(self.severities),
-                "workers": self.workers, "strict": self.strict, "precision": self.precision,
-                "executor": self.executor}
+        out = {"chunk": self.chunk, "batch": self.batch, "device": self.device or "auto", "dtype": self.dtype,
+               "perturbations": self.perturbations, "severities": list(self.severities),
+               "workers": self.workers, "strict": self.strict, "precision": self.precision,
+               "executor": self.executor}
+        # recorded only where set, so a store made with every family records what it recorded before the key
+        return out | {"families": list(self.families)} if self.families else out
 
 
 @dataclass(frozen=True)

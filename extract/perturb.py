@@ -372,11 +372,29 @@ def suite(modality: str) -> tuple[str, ...]:
     return SUITES[modality]
 
 
-def conditions(modality: str, severities: tuple[int, ...] = SEVERITIES) -> list[str]:
-    """Every perturbed condition name of a modality's suite, e.g. 'gaussian_noise@3'."""
+def conditions(modality: str, severities: tuple[int, ...] = SEVERITIES, families: tuple[str, ...] = ()) -> list[str]:
+    """Every perturbed condition name of a modality's suite, e.g. 'gaussian_noise@3'; with ``families``,
+    only the suite's families among them (``kept``)."""
     for s in severities:
         _check_severity(s)
-    return [perturbed(family, s) for family in suite(modality) for s in severities]
+    return [perturbed(family, s) for family in kept(modality, families) for s in severities]
+
+
+def kept(modality: str, families: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The families of a modality's suite that ``families`` keeps, in suite order (all of them where it is
+    empty). NotRegistered for a family not in the registry, or when none of the suite's is kept."""
+    members = suite(modality)
+    if not families:
+        return members
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise NotRegistered(f"unknown perturbation family {unknown[0]!r} in extract.families; valid: "
+                            f"{', '.join(FAMILIES)}")
+    out = tuple(f for f in members if f in families)
+    if not out:
+        raise NotRegistered(f"extract.families ({', '.join(families)}) keeps none of the {modality} suite "
+                            f"({', '.join(members)}); add one of these, or leave families empty for the whole suite")
+    return out
 
 
 def parameters(family: str, severity: int) -> dict:

@@ -58,7 +58,7 @@ def prepare(store, spec, dataset, ds, options: ExtractOptions):
         store.write_dataset(table)
     table = store.dataset(dataset)  # the stored order is the truth
     modality = ds.modality
-    conds = [CLEAN] + _perturbed_conditions(dataset, table, modality, options.perturbations, options.severities)
+    conds = [CLEAN] + _perturbed_conditions(dataset, table, modality, options)
 
     model = None
     if spec.width == 0:  # a timm:/hf: id: the model tells its width
@@ -85,14 +85,15 @@ def prepare(store, spec, dataset, ds, options: ExtractOptions):
                 summary=summary), model
 
 
-def _perturbed_conditions(dataset: str, table: DatasetTable, modality, perturbations: bool, severities) -> list[str]:
-    """The modality suite's conditions, where the dataset has train and test images to probe and test."""
+def _perturbed_conditions(dataset: str, table: DatasetTable, modality, options) -> list[str]:
+    """The modality suite's conditions (``options``' severities and families), where the dataset has train and
+    test images to probe and test."""
     has_train = bool((table.split == SPLIT_CODE["train"]).any())
-    if not (perturbations and has_train and table.n_test):
+    if not (options.perturbations and has_train and table.n_test):
         return []
     if modality is None:
         raise StoreError(f"dataset {dataset!r} has no modality, so no perturbation suite; pass --no-perturb")
-    return perturb.conditions(modality, tuple(severities))
+    return perturb.conditions(modality, tuple(options.severities), tuple(options.families))
 
 
 # the dataset attributes a command line names it by (crs.store.repair's commands)

@@ -92,8 +92,8 @@ def _identity_copy(path: str, dataset: str) -> dict:
 
 
 # the extract settings recorded with each embedding array (``tool.settings.extract``) that shape what it holds
-_EXTRACT_KEYS = {"chunk": "chunk", "severities": "severities", "perturbations": "perturb", "dtype": "dtype",
-                 "precision": "precision"}
+_EXTRACT_KEYS = {"chunk": "chunk", "severities": "severities", "families": "families", "perturbations": "perturb",
+                 "dtype": "dtype", "precision": "precision"}
 
 
 def _extract_words(path: str, dataset: str, encoders: list[str]) -> list[str]:

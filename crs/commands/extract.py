@@ -30,7 +30,7 @@ EXTRACT = [("encoders", "names"), ("encoders", "set"), ("encoders", "revisions")
            ("datasets", "allow_absolute_paths"), ("datasets", "follow_symlinks"), ("encoders", "file"),
            ("encoders", "weights"), ("encoders", "trust_remote_code"),
            ("extract", "workers"), ("extract", "strict"), ("extract", "max_models"), ("extract", "severities"),
-           ("extract", "precision"),
+           ("extract", "families"), ("extract", "precision"),
            ("extract", "executor"), ("extract", "address"), ("extract", "actors"), ("log_interval",)]
 
 

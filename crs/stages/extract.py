@@ -115,7 +115,8 @@ def plan(cfg: Config, extra: dict | None = None) -> dict:
                 split = np.asarray(d["table"].split)
                 images, test = int(split.size), int((split == SPLIT_CODE["test"]).sum())
                 if cfg.extract.perturb and test and (split == SPLIT_CODE["train"]).any() and d["modality"]:
-                    perturbed = len(perturb.conditions(d["modality"], tuple(cfg.extract.severities)))
+                    perturbed = len(perturb.conditions(d["modality"], tuple(cfg.extract.severities),
+                                                         tuple(cfg.extract.families)))
             pairs.append(planmod.pair(spec.name, d["name"], width=spec.width, macs=macs,
                                       rows=planmod.Rows(images, test, perturbed), itemsize=itemsize,
                                       speed=planmod.Speed(rate, basis)))

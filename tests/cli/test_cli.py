@@ -22,6 +22,22 @@ def test_help_is_instant_and_lists_commands():
         assert cmd in r.output
 
 
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("active", "active")])
+def test_the_command_line_lets_openmp_threads_sleep_unless_the_user_says_otherwise(given, expected):
+    """``crs`` sets OMP_WAIT_POLICY before torch loads OpenMP, leaving a value the user set."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | ({} if given is None else
+                                                                            {"OMP_WAIT_POLICY": given})
+    code = ("import os, sys; from crs.cli import main; sys.argv = ['crs', '--version']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nprint(os.environ.get('OMP_WAIT_POLICY'))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == expected
+
+
 def test_unknown_encoder_exits_2_and_lists_valid_names(tmp_path):
     r = invoke("extract", "--encoder", "medgemmaa", "--dataset", "demo_derm", "--store", tmp_path / "s.zarr")
     assert r.exit_code == 2

@@ -42,6 +42,21 @@ def test_encoder_file_and_its_store_key(tmp_path):
     assert r.exit_code == 0 and "my-vit" in r.output
 
 
+def test_perturbation_families_keep_part_of_the_suite_and_are_recorded(tmp_path):
+    store = tmp_path / "s.zarr"
+    r = invoke("extract", "-e", "demo-stats", "-d", "demo_fundus", "--size", "0.05", "--severities", "2",
+               "--perturbation-families", "jpeg,ink_marks,gaussian_noise", "--store", store, "--json")
+    assert r.exit_code == 0, r.output
+    s = Store(str(store), mode="r")
+    held = {c for d, e, c, done in s.embeddings() if done}
+    assert held == {"clean", "jpeg@2", "gaussian_noise@2"}  # ink_marks is not in the ophthalmology suite
+    settings = s.root["datasets/demo_fundus/embeddings/demo-stats/jpeg@2"].attrs["tool"]["settings"]["extract"]
+    assert settings["families"] == ["jpeg", "ink_marks", "gaussian_noise"]
+    r = invoke("extract", "-e", "demo-stats", "-d", "demo_fundus", "--size", "0.05", "--severities", "2",
+               "--perturbation-families", "ink_marks", "--store", tmp_path / "t.zarr")
+    assert r.exit_code == 2 and "keeps none of the ophthalmology suite" in r.output, r.output
+
+
 def test_bad_encoders_exit_2_with_advice(tmp_path):
     store = tmp_path / "s.zarr"
     cases = [

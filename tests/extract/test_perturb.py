@@ -97,6 +97,18 @@ def test_condition_names_and_parameters():
         perturb.conditions("pathology")
 
 
+def test_families_keep_part_of_each_suite_in_suite_order():
+    kept = ("jpeg", "ink_marks", "gaussian_noise")
+    assert perturb.conditions("dermatology", (3,), kept) == ["gaussian_noise@3", "jpeg@3", "ink_marks@3"]
+    assert perturb.conditions("radiology", (1, 3), kept) == ["jpeg@1", "jpeg@3", "gaussian_noise@1",
+                                                             "gaussian_noise@3"]
+    assert perturb.conditions("ophthalmology", (2,), ()) == perturb.conditions("ophthalmology", (2,))
+    with pytest.raises(UserError, match="unknown perturbation family 'fog' in extract.families; valid: gaussian"):
+        perturb.conditions("radiology", (3,), ("jpeg", "fog"))
+    with pytest.raises(UserError, match="keeps none of the ophthalmology suite .*leave families empty"):
+        perturb.conditions("ophthalmology", (3,), ("ink_marks",))
+
+
 def test_an_unknown_name_or_severity_is_the_users_error():
     """A dataset's modality or a stored condition name comes from the user: exit 2, not a bug."""
     for call in (lambda: perturb.parameters("fog", 1), lambda: perturb.suite("pathology"),

@@ -98,6 +98,15 @@ def non_empty(v):
         raise Bad("must name at least one")
 
 
+@_check({"items": {"type": "string", "minLength": 1}, "uniqueItems": True})
+def non_empty_names(v):
+    bad = [x for x in v if not isinstance(x, str) or not x]
+    if bad:
+        raise Bad(f"must be non-empty names, not {bad[0]!r}")
+    if len(set(v)) < len(v):
+        raise Bad(f"names {next(x for x in v if list(v).count(x) > 1)!r} twice")
+
+
 def _fraction(x) -> float:
     """A number, or a "1/3"-style string (TOML has no fractions)."""
     if isinstance(x, bool) or not isinstance(x, (int, float, str)):
@@ -193,6 +202,14 @@ def comma_numbers(kind: type, sort: bool):
             raise Bad("is empty")
         return tuple(sorted(set(vals))) if sort else tuple(vals)
     return parse
+
+
+def comma_names(text: str) -> tuple[str, ...]:
+    """'jpeg,pixelate' -> ('jpeg', 'pixelate'): a list of names typed on the command line as one word."""
+    vals = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not vals:
+        raise Bad("is empty")
+    return vals
 
 
 def comma_weights(text: str):

@@ -28,11 +28,13 @@ from crs.foundations.config.checks import (
     check_severities,
     check_tol,
     check_weights,
+    comma_names,
     comma_numbers,
     comma_weights,
     convert_sets,
     name_values,
     non_empty,
+    non_empty_names,
     one_of,
     setting,
 )
@@ -100,6 +102,9 @@ class Extract:
                             invert=True, flag_help="clean embeddings only", default=True)
     severities: tuple[int, ...] = setting("perturbation severities (1..5)", check_severities, flag="--severities",
                                           text=comma_numbers(int, sort=True), default=SEVERITIES)
+    families: tuple[str, ...] = setting("perturbation families kept from each modality's suite (`crs perturbations`; "
+                                        "comma-separated on the command line); default: the whole suite",
+                                        non_empty_names, flag="--perturbation-families", text=comma_names, default=())
     chunk: int = setting("store chunk length in images (a resume unit is one chunk of one condition)", at_least(1),
                          flag="--chunk", default=256)
     batch: int = setting("images per forward pass", at_least(1), flag="--batch", default=64)
