@@ -138,8 +138,7 @@ def say_if_few_seeds(n_seeds: int, unit: str, warnings: list[str]) -> None:
     if unit == "image" or not 1 < n_seeds < FEW_SEEDS:
         return
     warnings.append(
-        f"only {n_seeds} seeds: the seed part of every interval is widened {seed_scale(n_seeds):.2f} times "
-        f"(Student's t with {n_seeds - 1} degrees of freedom, docs/crs-v1.md section 5), so label "
-        f"efficiency and the CRS intervals are wide; probe with at least {FEW_SEEDS} seeds "
+        f"only {n_seeds} seeds: the seed part of every interval is widened {seed_scale(n_seeds):.2f} times for so "
+        f"few, so the CRS and label-efficiency intervals are wide; probe {FEW_SEEDS} or more seeds "
         f"(`crs probe --seeds {FEW_SEEDS}`) to narrow them"
     )
