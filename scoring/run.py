@@ -52,9 +52,8 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     q, components, CRS, ranks, bootstrap and tiers. v2's calibration axis is read from the store's test
     probabilities (``calibration_axis``), so v2 needs ``store``.
 
-    ``options`` (``ScoreOptions``): ``reference`` is an encoder name or 'median'; ``weights`` are
-    (dominance, balance, worst_axis), non-negative and summing to 1. Encoders or datasets outside the
-    comparison set are dropped and listed in ``settings['excluded']``.
+    ``options`` (``ScoreOptions``): ``reference``, an encoder name or 'median'; ``weights`` (dominance, balance,
+    worst_axis), non-negative, sum 1. Encoders or datasets outside the comparison set: ``settings['excluded']``.
 
     ``options.bootstrap_unit`` (docs/crs-v1.md section 5): 'both' (the default) resamples seeds and the test images
     of every dataset at once, 'seed' seeds alone, 'image' test images alone (the same draw for every encoder).
@@ -65,8 +64,7 @@ def score(records: pl.DataFrame, options: ScoreOptions = DEFAULT_OPTIONS, *, sto
     the image bootstrap then falls back to seeds.
 
     ``site_of``: dataset -> site, for merged results: adds the per-site section (``crs.scoring.sites``);
-    ``known_metadata``: encoder -> {column: value} for what the store's provenance lacks (``metadata.filled``: a
-    merged store holds no embeddings, and ``crs merge`` records the sites' metadata).
+    ``known_metadata``: what the store lacks, as ``crs merge`` recorded it (``metadata.filled``).
 
     ``results``: the folder the run records were read from. With a store, each (encoder, dataset)'s run records and
     stored probabilities (validation included) must come from one probe run
