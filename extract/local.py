@@ -154,10 +154,8 @@ def run_units_locally(store: Store, jobs: list, ds, *, workers, strict, progress
                     call = next((c for c in calls[i, item.j] if cond in c), None)
                     if call is not None:
                         pending[i].append((cond, groups))
-                        if cond == call[-1]:
+                        if cond == call[-1]:  # every call ends on one of conds[item.j]: nothing is left over
                             _flush(embeds[i], pending[i], item.j, u.conds, buffers, writer, timer)
-            for i, u in need:  # nothing is left (every call ends on its last condition); kept for safety
-                _flush(embeds[i], pending[i], item.j, u.conds, buffers, writer, timer)
     finally:
         writer.close()  # what was embedded is committed, also on Ctrl-C (or SIGTERM, which the CLI makes one)
     for e in embeds:  # the device work is done (the writer waited for every copy)
@@ -189,9 +187,8 @@ def _flush(embedding, pending: list, j: int, write: list[str], buffers: HostBuff
            timer) -> None:
     """Embed the ``pending`` conditions of unit ``j`` for one encoder and hand those in ``write`` to the writer;
     empties ``pending``."""
-    if pending:
-        for cond, staged in embedding(pending, set(write), buffers, timer):
-            writer.put(embedding.plan.arrays[cond], j, staged)
+    for cond, staged in embedding(pending, set(write), buffers, timer):
+        writer.put(embedding.plan.arrays[cond], j, staged)
     pending.clear()
 
 

@@ -99,7 +99,7 @@ def mismatches(records: dict[str, dict]) -> list[str]:
     return found
 
 
-def encoder_metadata(records: dict[str, dict], encoders: list[str]) -> dict[str, dict]:
+def agreed_metadata(records: dict[str, dict], encoders: list[str]) -> dict[str, dict]:
     """encoder -> {column: value} of what the sites' stores recorded of it (``crs.scoring.metadata``: revision,
     licence, cost), for ``crs score`` of the merged folder: a value every site that recorded one agrees on; None
     where sites differ (a throughput or a device is each site's own machine) or none recorded it."""
@@ -150,7 +150,7 @@ def merge(bundles: list[Path], out: Path) -> Merged:
         (tmp / MERGE_RECORD).write_text(json.dumps({
             "sites": {s: {"bundle_manifest_sha256": sha256_file(b / MANIFEST)} for s, (b, _, _) in sites.items()},
             "encoders": common, "left_out": left_out, "score": score, "provenance": provenance.collect(),
-            "encoder_metadata": encoder_metadata({s: r for s, (_, _, r) in sites.items()}, common)},
+            "encoder_metadata": agreed_metadata({s: r for s, (_, _, r) in sites.items()}, common)},
             indent=1, sort_keys=True, default=str), encoding="utf-8")
         publish(tmp, out)
     except BaseException:

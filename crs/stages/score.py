@@ -55,9 +55,9 @@ def run(results: Path, settings: Score, store: str | None = None, pairs: list[tu
                              "replicates)", total=None)
     # the scoring code raises BadInput for records or options that do not allow a score; any
     # other ValueError is a bug in it and must surface as one (exit 1), not as the user's fault
-    site_of = merged_sites(results, table["dataset"].unique().to_list())
+    site_of, known = merged(results, table["dataset"].unique().to_list()) or (None, None)
     scores = score_table(table, score_options(settings, reference=ref), store=opened, results=Path(results),
-                         site_of=site_of, known_metadata=None if site_of is None else merged_metadata(results))
+                         site_of=site_of, known_metadata=known)
     progress.update(task, visible=False)  # scoring is over: its line ends here, not after the report
     if note:
         scores.settings["warnings"].insert(0, note)
@@ -68,16 +68,19 @@ def run(results: Path, settings: Score, store: str | None = None, pairs: list[tu
     return scores
 
 
-def merged_sites(results: Path, datasets: list[str]) -> dict[str, str] | None:
-    """dataset -> site where ``results`` was written by ``crs merge`` (its merge.json lists the sites, and each
-    site's dataset DS is the stratum SITE.DS: ``crs.stages.merge.stratum``); None for one site's own results."""
+def merged(results: Path, datasets: list[str]) -> tuple[dict[str, str], dict] | None:
+    """(dataset -> site, encoder -> {column: value}) where ``results`` was written by ``crs merge``, from its
+    merge.json: the sites (each site's dataset DS is the stratum SITE.DS: ``crs.stages.merge.stratum``) and what
+    the sites recorded of the encoders (revision, licence, cost; {} for a record without it); None for one site's
+    own results."""
     from crs.stages.merge import MERGE_RECORD, stratum
 
     path = Path(results) / MERGE_RECORD
     if not path.is_file():
         return None
     try:
-        sites = sorted(json.loads(path.read_text(encoding="utf-8"))["sites"])
+        record = json.loads(path.read_text(encoding="utf-8"))
+        sites = sorted(record["sites"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{path} does not read as a merge record ({exc}); merge the bundles again with `crs merge`, "
                        "or delete it to score the folder as one site's results") from exc
@@ -86,16 +89,8 @@ def merged_sites(results: Path, datasets: list[str]) -> dict[str, str] | None:
     if strays:
         raise BadInput(f"datasets {strays} under {results} belong to none of the merged sites {sites} (each is "
                        f"SITE.DATASET); score the merged folder as `crs merge` wrote it, without other run records")
-    return owner
-
-
-def merged_metadata(results: Path) -> dict:
-    """encoder -> {column: value}: what ``crs merge`` recorded of the sites' encoders (revision, licence, cost) in
-    RESULTS/merge.json; {} for a merge record without it."""
-    from crs.stages.merge import MERGE_RECORD
-
-    known = json.loads((Path(results) / MERGE_RECORD).read_text(encoding="utf-8")).get("encoder_metadata")
-    return known if isinstance(known, dict) else {}
+    known = record.get("encoder_metadata")
+    return owner, known if isinstance(known, dict) else {}
 
 
 def resolve_reference(requested: str, encoders: list[str]) -> tuple[str, str | None]:
