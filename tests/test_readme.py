@@ -116,7 +116,7 @@ def test_the_title_and_the_two_set_up_commands_come_first():
     assert tests == venv + "'.[test]' && .venv/bin/python -m pytest -q"
     assert tests in (ROOT / ".ci" / "run").read_text(encoding="utf-8")  # CI runs the README's test command
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert "test" in project["optional-dependencies"] and project["scripts"]["crs"] == "crs.cli:main"
+    assert "test" in project["optional-dependencies"] and project["scripts"]["crs"] == "crs.cli:entry"
     parse("crs demo")
 
 

@@ -38,6 +38,45 @@ def test_the_command_line_lets_openmp_threads_sleep_unless_the_user_says_otherwi
     assert done.stdout.strip().splitlines()[-1] == expected
 
 
+ENTRY = """
+import atexit, sys, threading, time
+from pathlib import Path
+import typer
+from crs import cli
+
+out = Path(sys.argv[1])
+
+@cli.app.command("late")
+def late(code: int):
+    def finish():  # not a daemon: the process must wait for it, as Python's own exit does
+        time.sleep(0.3)
+        (out / "thread").write_text("done")
+    threading.Thread(target=finish).start()
+    atexit.register(lambda: (out / "atexit").write_text("ran"))
+    print("no newline at the end", end="")  # left in stdout's buffer until the exit flushes it
+    print("warned", end="", file=sys.stderr)
+    raise typer.Exit(code)
+
+sys.argv = ["crs", "late", sys.argv[2]]
+cli.entry()
+print("never reached")
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_program_ends_with_the_command_code_after_threads_atexit_and_flushed_output(tmp_path, code):
+    """``crs`` (``crs.cli.entry``) skips Python's teardown, and nothing a command leaves for the exit is lost."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", ENTRY, str(tmp_path), str(code)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == code, done.stderr
+    assert done.stdout == "no newline at the end" and done.stderr == "warned"
+    assert (tmp_path / "thread").read_text() == "done"
+    assert (tmp_path / "atexit").read_text() == "ran"
+
+
 def test_unknown_encoder_exits_2_and_lists_valid_names(tmp_path):
     r = invoke("extract", "--encoder", "medgemmaa", "--dataset", "demo_derm", "--store", tmp_path / "s.zarr")
     assert r.exit_code == 2
