@@ -450,13 +450,25 @@ def _pair_test(hits: np.ndarray, below: np.ndarray, n: int) -> dict:
     below = below.astype(int)
     heavy = misses >= 10
     one_sided = heavy & (np.maximum(below, misses - below) > 2 * misses / 3)
-    by_chance = sum(2 * binom.sf(np.floor(2 * m / 3), m, 0.5) for m in misses[heavy])  # each side > 2m/3
+    chance = [2 * binom.sf(np.floor(2 * m / 3), m, 0.5) for m in misses[heavy]]  # each side > 2m/3
+    by_chance = sum(chance)
     lopsided = sum(binomtest(int(b), int(m)).pvalue < 0.05 / max(int(heavy.sum()), 1)
                    for b, m in zip(below[heavy], misses[heavy], strict=True))
     return {"below_floor": int((p < 0.05 / hits.size).sum()), "floor": PAIR_FLOOR,
             "smallest_p": float(p.min()), "misses_below": int(below.sum()), "misses_above": int((misses - below).sum()),
             "one_sided_pairs": int(one_sided.sum()), "pairs_with_10_misses": int(heavy.sum()),
-            "one_sided_if_symmetric": round(float(by_chance), 1), "lopsided_pairs": int(lopsided)}
+            "one_sided_if_symmetric": round(float(by_chance), 1),
+            "one_sided_p": round(_at_least(chance, int(one_sided.sum())), 4), "lopsided_pairs": int(lopsided)}
+
+
+def _at_least(chances: list[float], k: int) -> float:
+    """P(k or more of independent events with these chances happen): the Poisson-binomial tail, exact by convolution.
+    For the one-sided pairs under symmetric misses; pairs that share an encoder are not independent, so it is a
+    guide, not a test."""
+    dist = np.ones(1)
+    for c in chances:
+        dist = np.convolve(dist, [1 - c, c])
+    return float(dist[k:].sum())
 
 
 def main() -> None:
