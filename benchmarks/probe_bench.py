@@ -713,6 +713,9 @@ def compile_only(task, n, F, K, seeds, fractions, l2, log) -> dict:
     return {"task": task, "compile_s": round(total, 2), "loops_s": loops}
 
 
+XLA_DEFAULTS_ENV = "CRS_BENCH_XLA_DEFAULTS"  # --xla-defaults, for child processes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20_000, help="training images")
@@ -740,7 +743,15 @@ def main() -> None:
                          "data walked the L2 path), interleaved with the default, engine and stage")
     ap.add_argument("--compile-only", action="store_true",
                     help="time compiling the grid alone (one step per solver loop), multiclass and multi-label")
+    ap.add_argument("--xla-defaults", action="store_true",
+                    help="compile the engine's programs with XLA's defaults, not crs.probe.compiled.OPTIONS "
+                         "(passed on to --small's child processes)")
     args = ap.parse_args()
+    if args.xla_defaults or os.environ.get(XLA_DEFAULTS_ENV):
+        from crs.probe import compiled
+
+        os.environ[XLA_DEFAULTS_ENV] = "1"  # the children of --small inherit it
+        compiled.use_options(False)
     if args.small_engine:
         small_engine(args.store, tuple(range(args.seeds)), args.max_iter, args.tol, args.small_engine,
                      args.side_by_side)

@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from threadpoolctl import threadpool_limits
 
+from crs.probe import compiled
 from crs.probe.blocks import block_logits, block_logits_T, plain_products, plan_blocks, transposed_blocks
 from crs.probe.objective import Labels, blocked_objectives, link_values, loss_change, loss_from_logits, objective
 from crs.probe.precondition import ISOTROPIC_BELOW, rotated, second_moments, unrotate
@@ -229,12 +230,12 @@ def _sharded(devices, task, sizes, blocks, warm_start, precondition=True, halves
             return fit_loop(rows, l2, stop, plan, sz, n_features)
 
         if len(devices) == 1:
-            _PROGRAMS[key] = jax.jit(local)
+            _PROGRAMS[key] = compiled.jit(local)
         else:
             mesh = Mesh(np.array(devices), ("probes",))
             spec = P(None, None, "probes")
             specs = (P(), P("probes"), P()) + ((P(), P()) if dynamic else ())
-            _PROGRAMS[key] = jax.jit(jax.shard_map(
+            _PROGRAMS[key] = compiled.jit(jax.shard_map(
                 local, mesh=mesh, in_specs=specs, out_specs=Fit(spec, spec, spec, spec, spec), check_vma=False))
     return _PROGRAMS[key]
 
@@ -255,7 +256,7 @@ def _prepare_impl(Xs, T, known, order, sizes, blocks, precondition):
     return Rows(Xo, XoT, To, ko, m2)
 
 
-_prepare = jax.jit(_prepare_impl, static_argnums=(4, 5, 6))
+_prepare = compiled.jit(_prepare_impl, static_argnums=(4, 5, 6))
 
 
 def _prepare_host(Xs, T, known, order, sizes, blocks, precondition):

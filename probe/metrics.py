@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crs.foundations.labels import check_task
-from crs.probe import padded
+from crs.probe import compiled, padded
 
 N_BINS = 15
 EPS = float(jnp.finfo(jnp.float32).eps)
@@ -125,4 +125,4 @@ def all_metrics(log_probs, T, known, task: str, counted=None) -> np.ndarray:
     return padded.per_probe(_all_jit, log_probs, T, known, task, counted)
 
 
-_all_jit = jax.jit(jax.vmap(_one, in_axes=(0, None, None, None)), static_argnums=3)
+_all_jit = compiled.jit(jax.vmap(_one, in_axes=(0, None, None, None)), static_argnums=3)

@@ -44,7 +44,7 @@ import numpy as np
 import optax
 
 from crs.foundations.labels import check_task
-from crs.probe import core
+from crs.probe import compiled, core
 from crs.probe.problem import TrainingSet
 
 SEED_SALT = 0x6D6C70  # keys the initialisation: fold_in(key(SEED_SALT), seed)
@@ -184,7 +184,7 @@ def _fraction_impl(X, T, known, order, wd, params0, stop: Stop, arch: Arch):
 
 
 # the step budget and tolerance are traced, so changing them does not compile again
-_fraction = jax.jit(_fraction_impl, static_argnums=(7,))
+_fraction = compiled.jit(_fraction_impl, static_argnums=(7,))
 
 
 def fit(data: TrainingSet, hidden: int = 128, settings: Settings = DEFAULT_SETTINGS, on_loop=None) -> MLPFit:
@@ -258,7 +258,7 @@ def _map_apply_impl(flat, X, hidden, K, batch):
     return jax.lax.map(lambda p: _apply_one(p, X, hidden, K), flat, batch_size=batch)
 
 
-_map_apply = jax.jit(_map_apply_impl, static_argnums=(2, 3, 4))
+_map_apply = compiled.jit(_map_apply_impl, static_argnums=(2, 3, 4))
 
 
 def take(params, index):

@@ -11,6 +11,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from crs.foundations.labels import check_task
+from crs.probe import compiled
 from crs.probe.objective import inside_subsets, static_sizes
 from crs.probe.schedule import ONE_BLOCK_BELOW
 
@@ -26,7 +27,7 @@ def rotated(X, precondition: bool):
     return V, _host_rotate(X, V) if host else _rotate(X, np.asarray(V, X.dtype))
 
 
-@jax.jit
+@compiled.jit
 def _covariance(X):
     return X.T @ X / X.shape[0]
 
@@ -107,7 +108,7 @@ def preconditioner(m2, l2, task, K, sizes=None, n_features=None):
     return jnp.concatenate([sw, sb], axis=-1)
 
 
-@jax.jit
+@compiled.jit
 def _rotate(X, V):
     return X @ V
 

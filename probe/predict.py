@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crs.foundations.labels import check_task
-from crs.probe import padded
+from crs.probe import compiled, padded
 from crs.probe.padded import shape_bucket
 
 
@@ -42,7 +42,7 @@ def log_probabilities(X, W, b, task: str):
     return log_link(jnp.einsum("nf,...fk->...nk", X, W) + b[..., None, :], task)
 
 
-_log_probabilities = jax.jit(log_probabilities, static_argnums=3)
+_log_probabilities = compiled.jit(log_probabilities, static_argnums=3)
 
 
 def predict(X, W, b, task: str) -> np.ndarray:
@@ -74,7 +74,7 @@ def validation_loss(log_probs, T, known, task: str):
     return per_label.mean(-1)
 
 
-_validation_loss = jax.jit(jax.vmap(validation_loss, in_axes=(0, None, None, None)), static_argnums=3)
+_validation_loss = compiled.jit(jax.vmap(validation_loss, in_axes=(0, None, None, None)), static_argnums=3)
 
 
 def validation_losses(probs, T, known, task: str) -> np.ndarray:
