@@ -30,7 +30,7 @@ import numpy as np
 from crs.scoring import kernels
 from crs.scoring.axes import AxisArrays, axes_from
 from crs.scoring.calibration import replicate_losses
-from crs.scoring.metrics import ece_draws, nanmean_last, weighted_ece, weighted_macro_auroc
+from crs.scoring.metrics import ece_draws, nanmean_last, weighted_auroc, weighted_ece, weighted_macro_auroc
 from crs.scoring.versions import LATEST, get
 from crs.scoring.versions.definition import BINNED_ECE, SQUARED_ERROR
 
@@ -164,9 +164,14 @@ def exact_batch(sorts: Sequence[Sorted], masks: tuple[np.ndarray, np.ndarray], c
     ``metrics.weighted_macro_auroc``'s formula for every class of every array: each class's running
     total of negative multiplicities down its sorted images, read at each positive's run of tied
     scores, in one compiled pass per array (``kernels.auroc_rows``); ``masks``: ``class_masks`` of
-    the split. Every sum is of integers (and one halving), so the values are the kernel's to the bit.
+    the split. Every sum is of integers (and one halving), so the values are the kernel's to the bit. Small
+    work goes to that numpy kernel itself (``kernels.numpy_takes``): the same values, without numba.
     """
     pos, neg = masks  # [replicate, class] contiguous, as the kernel's stack: the same sum over classes
+    if kernels.numpy_takes(len(sorts) * pos.size * counts.shape[1]):  # small work: numpy's kernel, the same bits
+        known = pos | neg
+        return np.stack([nanmean_last(np.stack([weighted_auroc(srt.scores[c], pos[c], counts, known[c])
+                                                for c in range(len(pos))], axis=-1)) for srt in sorts])
     return np.stack([nanmean_last(np.ascontiguousarray(kernels.auroc_rows(srt.scores, srt.order, pos, neg, counts).T))
                      for srt in sorts])
 

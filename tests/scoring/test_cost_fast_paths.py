@@ -136,9 +136,17 @@ def test_probe_metrics_equal_the_long_table_path(make_store, tmp_path):
     assert full["auroc"].n_unique() == 1 and full.height == 3  # one probe, three rows
 
 
+@pytest.mark.parametrize("route", ["numpy", "compiled"])
 @pytest.mark.parametrize("task", ["multiclass", "multilabel"])
-def test_exact_batch_equals_the_kernel_to_the_bit(task):
-    from crs.scoring import resample
+def test_exact_batch_equals_the_kernel_to_the_bit(task, route, monkeypatch):
+    from crs.scoring import kernels, resample
+
+    # numpy's kernel for small work, the compiled pass once the budget is spent (kernels.numpy_takes)
+    monkeypatch.setattr(kernels, "NUMPY_WORK", 1 << 40 if route == "numpy" else 0)
+    monkeypatch.setattr(kernels, "_KERNELS", {} if route == "numpy" else kernels._KERNELS)
+    monkeypatch.setattr(kernels, "_numpy_work", [0])
+    used = []
+    monkeypatch.setattr(kernels, "auroc_rows", lambda *a, f=kernels.auroc_rows: used.append(1) or f(*a))
 
     rng = np.random.default_rng(2)
     n, k = 60, 4
@@ -153,6 +161,7 @@ def test_exact_batch_equals_the_kernel_to_the_bit(task):
         want = metrics.weighted_macro_auroc(p, target, known, counts)
         assert np.array_equal(g, want, equal_nan=True)
     assert np.isnan(got[:, 0]).all()
+    assert bool(used) == (route == "compiled")
 
 
 def test_score_hands_the_bootstrap_reads_to_the_metrics(make_store, tmp_path, monkeypatch):
@@ -178,3 +187,16 @@ def test_score_hands_the_bootstrap_reads_to_the_metrics(make_store, tmp_path, mo
     assert_frame_equal(s.reliability, alone.reliability, rel_tol=REL, abs_tol=1e-15)
     assert_frame_equal(s.auroc_per_class, alone.per_class, rel_tol=REL, abs_tol=1e-15)
     assert len(reads) == len(set(reads)) == 3 * 4  # clean, perturbed, shift and validation, once each
+
+
+def test_numpy_takes_small_work_until_its_budget_is_spent_then_the_compiled_pass_takes_all(monkeypatch):
+    from crs.scoring import kernels
+
+    monkeypatch.setattr(kernels, "NUMPY_WORK", 100)
+    monkeypatch.setattr(kernels, "_KERNELS", {})
+    monkeypatch.setattr(kernels, "_numpy_work", [0])
+    assert [kernels.numpy_takes(w) for w in (60, 50, 40)] == [True, False, True]  # 60 + 40 fit, 50 more would not
+    assert not kernels.numpy_takes(1)
+    monkeypatch.setattr(kernels, "_numpy_work", [0])
+    kernels._KERNELS["runs"] = object()  # the pass loaded in this process: it takes even small work
+    assert not kernels.numpy_takes(1)
