@@ -210,6 +210,34 @@ def _check_duplicates(rows: pl.DataFrame) -> None:
         )
 
 
+def _holes_message(holes: pl.DataFrame) -> str:
+    """What each (encoder, dataset) lacks of the cells other runs of its dataset have, and the fix for each kind:
+    a condition it lacks was never extracted for it (encoders extracted with other perturbation families or
+    severities, or without a shift target), so probing again cannot make it; a fraction or seed it lacks
+    can be (the probe run with other --fractions or --seeds)."""
+    lacks = (holes.with_columns(what=pl.when(pl.col("kind") == "clean")
+                                .then(pl.format("clean at fraction {}", pl.col("fraction")))
+                                .otherwise(pl.col("condition")))
+             .group_by("encoder", "dataset", maintain_order=True)
+             .agg(pl.col("what").unique(maintain_order=True), pl.col("seed").unique().sort(),
+                  extract=(pl.col("kind") != "clean").any()))
+    said = [f"{r['encoder']} on {r['dataset']} lacks {', '.join(r['what'][:4])}"
+            + (f" and {len(r['what']) - 4} more" if len(r['what']) > 4 else "") + f" (seeds {r['seed']})"
+            for r in lacks.head(_EXAMPLES).iter_rows(named=True)]
+    fixes = []
+    if lacks["extract"].any():
+        fixes.append("a condition an encoder lacks was never extracted for it (the encoders were extracted with "
+                     "different --perturbation-families or --severities, or shift targets), so probing again cannot "
+                     "make it: run `crs extract` for that encoder and dataset with the others' settings, then "
+                     "`crs probe` it again")
+    if not lacks["extract"].all():
+        fixes.append("a fraction an encoder lacks: probe it again with the same --fractions and --seeds as the others")
+    more = f"; and {lacks.height - _EXAMPLES} more encoder-dataset pairs" if lacks.height > _EXAMPLES else ""
+    return (f"{holes.height} run record(s) are missing that other runs of the same dataset have: "
+            f"{'; '.join(said)}{more}. The encoders are not comparable on different conditions: "
+            f"{'; '.join(fixes)}; or remove the other runs' extra rows from the run records")
+
+
 def _check_grid(rows: pl.DataFrame) -> None:
     """Every run of a dataset has the same cells (or its axes are means over different
     things and the encoders are not comparable), and the cells every axis needs."""
@@ -218,11 +246,7 @@ def _check_grid(rows: pl.DataFrame) -> None:
     runs = rows.select(KEYS).unique()
     holes = runs.join(cells, on="dataset").join(rows, on=cell, how="anti").sort(cell)
     if holes.height:
-        raise BadInput(
-            f"{holes.height} run record(s) are missing that other runs of the same dataset "
-            f"have, e.g. {holes.head(_EXAMPLES).select(cell).to_dicts()}; re-run the probe "
-            "for them or remove the other runs' extra rows"
-        )
+        raise BadInput(_holes_message(holes))
     for (name,), group in cells.sort("dataset").group_by("dataset", maintain_order=True):
         clean = group.filter(pl.col("kind") == "clean")
         if not clean.filter(pl.col("fraction") == 1.0).height:

@@ -169,8 +169,17 @@ def test_duplicate_cell(make_table):
 def test_run_missing_a_cell_others_have(make_table):
     partial = {k: v for k, v in A_D2_S0.items() if k != (1.0, "gaussian_noise@2")}
     rows = cells("a", "d2", 0, A_D2_S0) + cells("b", "d2", 0, partial)
-    with pytest.raises(ValueError, match="gaussian_noise@2"):
+    with pytest.raises(ValueError, match="b on d2 lacks gaussian_noise@2 ") as err:
         axes_by_seed(make_table(rows))
+    assert "crs extract" in str(err.value) and "--fractions" not in str(err.value)  # probing again cannot make it
+
+
+def test_run_missing_a_fraction_others_have_is_told_to_probe_again(make_table):
+    partial = {k: v for k, v in A_D2_S0.items() if k != (0.1, "clean")}
+    rows = cells("a", "d2", 0, A_D2_S0) + cells("b", "d2", 0, partial) + cells("b", "d2", 1, partial)
+    with pytest.raises(ValueError, match=r"b on d2 lacks clean at fraction 0.1 \(seeds \[0, 1\]\)") as err:
+        axes_by_seed(make_table(rows))
+    assert "--fractions" in str(err.value) and "crs extract" not in str(err.value)
 
 
 @pytest.mark.parametrize(
