@@ -168,7 +168,10 @@ def exact_batch(sorts: Sequence[Sorted], masks: tuple[np.ndarray, np.ndarray], c
     work goes to that numpy kernel itself (``kernels.numpy_takes``): the same values, without numba.
     """
     pos, neg = masks  # [replicate, class] contiguous, as the kernel's stack: the same sum over classes
-    if kernels.numpy_takes(len(sorts) * pos.size * counts.shape[1]):  # small work: numpy's kernel, the same bits
+    # small work: numpy's kernel, the same bits; arrays with NaN scores always take the compiled pass, whose order
+    # of NaN runs (sort_classes') numpy's kernel does not share, so that a value never depends on the route
+    finite = len(pos) and not any(np.isnan(srt.scores).any() for srt in sorts)
+    if finite and kernels.numpy_takes(len(sorts) * pos.size * counts.shape[1]):
         known = pos | neg
         return np.stack([nanmean_last(np.stack([weighted_auroc(srt.scores[c], pos[c], counts, known[c])
                                                 for c in range(len(pos))], axis=-1)) for srt in sorts])

@@ -200,3 +200,21 @@ def test_numpy_takes_small_work_until_its_budget_is_spent_then_the_compiled_pass
     monkeypatch.setattr(kernels, "_numpy_work", [0])
     kernels._KERNELS["runs"] = object()  # the pass loaded in this process: it takes even small work
     assert not kernels.numpy_takes(1)
+
+
+def test_arrays_with_nan_scores_take_the_compiled_pass_whatever_the_budget(monkeypatch):
+    from crs.scoring import kernels, resample
+
+    rng = np.random.default_rng(5)
+    n, k = 40, 3
+    p = rng.random((n, k)).astype(np.float32)
+    p[::7, 1] = np.nan  # several NaN scores: a run each, in the order sort_classes leaves them
+    target, known = np.eye(k, dtype=np.int8)[rng.integers(0, k, n)], np.ones((n, k), bool)
+    counts = resample.small_counts(resample.image_counts(n, 30, rng))
+    masks, srt = resample.class_masks(target, known), resample.sort_classes(p)
+    values = []
+    for budget in (1 << 40, 0):  # numpy's budget unspent, then spent
+        monkeypatch.setattr(kernels, "NUMPY_WORK", budget)
+        monkeypatch.setattr(kernels, "_numpy_work", [0])
+        values.append(resample.exact_batch([srt], masks, counts))
+    assert np.array_equal(values[0], values[1], equal_nan=True)
