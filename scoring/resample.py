@@ -30,7 +30,7 @@ import numpy as np
 from crs.scoring import kernels
 from crs.scoring.axes import AxisArrays, axes_from
 from crs.scoring.calibration import replicate_losses
-from crs.scoring.metrics import ece_draws, nanmean_last, weighted_auroc, weighted_ece, weighted_macro_auroc
+from crs.scoring.metrics import ece_draws, nanmean_last, weighted_ece, weighted_macro_auroc
 from crs.scoring.versions import LATEST, get
 from crs.scoring.versions.definition import BINNED_ECE, SQUARED_ERROR
 
@@ -172,9 +172,8 @@ def exact_batch(sorts: Sequence[Sorted], masks: tuple[np.ndarray, np.ndarray], c
     # of NaN runs (sort_classes') numpy's kernel does not share, so that a value never depends on the route
     finite = len(pos) and not any(np.isnan(srt.scores).any() for srt in sorts)
     if finite and kernels.numpy_takes(len(sorts) * pos.size * counts.shape[1]):
-        known = pos | neg
-        return np.stack([nanmean_last(np.stack([weighted_auroc(srt.scores[c], pos[c], counts, known[c])
-                                                for c in range(len(pos))], axis=-1)) for srt in sorts])
+        known = (pos | neg).T
+        return np.stack([weighted_macro_auroc(srt.scores.T, pos.T, known, counts) for srt in sorts])
     return np.stack([nanmean_last(np.ascontiguousarray(kernels.auroc_rows(srt.scores, srt.order, pos, neg, counts).T))
                      for srt in sorts])
 
