@@ -10,7 +10,8 @@ from pathlib import Path
 from crs.foundations.files import atomic_write, put, write_frame
 from crs.scoring.report.inputs import add_from_records, add_reliability_from_store, load, tables
 from crs.scoring.report.page import HTML_NAME, html
-from crs.scoring.report.sections import png, sections
+from crs.scoring.report.render import render_figures
+from crs.scoring.report.sections import sections
 from crs.scoring.scoreset import GENERATION_KEY, writer_lock
 
 FIGURES_DIR = "figures"
@@ -28,17 +29,16 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
 
 
 def _write_figures(out: Path, secs: list, quiet: bool) -> tuple[dict, list[str]]:
-    """Render and write each figure as it comes, each file whole: (PNG bytes by stem, paths)."""
-    (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
-    images, paths = {}, []
-    for sec in secs:
-        for stem, fig, *_ in sec.figures:
-            images[stem] = png(fig)
-            path = out / FIGURES_DIR / f"{stem}.png"
-            atomic_write(path, lambda p, b=images[stem]: put(p, b))
-            paths.append(str(path))
-            if not quiet:
-                print(f"figure {path}", file=sys.stderr)
+    """Render and write every figure, each file whole (two processes where that pays, see render.py):
+    (PNG bytes by stem, paths)."""
+    folder = out / FIGURES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = [(stem, fig) for sec in secs for stem, fig, *_ in sec.figures]
+    images = render_figures(figures, lambda stem: folder / f"{stem}.png")
+    paths = [str(folder / f"{stem}.png") for stem, _ in figures]
+    if not quiet:
+        for path in paths:
+            print(f"figure {path}", file=sys.stderr)
     return images, paths
 
 

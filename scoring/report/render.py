@@ -1,0 +1,164 @@
+"""The report's figures rendered to PNG files, shared between this process and one forked helper.
+
+Rendering (layout and rasterising) is most of a report's time and runs on one core. Where the
+platform forks cheaply (Linux) and two cores are free, one child process forked after the
+figures are built takes figures from the same queue (a pipe of figure numbers both read) and
+writes each as a whole file; the parent reads those files back. The child inherits the figures,
+so nothing is pickled, and it touches neither polars nor JAX. The result is the same files
+either way: a PNG's bytes do not depend on the process that drew it.
+
+Whatever happens to the child, the parent finishes the job: a figure the child took but did
+not report written (it crashed, was killed, or went quiet for ``STALL_SECONDS``) is rendered by
+the parent. The child dies with the parent (``PR_SET_PDEATHSIG``), so a killed report leaves
+no process behind, and it holds the report's writer lock with the parent (an inherited flock).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import select
+import signal
+import struct
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from crs.foundations.files import atomic_write, put
+from crs.scoring.report.sections import png
+
+STALL_SECONDS = 120.0  # no figure from the child for this long: it is stuck, and the parent takes over
+_ITEM = struct.Struct("<H")  # a figure's number on the pipes
+_PR_SET_PDEATHSIG = 1
+
+
+def parallel_ok(n_figures: int) -> bool:
+    """Whether forking a helper pays: Linux, at least two usable cores, and at least four figures."""
+    if sys.platform != "linux" or n_figures < 4 or not hasattr(os, "fork"):
+        return False
+    return len(os.sched_getaffinity(0)) >= 2
+
+
+def render_figures(figures: Sequence[tuple[str, object]], path_of: Callable[[str], Path], *,
+                   parallel: bool | None = None) -> dict[str, bytes]:
+    """Render each (stem, figure) to PNG, write it whole at ``path_of(stem)``, and return the bytes by stem.
+
+    ``parallel`` None decides by :func:`parallel_ok`; False renders in this process only.
+    """
+    if parallel is None:
+        parallel = parallel_ok(len(figures))
+    done: dict[int, bytes] = {}
+    if parallel and len(figures) > 1:
+        _share(figures, path_of, done)
+    for i, (stem, fig) in enumerate(figures):
+        if i not in done:
+            done[i] = _render_one(fig, path_of(stem))
+    return {stem: done[i] for i, (stem, _) in enumerate(figures)}
+
+
+def _render_one(fig, path: Path) -> bytes:
+    data = png(fig)
+    atomic_write(path, lambda p: put(p, data))
+    return data
+
+
+def _share(figures, path_of, done: dict[int, bytes]) -> None:
+    """Render with a forked helper; fill ``done`` with what either process finished."""
+    queue_r, queue_w = os.pipe()
+    report_r, report_w = os.pipe()
+    os.write(queue_w, b"".join(_ITEM.pack(i) for i in range(len(figures))))
+    os.close(queue_w)  # both processes read to the end of the queue
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():  # Python 3.12+ warns of fork beside threads; the helper uses none of theirs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the helper: never returns
+        os.close(report_r)
+        _helper(figures, path_of, queue_r, report_w, parent)
+    os.close(report_w)
+    theirs: set[int] = set()
+    try:
+        while (i := _take(queue_r)) is not None:
+            stem, fig = figures[i]
+            done[i] = _render_one(fig, path_of(stem))
+        theirs = _collect(report_r)
+    finally:
+        if _end(pid):  # killed mid-figure: its temporary file is the only one in the folder (writer lock)
+            for f in path_of(figures[0][0]).parent.glob(".*.tmp"):
+                f.unlink(missing_ok=True)
+        os.close(queue_r)
+        os.close(report_r)
+    for i in theirs:
+        path = path_of(figures[i][0])
+        try:
+            done[i] = path.read_bytes()
+        except OSError:
+            pass  # rendered again below
+
+
+def _take(fd: int) -> int | None:
+    """The next figure number from the queue, None when it is empty (a 2-byte read from a pipe is whole)."""
+    raw = os.read(fd, _ITEM.size)
+    return _ITEM.unpack(raw)[0] if len(raw) == _ITEM.size else None
+
+
+def _collect(fd: int) -> set[int]:
+    """The figures the helper reported written, until it closes its end or stalls for STALL_SECONDS."""
+    got, buf = set(), b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], STALL_SECONDS)
+        if not ready:
+            return got  # stalled: the caller kills it and renders the rest
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return got
+        buf += chunk
+        while len(buf) >= _ITEM.size:
+            got.add(_ITEM.unpack(buf[:_ITEM.size])[0])
+            buf = buf[_ITEM.size:]
+
+
+def _end(pid: int) -> bool:
+    """Reap the helper, killing it first if it has not exited (the parent failed, or the helper stalled).
+
+    Returns whether it had to be killed."""
+    try:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+        if finished == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return True
+    except ChildProcessError:
+        pass
+    return False
+
+
+def _helper(figures, path_of, queue_r: int, report_w: int, parent: int) -> None:
+    """The forked child: render what it takes from the queue, report each one written, then exit."""
+    code = 1
+    try:
+        gc.disable()  # no finaliser of an inherited object (a JAX buffer, a thread pool) runs here
+        _die_with(parent)
+        while (i := _take(queue_r)) is not None:
+            stem, fig = figures[i]
+            _render_one(fig, path_of(stem))
+            os.write(report_w, _ITEM.pack(i))
+        code = 0
+    except BaseException:  # noqa: BLE001 -- the parent renders whatever is not reported; nothing to print
+        code = 1
+    finally:
+        os._exit(code)  # no atexit handler, no flush of the parent's buffers, no exception unwinding
+
+
+def _die_with(parent: int) -> None:
+    """Ask Linux to SIGKILL this process when the parent dies; exit if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)

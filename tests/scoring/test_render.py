@@ -1,0 +1,160 @@
+"""The report's figure renderer: the same files from one process or two, and the parent finishes the job
+whatever happens to its forked helper (crashed, stuck, or the parent itself killed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from crs.scoring.report import render
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the helper is forked on Linux only")
+
+
+class Fake:
+    """Stands for a matplotlib figure: savefig writes bytes of its own, records which process drew it,
+    and can misbehave in the helper (any process but the one that built it)."""
+
+    dpi = 72
+
+    def __init__(self, name: str, log: Path, *, in_helper=None, first_waits_for: Path | None = None):
+        self.name, self.log, self.in_helper, self.first_waits_for = name, log, in_helper, first_waits_for
+        self.parent = os.getpid()
+
+    def savefig(self, buf, format, dpi):  # noqa: A002 -- matplotlib's keyword
+        helper = os.getpid() != self.parent
+        if helper and self.in_helper:
+            self.in_helper(self)
+        if not helper and self.first_waits_for is not None:  # the parent waits until the helper drew one
+            deadline = time.monotonic() + 60
+            while not self.first_waits_for.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        with open(self.log, "a") as f:
+            f.write(f"{self.name} {os.getpid()}\n")
+        if helper and self.first_waits_for is not None:
+            self.first_waits_for.touch()
+        buf.write(f"PNG {self.name}".encode() * 50)
+
+
+def _figures(tmp_path: Path, n: int, **kw) -> list[tuple[str, Fake]]:
+    return [(f"f{i:02d}", Fake(f"f{i:02d}", tmp_path / "log", **kw)) for i in range(n)]
+
+
+def _draws(tmp_path: Path) -> list[tuple[str, int]]:
+    return [(name, int(pid)) for name, pid in (ln.split() for ln in (tmp_path / "log").read_text().splitlines())]
+
+
+def _run(figures, folder: Path, **kw) -> dict[str, bytes]:
+    folder.mkdir(exist_ok=True)
+    return render.render_figures(figures, lambda stem: folder / f"{stem}.png", **kw)
+
+
+def _expected(figures) -> dict[str, bytes]:
+    return {stem: f"PNG {stem}".encode() * 50 for stem, _ in figures}
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_both_processes_draw_each_figure_once_and_the_files_are_the_serial_ones(tmp_path):
+    figures = _figures(tmp_path, 12, first_waits_for=tmp_path / "helper-drew-one")
+    got = _run(figures, tmp_path / "two", parallel=True)
+    assert got == _expected(figures)
+    draws = _draws(tmp_path)
+    assert sorted(name for name, _ in draws) == sorted(got)  # each figure drawn exactly once
+    assert {pid for _, pid in draws} - {os.getpid()}, "the helper drew none"
+    serial = _run(_figures(tmp_path, 12), tmp_path / "one", parallel=False)
+    assert serial == got
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")  # no temporary left beside them
+
+
+def _crash(fig):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _raise(fig):
+    raise RuntimeError("a helper that fails")
+
+
+@pytest.mark.parametrize("misbehave", [_crash, _raise], ids=["killed", "raises"])
+def test_figures_the_helper_did_not_finish_are_drawn_by_the_parent(tmp_path, misbehave):
+    figures = _figures(tmp_path, 8, in_helper=misbehave)
+    got = _run(figures, tmp_path / "out", parallel=True)
+    assert got == _expected(figures)
+    assert _files(tmp_path / "out") == {f"{s}.png": b for s, b in got.items()}
+
+
+def test_a_stuck_helper_is_killed_and_its_figures_drawn_by_the_parent(tmp_path, monkeypatch):
+    monkeypatch.setattr(render, "STALL_SECONDS", 0.5)
+
+    def stick(fig):
+        (tmp_path / "helper.pid").write_text(str(os.getpid()))
+        time.sleep(3600)
+
+    figures = _figures(tmp_path, 6, in_helper=stick)
+    got = _run(figures, tmp_path / "out", parallel=True)
+    assert got == _expected(figures)
+    assert _files(tmp_path / "out") == {f"{s}.png": b for s, b in got.items()}
+    pid = int((tmp_path / "helper.pid").read_text())
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(pid, 0)
+
+
+def test_the_helper_dies_with_a_killed_parent(tmp_path):
+    """SIGKILL the parent while both draw: the helper must not live on and write into the folder."""
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        from crs.scoring.report import render
+        tmp = Path({str(tmp_path)!r})
+        class Slow:
+            dpi = 72
+            def savefig(self, buf, format, dpi):
+                (tmp / f"pid-{{os.getpid()}}").touch()
+                time.sleep(3600)
+        out = tmp / "out"
+        out.mkdir()
+        render.render_figures([(f"f{{i}}", Slow()) for i in range(6)], lambda s: out / f"{{s}}.png", parallel=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pids = {int(p.name.split("-")[1]) for p in tmp_path.glob("pid-*")}
+    assert proc.pid in pids and len(pids) == 2, pids
+    proc.kill()
+    proc.wait()
+    (helper,) = pids - {proc.pid}
+    deadline = time.monotonic() + 30
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _alive(helper):
+        os.kill(helper, signal.SIGKILL)
+        pytest.fail(f"the helper {helper} outlived its killed parent")
+
+
+def _alive(pid: int) -> bool:
+    """Running or stopped; a zombie (dead, not yet reaped by whoever adopted it) counts as dead."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_it_forks_only_where_it_pays(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert not render.parallel_ok(17)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert render.parallel_ok(17)
+    assert not render.parallel_ok(3)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert not render.parallel_ok(17)
