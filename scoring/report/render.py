@@ -73,7 +73,10 @@ def _share(figures, path_of, done: dict[int, bytes]) -> None:
     parent = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
-    with warnings.catch_warnings():  # Python 3.12+ warns of fork beside threads; the helper uses none of theirs
+    with warnings.catch_warnings():
+        # JAX's fork hook (a RuntimeWarning) and Python 3.12+ (a DeprecationWarning) warn of a fork beside
+        # their threads: the helper runs none of their code (no JAX call, no polars, no collection of garbage)
+        warnings.filterwarnings("ignore", message=r".*fork\(\)", category=RuntimeWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the helper: never returns

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,14 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def test_both_processes_draw_each_figure_once_and_the_files_are_the_serial_ones(tmp_path):
+    import jax.numpy as jnp
+
+    jnp.zeros(1).block_until_ready()  # JAX's threads are up, as in `crs run`: its fork hook warns, and must be quiet
     figures = _figures(tmp_path, 12, first_waits_for=tmp_path / "helper-drew-one")
-    got = _run(figures, tmp_path / "two", parallel=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _run(figures, tmp_path / "two", parallel=True)
+    assert not caught, [str(w.message) for w in caught]  # nothing on a user's terminal
     assert got == _expected(figures)
     draws = _draws(tmp_path)
     assert sorted(name for name, _ in draws) == sorted(got)  # each figure drawn exactly once
