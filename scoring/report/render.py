@@ -32,6 +32,7 @@ from crs.scoring.report.sections import png
 STALL_SECONDS = 120.0  # no figure from the child for this long: it is stuck, and the parent takes over
 _ITEM = struct.Struct("<H")  # a figure's number on the pipes
 _PR_SET_PDEATHSIG = 1
+_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
 def parallel_ok(n_figures: int) -> bool:
@@ -65,7 +66,8 @@ def _render_one(fig, path: Path) -> bytes:
 
 
 def _share(figures, path_of, done: dict[int, bytes]) -> None:
-    """Render with a forked helper; fill ``done`` with what either process finished."""
+    """Render with a forked helper; fill ``done`` with what either process finished (nothing where the
+    fork itself fails: the caller then renders every figure)."""
     queue_r, queue_w = os.pipe()
     report_r, report_w = os.pipe()
     os.write(queue_w, b"".join(_ITEM.pack(i) for i in range(len(figures))))
@@ -73,24 +75,30 @@ def _share(figures, path_of, done: dict[int, bytes]) -> None:
     parent = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
-    with warnings.catch_warnings():
-        # JAX's fork hook (a RuntimeWarning) and Python 3.12+ (a DeprecationWarning) warn of a fork beside
-        # their threads: the helper runs none of their code (no JAX call, no polars, no collection of garbage)
-        warnings.filterwarnings("ignore", message=r".*fork\(\)", category=RuntimeWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    # Ctrl-C and SIGTERM wait until each side is ready: the helper ignores both (the parent's unwinding
+    # kills it), so it never runs the parent's handlers or `finally` blocks, such as the writer lock's release
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    try:
+        with warnings.catch_warnings():
+            # JAX's fork hook (a RuntimeWarning) and Python 3.12+ (a DeprecationWarning) warn of a fork beside
+            # their threads: the helper runs none of their code (no JAX call, no polars, no garbage collection)
+            warnings.filterwarnings("ignore", message=r".*fork\(\)", category=RuntimeWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except OSError:  # no process to be had (EAGAIN, ENOMEM): this process renders them all
+        pid = None
     if pid == 0:  # the helper: never returns
-        os.close(report_r)
-        _helper(figures, path_of, queue_r, report_w, parent)
+        _helper(figures, path_of, (queue_r, report_r, report_w), parent, mask)
     os.close(report_w)
     theirs: set[int] = set()
     try:
-        while (i := _take(queue_r)) is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # an interrupt that came meanwhile is raised here
+        while pid is not None and (i := _take(queue_r)) is not None:
             stem, fig = figures[i]
             done[i] = _render_one(fig, path_of(stem))
-        theirs = _collect(report_r)
+        theirs = _collect(report_r) if pid is not None else set()
     finally:
-        if _end(pid):  # killed mid-figure: its temporary file is the only one in the folder (writer lock)
+        if pid is not None and _end(pid):  # killed mid-figure: its temporary is the only one there (writer lock)
             for f in path_of(figures[0][0]).parent.glob(".*.tmp"):
                 f.unlink(missing_ok=True)
         os.close(queue_r)
@@ -140,12 +148,17 @@ def _end(pid: int) -> bool:
     return False
 
 
-def _helper(figures, path_of, queue_r: int, report_w: int, parent: int) -> None:
+def _helper(figures, path_of, fds: tuple[int, int, int], parent: int, mask) -> None:
     """The forked child: render what it takes from the queue, report each one written, then exit."""
+    queue_r, report_r, report_w = fds
     code = 1
     try:
+        for sig in _INTERRUPTS:  # still blocked here: the parent's interrupt is the parent's
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         gc.disable()  # no finaliser of an inherited object (a JAX buffer, a thread pool) runs here
         _die_with(parent)
+        os.close(report_r)
         while (i := _take(queue_r)) is not None:
             stem, fig = figures[i]
             _render_one(fig, path_of(stem))

@@ -165,3 +165,96 @@ def test_it_forks_only_where_it_pays(monkeypatch):
     assert not render.parallel_ok(3)
     monkeypatch.setattr(sys, "platform", "darwin")
     assert not render.parallel_ok(17)
+
+
+def test_a_failed_fork_renders_everything_here_and_leaks_no_descriptor(tmp_path, monkeypatch):
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    before = len(os.listdir("/proc/self/fd"))
+    figures = _figures(tmp_path, 6)
+    assert _run(figures, tmp_path / "out", parallel=True) == _expected(figures)
+    assert {pid for _, pid in _draws(tmp_path)} == {os.getpid()}
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_ctrl_c_to_the_whole_group_unwinds_the_parent_only(tmp_path):
+    """SIGINT to the process group (a terminal's Ctrl-C) while both draw: the parent unwinds as on any
+    Ctrl-C; the helper neither unwinds the parent's stack (its `finally` blocks, a lock's release) nor
+    outlives it."""
+    script = textwrap.dedent(f"""
+        import os, time
+        from pathlib import Path
+        from crs.scoring.report import render
+        tmp = Path({str(tmp_path)!r})
+        class Slow:
+            dpi = 72
+            def savefig(self, buf, format, dpi):
+                (tmp / f"pid-{{os.getpid()}}").touch()
+                time.sleep(3600)
+        out = tmp / "out"
+        out.mkdir()
+        try:
+            render.render_figures([(f"f{{i}}", Slow()) for i in range(6)], lambda s: out / f"{{s}}.png",
+                                  parallel=True)
+        finally:
+            (tmp / f"unwound-{{os.getpid()}}").touch()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pids = {int(p.name.split("-")[1]) for p in tmp_path.glob("pid-*")}
+    assert proc.pid in pids and len(pids) == 2, pids
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert b"KeyboardInterrupt" in err
+    assert [p.name for p in tmp_path.glob("unwound-*")] == [f"unwound-{proc.pid}"]
+    (helper,) = pids - {proc.pid}
+    assert not _alive(helper)
+    assert not list((tmp_path / "out").iterdir())  # nothing half-written
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_helper_ignores_an_interrupt_of_its_own(tmp_path, sig):
+    """SIGINT or SIGTERM to the helper alone: it draws on (the interrupt is the parent's to act on) and never runs the
+    parent's `finally` blocks; the render ends whole."""
+    script = textwrap.dedent(f"""
+        import os, signal, time
+        from pathlib import Path
+        from crs.scoring.report import render
+        def terminated(*_):  # as crs.cli's SIGTERM handler: unwind
+            raise SystemExit(143)
+        signal.signal(signal.SIGTERM, terminated)
+        tmp = Path({str(tmp_path)!r})
+        class Gate:
+            dpi = 72
+            def savefig(self, buf, format, dpi):
+                (tmp / f"pid-{{os.getpid()}}").touch()
+                while not (tmp / "go").exists():
+                    time.sleep(0.01)
+                buf.write(b"png")
+        out = tmp / "out"
+        out.mkdir()
+        try:
+            got = render.render_figures([(f"f{{i}}", Gate()) for i in range(6)], lambda s: out / f"{{s}}.png",
+                                        parallel=True)
+            assert got == {{f"f{{i}}": b"png" for i in range(6)}}
+        finally:
+            (tmp / f"unwound-{{os.getpid()}}").touch()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pids = {int(p.name.split("-")[1]) for p in tmp_path.glob("pid-*")}
+    assert proc.pid in pids and len(pids) == 2, pids
+    (helper,) = pids - {proc.pid}
+    os.kill(helper, sig)  # it sleeps in its wait: a handled signal would end that sleep at once
+    time.sleep(0.2)  # lets a helper that did not ignore them unwind before it may go on (no effect otherwise)
+    (tmp_path / "go").touch()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert [p.name for p in tmp_path.glob("unwound-*")] == [f"unwound-{proc.pid}"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"f{i}.png" for i in range(6)]
