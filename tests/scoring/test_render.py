@@ -115,31 +115,57 @@ def test_a_stuck_helper_is_killed_and_its_figures_drawn_by_the_parent(tmp_path, 
         os.kill(pid, 0)
 
 
-def test_the_helper_dies_with_a_killed_parent(tmp_path):
-    """SIGKILL the parent while both draw: the helper must not live on and write into the folder."""
-    script = textwrap.dedent(f"""
-        import os, sys, time
-        from pathlib import Path
-        from crs.scoring.report import render
-        tmp = Path({str(tmp_path)!r})
-        class Slow:
-            dpi = 72
-            def savefig(self, buf, format, dpi):
-                (tmp / f"pid-{{os.getpid()}}").touch()
-                time.sleep(3600)
-        out = tmp / "out"
-        out.mkdir()
-        render.render_figures([(f"f{{i}}", Slow()) for i in range(6)], lambda s: out / f"{{s}}.png", parallel=True)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script])
+# A process that renders six figures, each waiting for TMP/go, with a helper (each drawing process touches
+# TMP/pid-PID); SIGTERM unwinds it as crs.cli's handler does, and every process that unwinds the render's
+# caller touches TMP/unwound-PID.
+GATED = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    from crs.scoring.report import render
+    def terminated(*_):
+        raise SystemExit(143)
+    signal.signal(signal.SIGTERM, terminated)
+    tmp = Path(sys.argv[1])
+    class Gate:
+        dpi = 72
+        def savefig(self, buf, format, dpi):
+            (tmp / f"pid-{os.getpid()}").touch()
+            while not (tmp / "go").exists():
+                time.sleep(0.01)
+            buf.write(b"png")
+    out = tmp / "out"
+    out.mkdir()
+    try:
+        got = render.render_figures([(f"f{i}", Gate()) for i in range(6)], lambda s: out / f"{s}.png", parallel=True)
+        assert got == {f"f{i}": b"png" for i in range(6)}
+    finally:
+        (tmp / f"unwound-{os.getpid()}").touch()
+""")
+
+
+def _gated(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """GATED started in a session of its own, once both processes draw: (the process, the helper's pid)."""
+    proc = subprocess.Popen([sys.executable, "-c", GATED, str(tmp_path)], start_new_session=True,
+                            stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     pids = {int(p.name.split("-")[1]) for p in tmp_path.glob("pid-*")}
     assert proc.pid in pids and len(pids) == 2, pids
-    proc.kill()
-    proc.wait()
     (helper,) = pids - {proc.pid}
+    return proc, helper
+
+
+def _unwound(tmp_path: Path) -> list[str]:
+    return [p.name for p in tmp_path.glob("unwound-*")]
+
+
+def test_the_helper_dies_with_a_killed_parent(tmp_path):
+    """SIGKILL the parent while both draw: the helper must not live on and write into the folder."""
+    proc, helper = _gated(tmp_path)
+    proc.kill()
+    proc.wait()  # not communicate(): a helper that lived on would hold the stderr pipe open
+    proc.stderr.close()
     deadline = time.monotonic() + 30
     while _alive(helper) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -183,78 +209,24 @@ def test_ctrl_c_to_the_whole_group_unwinds_the_parent_only(tmp_path):
     """SIGINT to the process group (a terminal's Ctrl-C) while both draw: the parent unwinds as on any
     Ctrl-C; the helper neither unwinds the parent's stack (its `finally` blocks, a lock's release) nor
     outlives it."""
-    script = textwrap.dedent(f"""
-        import os, time
-        from pathlib import Path
-        from crs.scoring.report import render
-        tmp = Path({str(tmp_path)!r})
-        class Slow:
-            dpi = 72
-            def savefig(self, buf, format, dpi):
-                (tmp / f"pid-{{os.getpid()}}").touch()
-                time.sleep(3600)
-        out = tmp / "out"
-        out.mkdir()
-        try:
-            render.render_figures([(f"f{{i}}", Slow()) for i in range(6)], lambda s: out / f"{{s}}.png",
-                                  parallel=True)
-        finally:
-            (tmp / f"unwound-{{os.getpid()}}").touch()
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    pids = {int(p.name.split("-")[1]) for p in tmp_path.glob("pid-*")}
-    assert proc.pid in pids and len(pids) == 2, pids
+    proc, helper = _gated(tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert b"KeyboardInterrupt" in err
-    assert [p.name for p in tmp_path.glob("unwound-*")] == [f"unwound-{proc.pid}"]
-    (helper,) = pids - {proc.pid}
+    assert _unwound(tmp_path) == [f"unwound-{proc.pid}"]
     assert not _alive(helper)
     assert not list((tmp_path / "out").iterdir())  # nothing half-written
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_the_helper_ignores_an_interrupt_of_its_own(tmp_path, sig):
-    """SIGINT or SIGTERM to the helper alone: it draws on (the interrupt is the parent's to act on) and never runs the
-    parent's `finally` blocks; the render ends whole."""
-    script = textwrap.dedent(f"""
-        import os, signal, time
-        from pathlib import Path
-        from crs.scoring.report import render
-        def terminated(*_):  # as crs.cli's SIGTERM handler: unwind
-            raise SystemExit(143)
-        signal.signal(signal.SIGTERM, terminated)
-        tmp = Path({str(tmp_path)!r})
-        class Gate:
-            dpi = 72
-            def savefig(self, buf, format, dpi):
-                (tmp / f"pid-{{os.getpid()}}").touch()
-                while not (tmp / "go").exists():
-                    time.sleep(0.01)
-                buf.write(b"png")
-        out = tmp / "out"
-        out.mkdir()
-        try:
-            got = render.render_figures([(f"f{{i}}", Gate()) for i in range(6)], lambda s: out / f"{{s}}.png",
-                                        parallel=True)
-            assert got == {{f"f{{i}}": b"png" for i in range(6)}}
-        finally:
-            (tmp / f"unwound-{{os.getpid()}}").touch()
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    pids = {int(p.name.split("-")[1]) for p in tmp_path.glob("pid-*")}
-    assert proc.pid in pids and len(pids) == 2, pids
-    (helper,) = pids - {proc.pid}
+    """SIGINT or SIGTERM to the helper alone: it draws on (the interrupt is the parent's to act on) and never
+    runs the parent's `finally` blocks; the render ends whole."""
+    proc, helper = _gated(tmp_path)
     os.kill(helper, sig)  # it sleeps in its wait: a handled signal would end that sleep at once
-    time.sleep(0.2)  # lets a helper that did not ignore them unwind before it may go on (no effect otherwise)
+    time.sleep(0.2)  # lets a helper that did not ignore it unwind before it may go on (no effect otherwise)
     (tmp_path / "go").touch()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()[-2000:]
-    assert [p.name for p in tmp_path.glob("unwound-*")] == [f"unwound-{proc.pid}"]
+    assert _unwound(tmp_path) == [f"unwound-{proc.pid}"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"f{i}.png" for i in range(6)]
