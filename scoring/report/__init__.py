@@ -13,7 +13,8 @@ what is missing and how to get it.
 One module a job: ``inputs`` (files -> Inputs -> tables), ``sections`` (Inputs -> figures),
 ``boards`` (tables -> HTML tables), ``page`` (-> the page, filled into templates/report.html
 with templates/report.css and templates/report.js), ``markup`` (escaping and number
-formats); ``write`` is the thin edge that writes them.
+formats), ``render`` (figures -> PNG files, on two processes where that pays); ``write`` is
+the thin edge that writes them.
 """
 
 from crs.scoring.leaderboard import board as leaderboard  # the report's tables/leaderboard.*
