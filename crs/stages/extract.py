@@ -35,6 +35,27 @@ def _stored_role(store, name: str) -> str | None:
 
 def run(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict | None = None) -> Extracted:
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
+    from crs.extract.synthetic import prerender  # numpy: crs encoders lists the registry without it
+
+    _render_ahead(cfg, prerender)
+    try:
+        return _run(cfg, progress, extra_encoders)
+    finally:
+        prerender.finish()
+
+
+def _render_ahead(cfg: Config, prerender) -> None:
+    """The built-in synthetic datasets' images rendered by a helper process while this one imports torch and
+    builds the models (``crs.extract.synthetic.prerender``): for a run in this process with no data-loader
+    workers, whose datasets are all built in."""
+    from crs.extract.synthetic.registry import SPECS
+
+    ex = cfg.extract
+    if ex.executor == "local" and ex.workers == 0 and all(name in SPECS for name in cfg.datasets.names):
+        prerender.start(with_shift_targets(cfg))
+
+
+def _run(cfg: Config, progress: Progress, extra_encoders: dict | None) -> Extracted:
     from crs.extract import real, targets  # numpy, polars: crs encoders lists the registry without them
     from crs.extract.models import preflight  # torch: crs encoders lists the registry without it
     from crs.extract.run import extract_many  # torch: crs encoders lists the registry without it

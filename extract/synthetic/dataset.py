@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from crs.extract import splits
+from crs.extract.synthetic import prerender
 from crs.extract.synthetic.draw import choice
 from crs.extract.synthetic.registry import SPECS, spec_of
 from crs.extract.synthetic.spec import GROUP_STREAM, RENDER_STREAM, SPLIT_STREAM, keyed_rng
@@ -55,7 +56,8 @@ class SyntheticDataset:
         return _plan(self.name, self.size, self.seed).table
 
     def images(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
-        """uint8 [len(rows), H, W, 3]: the images of those rows of `table()`."""
+        """uint8 [len(rows), H, W, 3]: the images of those rows of `table()` (from ``prerender`` where a
+        helper rendered them ahead, the same pixels)."""
         plan = _plan(self.name, self.size, self.seed)
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         n_rows = len(plan.table.ids)
@@ -63,6 +65,13 @@ class SyntheticDataset:
             raise IndexError(
                 f"{self.name} has rows 0..{n_rows - 1}; asked for rows {rows.min()}..{rows.max()}"
             )
+        ahead = prerender.take(self, rows)
+        return ahead if ahead is not None else self.render_rows(rows)
+
+    def render_rows(self, rows: np.ndarray) -> np.ndarray:
+        """``images`` drawn here and now: each row from its own keyed stream, so any subset, in any order or
+        process, gets the same pixels."""
+        plan = _plan(self.name, self.size, self.seed)
         render = SPECS[self.name].render
         n = self.image_size
         out = np.empty((len(rows), n, n, 3), dtype=np.uint8)

@@ -15,31 +15,23 @@ no process behind, and it holds the report's writer lock with the parent (an inh
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import os
 import select
-import signal
 import struct
-import sys
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from crs.foundations import forked
 from crs.foundations.files import atomic_write, put
 from crs.scoring.report.sections import png
 
 STALL_SECONDS = 120.0  # no figure from the child for this long: it is stuck, and the parent takes over
 _ITEM = struct.Struct("<H")  # a figure's number on the pipes
-_PR_SET_PDEATHSIG = 1
-_INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
 def parallel_ok(n_figures: int) -> bool:
     """Whether forking a helper pays: Linux, at least two usable cores, and at least four figures."""
-    if sys.platform != "linux" or n_figures < 4 or not hasattr(os, "fork"):
-        return False
-    return len(os.sched_getaffinity(0)) >= 2
+    return n_figures >= 4 and forked.available()
 
 
 def render_figures(figures: Sequence[tuple[str, object]], path_of: Callable[[str], Path], *,
@@ -66,39 +58,30 @@ def _render_one(fig, path: Path) -> bytes:
 
 
 def _share(figures, path_of, done: dict[int, bytes]) -> None:
-    """Render with a forked helper; fill ``done`` with what either process finished (nothing where the
-    fork itself fails: the caller then renders every figure)."""
+    """Render with a forked helper; fill ``done`` with what either process finished (nothing where no
+    helper could be had: the caller then renders every figure)."""
     queue_r, queue_w = os.pipe()
     report_r, report_w = os.pipe()
-    os.write(queue_w, b"".join(_ITEM.pack(i) for i in range(len(figures))))
-    os.close(queue_w)  # both processes read to the end of the queue
-    parent = os.getpid()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Ctrl-C and SIGTERM wait until each side is ready: the helper ignores both (the parent's unwinding
-    # kills it), so it never runs the parent's handlers or `finally` blocks, such as the writer lock's release
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
     try:
-        with warnings.catch_warnings():
-            # JAX's fork hook (a RuntimeWarning) and Python 3.12+ (a DeprecationWarning) warn of a fork beside
-            # their threads: the helper runs none of their code (no JAX call, no polars, no garbage collection)
-            warnings.filterwarnings("ignore", message=r".*fork\(\)", category=RuntimeWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-    except OSError:  # no process to be had (EAGAIN, ENOMEM): this process renders them all
-        pid = None
-    if pid == 0:  # the helper: never returns
-        _helper(figures, path_of, (queue_r, report_r, report_w), parent, mask)
-    os.close(report_w)
+        try:
+            os.write(queue_w, b"".join(_ITEM.pack(i) for i in range(len(figures))))
+        finally:
+            os.close(queue_w)  # both processes read to the end of the queue
+        helper = forked.start(lambda: _draw_share(figures, path_of, queue_r, (report_r, report_w)))
+    except BaseException:
+        os.close(queue_r)
+        os.close(report_r)
+        raise
+    finally:
+        os.close(report_w)
     theirs: set[int] = set()
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # an interrupt that came meanwhile is raised here
-        while pid is not None and (i := _take(queue_r)) is not None:
+        while helper is not None and (i := _take(queue_r)) is not None:
             stem, fig = figures[i]
             done[i] = _render_one(fig, path_of(stem))
-        theirs = _collect(report_r) if pid is not None else set()
+        theirs = _collect(report_r) if helper is not None else set()
     finally:
-        if pid is not None and _end(pid):  # killed mid-figure: its temporary is the only one there (writer lock)
+        if helper is not None and helper.end():  # killed mid-figure: its temporary is the only one (writer lock)
             for f in path_of(figures[0][0]).parent.glob(".*.tmp"):
                 f.unlink(missing_ok=True)
         os.close(queue_r)
@@ -109,6 +92,16 @@ def _share(figures, path_of, done: dict[int, bytes]) -> None:
             done[i] = path.read_bytes()
         except OSError:
             pass  # rendered again below
+
+
+def _draw_share(figures, path_of, queue_r: int, report: tuple[int, int]) -> None:
+    """The helper's work: render what it takes from the queue and report each figure once it is written."""
+    report_r, report_w = report
+    os.close(report_r)
+    while (i := _take(queue_r)) is not None:
+        stem, fig = figures[i]
+        _render_one(fig, path_of(stem))
+        os.write(report_w, _ITEM.pack(i))
 
 
 def _take(fd: int) -> int | None:
@@ -131,50 +124,3 @@ def _collect(fd: int) -> set[int]:
         while len(buf) >= _ITEM.size:
             got.add(_ITEM.unpack(buf[:_ITEM.size])[0])
             buf = buf[_ITEM.size:]
-
-
-def _end(pid: int) -> bool:
-    """Reap the helper, killing it first if it has not exited (the parent failed, or the helper stalled).
-
-    Returns whether it had to be killed."""
-    try:
-        finished, _ = os.waitpid(pid, os.WNOHANG)
-        if finished == 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return True
-    except ChildProcessError:
-        pass
-    return False
-
-
-def _helper(figures, path_of, fds: tuple[int, int, int], parent: int, mask) -> None:
-    """The forked child: render what it takes from the queue, report each one written, then exit."""
-    queue_r, report_r, report_w = fds
-    code = 1
-    try:
-        for sig in _INTERRUPTS:  # still blocked here: the parent's interrupt is the parent's
-            signal.signal(sig, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        gc.disable()  # no finaliser of an inherited object (a JAX buffer, a thread pool) runs here
-        _die_with(parent)
-        os.close(report_r)
-        while (i := _take(queue_r)) is not None:
-            stem, fig = figures[i]
-            _render_one(fig, path_of(stem))
-            os.write(report_w, _ITEM.pack(i))
-        code = 0
-    except BaseException:  # noqa: BLE001 -- the parent renders whatever is not reported; nothing to print
-        code = 1
-    finally:
-        os._exit(code)  # no atexit handler, no flush of the parent's buffers, no exception unwinding
-
-
-def _die_with(parent: int) -> None:
-    """Ask Linux to SIGKILL this process when the parent dies; exit if it already has."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
