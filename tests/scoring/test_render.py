@@ -21,26 +21,31 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the helper is f
 
 class Fake:
     """Stands for a matplotlib figure: savefig writes bytes of its own, records which process drew it,
-    and can misbehave in the helper (any process but the one that built it)."""
+    and can misbehave in the helper (any process but the one that built it). With ``wait``, the parent
+    draws nothing until the helper has taken a figure (it writes its pid to ``wait`` first), so each case sees the
+    helper at work however slowly it starts."""
 
     dpi = 72
 
-    def __init__(self, name: str, log: Path, *, in_helper=None, first_waits_for: Path | None = None):
-        self.name, self.log, self.in_helper, self.first_waits_for = name, log, in_helper, first_waits_for
+    def __init__(self, name: str, log: Path, *, in_helper=None, wait: Path | None = None):
+        self.name, self.log, self.in_helper, self.wait = name, log, in_helper, wait
         self.parent = os.getpid()
 
     def savefig(self, buf, format, dpi):  # noqa: A002 -- matplotlib's keyword
         helper = os.getpid() != self.parent
+        if helper and self.wait is not None:  # its pid, whole (renamed into place)
+            part = self.wait.with_name(f"{self.wait.name}.{os.getpid()}")
+            part.write_text(str(os.getpid()))
+            part.replace(self.wait)
         if helper and self.in_helper:
             self.in_helper(self)
-        if not helper and self.first_waits_for is not None:  # the parent waits until the helper drew one
+        if not helper and self.wait is not None:
             deadline = time.monotonic() + 60
-            while not self.first_waits_for.exists() and time.monotonic() < deadline:
+            while not self.wait.exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
+            assert self.wait.exists(), "the helper took no figure in 60 s"
         with open(self.log, "a") as f:
             f.write(f"{self.name} {os.getpid()}\n")
-        if helper and self.first_waits_for is not None:
-            self.first_waits_for.touch()
         buf.write(f"PNG {self.name}".encode() * 50)
 
 
@@ -69,7 +74,7 @@ def test_both_processes_draw_each_figure_once_and_the_files_are_the_serial_ones(
     import jax.numpy as jnp
 
     jnp.zeros(1).block_until_ready()  # JAX's threads are up, as in `crs run`: its fork hook warns, and must be quiet
-    figures = _figures(tmp_path, 12, first_waits_for=tmp_path / "helper-drew-one")
+    figures = _figures(tmp_path, 12, wait=tmp_path / "helper-took-one")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = _run(figures, tmp_path / "two", parallel=True)
@@ -93,7 +98,7 @@ def _raise(fig):
 
 @pytest.mark.parametrize("misbehave", [_crash, _raise], ids=["killed", "raises"])
 def test_figures_the_helper_did_not_finish_are_drawn_by_the_parent(tmp_path, misbehave):
-    figures = _figures(tmp_path, 8, in_helper=misbehave)
+    figures = _figures(tmp_path, 8, in_helper=misbehave, wait=tmp_path / "helper-took-one")
     got = _run(figures, tmp_path / "out", parallel=True)
     assert got == _expected(figures)
     assert _files(tmp_path / "out") == {f"{s}.png": b for s, b in got.items()}
@@ -103,14 +108,13 @@ def test_a_stuck_helper_is_killed_and_its_figures_drawn_by_the_parent(tmp_path, 
     monkeypatch.setattr(render, "STALL_SECONDS", 0.5)
 
     def stick(fig):
-        (tmp_path / "helper.pid").write_text(str(os.getpid()))
         time.sleep(3600)
 
-    figures = _figures(tmp_path, 6, in_helper=stick)
+    figures = _figures(tmp_path, 6, in_helper=stick, wait=tmp_path / "helper-took-one")
     got = _run(figures, tmp_path / "out", parallel=True)
     assert got == _expected(figures)
     assert _files(tmp_path / "out") == {f"{s}.png": b for s, b in got.items()}
-    pid = int((tmp_path / "helper.pid").read_text())
+    pid = int((tmp_path / "helper-took-one").read_text())
     with pytest.raises(ProcessLookupError):  # killed and reaped
         os.kill(pid, 0)
 
