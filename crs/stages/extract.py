@@ -46,12 +46,13 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict |
 
 def _render_ahead(cfg: Config, prerender) -> None:
     """The built-in synthetic datasets' images rendered by a helper process while this one imports torch and
-    builds the models (``crs.extract.synthetic.prerender``): for a run in this process with no data-loader
-    workers, whose datasets are all built in."""
+    builds the models (``crs.extract.synthetic.prerender``): for a new local store (a re-run may need few of
+    them or none) filled in this process with no data-loader workers, whose datasets are all built in."""
     from crs.extract.synthetic.registry import SPECS
 
     ex = cfg.extract
-    if ex.executor == "local" and ex.workers == 0 and all(name in SPECS for name in cfg.datasets.names):
+    if ex.executor == "local" and ex.workers == 0 and all(name in SPECS for name in cfg.datasets.names) \
+            and fresh.is_new(cfg.store):
         prerender.start(with_shift_targets(cfg))
 
 

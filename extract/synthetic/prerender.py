@@ -2,12 +2,12 @@
 builds its models (seconds in which the parent uses one core).
 
 ``start(datasets)`` forks a helper (``crs.foundations.forked``) that renders every row of each synthetic
-dataset, in order, into memory shared with the parent (one anonymous shared mapping per dataset) and says on
-a pipe when a dataset is whole. ``SyntheticDataset.images`` then copies rows from there (``take``), and
-renders them itself where that dataset is not whole yet, the helper failed, or the caller is another process
-(a data loader's worker, forked later): the same pixels either way, since every row is drawn from its own
-keyed stream. ``finish()`` reaps the helper and frees the memory. Nothing is started off Linux, with one
-core, or where the datasets' pixels would take more than ``MAX_BYTES``.
+dataset, in order, into memory shared with the parent (one anonymous shared mapping per dataset) and says
+on a pipe when a dataset is whole (a byte each, in order). ``SyntheticDataset.images`` then copies rows
+from there (``take``), and renders them itself where that dataset is not whole yet, the helper failed, or
+the caller is another process (a data loader's worker, forked later): the same pixels either way, since
+every row is drawn from its own keyed stream. ``finish()`` reaps the helper and frees the memory. Nothing
+is started off Linux, with one core, or where the datasets' pixels would take more than ``MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def start(datasets) -> bool:
     read, write = os.pipe()
     try:
         helper = forked.start(lambda: _render_all([(todo[k], arrays[k]) for k in order], read, write))
+    except BaseException:
+        os.close(read)
+        raise
     finally:
         os.close(write)
     if helper is None:
@@ -67,7 +70,7 @@ def start(datasets) -> bool:
 
 
 def _render_all(jobs, read: int, write: int) -> None:
-    """The helper's work: each dataset's every row, then its position on the pipe."""
+    """The helper's work: each dataset's every row, then one byte on the pipe."""
     os.close(read)
     for ds, out in jobs:
         out[:] = ds.render_rows(np.arange(len(out)))

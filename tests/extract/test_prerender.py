@@ -100,3 +100,25 @@ def test_nothing_is_started_where_it_cannot_pay(small, monkeypatch):
     monkeypatch.setattr(prerender, "MAX_BYTES", 1000)
     assert not prerender.start(small)
     assert not prerender.start([object()])  # no synthetic dataset among them
+
+
+def test_the_extract_stage_renders_ahead_only_for_a_new_local_store_of_built_in_datasets(tmp_path, monkeypatch):
+    from crs.foundations import config as C
+    from crs.stages import extract as stage
+
+    started = []
+    monkeypatch.setattr(prerender, "start", lambda datasets: started.append([d.name for d in datasets]))
+
+    def ahead(toml: str) -> list:
+        started.clear()
+        stage._render_ahead(C.parse(f'store = "{tmp_path / "s.zarr"}"\n' + toml), prerender)
+        return started
+
+    demo = '[datasets]\nnames = ["demo_derm", "demo_cxr"]\n'
+    assert ahead(demo) == [["demo_derm", "demo_cxr", "demo_cxr_site2"]]  # the shift target with them
+    assert ahead(demo + "[extract]\nworkers = 1\n") == []  # loaders' workers render for themselves
+    assert ahead(demo + '[extract]\nexecutor = "ray"\n') == []
+    assert ahead('[datasets]\nnames = ["isic2019"]\n') == []
+    (tmp_path / "s.zarr").mkdir()
+    (tmp_path / "s.zarr" / "zarr.json").write_text("{}")  # a store that exists: a re-run may need none
+    assert ahead(demo) == []
