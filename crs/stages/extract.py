@@ -37,14 +37,15 @@ def run(cfg: Config, progress: Progress = NO_PROGRESS, *, extra_encoders: dict |
     """Embed every dataset of ``cfg`` (and its shift target) with every encoder into ``cfg.store``."""
     from crs.extract.synthetic import prerender  # numpy: crs encoders lists the registry without it
 
-    _render_ahead(cfg, prerender)
+    datasets, new = with_shift_targets(cfg), fresh.is_new(cfg.store)
+    _render_ahead(cfg, datasets, new, prerender)
     try:
-        return _run(cfg, progress, extra_encoders)
+        return _run(cfg, datasets, new, progress, extra_encoders)
     finally:
         prerender.finish()
 
 
-def _render_ahead(cfg: Config, prerender) -> None:
+def _render_ahead(cfg: Config, datasets: list, new: bool, prerender) -> None:
     """The built-in synthetic datasets' images rendered by a helper process while this one imports torch and
     builds the models (``crs.extract.synthetic.prerender``): for a new local store (a re-run may need few of
     them or none) filled in this process with no data-loader workers, whose datasets are all built in."""
@@ -52,11 +53,12 @@ def _render_ahead(cfg: Config, prerender) -> None:
 
     ex = cfg.extract
     if ex.executor == "local" and ex.workers == 0 and all(name in SPECS for name in cfg.datasets.names) \
-            and fresh.is_new(cfg.store):
-        prerender.start(with_shift_targets(cfg))
+            and new:
+        prerender.start(datasets)
 
 
-def _run(cfg: Config, progress: Progress, extra_encoders: dict | None) -> Extracted:
+def _run(cfg: Config, datasets: list, new: bool, progress: Progress, extra_encoders: dict | None) -> Extracted:
+    """``run``'s work for ``datasets`` (``cfg``'s, with their shift targets); ``new``: the store did not exist."""
     from crs.extract import real, targets  # numpy, polars: crs encoders lists the registry without them
     from crs.extract.models import preflight  # torch: crs encoders lists the registry without it
     from crs.extract.run import extract_many  # torch: crs encoders lists the registry without it
@@ -67,14 +69,12 @@ def _run(cfg: Config, progress: Progress, extra_encoders: dict | None) -> Extrac
     if enc.weights is not None and len(enc.names) != 1:
         raise BadInput(f"--weights names one checkpoint; pass exactly one --encoder (got {len(enc.names)})")
     extra = encoder_records(enc.file) if extra_encoders is None else extra_encoders
-    datasets = with_shift_targets(cfg)
     for d in datasets:  # what `crs datasets check` refuses for its classes, refused before the store is touched
         real.require_measurable(d)
     specs = encoder_specs(cfg, extra)
     if cfg.extract.executor != "ray":  # weights that cannot be had stop the run before a store is made
         for spec in specs:  # (Ray's workers fetch their own)
             preflight(spec, enc.weights)
-    new = fresh.is_new(cfg.store)
     store = Store(cfg.store, mode="a")
     try:
         datasets = [targets.as_stored(d, _stored_role(store, d.name)) for d in datasets]

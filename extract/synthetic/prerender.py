@@ -48,9 +48,10 @@ def start(datasets) -> bool:
     finish()
     todo = {key(ds): ds for ds in datasets if hasattr(ds, "render_rows")}
     shapes = {k: (len(ds.table().ids), ds.image_size, ds.image_size, 3) for k, ds in todo.items()}
-    if not todo or sum(int(np.prod(s)) for s in shapes.values()) > MAX_BYTES or not forked.available():
+    sizes = {k: int(np.prod(s)) for k, s in shapes.items()}
+    if not todo or sum(sizes.values()) > MAX_BYTES or not forked.available():
         return False
-    arrays = {k: np.frombuffer(mmap.mmap(-1, max(1, int(np.prod(s)))), dtype=np.uint8)[:int(np.prod(s))].reshape(s)
+    arrays = {k: np.frombuffer(mmap.mmap(-1, max(1, sizes[k])), dtype=np.uint8)[:sizes[k]].reshape(s)
               for k, s in shapes.items()}
     order = list(todo)
     read, write = os.pipe()

@@ -34,8 +34,11 @@ def _write_figures(out: Path, secs: list, quiet: bool) -> tuple[dict, list[str]]
     folder = out / FIGURES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     figures = [(stem, fig) for sec in secs for stem, fig, *_ in sec.figures]
-    images = render_figures(figures, lambda stem: folder / f"{stem}.png")
-    paths = [str(folder / f"{stem}.png") for stem, _ in figures]
+    def path_of(stem: str) -> Path:
+        return folder / f"{stem}.png"
+
+    images = render_figures(figures, path_of)
+    paths = [str(path_of(stem)) for stem, _ in figures]
     if not quiet:
         for path in paths:
             print(f"figure {path}", file=sys.stderr)

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from datasets_fakes import make_aptos
 
 from crs.extract.synthetic import dataset as synth
 from crs.extract.synthetic import prerender
@@ -108,17 +109,19 @@ def test_the_extract_stage_renders_ahead_only_for_a_new_local_store_of_built_in_
 
     started = []
     monkeypatch.setattr(prerender, "start", lambda datasets: started.append([d.name for d in datasets]))
+    monkeypatch.setattr(stage, "_run", lambda *args: None)  # the stage's rule only, no extraction
 
     def ahead(toml: str) -> list:
         started.clear()
-        stage._render_ahead(C.parse(f'store = "{tmp_path / "s.zarr"}"\n' + toml), prerender)
+        stage.run(C.parse(f'store = "{tmp_path / "s.zarr"}"\n' + toml))
         return started
 
     demo = '[datasets]\nnames = ["demo_derm", "demo_cxr"]\n'
     assert ahead(demo) == [["demo_derm", "demo_cxr", "demo_cxr_site2"]]  # the shift target with them
     assert ahead(demo + "[extract]\nworkers = 1\n") == []  # loaders' workers render for themselves
     assert ahead(demo + '[extract]\nexecutor = "ray"\n') == []
-    assert ahead('[datasets]\nnames = ["isic2019"]\n') == []
+    root = make_aptos(tmp_path / "aptos", n=20)
+    assert ahead(f'[datasets]\nnames = ["aptos2019"]\nroots = {{ aptos2019 = "{root}" }}\n') == []  # read, not drawn
     (tmp_path / "s.zarr").mkdir()
     (tmp_path / "s.zarr" / "zarr.json").write_text("{}")  # a store that exists: a re-run may need none
     assert ahead(demo) == []
