@@ -4,11 +4,13 @@ Synthetic encoder-like embeddings (``probe_bench.embeddings``: power-law spectru
 imbalanced classes), standardised; nested stratified subsets as ``crs probe`` draws them;
 then the whole grid (seeds x label fractions x weight decays) fitted by
 ``crs.probe.mlp.fit`` and by the linear engine ``crs.probe.core.fit``. Each is run twice:
-the first call includes compiling (one program per label fraction for the MLP), the
-second is the run alone. The last line of output is one JSON object. Usage:
+the first call includes compiling (for the MLP one program per label fraction, or one for
+all of them on a small grid: ``--layout both`` times both), the second is the run alone.
+The last line of output is one JSON object. Usage:
 
     python benchmarks/mlp_bench.py                                  # 2,000 x 128, 5 x 7 x 4, hidden 128
     python benchmarks/mlp_bench.py --rows 20000 --features 768      # the full size (meant for a GPU)
+    python benchmarks/mlp_bench.py --rows 300 --features 64 --hidden 32 --seeds 2 --wd 0.01,1 --no-linear --layout both
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--max-steps", type=int, default=500)
     ap.add_argument("--no-linear", action="store_true")
+    ap.add_argument("--layout", choices=("default", "both"), default="default",
+                    help="both: the MLP's shared program and its program per fraction, side by side (default: "
+                         "the layout crs.probe.mlp.shared picks)")
     args = ap.parse_args()
 
     import jax
@@ -59,12 +64,21 @@ def main() -> None:
     out = {"rows": args.rows, "features": args.features, "classes": args.classes, "hidden": args.hidden,
            "probes": len(seeds) * len(sizes) * len(wd), "max_steps": args.max_steps,
            "device": str(jax.devices()[0]), "cpus": os.cpu_count()}
-    for label in ("mlp_first_s", "mlp_run_s"):
-        t = time.perf_counter()
-        fit = mlp.fit(TrainingSet(X, T, known, order, sizes, wd, "multiclass", tuple(seeds)), args.hidden, settings)
-        jax.block_until_ready(fit)
-        out[label] = round(time.perf_counter() - t, 2)
-        print(label, out[label], flush=True)
+    # both program layouts (crs.probe.mlp, Programs), the shared one first: the other's last fraction is the
+    # shared program's shape, so it is compiled once for both and the per-fraction layout is favoured
+    layouts = {"": None} if args.layout == "default" else {"shared_": "shared", "per_fraction_": "per_fraction"}
+    for prefix, layout in layouts.items():
+        for label in (f"mlp_{prefix}first_s", f"mlp_{prefix}run_s"):
+            t = time.perf_counter()
+            fit = mlp.fit(TrainingSet(X, T, known, order, sizes, wd, "multiclass", tuple(seeds)), args.hidden,
+                          settings, layout=layout)
+            jax.block_until_ready(fit)
+            out[label] = round(time.perf_counter() - t, 2)
+            print(label, out[label], flush=True)
+    if args.layout == "both":
+        out["per_fraction_over_shared_first"] = round(out["mlp_per_fraction_first_s"] / out["mlp_shared_first_s"], 2)
+        out["per_fraction_over_shared_run"] = round(out["mlp_per_fraction_run_s"] / out["mlp_shared_run_s"], 2)
+        out.update(mlp_first_s=out["mlp_per_fraction_first_s"], mlp_run_s=out["mlp_per_fraction_run_s"])
     steps = np.asarray(fit.steps)
     out.update(mlp_converged=int(np.asarray(fit.converged).sum()), mlp_steps_max=int(steps.max()),
                mlp_steps_median=float(np.median(steps)))

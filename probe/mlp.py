@@ -31,6 +31,16 @@ Layout: for a fraction of size m, each seed's rows are gathered once into subset
 Xo [S, m, F], and shared by that seed's weight decays through ``vmap`` (the data axis is
 not mapped, so nothing is copied per probe). Parameters are [S, L, ...] in the program
 and [S, Fr, L, ...] in the result.
+
+Programs: tracing and compiling a fraction's program takes seconds (about 5 s on a CPU core:
+the L-BFGS line search is a loop inside the training loop, both batched). Where a step's
+work is small (``shared``: S * L * n * hidden * (F + K) at most ``SHARED_WORK``) every
+fraction runs one program: Xo holds all n rows in each seed's order and rows from m on get
+weight 0 (``known``), which the data terms above leave out exactly. The subset size is
+then a value, not a shape, so a pair compiles one program, not one per fraction, and each
+fraction trains on n rows instead of m. Larger problems run one program per fraction, each
+on its m rows only. The two layouts give the same probes up to float32 rounding (the sums
+run over other lengths; a weakly penalised probe can end at another nearby point).
 """
 
 from __future__ import annotations
@@ -178,17 +188,40 @@ def _train(params0, Xo, To, ko, wd, stop: Stop, arch: Arch):
     return params, gmax <= tol, steps, f, gmax
 
 
-def _fraction_impl(X, T, known, order, wd, params0, stop: Stop, arch: Arch):
-    Xo, To, ko = X[order], T[order], known[order]  # [S, m, .]: one copy per seed, never one per probe
+class Subset(NamedTuple):
+    """A fraction's rows: each seed's first ``m`` rows of ``order`` [S, r] (r >= m; in the program rows from
+    m on get weight 0, see Programs in the module docstring). ``m`` is traced: it compiles nothing."""
+
+    order: jax.Array  # int [S, r]
+    m: jax.Array  # int32 scalar
+
+
+def _fraction_impl(X, T, known, subset: Subset, wd, params0, stop: Stop, arch: Arch):
+    order = subset.order
+    Xo, To, ko = X[order], T[order], known[order]  # [S, r, .]: one copy per seed, never one per probe
+    ko = jnp.where((jnp.arange(order.shape[1]) < subset.m)[None, :, None], ko, 0.0)
     return _train(params0, Xo, To, ko, wd, stop, arch)
 
 
-# the step budget and tolerance are traced, so changing them does not compile again
+# the step budget, tolerance and subset size are traced, so changing them does not compile again
 _fraction = compiled.jit(_fraction_impl, static_argnums=(7,))
 
+# a step's multiply-adds (S * L * n * hidden * (F + K)) up to which every fraction runs in one program
+# (Programs, above). benchmarks/mlp_bench.py --layout both, 2 cores, 2 seeds x 7 fractions x 2 weight decays,
+# hidden 32, first call (compiling included) per fraction / shared: 2.84 at 300 rows x 64 features (2.6 M),
+# 2.11 at 1,000 x 128 (17 M); a second call, compiled: 0.50 and 0.49 (the shared layout trains on n rows)
+SHARED_WORK = 16_000_000
 
-def fit(data: TrainingSet, hidden: int = 128, settings: Settings = DEFAULT_SETTINGS, on_loop=None) -> MLPFit:
-    """Fit every MLP probe: one compiled program per label fraction.
+
+def shared(S: int, L: int, n: int, F: int, K: int, hidden: int) -> bool:
+    """Whether the fractions of a grid share one program (Programs, in the module docstring)."""
+    return S * L * n * hidden * (F + K) <= SHARED_WORK
+
+
+def fit(data: TrainingSet, hidden: int = 128, settings: Settings = DEFAULT_SETTINGS, on_loop=None,
+        layout: str | None = None) -> MLPFit:
+    """Fit every MLP probe: one compiled program for every label fraction of a small grid, else one per
+    fraction (Programs, in the module docstring); ``layout`` 'shared' or 'per_fraction' forces one.
 
     ``data``: X [n, F] standardised training features; T, known [n, K] targets and known-label
     mask; order [S, n] each seed's subset order of the rows; sizes: the subset size of
@@ -216,9 +249,13 @@ def fit(data: TrainingSet, hidden: int = 128, settings: Settings = DEFAULT_SETTI
     wd = jnp.asarray(wd, jnp.float32)
     stop = Stop(jnp.int32(settings.max_steps), jnp.float32(settings.tol))
     arch = Arch(task, int(hidden), int(settings.memory))
+    if layout not in (None, "shared", "per_fraction"):
+        raise ValueError(f"layout must be 'shared' or 'per_fraction', not {layout!r}")
+    one = shared(len(seeds), wd.shape[0], X.shape[0], F, K, int(hidden)) if layout is None else layout == "shared"
     outs = []
     for m in sizes:
-        outs.append(MLPFit(*_fraction(X, T, known, jnp.asarray(order[:, :m]), wd, params0, stop, arch)))
+        subset = Subset(jnp.asarray(order if one else order[:, :m]), np.int32(m))
+        outs.append(MLPFit(*_fraction(X, T, known, subset, wd, params0, stop, arch)))
         if on_loop is not None:
             jax.block_until_ready(outs[-1])
             on_loop()

@@ -34,10 +34,10 @@ def leaves(params):
     return [np.asarray(a) for a in jax.tree.leaves(params)]
 
 
-def fit(X, T, order, sizes, wd, seeds, task="multiclass", known=None, hidden=8, **settings):
+def fit(X, T, order, sizes, wd, seeds, task="multiclass", known=None, hidden=8, layout=None, **settings):
     known = np.ones_like(T) if known is None else known
     return mlp.fit(TrainingSet(X, T, known, np.atleast_2d(order), sizes, wd, task, seeds), hidden,
-                   mlp.Settings(**settings))
+                   mlp.Settings(**settings), layout=layout)
 
 
 def test_the_objective_is_the_documented_formula():
@@ -97,6 +97,28 @@ def test_the_vmapped_grid_takes_each_probes_own_path():
                         assert bool(grid.converged[s, j, i]) and bool(one.converged[0, 0, 0])
                         assert float(grid.objective[s, j, i]) == pytest.approx(float(one.objective[0, 0, 0]),
                                                                               rel=1e-5)
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+def test_one_program_for_every_fraction_fits_the_probes_of_one_program_per_fraction(task):
+    """The tests' grids are small enough to share one program (rows past a fraction's subset weighted 0);
+    a program per fraction trains on the subset's rows alone. Same probes: to float32 rounding over the
+    first steps (both tasks, the multilabel set with unknown entries), and to 2e-3 in probability at a
+    tight tolerance."""
+    X, T, known = blobs(0)[:2] + (None,) if task == "multiclass" else multilabel(2)
+    assert mlp.shared(2, 3, 160, 6, 3, 8) and not mlp.shared(5, 4, 20_000, 768, 5, 128)
+    # the multilabel masks over the first steps only: its weakly penalised probes run all 500 steps
+    for steps, tol, atol in ((4, 0.0, 1e-5), (500, 1e-5, 2e-3))[:2 if task == "multiclass" else 1]:
+        a, b = (fit(X, T, orders(), SIZES, WD, SEEDS, task, known, max_steps=steps, tol=tol, layout=layout)
+                for layout in ("shared", "per_fraction"))
+        pa, pb = (np.asarray(mlp.probabilities(X, f.params, task)) for f in (a, b))
+        np.testing.assert_allclose(pa, pb, atol=atol)
+        if steps == 4:
+            assert (np.asarray(a.steps) == 4).all() and (np.asarray(b.steps) == 4).all()
+        else:
+            assert bool(a.converged.all()) and bool(b.converged.all())
+    with pytest.raises(ValueError, match="layout must be"):
+        fit(X, T, orders(), SIZES, WD, SEEDS, task, known, layout="both")
 
 
 def test_every_weight_decay_and_fraction_of_a_seed_starts_from_the_seeds_initialisation():
