@@ -3,6 +3,7 @@ chunk and every chunk stored, attributes merged in one write, groups that anothe
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -45,17 +46,61 @@ def create_arrays(parent: zarr.Group, specs: dict[str, dict], *, overwrite: bool
     zarr's ``create_array`` and ``create_group`` first check, and write where missing, the metadata of every
     group above the new node, two requests per level and node: on object storage some fifty round trips to
     create one embedding condition five levels down. ``create_hierarchy`` reads each group above once for
-    all the nodes and writes them side by side, in no set order; the new group is written first, on its own
-    (as create_group then create_array do), and a caller that needs more order writes what must come last
-    afterwards. The arrays' metadata is built in memory by ``create_array`` itself, so the files are byte for
-    byte the ones it writes; the arrays come back writing every chunk, as ``CHECKED`` asks."""
+    all the nodes and writes them side by side, in no set order; a new ``group`` and its arrays read only
+    their own metadata files (``_write_nodes``). The new group is written first, on its own (as create_group
+    then create_array do), and a caller that needs more order writes what must come last afterwards. The
+    arrays' metadata is built in memory by ``create_array`` itself, so the files are byte for byte the ones
+    it writes; the arrays come back writing every chunk, as ``CHECKED`` asks."""
     memory = zarr.storage.MemoryStore()
     nodes = {name: zarr.create_array(memory, name=name, **kw, **CHECKED).metadata for name, kw in specs.items()}
-    holder = parent
-    if group:  # first, on its own: arrays whose group was never written would block a re-run's creating it
+    if group and not overwrite:
+        # the group first, on its own: arrays whose group was never written would block a re-run's creating it
+        holder = _write_nodes(parent, {group: GroupMetadata()})[group]
+        made = _write_nodes(holder, nodes)
+    elif group:
         holder = dict(parent.create_hierarchy({group: GroupMetadata()}, overwrite=overwrite))[group]
-    made = dict(holder.create_hierarchy(nodes, overwrite=overwrite))
+        made = dict(holder.create_hierarchy(nodes, overwrite=overwrite))
+    else:
+        holder, made = parent, dict(parent.create_hierarchy(nodes, overwrite=overwrite))
     return holder, {name: made[name].with_config(CHECKED["config"]) for name in specs}
+
+
+def _write_nodes(parent: zarr.Group, nodes: dict) -> dict:
+    """Write the metadata of ``nodes`` (name -> metadata) into ``parent``, where none of them exists, and
+    return the nodes by name.
+
+    ``create_hierarchy`` first reads every group above the new nodes and each node's own metadata file, to
+    refuse what exists: on object storage about 50 requests to create one embedding condition (a group and
+    its three arrays five levels down), most of a new extraction's requests. The groups above are there
+    (``parent`` was opened), so only each node's own metadata file is looked for (ContainsGroupError or
+    ContainsArrayError where one is found, as ``create_hierarchy`` raises), and the nodes are then written
+    as ``create_hierarchy`` ends by writing them (zarr's ``create_nodes``). Where this zarr has no
+    ``create_nodes``, ``create_hierarchy`` does it all."""
+    try:
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.group import _parse_async_node, create_nodes
+        from zarr.core.sync import sync
+    except ImportError:  # another zarr 3 layout: the reads are only slower
+        return dict(parent.create_hierarchy(nodes))
+    prefix = f"{parent.path}/" if parent.path else ""
+    paths = {name: prefix + name for name in nodes}
+
+    async def there() -> list:  # a read, not exists(): on object storage a missing key costs a HEAD and a LIST
+        return await asyncio.gather(*(parent.store.get(f"{path}/zarr.json", prototype=default_buffer_prototype())
+                                      for path in paths.values()))
+
+    for (name, meta), found in zip(nodes.items(), sync(there())):
+        if found is not None:  # never over a node, as create_hierarchy refuses (one request for each node)
+            errors = zarr.errors
+            error = errors.ContainsGroupError if isinstance(meta, GroupMetadata) else errors.ContainsArrayError
+            raise error(f"a node exists in store {parent.store!r} at path {paths[name]!r}")
+
+    async def written() -> dict:
+        return {key[len(prefix):]: node async for key, node in
+                create_nodes(store=parent.store, nodes={paths[name]: meta for name, meta in nodes.items()})}
+
+    made = sync(written())
+    return {name: _parse_async_node(made[name]) for name in nodes}
 
 
 def require_group(parent: zarr.Group, name: str) -> zarr.Group:

@@ -473,3 +473,44 @@ def test_create_arrays_writes_what_zarrs_own_calls_write(tmp_path):
     assert again["x"].shape == (2, 3) and not (tmp_path / "s.zarr/new/x/c").exists()
     with pytest.raises((zarr.errors.ContainsGroupError, zarr.errors.ContainsArrayError)):  # never over a group
         create_arrays(root, specs, group="new")
+
+
+def test_a_new_condition_reads_no_group_above_it_and_writes_what_create_hierarchy_writes(tmp_path, monkeypatch):
+    """Creating a condition (a group and its arrays, five levels down) looks for each of its own nodes once and
+    reads nothing else (zarr's create_hierarchy reads every group above, about 50 requests on object storage);
+    the files are those create_hierarchy writes, and an existing node is still refused."""
+    import zarr
+
+    from crs.store import nodes
+
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    enc = s.root["datasets/toy"].require_group("embeddings").require_group("enc")
+    specs = {"x": dict(shape=(10, 2), dtype="float16", chunks=(4, 2), fill_value=0),
+             "done": dict(shape=(3,), dtype=bool, chunks=(1,), fill_value=False),
+             "commit": dict(shape=(3, 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}
+    asked = []
+
+    def counting(method: str):
+        original = getattr(zarr.storage.LocalStore, method)
+
+        def counted(self, key, *args, **kw):
+            asked.append((method, key))
+            return original(self, key, *args, **kw)
+        return counted
+
+    for method in ("get", "exists"):
+        monkeypatch.setattr(zarr.storage.LocalStore, method, counting(method))
+    nodes.create_arrays(enc, specs, group="clean")
+    here = "datasets/toy/embeddings/enc/clean"
+    assert sorted(asked) == sorted([("get", f"{here}/zarr.json")] + [("get", f"{here}/{k}/zarr.json") for k in specs])
+    monkeypatch.setattr(nodes, "_write_nodes", lambda parent, new: dict(parent.create_hierarchy(new)))
+    nodes.create_arrays(enc, specs, group="other")  # zarr's own way
+    assert len(asked) > 20  # what it reads
+    folder = tmp_path / "s.zarr" / "datasets/toy/embeddings/enc"
+    for node in ("", "/x", "/done", "/commit"):
+        assert (folder / f"clean{node}/zarr.json").read_bytes() == (folder / f"other{node}/zarr.json").read_bytes()
+    monkeypatch.undo()
+    with pytest.raises(zarr.errors.ContainsArrayError):  # an array whose group's metadata is gone
+        (folder / "clean/zarr.json").unlink()
+        nodes.create_arrays(enc, specs, group="clean")
