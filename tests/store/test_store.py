@@ -223,18 +223,27 @@ def test_an_array_killed_while_being_created_is_recreated(tmp_path):
     assert arr.pending().tolist() == [0, 1, 2]
 
 
+# one embedding condition's arrays (``crs.store.embeddings``), 10 rows of width 2 in chunks of 4
+CONDITION_SPECS = {"x": dict(shape=(10, 2), dtype="float16", chunks=(4, 2), fill_value=0),
+                   "done": dict(shape=(3,), dtype=bool, chunks=(1,), fill_value=False),
+                   "commit": dict(shape=(3, 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}
+
+
+def _store_with_encoder_group(tmp_path):
+    """A store holding the toy dataset and the empty group of encoder 'enc''s embeddings of it."""
+    s = Store(str(tmp_path / "s.zarr"))
+    s.write_dataset(table())
+    return s, s.root["datasets/toy"].require_group("embeddings").require_group("enc")
+
+
 @pytest.mark.parametrize("made", [(), ("x", "commit"), ("x", "done", "commit")])
 def test_a_condition_killed_between_its_metadata_writes_is_recreated(tmp_path, made):
     """A new condition is its group, then its three arrays side by side (``create_arrays``), then its attributes:
     a kill after any of those writes leaves something a re-run deletes and creates again."""
     from crs.store.nodes import create_arrays
 
-    s = Store(str(tmp_path / "s.zarr"))
-    s.write_dataset(table())
-    enc = s.root["datasets/toy"].require_group("embeddings").require_group("enc")
-    specs = {"x": dict(shape=(10, 2), dtype="float16", chunks=(4, 2), fill_value=0),
-             "done": dict(shape=(3,), dtype=bool, chunks=(1,), fill_value=False),
-             "commit": dict(shape=(3, 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}
+    s, enc = _store_with_encoder_group(tmp_path)
+    specs = CONDITION_SPECS
     create_arrays(enc, {k: v for k, v in specs.items() if k in made}, group="clean")
     arr = s.embedding("toy", "enc", "clean", EmbeddingShape(rows="all", n_rows=10, width=2, chunk=4))
     assert arr.pending().tolist() == [0, 1, 2] and arr.commit is not None
@@ -483,12 +492,8 @@ def test_a_new_condition_reads_no_group_above_it_and_writes_what_create_hierarch
 
     from crs.store import nodes
 
-    s = Store(str(tmp_path / "s.zarr"))
-    s.write_dataset(table())
-    enc = s.root["datasets/toy"].require_group("embeddings").require_group("enc")
-    specs = {"x": dict(shape=(10, 2), dtype="float16", chunks=(4, 2), fill_value=0),
-             "done": dict(shape=(3,), dtype=bool, chunks=(1,), fill_value=False),
-             "commit": dict(shape=(3, 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}
+    s, enc = _store_with_encoder_group(tmp_path)
+    specs = CONDITION_SPECS
     asked = []
 
     def counting(method: str):
