@@ -68,11 +68,19 @@ class Embeddings:
         n_chunks = -(-shape.n_rows // shape.chunk) if shape.n_rows else 0
         self._one_generator(dataset, condition, attrs, None)
         # the group, then its arrays; its attributes (n_chunks) last, once they all are (``fully_created``)
-        g, arrays = create_arrays(base, {
+        specs = {
             "x": dict(shape=(shape.n_rows, shape.width), dtype=shape.dtype, chunks=(shape.chunk, shape.width),
                       fill_value=0),
             "done": dict(shape=(max(n_chunks, 1),), dtype=bool, chunks=(1,), fill_value=False),
-            "commit": dict(shape=(max(n_chunks, 1), 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}, group=key)
+            "commit": dict(shape=(max(n_chunks, 1), 2), dtype=np.uint64, chunks=(1, 2), fill_value=0)}
+        try:
+            g, arrays = create_arrays(base, specs, group=key)
+        except (zarr.errors.ContainsArrayError, zarr.errors.ContainsGroupError):
+            # arrays in a folder whose group metadata is gone (deleted, or lost to a fault): with its attributes
+            # gone nothing in it can be trusted (`crs store verify` says "created but never written"), so the
+            # folder goes and the condition is made afresh; its chunks are extracted again
+            self.files.remove(f"{base.path}/{key}")
+            g, arrays = create_arrays(base, specs, group=key)
         if n_chunks == 0:
             arrays["done"][0] = True
         set_attrs(

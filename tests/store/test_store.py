@@ -252,6 +252,22 @@ def test_a_condition_killed_between_its_metadata_writes_is_recreated(tmp_path, m
     assert arr.finalize() and Store(s.path, mode="r").read_embedding("toy", "enc", "clean").shape == (10, 2)
 
 
+def test_a_condition_whose_group_metadata_is_gone_is_made_afresh(tmp_path):
+    """A condition folder whose group ``zarr.json`` is gone (deleted, or lost to a fault) holds arrays that zarr
+    refuses to create over; with the group's attributes gone nothing in it can be trusted, so it is removed
+    and made afresh, every chunk pending (`crs store verify` names it "created but never written")."""
+    s, _ = _store_with_encoder_group(tmp_path)
+    shape = EmbeddingShape(rows="all", n_rows=10, width=2, chunk=4)
+    arr = s.embedding("toy", "enc", "clean", shape)
+    for j in range(3):
+        arr.write_chunk(j, np.ones((len(range(10)[arr.chunk_rows(j)]), 2)))
+    assert arr.finalize()
+    (tmp_path / "s.zarr/datasets/toy/embeddings/enc/clean/zarr.json").unlink()
+    again = s.embedding("toy", "enc", "clean", shape)
+    assert again.pending().tolist() == [0, 1, 2]
+    assert not (tmp_path / "s.zarr/datasets/toy/embeddings/enc/clean/x/c").exists()  # the old chunks are gone
+
+
 def test_a_new_condition_writes_its_group_then_its_arrays_then_its_attributes(tmp_path, monkeypatch):
     """The order that makes the kills above recoverable: arrays whose group was never written would block the
     re-run's creating it, and attributes written before an array would mark a partial condition whole."""
